@@ -1,0 +1,358 @@
+//! A confirmation request and its one-way life: `pending`, then exactly one of
+//! `confirmed`, `cancelled` or `timeout`.
+//!
+//! Everything here is pure: the time of a decision is passed in, and storage applies a
+//! [`Decision`] with one conditional update, so whoever loses a race reads the stored
+//! outcome instead of writing a second one.
+
+use std::fmt;
+use std::time::Duration;
+
+use time::OffsetDateTime;
+
+use super::args_hash::ArgsHash;
+use super::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Pending,
+    Confirmed,
+    Cancelled,
+    Timeout,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Confirmed => "confirmed",
+            Status::Cancelled => "cancelled",
+            Status::Timeout => "timeout",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Status> {
+        Some(match s {
+            "pending" => Status::Pending,
+            "confirmed" => Status::Confirmed,
+            "cancelled" => Status::Cancelled,
+            "timeout" => Status::Timeout,
+            _ => return None,
+        })
+    }
+
+    pub fn is_terminal(self) -> bool {
+        self != Status::Pending
+    }
+}
+
+/// How a request reached its outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    Operator,
+    Window,
+    Timeout,
+    Withdrawn,
+    FailClosed,
+}
+
+impl Via {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Operator => "operator",
+            Via::Window => "window",
+            Via::Timeout => "timeout",
+            Via::Withdrawn => "withdrawn",
+            Via::FailClosed => "fail_closed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Via> {
+        Some(match s {
+            "operator" => Via::Operator,
+            "window" => Via::Window,
+            "timeout" => Via::Timeout,
+            "withdrawn" => Via::Withdrawn,
+            "fail_closed" => Via::FailClosed,
+            _ => return None,
+        })
+    }
+}
+
+/// The Telegram user who decided, as Telegram identified them (never as they named
+/// themselves in a message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operator {
+    pub id: u64,
+    pub username: Option<String>,
+    pub name: String,
+}
+
+impl fmt::Display for Operator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.username {
+            Some(u) => write!(f, "{} (@{u})", self.name),
+            None => f.write_str(&self.name),
+        }
+    }
+}
+
+/// A stored confirmation request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Confirmation {
+    pub id: ConfirmationId,
+    /// The agent that asked; only it may read or withdraw the request.
+    pub agent: String,
+    pub route: String,
+    pub chat_id: i64,
+    pub tool: ToolName,
+    pub owner_id: OwnerId,
+    pub args_hash: ArgsHash,
+    /// The parameters exactly as the agent sent them (JSON text), handed back verbatim
+    /// when the call is allowed, so not one digit changes on the way.
+    pub params_json: String,
+    pub briefing: String,
+    pub context: Option<String>,
+    pub allow_edit: bool,
+    pub window_seconds: u64,
+    pub idempotency_key: Option<IdempotencyKey>,
+    pub callback_token: CallbackToken,
+    /// Set once Telegram has accepted the message; `None` while delivery is in flight.
+    pub message_id: Option<i32>,
+    pub status: Status,
+    pub via: Option<Via>,
+    pub reason: String,
+    pub decided_by: Option<Operator>,
+    pub created_at: OffsetDateTime,
+    pub expires_at: OffsetDateTime,
+    pub decided_at: Option<OffsetDateTime>,
+}
+
+impl Confirmation {
+    pub fn allowed(&self) -> bool {
+        self.status == Status::Confirmed
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        self.status.is_terminal()
+    }
+
+    /// The window key an identical later call would match.
+    pub fn window_key(&self) -> WindowKey {
+        WindowKey {
+            agent: self.agent.clone(),
+            owner_id: self.owner_id.clone(),
+            tool: self.tool.clone(),
+            args_hash: self.args_hash.clone(),
+        }
+    }
+
+    /// Until when this request, once confirmed, lets identical calls through.
+    pub fn window_until(&self) -> Option<OffsetDateTime> {
+        match (self.status, self.via, self.decided_at) {
+            (Status::Confirmed, Some(Via::Operator), Some(at)) if self.window_seconds > 0 => {
+                Some(at + Duration::from_secs(self.window_seconds))
+            }
+            _ => None,
+        }
+    }
+}
+
+pub const PENDING_REASON: &str = "waiting for an operator's decision";
+
+/// What ended a request. Each maps to exactly one (status, via) pair.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Approved(Operator),
+    Cancelled(Operator),
+    TimedOut { after: Duration },
+    Withdrawn,
+    FailedClosed { reason: String },
+}
+
+/// A decision, ready to be stored with one conditional update.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub status: Status,
+    pub via: Via,
+    pub reason: String,
+    pub decided_by: Option<Operator>,
+    pub decided_at: OffsetDateTime,
+}
+
+impl Outcome {
+    pub fn decide(self, at: OffsetDateTime) -> Decision {
+        let (status, via, reason, decided_by) = match self {
+            Outcome::Approved(op) => (
+                Status::Confirmed,
+                Via::Operator,
+                format!("approved by {op}"),
+                Some(op),
+            ),
+            Outcome::Cancelled(op) => (
+                Status::Cancelled,
+                Via::Operator,
+                format!("cancelled by {op}"),
+                Some(op),
+            ),
+            Outcome::TimedOut { after } => (
+                Status::Timeout,
+                Via::Timeout,
+                format!(
+                    "no operator decided within {}: not executed",
+                    human_duration(after)
+                ),
+                None,
+            ),
+            Outcome::Withdrawn => (
+                Status::Cancelled,
+                Via::Withdrawn,
+                "withdrawn by the agent".to_owned(),
+                None,
+            ),
+            Outcome::FailedClosed { reason } => (
+                Status::Cancelled,
+                Via::FailClosed,
+                format!("not executed: {reason}"),
+                None,
+            ),
+        };
+        Decision {
+            status,
+            via,
+            reason,
+            decided_by,
+            decided_at: at,
+        }
+    }
+}
+
+/// The key of a confirmation window: identical calls are the same agent, owner, tool and
+/// argument hash.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct WindowKey {
+    pub agent: String,
+    pub owner_id: OwnerId,
+    pub tool: ToolName,
+    pub args_hash: ArgsHash,
+}
+
+/// A live confirmation window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Window {
+    pub key: WindowKey,
+    pub expires_at: OffsetDateTime,
+    /// The operator-confirmed request that opened it.
+    pub opened_by: ConfirmationId,
+}
+
+impl Window {
+    pub fn is_live(&self, now: OffsetDateTime) -> bool {
+        now < self.expires_at
+    }
+
+    pub fn reason(&self) -> String {
+        format!(
+            "confirmed by the window opened by {} (until {})",
+            self.opened_by,
+            rfc3339(self.expires_at)
+        )
+    }
+}
+
+/// "2 min", "90 s", "1.5 s": short and exact enough for a reason text.
+pub fn human_duration(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        let secs = d.as_secs();
+        if secs >= 120 && secs.is_multiple_of(60) {
+            format!("{} min", secs / 60)
+        } else {
+            format!("{secs} s")
+        }
+    } else {
+        let text = format!("{:.3}", d.as_secs_f64());
+        format!("{} s", text.trim_end_matches('0').trim_end_matches('.'))
+    }
+}
+
+/// RFC 3339 in UTC with millisecond precision, the one time format of the API.
+pub fn rfc3339(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    let fmt = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
+    t.format(&fmt)
+        .unwrap_or_else(|_| t.unix_timestamp().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op() -> Operator {
+        Operator {
+            id: 7,
+            username: Some("alice".into()),
+            name: "Alice".into(),
+        }
+    }
+
+    #[test]
+    fn each_outcome_maps_to_one_status_and_via() {
+        let at = OffsetDateTime::UNIX_EPOCH;
+        let d = Outcome::Approved(op()).decide(at);
+        assert_eq!((d.status, d.via), (Status::Confirmed, Via::Operator));
+        assert_eq!(d.reason, "approved by Alice (@alice)");
+        let d = Outcome::Cancelled(op()).decide(at);
+        assert_eq!((d.status, d.via), (Status::Cancelled, Via::Operator));
+        let d = Outcome::TimedOut {
+            after: Duration::from_secs(120),
+        }
+        .decide(at);
+        assert_eq!((d.status, d.via), (Status::Timeout, Via::Timeout));
+        assert!(d.reason.contains("2 min"), "{}", d.reason);
+        let d = Outcome::Withdrawn.decide(at);
+        assert_eq!((d.status, d.via), (Status::Cancelled, Via::Withdrawn));
+        let d = Outcome::FailedClosed {
+            reason: "chat not found".into(),
+        }
+        .decide(at);
+        assert_eq!((d.status, d.via), (Status::Cancelled, Via::FailClosed));
+        assert!(d.reason.contains("chat not found"));
+    }
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(human_duration(Duration::from_secs(120)), "2 min");
+        assert_eq!(human_duration(Duration::from_secs(90)), "90 s");
+        assert_eq!(human_duration(Duration::from_millis(1500)), "1.5 s");
+        assert_eq!(human_duration(Duration::from_millis(250)), "0.25 s");
+    }
+
+    #[test]
+    fn times_print_as_rfc3339_utc_with_milliseconds() {
+        let t = OffsetDateTime::from_unix_timestamp_nanos(1_700_000_000_123_000_000).unwrap();
+        assert_eq!(rfc3339(t), "2023-11-14T22:13:20.123Z");
+    }
+
+    #[test]
+    fn statuses_and_vias_round_trip_through_their_names() {
+        for s in [
+            Status::Pending,
+            Status::Confirmed,
+            Status::Cancelled,
+            Status::Timeout,
+        ] {
+            assert_eq!(Status::parse(s.as_str()), Some(s));
+        }
+        for v in [
+            Via::Operator,
+            Via::Window,
+            Via::Timeout,
+            Via::Withdrawn,
+            Via::FailClosed,
+        ] {
+            assert_eq!(Via::parse(v.as_str()), Some(v));
+        }
+    }
+}

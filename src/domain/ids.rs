@@ -1,0 +1,182 @@
+//! Identifier and bounded-string types. Each has one checking constructor, so a value
+//! that exists is valid and nothing downstream re-checks it.
+
+use std::fmt;
+
+use rand::RngCore;
+
+/// Why a value was refused; the API layer names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidValue(pub String);
+
+fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    rand::rng().fill_bytes(&mut buf);
+    hex::encode(buf)
+}
+
+fn is_lower_hex(s: &str, len: usize) -> bool {
+    s.len() == len
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// A confirmation request's id: `cf_` and 128 random bits in hex. Unguessable, so one
+/// agent cannot enumerate another's requests.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConfirmationId(String);
+
+impl ConfirmationId {
+    const PREFIX: &'static str = "cf_";
+
+    pub fn generate() -> Self {
+        ConfirmationId(format!("{}{}", Self::PREFIX, random_hex(16)))
+    }
+
+    pub fn parse(s: &str) -> Result<Self, InvalidValue> {
+        match s.strip_prefix(Self::PREFIX) {
+            Some(rest) if is_lower_hex(rest, 32) => Ok(ConfirmationId(s.to_owned())),
+            _ => Err(InvalidValue(
+                "is not a confirmation id (cf_ followed by 32 hex digits)".into(),
+            )),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ConfirmationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The secret a button carries: 128 random bits, bound to one request (and through it
+/// to one chat and message). Carries nothing about the call itself.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct CallbackToken(String);
+
+impl CallbackToken {
+    pub fn generate() -> Self {
+        CallbackToken(random_hex(16))
+    }
+
+    pub fn parse(s: &str) -> Result<Self, InvalidValue> {
+        if is_lower_hex(s, 32) {
+            Ok(CallbackToken(s.to_owned()))
+        } else {
+            Err(InvalidValue("is not a callback token".into()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for CallbackToken {
+    // A token is as good as a tap for whoever holds it: keep it out of logs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CallbackToken(..)")
+    }
+}
+
+fn has_control(s: &str) -> bool {
+    s.chars().any(char::is_control)
+}
+
+/// Declares a bounded, non-empty, single-line string type.
+macro_rules! bounded_name {
+    ($(#[$doc:meta])* $name:ident, $max:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        pub struct $name(String);
+
+        impl $name {
+            pub const MAX_CHARS: usize = $max;
+
+            pub fn parse(s: &str) -> Result<Self, InvalidValue> {
+                let n = s.chars().count();
+                if s.trim().is_empty() {
+                    Err(InvalidValue("must not be empty".into()))
+                } else if n > Self::MAX_CHARS {
+                    Err(InvalidValue(format!(
+                        "must be at most {} characters (got {n})",
+                        Self::MAX_CHARS
+                    )))
+                } else if has_control(s) {
+                    Err(InvalidValue("must not contain control characters".into()))
+                } else {
+                    Ok($name(s.to_owned()))
+                }
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+bounded_name!(
+    /// The name of the tool the agent wants to run.
+    ToolName,
+    128
+);
+bounded_name!(
+    /// The human on whose behalf the agent acts (`"anonymous"` when the agent says nothing).
+    OwnerId,
+    256
+);
+bounded_name!(
+    /// A key under which the same agent's retries find the same request.
+    IdempotencyKey,
+    128
+);
+
+impl OwnerId {
+    pub fn anonymous() -> Self {
+        OwnerId("anonymous".to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_ids_parse_back_and_garbage_does_not() {
+        let id = ConfirmationId::generate();
+        assert_eq!(ConfirmationId::parse(id.as_str()).unwrap(), id);
+        assert!(ConfirmationId::parse("cf_xyz").is_err());
+        assert!(ConfirmationId::parse(&id.as_str().to_uppercase()).is_err());
+        let t = CallbackToken::generate();
+        assert_eq!(CallbackToken::parse(t.as_str()).unwrap(), t);
+        assert!(CallbackToken::parse("../../etc").is_err());
+    }
+
+    #[test]
+    fn a_tool_name_is_bounded_and_single_line() {
+        assert!(ToolName::parse("deploy").is_ok());
+        assert!(ToolName::parse("").is_err());
+        assert!(ToolName::parse("  ").is_err());
+        assert!(ToolName::parse("a\nb").is_err());
+        assert!(ToolName::parse(&"é".repeat(128)).is_ok());
+        assert!(ToolName::parse(&"é".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn a_callback_token_never_prints() {
+        let t = CallbackToken::generate();
+        assert!(!format!("{t:?}").contains(t.as_str()));
+    }
+}

@@ -1,0 +1,13 @@
+//! The confirmation engine: pure code, no I/O, unit-tested.
+//!
+//! `pyvalue`/`pyjson` see parameters as Python sees them; `args_hash` is AI-Parrot's
+//! `compute_args_hash`; `pyformat`/`briefing` are Python's `str.format` over those
+//! values; `confirmation` is the request's state machine and its windows.
+
+pub mod args_hash;
+pub mod briefing;
+pub mod confirmation;
+pub mod ids;
+pub mod pyformat;
+pub mod pyjson;
+pub mod pyvalue;

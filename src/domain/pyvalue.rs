@@ -1,0 +1,89 @@
+//! A JSON document as Python's `json.loads` sees it.
+//!
+//! AI-Parrot hashes and renders tool parameters *after* Python has decoded them, so two
+//! facts about Python's view matter and `serde_json::Value` gets both wrong: integers
+//! keep every digit however long, and objects keep the order the agent sent (with a
+//! repeated key keeping its first position and its last value, as `dict` does).
+//! Every piece of domain code that must agree with Python byte for byte works on this
+//! type: the args hash (`pyjson`), the briefing (`briefing`) and the operator's view.
+
+use num_bigint::BigInt;
+
+/// One decoded JSON value, with the Python type it becomes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PyValue {
+    /// `null` -> `None`
+    None,
+    /// `true` / `false` -> `True` / `False`
+    Bool(bool),
+    /// An integer literal -> `int`, exact at any length.
+    Int(BigInt),
+    /// A literal with a fraction or exponent -> `float` (may be infinite after overflow,
+    /// as `float("1e400")` is in Python).
+    Float(f64),
+    /// A string -> `str`. Lone surrogates are refused at parse time, so this is valid UTF-8.
+    Str(String),
+    /// An array -> `list`
+    List(Vec<PyValue>),
+    /// An object -> `dict`, in insertion order.
+    Dict(PyDict),
+}
+
+/// A Python `dict` with string keys: insertion-ordered, keys unique.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PyDict {
+    entries: Vec<(String, PyValue)>,
+}
+
+impl PyDict {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Insert as Python's `d[key] = value` does: a new key goes last, an existing key
+    /// keeps its position and takes the new value.
+    pub fn insert(&mut self, key: String, value: PyValue) {
+        match self.entries.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = value,
+            None => self.entries.push((key, value)),
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&PyValue> {
+        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// Entries in insertion order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &PyValue)> {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Build a dict from pairs as `dict(pairs)` does: the same result as inserting them one
+/// by one, but in linear time. `insert` scans the entries, so a parser inserting each
+/// key of a hostile object with 100 000 members would take tens of seconds.
+impl FromIterator<(String, PyValue)> for PyDict {
+    fn from_iter<I: IntoIterator<Item = (String, PyValue)>>(pairs: I) -> Self {
+        let mut positions: std::collections::HashMap<String, usize> =
+            std::collections::HashMap::new();
+        let mut entries: Vec<(String, PyValue)> = Vec::new();
+        for (key, value) in pairs {
+            match positions.get(&key) {
+                Some(&at) => entries[at].1 = value,
+                None => {
+                    positions.insert(key.clone(), entries.len());
+                    entries.push((key, value));
+                }
+            }
+        }
+        Self { entries }
+    }
+}
