@@ -1,0 +1,248 @@
+//! `/v1/confirmations`: create, read (with long-poll), withdraw.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::{AuthAgent, Body};
+use super::record::RecordView;
+use crate::config::Config;
+use crate::domain::confirmation::Confirmation;
+use crate::domain::ids::{ConfirmationId, IdempotencyKey, OwnerId, ToolName};
+use crate::domain::pyjson;
+use crate::service::NewConfirmation;
+
+/// Longest `?wait=` a long-poll may ask for.
+pub const MAX_LONG_POLL_SECONDS: f64 = 60.0;
+/// Upper bounds on free-text fields, so one request cannot flood an operator's screen or
+/// the database.
+pub const MAX_TEMPLATE_CHARS: usize = 4096;
+pub const MAX_CONTEXT_CHARS: usize = 2048;
+pub const MAX_ROUTE_CHARS: usize = 128;
+/// The longest confirmation window: a year. Longer standing approvals are a policy
+/// decision nobody should take by typo.
+pub const MAX_WINDOW_SECONDS: u64 = 366 * 24 * 3600;
+
+/// `block`: answer with the final decision; `suspend`: answer at once with the pending
+/// record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitMode {
+    Block,
+    Suspend,
+}
+
+const FIELDS: &[&str] = &[
+    "tool",
+    "params",
+    "owner_id",
+    "template",
+    "window_seconds",
+    "allow_edit",
+    "timeout_seconds",
+    "wait",
+    "route",
+    "idempotency_key",
+    "context",
+];
+
+/// One field's raw JSON, typed; `null` counts as absent.
+fn field<T: DeserializeOwned>(
+    body: &BTreeMap<String, Box<RawValue>>,
+    name: &str,
+    expected: &str,
+) -> Result<Option<T>, ApiError> {
+    match body.get(name) {
+        None => Ok(None),
+        Some(raw) if raw.get() == "null" => Ok(None),
+        Some(raw) => serde_json::from_str(raw.get())
+            .map(Some)
+            .map_err(|_| ApiError::field(name, format!("must be {expected}"))),
+    }
+}
+
+fn bounded_text(value: Option<String>, name: &str, max: usize) -> Result<Option<String>, ApiError> {
+    match value {
+        Some(v) if v.chars().count() > max => Err(ApiError::field(
+            name,
+            format!("must be at most {max} characters"),
+        )),
+        v => Ok(v),
+    }
+}
+
+/// Parses and checks a create body, naming the first field at fault.
+pub fn parse_create(
+    bytes: &[u8],
+    config: &Config,
+) -> Result<(NewConfirmation, WaitMode), ApiError> {
+    let body: BTreeMap<String, Box<RawValue>> = serde_json::from_slice(bytes).map_err(|e| {
+        if e.is_data() {
+            ApiError::field("body", "must be a JSON object")
+        } else {
+            ApiError::MalformedJson(e.to_string())
+        }
+    })?;
+    if let Some(unknown) = body.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(ApiError::field(
+            unknown.as_str(),
+            format!("is not a known field (known: {})", FIELDS.join(", ")),
+        ));
+    }
+
+    let tool: String =
+        field(&body, "tool", "a string")?.ok_or_else(|| ApiError::field("tool", "is required"))?;
+    let tool = ToolName::parse(&tool).map_err(|e| ApiError::field("tool", e.0))?;
+
+    let raw_params = body
+        .get("params")
+        .filter(|r| r.get() != "null")
+        .ok_or_else(|| ApiError::field("params", "is required (a JSON object)"))?;
+    let params = pyjson::parse_object(raw_params.get())
+        .map_err(|e| ApiError::field("params", format!("must be a JSON object: {e}")))?;
+
+    let owner_id = match field::<String>(&body, "owner_id", "a string")? {
+        Some(o) => OwnerId::parse(&o).map_err(|e| ApiError::field("owner_id", e.0))?,
+        None => OwnerId::anonymous(),
+    };
+    let template = bounded_text(
+        field(&body, "template", "a string")?,
+        "template",
+        MAX_TEMPLATE_CHARS,
+    )?;
+    let window_seconds = field::<u64>(&body, "window_seconds", "an integer >= 0")?
+        .unwrap_or(config.default_window_seconds);
+    if window_seconds > MAX_WINDOW_SECONDS {
+        return Err(ApiError::field(
+            "window_seconds",
+            format!("must be at most {MAX_WINDOW_SECONDS} (366 days)"),
+        ));
+    }
+    let allow_edit = field(&body, "allow_edit", "true or false")?.unwrap_or(false);
+    let max = config.max_timeout_seconds;
+    let timeout_seconds = field::<f64>(&body, "timeout_seconds", "a number")?
+        .unwrap_or(config.default_timeout_seconds);
+    if !(timeout_seconds.is_finite() && timeout_seconds > 0.0 && timeout_seconds <= max) {
+        return Err(ApiError::field(
+            "timeout_seconds",
+            format!("must be greater than 0 and at most {max}"),
+        ));
+    }
+    // Millisecond precision is what storage keeps; below that a deadline means nothing.
+    let timeout = Duration::from_millis(((timeout_seconds * 1000.0).ceil() as u64).max(1));
+    let wait = match field::<String>(&body, "wait", "\"block\" or \"suspend\"")?.as_deref() {
+        None | Some("block") => WaitMode::Block,
+        Some("suspend") => WaitMode::Suspend,
+        Some(_) => return Err(ApiError::field("wait", "must be \"block\" or \"suspend\"")),
+    };
+    let route = bounded_text(field(&body, "route", "a string")?, "route", MAX_ROUTE_CHARS)?;
+    let idempotency_key = field::<String>(&body, "idempotency_key", "a string")?
+        .map(|k| IdempotencyKey::parse(&k).map_err(|e| ApiError::field("idempotency_key", e.0)))
+        .transpose()?;
+    let context = bounded_text(
+        field(&body, "context", "a string")?,
+        "context",
+        MAX_CONTEXT_CHARS,
+    )?;
+
+    Ok((
+        NewConfirmation {
+            tool,
+            params,
+            params_json: raw_params.get().to_owned(),
+            owner_id,
+            template,
+            window_seconds,
+            allow_edit,
+            timeout,
+            route,
+            idempotency_key,
+            context,
+        },
+        wait,
+    ))
+}
+
+fn respond(status: StatusCode, r: &Confirmation) -> Response {
+    (status, Json(RecordView::from(r))).into_response()
+}
+
+/// `POST /v1/confirmations`
+pub async fn create(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    Body(bytes): Body,
+) -> Result<Response, ApiError> {
+    let (new, wait) = parse_create(&bytes, state.service.config())?;
+    let record = state.service.create(&agent, new).await?;
+    if record.is_terminal() {
+        return Ok(respond(StatusCode::OK, &record));
+    }
+    match wait {
+        WaitMode::Suspend => Ok(respond(StatusCode::ACCEPTED, &record)),
+        WaitMode::Block => {
+            let done = state
+                .service
+                .wait(&agent, &record.id, None, &state.stop)
+                .await?;
+            Ok(respond(StatusCode::OK, &done))
+        }
+    }
+}
+
+fn parse_id(id: &str) -> Result<ConfirmationId, ApiError> {
+    // A malformed id cannot name anything we stored.
+    ConfirmationId::parse(id).map_err(|_| ApiError::NotFound("no confirmation with this id".into()))
+}
+
+/// `GET /v1/confirmations/{id}?wait=N`
+pub async fn get(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id)?;
+    let wait = match query.get("wait") {
+        None => None,
+        Some(w) => match w.parse::<f64>() {
+            Ok(s) if s.is_finite() && (0.0..=MAX_LONG_POLL_SECONDS).contains(&s) => {
+                Some(Duration::from_secs_f64(s))
+            }
+            _ => {
+                return Err(ApiError::field(
+                    "wait",
+                    format!("must be a number of seconds from 0 to {MAX_LONG_POLL_SECONDS}"),
+                ));
+            }
+        },
+    };
+    let record = match wait {
+        Some(d) if !d.is_zero() => {
+            state
+                .service
+                .wait(&agent, &id, Some(d), &state.stop)
+                .await?
+        }
+        _ => state.service.get(&agent, &id).await?,
+    };
+    Ok(respond(StatusCode::OK, &record))
+}
+
+/// `DELETE /v1/confirmations/{id}`
+pub async fn withdraw(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id)?;
+    let record = state.service.withdraw(&agent, &id).await?;
+    Ok(respond(StatusCode::OK, &record))
+}

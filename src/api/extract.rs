@@ -1,0 +1,60 @@
+//! Extractors that turn hostile requests into typed values or an [`ApiError`]: the
+//! bearer-token agent, and a body whose rejections speak our error format.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::config::Agent;
+
+/// The agent the request's bearer token belongs to.
+pub struct AuthAgent(pub Arc<Agent>);
+
+impl FromRequestParts<AppState> for AuthAgent {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let header = parts
+            .headers
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .ok_or(ApiError::Unauthorized(
+                "missing header Authorization: Bearer <token>",
+            ))?;
+        let token = header
+            .split_once(' ')
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim())
+            .filter(|t| !t.is_empty())
+            .ok_or(ApiError::Unauthorized(
+                "the Authorization header must be: Bearer <token>",
+            ))?;
+        state
+            .service
+            .config()
+            .agent_for_token(token)
+            .map(AuthAgent)
+            .ok_or(ApiError::Unauthorized("unknown token"))
+    }
+}
+
+/// The raw body, within the size limit.
+pub struct Body(pub Bytes);
+
+impl FromRequest<AppState> for Body {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        match Bytes::from_request(req, state).await {
+            Ok(b) => Ok(Body(b)),
+            Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::PayloadTooLarge),
+            Err(r) => Err(ApiError::MalformedJson(r.body_text())),
+        }
+    }
+}

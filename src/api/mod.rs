@@ -1,0 +1,66 @@
+//! The agents' HTTP API (axum): routes, authentication, and the one error format.
+
+pub mod confirmations;
+pub mod error;
+pub mod extract;
+pub mod record;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::service::Service;
+use error::ApiError;
+
+/// Largest accepted request body.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub service: Arc<Service>,
+    /// Fired at shutdown: blocked agents get a 503 they can retry, not a false outcome.
+    pub stop: CancellationToken,
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/v1/confirmations", post(confirmations::create))
+        .route(
+            "/v1/confirmations/{id}",
+            get(confirmations::get).delete(confirmations::withdraw),
+        )
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// `GET /healthz`: 200 when the database answers.
+async fn healthz(State(state): State<AppState>) -> Response {
+    match state.service.store().ping().await {
+        Ok(()) => (StatusCode::OK, axum::Json(json!({"status": "ok"}))).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "health check: database does not answer");
+            ApiError::Unavailable("the database does not answer".into()).into_response()
+        }
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound("no such route".into())
+}
+
+async fn method_not_allowed() -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        axum::Json(json!({"error": {"code": "method_not_allowed", "message": "this method is not allowed on this route"}})),
+    )
+        .into_response()
+}

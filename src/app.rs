@@ -1,0 +1,164 @@
+//! Wiring: builds the store, the Telegram adapter, the service and the HTTP server, and
+//! runs them until a shutdown token fires.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, AppState};
+use crate::config::Config;
+use crate::service::Service;
+use crate::storage::{SqliteStore, Store};
+use crate::telegram::{self, TelegramMessenger};
+
+/// How long in-flight HTTP requests get to finish after shutdown begins.
+const HTTP_DRAIN: Duration = Duration::from_secs(10);
+/// How often expired confirmation windows are deleted (lookups ignore them anyway).
+const WINDOW_PURGE_EVERY: Duration = Duration::from_secs(600);
+/// How long background work (message edits, deliveries) gets to finish.
+const TASK_DRAIN: Duration = Duration::from_secs(10);
+
+pub struct Application {
+    listener: TcpListener,
+    service: Arc<Service>,
+    bot: teloxide::Bot,
+    poll_timeout_seconds: u32,
+}
+
+/// Opens the database and applies migrations.
+pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+    let store = SqliteStore::connect(&config.database_url)
+        .await
+        .with_context(|| "cannot open the database (database.url)".to_owned())?;
+    store
+        .migrate()
+        .await
+        .context("cannot apply database migrations")?;
+    Ok(Arc::new(store))
+}
+
+impl Application {
+    /// Connects, migrates and binds; nothing runs until [`Application::run_until_stopped`].
+    pub async fn build(config: Config) -> anyhow::Result<Application> {
+        let config = Arc::new(config);
+        let store = open_store(&config).await?;
+        let bot = telegram::client::build_bot(
+            config.bot_token(),
+            config.telegram_api_url.clone(),
+            config.poll_timeout_seconds,
+        );
+        let messenger = Arc::new(TelegramMessenger::new(bot.clone()));
+        let service = Arc::new(Service::new(config.clone(), store, messenger));
+        let listener = TcpListener::bind(&config.bind)
+            .await
+            .with_context(|| format!("cannot listen on {} (server.bind)", config.bind))?;
+        Ok(Application {
+            listener,
+            service,
+            bot,
+            poll_timeout_seconds: config.poll_timeout_seconds,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    /// Serves until `shutdown` fires, then stops taking requests, lets in-flight ones
+    /// finish (within a bound), stops polling after acknowledging what was handled, and
+    /// closes the database.
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let Application {
+            listener,
+            service,
+            bot,
+            poll_timeout_seconds,
+        } = self;
+        let recovered = service
+            .recover()
+            .await
+            .context("cannot reload pending requests")?;
+        tracing::info!(
+            addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            pending = recovered,
+            "hitl-telegram is serving"
+        );
+
+        let deadlines = tokio::spawn(service.clone().run_deadlines(shutdown.clone()));
+        let purge = tokio::spawn(
+            service
+                .clone()
+                .run_window_purge(WINDOW_PURGE_EVERY, shutdown.clone()),
+        );
+        let polling = tokio::spawn(telegram::polling::run(
+            bot,
+            service.clone(),
+            poll_timeout_seconds,
+            shutdown.clone(),
+        ));
+        let app = api::router(AppState {
+            service: service.clone(),
+            stop: shutdown.clone(),
+        });
+        let stop = shutdown.clone();
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await
+        });
+
+        shutdown.cancelled().await;
+        tracing::info!("shutting down");
+        match tokio::time::timeout(HTTP_DRAIN, server).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::error!(error = %e, "HTTP server error"),
+            Ok(Err(e)) => tracing::error!(error = %e, "HTTP server task failed"),
+            Err(_) => tracing::warn!("in-flight HTTP requests did not finish in time"),
+        }
+        let _ = tokio::time::timeout(poll_drain(poll_timeout_seconds), polling).await;
+        let _ = deadlines.await;
+        let _ = purge.await;
+        service.tasks().close();
+        if tokio::time::timeout(TASK_DRAIN, service.tasks().wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("background Telegram work did not finish in time");
+        }
+        service.store().close().await;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+fn poll_drain(poll_timeout_seconds: u32) -> Duration {
+    Duration::from_secs(u64::from(poll_timeout_seconds) + 5)
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

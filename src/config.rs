@@ -1,0 +1,483 @@
+//! Settings: the TOML file, environment overrides, and the checks that turn them into a
+//! [`Config`] the service can trust.
+//!
+//! Two layers, on purpose: [`Settings`] is what the file (plus `HITL__SECTION__KEY`
+//! environment overrides) says, deserialised strictly so a typo is an error rather than a
+//! silently ignored key; [`Config`] is what the service runs on, built by
+//! [`Config::from_settings`] only after every cross-reference has been checked and every
+//! secret has been read from the environment. Secrets never live in files.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+/// Environment variable that carries the Telegram bot token.
+pub const BOT_TOKEN_ENV: &str = "TELEGRAM_BOT_TOKEN";
+
+/// Prefix of the environment variables that override single keys:
+/// `HITL__SERVER__BIND=0.0.0.0:8080` sets `[server] bind`.
+pub const ENV_OVERRIDE_PREFIX: &str = "HITL__";
+
+/// The file as written, after environment overrides.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub server: ServerSettings,
+    pub database: DatabaseSettings,
+    pub telegram: TelegramSettings,
+    pub confirmation: ConfirmationSettings,
+    #[serde(default)]
+    pub routes: Vec<RouteSettings>,
+    #[serde(default)]
+    pub agents: Vec<AgentSettings>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSettings {
+    pub bind: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseSettings {
+    pub url: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelegramSettings {
+    pub api_url: String,
+    pub poll_timeout_seconds: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfirmationSettings {
+    pub default_timeout_seconds: f64,
+    pub max_timeout_seconds: f64,
+    pub default_window_seconds: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSettings {
+    pub name: String,
+    pub chat_id: i64,
+    #[serde(default)]
+    pub approvers: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSettings {
+    pub name: String,
+    pub token_env: String,
+    #[serde(default)]
+    pub routes: Vec<String>,
+    pub default_route: Option<String>,
+}
+
+/// Why a configuration was refused. Each message names the key at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read configuration: {0}")]
+    Load(String),
+    #[error("invalid configuration: {key}: {reason}")]
+    Invalid { key: String, reason: String },
+}
+
+fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        reason: reason.into(),
+    }
+}
+
+impl Settings {
+    /// Reads `path`, then applies `HITL__SECTION__KEY` overrides from the process
+    /// environment.
+    pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+        if !path.exists() {
+            return Err(ConfigError::Load(format!(
+                "configuration file {} does not exist",
+                path.display()
+            )));
+        }
+        Figment::new()
+            .merge(Toml::file_exact(path))
+            .merge(Env::prefixed(ENV_OVERRIDE_PREFIX).split("__"))
+            .extract()
+            .map_err(|e| ConfigError::Load(e.to_string()))
+    }
+
+    /// Parses settings from TOML text, without environment overrides (tests, `--demo`).
+    pub fn from_toml(text: &str) -> Result<Settings, ConfigError> {
+        Figment::new()
+            .merge(Toml::string(text))
+            .extract()
+            .map_err(|e| ConfigError::Load(e.to_string()))
+    }
+}
+
+/// A named Telegram destination and who may decide there.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub name: String,
+    pub chat_id: i64,
+    pub approvers: HashSet<u64>,
+}
+
+impl Route {
+    pub fn may_decide(&self, user_id: u64) -> bool {
+        self.approvers.contains(&user_id)
+    }
+}
+
+/// One agent allowed to call the API. Only the SHA-256 of its token is kept, so the token
+/// itself cannot leak from memory dumps, `Debug` output or logs.
+#[derive(Clone)]
+pub struct Agent {
+    pub name: String,
+    pub token_sha256: [u8; 32],
+    pub routes: HashSet<String>,
+    pub default_route: String,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("name", &self.name)
+            .field("routes", &self.routes)
+            .field("default_route", &self.default_route)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The validated configuration the service runs on.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub bind: String,
+    pub database_url: String,
+    pub telegram_api_url: reqwest::Url,
+    pub poll_timeout_seconds: u32,
+    pub bot_token: SecretString,
+    pub default_timeout_seconds: f64,
+    pub max_timeout_seconds: f64,
+    pub default_window_seconds: u64,
+    pub routes: HashMap<String, Arc<Route>>,
+    pub agents: Vec<Arc<Agent>>,
+}
+
+/// SHA-256 of a bearer token, the only form in which tokens are kept.
+pub fn token_digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+impl Config {
+    /// Checks every cross-reference and reads the secrets through `env` (the process
+    /// environment in production, a map in tests).
+    pub fn from_settings(
+        s: Settings,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        if s.server.bind.parse::<std::net::SocketAddr>().is_err() {
+            return Err(invalid(
+                "server.bind",
+                format!("'{}' is not an address like 127.0.0.1:8080", s.server.bind),
+            ));
+        }
+        if !s.database.url.starts_with("sqlite:") {
+            return Err(invalid(
+                "database.url",
+                "only sqlite: URLs are supported (for example sqlite://data/hitl.db)",
+            ));
+        }
+        let telegram_api_url = reqwest::Url::parse(&s.telegram.api_url)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && !u.cannot_be_a_base())
+            .ok_or_else(|| {
+                invalid(
+                    "telegram.api_url",
+                    format!("'{}' is not an http(s) URL", s.telegram.api_url),
+                )
+            })?;
+        // teloxide's HTTP client gives up after 17 s; a longer long-poll would always fail.
+        if !(1..=15).contains(&s.telegram.poll_timeout_seconds) {
+            return Err(invalid(
+                "telegram.poll_timeout_seconds",
+                "must be between 1 and 15",
+            ));
+        }
+        let c = &s.confirmation;
+        if !(c.max_timeout_seconds.is_finite() && c.max_timeout_seconds > 0.0) {
+            return Err(invalid(
+                "confirmation.max_timeout_seconds",
+                "must be a number greater than 0",
+            ));
+        }
+        if !(c.default_timeout_seconds.is_finite()
+            && c.default_timeout_seconds > 0.0
+            && c.default_timeout_seconds <= c.max_timeout_seconds)
+        {
+            return Err(invalid(
+                "confirmation.default_timeout_seconds",
+                "must be greater than 0 and at most confirmation.max_timeout_seconds",
+            ));
+        }
+
+        let bot_token = env(BOT_TOKEN_ENV)
+            .filter(|t| !t.trim().is_empty())
+            .ok_or_else(|| {
+                invalid(
+                    BOT_TOKEN_ENV,
+                    "the environment variable with the Telegram bot token is not set",
+                )
+            })?;
+
+        let mut routes = HashMap::new();
+        for (i, r) in s.routes.into_iter().enumerate() {
+            let key = format!("routes[{i}]");
+            if r.name.trim().is_empty() {
+                return Err(invalid(format!("{key}.name"), "must not be empty"));
+            }
+            if r.approvers.is_empty() {
+                return Err(invalid(
+                    format!("{key}.approvers"),
+                    format!("route '{}' has no approvers: nobody could decide", r.name),
+                ));
+            }
+            if r.chat_id == 0 {
+                return Err(invalid(format!("{key}.chat_id"), "must not be 0"));
+            }
+            let route = Route {
+                name: r.name.clone(),
+                chat_id: r.chat_id,
+                approvers: r.approvers.into_iter().collect(),
+            };
+            if routes.insert(r.name.clone(), Arc::new(route)).is_some() {
+                return Err(invalid(
+                    format!("{key}.name"),
+                    format!("route '{}' is defined twice", r.name),
+                ));
+            }
+        }
+
+        let mut agents: Vec<Arc<Agent>> = Vec::new();
+        for (i, a) in s.agents.into_iter().enumerate() {
+            let key = format!("agents[{i}]");
+            if a.name.trim().is_empty() {
+                return Err(invalid(format!("{key}.name"), "must not be empty"));
+            }
+            if agents.iter().any(|other| other.name == a.name) {
+                return Err(invalid(
+                    format!("{key}.name"),
+                    format!("agent '{}' is defined twice", a.name),
+                ));
+            }
+            if a.routes.is_empty() {
+                return Err(invalid(
+                    format!("{key}.routes"),
+                    format!("agent '{}' has no routes", a.name),
+                ));
+            }
+            for r in &a.routes {
+                if !routes.contains_key(r) {
+                    return Err(invalid(
+                        format!("{key}.routes"),
+                        format!("agent '{}' names unknown route '{r}'", a.name),
+                    ));
+                }
+            }
+            let default_route = match a.default_route {
+                Some(d) if a.routes.contains(&d) => d,
+                Some(d) => {
+                    return Err(invalid(
+                        format!("{key}.default_route"),
+                        format!("'{d}' is not one of agent '{}' routes", a.name),
+                    ));
+                }
+                None if a.routes.len() == 1 => a.routes[0].clone(),
+                None => {
+                    return Err(invalid(
+                        format!("{key}.default_route"),
+                        format!("agent '{}' has several routes: name the default", a.name),
+                    ));
+                }
+            };
+            let token = env(&a.token_env)
+                .filter(|t| !t.trim().is_empty())
+                .ok_or_else(|| {
+                    invalid(
+                        format!("{key}.token_env"),
+                        format!(
+                            "environment variable {} (the token of agent '{}') is not set",
+                            a.token_env, a.name
+                        ),
+                    )
+                })?;
+            let token_sha256 = token_digest(token.trim());
+            if agents
+                .iter()
+                .any(|other| other.token_sha256 == token_sha256)
+            {
+                return Err(invalid(
+                    format!("{key}.token_env"),
+                    format!(
+                        "agent '{}' has the same token as another agent: tokens must identify one agent",
+                        a.name
+                    ),
+                ));
+            }
+            agents.push(Arc::new(Agent {
+                name: a.name,
+                token_sha256,
+                routes: a.routes.into_iter().collect(),
+                default_route,
+            }));
+        }
+        if agents.is_empty() {
+            return Err(invalid("agents", "at least one agent must be configured"));
+        }
+
+        Ok(Config {
+            bind: s.server.bind,
+            database_url: s.database.url,
+            telegram_api_url,
+            poll_timeout_seconds: s.telegram.poll_timeout_seconds,
+            bot_token: SecretString::from(bot_token.trim().to_owned()),
+            default_timeout_seconds: c.default_timeout_seconds,
+            max_timeout_seconds: c.max_timeout_seconds,
+            default_window_seconds: c.default_window_seconds,
+            routes,
+            agents,
+        })
+    }
+
+    /// Reads everything from the process environment.
+    pub fn from_settings_and_process_env(s: Settings) -> Result<Config, ConfigError> {
+        Config::from_settings(s, &|k| std::env::var(k).ok())
+    }
+
+    /// The agent a bearer token belongs to. Every candidate is compared in constant time,
+    /// so response timing says nothing about how close a guess was.
+    pub fn agent_for_token(&self, token: &str) -> Option<Arc<Agent>> {
+        use subtle::ConstantTimeEq;
+        let digest = token_digest(token);
+        let mut found = None;
+        for agent in &self.agents {
+            if bool::from(agent.token_sha256.ct_eq(&digest)) {
+                found = Some(agent.clone());
+            }
+        }
+        found
+    }
+
+    pub fn route(&self, name: &str) -> Option<&Arc<Route>> {
+        self.routes.get(name)
+    }
+
+    pub fn bot_token(&self) -> &str {
+        self.bot_token.expose_secret()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+[server]
+bind = "127.0.0.1:8080"
+[database]
+url = "sqlite://data/hitl.db"
+[telegram]
+api_url = "https://api.telegram.org"
+poll_timeout_seconds = 10
+[confirmation]
+default_timeout_seconds = 120
+max_timeout_seconds = 86400
+default_window_seconds = 0
+[[routes]]
+name = "ops"
+chat_id = -100123
+approvers = [1, 2]
+[[agents]]
+name = "bot"
+token_env = "AGENT_TOKEN"
+routes = ["ops"]
+"#;
+
+    fn env(k: &str) -> Option<String> {
+        match k {
+            BOT_TOKEN_ENV => Some("123:abc".into()),
+            "AGENT_TOKEN" => Some("agent-secret".into()),
+            _ => None,
+        }
+    }
+
+    fn err_of(toml: &str) -> String {
+        let s = Settings::from_toml(toml).expect("parses");
+        Config::from_settings(s, &env).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_valid_config_is_accepted_and_the_single_route_is_the_default() {
+        let c = Config::from_settings(Settings::from_toml(BASE).unwrap(), &env).unwrap();
+        assert_eq!(c.agents[0].default_route, "ops");
+        assert!(c.agent_for_token("agent-secret").is_some());
+        assert!(c.agent_for_token("agent-secreT").is_none());
+    }
+
+    #[test]
+    fn an_agent_naming_an_unknown_route_is_refused_naming_the_key() {
+        let e = err_of(&BASE.replace(r#"routes = ["ops"]"#, r#"routes = ["nope"]"#));
+        assert!(e.contains("agents[0].routes") && e.contains("nope"), "{e}");
+    }
+
+    #[test]
+    fn a_route_without_approvers_is_refused() {
+        let e = err_of(&BASE.replace("approvers = [1, 2]", "approvers = []"));
+        assert!(e.contains("routes[0].approvers"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_agent_token_variable_is_refused_naming_it() {
+        let e = err_of(&BASE.replace("AGENT_TOKEN", "MISSING_TOKEN"));
+        assert!(
+            e.contains("MISSING_TOKEN") && e.contains("agents[0].token_env"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_missing_bot_token_is_refused() {
+        let s = Settings::from_toml(BASE).unwrap();
+        let e = Config::from_settings(s, &|_| None).unwrap_err().to_string();
+        assert!(e.contains(BOT_TOKEN_ENV), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_key_in_the_file_is_refused() {
+        let e = Settings::from_toml(&BASE.replace("[server]", "[server]\nbnd = 1"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bnd"), "{e}");
+    }
+
+    #[test]
+    fn the_debug_output_of_a_config_shows_no_secret() {
+        let c = Config::from_settings(Settings::from_toml(BASE).unwrap(), &env).unwrap();
+        let dbg = format!("{c:?}");
+        assert!(
+            !dbg.contains("123:abc") && !dbg.contains("agent-secret"),
+            "{dbg}"
+        );
+    }
+}

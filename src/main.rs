@@ -1,0 +1,177 @@
+//! `hitl-telegram`: argument parsing only; everything else lives in the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use hitl_telegram::cli::{self, AskRequest};
+use hitl_telegram::config::{Config, Settings};
+use hitl_telegram::{Application, app, telemetry};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+#[command(
+    name = "hitl-telegram",
+    version,
+    about = "Ask a human on Telegram before an AI agent runs a tool call"
+)]
+struct Cli {
+    /// Configuration file (environment variables HITL__SECTION__KEY override single keys).
+    #[arg(
+        long,
+        global = true,
+        env = "HITL_CONFIG",
+        default_value = "config/default.toml"
+    )]
+    config: PathBuf,
+    /// Log JSON lines instead of human-readable text.
+    #[arg(long, global = true)]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the service (the default).
+    Serve {
+        /// One route (your private chat with the bot) and one agent `demo`, from
+        /// HITL_DEMO_OPERATOR_ID and HITL_DEMO_AGENT_TOKEN: no file to edit.
+        #[arg(long)]
+        demo: bool,
+    },
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Check the configuration (and that the token variables are set) and exit.
+    CheckConfig {
+        #[arg(long)]
+        demo: bool,
+    },
+    /// Ask through a running service; exit 0 confirmed, 1 cancelled, 2 timeout, 3 error.
+    Ask(Box<AskArgs>),
+}
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("auth").required(true).args(["token", "token_env"])))]
+struct AskArgs {
+    /// Base URL of the service, e.g. http://127.0.0.1:8080
+    #[arg(long)]
+    url: String,
+    /// The agent's bearer token.
+    #[arg(long)]
+    token: Option<String>,
+    /// Name of the environment variable holding the agent's bearer token.
+    #[arg(long)]
+    token_env: Option<String>,
+    #[arg(long)]
+    tool: String,
+    /// key=value (a string) or key:=json (any JSON value); repeatable, order kept.
+    #[arg(long = "param")]
+    params: Vec<String>,
+    /// Python str.format briefing template, e.g. "Deploy {service} to {env}?"
+    #[arg(long)]
+    template: Option<String>,
+    /// Seconds to wait for a human.
+    #[arg(long)]
+    timeout: Option<f64>,
+    #[arg(long)]
+    owner: Option<String>,
+    #[arg(long)]
+    context: Option<String>,
+    #[arg(long)]
+    route: Option<String>,
+    /// Confirmation window in seconds.
+    #[arg(long)]
+    window: Option<u64>,
+}
+
+fn load_config(path: &std::path::Path, demo: bool) -> anyhow::Result<Config> {
+    let mut settings = Settings::load(path)?;
+    if demo {
+        settings = cli::demo_settings(settings, std::env::var(cli::DEMO_OPERATOR_ENV).ok())?;
+    }
+    Ok(Config::from_settings_and_process_env(settings)?)
+}
+
+async fn serve(path: &std::path::Path, demo: bool) -> anyhow::Result<()> {
+    let config = load_config(path, demo)?;
+    let app = Application::build(config).await?;
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
+    tokio::spawn(async move {
+        app::shutdown_signal().await;
+        trigger.cancel();
+    });
+    app.run_until_stopped(shutdown).await
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    telemetry::init(cli.log_json);
+    let result = match cli.command.unwrap_or(Command::Serve { demo: false }) {
+        Command::Serve { demo } => serve(&cli.config, demo).await,
+        Command::Migrate => {
+            async {
+                let settings = Settings::load(&cli.config)?;
+                let store = hitl_telegram::storage::SqliteStore::connect(&settings.database.url)
+                    .await
+                    .context("cannot open the database (database.url)")?;
+                hitl_telegram::storage::Store::migrate(&store).await?;
+                println!("migrations applied to {}", settings.database.url);
+                Ok(())
+            }
+            .await
+        }
+        Command::CheckConfig { demo } => load_config(&cli.config, demo).map(|c| {
+            println!(
+                "configuration OK: {} route(s), {} agent(s)",
+                c.routes.len(),
+                c.agents.len()
+            );
+        }),
+        Command::Ask(a) => {
+            let a = *a;
+            let token = match (a.token, a.token_env) {
+                (Some(t), _) => Ok(t),
+                (None, Some(var)) => std::env::var(&var)
+                    .with_context(|| format!("environment variable {var} is not set")),
+                (None, None) => Err(anyhow::anyhow!("--token or --token-env is required")),
+            };
+            let token = match token {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    return ExitCode::from(cli::EXIT_ERROR);
+                }
+            };
+            let (code, out) = cli::ask(AskRequest {
+                url: a.url,
+                token,
+                tool: a.tool,
+                params: a.params,
+                template: a.template,
+                timeout_seconds: a.timeout,
+                owner_id: a.owner,
+                context: a.context,
+                route: a.route,
+                window_seconds: a.window,
+            })
+            .await;
+            if code == cli::EXIT_ERROR {
+                eprintln!("{out}");
+            } else {
+                println!("{out}");
+            }
+            return ExitCode::from(code);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,426 @@
+//! The SQLite backend: one file in WAL mode, migrations embedded in the binary.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{FromRow, SqlitePool};
+use time::OffsetDateTime;
+
+use super::{Decided, IDEMPOTENCY_TTL, Inserted, StorageError, Store};
+use crate::domain::args_hash::ArgsHash;
+use crate::domain::confirmation::{
+    Confirmation, Decision, Operator, Status, Via, Window, WindowKey,
+};
+use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (creating it and its folder if needed) the database at `url`
+    /// (`sqlite://path/to/file.db`, or `sqlite::memory:`).
+    pub async fn connect(url: &str) -> Result<SqliteStore, StorageError> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            // WAL lets readers (long-polls, health checks) proceed while a decision is
+            // being written.
+            .journal_mode(SqliteJournalMode::Wal)
+            // NORMAL is durable across process crashes in WAL mode; only a power loss can
+            // lose the last transactions, which the outcome model tolerates (the agent
+            // re-asks with its idempotency key).
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            // Writers queue instead of failing when two decisions land at once.
+            .busy_timeout(Duration::from_secs(5));
+        let filename = options.get_filename();
+        if filename != Path::new(":memory:")
+            && let Some(dir) = filename.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir)?;
+        }
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(options)
+            .await?;
+        Ok(SqliteStore { pool })
+    }
+}
+
+fn ms(t: OffsetDateTime) -> i64 {
+    (t.unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+#[derive(FromRow)]
+struct Row {
+    id: String,
+    agent: String,
+    route: String,
+    chat_id: i64,
+    tool: String,
+    owner_id: String,
+    args_hash: String,
+    params_json: String,
+    briefing: String,
+    context: Option<String>,
+    allow_edit: bool,
+    window_seconds: i64,
+    idempotency_key: Option<String>,
+    callback_token: String,
+    message_id: Option<i64>,
+    status: String,
+    via: Option<String>,
+    reason: String,
+    decided_by_id: Option<i64>,
+    decided_by_username: Option<String>,
+    decided_by_name: Option<String>,
+    created_at: i64,
+    expires_at: i64,
+    decided_at: Option<i64>,
+}
+
+impl Row {
+    fn into_domain(self) -> Result<Confirmation, StorageError> {
+        let id = self.id.clone();
+        let corrupt = |what: &str| StorageError::Corrupt {
+            id: id.clone(),
+            what: what.to_owned(),
+        };
+        let time = |v: i64| {
+            OffsetDateTime::from_unix_timestamp_nanos(i128::from(v) * 1_000_000)
+                .map_err(|_| corrupt("time out of range"))
+        };
+        let decided_by = match (self.decided_by_id, self.decided_by_name) {
+            (Some(uid), Some(name)) => Some(Operator {
+                id: u64::try_from(uid).map_err(|_| corrupt("decided_by_id"))?,
+                username: self.decided_by_username,
+                name,
+            }),
+            _ => None,
+        };
+        Ok(Confirmation {
+            id: ConfirmationId::parse(&self.id).map_err(|_| corrupt("id"))?,
+            agent: self.agent,
+            route: self.route,
+            chat_id: self.chat_id,
+            tool: ToolName::parse(&self.tool).map_err(|_| corrupt("tool"))?,
+            owner_id: OwnerId::parse(&self.owner_id).map_err(|_| corrupt("owner_id"))?,
+            args_hash: ArgsHash::parse(&self.args_hash).map_err(|_| corrupt("args_hash"))?,
+            params_json: self.params_json,
+            briefing: self.briefing,
+            context: self.context,
+            allow_edit: self.allow_edit,
+            window_seconds: u64::try_from(self.window_seconds)
+                .map_err(|_| corrupt("window_seconds"))?,
+            idempotency_key: self
+                .idempotency_key
+                .map(|k| IdempotencyKey::parse(&k))
+                .transpose()
+                .map_err(|_| corrupt("idempotency_key"))?,
+            callback_token: CallbackToken::parse(&self.callback_token)
+                .map_err(|_| corrupt("callback_token"))?,
+            message_id: self
+                .message_id
+                .map(i32::try_from)
+                .transpose()
+                .map_err(|_| corrupt("message_id"))?,
+            status: Status::parse(&self.status).ok_or_else(|| corrupt("status"))?,
+            via: self
+                .via
+                .map(|v| Via::parse(&v).ok_or_else(|| corrupt("via")))
+                .transpose()?,
+            reason: self.reason,
+            decided_by,
+            created_at: time(self.created_at)?,
+            expires_at: time(self.expires_at)?,
+            decided_at: self.decided_at.map(time).transpose()?,
+        })
+    }
+}
+
+/// `SELECT * FROM confirmations WHERE <clause>`, as a static string (sqlx only takes
+/// SQL it can see is not built from input).
+macro_rules! select_where {
+    ($clause:literal) => {
+        concat!("SELECT * FROM confirmations WHERE ", $clause)
+    };
+}
+
+impl SqliteStore {
+    async fn fetch_one_where(
+        &self,
+        sql: &'static str,
+        binds: &[&str],
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let mut q = sqlx::query_as::<_, Row>(sql);
+        for b in binds {
+            q = q.bind(*b);
+        }
+        q.fetch_optional(&self.pool)
+            .await?
+            .map(Row::into_domain)
+            .transpose()
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn migrate(&self) -> Result<(), StorageError> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn ping(&self) -> Result<(), StorageError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn insert(
+        &self,
+        r: &Confirmation,
+        now: OffsetDateTime,
+    ) -> Result<Inserted, StorageError> {
+        let mut tx = self.pool.begin().await?;
+        if let Some(key) = &r.idempotency_key {
+            // Release the key if its request is older than the TTL, so it can be reused.
+            sqlx::query(
+                "UPDATE confirmations SET idempotency_key = NULL
+                 WHERE agent = ? AND idempotency_key = ? AND created_at <= ?",
+            )
+            .bind(&r.agent)
+            .bind(key.as_str())
+            .bind(ms(now - IDEMPOTENCY_TTL))
+            .execute(&mut *tx)
+            .await?;
+        }
+        let (by_id, by_username, by_name) = match &r.decided_by {
+            Some(op) => (
+                i64::try_from(op.id).ok(),
+                op.username.clone(),
+                Some(op.name.clone()),
+            ),
+            None => (None, None, None),
+        };
+        let done = sqlx::query(
+            "INSERT INTO confirmations (id, agent, route, chat_id, tool, owner_id, args_hash,
+                params_json, briefing, context, allow_edit, window_seconds, idempotency_key,
+                callback_token, message_id, status, via, reason, decided_by_id,
+                decided_by_username, decided_by_name, created_at, expires_at, decided_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (agent, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING",
+        )
+        .bind(r.id.as_str())
+        .bind(&r.agent)
+        .bind(&r.route)
+        .bind(r.chat_id)
+        .bind(r.tool.as_str())
+        .bind(r.owner_id.as_str())
+        .bind(r.args_hash.as_str())
+        .bind(&r.params_json)
+        .bind(&r.briefing)
+        .bind(r.context.as_deref())
+        .bind(r.allow_edit)
+        .bind(i64::try_from(r.window_seconds).unwrap_or(i64::MAX))
+        .bind(r.idempotency_key.as_ref().map(|k| k.as_str()))
+        .bind(r.callback_token.as_str())
+        .bind(r.message_id.map(i64::from))
+        .bind(r.status.as_str())
+        .bind(r.via.map(Via::as_str))
+        .bind(&r.reason)
+        .bind(by_id)
+        .bind(by_username)
+        .bind(by_name)
+        .bind(ms(r.created_at))
+        .bind(ms(r.expires_at))
+        .bind(r.decided_at.map(ms))
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 1 {
+            tx.commit().await?;
+            return Ok(Inserted::New(r.clone()));
+        }
+        let key = r.idempotency_key.as_ref().map(|k| k.as_str()).unwrap_or("");
+        let existing = sqlx::query_as::<_, Row>(select_where!("agent = ? AND idempotency_key = ?"))
+            .bind(&r.agent)
+            .bind(key)
+            .fetch_one(&mut *tx)
+            .await?
+            .into_domain()?;
+        tx.commit().await?;
+        Ok(Inserted::Existing(existing))
+    }
+
+    async fn get(&self, id: &ConfirmationId) -> Result<Option<Confirmation>, StorageError> {
+        self.fetch_one_where(select_where!("id = ?"), &[id.as_str()])
+            .await
+    }
+
+    async fn find_by_token(
+        &self,
+        token: &CallbackToken,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        self.fetch_one_where(select_where!("callback_token = ?"), &[token.as_str()])
+            .await
+    }
+
+    async fn find_by_idempotency_key(
+        &self,
+        agent: &str,
+        key: &IdempotencyKey,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let since = ms(now - IDEMPOTENCY_TTL).to_string();
+        self.fetch_one_where(
+            select_where!("agent = ? AND idempotency_key = ? AND created_at > CAST(? AS INTEGER)"),
+            &[agent, key.as_str(), &since],
+        )
+        .await
+    }
+
+    async fn set_message_id(
+        &self,
+        id: &ConfirmationId,
+        message_id: i32,
+    ) -> Result<(), StorageError> {
+        sqlx::query("UPDATE confirmations SET message_id = ? WHERE id = ?")
+            .bind(i64::from(message_id))
+            .bind(id.as_str())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn decide(&self, id: &ConfirmationId, d: &Decision) -> Result<Decided, StorageError> {
+        let mut tx = self.pool.begin().await?;
+        let (by_id, by_username, by_name) = match &d.decided_by {
+            Some(op) => (
+                i64::try_from(op.id).ok(),
+                op.username.clone(),
+                Some(op.name.clone()),
+            ),
+            None => (None, None, None),
+        };
+        // The `status = 'pending'` guard is the whole exactly-once story: of any number of
+        // concurrent decisions, one changes a row and every other changes none.
+        let changed = sqlx::query(
+            "UPDATE confirmations SET status = ?, via = ?, reason = ?, decided_by_id = ?,
+                decided_by_username = ?, decided_by_name = ?, decided_at = ?
+             WHERE id = ? AND status = 'pending'",
+        )
+        .bind(d.status.as_str())
+        .bind(d.via.as_str())
+        .bind(&d.reason)
+        .bind(by_id)
+        .bind(by_username)
+        .bind(by_name)
+        .bind(ms(d.decided_at))
+        .bind(id.as_str())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        let row = sqlx::query_as::<_, Row>(select_where!("id = ?"))
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(record) = row.map(Row::into_domain).transpose()? else {
+            return Ok(Decided::NotFound);
+        };
+        if !changed {
+            return Ok(Decided::AlreadyTerminal(record));
+        }
+        if let Some(until) = record.window_until() {
+            sqlx::query(
+                "INSERT INTO windows (agent, owner_id, tool, args_hash, expires_at, opened_by)
+                 VALUES (?, ?, ?, ?, ?, ?)
+                 ON CONFLICT (agent, owner_id, tool, args_hash)
+                 DO UPDATE SET expires_at = excluded.expires_at, opened_by = excluded.opened_by
+                 WHERE excluded.expires_at > windows.expires_at",
+            )
+            .bind(&record.agent)
+            .bind(record.owner_id.as_str())
+            .bind(record.tool.as_str())
+            .bind(record.args_hash.as_str())
+            .bind(ms(until))
+            .bind(record.id.as_str())
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(Decided::Applied(record))
+    }
+
+    async fn live_window(
+        &self,
+        key: &WindowKey,
+        now: OffsetDateTime,
+    ) -> Result<Option<Window>, StorageError> {
+        let row: Option<(i64, String)> = sqlx::query_as(
+            "SELECT expires_at, opened_by FROM windows
+             WHERE agent = ? AND owner_id = ? AND tool = ? AND args_hash = ? AND expires_at > ?",
+        )
+        .bind(&key.agent)
+        .bind(key.owner_id.as_str())
+        .bind(key.tool.as_str())
+        .bind(key.args_hash.as_str())
+        .bind(ms(now))
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some((expires_at, opened_by)) = row else {
+            return Ok(None);
+        };
+        let corrupt = |what: &str| StorageError::Corrupt {
+            id: opened_by.clone(),
+            what: what.to_owned(),
+        };
+        Ok(Some(Window {
+            key: key.clone(),
+            expires_at: OffsetDateTime::from_unix_timestamp_nanos(
+                i128::from(expires_at) * 1_000_000,
+            )
+            .map_err(|_| corrupt("window expiry"))?,
+            opened_by: ConfirmationId::parse(&opened_by).map_err(|_| corrupt("opened_by"))?,
+        }))
+    }
+
+    async fn pending_deadlines(
+        &self,
+    ) -> Result<Vec<(ConfirmationId, OffsetDateTime)>, StorageError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT id, expires_at FROM confirmations WHERE status = 'pending' ORDER BY expires_at",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(id, at)| {
+                let corrupt = |what: &str| StorageError::Corrupt {
+                    id: id.clone(),
+                    what: what.to_owned(),
+                };
+                Ok((
+                    ConfirmationId::parse(&id).map_err(|_| corrupt("id"))?,
+                    OffsetDateTime::from_unix_timestamp_nanos(i128::from(at) * 1_000_000)
+                        .map_err(|_| corrupt("expires_at"))?,
+                ))
+            })
+            .collect()
+    }
+
+    async fn purge_expired_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError> {
+        Ok(sqlx::query("DELETE FROM windows WHERE expires_at <= ?")
+            .bind(ms(now))
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}

@@ -1,0 +1,8 @@
+//! The Telegram adapter: renders questions, sends and edits messages through teloxide,
+//! and turns button taps from long polling into [`crate::service::Tap`]s.
+
+pub mod client;
+pub mod polling;
+pub mod render;
+
+pub use client::TelegramMessenger;
