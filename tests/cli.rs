@@ -1,0 +1,207 @@
+//! The command line: `ask` gates a shell step on a tap (exit 0/1/2/3), `check-config`
+//! refuses bad configurations naming the key, `migrate` prepares the database.
+
+mod support;
+
+use std::process::Stdio;
+
+use serde_json::Value;
+use support::app::*;
+use tokio::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_hitl-telegram");
+
+fn ask(app: &TestApp, token: &str, extra: &[&str]) -> tokio::process::Child {
+    Command::new(BIN)
+        .args([
+            "ask", "--url", &app.base, "--token", token, "--tool", "deploy",
+        ])
+        .args(["--param", "service=billing", "--param", "replicas:=3"])
+        .args(extra)
+        .env("NO_PROXY", "127.0.0.1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn")
+}
+
+async fn finish(child: tokio::process::Child) -> (i32, String, String) {
+    let out = child.wait_with_output().await.expect("wait");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn ask_exits_0_when_approved_and_prints_the_record() {
+    let app = TestApp::spawn().await;
+    let child = ask(
+        &app,
+        TOKEN_A,
+        &["--template", "Deploy {service} x{replicas}?"],
+    );
+    let msg = app.telegram.wait_for_messages(1).await.remove(0);
+    assert!(
+        msg.visible_text.contains("\"replicas\": 3"),
+        "{}",
+        msg.visible_text
+    );
+    app.telegram
+        .tap(OPS_CHAT, msg.message_id, "✅ Approve", alice());
+    let (code, out, err) = finish(child).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let record: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(record["status"], "confirmed");
+    assert_eq!(record["parameters"]["replicas"], 3);
+}
+
+#[tokio::test]
+async fn ask_exits_1_when_cancelled() {
+    let app = TestApp::spawn().await;
+    let child = ask(&app, TOKEN_A, &[]);
+    let msg = app.telegram.wait_for_messages(1).await.remove(0);
+    app.telegram
+        .tap(OPS_CHAT, msg.message_id, "❌ Cancel", alice());
+    let (code, out, _) = finish(child).await;
+    assert_eq!(code, 1, "{out}");
+}
+
+#[tokio::test]
+async fn ask_exits_2_on_timeout() {
+    let app = TestApp::spawn().await;
+    let (code, out, _) = finish(ask(&app, TOKEN_A, &["--timeout", "0.3"])).await;
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("\"timeout\""));
+}
+
+#[tokio::test]
+async fn ask_exits_3_on_an_error_and_says_why() {
+    let app = TestApp::spawn().await;
+    let (code, _, err) = finish(ask(&app, "wrong-token", &[])).await;
+    assert_eq!(code, 3);
+    assert!(err.contains("unknown token"), "{err}");
+    let (code, _, err) = finish(ask(&app, TOKEN_A, &["--param", "novalue"])).await;
+    assert_eq!(code, 3);
+    assert!(err.contains("key=value"), "{err}");
+}
+
+fn config_cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(args)
+        .env_remove("TELEGRAM_BOT_TOKEN")
+        .env_remove("HITL_AGENT_WORKDAY_TOKEN")
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    c
+}
+
+#[tokio::test]
+async fn check_config_accepts_the_shipped_config_when_the_tokens_are_set() {
+    let out = config_cmd(&["check-config"])
+        .env("TELEGRAM_BOT_TOKEN", "1:x")
+        .env("HITL_AGENT_WORKDAY_TOKEN", "t")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("configuration OK"));
+}
+
+#[tokio::test]
+async fn check_config_refuses_a_missing_token_variable_naming_it() {
+    let out = config_cmd(&["check-config"])
+        .env("TELEGRAM_BOT_TOKEN", "1:x")
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("HITL_AGENT_WORKDAY_TOKEN") && err.contains("agents[0].token_env"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn check_config_refuses_an_unknown_route_in_an_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let shipped =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml"))
+            .unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        shipped.replace(r#"routes = ["ops"]"#, r#"routes = ["ops", "finance"]"#),
+    )
+    .unwrap();
+    let out = config_cmd(&["--config", path.to_str().unwrap(), "check-config"])
+        .env("TELEGRAM_BOT_TOKEN", "1:x")
+        .env("HITL_AGENT_WORKDAY_TOKEN", "t")
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown route 'finance'"), "{err}");
+}
+
+#[tokio::test]
+async fn demo_mode_needs_only_the_operator_id_and_two_tokens() {
+    let out = config_cmd(&["check-config", "--demo"])
+        .env("TELEGRAM_BOT_TOKEN", "1:x")
+        .env("HITL_DEMO_AGENT_TOKEN", "t")
+        .env("HITL_DEMO_OPERATOR_ID", "424242")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = config_cmd(&["check-config", "--demo"])
+        .env("TELEGRAM_BOT_TOKEN", "1:x")
+        .env("HITL_DEMO_AGENT_TOKEN", "t")
+        .env_remove("HITL_DEMO_OPERATOR_ID")
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("HITL_DEMO_OPERATOR_ID"));
+}
+
+#[tokio::test]
+async fn an_environment_variable_overrides_a_single_key() {
+    let out = config_cmd(&["check-config"])
+        .env("TELEGRAM_BOT_TOKEN", "1:x")
+        .env("HITL_AGENT_WORKDAY_TOKEN", "t")
+        .env("HITL__TELEGRAM__POLL_TIMEOUT_SECONDS", "99")
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("telegram.poll_timeout_seconds"));
+}
+
+#[tokio::test]
+async fn migrate_creates_the_database_and_its_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sub/dir/hitl.db");
+    let out = config_cmd(&["migrate"])
+        .env("HITL__DATABASE__URL", format!("sqlite://{}", db.display()))
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(db.exists());
+}

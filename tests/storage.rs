@@ -1,0 +1,176 @@
+//! The SQLite store on its own: exactly-once decisions under contention, idempotency
+//! keys, and reading back what was written.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hitl_telegram::domain::args_hash::ArgsHash;
+use hitl_telegram::domain::confirmation::{
+    Confirmation, Operator, Outcome, PENDING_REASON, Status,
+};
+use hitl_telegram::domain::ids::{
+    CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName,
+};
+use hitl_telegram::domain::pyjson;
+use hitl_telegram::service::now;
+use hitl_telegram::storage::{Decided, Inserted, SqliteStore, Store};
+
+async fn store() -> (Arc<SqliteStore>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteStore::connect(&format!(
+        "sqlite://{}/nested/folder/t.db",
+        dir.path().display()
+    ))
+    .await
+    .unwrap();
+    s.migrate().await.unwrap();
+    (Arc::new(s), dir)
+}
+
+fn pending(key: Option<&str>) -> Confirmation {
+    let params = pyjson::parse_object(r#"{"a": 1}"#).unwrap();
+    let t = now();
+    Confirmation {
+        id: ConfirmationId::generate(),
+        agent: "agent".into(),
+        route: "ops".into(),
+        chat_id: -1,
+        tool: ToolName::parse("tool").unwrap(),
+        owner_id: OwnerId::anonymous(),
+        args_hash: ArgsHash::of(&params),
+        params_json: r#"{"a": 1}"#.into(),
+        briefing: "tool with: a=1".into(),
+        context: Some("ctx".into()),
+        allow_edit: true,
+        window_seconds: 60,
+        idempotency_key: key.map(|k| IdempotencyKey::parse(k).unwrap()),
+        callback_token: CallbackToken::generate(),
+        message_id: None,
+        status: Status::Pending,
+        via: None,
+        reason: PENDING_REASON.into(),
+        decided_by: None,
+        created_at: t,
+        expires_at: t + Duration::from_secs(60),
+        decided_at: None,
+    }
+}
+
+fn op(id: u64) -> Operator {
+    Operator {
+        id,
+        username: None,
+        name: format!("op{id}"),
+    }
+}
+
+#[tokio::test]
+async fn a_record_reads_back_exactly_as_written_and_the_database_folder_is_created() {
+    let (s, _dir) = store().await;
+    let r = pending(None);
+    assert!(matches!(
+        s.insert(&r, now()).await.unwrap(),
+        Inserted::New(_)
+    ));
+    assert_eq!(s.get(&r.id).await.unwrap().unwrap(), r);
+    assert_eq!(
+        s.find_by_token(&r.callback_token).await.unwrap().unwrap(),
+        r
+    );
+}
+
+#[tokio::test]
+async fn of_many_concurrent_decisions_exactly_one_is_applied() {
+    let (s, _dir) = store().await;
+    let r = pending(None);
+    s.insert(&r, now()).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..16u64 {
+        let s = s.clone();
+        let id = r.id.clone();
+        tasks.push(tokio::spawn(async move {
+            let outcome = match i % 3 {
+                0 => Outcome::Approved(op(i)),
+                1 => Outcome::Cancelled(op(i)),
+                _ => Outcome::TimedOut {
+                    after: Duration::from_secs(1),
+                },
+            };
+            s.decide(&id, &outcome.decide(now())).await.unwrap()
+        }));
+    }
+    let mut applied = Vec::new();
+    let mut lost = Vec::new();
+    for t in tasks {
+        match t.await.unwrap() {
+            Decided::Applied(r) => applied.push(r),
+            Decided::AlreadyTerminal(r) => lost.push(r),
+            Decided::NotFound => panic!("not found"),
+        }
+    }
+    assert_eq!(applied.len(), 1);
+    assert_eq!(lost.len(), 15);
+    let stored = s.get(&r.id).await.unwrap().unwrap();
+    assert_eq!(stored, applied[0]);
+    assert!(
+        lost.iter().all(|l| *l == stored),
+        "every loser sees the stored outcome"
+    );
+}
+
+#[tokio::test]
+async fn an_operator_confirmation_opens_a_window_in_the_same_transaction() {
+    let (s, _dir) = store().await;
+    let r = pending(None);
+    s.insert(&r, now()).await.unwrap();
+    assert!(
+        s.live_window(&r.window_key(), now())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    s.decide(&r.id, &Outcome::Approved(op(1)).decide(now()))
+        .await
+        .unwrap();
+    let w = s
+        .live_window(&r.window_key(), now())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(w.opened_by, r.id);
+    assert!(
+        s.live_window(&r.window_key(), now() + Duration::from_secs(61))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        s.purge_expired_windows(now() + Duration::from_secs(61))
+            .await
+            .unwrap(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn an_idempotency_key_is_released_after_24_hours() {
+    let (s, _dir) = store().await;
+    let first = pending(Some("k"));
+    s.insert(&first, now()).await.unwrap();
+    let second = pending(Some("k"));
+    match s.insert(&second, now()).await.unwrap() {
+        Inserted::Existing(e) => assert_eq!(e.id, first.id),
+        Inserted::New(_) => panic!("same key within 24 h must return the first"),
+    }
+    let later = now() + Duration::from_secs(24 * 3600 + 1);
+    assert!(
+        s.find_by_idempotency_key("agent", &IdempotencyKey::parse("k").unwrap(), later)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(matches!(
+        s.insert(&second, later).await.unwrap(),
+        Inserted::New(_)
+    ));
+}

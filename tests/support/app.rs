@@ -1,0 +1,297 @@
+//! Spawns the real service on port 0 with a temporary SQLite database, pointed at a
+//! [`FakeTelegram`], and gives tests typed helpers to drive it through its HTTP API.
+#![allow(dead_code)] // each test binary uses a subset
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hitl_telegram::Application;
+use hitl_telegram::config::{Config, Settings};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::fake_telegram::{FakeTelegram, TgUser};
+
+/// The `ops` route's chat and its approvers.
+pub const OPS_CHAT: i64 = -1_001_000_000_001;
+pub const OTHER_CHAT: i64 = -1_001_000_000_002;
+pub const ALICE: u64 = 111_111;
+pub const BOB: u64 = 222_222;
+/// Not an approver anywhere.
+pub const MALLORY: u64 = 999_999;
+
+pub const TOKEN_A: &str = "token-agent-a-0123456789";
+pub const TOKEN_B: &str = "token-agent-b-9876543210";
+pub const BOT_TOKEN: &str = "123456:TEST-bot-token";
+
+pub fn alice() -> TgUser {
+    TgUser::new(ALICE, "Alice").username("alice")
+}
+pub fn bob() -> TgUser {
+    TgUser::new(BOB, "Bob")
+}
+pub fn mallory() -> TgUser {
+    TgUser::new(MALLORY, "Mallory").username("mallory")
+}
+
+/// The configuration every test starts from: agent-a may use `ops` (default) and
+/// `other`; agent-b only `other`.
+pub fn settings_toml(api_url: &str, db_url: &str) -> String {
+    format!(
+        r#"
+[server]
+bind = "127.0.0.1:0"
+[database]
+url = "{db_url}"
+[telegram]
+api_url = "{api_url}"
+poll_timeout_seconds = 1
+[confirmation]
+default_timeout_seconds = 30
+max_timeout_seconds = 3600
+default_window_seconds = 0
+[[routes]]
+name = "ops"
+chat_id = {OPS_CHAT}
+approvers = [{ALICE}, {BOB}]
+[[routes]]
+name = "other"
+chat_id = {OTHER_CHAT}
+approvers = [{BOB}]
+[[agents]]
+name = "agent-a"
+token_env = "TOKEN_A"
+routes = ["ops", "other"]
+default_route = "ops"
+[[agents]]
+name = "agent-b"
+token_env = "TOKEN_B"
+routes = ["other"]
+"#
+    )
+}
+
+pub fn test_env() -> HashMap<String, String> {
+    HashMap::from([
+        ("TELEGRAM_BOT_TOKEN".to_owned(), BOT_TOKEN.to_owned()),
+        ("TOKEN_A".to_owned(), TOKEN_A.to_owned()),
+        ("TOKEN_B".to_owned(), TOKEN_B.to_owned()),
+    ])
+}
+
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub base: String,
+    pub client: reqwest::Client,
+    pub telegram: Arc<FakeTelegram>,
+    pub db_url: String,
+    /// Keeps the database folder alive for the test's duration.
+    pub dir: Arc<tempfile::TempDir>,
+    shutdown: CancellationToken,
+    handle: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl TestApp {
+    pub async fn spawn() -> TestApp {
+        let telegram = Arc::new(FakeTelegram::start_with_token(BOT_TOKEN).await);
+        let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
+        let db_url = format!("sqlite://{}/hitl.db", dir.path().display());
+        Self::start(telegram, dir, db_url).await
+    }
+
+    async fn start(
+        telegram: Arc<FakeTelegram>,
+        dir: Arc<tempfile::TempDir>,
+        db_url: String,
+    ) -> TestApp {
+        let settings =
+            Settings::from_toml(&settings_toml(&telegram.api_url(), &db_url)).expect("settings");
+        let env = test_env();
+        let config = Config::from_settings(settings, &|k| env.get(k).cloned()).expect("config");
+        let app = Application::build(config).await.expect("build");
+        let addr = app.local_addr();
+        let shutdown = CancellationToken::new();
+        let handle = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+        TestApp {
+            addr,
+            base: format!("http://{addr}"),
+            client: reqwest::Client::builder()
+                .no_proxy()
+                .build()
+                .expect("client"),
+            telegram,
+            db_url,
+            dir,
+            shutdown,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops the service cleanly and starts a new one on the same database and fake.
+    pub async fn restart(mut self) -> TestApp {
+        self.stop().await;
+        Self::start(self.telegram.clone(), self.dir.clone(), self.db_url.clone()).await
+    }
+
+    pub async fn stop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(h) = self.handle.take() {
+            tokio::time::timeout(Duration::from_secs(30), h)
+                .await
+                .expect("service stops within 30 s")
+                .expect("service task")
+                .expect("service ran cleanly");
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// POST /v1/confirmations as agent-a.
+    pub async fn create(&self, body: Value) -> (StatusCode, Value) {
+        self.create_as(TOKEN_A, body).await
+    }
+
+    pub async fn create_as(&self, token: &str, body: Value) -> (StatusCode, Value) {
+        let r = self
+            .client
+            .post(self.url("/v1/confirmations"))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .expect("request");
+        json_of(r).await
+    }
+
+    /// POST raw bytes with the given token (None: no Authorization header).
+    pub async fn post_raw(
+        &self,
+        token: Option<&str>,
+        body: impl Into<reqwest::Body>,
+    ) -> (StatusCode, Value) {
+        let mut req = self
+            .client
+            .post(self.url("/v1/confirmations"))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        json_of(req.send().await.expect("request")).await
+    }
+
+    /// Starts a blocking create in the background.
+    pub fn create_blocking(&self, body: Value) -> JoinHandle<(StatusCode, Value)> {
+        let client = self.client.clone();
+        let url = self.url("/v1/confirmations");
+        tokio::spawn(async move {
+            let r = client
+                .post(url)
+                .bearer_auth(TOKEN_A)
+                .json(&body)
+                .send()
+                .await
+                .expect("request");
+            json_of(r).await
+        })
+    }
+
+    pub async fn get(&self, id: &str) -> (StatusCode, Value) {
+        self.get_as(TOKEN_A, id, None).await
+    }
+
+    pub async fn get_as(&self, token: &str, id: &str, wait: Option<&str>) -> (StatusCode, Value) {
+        let mut url = self.url(&format!("/v1/confirmations/{id}"));
+        if let Some(w) = wait {
+            url.push_str(&format!("?wait={w}"));
+        }
+        let r = self
+            .client
+            .get(url)
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("request");
+        json_of(r).await
+    }
+
+    pub async fn delete(&self, id: &str) -> (StatusCode, Value) {
+        self.delete_as(TOKEN_A, id).await
+    }
+
+    pub async fn delete_as(&self, token: &str, id: &str) -> (StatusCode, Value) {
+        let r = self
+            .client
+            .delete(self.url(&format!("/v1/confirmations/{id}")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("request");
+        json_of(r).await
+    }
+
+    /// Creates a suspended request and waits until its question is in the chat; returns
+    /// the record and the message id.
+    pub async fn ask_suspended(&self, mut body: Value) -> (Value, i32) {
+        body["wait"] = json!("suspend");
+        let before = self.telegram.sent_messages().len();
+        let (status, record) = self.create(body).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{record}");
+        let msgs = self.telegram.wait_for_messages(before + 1).await;
+        let msg = msgs.last().expect("a message");
+        // Wait until the service has stored the message id, so taps are bound to it.
+        self.wait_until_message_recorded(record["id"].as_str().unwrap())
+            .await;
+        (record, msg.message_id)
+    }
+
+    async fn wait_until_message_recorded(&self, id: &str) {
+        // The service records the message id right after sendMessage returns.
+        let pool = sqlx::SqlitePool::connect(&self.db_url).await.expect("db");
+        for _ in 0..200 {
+            let row: Option<(Option<i64>,)> =
+                sqlx::query_as("SELECT message_id FROM confirmations WHERE id = ?")
+                    .bind(id)
+                    .fetch_optional(&pool)
+                    .await
+                    .expect("query");
+            if matches!(row, Some((Some(_),))) {
+                pool.close().await;
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("message id of {id} was never recorded");
+    }
+
+    /// Reads a confirmation until it reaches `status` (long-poll), failing after 10 s.
+    pub async fn wait_status(&self, id: &str, status: &str) -> Value {
+        for _ in 0..20 {
+            let (code, r) = self.get_as(TOKEN_A, id, Some("1")).await;
+            assert_eq!(code, StatusCode::OK, "{r}");
+            if r["status"] == status {
+                return r;
+            }
+        }
+        panic!("{id} never reached {status}");
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+pub async fn json_of(r: reqwest::Response) -> (StatusCode, Value) {
+    let status = r.status();
+    let text = r.text().await.expect("body");
+    let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON ({status}): {text}"));
+    (status, v)
+}

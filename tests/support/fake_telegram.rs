@@ -1,0 +1,1439 @@
+//! A fake Telegram Bot API server for integration tests.
+//!
+//! The machines that run our tests have no internet, and the real API could not be
+//! driven from a test anyway (nobody is there to tap Approve). [`FakeTelegram`]
+//! starts a small axum server on `127.0.0.1:0` that speaks the part of the Bot API
+//! our bot uses through teloxide 0.17 (long polling, `sendMessage`, edits,
+//! callback answers) with the JSON shapes the real service returns, records every
+//! request, and lets a test play the operator: tap a button, type a message, or
+//! make the next call fail the way Telegram does.
+//!
+//! ```ignore
+//! let telegram = FakeTelegram::start().await;
+//! let bot = Bot::with_client(telegram.token(), client).set_api_url(telegram.api_url().parse()?);
+//! // ... the app sends its question ...
+//! let question = telegram.wait_for_messages(1).await.remove(0);
+//! let query = telegram.tap(question.chat_id, question.message_id, "Approve", &alice);
+//! telegram.wait_for_callback_answer(&query).await;
+//! ```
+//!
+//! Every `wait_for_*` gives up after [`DEFAULT_WAIT_TIMEOUT`] (see
+//! [`FakeTelegram::set_wait_timeout`]) and panics with a summary of everything the
+//! fake received, so a test fails with a reason instead of hanging. The server
+//! stops when the `FakeTelegram` is dropped.
+//!
+//! Where the fake knowingly differs from Telegram:
+//! - Message text is returned with HTML markup removed (as Telegram does) but
+//!   without `entities`; MarkdownV2 text is not parsed at all.
+//! - Unknown methods answer `Not Found: method not found` (Telegram says only
+//!   `Not Found`, which teloxide reports as `InvalidToken`, a misleading test failure).
+//! - Only one chat per id, typed by sign: negative ids are supergroups, positive
+//!   ids private chats. No webhooks, no 409 for a second poller, no inline messages.
+
+// Each integration-test binary compiles this module and uses only part of it.
+#![allow(dead_code)]
+
+use std::{
+    collections::{HashMap, VecDeque},
+    fmt::Write as _,
+    net::SocketAddr,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use axum::{
+    Json, Router,
+    body::Bytes,
+    extract::{Path, State as AxumState},
+    http::StatusCode,
+    response::{IntoResponse, Response},
+    routing::any,
+};
+use serde_json::{Map, Value, json};
+pub use teloxide::types::CallbackQueryId;
+use tokio::{net::TcpListener, sync::watch, task::JoinHandle, time::Instant};
+
+/// Token used by [`FakeTelegram::start`]. Shaped like a real one (`<bot id>:<secret>`)
+/// because the bot's user id is read from the part before the colon.
+pub const DEFAULT_TOKEN: &str = "7000000001:AAFakeTokenForHitlTelegramTests000000";
+/// The bot's `first_name`, as `getMe` and every sent message report it.
+pub const BOT_FIRST_NAME: &str = "HITL Test Bot";
+/// The bot's `username`; teloxide needs one (`Me::username` panics without it).
+pub const BOT_USERNAME: &str = "hitl_test_bot";
+/// How long every `wait_for_*` waits before it panics, unless changed per fake.
+pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Telegram rejects answers to a callback query after roughly this long
+/// ("query is too old"); the fake does the same so "answer first" stays tested.
+const CALLBACK_ANSWER_WINDOW: Duration = Duration::from_secs(15);
+/// Telegram's own cap on a long poll's `timeout`.
+const MAX_POLL_TIMEOUT_SECS: i64 = 50;
+/// Limits Telegram enforces that teloxide does not check client-side.
+const MAX_TEXT_UTF16: usize = 4096;
+const MAX_CALLBACK_DATA_BYTES: usize = 64;
+/// Real update ids are large and sequential; teloxide stores them as `u32`.
+const FIRST_UPDATE_ID: i64 = 100_000_001;
+/// Bot id used when the token does not start with a number.
+const FALLBACK_BOT_ID: i64 = 7_000_000_001;
+/// Update kinds Telegram sends when `allowed_updates` is empty or was never given.
+const DEFAULT_EXCLUDED_UPDATES: &[&str] =
+    &["chat_member", "message_reaction", "message_reaction_count"];
+
+/// A Telegram user, as a test hands it to [`FakeTelegram::tap`] and friends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TgUser {
+    pub id: u64,
+    pub first_name: String,
+    pub last_name: Option<String>,
+    pub username: Option<String>,
+}
+
+impl TgUser {
+    pub fn new(id: u64, first_name: impl Into<String>) -> Self {
+        Self {
+            id,
+            first_name: first_name.into(),
+            last_name: None,
+            username: None,
+        }
+    }
+
+    pub fn username(mut self, username: impl Into<String>) -> Self {
+        self.username = Some(username.into());
+        self
+    }
+
+    pub fn last_name(mut self, last_name: impl Into<String>) -> Self {
+        self.last_name = Some(last_name.into());
+        self
+    }
+
+    fn to_json(&self) -> Value {
+        let mut user = json!({ "id": self.id, "is_bot": false, "first_name": self.first_name });
+        insert_some(&mut user, "last_name", self.last_name.clone());
+        insert_some(&mut user, "username", self.username.clone());
+        user
+    }
+}
+
+/// Lets tests pass either `&alice` or an owned user.
+impl From<&TgUser> for TgUser {
+    fn from(user: &TgUser) -> Self {
+        user.clone()
+    }
+}
+
+/// One inline keyboard button as the bot last set it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Button {
+    pub text: String,
+    pub callback_data: Option<String>,
+    pub url: Option<String>,
+}
+
+/// Which button [`FakeTelegram::tap`] presses: its exact text, or its position
+/// counting left to right, top to bottom from 0.
+#[derive(Clone, Debug)]
+pub enum ButtonRef {
+    Text(String),
+    Index(usize),
+}
+
+impl std::fmt::Display for ButtonRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Text(text) => write!(f, "button {text:?}"),
+            Self::Index(index) => write!(f, "button #{index}"),
+        }
+    }
+}
+
+impl From<&str> for ButtonRef {
+    fn from(text: &str) -> Self {
+        Self::Text(text.to_owned())
+    }
+}
+
+impl From<String> for ButtonRef {
+    fn from(text: String) -> Self {
+        Self::Text(text)
+    }
+}
+
+impl From<usize> for ButtonRef {
+    fn from(index: usize) -> Self {
+        Self::Index(index)
+    }
+}
+
+/// A message as it stands now, after any edits.
+#[derive(Clone, Debug)]
+pub struct SentMessage {
+    pub chat_id: i64,
+    pub message_id: i32,
+    /// The text exactly as the bot sent it, HTML tags and escapes included.
+    pub text: String,
+    /// What the operator sees: `text` with HTML markup removed and escapes decoded.
+    pub visible_text: String,
+    pub parse_mode: Option<String>,
+    /// The inline keyboard by rows; empty once the keyboard was removed.
+    pub buttons: Vec<Vec<Button>>,
+    /// How many edits (text or keyboard) Telegram accepted for this message.
+    pub edits: u32,
+    /// False for messages a test typed with [`FakeTelegram::send_text_message`].
+    pub from_bot: bool,
+}
+
+impl SentMessage {
+    pub fn button_texts(&self) -> Vec<&str> {
+        self.buttons
+            .iter()
+            .flatten()
+            .map(|button| button.text.as_str())
+            .collect()
+    }
+
+    pub fn has_buttons(&self) -> bool {
+        self.buttons.iter().any(|row| !row.is_empty())
+    }
+}
+
+/// One request the fake received.
+#[derive(Clone, Debug)]
+pub struct RecordedRequest {
+    /// The method name lowercased (`sendmessage`), since clients differ in case.
+    pub method: String,
+    /// The JSON body, or `{"unparsed_body": "..."}` when it was not JSON (multipart).
+    pub body: Value,
+    /// On tokio's clock, the one the waits and `tokio::time` in tests use.
+    pub at: Instant,
+    /// False when the URL carried another token; such requests got a 401.
+    pub authorized: bool,
+}
+
+/// An `answerCallbackQuery` the fake accepted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallbackAnswer {
+    pub query_id: CallbackQueryId,
+    pub text: Option<String>,
+    pub show_alert: bool,
+    pub url: Option<String>,
+}
+
+/// A fake Telegram Bot API on a loopback port; see the module docs.
+pub struct FakeTelegram {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    server: JoinHandle<()>,
+}
+
+impl FakeTelegram {
+    /// Starts a fake that accepts [`DEFAULT_TOKEN`].
+    pub async fn start() -> Self {
+        Self::start_with_token(DEFAULT_TOKEN).await
+    }
+
+    /// Starts a fake that accepts only `token`; others get Telegram's 401.
+    pub async fn start_with_token(token: impl Into<String>) -> Self {
+        let token = token.into();
+        let bot_id = token
+            .split(':')
+            .next()
+            .and_then(|id| id.parse().ok())
+            .unwrap_or(FALLBACK_BOT_ID);
+        let (changes, _) = watch::channel(0);
+        let shared = Arc::new(Shared {
+            token,
+            state: Mutex::new(State::new(bot_id)),
+            changes,
+        });
+
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("fake Telegram: could not bind a loopback port");
+        let addr = listener
+            .local_addr()
+            .expect("fake Telegram: bound socket has no address");
+        let app = Router::new()
+            .route("/{bot_token}/{method}", any(handle_method))
+            .fallback(|| async { ApiFailure::new(404, "Not Found").into_response() })
+            .with_state(Arc::clone(&shared));
+        let server = tokio::spawn(async move {
+            if let Err(error) = axum::serve(listener, app).await {
+                eprintln!("fake Telegram: server stopped: {error}");
+            }
+        });
+        Self {
+            addr,
+            shared,
+            server,
+        }
+    }
+
+    /// Base URL for `Bot::set_api_url`, like `http://127.0.0.1:PORT` (no trailing path).
+    pub fn api_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn token(&self) -> &str {
+        &self.shared.token
+    }
+
+    /// The bot's user id (read from the token), as `getMe` reports it.
+    pub fn bot_id(&self) -> i64 {
+        self.shared.lock().bot_id
+    }
+
+    /// Changes how long every later `wait_for_*` on this fake waits.
+    pub fn set_wait_timeout(&self, timeout: Duration) {
+        self.shared.lock().wait_timeout = timeout;
+    }
+
+    // ----- What the bot did -------------------------------------------------------
+
+    /// Authorized requests for `method` (any case), oldest first.
+    pub fn requests(&self, method: &str) -> Vec<RecordedRequest> {
+        let method = method.to_ascii_lowercase();
+        let state = self.shared.lock();
+        state
+            .requests
+            .iter()
+            .filter(|r| r.authorized && r.method == method)
+            .cloned()
+            .collect()
+    }
+
+    /// Every request, including unauthorized ones and unknown methods, oldest first.
+    pub fn all_requests(&self) -> Vec<RecordedRequest> {
+        self.shared.lock().requests.clone()
+    }
+
+    /// Waits until at least `n` authorized requests for `method` arrived.
+    pub async fn wait_for_requests(&self, method: &str, n: usize) -> Vec<RecordedRequest> {
+        let lowered = method.to_ascii_lowercase();
+        self.wait_until(format!("{n} {method} request(s)"), |state| {
+            let found: Vec<_> = state
+                .requests
+                .iter()
+                .filter(|r| r.authorized && r.method == lowered)
+                .cloned()
+                .collect();
+            (found.len() >= n).then_some(found)
+        })
+        .await
+    }
+
+    /// Messages the bot sent, in the order it sent them, as they stand now.
+    pub fn sent_messages(&self) -> Vec<SentMessage> {
+        let state = self.shared.lock();
+        state
+            .messages
+            .iter()
+            .filter(|m| m.is_from_bot())
+            .map(StoredMessage::snapshot)
+            .collect()
+    }
+
+    /// Waits until the bot has sent at least `n` messages and returns them all.
+    pub async fn wait_for_messages(&self, n: usize) -> Vec<SentMessage> {
+        self.wait_until(format!("{n} sent message(s)"), |state| {
+            let sent: Vec<_> = state
+                .messages
+                .iter()
+                .filter(|m| m.is_from_bot())
+                .map(StoredMessage::snapshot)
+                .collect();
+            (sent.len() >= n).then_some(sent)
+        })
+        .await
+    }
+
+    /// The current state of a message; panics if there is none.
+    #[track_caller]
+    pub fn message(&self, chat_id: i64, message_id: i32) -> SentMessage {
+        let state = self.shared.lock();
+        match state.find(chat_id, message_id) {
+            Some(message) => message.snapshot(),
+            None => {
+                let summary = state.describe();
+                drop(state);
+                panic!("fake Telegram: no message {message_id} in chat {chat_id}\n{summary}")
+            }
+        }
+    }
+
+    /// Waits until a message's text contains `needle`, either as sent (markup
+    /// included) or as the operator sees it.
+    pub async fn wait_for_message_text_containing(
+        &self,
+        chat_id: i64,
+        message_id: i32,
+        needle: &str,
+    ) -> SentMessage {
+        let what = format!("message {message_id} in chat {chat_id} to contain {needle:?}");
+        self.wait_for_message(chat_id, message_id, what, |m| {
+            m.text.contains(needle) || m.visible_text.contains(needle)
+        })
+        .await
+    }
+
+    /// Waits until a message satisfies `condition`, e.g. `|m| !m.has_buttons()`;
+    /// `what` describes the condition in the panic message.
+    pub async fn wait_for_message(
+        &self,
+        chat_id: i64,
+        message_id: i32,
+        what: impl Into<String>,
+        condition: impl Fn(&SentMessage) -> bool,
+    ) -> SentMessage {
+        self.wait_until(what.into(), |state| {
+            let message = state.find(chat_id, message_id)?.snapshot();
+            condition(&message).then_some(message)
+        })
+        .await
+    }
+
+    /// Callback answers the fake accepted, oldest first.
+    pub fn callback_answers(&self) -> Vec<CallbackAnswer> {
+        self.shared.lock().callback_answers.clone()
+    }
+
+    /// Waits until the bot answered the callback query `query_id`.
+    pub async fn wait_for_callback_answer(&self, query_id: &CallbackQueryId) -> CallbackAnswer {
+        self.wait_until(format!("an answer to callback query {query_id}"), |state| {
+            state
+                .callback_answers
+                .iter()
+                .find(|a| &a.query_id == query_id)
+                .cloned()
+        })
+        .await
+    }
+
+    /// Updates queued but not yet confirmed by a `getUpdates` with a higher offset.
+    pub fn pending_updates(&self) -> usize {
+        self.shared.lock().updates.len()
+    }
+
+    // ----- Playing the operator ----------------------------------------------------
+
+    /// Taps a button of a message as `user` and returns the callback query id.
+    /// Panics if the message or the button does not exist, since a real user
+    /// could not tap it either; use [`Self::tap_with_data`] for forged data.
+    #[track_caller]
+    pub fn tap(
+        &self,
+        chat_id: i64,
+        message_id: i32,
+        button: impl Into<ButtonRef>,
+        user: impl Into<TgUser>,
+    ) -> CallbackQueryId {
+        let button = button.into();
+        let user = user.into();
+        let queued: Result<_, String> = self.shared.mutate(|state| {
+            let message = state
+                .find(chat_id, message_id)
+                .ok_or_else(|| format!("no message {message_id} in chat {chat_id}"))?;
+            let data = message.callback_data_of(&button)?;
+            Ok(state.queue_callback_query(chat_id, message_id, data, user))
+        });
+        match queued {
+            Ok(query_id) => query_id,
+            Err(reason) => self.fail(&format!("cannot tap {button}: {reason}")),
+        }
+    }
+
+    /// Queues a callback query with arbitrary `data` on an existing message, as a
+    /// modified client could send it.
+    #[track_caller]
+    pub fn tap_with_data(
+        &self,
+        chat_id: i64,
+        message_id: i32,
+        data: &str,
+        user: impl Into<TgUser>,
+    ) -> CallbackQueryId {
+        let user = user.into();
+        let queued = self.shared.mutate(|state| {
+            state.find(chat_id, message_id)?;
+            Some(state.queue_callback_query(chat_id, message_id, data.to_owned(), user))
+        });
+        match queued {
+            Some(query_id) => query_id,
+            None => self.fail(&format!(
+                "cannot tap: no message {message_id} in chat {chat_id}"
+            )),
+        }
+    }
+
+    /// Queues a text message from `user` in `chat_id` and returns its message id.
+    /// Commands (`/start`) carry a `bot_command` entity, as Telegram sends them.
+    pub fn send_text_message(&self, chat_id: i64, user: impl Into<TgUser>, text: &str) -> i32 {
+        let user = user.into();
+        self.shared
+            .mutate(|state| state.queue_text_message(chat_id, user, text))
+    }
+
+    // ----- Faults ------------------------------------------------------------------
+
+    /// Makes the next `n` calls of `method` fail with `error_code` and `description`,
+    /// e.g. `(403, "Forbidden: bot was blocked by the user")`. The description picks
+    /// teloxide's `ApiError` variant. A 5xx makes teloxide sleep 10 s first.
+    pub fn fail_next(&self, method: &str, n: usize, error_code: u16, description: &str) {
+        let failure = ApiFailure::new(error_code, description);
+        self.push_faults(method, n, Fault::Fail(failure));
+    }
+
+    /// Makes the next `n` calls of `method` fail with 429 and `retry_after = secs`,
+    /// which teloxide turns into `RequestError::RetryAfter`.
+    pub fn fail_next_with_retry_after(&self, method: &str, n: usize, secs: u32) {
+        let mut failure = ApiFailure::new(429, format!("Too Many Requests: retry after {secs}"));
+        failure.retry_after = Some(secs);
+        self.push_faults(method, n, Fault::Fail(failure));
+    }
+
+    /// Carries out the next `n` calls of `method` but answers only after `delay`,
+    /// for client timeouts where Telegram did act (a sent message that looks lost).
+    pub fn delay_next(&self, method: &str, n: usize, delay: Duration) {
+        self.push_faults(method, n, Fault::Delay(delay));
+    }
+
+    fn push_faults(&self, method: &str, n: usize, fault: Fault) {
+        let method = method.to_ascii_lowercase();
+        self.shared.mutate(|state| {
+            let queue = state.faults.entry(method).or_default();
+            queue.extend(std::iter::repeat_n(fault, n));
+        });
+    }
+
+    /// Waits until `check` finds what it looks for, re-checking after every change.
+    async fn wait_until<T>(&self, what: String, mut check: impl FnMut(&State) -> Option<T>) -> T {
+        // Subscribing before the first check means no change can slip in between.
+        let mut changes = self.shared.changes.subscribe();
+        let timeout = self.shared.lock().wait_timeout;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(found) = check(&self.shared.lock()) {
+                return found;
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => continue,
+                // Timed out (or, impossibly, the sender is gone): one last look, then fail.
+                Ok(Err(_)) | Err(_) => {
+                    if let Some(found) = check(&self.shared.lock()) {
+                        return found;
+                    }
+                    self.fail(&format!("timed out after {timeout:?} waiting for {what}"));
+                }
+            }
+        }
+    }
+
+    #[track_caller]
+    fn fail(&self, reason: &str) -> ! {
+        let summary = self.shared.lock().describe();
+        panic!("fake Telegram: {reason}\n{summary}")
+    }
+}
+
+impl Drop for FakeTelegram {
+    fn drop(&mut self) {
+        // Held long polls live in connection tasks the abort does not reach; the
+        // flag lets them return at once instead of running out their timeout.
+        self.shared.mutate(|state| state.shut_down = true);
+        self.server.abort();
+    }
+}
+
+// ----- Shared state ----------------------------------------------------------------
+
+struct Shared {
+    token: String,
+    state: Mutex<State>,
+    /// Bumped after every change, so long polls and test waits wake up at once
+    /// instead of sleeping and re-checking.
+    changes: watch::Sender<u64>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A test that panicked mid-update must not turn every later call into a
+        // second, confusing panic.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn mutate<R>(&self, change: impl FnOnce(&mut State) -> R) -> R {
+        let result = change(&mut self.lock());
+        self.changes
+            .send_modify(|version| *version = version.wrapping_add(1));
+        result
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Fault {
+    Fail(ApiFailure),
+    Delay(Duration),
+}
+
+struct State {
+    bot_id: i64,
+    wait_timeout: Duration,
+    shut_down: bool,
+    requests: Vec<RecordedRequest>,
+    /// Messages in creation order; tests hold few, so lookups scan.
+    messages: Vec<StoredMessage>,
+    /// Telegram numbers messages per chat, shared by the bot and the users.
+    last_message_id: HashMap<i64, i32>,
+    /// Names of users seen in taps and messages, to fill in private chats.
+    users: HashMap<u64, TgUser>,
+    /// Updates not yet confirmed by a `getUpdates` offset.
+    updates: VecDeque<QueuedUpdate>,
+    next_update_id: i64,
+    /// Telegram remembers the last non-empty `allowed_updates` across calls.
+    allowed_updates: Option<Vec<String>>,
+    queries: HashMap<String, IssuedQuery>,
+    next_query_number: u64,
+    callback_answers: Vec<CallbackAnswer>,
+    faults: HashMap<String, VecDeque<Fault>>,
+}
+
+struct QueuedUpdate {
+    id: i64,
+    kind: &'static str,
+    payload: Value,
+}
+
+struct IssuedQuery {
+    issued_at: Instant,
+    answered: bool,
+}
+
+#[derive(Clone, Debug)]
+enum Author {
+    Bot,
+    User(TgUser),
+}
+
+#[derive(Clone, Debug)]
+struct StoredMessage {
+    chat_id: i64,
+    message_id: i32,
+    author: Author,
+    date: i64,
+    edit_date: Option<i64>,
+    text: String,
+    rendered: Rendered,
+    parse_mode: Option<String>,
+    /// Only inline keyboards: that is all `Message.reply_markup` can carry.
+    reply_markup: Option<Value>,
+    edits: u32,
+}
+
+impl StoredMessage {
+    fn is_from_bot(&self) -> bool {
+        matches!(self.author, Author::Bot)
+    }
+
+    fn buttons(&self) -> Vec<Vec<Button>> {
+        let Some(rows) = self
+            .reply_markup
+            .as_ref()
+            .and_then(|m| m["inline_keyboard"].as_array())
+        else {
+            return Vec::new();
+        };
+        let field = |button: &Value, key: &str| button[key].as_str().map(str::to_owned);
+        rows.iter()
+            .map(|row| {
+                row.as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|button| Button {
+                        text: field(button, "text").unwrap_or_default(),
+                        callback_data: field(button, "callback_data"),
+                        url: field(button, "url"),
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn snapshot(&self) -> SentMessage {
+        SentMessage {
+            chat_id: self.chat_id,
+            message_id: self.message_id,
+            text: self.text.clone(),
+            visible_text: self.rendered.visible.clone(),
+            parse_mode: self.parse_mode.clone(),
+            buttons: self.buttons(),
+            edits: self.edits,
+            from_bot: self.is_from_bot(),
+        }
+    }
+
+    fn callback_data_of(&self, wanted: &ButtonRef) -> Result<String, String> {
+        let buttons: Vec<Button> = self.buttons().into_iter().flatten().collect();
+        let button = match wanted {
+            ButtonRef::Text(text) => buttons.iter().find(|b| &b.text == text),
+            ButtonRef::Index(index) => buttons.get(*index),
+        };
+        let texts: Vec<&str> = buttons.iter().map(|b| b.text.as_str()).collect();
+        let button = button.ok_or_else(|| {
+            if texts.is_empty() {
+                // Telegram clients cannot tap a keyboard that is gone; a stale client
+                // can still send its data, which is what `tap_with_data` is for.
+                "the message has no buttons left; use tap_with_data for a stale tap".to_owned()
+            } else {
+                format!("the message's buttons are {texts:?}")
+            }
+        })?;
+        button
+            .callback_data
+            .clone()
+            .ok_or_else(|| format!("{:?} has no callback_data", button.text))
+    }
+}
+
+impl State {
+    fn new(bot_id: i64) -> Self {
+        Self {
+            bot_id,
+            wait_timeout: DEFAULT_WAIT_TIMEOUT,
+            shut_down: false,
+            requests: Vec::new(),
+            messages: Vec::new(),
+            last_message_id: HashMap::new(),
+            users: HashMap::new(),
+            updates: VecDeque::new(),
+            next_update_id: FIRST_UPDATE_ID,
+            allowed_updates: None,
+            queries: HashMap::new(),
+            next_query_number: 1,
+            callback_answers: Vec::new(),
+            faults: HashMap::new(),
+        }
+    }
+
+    fn find(&self, chat_id: i64, message_id: i32) -> Option<&StoredMessage> {
+        self.messages
+            .iter()
+            .find(|m| m.chat_id == chat_id && m.message_id == message_id)
+    }
+
+    fn find_mut(&mut self, chat_id: i64, message_id: i32) -> Option<&mut StoredMessage> {
+        self.messages
+            .iter_mut()
+            .find(|m| m.chat_id == chat_id && m.message_id == message_id)
+    }
+
+    fn next_message_id(&mut self, chat_id: i64) -> i32 {
+        let last = self.last_message_id.entry(chat_id).or_insert(0);
+        *last += 1;
+        *last
+    }
+
+    fn take_fault(&mut self, method: &str) -> Option<Fault> {
+        self.faults.get_mut(method)?.pop_front()
+    }
+
+    // --- JSON shapes ---
+
+    fn bot_user_json(&self) -> Value {
+        json!({
+            "id": self.bot_id,
+            "is_bot": true,
+            "first_name": BOT_FIRST_NAME,
+            "username": BOT_USERNAME,
+        })
+    }
+
+    fn chat_json(&self, chat_id: i64) -> Value {
+        if chat_id < 0 {
+            return json!({ "id": chat_id, "type": "supergroup", "title": "HITL operators" });
+        }
+        // A private chat is the user's own: its id is theirs, and so is its name.
+        let user = u64::try_from(chat_id)
+            .ok()
+            .and_then(|id| self.users.get(&id));
+        let mut chat = json!({
+            "id": chat_id,
+            "type": "private",
+            "first_name": user.map_or("Operator", |u| u.first_name.as_str()),
+        });
+        if let Some(user) = user {
+            insert_some(&mut chat, "last_name", user.last_name.clone());
+            insert_some(&mut chat, "username", user.username.clone());
+        }
+        chat
+    }
+
+    fn message_json(&self, message: &StoredMessage) -> Value {
+        let from = match &message.author {
+            Author::Bot => self.bot_user_json(),
+            Author::User(user) => user.to_json(),
+        };
+        let mut json = json!({
+            "message_id": message.message_id,
+            "from": from,
+            "chat": self.chat_json(message.chat_id),
+            "date": message.date,
+            "text": message.rendered.visible,
+        });
+        insert_some(&mut json, "edit_date", message.edit_date);
+        insert_some(&mut json, "reply_markup", message.reply_markup.clone());
+        if let Some(command) = message
+            .text
+            .strip_prefix('/')
+            .filter(|_| !message.is_from_bot())
+        {
+            let length = 1 + command
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .encode_utf16()
+                .count();
+            json["entities"] = json!([{ "type": "bot_command", "offset": 0, "length": length }]);
+        }
+        json
+    }
+
+    // --- Updates ---
+
+    fn push_update(&mut self, kind: &'static str, payload: Value) {
+        let id = self.next_update_id;
+        self.next_update_id += 1;
+        self.updates.push_back(QueuedUpdate { id, kind, payload });
+    }
+
+    fn queue_callback_query(
+        &mut self,
+        chat_id: i64,
+        message_id: i32,
+        data: String,
+        user: TgUser,
+    ) -> CallbackQueryId {
+        self.users.insert(user.id, user.clone());
+        // Real ids are long numeric strings; any unique string would do.
+        let id = format!("{}", 4_200_000_000_000_000_000_u64 + self.next_query_number);
+        self.next_query_number += 1;
+        self.queries.insert(
+            id.clone(),
+            IssuedQuery {
+                issued_at: Instant::now(),
+                answered: false,
+            },
+        );
+        let message = self.find(chat_id, message_id).map(|m| self.message_json(m));
+        let payload = json!({
+            "id": id,
+            "from": user.to_json(),
+            "message": message,
+            // Telegram derives this from the chat; clients only compare it.
+            "chat_instance": chat_id.wrapping_mul(2_654_435_761).to_string(),
+            "data": data,
+        });
+        self.push_update("callback_query", payload);
+        CallbackQueryId(id)
+    }
+
+    fn queue_text_message(&mut self, chat_id: i64, user: TgUser, text: &str) -> i32 {
+        self.users.insert(user.id, user.clone());
+        let message_id = self.next_message_id(chat_id);
+        let message = StoredMessage {
+            chat_id,
+            message_id,
+            author: Author::User(user),
+            date: unix_now(),
+            edit_date: None,
+            text: text.to_owned(),
+            rendered: Rendered::plain(text),
+            parse_mode: None,
+            reply_markup: None,
+            edits: 0,
+        };
+        let payload = self.message_json(&message);
+        self.messages.push(message);
+        self.push_update("message", payload);
+        message_id
+    }
+
+    /// Applies a `getUpdates` offset: updates below it are confirmed and forgotten;
+    /// a negative one keeps only the last `-offset` updates.
+    fn confirm_updates(&mut self, offset: i64) {
+        if offset > 0 {
+            self.updates.retain(|update| update.id >= offset);
+        } else if offset < 0 {
+            let keep = usize::try_from(offset.unsigned_abs()).unwrap_or(usize::MAX);
+            while self.updates.len() > keep {
+                self.updates.pop_front();
+            }
+        }
+    }
+
+    fn deliverable_updates(&mut self, limit: usize) -> Vec<Value> {
+        // Telegram never stores an update the bot did not ask for; dropping them at
+        // delivery is the closest the fake can get.
+        let allowed = self.allowed_updates.clone();
+        self.updates.retain(|update| match &allowed {
+            Some(kinds) if !kinds.is_empty() => kinds.iter().any(|k| k == update.kind),
+            _ => !DEFAULT_EXCLUDED_UPDATES.contains(&update.kind),
+        });
+        self.updates
+            .iter()
+            .take(limit)
+            .map(|update| {
+                let mut json = Map::new();
+                json.insert("update_id".into(), update.id.into());
+                json.insert(update.kind.into(), update.payload.clone());
+                Value::Object(json)
+            })
+            .collect()
+    }
+
+    // --- Methods that only touch state ---
+
+    fn send_message(&mut self, body: &Value) -> ApiResult {
+        let chat_id = chat_id_param(body)?;
+        let (text, parse_mode, rendered) = text_params(body, "message is too long")?;
+        let reply_markup = reply_markup_param(body)?;
+        let message_id = self.next_message_id(chat_id);
+        let message = StoredMessage {
+            chat_id,
+            message_id,
+            author: Author::Bot,
+            date: unix_now(),
+            edit_date: None,
+            text,
+            rendered,
+            parse_mode,
+            reply_markup,
+            edits: 0,
+        };
+        let json = self.message_json(&message);
+        self.messages.push(message);
+        Ok(json)
+    }
+
+    /// `editMessageText` and `editMessageReplyMarkup`. Both replace the keyboard
+    /// with the request's `reply_markup`, and an absent one removes it: Telegram
+    /// does the same, and our bot relies on it to clear decided questions.
+    fn edit_message(&mut self, body: &Value, with_text: bool) -> ApiResult {
+        let chat_id = chat_id_param(body)?;
+        let message_id = int_param(body, "message_id")
+            .and_then(|id| i32::try_from(id).ok())
+            .ok_or_else(|| ApiFailure::bad_request("message to edit not found"))?;
+        let new_text = if with_text {
+            Some(text_params(body, "MESSAGE_TOO_LONG")?)
+        } else {
+            None
+        };
+        let reply_markup = reply_markup_param(body)?;
+        let message = self
+            .find_mut(chat_id, message_id)
+            .ok_or_else(|| ApiFailure::bad_request("message to edit not found"))?;
+        if !message.is_from_bot() {
+            return Err(ApiFailure::bad_request("message can't be edited"));
+        }
+        let same_text = new_text
+            .as_ref()
+            .is_none_or(|(_, _, rendered)| *rendered == message.rendered);
+        if same_text && reply_markup == message.reply_markup {
+            return Err(ApiFailure::bad_request(
+                "message is not modified: specified new message content and reply markup \
+                 are exactly the same as a current content and reply markup of the message",
+            ));
+        }
+        if let Some((text, parse_mode, rendered)) = new_text {
+            message.text = text;
+            message.parse_mode = parse_mode;
+            message.rendered = rendered;
+        }
+        message.reply_markup = reply_markup;
+        message.edit_date = Some(unix_now());
+        message.edits += 1;
+        let message = message.clone();
+        Ok(self.message_json(&message))
+    }
+
+    fn answer_callback_query(&mut self, body: &Value) -> ApiResult {
+        let too_old = || {
+            ApiFailure::bad_request(
+                "query is too old and response timeout expired or query id is invalid",
+            )
+        };
+        let id = str_param(body, "callback_query_id").ok_or_else(too_old)?;
+        let query = self.queries.get_mut(&id).ok_or_else(too_old)?;
+        if query.answered || query.issued_at.elapsed() > CALLBACK_ANSWER_WINDOW {
+            return Err(too_old());
+        }
+        query.answered = true;
+        self.callback_answers.push(CallbackAnswer {
+            query_id: CallbackQueryId(id),
+            text: str_param(body, "text"),
+            show_alert: bool_param(body, "show_alert"),
+            url: str_param(body, "url"),
+        });
+        Ok(Value::Bool(true))
+    }
+
+    /// What the fake received, for panic messages.
+    fn describe(&self) -> String {
+        let mut out = String::from("--- what the fake Telegram saw ---\n");
+        let _ = writeln!(out, "messages ({}):", self.messages.len());
+        for message in &self.messages {
+            let author = match &message.author {
+                Author::Bot => "bot".to_owned(),
+                Author::User(user) => format!("user {}", user.id),
+            };
+            let buttons: Vec<String> = message
+                .buttons()
+                .iter()
+                .flatten()
+                .map(|b| b.text.clone())
+                .collect();
+            let _ = writeln!(
+                out,
+                "  chat {} #{} by {author}, {} edit(s): {:?} buttons {buttons:?}",
+                message.chat_id,
+                message.message_id,
+                message.edits,
+                truncate(&message.text, 300),
+            );
+        }
+        let _ = writeln!(out, "callback answers: {:?}", self.callback_answers);
+        let _ = writeln!(out, "unconfirmed updates: {}", self.updates.len());
+        let polls = self
+            .requests
+            .iter()
+            .filter(|r| r.method == "getupdates")
+            .count();
+        let _ = writeln!(
+            out,
+            "requests ({} total, {polls} getUpdates not shown):",
+            self.requests.len()
+        );
+        for request in self.requests.iter().filter(|r| r.method != "getupdates") {
+            let unauthorized = if request.authorized {
+                ""
+            } else {
+                " [wrong token]"
+            };
+            let _ = writeln!(
+                out,
+                "  {}{unauthorized} {}",
+                request.method,
+                truncate(&request.body.to_string(), 300)
+            );
+        }
+        out
+    }
+}
+
+// ----- HTTP layer ------------------------------------------------------------------
+
+type ApiResult = Result<Value, ApiFailure>;
+
+/// An error answer in Telegram's shape; the HTTP status mirrors `error_code`.
+#[derive(Clone, Debug)]
+struct ApiFailure {
+    code: u16,
+    description: String,
+    retry_after: Option<u32>,
+}
+
+impl ApiFailure {
+    fn new(code: u16, description: impl Into<String>) -> Self {
+        Self {
+            code,
+            description: description.into(),
+            retry_after: None,
+        }
+    }
+
+    fn bad_request(reason: &str) -> Self {
+        Self::new(400, format!("Bad Request: {reason}"))
+    }
+}
+
+impl IntoResponse for ApiFailure {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.code).unwrap_or(StatusCode::BAD_REQUEST);
+        let mut body =
+            json!({ "ok": false, "error_code": self.code, "description": self.description });
+        if let Some(secs) = self.retry_after {
+            body["parameters"] = json!({ "retry_after": secs });
+        }
+        (status, Json(body)).into_response()
+    }
+}
+
+async fn handle_method(
+    AxumState(shared): AxumState<Arc<Shared>>,
+    Path((bot_token, method)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let method = method.to_ascii_lowercase();
+    let body = parse_body(&body);
+    let authorized = bot_token.strip_prefix("bot") == Some(shared.token.as_str());
+    let fault = shared.mutate(|state| {
+        state.requests.push(RecordedRequest {
+            method: method.clone(),
+            body: body.clone(),
+            at: Instant::now(),
+            authorized,
+        });
+        if authorized {
+            state.take_fault(&method)
+        } else {
+            None
+        }
+    });
+    if !authorized {
+        return ApiFailure::new(401, "Unauthorized").into_response();
+    }
+    let result = match fault {
+        Some(Fault::Fail(failure)) => Err(failure),
+        Some(Fault::Delay(delay)) => {
+            let result = call_method(&shared, &method, &body).await;
+            tokio::time::sleep(delay).await;
+            result
+        }
+        None => call_method(&shared, &method, &body).await,
+    };
+    match result {
+        Ok(result) => Json(json!({ "ok": true, "result": result })).into_response(),
+        Err(failure) => failure.into_response(),
+    }
+}
+
+async fn call_method(shared: &Shared, method: &str, body: &Value) -> ApiResult {
+    match method {
+        "getme" => {
+            let mut me = shared.lock().bot_user_json();
+            for (key, value) in [
+                ("can_join_groups", true),
+                ("can_read_all_group_messages", false),
+                ("supports_inline_queries", false),
+                ("can_connect_to_business", false),
+                ("has_main_web_app", false),
+            ] {
+                me[key] = value.into();
+            }
+            Ok(me)
+        }
+        "getupdates" => get_updates(shared, body).await,
+        // teloxide's polling asks for this before it starts, to delete a webhook.
+        "getwebhookinfo" => Ok(json!({
+            "url": "",
+            "has_custom_certificate": false,
+            "pending_update_count": shared.lock().updates.len(),
+        })),
+        "deletewebhook" => {
+            if bool_param(body, "drop_pending_updates") {
+                shared.mutate(|state| state.updates.clear());
+            }
+            Ok(Value::Bool(true))
+        }
+        "setmycommands" => Ok(Value::Bool(true)),
+        "sendmessage" => shared.mutate(|state| state.send_message(body)),
+        "editmessagetext" => shared.mutate(|state| state.edit_message(body, true)),
+        "editmessagereplymarkup" => shared.mutate(|state| state.edit_message(body, false)),
+        "answercallbackquery" => shared.mutate(|state| state.answer_callback_query(body)),
+        _ => Err(ApiFailure::new(404, "Not Found: method not found")),
+    }
+}
+
+/// Long poll: answers as soon as there are updates, else when `timeout` runs out.
+async fn get_updates(shared: &Shared, body: &Value) -> ApiResult {
+    let offset = int_param(body, "offset").unwrap_or(0);
+    let limit = int_param(body, "limit").unwrap_or(100).clamp(1, 100);
+    let timeout = int_param(body, "timeout")
+        .unwrap_or(0)
+        .clamp(0, MAX_POLL_TIMEOUT_SECS);
+    let deadline = Instant::now() + Duration::from_secs(timeout.unsigned_abs());
+    let allowed = json_param(body, "allowed_updates").and_then(|value| {
+        let kinds: Vec<String> = value
+            .as_array()?
+            .iter()
+            .filter_map(|k| k.as_str().map(str::to_owned))
+            .collect();
+        Some(kinds)
+    });
+
+    let mut changes = shared.changes.subscribe();
+    shared.mutate(|state| {
+        state.confirm_updates(offset);
+        if allowed.is_some() {
+            state.allowed_updates = allowed;
+        }
+    });
+    loop {
+        let (batch, shut_down) = {
+            let mut state = shared.lock();
+            (
+                state.deliverable_updates(limit.unsigned_abs() as usize),
+                state.shut_down,
+            )
+        };
+        if !batch.is_empty() || shut_down || Instant::now() >= deadline {
+            return Ok(Value::Array(batch));
+        }
+        // Ok(Err) means the fake is gone; the next round returns what is there.
+        let _ = tokio::time::timeout_at(deadline, changes.changed()).await;
+    }
+}
+
+// ----- Parameters ------------------------------------------------------------------
+
+fn parse_body(body: &[u8]) -> Value {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Value::Object(Map::new());
+    }
+    serde_json::from_slice(body)
+        .unwrap_or_else(|_| json!({ "unparsed_body": String::from_utf8_lossy(body) }))
+}
+
+/// A parameter that may also arrive as a JSON string (as form-encoded clients send
+/// `reply_markup`), so both spellings parse.
+fn json_param(body: &Value, key: &str) -> Option<Value> {
+    match body.get(key)? {
+        Value::Null => None,
+        Value::String(text) => serde_json::from_str(text).ok(),
+        value => Some(value.clone()),
+    }
+}
+
+fn int_param(body: &Value, key: &str) -> Option<i64> {
+    match body.get(key)? {
+        Value::Number(number) => number.as_i64(),
+        Value::String(text) => text.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+fn str_param(body: &Value, key: &str) -> Option<String> {
+    match body.get(key)? {
+        Value::String(text) => Some(text.clone()),
+        Value::Number(number) => Some(number.to_string()),
+        _ => None,
+    }
+}
+
+fn bool_param(body: &Value, key: &str) -> bool {
+    match body.get(key) {
+        Some(Value::Bool(flag)) => *flag,
+        Some(Value::String(text)) => text == "true",
+        _ => false,
+    }
+}
+
+fn chat_id_param(body: &Value) -> Result<i64, ApiFailure> {
+    match body.get("chat_id") {
+        None | Some(Value::Null) => Err(ApiFailure::bad_request("chat_id is empty")),
+        // `@channelname` recipients are not modelled.
+        Some(_) => {
+            int_param(body, "chat_id").ok_or_else(|| ApiFailure::bad_request("chat not found"))
+        }
+    }
+}
+
+/// `text` and `parse_mode`, checked the way Telegram checks them. Telegram words
+/// "too long" differently for new and edited messages, hence `too_long`.
+fn text_params(
+    body: &Value,
+    too_long: &str,
+) -> Result<(String, Option<String>, Rendered), ApiFailure> {
+    let text = str_param(body, "text").unwrap_or_default();
+    let parse_mode = str_param(body, "parse_mode").filter(|mode| !mode.is_empty());
+    let rendered = match parse_mode
+        .as_deref()
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        None | Some("markdown" | "markdownv2") => Rendered::plain(&text),
+        Some("html") => parse_html(&text).map_err(|reason| {
+            ApiFailure::bad_request(&format!("can't parse entities: {reason}"))
+        })?,
+        Some(_) => return Err(ApiFailure::bad_request("unsupported parse_mode")),
+    };
+    if rendered.visible.trim().is_empty() {
+        return Err(ApiFailure::bad_request("message text is empty"));
+    }
+    if rendered.visible.encode_utf16().count() > MAX_TEXT_UTF16 {
+        return Err(ApiFailure::bad_request(too_long));
+    }
+    Ok((text, parse_mode, rendered))
+}
+
+/// The inline keyboard to store, or `None` for none. An empty keyboard counts as
+/// none (Telegram drops it), other keyboard kinds are not echoed in a `Message`.
+fn reply_markup_param(body: &Value) -> Result<Option<Value>, ApiFailure> {
+    let Some(markup) = json_param(body, "reply_markup") else {
+        return Ok(None);
+    };
+    let Some(rows) = markup.get("inline_keyboard").and_then(Value::as_array) else {
+        return Ok(None);
+    };
+    for button in rows.iter().filter_map(Value::as_array).flatten() {
+        if let Some(data) = button.get("callback_data") {
+            let length = data.as_str().map_or(0, str::len);
+            if length == 0 || length > MAX_CALLBACK_DATA_BYTES {
+                return Err(ApiFailure::bad_request("BUTTON_DATA_INVALID"));
+            }
+        }
+    }
+    let has_buttons = rows
+        .iter()
+        .filter_map(Value::as_array)
+        .any(|row| !row.is_empty());
+    Ok(has_buttons.then_some(markup))
+}
+
+// ----- Text ------------------------------------------------------------------------
+
+/// Text as Telegram keeps it: what is shown, plus the formatting spans, which
+/// decide together with the keyboard whether an edit changes anything.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Rendered {
+    visible: String,
+    /// (tag, attributes, start, end) with byte offsets into `visible`.
+    spans: Vec<(String, String, usize, usize)>,
+}
+
+impl Rendered {
+    fn plain(text: &str) -> Self {
+        Self {
+            visible: text.to_owned(),
+            spans: Vec::new(),
+        }
+    }
+}
+
+/// Parses Telegram's HTML subset, with the error texts of its parser, so a bot
+/// that forgets to escape `<` or `&` fails here as it would in production.
+fn parse_html(text: &str) -> Result<Rendered, String> {
+    const TAGS: &[&str] = &[
+        "a",
+        "b",
+        "strong",
+        "i",
+        "em",
+        "u",
+        "ins",
+        "s",
+        "strike",
+        "del",
+        "span",
+        "tg-spoiler",
+        "tg-emoji",
+        "code",
+        "pre",
+        "blockquote",
+    ];
+    let mut visible = String::with_capacity(text.len());
+    let mut spans = Vec::new();
+    let mut open: Vec<(String, String, usize)> = Vec::new();
+    let mut at = 0;
+    while let Some(ch) = text[at..].chars().next() {
+        let rest = &text[at..];
+        if ch == '&' {
+            match decode_html_entity(rest) {
+                Some((decoded, length)) => {
+                    visible.push(decoded);
+                    at += length;
+                }
+                // Telegram keeps an `&` that starts no known entity as it is.
+                None => {
+                    visible.push('&');
+                    at += 1;
+                }
+            }
+        } else if let Some(tag) = rest.strip_prefix("</") {
+            let close = tag
+                .find('>')
+                .ok_or(format!("Unclosed end tag at byte offset {at}"))?;
+            let name = tag[..close].trim().to_ascii_lowercase();
+            let (open_name, attributes, start) = open
+                .pop()
+                .ok_or(format!("Unexpected end tag at byte offset {at}"))?;
+            if !name.is_empty() && name != open_name {
+                return Err(format!(
+                    "Unmatched end tag at byte offset {at}, expected \"</{open_name}>\", found \"</{name}>\""
+                ));
+            }
+            spans.push((open_name, attributes, start, visible.len()));
+            at += 2 + close + 1;
+        } else if let Some(tag) = rest.strip_prefix('<') {
+            let name_end = tag
+                .find(|c: char| c.is_whitespace() || c == '>')
+                .ok_or(format!("Unclosed start tag at byte offset {at}"))?;
+            let name = tag[..name_end].to_ascii_lowercase();
+            if !TAGS.contains(&name.as_str()) {
+                return Err(format!(
+                    "Unsupported start tag \"{name}\" at byte offset {at}"
+                ));
+            }
+            let close = tag
+                .find('>')
+                .ok_or(format!("Unclosed start tag at byte offset {at}"))?;
+            open.push((name, tag[name_end..close].trim().to_owned(), visible.len()));
+            at += 1 + close + 1;
+        } else {
+            visible.push(ch);
+            at += ch.len_utf8();
+        }
+    }
+    if let Some((name, _, _)) = open.last() {
+        return Err(format!(
+            "Can't find end tag corresponding to start tag \"{name}\""
+        ));
+    }
+    Ok(Rendered { visible, spans })
+}
+
+/// Decodes the entity at the start of `text` (`&lt;`, `&#60;`, `&#x3C;`), giving the
+/// character and how many bytes it took. Only the four named entities Telegram
+/// documents are known.
+fn decode_html_entity(text: &str) -> Option<(char, usize)> {
+    let end = text.find(';')?;
+    let name = &text[1..end];
+    let decoded = match name {
+        "lt" => '<',
+        "gt" => '>',
+        "amp" => '&',
+        "quot" => '"',
+        _ => {
+            let number = name.strip_prefix('#')?;
+            let code = match number.strip_prefix(['x', 'X']) {
+                Some(hex) => u32::from_str_radix(hex, 16).ok()?,
+                None => number.parse().ok()?,
+            };
+            char::from_u32(code)?
+        }
+    };
+    Some((decoded, end + 1))
+}
+
+// ----- Small helpers -----------------------------------------------------------------
+
+fn unix_now() -> i64 {
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    // A date of 0 means "inaccessible message" to teloxide, so never send it.
+    i64::try_from(since_epoch.as_secs()).unwrap_or(1).max(1)
+}
+
+fn insert_some(object: &mut Value, key: &str, value: Option<impl Into<Value>>) {
+    if let Some(value) = value {
+        object[key] = value.into();
+    }
+}
+
+fn truncate(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}

@@ -1,0 +1,5 @@
+//! Test support shared by the integration test binaries: the fake Telegram Bot API and
+//! the real service spawned against it.
+
+pub mod app;
+pub mod fake_telegram;
