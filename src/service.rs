@@ -32,6 +32,18 @@ use crate::storage::{Decided, Inserted, StorageError, Store};
 pub struct DeliveryError {
     /// A sentence for the agent and the logs; never contains the bot token.
     pub reason: String,
+    /// Telegram says the group became a supergroup with this chat id: the message was
+    /// not sent, and should be sent again there.
+    pub migrated_to: Option<i64>,
+}
+
+impl DeliveryError {
+    pub fn new(reason: impl Into<String>) -> Self {
+        DeliveryError {
+            reason: reason.into(),
+            migrated_to: None,
+        }
+    }
 }
 
 /// The port to the operators' chat. Implemented by the Telegram adapter; the service

@@ -136,9 +136,7 @@ impl Messenger for TelegramMessenger {
                 .send()
         })
         .await
-        .map_err(|e| DeliveryError {
-            reason: describe(&e),
-        })?;
+        .map_err(|e| DeliveryError::new(describe(&e)))?;
         Ok(message.id.0)
     }
 
@@ -160,9 +158,7 @@ impl Messenger for TelegramMessenger {
         match result {
             Ok(_) => Ok(()),
             Err(e) if harmless(&e) => Ok(()),
-            Err(e) => Err(DeliveryError {
-                reason: describe(&e),
-            }),
+            Err(e) => Err(DeliveryError::new(describe(&e))),
         }
     }
 
@@ -183,9 +179,7 @@ impl Messenger for TelegramMessenger {
         match result {
             Ok(_) => Ok(()),
             Err(e) if harmless(&e) => Ok(()),
-            Err(e) => Err(DeliveryError {
-                reason: describe(&e),
-            }),
+            Err(e) => Err(DeliveryError::new(describe(&e))),
         }
     }
 }
