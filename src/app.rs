@@ -91,6 +91,7 @@ impl Application {
         );
 
         let deadlines = tokio::spawn(service.clone().run_deadlines(shutdown.clone()));
+        let webhooks = tokio::spawn(crate::webhooks::run(service.clone(), shutdown.clone()));
         let purge = tokio::spawn(
             service
                 .clone()
@@ -124,6 +125,10 @@ impl Application {
         let _ = tokio::time::timeout(poll_drain(poll_timeout_seconds), polling).await;
         let _ = deadlines.await;
         let _ = purge.await;
+        // The webhook worker finishes the attempts it has started before it returns.
+        if tokio::time::timeout(TASK_DRAIN, webhooks).await.is_err() {
+            tracing::warn!("a webhook attempt did not finish in time");
+        }
         service.tasks().close();
         if tokio::time::timeout(TASK_DRAIN, service.tasks().wait())
             .await

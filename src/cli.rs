@@ -37,6 +37,8 @@ pub fn demo_settings(mut s: Settings, operator_id: Option<String>) -> anyhow::Re
         token_env: DEMO_AGENT_TOKEN_ENV.into(),
         routes: vec!["demo".into()],
         default_route: Some("demo".into()),
+        webhook_secret_env: None,
+        callback_url_prefixes: Vec::new(),
     }];
     Ok(s)
 }

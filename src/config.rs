@@ -24,6 +24,9 @@ pub const BOT_TOKEN_ENV: &str = "TELEGRAM_BOT_TOKEN";
 /// `HITL__SERVER__BIND=0.0.0.0:8080` sets `[server] bind`.
 pub const ENV_OVERRIDE_PREFIX: &str = "HITL__";
 
+/// The largest `confirmation.max_timeout_seconds` accepted.
+pub const MAX_TIMEOUT_LIMIT: f64 = 366.0 * 24.0 * 3600.0;
+
 /// The file as written, after environment overrides.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -32,6 +35,8 @@ pub struct Settings {
     pub database: DatabaseSettings,
     pub telegram: TelegramSettings,
     pub confirmation: ConfirmationSettings,
+    #[serde(default)]
+    pub webhooks: WebhookSettings,
     #[serde(default)]
     pub routes: Vec<RouteSettings>,
     #[serde(default)]
@@ -65,6 +70,27 @@ pub struct ConfirmationSettings {
     pub default_window_seconds: u64,
 }
 
+/// How webhooks to agents are retried.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhookSettings {
+    pub timeout_seconds: f64,
+    pub initial_backoff_seconds: f64,
+    pub max_backoff_seconds: f64,
+    pub give_up_after_seconds: f64,
+}
+
+impl Default for WebhookSettings {
+    fn default() -> Self {
+        WebhookSettings {
+            timeout_seconds: 10.0,
+            initial_backoff_seconds: 1.0,
+            max_backoff_seconds: 600.0,
+            give_up_after_seconds: 86400.0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteSettings {
@@ -82,6 +108,11 @@ pub struct AgentSettings {
     #[serde(default)]
     pub routes: Vec<String>,
     pub default_route: Option<String>,
+    /// Variable holding the secret that signs this agent's webhooks.
+    pub webhook_secret_env: Option<String>,
+    /// `callback_url`s this agent may use must start with one of these.
+    #[serde(default)]
+    pub callback_url_prefixes: Vec<String>,
 }
 
 /// Why a configuration was refused. Each message names the key at fault.
@@ -148,6 +179,33 @@ pub struct Agent {
     pub token_sha256: [u8; 32],
     pub routes: HashSet<String>,
     pub default_route: String,
+    /// Signs webhooks; present whenever `callback_url_prefixes` is not empty.
+    pub webhook_secret: Option<SecretString>,
+    pub callback_url_prefixes: Vec<reqwest::Url>,
+}
+
+impl Agent {
+    /// Whether `url` lies under one of the agent's allowed prefixes: same scheme, host
+    /// and port, and a path under the prefix's path at a `/` boundary, so the prefix
+    /// `https://a.example/hooks` admits neither `https://a.example.evil.net/...` nor
+    /// `https://a.example/hooks-evil`.
+    pub fn allows_callback(&self, url: &reqwest::Url) -> bool {
+        if !url.username().is_empty() || url.password().is_some() {
+            return false;
+        }
+        self.callback_url_prefixes.iter().any(|p| {
+            p.scheme() == url.scheme()
+                && p.host_str() == url.host_str()
+                && p.port_or_known_default() == url.port_or_known_default()
+                && {
+                    let base = p.path();
+                    let path = url.path();
+                    base.ends_with('/') && path.starts_with(base)
+                        || path == base
+                        || path.starts_with(&format!("{base}/"))
+                }
+        })
+    }
 }
 
 impl std::fmt::Debug for Agent {
@@ -156,6 +214,14 @@ impl std::fmt::Debug for Agent {
             .field("name", &self.name)
             .field("routes", &self.routes)
             .field("default_route", &self.default_route)
+            .field(
+                "callback_url_prefixes",
+                &self
+                    .callback_url_prefixes
+                    .iter()
+                    .map(|u| u.as_str())
+                    .collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -171,6 +237,7 @@ pub struct Config {
     pub default_timeout_seconds: f64,
     pub max_timeout_seconds: f64,
     pub default_window_seconds: u64,
+    pub webhooks: WebhookSettings,
     pub routes: HashMap<String, Arc<Route>>,
     pub agents: Vec<Arc<Agent>>,
 }
@@ -220,6 +287,14 @@ impl Config {
             return Err(invalid(
                 "confirmation.max_timeout_seconds",
                 "must be a number greater than 0",
+            ));
+        }
+        // A deadline is stored as epoch milliseconds; a year is far beyond any human wait
+        // and keeps every deadline arithmetic far from overflow.
+        if c.max_timeout_seconds > MAX_TIMEOUT_LIMIT {
+            return Err(invalid(
+                "confirmation.max_timeout_seconds",
+                format!("must be at most {MAX_TIMEOUT_LIMIT} (366 days)"),
             ));
         }
         if !(c.default_timeout_seconds.is_finite()
@@ -335,12 +410,64 @@ impl Config {
                     ),
                 ));
             }
+            let mut callback_url_prefixes = Vec::new();
+            for p in &a.callback_url_prefixes {
+                let url = reqwest::Url::parse(p)
+                    .ok()
+                    .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some())
+                    .ok_or_else(|| {
+                        invalid(
+                            format!("{key}.callback_url_prefixes"),
+                            format!("'{p}' is not an http(s) URL"),
+                        )
+                    })?;
+                callback_url_prefixes.push(url);
+            }
+            let webhook_secret = match &a.webhook_secret_env {
+                Some(var) => Some(
+                    env(var)
+                        .filter(|t| !t.trim().is_empty())
+                        .map(|t| SecretString::from(t.trim().to_owned()))
+                        .ok_or_else(|| {
+                            invalid(
+                                format!("{key}.webhook_secret_env"),
+                                format!(
+                                    "environment variable {var} (the webhook secret of agent '{}') is not set",
+                                    a.name
+                                ),
+                            )
+                        })?,
+                ),
+                None if !callback_url_prefixes.is_empty() => {
+                    return Err(invalid(
+                        format!("{key}.webhook_secret_env"),
+                        format!(
+                            "agent '{}' allows callback URLs, so it needs a webhook secret",
+                            a.name
+                        ),
+                    ));
+                }
+                None => None,
+            };
             agents.push(Arc::new(Agent {
                 name: a.name,
                 token_sha256,
                 routes: a.routes.into_iter().collect(),
                 default_route,
+                webhook_secret,
+                callback_url_prefixes,
             }));
+        }
+        let w = &s.webhooks;
+        for (name, v) in [
+            ("webhooks.timeout_seconds", w.timeout_seconds),
+            ("webhooks.initial_backoff_seconds", w.initial_backoff_seconds),
+            ("webhooks.max_backoff_seconds", w.max_backoff_seconds),
+            ("webhooks.give_up_after_seconds", w.give_up_after_seconds),
+        ] {
+            if !(v.is_finite() && v > 0.0 && v <= MAX_TIMEOUT_LIMIT) {
+                return Err(invalid(name, "must be a number of seconds greater than 0"));
+            }
         }
         if agents.is_empty() {
             return Err(invalid("agents", "at least one agent must be configured"));
@@ -355,6 +482,7 @@ impl Config {
             default_timeout_seconds: c.default_timeout_seconds,
             max_timeout_seconds: c.max_timeout_seconds,
             default_window_seconds: c.default_window_seconds,
+            webhooks: s.webhooks,
             routes,
             agents,
         })
@@ -469,6 +597,36 @@ routes = ["ops"]
             .unwrap_err()
             .to_string();
         assert!(e.contains("bnd"), "{e}");
+    }
+
+    #[test]
+    fn callback_prefixes_match_only_at_origin_and_path_boundaries() {
+        let toml = BASE.replace(
+            r#"routes = ["ops"]"#,
+            "routes = [\"ops\"]\nwebhook_secret_env = \"HOOK\"\ncallback_url_prefixes = [\"https://a.example/hooks\"]",
+        );
+        let env = |k: &str| if k == "HOOK" { Some("s".to_owned()) } else { env(k) };
+        let c = Config::from_settings(Settings::from_toml(&toml).unwrap(), &env).unwrap();
+        let a = &c.agents[0];
+        let ok = |u: &str| a.allows_callback(&reqwest::Url::parse(u).unwrap());
+        assert!(ok("https://a.example/hooks"));
+        assert!(ok("https://a.example/hooks/x?y=1"));
+        assert!(ok("https://a.example:443/hooks/x"));
+        assert!(!ok("https://a.example/hooks-evil"));
+        assert!(!ok("https://a.example.evil.net/hooks/x"));
+        assert!(!ok("http://a.example/hooks/x"));
+        assert!(!ok("https://a.example:8443/hooks/x"));
+        assert!(!ok("https://user:pw@a.example/hooks/x"));
+    }
+
+    #[test]
+    fn callback_prefixes_without_a_webhook_secret_are_refused() {
+        let toml = BASE.replace(
+            r#"routes = ["ops"]"#,
+            "routes = [\"ops\"]\ncallback_url_prefixes = [\"https://a.example/\"]",
+        );
+        let e = err_of(&toml);
+        assert!(e.contains("agents[0].webhook_secret_env"), "{e}");
     }
 
     #[test]

@@ -16,5 +16,6 @@ pub mod service;
 pub mod storage;
 pub mod telegram;
 pub mod telemetry;
+pub mod webhooks;
 
 pub use app::Application;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -78,6 +78,8 @@ pub struct NewConfirmation {
     pub route: Option<String>,
     pub idempotency_key: Option<IdempotencyKey>,
     pub context: Option<String>,
+    /// Already checked against the agent's allow-list.
+    pub callback_url: Option<String>,
 }
 
 /// What a button means.
@@ -172,6 +174,10 @@ pub struct Service {
     waiters: Waiters,
     /// Background work (deliveries, message edits) that shutdown waits for.
     tasks: TaskTracker,
+    /// Wakes the webhook worker when a decision queued a delivery.
+    webhook_wake: Notify,
+    /// Routes whose chat moved (group upgraded to supergroup), over the config's chat.
+    moved_chats: Mutex<HashMap<String, i64>>,
 }
 
 impl Service {
@@ -183,6 +189,8 @@ impl Service {
             deadlines: Deadlines::new(),
             waiters: Waiters::default(),
             tasks: TaskTracker::new(),
+            webhook_wake: Notify::new(),
+            moved_chats: Mutex::new(HashMap::new()),
         }
     }
 
@@ -198,14 +206,48 @@ impl Service {
         &self.tasks
     }
 
-    /// Re-arms the deadline of every pending request (after a restart). Deadlines that
-    /// passed while the service was down fire at once.
-    pub async fn recover(&self) -> Result<usize, StorageError> {
-        let pending = self.store.pending_deadlines().await?;
+    pub fn webhook_wake(&self) -> &Notify {
+        &self.webhook_wake
+    }
+
+    /// The chat a route posts to now: the config's, unless Telegram moved it.
+    fn chat_of(&self, route: &str, configured: i64) -> i64 {
+        self.moved_chats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(route)
+            .copied()
+            .unwrap_or(configured)
+    }
+
+    /// After a (re)start: re-arms the deadline of every pending request (deadlines that
+    /// passed while the service was down fire at once) and delivers again the questions
+    /// whose delivery was cut short, so nothing pending is lost.
+    pub async fn recover(self: &Arc<Self>) -> Result<usize, StorageError> {
+        {
+            let moved = self.store.route_chats().await?;
+            let mut map = self.moved_chats.lock().unwrap_or_else(|e| e.into_inner());
+            map.extend(moved);
+        }
+        let pending = self.store.pending().await?;
         let now = now();
         let n = pending.len();
-        for (id, at) in pending {
-            self.deadlines.schedule(id, instant_at(at, now));
+        for entry in pending {
+            if !entry.delivered && entry.expires_at > now {
+                match self.store.get(&entry.id).await? {
+                    Some(record) => {
+                        tracing::info!(id = %record.id, "delivering a question cut short by a restart");
+                        let me = self.clone();
+                        self.tasks.spawn(async move { me.deliver(record).await });
+                    }
+                    None => continue,
+                }
+            }
+            self.deadlines
+                .schedule(entry.id, instant_at(entry.expires_at, now));
+        }
+        if self.store.next_webhook_due().await?.is_some() {
+            self.webhook_wake.notify_one();
         }
         Ok(n)
     }
@@ -268,7 +310,7 @@ impl Service {
             id: ConfirmationId::generate(),
             agent: agent.name.clone(),
             route: route.name.clone(),
-            chat_id: route.chat_id,
+            chat_id: self.chat_of(&route.name, route.chat_id),
             tool: new.tool.clone(),
             owner_id: new.owner_id.clone(),
             args_hash,
@@ -280,6 +322,7 @@ impl Service {
             window_seconds: new.window_seconds,
             idempotency_key: new.idempotency_key.clone(),
             callback_token: CallbackToken::generate(),
+            callback_url: new.callback_url.clone(),
             message_id: None,
             status: Status::Pending,
             via: None,
@@ -301,6 +344,9 @@ impl Service {
             };
             tracing::info!(id = %stored.id, agent = %stored.agent, tool = %stored.tool,
                 "confirmed by a live window");
+            if stored.callback_url.is_some() {
+                self.webhook_wake.notify_one();
+            }
             return Ok(stored);
         }
 
@@ -321,8 +367,24 @@ impl Service {
         Ok(stored)
     }
 
-    async fn deliver(self: Arc<Self>, record: Confirmation) {
-        match self.messenger.send_question(&record).await {
+    async fn deliver(self: Arc<Self>, mut record: Confirmation) {
+        // A group can be upgraded to a supergroup (new chat id) at most once; allow one
+        // more hop for good measure, then fail closed.
+        let mut hops = 0;
+        let result = loop {
+            match self.messenger.send_question(&record).await {
+                Err(e) if e.migrated_to.is_some() && hops < 2 => {
+                    hops += 1;
+                    let to = e.migrated_to.unwrap_or(record.chat_id);
+                    if let Err(err) = self.move_route_chat(&record, to).await {
+                        break Err(DeliveryError::new(format!("{} (and the move failed: {err})", e.reason)));
+                    }
+                    record.chat_id = to;
+                }
+                other => break other,
+            }
+        };
+        match result {
             Ok(message_id) => {
                 if let Err(e) = self.store.set_message_id(&record.id, message_id).await {
                     tracing::error!(id = %record.id, error = %e, "could not record the message id");
@@ -350,6 +412,21 @@ impl Service {
         }
     }
 
+    /// Telegram moved the route's group to a supergroup: remember the new chat (in the
+    /// database, so it survives restarts) and move the route's pending requests there.
+    async fn move_route_chat(&self, record: &Confirmation, to: i64) -> Result<(), StorageError> {
+        tracing::warn!(route = %record.route, from = record.chat_id, to,
+            "the route's group became a supergroup; using the new chat id (update the config)");
+        self.store
+            .move_route_chat(&record.route, record.chat_id, to, now())
+            .await?;
+        self.moved_chats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(record.route.clone(), to);
+        Ok(())
+    }
+
     /// Applies an outcome; wakes waiting agents when it is the one that counts.
     async fn decide(&self, id: &ConfirmationId, outcome: Outcome) -> Result<Decided, StorageError> {
         let decided = self.store.decide(id, &outcome.decide(now())).await?;
@@ -358,6 +435,9 @@ impl Service {
                 status = r.status.as_str(), via = r.via.map(Via::as_str).unwrap_or(""),
                 "confirmation decided");
             self.waiters.notify(id);
+            if r.callback_url.is_some() {
+                self.webhook_wake.notify_one();
+            }
         }
         Ok(decided)
     }

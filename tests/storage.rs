@@ -45,6 +45,7 @@ fn pending(key: Option<&str>) -> Confirmation {
         window_seconds: 60,
         idempotency_key: key.map(|k| IdempotencyKey::parse(k).unwrap()),
         callback_token: CallbackToken::generate(),
+        callback_url: None,
         message_id: None,
         status: Status::Pending,
         via: None,

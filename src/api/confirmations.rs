@@ -14,7 +14,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::{AuthAgent, Body};
 use super::record::RecordView;
-use crate::config::Config;
+use crate::config::{Agent, Config};
 use crate::domain::confirmation::Confirmation;
 use crate::domain::ids::{ConfirmationId, IdempotencyKey, OwnerId, ToolName};
 use crate::domain::pyjson;
@@ -27,6 +27,7 @@ pub const MAX_LONG_POLL_SECONDS: f64 = 60.0;
 pub const MAX_TEMPLATE_CHARS: usize = 4096;
 pub const MAX_CONTEXT_CHARS: usize = 2048;
 pub const MAX_ROUTE_CHARS: usize = 128;
+pub const MAX_CALLBACK_URL_CHARS: usize = 2048;
 /// The longest confirmation window: a year. Longer standing approvals are a policy
 /// decision nobody should take by typo.
 pub const MAX_WINDOW_SECONDS: u64 = 366 * 24 * 3600;
@@ -51,6 +52,7 @@ const FIELDS: &[&str] = &[
     "route",
     "idempotency_key",
     "context",
+    "callback_url",
 ];
 
 /// One field's raw JSON, typed; `null` counts as absent.
@@ -78,10 +80,11 @@ fn bounded_text(value: Option<String>, name: &str, max: usize) -> Result<Option<
     }
 }
 
-/// Parses and checks a create body, naming the first field at fault.
+/// Parses and checks a create body for `agent`, naming the first field at fault.
 pub fn parse_create(
     bytes: &[u8],
     config: &Config,
+    agent: &Agent,
 ) -> Result<(NewConfirmation, WaitMode), ApiError> {
     let body: BTreeMap<String, Box<RawValue>> = serde_json::from_slice(bytes).map_err(|e| {
         if e.is_data() {
@@ -152,6 +155,27 @@ pub fn parse_create(
         MAX_CONTEXT_CHARS,
     )?;
 
+    let callback_url = bounded_text(
+        field(&body, "callback_url", "a string")?,
+        "callback_url",
+        MAX_CALLBACK_URL_CHARS,
+    )?
+    .map(|u| {
+        let url = reqwest::Url::parse(&u)
+            .ok()
+            .filter(|p| matches!(p.scheme(), "http" | "https"))
+            .ok_or_else(|| ApiError::field("callback_url", "must be an http(s) URL"))?;
+        if agent.allows_callback(&url) {
+            Ok(url.to_string())
+        } else {
+            Err(ApiError::field(
+                "callback_url",
+                "is not under any of this agent's callback_url_prefixes",
+            ))
+        }
+    })
+    .transpose()?;
+
     Ok((
         NewConfirmation {
             tool,
@@ -165,6 +189,7 @@ pub fn parse_create(
             route,
             idempotency_key,
             context,
+            callback_url,
         },
         wait,
     ))
@@ -180,7 +205,7 @@ pub async fn create(
     AuthAgent(agent): AuthAgent,
     Body(bytes): Body,
 ) -> Result<Response, ApiError> {
-    let (new, wait) = parse_create(&bytes, state.service.config())?;
+    let (new, wait) = parse_create(&bytes, state.service.config(), &agent)?;
     let record = state.service.create(&agent, new).await?;
     if record.is_terminal() {
         return Ok(respond(StatusCode::OK, &record));

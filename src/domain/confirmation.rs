@@ -117,6 +117,9 @@ pub struct Confirmation {
     pub window_seconds: u64,
     pub idempotency_key: Option<IdempotencyKey>,
     pub callback_token: CallbackToken,
+    /// Where the outcome is POSTed (signed) when the request ends; checked against the
+    /// agent's allow-list before it is stored.
+    pub callback_url: Option<String>,
     /// Set once Telegram has accepted the message; `None` while delivery is in flight.
     pub message_id: Option<i32>,
     pub status: Status,

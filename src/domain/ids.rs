@@ -54,6 +54,30 @@ impl fmt::Display for ConfirmationId {
     }
 }
 
+/// A webhook delivery's id (`wh_` and 128 random bits in hex): the same on every retry,
+/// so a receiver can drop duplicates.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DeliveryId(String);
+
+impl DeliveryId {
+    const PREFIX: &'static str = "wh_";
+
+    pub fn generate() -> Self {
+        DeliveryId(format!("{}{}", Self::PREFIX, random_hex(16)))
+    }
+
+    pub fn parse(s: &str) -> Result<Self, InvalidValue> {
+        match s.strip_prefix(Self::PREFIX) {
+            Some(rest) if is_lower_hex(rest, 32) => Ok(DeliveryId(s.to_owned())),
+            _ => Err(InvalidValue("is not a delivery id".into())),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// The secret a button carries: 128 random bits, bound to one request (and through it
 /// to one chat and message). Carries nothing about the call itself.
 #[derive(Clone, PartialEq, Eq, Hash)]

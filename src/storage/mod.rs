@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 
 use crate::domain::confirmation::{Confirmation, Decision, Window, WindowKey};
-use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey};
+use crate::domain::ids::{CallbackToken, ConfirmationId, DeliveryId, IdempotencyKey};
 
 pub use sqlite::SqliteStore;
 
@@ -50,6 +50,42 @@ pub enum Decided {
     NotFound,
 }
 
+/// A pending request as restart recovery needs it.
+#[derive(Debug, Clone)]
+pub struct PendingEntry {
+    pub id: ConfirmationId,
+    pub expires_at: OffsetDateTime,
+    /// False when the process stopped between storing the request and recording its
+    /// Telegram message: the question may never have reached the chat.
+    pub delivered: bool,
+}
+
+/// A webhook waiting in the outbox.
+#[derive(Debug, Clone)]
+pub struct OutboxEntry {
+    pub delivery_id: DeliveryId,
+    pub confirmation_id: ConfirmationId,
+    pub agent: String,
+    pub url: String,
+    /// When the request ended; the give-up age counts from here.
+    pub created_at: OffsetDateTime,
+    /// Attempts made so far.
+    pub attempts: u32,
+}
+
+/// What became of one webhook attempt.
+#[derive(Debug, Clone)]
+pub enum WebhookAttempt {
+    Delivered,
+    Retry {
+        next_at: OffsetDateTime,
+        error: String,
+    },
+    GiveUp {
+        error: String,
+    },
+}
+
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Applies pending migrations.
@@ -60,7 +96,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// Stores a new request, unless the same agent already used its idempotency key
     /// within [`IDEMPOTENCY_TTL`] of `now`. The record may already be terminal (a window
-    /// hit is stored confirmed at once).
+    /// hit is stored confirmed at once); then its webhook is queued in the same transaction.
     async fn insert(
         &self,
         record: &Confirmation,
@@ -89,9 +125,9 @@ pub trait Store: Send + Sync + 'static {
         message_id: i32,
     ) -> Result<(), StorageError>;
 
-    /// Moves a pending request to its outcome with one conditional update; opens the
-    /// confirmation window in the same transaction when an operator confirmed a request
-    /// with `window_seconds > 0`.
+    /// Moves a pending request to its outcome with one conditional update. In the same
+    /// transaction it opens the confirmation window (when an operator confirmed a request
+    /// with `window_seconds > 0`) and queues the webhook (when it has a `callback_url`).
     async fn decide(
         &self,
         id: &ConfirmationId,
@@ -105,13 +141,42 @@ pub trait Store: Send + Sync + 'static {
         now: OffsetDateTime,
     ) -> Result<Option<Window>, StorageError>;
 
-    /// Ids and deadlines of every pending request (restart recovery).
-    async fn pending_deadlines(
-        &self,
-    ) -> Result<Vec<(ConfirmationId, OffsetDateTime)>, StorageError>;
+    /// Every pending request's id, deadline and whether its message was recorded
+    /// (restart recovery).
+    async fn pending(&self) -> Result<Vec<PendingEntry>, StorageError>;
 
     /// Deletes windows that expired before `now`; returns how many.
     async fn purge_expired_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError>;
+
+    /// Outbox entries due at `now`, oldest first.
+    async fn due_webhooks(
+        &self,
+        now: OffsetDateTime,
+        limit: u32,
+    ) -> Result<Vec<OutboxEntry>, StorageError>;
+
+    /// When the next pending webhook is due, if any.
+    async fn next_webhook_due(&self) -> Result<Option<OffsetDateTime>, StorageError>;
+
+    /// Records the result of an attempt.
+    async fn webhook_attempted(
+        &self,
+        delivery_id: &DeliveryId,
+        result: WebhookAttempt,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError>;
+
+    /// Routes whose chat moved (a group upgraded to a supergroup), with the new chat.
+    async fn route_chats(&self) -> Result<Vec<(String, i64)>, StorageError>;
+
+    /// Records that `route` now lives in `to_chat`, and moves its pending requests there.
+    async fn move_route_chat(
+        &self,
+        route: &str,
+        from_chat: i64,
+        to_chat: i64,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError>;
 
     /// Closes the connections cleanly (checkpoints the WAL).
     async fn close(&self);

@@ -9,12 +9,17 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{FromRow, SqlitePool};
 use time::OffsetDateTime;
 
-use super::{Decided, IDEMPOTENCY_TTL, Inserted, StorageError, Store};
+use super::{
+    Decided, IDEMPOTENCY_TTL, Inserted, OutboxEntry, PendingEntry, StorageError, Store,
+    WebhookAttempt,
+};
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::confirmation::{
     Confirmation, Decision, Operator, Status, Via, Window, WindowKey,
 };
-use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
+use crate::domain::ids::{
+    CallbackToken, ConfirmationId, DeliveryId, IdempotencyKey, OwnerId, ToolName,
+};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -31,10 +36,12 @@ impl SqliteStore {
             // WAL lets readers (long-polls, health checks) proceed while a decision is
             // being written.
             .journal_mode(SqliteJournalMode::Wal)
-            // NORMAL is durable across process crashes in WAL mode; only a power loss can
-            // lose the last transactions, which the outcome model tolerates (the agent
-            // re-asks with its idempotency key).
-            .synchronous(SqliteSynchronous::Normal)
+            // FULL: every commit is on disk before it returns. A decision is committed
+            // before the operator's tap is answered and before any agent hears of it, so
+            // with FULL nobody is ever told an outcome that a power loss could undo (NORMAL
+            // only survives process crashes). Approvals are human-paced; the fsync per
+            // decision costs nothing that matters here.
+            .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             // Writers queue instead of failing when two decisions land at once.
             .busy_timeout(Duration::from_secs(5));
@@ -73,6 +80,7 @@ struct Row {
     window_seconds: i64,
     idempotency_key: Option<String>,
     callback_token: String,
+    callback_url: Option<String>,
     message_id: Option<i64>,
     status: String,
     via: Option<String>,
@@ -92,10 +100,7 @@ impl Row {
             id: id.clone(),
             what: what.to_owned(),
         };
-        let time = |v: i64| {
-            OffsetDateTime::from_unix_timestamp_nanos(i128::from(v) * 1_000_000)
-                .map_err(|_| corrupt("time out of range"))
-        };
+        let time = |v: i64| from_ms(v).ok_or_else(|| corrupt("time out of range"));
         let decided_by = match (self.decided_by_id, self.decided_by_name) {
             (Some(uid), Some(name)) => Some(Operator {
                 id: u64::try_from(uid).map_err(|_| corrupt("decided_by_id"))?,
@@ -125,6 +130,7 @@ impl Row {
                 .map_err(|_| corrupt("idempotency_key"))?,
             callback_token: CallbackToken::parse(&self.callback_token)
                 .map_err(|_| corrupt("callback_token"))?,
+            callback_url: self.callback_url,
             message_id: self
                 .message_id
                 .map(i32::try_from)
@@ -169,6 +175,45 @@ impl SqliteStore {
     }
 }
 
+/// Queues the webhook of a request that just ended, inside the caller's transaction: the
+/// outcome and its delivery commit together or not at all.
+async fn enqueue_webhook(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    r: &Confirmation,
+    now_ms: i64,
+) -> Result<(), StorageError> {
+    let Some(url) = &r.callback_url else {
+        return Ok(());
+    };
+    sqlx::query(
+        "INSERT INTO webhook_outbox (delivery_id, confirmation_id, agent, url, created_at, next_attempt_at)
+         VALUES (?, ?, ?, ?, ?, ?)",
+    )
+    .bind(DeliveryId::generate().as_str())
+    .bind(r.id.as_str())
+    .bind(&r.agent)
+    .bind(url)
+    .bind(now_ms)
+    .bind(now_ms)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+fn from_ms(v: i64) -> Option<OffsetDateTime> {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(v) * 1_000_000).ok()
+}
+
+#[derive(FromRow)]
+struct OutboxRow {
+    delivery_id: String,
+    confirmation_id: String,
+    agent: String,
+    url: String,
+    created_at: i64,
+    attempts: i64,
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     async fn migrate(&self) -> Result<(), StorageError> {
@@ -210,9 +255,9 @@ impl Store for SqliteStore {
         let done = sqlx::query(
             "INSERT INTO confirmations (id, agent, route, chat_id, tool, owner_id, args_hash,
                 params_json, briefing, context, allow_edit, window_seconds, idempotency_key,
-                callback_token, message_id, status, via, reason, decided_by_id,
+                callback_token, callback_url, message_id, status, via, reason, decided_by_id,
                 decided_by_username, decided_by_name, created_at, expires_at, decided_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
              ON CONFLICT (agent, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING",
         )
         .bind(r.id.as_str())
@@ -229,6 +274,7 @@ impl Store for SqliteStore {
         .bind(i64::try_from(r.window_seconds).unwrap_or(i64::MAX))
         .bind(r.idempotency_key.as_ref().map(|k| k.as_str()))
         .bind(r.callback_token.as_str())
+        .bind(r.callback_url.as_deref())
         .bind(r.message_id.map(i64::from))
         .bind(r.status.as_str())
         .bind(r.via.map(Via::as_str))
@@ -242,6 +288,9 @@ impl Store for SqliteStore {
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() == 1 {
+            if r.is_terminal() {
+                enqueue_webhook(&mut tx, r, ms(now)).await?;
+            }
             tx.commit().await?;
             return Ok(Inserted::New(r.clone()));
         }
@@ -335,6 +384,7 @@ impl Store for SqliteStore {
         if !changed {
             return Ok(Decided::AlreadyTerminal(record));
         }
+        enqueue_webhook(&mut tx, &record, ms(d.decided_at)).await?;
         if let Some(until) = record.window_until() {
             sqlx::query(
                 "INSERT INTO windows (agent, owner_id, tool, args_hash, expires_at, opened_by)
@@ -381,33 +431,29 @@ impl Store for SqliteStore {
         };
         Ok(Some(Window {
             key: key.clone(),
-            expires_at: OffsetDateTime::from_unix_timestamp_nanos(
-                i128::from(expires_at) * 1_000_000,
-            )
-            .map_err(|_| corrupt("window expiry"))?,
+            expires_at: from_ms(expires_at).ok_or_else(|| corrupt("window expiry"))?,
             opened_by: ConfirmationId::parse(&opened_by).map_err(|_| corrupt("opened_by"))?,
         }))
     }
 
-    async fn pending_deadlines(
-        &self,
-    ) -> Result<Vec<(ConfirmationId, OffsetDateTime)>, StorageError> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT id, expires_at FROM confirmations WHERE status = 'pending' ORDER BY expires_at",
+    async fn pending(&self) -> Result<Vec<PendingEntry>, StorageError> {
+        let rows: Vec<(String, i64, bool)> = sqlx::query_as(
+            "SELECT id, expires_at, message_id IS NOT NULL FROM confirmations
+             WHERE status = 'pending' ORDER BY expires_at",
         )
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
-            .map(|(id, at)| {
+            .map(|(id, at, delivered)| {
                 let corrupt = |what: &str| StorageError::Corrupt {
                     id: id.clone(),
                     what: what.to_owned(),
                 };
-                Ok((
-                    ConfirmationId::parse(&id).map_err(|_| corrupt("id"))?,
-                    OffsetDateTime::from_unix_timestamp_nanos(i128::from(at) * 1_000_000)
-                        .map_err(|_| corrupt("expires_at"))?,
-                ))
+                Ok(PendingEntry {
+                    id: ConfirmationId::parse(&id).map_err(|_| corrupt("id"))?,
+                    expires_at: from_ms(at).ok_or_else(|| corrupt("expires_at"))?,
+                    delivered,
+                })
             })
             .collect()
     }
@@ -418,6 +464,114 @@ impl Store for SqliteStore {
             .execute(&self.pool)
             .await?
             .rows_affected())
+    }
+
+    async fn due_webhooks(
+        &self,
+        now: OffsetDateTime,
+        limit: u32,
+    ) -> Result<Vec<OutboxEntry>, StorageError> {
+        let rows: Vec<OutboxRow> = sqlx::query_as(
+            "SELECT delivery_id, confirmation_id, agent, url, created_at, attempts
+             FROM webhook_outbox WHERE state = 'pending' AND next_attempt_at <= ?
+             ORDER BY next_attempt_at LIMIT ?",
+        )
+        .bind(ms(now))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                let corrupt = |what: &str| StorageError::Corrupt {
+                    id: r.delivery_id.clone(),
+                    what: what.to_owned(),
+                };
+                Ok(OutboxEntry {
+                    delivery_id: DeliveryId::parse(&r.delivery_id)
+                        .map_err(|_| corrupt("delivery_id"))?,
+                    confirmation_id: ConfirmationId::parse(&r.confirmation_id)
+                        .map_err(|_| corrupt("confirmation_id"))?,
+                    agent: r.agent.clone(),
+                    url: r.url.clone(),
+                    created_at: from_ms(r.created_at).ok_or_else(|| corrupt("created_at"))?,
+                    attempts: u32::try_from(r.attempts).unwrap_or(u32::MAX),
+                })
+            })
+            .collect()
+    }
+
+    async fn next_webhook_due(&self) -> Result<Option<OffsetDateTime>, StorageError> {
+        let row: Option<(Option<i64>,)> = sqlx::query_as(
+            "SELECT MIN(next_attempt_at) FROM webhook_outbox WHERE state = 'pending'",
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.and_then(|(v,)| v).and_then(from_ms))
+    }
+
+    async fn webhook_attempted(
+        &self,
+        delivery_id: &DeliveryId,
+        result: WebhookAttempt,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError> {
+        let q = match &result {
+            WebhookAttempt::Delivered => sqlx::query(
+                "UPDATE webhook_outbox SET state = 'delivered', attempts = attempts + 1,
+                    last_error = NULL, finished_at = ? WHERE delivery_id = ?",
+            )
+            .bind(ms(now)),
+            WebhookAttempt::Retry { next_at, error } => sqlx::query(
+                "UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = ?,
+                    last_error = ? WHERE delivery_id = ?",
+            )
+            .bind(ms(*next_at))
+            .bind(error.as_str()),
+            WebhookAttempt::GiveUp { error } => sqlx::query(
+                "UPDATE webhook_outbox SET state = 'given_up', attempts = attempts + 1,
+                    last_error = ?, finished_at = ? WHERE delivery_id = ?",
+            )
+            .bind(error.as_str())
+            .bind(ms(now)),
+        };
+        q.bind(delivery_id.as_str()).execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn route_chats(&self) -> Result<Vec<(String, i64)>, StorageError> {
+        Ok(sqlx::query_as("SELECT route, chat_id FROM route_chats")
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    async fn move_route_chat(
+        &self,
+        route: &str,
+        from_chat: i64,
+        to_chat: i64,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO route_chats (route, chat_id, updated_at) VALUES (?, ?, ?)
+             ON CONFLICT (route) DO UPDATE SET chat_id = excluded.chat_id, updated_at = excluded.updated_at",
+        )
+        .bind(route)
+        .bind(to_chat)
+        .bind(ms(now))
+        .execute(&mut *tx)
+        .await?;
+        // Pending requests of the old chat now live in the new one: taps come from there.
+        sqlx::query(
+            "UPDATE confirmations SET chat_id = ? WHERE route = ? AND chat_id = ? AND status = 'pending'",
+        )
+        .bind(to_chat)
+        .bind(route)
+        .bind(from_chat)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn close(&self) {

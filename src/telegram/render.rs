@@ -198,6 +198,7 @@ mod tests {
             window_seconds: 0,
             idempotency_key: None,
             callback_token: CallbackToken::generate(),
+            callback_url: None,
             message_id: None,
             status: Status::Pending,
             via: None,

@@ -27,6 +27,9 @@ pub const MALLORY: u64 = 999_999;
 pub const TOKEN_A: &str = "token-agent-a-0123456789";
 pub const TOKEN_B: &str = "token-agent-b-9876543210";
 pub const BOT_TOKEN: &str = "123456:TEST-bot-token";
+pub const HOOK_SECRET_A: &str = "webhook-secret-of-agent-a";
+/// Where agent-a's callbacks may go unless a test says otherwise.
+pub const DEFAULT_CALLBACK_PREFIX: &str = "http://127.0.0.1:9/hooks";
 
 pub fn alice() -> TgUser {
     TgUser::new(ALICE, "Alice").username("alice")
@@ -54,6 +57,11 @@ poll_timeout_seconds = 1
 default_timeout_seconds = 30
 max_timeout_seconds = 3600
 default_window_seconds = 0
+[webhooks]
+timeout_seconds = 2
+initial_backoff_seconds = 0.05
+max_backoff_seconds = 0.2
+give_up_after_seconds = 30
 [[routes]]
 name = "ops"
 chat_id = {OPS_CHAT}
@@ -67,6 +75,8 @@ name = "agent-a"
 token_env = "TOKEN_A"
 routes = ["ops", "other"]
 default_route = "ops"
+webhook_secret_env = "HOOK_A"
+callback_url_prefixes = ["{{CALLBACK_PREFIX}}"]
 [[agents]]
 name = "agent-b"
 token_env = "TOKEN_B"
@@ -80,6 +90,7 @@ pub fn test_env() -> HashMap<String, String> {
         ("TELEGRAM_BOT_TOKEN".to_owned(), BOT_TOKEN.to_owned()),
         ("TOKEN_A".to_owned(), TOKEN_A.to_owned()),
         ("TOKEN_B".to_owned(), TOKEN_B.to_owned()),
+        ("HOOK_A".to_owned(), HOOK_SECRET_A.to_owned()),
     ])
 }
 
@@ -89,6 +100,8 @@ pub struct TestApp {
     pub client: reqwest::Client,
     pub telegram: Arc<FakeTelegram>,
     pub db_url: String,
+    /// Prefix allowed for agent-a's callback URLs.
+    pub callback_prefix: String,
     /// Keeps the database folder alive for the test's duration.
     pub dir: Arc<tempfile::TempDir>,
     shutdown: CancellationToken,
@@ -97,19 +110,26 @@ pub struct TestApp {
 
 impl TestApp {
     pub async fn spawn() -> TestApp {
+        Self::spawn_with_callback_prefix(DEFAULT_CALLBACK_PREFIX).await
+    }
+
+    /// Spawns with agent-a allowed to send webhooks under `prefix`.
+    pub async fn spawn_with_callback_prefix(prefix: &str) -> TestApp {
         let telegram = Arc::new(FakeTelegram::start_with_token(BOT_TOKEN).await);
         let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
         let db_url = format!("sqlite://{}/hitl.db", dir.path().display());
-        Self::start(telegram, dir, db_url).await
+        Self::start(telegram, dir, db_url, prefix.to_owned()).await
     }
 
     async fn start(
         telegram: Arc<FakeTelegram>,
         dir: Arc<tempfile::TempDir>,
         db_url: String,
+        callback_prefix: String,
     ) -> TestApp {
-        let settings =
-            Settings::from_toml(&settings_toml(&telegram.api_url(), &db_url)).expect("settings");
+        let toml = settings_toml(&telegram.api_url(), &db_url)
+            .replace("{CALLBACK_PREFIX}", &callback_prefix);
+        let settings = Settings::from_toml(&toml).expect("settings");
         let env = test_env();
         let config = Config::from_settings(settings, &|k| env.get(k).cloned()).expect("config");
         let app = Application::build(config).await.expect("build");
@@ -125,6 +145,7 @@ impl TestApp {
                 .expect("client"),
             telegram,
             db_url,
+            callback_prefix,
             dir,
             shutdown,
             handle: Some(handle),
@@ -134,7 +155,13 @@ impl TestApp {
     /// Stops the service cleanly and starts a new one on the same database and fake.
     pub async fn restart(mut self) -> TestApp {
         self.stop().await;
-        Self::start(self.telegram.clone(), self.dir.clone(), self.db_url.clone()).await
+        Self::start(
+            self.telegram.clone(),
+            self.dir.clone(),
+            self.db_url.clone(),
+            self.callback_prefix.clone(),
+        )
+        .await
     }
 
     pub async fn stop(&mut self) {

@@ -3,3 +3,4 @@
 
 pub mod app;
 pub mod fake_telegram;
+pub mod process;

@@ -1,0 +1,105 @@
+//! The real `hitl-telegram` binary as a child process: started from a config file,
+//! its address read from its JSON log, its whole log kept for assertions.
+#![allow(dead_code)] // each test binary uses a subset
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use super::app::*;
+use super::fake_telegram::FakeTelegram;
+
+pub struct ServiceProcess {
+    pub child: Child,
+    pub base: String,
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+/// Writes the standard test config (against `telegram`, on `db_url`) into `dir`.
+pub fn write_config(dir: &Path, telegram: &FakeTelegram, db_url: &str) -> PathBuf {
+    let path = dir.join("config.toml");
+    let toml = settings_toml(&telegram.api_url(), db_url)
+        .replace("{CALLBACK_PREFIX}", DEFAULT_CALLBACK_PREFIX);
+    std::fs::write(&path, toml).expect("write config");
+    path
+}
+
+impl ServiceProcess {
+    /// Starts `serve` and waits (up to 30 s) until it logs that it is serving.
+    pub async fn start(config: &Path) -> ServiceProcess {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hitl-telegram"))
+            .args([
+                "--log-json",
+                "serve",
+                "--config",
+                config.to_str().expect("utf-8 path"),
+            ])
+            .env("TELEGRAM_BOT_TOKEN", BOT_TOKEN)
+            .env("TOKEN_A", TOKEN_A)
+            .env("TOKEN_B", TOKEN_B)
+            .env("HOOK_A", HOOK_SECRET_A)
+            .env("RUST_LOG", "debug")
+            .env("NO_PROXY", "127.0.0.1")
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn the service");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let sink = log.clone();
+        tokio::spawn(async move {
+            let mut addr_tx = Some(addr_tx);
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(v) = serde_json::from_str::<Value>(&line)
+                    && v["message"] == "hitl-telegram is serving"
+                    && let Some(tx) = addr_tx.take()
+                {
+                    let _ = tx.send(v["addr"].as_str().unwrap_or_default().to_owned());
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let addr = match tokio::time::timeout(Duration::from_secs(30), addr_rx).await {
+            Ok(Ok(a)) => a,
+            _ => panic!(
+                "the service did not start:\n{}",
+                log.lock().unwrap().join("\n")
+            ),
+        };
+        ServiceProcess {
+            child,
+            base: format!("http://{addr}"),
+            log,
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// SIGKILL: no shutdown code runs.
+    pub async fn kill9(&mut self) {
+        self.child.kill().await.expect("SIGKILL");
+    }
+
+    /// SIGTERM, then waits (up to 30 s) for the exit status.
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().expect("running").to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill");
+        assert!(sent.success());
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("exits within 30 s of SIGTERM")
+            .expect("exit status")
+    }
+}
