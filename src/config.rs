@@ -461,7 +461,10 @@ impl Config {
         let w = &s.webhooks;
         for (name, v) in [
             ("webhooks.timeout_seconds", w.timeout_seconds),
-            ("webhooks.initial_backoff_seconds", w.initial_backoff_seconds),
+            (
+                "webhooks.initial_backoff_seconds",
+                w.initial_backoff_seconds,
+            ),
             ("webhooks.max_backoff_seconds", w.max_backoff_seconds),
             ("webhooks.give_up_after_seconds", w.give_up_after_seconds),
         ] {
@@ -605,7 +608,13 @@ routes = ["ops"]
             r#"routes = ["ops"]"#,
             "routes = [\"ops\"]\nwebhook_secret_env = \"HOOK\"\ncallback_url_prefixes = [\"https://a.example/hooks\"]",
         );
-        let env = |k: &str| if k == "HOOK" { Some("s".to_owned()) } else { env(k) };
+        let env = |k: &str| {
+            if k == "HOOK" {
+                Some("s".to_owned())
+            } else {
+                env(k)
+            }
+        };
         let c = Config::from_settings(Settings::from_toml(&toml).unwrap(), &env).unwrap();
         let a = &c.agents[0];
         let ok = |u: &str| a.allows_callback(&reqwest::Url::parse(u).unwrap());

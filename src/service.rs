@@ -377,7 +377,10 @@ impl Service {
                     hops += 1;
                     let to = e.migrated_to.unwrap_or(record.chat_id);
                     if let Err(err) = self.move_route_chat(&record, to).await {
-                        break Err(DeliveryError::new(format!("{} (and the move failed: {err})", e.reason)));
+                        break Err(DeliveryError::new(format!(
+                            "{} (and the move failed: {err})",
+                            e.reason
+                        )));
                     }
                     record.chat_id = to;
                 }

@@ -52,7 +52,8 @@ pub fn sign(secret: &[u8], timestamp: i64, body: &[u8]) -> String {
 /// backoff up to the maximum, then scaled by a random factor in [0.5, 1] so receivers
 /// that came back are not hit by every sender at once.
 pub fn backoff(settings: &WebhookSettings, attempt: u32) -> Duration {
-    let exp = settings.initial_backoff_seconds * 2f64.powi(attempt.saturating_sub(1).min(60) as i32);
+    let exp =
+        settings.initial_backoff_seconds * 2f64.powi(attempt.saturating_sub(1).min(60) as i32);
     let capped = exp.min(settings.max_backoff_seconds);
     let jitter = rand::rng().random_range(0.5..=1.0);
     Duration::from_secs_f64(capped * jitter)
@@ -138,7 +139,9 @@ fn next_step(
     error: String,
     now: OffsetDateTime,
 ) -> WebhookAttempt {
-    let age: Duration = (now - entry.created_at).try_into().unwrap_or(Duration::ZERO);
+    let age: Duration = (now - entry.created_at)
+        .try_into()
+        .unwrap_or(Duration::ZERO);
     if age.as_secs_f64() >= settings.give_up_after_seconds {
         return WebhookAttempt::GiveUp {
             error: format!("{error} (giving up after {} attempts)", entry.attempts + 1),
@@ -151,7 +154,11 @@ fn next_step(
     }
 }
 
-async fn send(service: &Service, http: &reqwest::Client, entry: &OutboxEntry) -> Result<(), String> {
+async fn send(
+    service: &Service,
+    http: &reqwest::Client,
+    entry: &OutboxEntry,
+) -> Result<(), String> {
     let record = service
         .store()
         .get(&entry.confirmation_id)
@@ -182,7 +189,10 @@ async fn send(service: &Service, http: &reqwest::Client, entry: &OutboxEntry) ->
     if response.status().is_success() {
         Ok(())
     } else {
-        Err(format!("receiver answered HTTP {}", response.status().as_u16()))
+        Err(format!(
+            "receiver answered HTTP {}",
+            response.status().as_u16()
+        ))
     }
 }
 
@@ -210,7 +220,10 @@ mod tests {
         };
         for (attempt, full) in [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (5, 8.0), (40, 8.0)] {
             let d = backoff(&s, attempt).as_secs_f64();
-            assert!(d >= full * 0.5 - 1e-9 && d <= full + 1e-9, "attempt {attempt}: {d}");
+            assert!(
+                d >= full * 0.5 - 1e-9 && d <= full + 1e-9,
+                "attempt {attempt}: {d}"
+            );
         }
     }
 }
