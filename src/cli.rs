@@ -31,6 +31,7 @@ pub fn demo_settings(mut s: Settings, operator_id: Option<String>) -> anyhow::Re
         // In a private chat the chat id is the user's id.
         chat_id: i64::try_from(operator).context("Telegram user id out of range")?,
         approvers: vec![operator],
+        forbid_self_approval: false,
     }];
     s.agents = vec![AgentSettings {
         name: "demo".into(),

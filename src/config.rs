@@ -37,6 +37,9 @@ pub struct Settings {
     pub confirmation: ConfirmationSettings,
     #[serde(default)]
     pub webhooks: WebhookSettings,
+    /// Maps agents' `owner_id` values to Telegram user ids, for `forbid_self_approval`.
+    #[serde(default)]
+    pub owner_telegram_ids: HashMap<String, u64>,
     #[serde(default)]
     pub routes: Vec<RouteSettings>,
     #[serde(default)]
@@ -98,6 +101,9 @@ pub struct RouteSettings {
     pub chat_id: i64,
     #[serde(default)]
     pub approvers: Vec<u64>,
+    /// Refuse taps by the Telegram user mapped to the request's owner.
+    #[serde(default)]
+    pub forbid_self_approval: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -163,6 +169,7 @@ pub struct Route {
     pub name: String,
     pub chat_id: i64,
     pub approvers: HashSet<u64>,
+    pub forbid_self_approval: bool,
 }
 
 impl Route {
@@ -238,6 +245,7 @@ pub struct Config {
     pub max_timeout_seconds: f64,
     pub default_window_seconds: u64,
     pub webhooks: WebhookSettings,
+    pub owner_telegram_ids: HashMap<String, u64>,
     pub routes: HashMap<String, Arc<Route>>,
     pub agents: Vec<Arc<Agent>>,
 }
@@ -335,6 +343,7 @@ impl Config {
                 name: r.name.clone(),
                 chat_id: r.chat_id,
                 approvers: r.approvers.into_iter().collect(),
+                forbid_self_approval: r.forbid_self_approval,
             };
             if routes.insert(r.name.clone(), Arc::new(route)).is_some() {
                 return Err(invalid(
@@ -486,6 +495,7 @@ impl Config {
             max_timeout_seconds: c.max_timeout_seconds,
             default_window_seconds: c.default_window_seconds,
             webhooks: s.webhooks,
+            owner_telegram_ids: s.owner_telegram_ids,
             routes,
             agents,
         })
@@ -508,6 +518,11 @@ impl Config {
             }
         }
         found
+    }
+
+    /// The Telegram user an agent's `owner_id` stands for, if the config maps it.
+    pub fn owner_telegram_id(&self, owner_id: &str) -> Option<u64> {
+        self.owner_telegram_ids.get(owner_id).copied()
     }
 
     pub fn route(&self, name: &str) -> Option<&Arc<Route>> {

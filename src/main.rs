@@ -50,6 +50,22 @@ enum Command {
     },
     /// Ask through a running service; exit 0 confirmed, 1 cancelled, 2 timeout, 3 error.
     Ask(Box<AskArgs>),
+    /// The audit trail: export it as JSON lines, or verify its hash chain.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// Write every event (from --since, an RFC 3339 time) as JSON lines to stdout.
+    Export {
+        #[arg(long)]
+        since: Option<String>,
+    },
+    /// Check the hash chain; exit 1 naming the first broken event.
+    Verify,
 }
 
 #[derive(Args)]
@@ -106,6 +122,55 @@ async fn serve(path: &std::path::Path, demo: bool) -> anyhow::Result<()> {
     app.run_until_stopped(shutdown).await
 }
 
+async fn audit(path: &std::path::Path, command: AuditCommand) -> anyhow::Result<()> {
+    use hitl_telegram::domain::audit;
+    use hitl_telegram::storage::Store;
+    use std::io::Write;
+    let settings = Settings::load(path)?;
+    let store = hitl_telegram::storage::SqliteStore::connect(&settings.database.url)
+        .await
+        .context("cannot open the database (database.url)")?;
+    store.migrate().await?;
+    match command {
+        AuditCommand::Export { since } => {
+            let since = since
+                .map(|s| {
+                    time::OffsetDateTime::parse(&s, &time::format_description::well_known::Rfc3339)
+                        .with_context(|| format!("--since '{s}' is not an RFC 3339 time"))
+                })
+                .transpose()?;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            for row in store.audit_rows(since).await? {
+                let line = serde_json::json!({
+                    "seq": row.seq,
+                    "at": hitl_telegram::domain::confirmation::rfc3339(row.at),
+                    "confirmation_id": row.confirmation_id,
+                    "kind": row.kind,
+                    "actor": row.actor,
+                    "detail": serde_json::from_str::<serde_json::Value>(&row.detail_text)
+                        .unwrap_or(serde_json::Value::String(row.detail_text.clone())),
+                    "prev_hash": row.prev_hash,
+                    "hash": row.hash,
+                });
+                writeln!(out, "{line}")?;
+            }
+            out.flush()?;
+            Ok(())
+        }
+        AuditCommand::Verify => {
+            let rows = store.audit_rows(None).await?;
+            store.close().await;
+            match audit::verify(rows) {
+                Ok(n) => {
+                    println!("audit chain OK: {n} events");
+                    Ok(())
+                }
+                Err(broken) => Err(anyhow::anyhow!(broken)),
+            }
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -124,6 +189,7 @@ async fn main() -> ExitCode {
             }
             .await
         }
+        Command::Audit { command } => audit(&cli.config, command).await,
         Command::CheckConfig { demo } => load_config(&cli.config, demo).map(|c| {
             println!(
                 "configuration OK: {} route(s), {} agent(s)",

@@ -19,6 +19,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{Agent, Config};
 use crate::domain::args_hash::ArgsHash;
+use crate::domain::audit;
 use crate::domain::briefing;
 use crate::domain::confirmation::{Confirmation, Operator, Outcome, PENDING_REASON, Status, Via};
 use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
@@ -568,19 +569,50 @@ impl Service {
         }
     }
 
+    /// Logs and audits a refused tap; the operator gets `text` as an alert.
+    async fn refuse(
+        &self,
+        tap: &Tap,
+        id: Option<&ConfirmationId>,
+        text: &str,
+        why: &'static str,
+    ) -> Result<(String, bool, Option<Confirmation>), StorageError> {
+        tracing::warn!(user_id = tap.from.id, chat_id = ?tap.chat_id, id = ?id.map(|i| i.as_str()), why, "tap refused");
+        let event = audit::refused_tap(
+            id.map(|i| i.as_str()),
+            &tap.from,
+            tap.chat_id,
+            tap.message_id,
+            why,
+            now(),
+        );
+        self.store.record_event(event).await?;
+        Ok((text.to_owned(), true, None))
+    }
+
     async fn judge_tap(
         self: &Arc<Self>,
         tap: &Tap,
     ) -> Result<(String, bool, Option<Confirmation>), StorageError> {
-        let refuse = |text: &str, why: &str| {
-            tracing::warn!(user_id = tap.from.id, chat_id = ?tap.chat_id, why, "tap refused");
-            Ok((text.to_owned(), true, None))
-        };
         let Some((action, token)) = crate::telegram::render::parse_callback_data(&tap.data) else {
-            return refuse("This button is not valid.", "malformed callback data");
+            return self
+                .refuse(
+                    tap,
+                    None,
+                    "This button is not valid.",
+                    "malformed callback data",
+                )
+                .await;
         };
         let Some(record) = self.store.find_by_token(&token).await? else {
-            return refuse("This request is unknown.", "unknown callback token");
+            return self
+                .refuse(
+                    tap,
+                    None,
+                    "This request is unknown.",
+                    "unknown callback token",
+                )
+                .await;
         };
         // The token is bound to the chat and the message it was sent with; a token
         // replayed under another message (or in another chat) is refused. While delivery
@@ -590,21 +622,40 @@ impl Service {
             None => true,
         };
         if tap.chat_id != Some(record.chat_id) || !same_message {
-            return refuse(
-                "This button does not belong to this message.",
-                "callback data from another chat or message",
-            );
+            return self
+                .refuse(
+                    tap,
+                    Some(&record.id),
+                    "This button does not belong to this message.",
+                    "callback data from another chat or message",
+                )
+                .await;
         }
-        let allowed = !tap.from_is_bot
-            && self
-                .config
-                .route(&record.route)
-                .is_some_and(|r| r.may_decide(tap.from.id));
+        let route = self.config.route(&record.route);
+        let allowed = !tap.from_is_bot && route.is_some_and(|r| r.may_decide(tap.from.id));
         if !allowed {
-            return refuse(
-                "You are not allowed to decide this request",
-                "not an approver of the route",
-            );
+            return self
+                .refuse(
+                    tap,
+                    Some(&record.id),
+                    "You are not allowed to decide this request",
+                    "not an approver of the route",
+                )
+                .await;
+        }
+        // Checked on every tap, including Cancel: an owner may not decide their own
+        // request either way when the route forbids it.
+        if route.is_some_and(|r| r.forbid_self_approval)
+            && self.config.owner_telegram_id(record.owner_id.as_str()) == Some(tap.from.id)
+        {
+            return self
+                .refuse(
+                    tap,
+                    Some(&record.id),
+                    "You cannot decide a request made on your own behalf.",
+                    "self-approval is forbidden on this route",
+                )
+                .await;
         }
         if record.is_terminal() {
             return Ok((already_decided(&record), false, None));

@@ -125,7 +125,7 @@ async fn attempt(service: Arc<Service>, http: reqwest::Client, entry: OutboxEntr
     }
     if let Err(e) = service
         .store()
-        .webhook_attempted(&entry.delivery_id, result, now())
+        .webhook_attempted(&entry, result, now())
         .await
     {
         tracing::error!(error = %e, "cannot record a webhook attempt");

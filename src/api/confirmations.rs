@@ -139,7 +139,10 @@ pub fn parse_create(
         ));
     }
     // Millisecond precision is what storage keeps; below that a deadline means nothing.
-    let timeout = Duration::from_millis(((timeout_seconds * 1000.0).ceil() as u64).max(1));
+    // Rounded to the microsecond before rounding up to the millisecond: `2.007 * 1000.0`
+    // is 2007.0000000000002 in binary, and a plain ceil would make it 2008 ms.
+    let micros = (timeout_seconds * 1e6).round() as u64;
+    let timeout = Duration::from_millis(micros.div_ceil(1000).max(1));
     let wait = match field::<String>(&body, "wait", "\"block\" or \"suspend\"")?.as_deref() {
         None | Some("block") => WaitMode::Block,
         Some("suspend") => WaitMode::Suspend,
@@ -270,4 +273,21 @@ pub async fn withdraw(
     let id = parse_id(&id)?;
     let record = state.service.withdraw(&agent, &id).await?;
     Ok(respond(StatusCode::OK, &record))
+}
+
+/// `GET /v1/confirmations/{id}/events`: the request's audit events, oldest first.
+pub async fn events(
+    State(state): State<AppState>,
+    AuthAgent(agent): AuthAgent,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id)?;
+    state.service.get(&agent, &id).await?;
+    let events = state
+        .service
+        .store()
+        .events_for(&id)
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok((StatusCode::OK, Json(serde_json::json!({"events": events}))).into_response())
 }

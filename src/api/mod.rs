@@ -36,6 +36,7 @@ pub fn router(state: AppState) -> Router {
             "/v1/confirmations/{id}",
             get(confirmations::get).delete(confirmations::withdraw),
         )
+        .route("/v1/confirmations/{id}/events", get(confirmations::events))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

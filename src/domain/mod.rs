@@ -2,9 +2,11 @@
 //!
 //! `pyvalue`/`pyjson` see parameters as Python sees them; `args_hash` is AI-Parrot's
 //! `compute_args_hash`; `pyformat`/`briefing` are Python's `str.format` over those
-//! values; `confirmation` is the request's state machine and its windows.
+//! values; `confirmation` is the request's state machine and its windows; `audit` is
+//! the hash chain of the audit trail.
 
 pub mod args_hash;
+pub mod audit;
 pub mod briefing;
 pub mod confirmation;
 pub mod ids;

@@ -10,6 +10,7 @@ mod sqlite;
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
+use crate::domain::audit::{AuditEvent, NewEvent, StoredRow};
 use crate::domain::confirmation::{Confirmation, Decision, Window, WindowKey};
 use crate::domain::ids::{CallbackToken, ConfirmationId, DeliveryId, IdempotencyKey};
 
@@ -118,7 +119,7 @@ pub trait Store: Send + Sync + 'static {
         now: OffsetDateTime,
     ) -> Result<Option<Confirmation>, StorageError>;
 
-    /// Records the Telegram message that carries the request's buttons.
+    /// Records the Telegram message that carries the request's buttons (audited).
     async fn set_message_id(
         &self,
         id: &ConfirmationId,
@@ -158,13 +159,26 @@ pub trait Store: Send + Sync + 'static {
     /// When the next pending webhook is due, if any.
     async fn next_webhook_due(&self) -> Result<Option<OffsetDateTime>, StorageError>;
 
-    /// Records the result of an attempt.
+    /// Records the result of an attempt (and, when it is final, its audit event).
     async fn webhook_attempted(
         &self,
-        delivery_id: &DeliveryId,
+        entry: &OutboxEntry,
         result: WebhookAttempt,
         now: OffsetDateTime,
     ) -> Result<(), StorageError>;
+
+    /// Appends an event to the audit trail. State changes append theirs inside their own
+    /// transaction; this is for events that change nothing else (a refused tap).
+    async fn record_event(&self, event: NewEvent) -> Result<(), StorageError>;
+
+    /// One request's events, oldest first.
+    async fn events_for(&self, id: &ConfirmationId) -> Result<Vec<AuditEvent>, StorageError>;
+
+    /// The whole trail (from `since`, if given), in sequence order, as stored.
+    async fn audit_rows(
+        &self,
+        since: Option<OffsetDateTime>,
+    ) -> Result<Vec<StoredRow>, StorageError>;
 
     /// Routes whose chat moved (a group upgraded to a supergroup), with the new chat.
     async fn route_chats(&self) -> Result<Vec<(String, i64)>, StorageError>;

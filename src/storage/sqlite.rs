@@ -14,6 +14,7 @@ use super::{
     WebhookAttempt,
 };
 use crate::domain::args_hash::ArgsHash;
+use crate::domain::audit::{self, AuditEvent, GENESIS_HASH, NewEvent, StoredRow};
 use crate::domain::confirmation::{
     Confirmation, Decision, Operator, Status, Via, Window, WindowKey,
 };
@@ -25,6 +26,9 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// Serialises the transactions that append to the audit trail: each append reads the
+    /// last row's hash, so two must not interleave. Held across the whole transaction.
+    audit: tokio::sync::Mutex<()>,
 }
 
 impl SqliteStore {
@@ -56,7 +60,10 @@ impl SqliteStore {
             .max_connections(8)
             .connect_with(options)
             .await?;
-        Ok(SqliteStore { pool })
+        Ok(SqliteStore {
+            pool,
+            audit: tokio::sync::Mutex::new(()),
+        })
     }
 }
 
@@ -200,6 +207,76 @@ async fn enqueue_webhook(
     Ok(())
 }
 
+/// Appends `event` to the audit chain inside `tx`. The caller holds the audit lock.
+async fn append_event(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    event: &NewEvent,
+) -> Result<(), StorageError> {
+    let last: Option<(i64, String)> =
+        sqlx::query_as("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1")
+            .fetch_optional(&mut **tx)
+            .await?;
+    let (seq, prev_hash) = match last {
+        Some((seq, hash)) => (seq + 1, hash),
+        None => (1, GENESIS_HASH.to_owned()),
+    };
+    let detail = event.detail.to_string();
+    let hash = audit::chain_hash(
+        &prev_hash,
+        seq,
+        event.at,
+        event.confirmation_id.as_deref(),
+        event.kind,
+        &event.actor,
+        &detail,
+    );
+    sqlx::query(
+        "INSERT INTO audit_events (seq, at, confirmation_id, kind, actor, detail, prev_hash, hash)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(seq)
+    .bind(ms(event.at))
+    .bind(event.confirmation_id.as_deref())
+    .bind(event.kind)
+    .bind(&event.actor)
+    .bind(&detail)
+    .bind(&prev_hash)
+    .bind(&hash)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+#[derive(FromRow)]
+struct AuditRow {
+    seq: i64,
+    at: i64,
+    confirmation_id: Option<String>,
+    kind: String,
+    actor: String,
+    detail: String,
+    prev_hash: String,
+    hash: String,
+}
+
+impl AuditRow {
+    fn into_stored(self) -> Result<StoredRow, StorageError> {
+        Ok(StoredRow {
+            at: from_ms(self.at).ok_or_else(|| StorageError::Corrupt {
+                id: format!("audit event {}", self.seq),
+                what: "time".into(),
+            })?,
+            seq: self.seq,
+            confirmation_id: self.confirmation_id,
+            kind: self.kind,
+            actor: self.actor,
+            detail_text: self.detail,
+            prev_hash: self.prev_hash,
+            hash: self.hash,
+        })
+    }
+}
+
 fn from_ms(v: i64) -> Option<OffsetDateTime> {
     OffsetDateTime::from_unix_timestamp_nanos(i128::from(v) * 1_000_000).ok()
 }
@@ -231,6 +308,7 @@ impl Store for SqliteStore {
         r: &Confirmation,
         now: OffsetDateTime,
     ) -> Result<Inserted, StorageError> {
+        let _audit = self.audit.lock().await;
         let mut tx = self.pool.begin().await?;
         if let Some(key) = &r.idempotency_key {
             // Release the key if its request is older than the TTL, so it can be reused.
@@ -289,7 +367,10 @@ impl Store for SqliteStore {
         .await?;
         if done.rows_affected() == 1 {
             if r.is_terminal() {
+                append_event(&mut tx, &audit::window_hit(r)).await?;
                 enqueue_webhook(&mut tx, r, ms(now)).await?;
+            } else {
+                append_event(&mut tx, &audit::requested(r)).await?;
             }
             tx.commit().await?;
             return Ok(Inserted::New(r.clone()));
@@ -337,15 +418,26 @@ impl Store for SqliteStore {
         id: &ConfirmationId,
         message_id: i32,
     ) -> Result<(), StorageError> {
-        sqlx::query("UPDATE confirmations SET message_id = ? WHERE id = ?")
-            .bind(i64::from(message_id))
-            .bind(id.as_str())
-            .execute(&self.pool)
-            .await?;
+        let _audit = self.audit.lock().await;
+        let mut tx = self.pool.begin().await?;
+        let chat: Option<(i64,)> = sqlx::query_as(
+            "UPDATE confirmations SET message_id = ? WHERE id = ? RETURNING chat_id",
+        )
+        .bind(i64::from(message_id))
+        .bind(id.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some((chat_id,)) = chat {
+            let event =
+                audit::delivered(id.as_str(), chat_id, message_id, OffsetDateTime::now_utc());
+            append_event(&mut tx, &event).await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 
     async fn decide(&self, id: &ConfirmationId, d: &Decision) -> Result<Decided, StorageError> {
+        let _audit = self.audit.lock().await;
         let mut tx = self.pool.begin().await?;
         let (by_id, by_username, by_name) = match &d.decided_by {
             Some(op) => (
@@ -384,6 +476,7 @@ impl Store for SqliteStore {
         if !changed {
             return Ok(Decided::AlreadyTerminal(record));
         }
+        append_event(&mut tx, &audit::decided(&record)).await?;
         enqueue_webhook(&mut tx, &record, ms(d.decided_at)).await?;
         if let Some(until) = record.window_until() {
             sqlx::query(
@@ -511,31 +604,105 @@ impl Store for SqliteStore {
 
     async fn webhook_attempted(
         &self,
-        delivery_id: &DeliveryId,
+        entry: &OutboxEntry,
         result: WebhookAttempt,
         now: OffsetDateTime,
     ) -> Result<(), StorageError> {
-        let q = match &result {
-            WebhookAttempt::Delivered => sqlx::query(
-                "UPDATE webhook_outbox SET state = 'delivered', attempts = attempts + 1,
-                    last_error = NULL, finished_at = ? WHERE delivery_id = ?",
-            )
-            .bind(ms(now)),
-            WebhookAttempt::Retry { next_at, error } => sqlx::query(
-                "UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = ?,
-                    last_error = ? WHERE delivery_id = ?",
-            )
-            .bind(ms(*next_at))
-            .bind(error.as_str()),
-            WebhookAttempt::GiveUp { error } => sqlx::query(
-                "UPDATE webhook_outbox SET state = 'given_up', attempts = attempts + 1,
-                    last_error = ?, finished_at = ? WHERE delivery_id = ?",
-            )
-            .bind(error.as_str())
-            .bind(ms(now)),
+        let id = entry.delivery_id.as_str();
+        let (q, event) = match &result {
+            WebhookAttempt::Delivered => (
+                sqlx::query(
+                    "UPDATE webhook_outbox SET state = 'delivered', attempts = attempts + 1,
+                        last_error = NULL, finished_at = ? WHERE delivery_id = ?",
+                )
+                .bind(ms(now)),
+                Some(audit::webhook(
+                    entry.confirmation_id.as_str(),
+                    id,
+                    true,
+                    None,
+                    now,
+                )),
+            ),
+            WebhookAttempt::Retry { next_at, error } => (
+                sqlx::query(
+                    "UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = ?,
+                        last_error = ? WHERE delivery_id = ?",
+                )
+                .bind(ms(*next_at))
+                .bind(error.as_str()),
+                None,
+            ),
+            WebhookAttempt::GiveUp { error } => (
+                sqlx::query(
+                    "UPDATE webhook_outbox SET state = 'given_up', attempts = attempts + 1,
+                        last_error = ?, finished_at = ? WHERE delivery_id = ?",
+                )
+                .bind(error.as_str())
+                .bind(ms(now)),
+                Some(audit::webhook(
+                    entry.confirmation_id.as_str(),
+                    id,
+                    false,
+                    Some(error),
+                    now,
+                )),
+            ),
         };
-        q.bind(delivery_id.as_str()).execute(&self.pool).await?;
+        let _audit = match event {
+            Some(_) => Some(self.audit.lock().await),
+            None => None,
+        };
+        let mut tx = self.pool.begin().await?;
+        q.bind(id).execute(&mut *tx).await?;
+        if let Some(e) = &event {
+            append_event(&mut tx, e).await?;
+        }
+        tx.commit().await?;
         Ok(())
+    }
+
+    async fn record_event(&self, event: NewEvent) -> Result<(), StorageError> {
+        let _audit = self.audit.lock().await;
+        let mut tx = self.pool.begin().await?;
+        append_event(&mut tx, &event).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn events_for(&self, id: &ConfirmationId) -> Result<Vec<AuditEvent>, StorageError> {
+        let rows: Vec<AuditRow> =
+            sqlx::query_as("SELECT * FROM audit_events WHERE confirmation_id = ? ORDER BY seq")
+                .bind(id.as_str())
+                .fetch_all(&self.pool)
+                .await?;
+        rows.into_iter()
+            .map(|r| {
+                let s = r.into_stored()?;
+                Ok(AuditEvent {
+                    detail: serde_json::from_str(&s.detail_text).unwrap_or(serde_json::Value::Null),
+                    seq: s.seq,
+                    at: s.at,
+                    confirmation_id: s.confirmation_id,
+                    kind: s.kind,
+                    actor: s.actor,
+                    prev_hash: s.prev_hash,
+                    hash: s.hash,
+                })
+            })
+            .collect()
+    }
+
+    async fn audit_rows(
+        &self,
+        since: Option<OffsetDateTime>,
+    ) -> Result<Vec<StoredRow>, StorageError> {
+        let rows: Vec<AuditRow> =
+            sqlx::query_as("SELECT * FROM audit_events WHERE at >= ? ORDER BY seq")
+                .bind(since.map_or(i64::MIN, ms))
+                .fetch_all(&self.pool)
+                .await?;
+        rows.into_iter().map(AuditRow::into_stored).collect()
     }
 
     async fn route_chats(&self) -> Result<Vec<(String, i64)>, StorageError> {
@@ -551,7 +718,9 @@ impl Store for SqliteStore {
         to_chat: i64,
         now: OffsetDateTime,
     ) -> Result<(), StorageError> {
+        let _audit = self.audit.lock().await;
         let mut tx = self.pool.begin().await?;
+        append_event(&mut tx, &audit::route_moved(route, from_chat, to_chat, now)).await?;
         sqlx::query(
             "INSERT INTO route_chats (route, chat_id, updated_at) VALUES (?, ?, ?)
              ON CONFLICT (route) DO UPDATE SET chat_id = excluded.chat_id, updated_at = excluded.updated_at",

@@ -62,10 +62,13 @@ timeout_seconds = 2
 initial_backoff_seconds = 0.05
 max_backoff_seconds = 0.2
 give_up_after_seconds = 30
+[owner_telegram_ids]
+"alice-owner" = {ALICE}
 [[routes]]
 name = "ops"
 chat_id = {OPS_CHAT}
 approvers = [{ALICE}, {BOB}]
+forbid_self_approval = true
 [[routes]]
 name = "other"
 chat_id = {OTHER_CHAT}
