@@ -106,6 +106,7 @@ impl Application {
         let app = api::router(AppState {
             service: service.clone(),
             stop: shutdown.clone(),
+            rate: Arc::new(api::limits::AgentRateLimiter::default()),
         });
         let stop = shutdown.clone();
         let server = tokio::spawn(async move {

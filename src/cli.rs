@@ -40,6 +40,8 @@ pub fn demo_settings(mut s: Settings, operator_id: Option<String>) -> anyhow::Re
         default_route: Some("demo".into()),
         webhook_secret_env: None,
         callback_url_prefixes: Vec::new(),
+        requests_per_minute: 120,
+        max_pending: 100,
     }];
     Ok(s)
 }

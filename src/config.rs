@@ -119,6 +119,21 @@ pub struct AgentSettings {
     /// `callback_url`s this agent may use must start with one of these.
     #[serde(default)]
     pub callback_url_prefixes: Vec<String>,
+    /// Most `POST /v1/confirmations` per minute (a burst of this many, then a steady
+    /// rate); more get 429 with `Retry-After`.
+    #[serde(default = "default_requests_per_minute")]
+    pub requests_per_minute: u32,
+    /// Most requests pending at once; more get 429.
+    #[serde(default = "default_max_pending")]
+    pub max_pending: u32,
+}
+
+fn default_requests_per_minute() -> u32 {
+    120
+}
+
+fn default_max_pending() -> u32 {
+    100
 }
 
 /// Why a configuration was refused. Each message names the key at fault.
@@ -189,6 +204,8 @@ pub struct Agent {
     /// Signs webhooks; present whenever `callback_url_prefixes` is not empty.
     pub webhook_secret: Option<SecretString>,
     pub callback_url_prefixes: Vec<reqwest::Url>,
+    pub requests_per_minute: u32,
+    pub max_pending: u32,
 }
 
 impl Agent {
@@ -419,6 +436,15 @@ impl Config {
                     ),
                 ));
             }
+            if a.requests_per_minute == 0 {
+                return Err(invalid(
+                    format!("{key}.requests_per_minute"),
+                    "must be at least 1",
+                ));
+            }
+            if a.max_pending == 0 {
+                return Err(invalid(format!("{key}.max_pending"), "must be at least 1"));
+            }
             let mut callback_url_prefixes = Vec::new();
             for p in &a.callback_url_prefixes {
                 let url = reqwest::Url::parse(p)
@@ -465,6 +491,8 @@ impl Config {
                 default_route,
                 webhook_secret,
                 callback_url_prefixes,
+                requests_per_minute: a.requests_per_minute,
+                max_pending: a.max_pending,
             }));
         }
         let w = &s.webhooks;

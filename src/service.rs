@@ -116,6 +116,8 @@ pub enum ServiceError {
     IdempotencyMismatch,
     #[error("the service is shutting down; retry with the same idempotency_key")]
     ShuttingDown,
+    #[error("too many pending requests (max {0})")]
+    TooManyPending(u32),
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
@@ -351,6 +353,11 @@ impl Service {
             return Ok(stored);
         }
 
+        // Checked after the idempotency and window paths: retrying a request that exists,
+        // or a call a window confirms, never adds a pending one.
+        if self.store.count_pending(&agent.name).await? >= u64::from(agent.max_pending) {
+            return Err(ServiceError::TooManyPending(agent.max_pending));
+        }
         let stored = match self.store.insert(&record, now).await? {
             Inserted::New(r) => r,
             Inserted::Existing(e) => return same_request(e, &new, &record.args_hash),

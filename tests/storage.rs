@@ -175,3 +175,23 @@ async fn an_idempotency_key_is_released_after_24_hours() {
         Inserted::New(_)
     ));
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_database_and_its_folder_are_private_to_the_service_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("state");
+    let file = folder.join("hitl.db");
+    let s = SqliteStore::connect(&format!("sqlite://{}", file.display()))
+        .await
+        .unwrap();
+    s.migrate().await.unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&folder), 0o700);
+    assert_eq!(mode(&file), 0o600);
+    let wal = folder.join("hitl.db-wal");
+    if wal.exists() {
+        assert_eq!(mode(&wal), 0o600);
+    }
+}

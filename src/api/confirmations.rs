@@ -28,6 +28,8 @@ pub const MAX_TEMPLATE_CHARS: usize = 4096;
 pub const MAX_CONTEXT_CHARS: usize = 2048;
 pub const MAX_ROUTE_CHARS: usize = 128;
 pub const MAX_CALLBACK_URL_CHARS: usize = 2048;
+/// Most object keys in `params`, counted at every depth.
+pub const MAX_PARAM_KEYS: usize = 1000;
 /// The longest confirmation window: a year. Longer standing approvals are a policy
 /// decision nobody should take by typo.
 pub const MAX_WINDOW_SECONDS: u64 = 366 * 24 * 3600;
@@ -110,6 +112,13 @@ pub fn parse_create(
         .ok_or_else(|| ApiError::field("params", "is required (a JSON object)"))?;
     let params = pyjson::parse_object(raw_params.get())
         .map_err(|e| ApiError::field("params", format!("must be a JSON object: {e}")))?;
+    let keys = params.count_keys();
+    if keys > MAX_PARAM_KEYS {
+        return Err(ApiError::field(
+            "params",
+            format!("has {keys} keys; the limit is {MAX_PARAM_KEYS}"),
+        ));
+    }
 
     let owner_id = match field::<String>(&body, "owner_id", "a string")? {
         Some(o) => OwnerId::parse(&o).map_err(|e| ApiError::field("owner_id", e.0))?,
@@ -208,6 +217,15 @@ pub async fn create(
     AuthAgent(agent): AuthAgent,
     Body(bytes): Body,
 ) -> Result<Response, ApiError> {
+    if let Err(wait) = state.rate.check(&agent.name, agent.requests_per_minute) {
+        return Err(ApiError::TooManyRequests {
+            message: format!(
+                "more than {} requests per minute from this agent (its requests_per_minute)",
+                agent.requests_per_minute
+            ),
+            retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
+        });
+    }
     let (new, wait) = parse_create(&bytes, state.service.config(), &agent)?;
     let record = state.service.create(&agent, new).await?;
     if record.is_terminal() {

@@ -29,6 +29,11 @@ pub enum ApiError {
     PayloadTooLarge,
     /// 422: a field is invalid.
     InvalidField { field: String, reason: String },
+    /// 429, with `Retry-After` in whole seconds.
+    TooManyRequests {
+        message: String,
+        retry_after_secs: u64,
+    },
     /// 503
     Unavailable(String),
     /// 500: logged in full, reported without detail.
@@ -94,6 +99,17 @@ impl IntoResponse for ApiError {
                 "invalid_field",
                 format!("{field}: {reason}"),
             ),
+            ApiError::TooManyRequests {
+                message,
+                retry_after_secs,
+            } => {
+                let mut r = body(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message);
+                r.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    header::HeaderValue::from(retry_after_secs),
+                );
+                r
+            }
             ApiError::Unavailable(m) => body(StatusCode::SERVICE_UNAVAILABLE, "unavailable", m),
             ApiError::Internal(detail) => {
                 tracing::error!(%detail, "internal error");
@@ -118,6 +134,12 @@ impl From<ServiceError> for ApiError {
                 "was already used for a different request (tool, owner_id or params differ)",
             ),
             ServiceError::ShuttingDown => ApiError::Unavailable(e.to_string()),
+            ServiceError::TooManyPending(max) => ApiError::TooManyRequests {
+                message: format!(
+                    "this agent already has {max} pending requests (its max_pending); wait for some to end"
+                ),
+                retry_after_secs: 5,
+            },
             ServiceError::Storage(s) => ApiError::Internal(s.to_string()),
         }
     }

@@ -3,6 +3,7 @@
 pub mod confirmations;
 pub mod error;
 pub mod extract;
+pub mod limits;
 pub mod record;
 
 use std::sync::Arc;
@@ -26,6 +27,7 @@ pub struct AppState {
     pub service: Arc<Service>,
     /// Fired at shutdown: blocked agents get a 503 they can retry, not a false outcome.
     pub stop: CancellationToken,
+    pub rate: Arc<limits::AgentRateLimiter>,
 }
 
 pub fn router(state: AppState) -> Router {

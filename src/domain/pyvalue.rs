@@ -29,6 +29,17 @@ pub enum PyValue {
     Dict(PyDict),
 }
 
+impl PyValue {
+    /// Every object key at every depth: what an input bound on "number of keys" counts.
+    pub fn count_keys(&self) -> usize {
+        match self {
+            PyValue::List(items) => items.iter().map(PyValue::count_keys).sum(),
+            PyValue::Dict(d) => d.count_keys(),
+            _ => 0,
+        }
+    }
+}
+
 /// A Python `dict` with string keys: insertion-ordered, keys unique.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PyDict {
@@ -56,6 +67,11 @@ impl PyDict {
     /// Entries in insertion order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &PyValue)> {
         self.entries.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// This dict's keys plus every key nested in its values.
+    pub fn count_keys(&self) -> usize {
+        self.len() + self.iter().map(|(_, v)| v.count_keys()).sum::<usize>()
     }
 
     pub fn len(&self) -> usize {

@@ -142,6 +142,9 @@ pub trait Store: Send + Sync + 'static {
         now: OffsetDateTime,
     ) -> Result<Option<Window>, StorageError>;
 
+    /// How many requests of `agent` are pending.
+    async fn count_pending(&self, agent: &str) -> Result<u64, StorageError>;
+
     /// Every pending request's id, deadline and whether its message was recorded
     /// (restart recovery).
     async fn pending(&self) -> Result<Vec<PendingEntry>, StorageError>;

@@ -49,12 +49,9 @@ impl SqliteStore {
             .foreign_keys(true)
             // Writers queue instead of failing when two decisions land at once.
             .busy_timeout(Duration::from_secs(5));
-        let filename = options.get_filename();
-        if filename != Path::new(":memory:")
-            && let Some(dir) = filename.parent()
-            && !dir.as_os_str().is_empty()
-        {
-            std::fs::create_dir_all(dir)?;
+        let filename = options.get_filename().to_owned();
+        if filename != Path::new(":memory:") {
+            create_private(&filename)?;
         }
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
@@ -65,6 +62,38 @@ impl SqliteStore {
             audit: tokio::sync::Mutex::new(()),
         })
     }
+}
+
+/// Creates the database's folder (0700) and file (0600) when missing, so only the
+/// service's user can read requests and the audit trail. SQLite gives its `-wal` and
+/// `-shm` files the main file's permissions. Existing paths are left as they are: the
+/// folder may be shared (for example /tmp), and an operator may have chosen otherwise.
+fn create_private(file: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if let Some(dir) = file.parent()
+        && !dir.as_os_str().is_empty()
+        && !dir.exists()
+    {
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        builder.mode(0o700);
+        builder.create(dir)?;
+    }
+    if !file.exists() {
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        options.mode(0o600);
+        match options.open(file) {
+            Ok(_) => {}
+            // Another process created it first; fine.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 fn ms(t: OffsetDateTime) -> i64 {
@@ -527,6 +556,16 @@ impl Store for SqliteStore {
             expires_at: from_ms(expires_at).ok_or_else(|| corrupt("window expiry"))?,
             opened_by: ConfirmationId::parse(&opened_by).map_err(|_| corrupt("opened_by"))?,
         }))
+    }
+
+    async fn count_pending(&self, agent: &str) -> Result<u64, StorageError> {
+        let (n,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM confirmations WHERE agent = ? AND status = 'pending'",
+        )
+        .bind(agent)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 
     async fn pending(&self) -> Result<Vec<PendingEntry>, StorageError> {

@@ -84,6 +84,8 @@ callback_url_prefixes = ["{{CALLBACK_PREFIX}}"]
 name = "agent-b"
 token_env = "TOKEN_B"
 routes = ["other"]
+requests_per_minute = 6
+max_pending = 2
 "#
     )
 }
