@@ -249,6 +249,10 @@ impl Service {
             self.deadlines
                 .schedule(entry.id, instant_at(entry.expires_at, now));
         }
+        for record in self.store.unshown_outcomes().await? {
+            tracing::info!(id = %record.id, "showing an outcome a restart interrupted");
+            self.finish(record);
+        }
         if self.store.next_webhook_due().await?.is_some() {
             self.webhook_wake.notify_one();
         }
@@ -453,15 +457,23 @@ impl Service {
         Ok(decided)
     }
 
-    /// Shows a decided request's outcome in its Telegram message, in the background.
+    /// Shows a decided request's outcome in its Telegram message, in the background, and
+    /// records that it did, so a restart can finish what a crash interrupted.
     fn finish(self: &Arc<Self>, record: Confirmation) {
         if record.message_id.is_none() {
             return;
         }
         let me = self.clone();
         self.tasks.spawn(async move {
-            if let Err(e) = me.messenger.show_outcome(&record).await {
-                tracing::warn!(id = %record.id, reason = %e.reason, "could not update the message");
+            match me.messenger.show_outcome(&record).await {
+                Ok(()) => {
+                    if let Err(e) = me.store.mark_outcome_shown(&record.id).await {
+                        tracing::warn!(id = %record.id, error = %e, "could not record the shown outcome");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(id = %record.id, reason = %e.reason, "could not update the message")
+                }
             }
         });
     }

@@ -87,7 +87,7 @@ async fn after_sigkill_every_request_is_still_there_taps_decide_and_missed_deadl
     let expire_me = agent
         .create(
             &service.base,
-            json!({"tool": "c", "params": {}, "wait": "suspend", "timeout_seconds": 1}),
+            json!({"tool": "c", "params": {}, "wait": "suspend", "timeout_seconds": 4}),
         )
         .await;
     let messages = telegram.wait_for_messages(3).await;
@@ -100,6 +100,26 @@ async fn after_sigkill_every_request_is_still_there_taps_decide_and_missed_deadl
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+    // A decision whose message edit is held back by flood control when the crash comes.
+    let decided_unshown = agent
+        .create(
+            &service.base,
+            json!({"tool": "e", "params": {}, "wait": "suspend", "route": "other", "timeout_seconds": 120}),
+        )
+        .await;
+    let e_id = decided_unshown["id"].as_str().unwrap();
+    let e_msg = telegram.wait_for_messages(4).await.remove(3);
+    for _ in 0..200 {
+        if message_recorded(&db_url, e_id).await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    telegram.fail_next_with_retry_after("editMessageText", 1, 60);
+    telegram.tap(OTHER_CHAT, e_msg.message_id, "✅ Approve", bob());
+    agent.wait_status(&service.base, e_id, "confirmed").await;
+    telegram.wait_for_requests("editMessageText", 1).await;
+
     // A question whose delivery is cut short by the crash: Telegram is slow to answer.
     telegram.delay_next("sendMessage", 1, Duration::from_secs(3));
     let cut_short = agent
@@ -108,10 +128,20 @@ async fn after_sigkill_every_request_is_still_there_taps_decide_and_missed_deadl
             json!({"tool": "d", "params": {}, "wait": "suspend", "timeout_seconds": 120}),
         )
         .await;
-    telegram.wait_for_requests("sendMessage", 4).await;
+    telegram.wait_for_requests("sendMessage", 5).await;
 
     service.kill9().await;
-    tokio::time::sleep(Duration::from_millis(1100)).await; // `expire_me`'s deadline passes
+    // `expire_me`'s deadline passes while the service is dead. Its question went out
+    // a second after `approve_me`'s (one message per second per chat), so it needs a
+    // deadline well past that to still be pending at the kill.
+    let deadline = time::OffsetDateTime::parse(
+        expire_me["expires_at"].as_str().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap();
+    let left = deadline - time::OffsetDateTime::now_utc();
+    tokio::time::sleep(Duration::try_from(left).unwrap_or_default() + Duration::from_millis(200))
+        .await;
 
     let service = ServiceProcess::start(&config).await;
     let base = &service.base;
@@ -152,6 +182,21 @@ async fn after_sigkill_every_request_is_still_there_taps_decide_and_missed_deadl
             .wait_status(base, cancel_me["id"].as_str().unwrap(), "cancelled")
             .await["via"],
         "operator"
+    );
+
+    // The outcome the crash kept from being shown is shown after the restart.
+    let e_shown = telegram
+        .wait_for_message(
+            OTHER_CHAT,
+            e_msg.message_id,
+            "outcome shown after restart",
+            |m| !m.has_buttons(),
+        )
+        .await;
+    assert!(
+        e_shown.visible_text.contains("Approved by Bob"),
+        "{}",
+        e_shown.visible_text
     );
 
     // The cut-short question is delivered again after the restart; its newest message

@@ -142,6 +142,12 @@ pub trait Store: Send + Sync + 'static {
         now: OffsetDateTime,
     ) -> Result<Option<Window>, StorageError>;
 
+    /// Records that the request's message shows its outcome.
+    async fn mark_outcome_shown(&self, id: &ConfirmationId) -> Result<(), StorageError>;
+
+    /// Decided requests whose message does not show the outcome yet (restart recovery).
+    async fn unshown_outcomes(&self) -> Result<Vec<Confirmation>, StorageError>;
+
     /// How many requests of `agent` are pending.
     async fn count_pending(&self, agent: &str) -> Result<u64, StorageError>;
 

@@ -558,6 +558,23 @@ impl Store for SqliteStore {
         }))
     }
 
+    async fn mark_outcome_shown(&self, id: &ConfirmationId) -> Result<(), StorageError> {
+        sqlx::query("UPDATE confirmations SET outcome_shown = 1 WHERE id = ?")
+            .bind(id.as_str())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn unshown_outcomes(&self) -> Result<Vec<Confirmation>, StorageError> {
+        let rows: Vec<Row> = sqlx::query_as(select_where!(
+            "status <> 'pending' AND outcome_shown = 0 AND message_id IS NOT NULL ORDER BY decided_at"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(Row::into_domain).collect()
+    }
+
     async fn count_pending(&self, agent: &str) -> Result<u64, StorageError> {
         let (n,): (i64,) = sqlx::query_as(
             "SELECT COUNT(*) FROM confirmations WHERE agent = ? AND status = 'pending'",

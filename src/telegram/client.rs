@@ -1,28 +1,69 @@
-//! Talking to the Bot API: sending questions, showing outcomes, answering taps, with a
-//! bounded retry policy.
+//! Talking to the Bot API: sending questions, showing outcomes, answering taps, and
+//! riding out Telegram's faults on the way.
 //!
-//! Retries are bounded on purpose: a question that cannot reach a human within a few
-//! seconds fails closed (the agent hears `cancelled` with the reason) instead of leaving
-//! the agent waiting on a message that may never arrive.
+//! Every call goes through `retrying`, which sorts each failure (`classify`):
+//! - transient (flood control, network and I/O errors, an unreadable answer, Telegram's
+//!   own "Bad Gateway" and friends): tried again, after exactly `retry_after` for flood
+//!   control, otherwise after an exponential backoff with jitter (250 ms doubling up to
+//!   15 s), for as long as the call's deadline allows;
+//! - harmless (the edit is already there, the message to edit is gone, the tap is too old
+//!   to answer): done, nothing to report;
+//! - a group upgraded to a supergroup: reported with the new chat id, so the service can
+//!   send again there;
+//! - anything else (bot blocked, chat not found, a bad request): reported at once, so a
+//!   question that cannot be delivered fails closed quickly.
+//!
+//! Deadlines follow what each call is for. A question is worth sending until its request
+//! expires: one that cannot reach a human before then simply times out. An outcome edit
+//! is worth ten minutes of trying (an operator may look at the chat later). A tap answer
+//! gets twelve seconds, since Telegram refuses answers about fifteen seconds after the
+//! tap. Messages and edits take a slot from the [`RateLimiter`] before each attempt, so
+//! the bot stays under Telegram's limits instead of collecting 429s.
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use rand::Rng;
 use teloxide::prelude::*;
 use teloxide::types::{
     CallbackQueryId, InlineKeyboardMarkup, LinkPreviewOptions, MessageId, ParseMode,
 };
 use teloxide::{ApiError, RequestError};
+use time::OffsetDateTime;
+use tokio::time::Instant;
 
+use super::ratelimit::{Limits, RateLimiter};
 use super::render;
 use crate::domain::confirmation::Confirmation;
 use crate::service::{DeliveryError, Messenger};
 
-/// Attempts per call, the first included.
-const MAX_ATTEMPTS: u32 = 3;
-/// A `retry_after` longer than this is not waited out for a single call: the request
-/// fails (closed, for a question) rather than hold an agent hostage to a flood limit.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(10);
+/// How long an outcome edit keeps being retried. Long, because a question left with live
+/// buttons invites taps that can no longer count; bounded, so a dead chat does not keep
+/// a task alive forever.
+const EDIT_PATIENCE: Duration = Duration::from_secs(10 * 60);
+/// How long a tap answer keeps being retried: Telegram refuses answers roughly 15 s
+/// after the tap, and the tap reached us a little after it happened.
+const ANSWER_PATIENCE: Duration = Duration::from_secs(12);
+/// How long after its request's deadline a question that could not be sent reports
+/// failure. The scheduler times the request out at the deadline; reporting later lets
+/// that timeout be what the agent hears, as for any question nobody answered in time,
+/// instead of a fail-closed that depends on which write reached the database first.
+const REPORT_AFTER_DEADLINE: Duration = Duration::from_secs(1);
+/// The first backoff step after a transient failure; each failure doubles it.
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+/// The largest backoff step: long enough to let a Telegram outage pass without hammering
+/// it, short enough that a question still goes out soon after Telegram is back.
+const MAX_BACKOFF: Duration = Duration::from_secs(15);
+/// Telegram's descriptions of its own server faults (it answers 5xx with these), which
+/// teloxide reports as `ApiError::Unknown`: worth another try, unlike a refusal.
+const SERVER_FAULTS: &[&str] = &[
+    "Internal Server Error",
+    "Bad Gateway",
+    "Service Unavailable",
+    "Gateway Timeout",
+];
 
 /// Builds the bot for `api_url`. Loopback API servers (a local Bot API server, the test
 /// fake) bypass any `HTTP(S)_PROXY` from the environment.
@@ -49,11 +90,19 @@ pub fn build_bot(token: &str, api_url: reqwest::Url, poll_timeout_seconds: u32) 
 #[derive(Clone)]
 pub struct TelegramMessenger {
     bot: Bot,
+    limiter: Arc<RateLimiter>,
 }
 
 impl TelegramMessenger {
+    /// A messenger that keeps to Telegram's published limits.
     pub fn new(bot: Bot) -> Self {
-        TelegramMessenger { bot }
+        Self::with_limiter(bot, Arc::new(RateLimiter::new(Limits::TELEGRAM)))
+    }
+
+    /// A messenger pacing its calls with `limiter`. Telegram counts per bot token, so
+    /// everything that sends through one token must share one limiter.
+    pub fn with_limiter(bot: Bot, limiter: Arc<RateLimiter>) -> Self {
+        TelegramMessenger { bot, limiter }
     }
 }
 
@@ -67,37 +116,71 @@ fn no_preview() -> LinkPreviewOptions {
     }
 }
 
-/// Runs `call` until it succeeds, fails for good, or runs out of attempts.
-async fn with_retries<T, F, Fut>(what: &str, call: F) -> Result<T, RequestError>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<T, RequestError>>,
-{
-    let mut attempt = 1;
-    loop {
-        let err = match call().await {
-            Ok(v) => return Ok(v),
-            Err(e) => e,
-        };
-        let wait = match &err {
-            RequestError::RetryAfter(s) if s.duration() <= MAX_RETRY_AFTER => s.duration(),
-            // Network trouble is usually brief; back off 0.5 s, 1 s.
-            RequestError::Network(_) | RequestError::Io(_) => {
-                Duration::from_millis(500 * 2u64.pow(attempt - 1))
-            }
-            _ => return Err(err),
-        };
-        if attempt >= MAX_ATTEMPTS {
-            return Err(err);
+/// The Bot API methods we call, for logs and for what their failures mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Method {
+    SendMessage,
+    EditMessageText,
+    AnswerCallbackQuery,
+}
+
+impl Method {
+    fn name(self) -> &'static str {
+        match self {
+            Method::SendMessage => "sendMessage",
+            Method::EditMessageText => "editMessageText",
+            Method::AnswerCallbackQuery => "answerCallbackQuery",
         }
-        tracing::debug!(what, attempt, wait_ms = wait.as_millis() as u64, error = %err, "retrying a Telegram call");
-        tokio::time::sleep(wait).await;
-        attempt += 1;
+    }
+}
+
+/// What a failed call means for the next step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    /// Try again after the backoff.
+    Transient,
+    /// Telegram's flood control: try again after exactly this long.
+    RetryAfter(Duration),
+    /// What the call wanted is already true, or no longer matters.
+    Harmless,
+    /// Trying again would get the same answer.
+    Permanent,
+}
+
+fn classify(e: &RequestError, method: Method) -> Class {
+    match e {
+        // Telegram always says at least 1 s; a zero from anything else must not turn
+        // the retry loop into a busy loop.
+        RequestError::RetryAfter(s) => Class::RetryAfter(s.duration().max(Duration::from_secs(1))),
+        // `InvalidJson` is what teloxide makes of a 5xx page that is not JSON.
+        RequestError::Network(_) | RequestError::Io(_) | RequestError::InvalidJson { .. } => {
+            Class::Transient
+        }
+        RequestError::Api(ApiError::Unknown(text))
+            if SERVER_FAULTS.iter().any(|fault| text.starts_with(fault)) =>
+        {
+            Class::Transient
+        }
+        // The edit is already there (a retry of an edit that did land, or a second
+        // outcome shown the same way).
+        RequestError::Api(ApiError::MessageNotModified) if method == Method::EditMessageText => {
+            Class::Harmless
+        }
+        // The operator or an admin deleted the question: nothing left to update.
+        RequestError::Api(ApiError::MessageToEditNotFound) if method == Method::EditMessageText => {
+            Class::Harmless
+        }
+        // The tap is too old to answer; the decision itself does not depend on it.
+        RequestError::Api(ApiError::InvalidQueryId) if method == Method::AnswerCallbackQuery => {
+            Class::Harmless
+        }
+        // Including `MigrateToChatId`: the same chat will keep answering the same.
+        _ => Class::Permanent,
     }
 }
 
 /// A sentence saying why Telegram refused, without the token (teloxide strips the URL
-/// from network errors).
+/// from network errors) and without the raw answer body.
 fn describe(e: &RequestError) -> String {
     match e {
         RequestError::Api(api) => format!("Telegram answered \"{api}\""),
@@ -114,12 +197,140 @@ fn describe(e: &RequestError) -> String {
     }
 }
 
-/// Errors that mean the edit already happened or cannot matter any more.
-fn harmless(e: &RequestError) -> bool {
-    matches!(
-        e,
-        RequestError::Api(ApiError::MessageNotModified | ApiError::InvalidQueryId)
-    )
+/// A call that ended without success.
+#[derive(Debug)]
+struct GaveUp {
+    /// The last error; `None` when the chat's queue left no slot before the deadline
+    /// and nothing was sent at all.
+    last: Option<RequestError>,
+    /// Attempts made, the first included.
+    attempts: u32,
+    /// The deadline ended it (another try could not start before it), not a refusal.
+    out_of_time: bool,
+}
+
+impl From<GaveUp> for DeliveryError {
+    fn from(g: GaveUp) -> Self {
+        match g.last {
+            // Every failed attempt leaves its error, so nothing was sent at all.
+            None => DeliveryError::new(
+                "no slot under Telegram's rate limits for this chat came free before the deadline",
+            ),
+            Some(RequestError::MigrateToChatId(to)) => DeliveryError {
+                reason: describe(&RequestError::MigrateToChatId(to)),
+                migrated_to: Some(to.0),
+            },
+            Some(e) if g.attempts > 1 => DeliveryError::new(format!(
+                "{} (still failing after {} attempts)",
+                describe(&e),
+                g.attempts
+            )),
+            Some(e) => DeliveryError::new(describe(&e)),
+        }
+    }
+}
+
+/// Exponential backoff with "equal jitter": each wait is between half and all of the
+/// current step, and the step doubles up to [`MAX_BACKOFF`]. The random half spreads out
+/// callers that failed together (a Telegram hiccup hits every pending question at once)
+/// so they do not all come back at the same instant.
+struct Backoff {
+    step: Duration,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        Backoff {
+            step: FIRST_BACKOFF,
+        }
+    }
+
+    fn next_wait(&mut self) -> Duration {
+        let step = self.step;
+        self.step = (step * 2).min(MAX_BACKOFF);
+        let half = step / 2;
+        let jitter_ms = rand::rng().random_range(0..=half.as_millis() as u64);
+        half + Duration::from_millis(jitter_ms)
+    }
+}
+
+/// Runs `attempt` until it succeeds (`Some`), turns out harmless (`None`), fails for
+/// good, or the next try could not start before `deadline`. With `chat`, every attempt
+/// first waits for that chat's slot in `limiter`, and a 429 holds the chat back.
+async fn retrying<T, F, Fut>(
+    limiter: &RateLimiter,
+    method: Method,
+    chat: Option<i64>,
+    deadline: Instant,
+    mut attempt: F,
+) -> Result<Option<T>, GaveUp>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, RequestError>>,
+{
+    let mut backoff = Backoff::new();
+    let mut attempts = 0;
+    let mut last = None;
+    loop {
+        if let Some(chat_id) = chat {
+            // A slot after the deadline is no slot; dropping the wait gives it back.
+            if tokio::time::timeout_at(deadline, limiter.acquire(chat_id))
+                .await
+                .is_err()
+            {
+                return Err(GaveUp {
+                    last,
+                    attempts,
+                    out_of_time: true,
+                });
+            }
+        }
+        attempts += 1;
+        let error = match attempt().await {
+            Ok(v) => return Ok(Some(v)),
+            Err(e) => e,
+        };
+        let class = classify(&error, method);
+        let wait = match class {
+            Class::Harmless => {
+                tracing::debug!(method = method.name(), error = %describe(&error),
+                    "Telegram says there is nothing left to do");
+                return Ok(None);
+            }
+            Class::Permanent => {
+                return Err(GaveUp {
+                    last: Some(error),
+                    attempts,
+                    out_of_time: false,
+                });
+            }
+            Class::RetryAfter(wait) => wait,
+            Class::Transient => backoff.next_wait(),
+        };
+        if Instant::now() + wait >= deadline {
+            return Err(GaveUp {
+                last: Some(error),
+                attempts,
+                out_of_time: true,
+            });
+        }
+        tracing::debug!(method = method.name(), attempt = attempts,
+            retry_in_ms = wait.as_millis() as u64, error = %describe(&error),
+            "retrying a Telegram call");
+        match (class, chat) {
+            // The limiter holds the whole chat back instead of a sleep here, so the calls
+            // already queued for that chat wait too; this one queues again behind them.
+            (Class::RetryAfter(wait), Some(chat_id)) => limiter.penalize(chat_id, wait),
+            _ => tokio::time::sleep(wait).await,
+        }
+        last = Some(error);
+    }
+}
+
+/// `at` on tokio's clock (now, if it has passed).
+fn instant_of(at: OffsetDateTime) -> Instant {
+    let left = at - OffsetDateTime::now_utc();
+    Instant::now() + Duration::try_from(left).unwrap_or(Duration::ZERO)
 }
 
 #[async_trait]
@@ -127,17 +338,39 @@ impl Messenger for TelegramMessenger {
     async fn send_question(&self, r: &Confirmation) -> Result<i32, DeliveryError> {
         let text = render::question_text(r);
         let keyboard = render::keyboard(&r.callback_token);
-        let message = with_retries("sendMessage", || {
-            self.bot
-                .send_message(ChatId(r.chat_id), text.clone())
-                .parse_mode(ParseMode::Html)
-                .link_preview_options(no_preview())
-                .reply_markup(keyboard.clone())
-                .send()
-        })
-        .await
-        .map_err(|e| DeliveryError::new(describe(&e)))?;
-        Ok(message.id.0)
+        let deadline = instant_of(r.expires_at);
+        let sent = retrying(
+            &self.limiter,
+            Method::SendMessage,
+            Some(r.chat_id),
+            deadline,
+            || {
+                self.bot
+                    .send_message(ChatId(r.chat_id), text.clone())
+                    .parse_mode(ParseMode::Html)
+                    .link_preview_options(no_preview())
+                    .reply_markup(keyboard.clone())
+                    .send()
+            },
+        )
+        .await;
+        let sent = match sent {
+            Ok(sent) => sent,
+            // A refusal fails closed at once; a question that ran out of time times out.
+            Err(gave_up) => {
+                if gave_up.out_of_time {
+                    tokio::time::sleep_until(deadline + REPORT_AFTER_DEADLINE).await;
+                }
+                return Err(gave_up.into());
+            }
+        };
+        match sent {
+            Some(message) => Ok(message.id.0),
+            // `classify` calls no sendMessage failure harmless; kept total all the same.
+            None => Err(DeliveryError::new(
+                "Telegram did not return the sent message",
+            )),
+        }
     }
 
     async fn show_outcome(&self, r: &Confirmation) -> Result<(), DeliveryError> {
@@ -145,21 +378,23 @@ impl Messenger for TelegramMessenger {
             return Ok(());
         };
         let text = render::decided_text(r);
-        let result = with_retries("editMessageText", || {
-            self.bot
-                .edit_message_text(ChatId(r.chat_id), MessageId(message_id), text.clone())
-                .parse_mode(ParseMode::Html)
-                .link_preview_options(no_preview())
-                // An empty keyboard removes the buttons.
-                .reply_markup(InlineKeyboardMarkup::default())
-                .send()
-        })
-        .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) if harmless(&e) => Ok(()),
-            Err(e) => Err(DeliveryError::new(describe(&e))),
-        }
+        retrying(
+            &self.limiter,
+            Method::EditMessageText,
+            Some(r.chat_id),
+            Instant::now() + EDIT_PATIENCE,
+            || {
+                self.bot
+                    .edit_message_text(ChatId(r.chat_id), MessageId(message_id), text.clone())
+                    .parse_mode(ParseMode::Html)
+                    .link_preview_options(no_preview())
+                    // An empty keyboard removes the buttons.
+                    .reply_markup(InlineKeyboardMarkup::default())
+                    .send()
+            },
+        )
+        .await?;
+        Ok(())
     }
 
     async fn answer_tap(
@@ -168,18 +403,349 @@ impl Messenger for TelegramMessenger {
         text: &str,
         alert: bool,
     ) -> Result<(), DeliveryError> {
-        let result = with_retries("answerCallbackQuery", || {
-            self.bot
-                .answer_callback_query(CallbackQueryId(query_id.to_owned()))
-                .text(text.to_owned())
-                .show_alert(alert)
-                .send()
-        })
-        .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) if harmless(&e) => Ok(()),
-            Err(e) => Err(DeliveryError::new(describe(&e))),
+        // Callback answers do not count against Telegram's message limits: no chat slot.
+        retrying(
+            &self.limiter,
+            Method::AnswerCallbackQuery,
+            None,
+            Instant::now() + ANSWER_PATIENCE,
+            || {
+                self.bot
+                    .answer_callback_query(CallbackQueryId(query_id.to_owned()))
+                    .text(text.to_owned())
+                    .show_alert(alert)
+                    .send()
+            },
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use teloxide::types::{ChatId, Seconds};
+
+    use super::*;
+
+    fn retry_after(secs: u32) -> RequestError {
+        RequestError::RetryAfter(Seconds::from_seconds(secs))
+    }
+
+    fn io_error() -> RequestError {
+        RequestError::Io(Arc::new(std::io::Error::other("connection reset")))
+    }
+
+    /// A fake Bot API call: answers with `script` in order (then `Ok`) and notes when
+    /// each attempt started.
+    struct Script {
+        answers: Mutex<Vec<Result<u32, RequestError>>>,
+        calls: Mutex<Vec<Instant>>,
+    }
+
+    impl Script {
+        fn new(mut answers: Vec<Result<u32, RequestError>>) -> Self {
+            answers.reverse();
+            Script {
+                answers: Mutex::new(answers),
+                calls: Mutex::new(Vec::new()),
+            }
         }
+
+        /// Fails with `error` forever.
+        fn failing(error: RequestError, times: usize) -> Self {
+            Script::new(std::iter::repeat_n(Err(error), times).collect())
+        }
+
+        async fn call(&self) -> Result<u32, RequestError> {
+            self.calls.lock().unwrap().push(Instant::now());
+            self.answers.lock().unwrap().pop().unwrap_or(Ok(42))
+        }
+
+        fn calls(&self) -> Vec<Instant> {
+            self.calls.lock().unwrap().clone()
+        }
+    }
+
+    async fn run(
+        method: Method,
+        chat: Option<i64>,
+        patience: Duration,
+        script: &Script,
+    ) -> Result<Option<u32>, GaveUp> {
+        let limiter = RateLimiter::new(Limits::TELEGRAM);
+        retrying(&limiter, method, chat, Instant::now() + patience, || {
+            script.call()
+        })
+        .await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_edit_waits_out_a_retry_after_longer_than_ten_seconds() {
+        let script = Script::new(vec![Err(retry_after(11))]);
+        let result = run(Method::EditMessageText, Some(-100), EDIT_PATIENCE, &script).await;
+        assert_eq!(result.unwrap(), Some(42));
+        let calls = script.calls();
+        assert_eq!(calls.len(), 2);
+        let waited = calls[1] - calls[0];
+        assert!(
+            waited >= Duration::from_secs(11) && waited < Duration::from_secs(12),
+            "{waited:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_question_waits_out_a_long_retry_after_within_its_deadline() {
+        let script = Script::new(vec![Err(retry_after(40))]);
+        let result = run(
+            Method::SendMessage,
+            Some(12345),
+            Duration::from_secs(120),
+            &script,
+        )
+        .await;
+        assert_eq!(result.unwrap(), Some(42));
+        assert!(script.calls()[1] - script.calls()[0] >= Duration::from_secs(40));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tap_answer_waits_exactly_the_retry_after() {
+        let script = Script::new(vec![Err(retry_after(3))]);
+        let result = run(Method::AnswerCallbackQuery, None, ANSWER_PATIENCE, &script).await;
+        assert_eq!(result.unwrap(), Some(42));
+        let waited = script.calls()[1] - script.calls()[0];
+        assert!(
+            waited >= Duration::from_secs(3) && waited <= Duration::from_millis(3001),
+            "{waited:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_after_beyond_the_deadline_gives_up_at_once_and_says_why() {
+        let start = Instant::now();
+        let script = Script::new(vec![Err(retry_after(13))]);
+        let gave_up = run(Method::AnswerCallbackQuery, None, ANSWER_PATIENCE, &script)
+            .await
+            .unwrap_err();
+        assert_eq!(script.calls().len(), 1);
+        assert_eq!(Instant::now(), start);
+        assert!(gave_up.out_of_time);
+        let reason = DeliveryError::from(gave_up).reason;
+        assert!(
+            reason.contains("flood control asked to wait 13 s"),
+            "{reason}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn network_trouble_is_retried_with_growing_jittered_waits_until_the_deadline() {
+        let start = Instant::now();
+        let patience = Duration::from_secs(60);
+        let script = Script::failing(io_error(), 1000);
+        let gave_up = run(Method::SendMessage, Some(7), patience, &script)
+            .await
+            .unwrap_err();
+        let calls = script.calls();
+        // Steps 0.25, 0.5, 1, 2, 4, 8, 15, 15, ... s; each wait is half to all of a step.
+        // (The chat's one-second spacing stretches the shortest waits.)
+        let mut step = FIRST_BACKOFF;
+        for pair in calls.windows(2) {
+            let waited = pair[1] - pair[0];
+            let least = (step / 2).max(Duration::from_secs(1));
+            let most = step.max(Duration::from_secs(1)) + Duration::from_millis(2);
+            assert!(
+                waited >= least && waited <= most,
+                "{waited:?} for step {step:?}"
+            );
+            step = (step * 2).min(MAX_BACKOFF);
+        }
+        assert!(calls.len() >= 7, "{} attempts", calls.len());
+        assert!(Instant::now() - start < patience);
+        assert!(gave_up.out_of_time);
+        let reason = DeliveryError::from(gave_up).reason;
+        assert!(reason.contains("I/O error talking to Telegram"), "{reason}");
+        assert!(
+            reason.contains(&format!("still failing after {} attempts", calls.len())),
+            "{reason}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tap_answer_stops_retrying_after_twelve_seconds() {
+        let start = Instant::now();
+        let script = Script::failing(io_error(), 1000);
+        run(Method::AnswerCallbackQuery, None, ANSWER_PATIENCE, &script)
+            .await
+            .unwrap_err();
+        assert!(Instant::now() - start < ANSWER_PATIENCE);
+        assert!(script.calls().len() >= 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refusals_are_not_retried() {
+        for error in [
+            ApiError::BotBlocked,
+            ApiError::ChatNotFound,
+            ApiError::Unknown("Forbidden: bot is not a member of the supergroup chat".into()),
+        ] {
+            let script = Script::new(vec![Err(RequestError::Api(error))]);
+            let gave_up = run(
+                Method::SendMessage,
+                Some(-1),
+                Duration::from_secs(60),
+                &script,
+            )
+            .await
+            .unwrap_err();
+            assert_eq!(gave_up.attempts, 1);
+            assert!(!gave_up.out_of_time);
+            assert!(
+                DeliveryError::from(gave_up)
+                    .reason
+                    .starts_with("Telegram answered")
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_upgraded_group_reports_its_new_chat_id() {
+        let script = Script::new(vec![Err(RequestError::MigrateToChatId(ChatId(
+            -1_009_876_543_210,
+        )))]);
+        let gave_up = run(
+            Method::SendMessage,
+            Some(-42),
+            Duration::from_secs(60),
+            &script,
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(script.calls().len(), 1);
+        let e = DeliveryError::from(gave_up);
+        assert_eq!(e.migrated_to, Some(-1_009_876_543_210));
+        assert!(
+            e.reason.contains("upgraded to a supergroup"),
+            "{}",
+            e.reason
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn edits_that_cannot_matter_and_stale_taps_count_as_done() {
+        for (method, error) in [
+            (Method::EditMessageText, ApiError::MessageNotModified),
+            (Method::EditMessageText, ApiError::MessageToEditNotFound),
+            (Method::AnswerCallbackQuery, ApiError::InvalidQueryId),
+        ] {
+            let script = Script::new(vec![Err(RequestError::Api(error))]);
+            let result = run(method, None, Duration::from_secs(60), &script).await;
+            assert_eq!(result.unwrap(), None);
+            assert_eq!(script.calls().len(), 1);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_question_gives_up_when_its_chat_has_no_slot_before_the_deadline() {
+        let start = Instant::now();
+        let limiter = RateLimiter::new(Limits::TELEGRAM);
+        limiter.penalize(-5, Duration::from_secs(300));
+        let script = Script::new(vec![]);
+        let gave_up = retrying(
+            &limiter,
+            Method::SendMessage,
+            Some(-5),
+            start + Duration::from_secs(5),
+            || script.call(),
+        )
+        .await
+        .unwrap_err();
+        assert!(script.calls().is_empty());
+        assert!(gave_up.out_of_time);
+        let waited = Instant::now() - start;
+        assert!(waited >= Duration::from_secs(5) && waited < Duration::from_millis(5002));
+        assert!(DeliveryError::from(gave_up).reason.contains("rate limits"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sends_to_one_chat_are_spaced_and_tap_answers_are_not() {
+        let limiter = RateLimiter::new(Limits::TELEGRAM);
+        let script = Script::new(vec![]);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for _ in 0..2 {
+            retrying(&limiter, Method::SendMessage, Some(1), deadline, || {
+                script.call()
+            })
+            .await
+            .unwrap();
+        }
+        let calls = script.calls();
+        assert!(calls[1] - calls[0] >= Duration::from_secs(1));
+
+        let script = Script::new(vec![]);
+        for _ in 0..2 {
+            retrying(
+                &limiter,
+                Method::AnswerCallbackQuery,
+                None,
+                deadline,
+                || script.call(),
+            )
+            .await
+            .unwrap();
+        }
+        let calls = script.calls();
+        assert_eq!(calls[1], calls[0]);
+    }
+
+    #[test]
+    fn faults_on_telegrams_side_are_transient_and_refusals_are_not() {
+        let network = reqwest::Client::new()
+            .get("not a url")
+            .build()
+            .expect_err("an invalid URL");
+        let unreadable =
+            serde_json::from_str::<serde_json::Value>("<html>502</html>").expect_err("not JSON");
+        let transient = [
+            RequestError::from(network),
+            io_error(),
+            RequestError::InvalidJson {
+                source: Arc::new(unreadable),
+                raw: "<html>502</html>".into(),
+            },
+            RequestError::Api(ApiError::Unknown("Bad Gateway".into())),
+            RequestError::Api(ApiError::Unknown("Internal Server Error: restart".into())),
+            RequestError::Api(ApiError::Unknown("Gateway Timeout".into())),
+            RequestError::Api(ApiError::Unknown("Service Unavailable".into())),
+        ];
+        for e in &transient {
+            assert_eq!(classify(e, Method::SendMessage), Class::Transient, "{e}");
+        }
+        assert_eq!(
+            classify(&retry_after(0), Method::SendMessage),
+            Class::RetryAfter(Duration::from_secs(1)),
+            "a zero retry_after must not become a busy loop"
+        );
+        // A message that is gone is harmless to an edit, but a question still must go.
+        assert_eq!(
+            classify(
+                &RequestError::Api(ApiError::MessageToEditNotFound),
+                Method::SendMessage
+            ),
+            Class::Permanent
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_to_fifteen_seconds_with_jitter() {
+        let mut backoff = Backoff::new();
+        let mut step = FIRST_BACKOFF;
+        for _ in 0..12 {
+            let wait = backoff.next_wait();
+            assert!(wait >= step / 2 && wait <= step, "{wait:?} for {step:?}");
+            step = (step * 2).min(MAX_BACKOFF);
+        }
+        assert_eq!(step, MAX_BACKOFF);
     }
 }

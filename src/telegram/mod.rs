@@ -3,6 +3,7 @@
 
 pub mod client;
 pub mod polling;
+pub mod ratelimit;
 pub mod render;
 
 pub use client::TelegramMessenger;

@@ -17,6 +17,12 @@
 //! telegram.wait_for_callback_answer(&query).await;
 //! ```
 //!
+//! Faults are either queued for the next calls of a method (`fail_next`,
+//! `fail_next_with_retry_after`, `fail_next_with_migrate`, `delay_next`, `drop_next`,
+//! `drop_after_processing_next`) or drawn at random by a seeded [`FakeTelegram::chaos`].
+//! A dropped call gets no HTTP answer at all: the fake closes the connection, which
+//! reqwest (and so teloxide) reports as a network error.
+//!
 //! Every `wait_for_*` gives up after [`DEFAULT_WAIT_TIMEOUT`] (see
 //! [`FakeTelegram::set_wait_timeout`]) and panics with a summary of everything the
 //! fake received, so a test fails with a reason instead of hanging. The server
@@ -36,22 +42,36 @@
 use std::{
     collections::{HashMap, VecDeque},
     fmt::Write as _,
+    io,
     net::SocketAddr,
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    pin::Pin,
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
+    task::{Context, Poll},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use axum::{
     Json, Router,
     body::Bytes,
-    extract::{Path, State as AxumState},
+    extract::{ConnectInfo, Path, State as AxumState, connect_info::Connected},
     http::StatusCode,
     response::{IntoResponse, Response},
     routing::any,
+    serve::{IncomingStream, Listener},
 };
+use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde_json::{Map, Value, json};
 pub use teloxide::types::CallbackQueryId;
-use tokio::{net::TcpListener, sync::watch, task::JoinHandle, time::Instant};
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::{TcpListener, TcpStream},
+    sync::watch,
+    task::JoinHandle,
+    time::Instant,
+};
 
 /// Token used by [`FakeTelegram::start`]. Shaped like a real one (`<bot id>:<secret>`)
 /// because the bot's user id is read from the part before the colon.
@@ -257,7 +277,9 @@ impl FakeTelegram {
         let app = Router::new()
             .route("/{bot_token}/{method}", any(handle_method))
             .fallback(|| async { ApiFailure::new(404, "Not Found").into_response() })
-            .with_state(Arc::clone(&shared));
+            .with_state(Arc::clone(&shared))
+            .into_make_service_with_connect_info::<Connection>();
+        let listener = CuttableListener(listener);
         let server = tokio::spawn(async move {
             if let Err(error) = axum::serve(listener, app).await {
                 eprintln!("fake Telegram: server stopped: {error}");
@@ -487,8 +509,7 @@ impl FakeTelegram {
     /// Makes the next `n` calls of `method` fail with 429 and `retry_after = secs`,
     /// which teloxide turns into `RequestError::RetryAfter`.
     pub fn fail_next_with_retry_after(&self, method: &str, n: usize, secs: u32) {
-        let mut failure = ApiFailure::new(429, format!("Too Many Requests: retry after {secs}"));
-        failure.retry_after = Some(secs);
+        let failure = ApiFailure::too_many_requests(secs);
         self.push_faults(method, n, Fault::Fail(failure));
     }
 
@@ -496,6 +517,51 @@ impl FakeTelegram {
     /// for client timeouts where Telegram did act (a sent message that looks lost).
     pub fn delay_next(&self, method: &str, n: usize, delay: Duration) {
         self.push_faults(method, n, Fault::Delay(delay));
+    }
+
+    /// Makes the next `n` calls of `method` fail the way Telegram refuses a group that
+    /// became a supergroup: 400 with `parameters.migrate_to_chat_id`, which teloxide
+    /// turns into `RequestError::MigrateToChatId`. Nothing is carried out.
+    pub fn fail_next_with_migrate(&self, method: &str, n: usize, new_chat_id: i64) {
+        let mut failure = ApiFailure::bad_request("group chat was upgraded to a supergroup chat");
+        failure.migrate_to = Some(new_chat_id);
+        self.push_faults(method, n, Fault::Fail(failure));
+    }
+
+    /// Takes the next `n` calls of `method` and closes the connection without any HTTP
+    /// answer, before doing anything: a network error for the client, nothing happened.
+    pub fn drop_next(&self, method: &str, n: usize) {
+        self.push_faults(method, n, Fault::Drop { carry_out: false });
+    }
+
+    /// Carries out the next `n` calls of `method` (a message is stored, an edit
+    /// applied), then closes the connection without an answer: Telegram's "timed out
+    /// but delivered", which a client cannot tell from a call that never arrived.
+    pub fn drop_after_processing_next(&self, method: &str, n: usize) {
+        self.push_faults(method, n, Fault::Drop { carry_out: true });
+    }
+
+    /// Makes a random `share` (0 to 1) of the calls of each of `methods` fail, one of:
+    /// a 429 with `retry_after` 1, an answer held back 1 to 2 s (the call is carried
+    /// out), or a connection dropped before anything was done. Never a 5xx, on which
+    /// teloxide sleeps 10 s. Each method draws from its own generator seeded with `seed`,
+    /// so the n-th call of a method meets the same fate in every run, whatever the
+    /// interleaving with other methods. Faults queued with the `*_next` methods come
+    /// first. Calling again replaces the share for the methods named.
+    pub fn chaos(&self, methods: &[&str], share: f64, seed: u64) {
+        let share = share.clamp(0.0, 1.0);
+        self.shared.mutate(|state| {
+            for method in methods {
+                let method = method.to_ascii_lowercase();
+                let rng = StdRng::seed_from_u64(seed ^ fnv1a(&method));
+                state.chaos.insert(method, Chaos { share, rng });
+            }
+        });
+    }
+
+    /// The faults chaos injected so far: (method lowercased, "429" | "delay" | "drop").
+    pub fn injected_faults(&self) -> Vec<(String, &'static str)> {
+        self.shared.lock().injected.clone()
     }
 
     fn push_faults(&self, method: &str, n: usize, fault: Fault) {
@@ -574,6 +640,39 @@ impl Shared {
 enum Fault {
     Fail(ApiFailure),
     Delay(Duration),
+    /// Close the connection without an answer, after carrying the call out or not.
+    Drop {
+        carry_out: bool,
+    },
+}
+
+/// Random faults for one method; see [`FakeTelegram::chaos`].
+struct Chaos {
+    share: f64,
+    rng: StdRng,
+}
+
+impl Chaos {
+    fn draw(&mut self) -> Option<(Fault, &'static str)> {
+        if !self.rng.random_bool(self.share) {
+            return None;
+        }
+        Some(match self.rng.random_range(0..3) {
+            0 => (Fault::Fail(ApiFailure::too_many_requests(1)), "429"),
+            1 => {
+                let delay = Duration::from_millis(self.rng.random_range(1000..=2000));
+                (Fault::Delay(delay), "delay")
+            }
+            _ => (Fault::Drop { carry_out: false }, "drop"),
+        })
+    }
+}
+
+/// A stable hash of a method name, to give each method its own chaos generator.
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 struct State {
@@ -596,6 +695,9 @@ struct State {
     next_query_number: u64,
     callback_answers: Vec<CallbackAnswer>,
     faults: HashMap<String, VecDeque<Fault>>,
+    chaos: HashMap<String, Chaos>,
+    /// What chaos injected, in order: (method, kind).
+    injected: Vec<(String, &'static str)>,
 }
 
 struct QueuedUpdate {
@@ -712,6 +814,8 @@ impl State {
             next_query_number: 1,
             callback_answers: Vec::new(),
             faults: HashMap::new(),
+            chaos: HashMap::new(),
+            injected: Vec::new(),
         }
     }
 
@@ -734,7 +838,12 @@ impl State {
     }
 
     fn take_fault(&mut self, method: &str) -> Option<Fault> {
-        self.faults.get_mut(method)?.pop_front()
+        if let Some(fault) = self.faults.get_mut(method).and_then(VecDeque::pop_front) {
+            return Some(fault);
+        }
+        let (fault, kind) = self.chaos.get_mut(method)?.draw()?;
+        self.injected.push((method.to_owned(), kind));
+        Some(fault)
     }
 
     // --- JSON shapes ---
@@ -1040,6 +1149,7 @@ struct ApiFailure {
     code: u16,
     description: String,
     retry_after: Option<u32>,
+    migrate_to: Option<i64>,
 }
 
 impl ApiFailure {
@@ -1048,7 +1158,14 @@ impl ApiFailure {
             code,
             description: description.into(),
             retry_after: None,
+            migrate_to: None,
         }
+    }
+
+    fn too_many_requests(secs: u32) -> Self {
+        let mut failure = Self::new(429, format!("Too Many Requests: retry after {secs}"));
+        failure.retry_after = Some(secs);
+        failure
     }
 
     fn bad_request(reason: &str) -> Self {
@@ -1064,12 +1181,16 @@ impl IntoResponse for ApiFailure {
         if let Some(secs) = self.retry_after {
             body["parameters"] = json!({ "retry_after": secs });
         }
+        if let Some(chat_id) = self.migrate_to {
+            body["parameters"] = json!({ "migrate_to_chat_id": chat_id });
+        }
         (status, Json(body)).into_response()
     }
 }
 
 async fn handle_method(
     AxumState(shared): AxumState<Arc<Shared>>,
+    ConnectInfo(connection): ConnectInfo<Connection>,
     Path((bot_token, method)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
@@ -1098,6 +1219,14 @@ async fn handle_method(
             let result = call_method(&shared, &method, &body).await;
             tokio::time::sleep(delay).await;
             result
+        }
+        Some(Fault::Drop { carry_out }) => {
+            if carry_out {
+                let _ = call_method(&shared, &method, &body).await;
+            }
+            connection.cut();
+            // Never written: the connection refuses it and hyper closes the socket.
+            return StatusCode::NO_CONTENT.into_response();
         }
         None => call_method(&shared, &method, &body).await,
     };
@@ -1181,6 +1310,112 @@ async fn get_updates(shared: &Shared, body: &Value) -> ApiResult {
         }
         // Ok(Err) means the fake is gone; the next round returns what is there.
         let _ = tokio::time::timeout_at(deadline, changes.changed()).await;
+    }
+}
+
+// ----- Connections that a handler can cut ------------------------------------------
+
+/// A TCP listener whose connections a handler can cut, to answer a request with no HTTP
+/// response at all. axum hands the handler no access to its connection, but it does pass
+/// along whatever connect info the listener produces: here, the connection's switch.
+struct CuttableListener(TcpListener);
+
+impl Listener for CuttableListener {
+    type Io = CuttableStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            match self.0.accept().await {
+                Ok((stream, addr)) => {
+                    let stream = CuttableStream {
+                        inner: stream,
+                        cut: Arc::default(),
+                    };
+                    return (stream, addr);
+                }
+                // Out of file descriptors and the like: wait a little, as axum does.
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.0.local_addr()
+    }
+}
+
+/// The connect info every request carries: the switch of the connection it came on.
+#[derive(Clone)]
+struct Connection {
+    cut: Arc<AtomicBool>,
+}
+
+impl Connection {
+    /// From now on the connection fails every read and write, so hyper gives up on it
+    /// and closes the socket without writing the response.
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Connected<IncomingStream<'_, CuttableListener>> for Connection {
+    fn connect_info(stream: IncomingStream<'_, CuttableListener>) -> Self {
+        Connection {
+            cut: Arc::clone(&stream.io().cut),
+        }
+    }
+}
+
+struct CuttableStream {
+    inner: TcpStream,
+    cut: Arc<AtomicBool>,
+}
+
+impl CuttableStream {
+    fn check(&self) -> io::Result<()> {
+        if self.cut.load(Ordering::SeqCst) {
+            Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "fake Telegram dropped the connection",
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl AsyncRead for CuttableStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for CuttableStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.check()?;
+        Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 
