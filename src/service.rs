@@ -223,9 +223,10 @@ impl Service {
             .unwrap_or(configured)
     }
 
-    /// After a (re)start: re-arms the deadline of every pending request (deadlines that
-    /// passed while the service was down fire at once) and delivers again the questions
-    /// whose delivery was cut short, so nothing pending is lost.
+    /// After a (re)start: re-applies moved route chats, re-arms the deadline of every
+    /// pending request (deadlines that passed while the service was down fire at once),
+    /// delivers again the questions whose delivery was cut short, shows the outcomes a
+    /// crash kept from their messages, and wakes the webhook outbox.
     pub async fn recover(self: &Arc<Self>) -> Result<usize, StorageError> {
         {
             let moved = self.store.route_chats().await?;
