@@ -212,6 +212,36 @@ fn respond(status: StatusCode, r: &Confirmation) -> Response {
 }
 
 /// `POST /v1/confirmations`
+#[utoipa::path(
+    post,
+    path = "/v1/confirmations",
+    operation_id = "create_confirmation",
+    tag = "confirmations",
+    request_body = crate::api::openapi::CreateConfirmationBody,
+    responses(
+        (status = 200, description = "The terminal record: decided (`wait: block`), a window hit, or an idempotent repeat of a decided request.",
+            body = RecordView, links(
+                ("get" = (operation_id = "get_confirmation", parameters(("id" = "$response.body#/id")))),
+                ("withdraw" = (operation_id = "withdraw_confirmation", parameters(("id" = "$response.body#/id")))),
+                ("events" = (operation_id = "confirmation_events", parameters(("id" = "$response.body#/id")))),
+            )),
+        (status = 202, description = "`wait: suspend`: the pending record.", body = RecordView, links(
+                ("get" = (operation_id = "get_confirmation", parameters(("id" = "$response.body#/id")))),
+                ("withdraw" = (operation_id = "withdraw_confirmation", parameters(("id" = "$response.body#/id")))),
+                ("events" = (operation_id = "confirmation_events", parameters(("id" = "$response.body#/id")))),
+            )),
+        (status = 400, description = "`malformed_json`: the body is not JSON.", body = crate::api::error::ErrorBody),
+        (status = 401, description = "`unauthorized`: missing or unknown bearer token.", body = crate::api::error::ErrorBody,
+            headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "`forbidden`: the route is not allowed for this agent.", body = crate::api::error::ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is over 64 KiB.", body = crate::api::error::ErrorBody),
+        (status = 422, description = "`invalid_field`: the message starts with the field's name.", body = crate::api::error::ErrorBody),
+        (status = 429, description = "`rate_limited`: over the agent's `requests_per_minute` or `max_pending`.", body = crate::api::error::ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying."))),
+        (status = 503, description = "`unavailable`: shutting down; retry with the same `idempotency_key`.", body = crate::api::error::ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn create(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
@@ -249,6 +279,22 @@ fn parse_id(id: &str) -> Result<ConfirmationId, ApiError> {
 }
 
 /// `GET /v1/confirmations/{id}?wait=N`
+#[utoipa::path(
+    get,
+    path = "/v1/confirmations/{id}",
+    operation_id = "get_confirmation",
+    tag = "confirmations",
+    params(("id" = String, Path, description = "The confirmation's id (`cf_` and 32 hex digits)."), crate::api::openapi::LongPoll),
+    responses(
+        (status = 200, description = "The record (terminal, or still pending when the wait ran out).", body = RecordView),
+        (status = 401, description = "`unauthorized`: missing or unknown bearer token.", body = crate::api::error::ErrorBody,
+            headers(("WWW-Authenticate" = String))),
+        (status = 404, description = "`not_found`: unknown id, or another agent's.", body = crate::api::error::ErrorBody),
+        (status = 422, description = "`invalid_field`: `wait` is not a number of seconds in range.", body = crate::api::error::ErrorBody),
+        (status = 503, description = "`unavailable`: shutting down during a long-poll.", body = crate::api::error::ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn get(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
@@ -283,6 +329,21 @@ pub async fn get(
 }
 
 /// `DELETE /v1/confirmations/{id}`
+#[utoipa::path(
+    delete,
+    path = "/v1/confirmations/{id}",
+    operation_id = "withdraw_confirmation",
+    tag = "confirmations",
+    params(("id" = String, Path, description = "The confirmation's id (`cf_` and 32 hex digits).")),
+    responses(
+        (status = 200, description = "Withdrawn: the record, `cancelled` via `withdrawn`.", body = RecordView),
+        (status = 401, description = "`unauthorized`: missing or unknown bearer token.", body = crate::api::error::ErrorBody,
+            headers(("WWW-Authenticate" = String))),
+        (status = 404, description = "`not_found`: unknown id, or another agent's.", body = crate::api::error::ErrorBody),
+        (status = 409, description = "`already_decided`: the record as decided is under `confirmation`.", body = crate::api::error::ConflictBody),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn withdraw(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
@@ -294,6 +355,20 @@ pub async fn withdraw(
 }
 
 /// `GET /v1/confirmations/{id}/events`: the request's audit events, oldest first.
+#[utoipa::path(
+    get,
+    path = "/v1/confirmations/{id}/events",
+    operation_id = "confirmation_events",
+    tag = "confirmations",
+    params(("id" = String, Path, description = "The confirmation's id (`cf_` and 32 hex digits).")),
+    responses(
+        (status = 200, description = "The request's audit events, oldest first.", body = crate::api::openapi::EventList),
+        (status = 401, description = "`unauthorized`: missing or unknown bearer token.", body = crate::api::error::ErrorBody,
+            headers(("WWW-Authenticate" = String))),
+        (status = 404, description = "`not_found`: unknown id, or another agent's.", body = crate::api::error::ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn events(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,

@@ -7,7 +7,8 @@
 use axum::Json;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use super::record::RecordView;
 use crate::domain::confirmation::Confirmation;
@@ -40,6 +41,42 @@ pub enum ApiError {
     Internal(String),
 }
 
+/// The body of every error response; the OpenAPI document is derived from it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    pub code: ErrorCode,
+    /// A sentence for humans; for `invalid_field` it starts with the field's name.
+    pub message: String,
+}
+
+/// What went wrong, stable for programs to match on (the message is not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    MalformedJson,
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    AlreadyDecided,
+    PayloadTooLarge,
+    InvalidField,
+    RateLimited,
+    Unavailable,
+    Internal,
+}
+
+/// The 409 body: the error, and the record as it was decided.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ConflictBody {
+    pub error: ErrorDetail,
+    pub confirmation: RecordView,
+}
+
 impl ApiError {
     pub fn field(field: impl Into<String>, reason: impl Into<String>) -> Self {
         ApiError::InvalidField {
@@ -49,12 +86,9 @@ impl ApiError {
     }
 }
 
-fn body(status: StatusCode, code: &str, message: String) -> Response {
-    (
-        status,
-        Json(json!({"error": {"code": code, "message": message}})),
-    )
-        .into_response()
+fn body(status: StatusCode, code: ErrorCode, message: String) -> Response {
+    let error = ErrorDetail { code, message };
+    (status, Json(ErrorBody { error })).into_response()
 }
 
 impl IntoResponse for ApiError {
@@ -62,60 +96,71 @@ impl IntoResponse for ApiError {
         match self {
             ApiError::MalformedJson(m) => body(
                 StatusCode::BAD_REQUEST,
-                "malformed_json",
+                ErrorCode::MalformedJson,
                 format!("the body is not valid JSON: {m}"),
             ),
             ApiError::Unauthorized(m) => {
-                let mut r = body(StatusCode::UNAUTHORIZED, "unauthorized", m.to_owned());
+                let mut r = body(
+                    StatusCode::UNAUTHORIZED,
+                    ErrorCode::Unauthorized,
+                    m.to_owned(),
+                );
                 r.headers_mut().insert(
                     header::WWW_AUTHENTICATE,
                     header::HeaderValue::from_static("Bearer"),
                 );
                 r
             }
-            ApiError::Forbidden(m) => body(StatusCode::FORBIDDEN, "forbidden", m),
-            ApiError::NotFound(m) => body(StatusCode::NOT_FOUND, "not_found", m),
+            ApiError::Forbidden(m) => body(StatusCode::FORBIDDEN, ErrorCode::Forbidden, m),
+            ApiError::NotFound(m) => body(StatusCode::NOT_FOUND, ErrorCode::NotFound, m),
             ApiError::AlreadyDecided(r) => {
-                let view = RecordView::from(&*r);
+                let error = ErrorDetail {
+                    code: ErrorCode::AlreadyDecided,
+                    message: format!("the confirmation is already {}", r.status.as_str()),
+                };
+                let confirmation = RecordView::from(&*r);
                 (
                     StatusCode::CONFLICT,
-                    Json(json!({
-                        "error": {
-                            "code": "already_decided",
-                            "message": format!("the confirmation is already {}", r.status.as_str()),
-                        },
-                        "confirmation": view,
-                    })),
+                    Json(ConflictBody {
+                        error,
+                        confirmation,
+                    }),
                 )
                     .into_response()
             }
             ApiError::PayloadTooLarge => body(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
+                ErrorCode::PayloadTooLarge,
                 format!("the body is larger than {} bytes", super::MAX_BODY_BYTES),
             ),
             ApiError::InvalidField { field, reason } => body(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_field",
+                ErrorCode::InvalidField,
                 format!("{field}: {reason}"),
             ),
             ApiError::TooManyRequests {
                 message,
                 retry_after_secs,
             } => {
-                let mut r = body(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message);
+                let mut r = body(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    ErrorCode::RateLimited,
+                    message,
+                );
                 r.headers_mut().insert(
                     header::RETRY_AFTER,
                     header::HeaderValue::from(retry_after_secs),
                 );
                 r
             }
-            ApiError::Unavailable(m) => body(StatusCode::SERVICE_UNAVAILABLE, "unavailable", m),
+            ApiError::Unavailable(m) => {
+                body(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable, m)
+            }
             ApiError::Internal(detail) => {
                 tracing::error!(%detail, "internal error");
                 body(
                     StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
+                    ErrorCode::Internal,
                     "internal error; see the service log".to_owned(),
                 )
             }

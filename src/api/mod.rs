@@ -4,6 +4,7 @@ pub mod confirmations;
 pub mod error;
 pub mod extract;
 pub mod limits;
+pub mod openapi;
 pub mod record;
 
 use std::sync::Arc;
@@ -33,6 +34,7 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/openapi.json", get(openapi::serve))
         .route("/v1/confirmations", post(confirmations::create))
         .route(
             "/v1/confirmations/{id}",
@@ -46,6 +48,16 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// `GET /healthz`: 200 when the database answers.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    operation_id = "healthz",
+    tag = "service",
+    responses(
+        (status = 200, description = "The database answers.", body = openapi::Health),
+        (status = 503, description = "The database does not answer.", body = error::ErrorBody),
+    ),
+)]
 async fn healthz(State(state): State<AppState>) -> Response {
     match state.service.store().ping().await {
         Ok(()) => (StatusCode::OK, axum::Json(json!({"status": "ok"}))).into_response(),

@@ -2,33 +2,51 @@
 
 use serde::Serialize;
 use serde_json::value::RawValue;
+use utoipa::ToSchema;
 
 use crate::domain::confirmation::{Confirmation, rfc3339};
 
-#[derive(Debug, Serialize)]
+/// The operator who tapped the button.
+#[derive(Debug, Serialize, ToSchema)]
 pub struct DecidedByView {
+    /// Telegram user id.
     pub id: u64,
+    #[schema(required = true)]
     pub username: Option<String>,
     pub name: String,
 }
 
 /// `{"id", "status", "allowed", "reason", "via", "tool", "owner_id", "args_hash",
 /// "parameters", "decided_by", "created_at", "expires_at", "decided_at"}`.
-#[derive(Debug, Serialize)]
+///
+/// Every key is always present; the optional ones are `null` when they do not apply.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Confirmation)]
 pub struct RecordView {
+    /// `cf_` and 32 lowercase hex digits.
     pub id: String,
+    #[schema(schema_with = super::openapi::status_schema)]
     pub status: &'static str,
+    /// True only for `confirmed`: the one thing an agent must check before executing.
     pub allowed: bool,
+    /// Why the request is where it is, in words.
     pub reason: String,
+    #[schema(schema_with = super::openapi::via_schema, required = true)]
     pub via: Option<&'static str>,
     pub tool: String,
     pub owner_id: String,
+    /// The call's argument hash: lowercase hex SHA-256 of the Python-canonical params.
     pub args_hash: String,
     /// The parameters to execute with, verbatim as the agent sent them; only when allowed.
+    #[schema(value_type = Option<Object>, required = true)]
     pub parameters: Option<Box<RawValue>>,
+    #[schema(required = true)]
     pub decided_by: Option<DecidedByView>,
+    #[schema(format = DateTime)]
     pub created_at: String,
+    #[schema(format = DateTime)]
     pub expires_at: String,
+    #[schema(format = DateTime, required = true)]
     pub decided_at: Option<String>,
 }
 

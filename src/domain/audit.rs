@@ -28,11 +28,13 @@ pub struct NewEvent {
 }
 
 /// A stored event.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct AuditEvent {
     pub seq: i64,
     #[serde(serialize_with = "ser_time")]
+    #[schema(value_type = String, format = DateTime)]
     pub at: OffsetDateTime,
+    #[schema(required = true)]
     pub confirmation_id: Option<String>,
     pub kind: String,
     pub actor: String,

@@ -109,6 +109,8 @@ pub struct TestApp {
     pub callback_prefix: String,
     /// Keeps the database folder alive for the test's duration.
     pub dir: Arc<tempfile::TempDir>,
+    /// The settings it runs with, kept so a restart runs with the same.
+    toml: String,
     shutdown: CancellationToken,
     handle: Option<JoinHandle<anyhow::Result<()>>>,
 }
@@ -120,10 +122,20 @@ impl TestApp {
 
     /// Spawns with agent-a allowed to send webhooks under `prefix`.
     pub async fn spawn_with_callback_prefix(prefix: &str) -> TestApp {
+        Self::spawn_with(prefix, |toml| toml).await
+    }
+
+    /// Spawns with the settings TOML ([`settings_toml`]) rewritten by `edit`, e.g. to
+    /// shorten `default_timeout_seconds`.
+    pub async fn spawn_with_settings(edit: impl FnOnce(String) -> String) -> TestApp {
+        Self::spawn_with(DEFAULT_CALLBACK_PREFIX, edit).await
+    }
+
+    async fn spawn_with(prefix: &str, edit: impl FnOnce(String) -> String) -> TestApp {
         let telegram = Arc::new(FakeTelegram::start_with_token(BOT_TOKEN).await);
         let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
         let db_url = format!("sqlite://{}/hitl.db", dir.path().display());
-        Self::start(telegram, dir, db_url, prefix.to_owned()).await
+        Self::start(telegram, dir, db_url, prefix.to_owned(), edit).await
     }
 
     async fn start(
@@ -131,9 +143,12 @@ impl TestApp {
         dir: Arc<tempfile::TempDir>,
         db_url: String,
         callback_prefix: String,
+        edit: impl FnOnce(String) -> String,
     ) -> TestApp {
-        let toml = settings_toml(&telegram.api_url(), &db_url)
-            .replace("{CALLBACK_PREFIX}", &callback_prefix);
+        let toml = edit(
+            settings_toml(&telegram.api_url(), &db_url)
+                .replace("{CALLBACK_PREFIX}", &callback_prefix),
+        );
         let settings = Settings::from_toml(&toml).expect("settings");
         let env = test_env();
         let config = Config::from_settings(settings, &|k| env.get(k).cloned()).expect("config");
@@ -152,6 +167,7 @@ impl TestApp {
             db_url,
             callback_prefix,
             dir,
+            toml,
             shutdown,
             handle: Some(handle),
         }
@@ -160,11 +176,13 @@ impl TestApp {
     /// Stops the service cleanly and starts a new one on the same database and fake.
     pub async fn restart(mut self) -> TestApp {
         self.stop().await;
+        let toml = self.toml.clone();
         Self::start(
             self.telegram.clone(),
             self.dir.clone(),
             self.db_url.clone(),
             self.callback_prefix.clone(),
+            |_| toml,
         )
         .await
     }
