@@ -174,3 +174,11 @@ async fn expired_windows_are_purged_from_the_database() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(count(app.db_url.clone()).await, 0);
 }
+
+#[tokio::test]
+async fn a_whole_number_written_as_a_float_is_a_valid_window() {
+    let app = TestApp::spawn().await;
+    let raw = r#"{"tool": "t", "params": {}, "window_seconds": 600.0, "wait": "suspend"}"#;
+    let (s, r) = app.post_raw(Some(TOKEN_A), raw).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{r}");
+}

@@ -129,8 +129,18 @@ pub fn parse_create(
         "template",
         MAX_TEMPLATE_CHARS,
     )?;
-    let window_seconds = field::<u64>(&body, "window_seconds", "an integer >= 0")?
-        .unwrap_or(config.default_window_seconds);
+    // Read as a number so `600.0` (what Python's json.dumps writes for a float that
+    // holds a whole number) counts as the integer it is, as JSON Schema says.
+    let window_seconds = match field::<f64>(&body, "window_seconds", "an integer >= 0")? {
+        None => config.default_window_seconds,
+        Some(w)
+            if w.is_finite() && w >= 0.0 && w.fract() == 0.0 && w <= MAX_WINDOW_SECONDS as f64 =>
+        {
+            w as u64
+        }
+        Some(w) if w.is_finite() && w >= 0.0 && w.fract() == 0.0 => MAX_WINDOW_SECONDS + 1,
+        Some(_) => return Err(ApiError::field("window_seconds", "must be an integer >= 0")),
+    };
     if window_seconds > MAX_WINDOW_SECONDS {
         return Err(ApiError::field(
             "window_seconds",
