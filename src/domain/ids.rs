@@ -22,59 +22,51 @@ fn is_lower_hex(s: &str, len: usize) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// A confirmation request's id: `cf_` and 128 random bits in hex. Unguessable, so one
-/// agent cannot enumerate another's requests.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConfirmationId(String);
+/// Declares an id made of a fixed prefix and 128 random bits in lowercase hex.
+macro_rules! prefixed_id {
+    ($(#[$doc:meta])* $name:ident, $prefix:literal, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(String);
 
-impl ConfirmationId {
-    const PREFIX: &'static str = "cf_";
+        impl $name {
+            pub fn generate() -> Self {
+                $name(format!("{}{}", $prefix, random_hex(16)))
+            }
 
-    pub fn generate() -> Self {
-        ConfirmationId(format!("{}{}", Self::PREFIX, random_hex(16)))
-    }
+            pub fn parse(s: &str) -> Result<Self, InvalidValue> {
+                match s.strip_prefix($prefix) {
+                    Some(rest) if is_lower_hex(rest, 32) => Ok($name(s.to_owned())),
+                    _ => Err(InvalidValue(concat!("is not ", $what).into())),
+                }
+            }
 
-    pub fn parse(s: &str) -> Result<Self, InvalidValue> {
-        match s.strip_prefix(Self::PREFIX) {
-            Some(rest) if is_lower_hex(rest, 32) => Ok(ConfirmationId(s.to_owned())),
-            _ => Err(InvalidValue(
-                "is not a confirmation id (cf_ followed by 32 hex digits)".into(),
-            )),
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
         }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
+    };
 }
+
+prefixed_id!(
+    /// A confirmation request's id: `cf_` and 128 random bits in hex. Unguessable, so one
+    /// agent cannot enumerate another's requests.
+    ConfirmationId,
+    "cf_",
+    "a confirmation id (cf_ followed by 32 hex digits)"
+);
+
+prefixed_id!(
+    /// A webhook delivery's id (`wh_` and 128 random bits in hex): the same on every
+    /// retry, so a receiver can drop duplicates.
+    DeliveryId,
+    "wh_",
+    "a delivery id"
+);
 
 impl fmt::Display for ConfirmationId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
-    }
-}
-
-/// A webhook delivery's id (`wh_` and 128 random bits in hex): the same on every retry,
-/// so a receiver can drop duplicates.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct DeliveryId(String);
-
-impl DeliveryId {
-    const PREFIX: &'static str = "wh_";
-
-    pub fn generate() -> Self {
-        DeliveryId(format!("{}{}", Self::PREFIX, random_hex(16)))
-    }
-
-    pub fn parse(s: &str) -> Result<Self, InvalidValue> {
-        match s.strip_prefix(Self::PREFIX) {
-            Some(rest) if is_lower_hex(rest, 32) => Ok(DeliveryId(s.to_owned())),
-            _ => Err(InvalidValue("is not a delivery id".into())),
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
     }
 }
 

@@ -96,6 +96,18 @@ fn create_private(file: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The `decided_by_*` columns of an operator (all NULL when nobody decided).
+fn operator_columns(op: &Option<Operator>) -> (Option<i64>, Option<String>, Option<String>) {
+    match op {
+        Some(op) => (
+            i64::try_from(op.id).ok(),
+            op.username.clone(),
+            Some(op.name.clone()),
+        ),
+        None => (None, None, None),
+    }
+}
+
 fn ms(t: OffsetDateTime) -> i64 {
     (t.unix_timestamp_nanos() / 1_000_000) as i64
 }
@@ -351,14 +363,7 @@ impl Store for SqliteStore {
             .execute(&mut *tx)
             .await?;
         }
-        let (by_id, by_username, by_name) = match &r.decided_by {
-            Some(op) => (
-                i64::try_from(op.id).ok(),
-                op.username.clone(),
-                Some(op.name.clone()),
-            ),
-            None => (None, None, None),
-        };
+        let (by_id, by_username, by_name) = operator_columns(&r.decided_by);
         let done = sqlx::query(
             "INSERT INTO confirmations (id, agent, route, chat_id, tool, owner_id, args_hash,
                 params_json, briefing, context, allow_edit, window_seconds, idempotency_key,
@@ -468,14 +473,7 @@ impl Store for SqliteStore {
     async fn decide(&self, id: &ConfirmationId, d: &Decision) -> Result<Decided, StorageError> {
         let _audit = self.audit.lock().await;
         let mut tx = self.pool.begin().await?;
-        let (by_id, by_username, by_name) = match &d.decided_by {
-            Some(op) => (
-                i64::try_from(op.id).ok(),
-                op.username.clone(),
-                Some(op.name.clone()),
-            ),
-            None => (None, None, None),
-        };
+        let (by_id, by_username, by_name) = operator_columns(&d.decided_by);
         // The `status = 'pending'` guard is the whole exactly-once story: of any number of
         // concurrent decisions, one changes a row and every other changes none.
         let changed = sqlx::query(
