@@ -32,6 +32,7 @@ pub fn demo_settings(mut s: Settings, operator_id: Option<String>) -> anyhow::Re
         chat_id: i64::try_from(operator).context("Telegram user id out of range")?,
         approvers: vec![operator],
         forbid_self_approval: false,
+        quorum: None,
     }];
     s.agents = vec![AgentSettings {
         name: "demo".into(),

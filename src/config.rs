@@ -40,6 +40,10 @@ pub struct Settings {
     /// Maps agents' `owner_id` values to Telegram user ids, for `forbid_self_approval`.
     #[serde(default)]
     pub owner_telegram_ids: HashMap<String, u64>,
+    /// People by name, with their Telegram user ids: interaction recipients and
+    /// `target_humans` name them (`alice = 11111111`).
+    #[serde(default)]
+    pub people: HashMap<String, u64>,
     #[serde(default)]
     pub routes: Vec<RouteSettings>,
     #[serde(default)]
@@ -104,6 +108,10 @@ pub struct RouteSettings {
     /// Refuse taps by the Telegram user mapped to the request's owner.
     #[serde(default)]
     pub forbid_self_approval: bool,
+    /// How many matching answers settle a `quorum` interaction here, when the interaction
+    /// does not say (`policy.quorum`).
+    #[serde(default)]
+    pub quorum: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -185,6 +193,7 @@ pub struct Route {
     pub chat_id: i64,
     pub approvers: HashSet<u64>,
     pub forbid_self_approval: bool,
+    pub quorum: Option<u32>,
 }
 
 impl Route {
@@ -263,6 +272,7 @@ pub struct Config {
     pub default_window_seconds: u64,
     pub webhooks: WebhookSettings,
     pub owner_telegram_ids: HashMap<String, u64>,
+    pub people: HashMap<String, u64>,
     pub routes: HashMap<String, Arc<Route>>,
     pub agents: Vec<Arc<Agent>>,
 }
@@ -361,7 +371,11 @@ impl Config {
                 chat_id: r.chat_id,
                 approvers: r.approvers.into_iter().collect(),
                 forbid_self_approval: r.forbid_self_approval,
+                quorum: r.quorum,
             };
+            if r.quorum == Some(0) {
+                return Err(invalid(format!("{key}.quorum"), "must be at least 1"));
+            }
             if routes.insert(r.name.clone(), Arc::new(route)).is_some() {
                 return Err(invalid(
                     format!("{key}.name"),
@@ -524,6 +538,7 @@ impl Config {
             default_window_seconds: c.default_window_seconds,
             webhooks: s.webhooks,
             owner_telegram_ids: s.owner_telegram_ids,
+            people: s.people,
             routes,
             agents,
         })
@@ -551,6 +566,11 @@ impl Config {
     /// The Telegram user an agent's `owner_id` stands for, if the config maps it.
     pub fn owner_telegram_id(&self, owner_id: &str) -> Option<u64> {
         self.owner_telegram_ids.get(owner_id).copied()
+    }
+
+    /// The Telegram user id of a person named in `[people]`.
+    pub fn person(&self, name: &str) -> Option<u64> {
+        self.people.get(name).copied()
     }
 
     pub fn route(&self, name: &str) -> Option<&Arc<Route>> {

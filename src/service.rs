@@ -17,15 +17,20 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Agent, Config};
+use serde_json::{Value, json};
+
+use crate::config::{Agent, Config, Route};
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit;
 use crate::domain::briefing;
 use crate::domain::confirmation::{Confirmation, Operator, Outcome, PENDING_REASON, Status, Via};
 use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
+use crate::domain::interaction::{
+    self, Answer, Consensus, ConsensusMode, Interaction, InteractionType, TimeoutAction,
+};
 use crate::domain::pyvalue::PyDict;
 use crate::scheduler::Deadlines;
-use crate::storage::{Decided, Inserted, StorageError, Store};
+use crate::storage::{Answered, Decided, Inserted, StorageError, Store};
 
 /// Why Telegram could not carry a message.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -51,10 +56,24 @@ impl DeliveryError {
 /// never sees a Telegram type.
 #[async_trait]
 pub trait Messenger: Send + Sync + 'static {
-    /// Posts the question with its buttons; returns the message id.
-    async fn send_question(&self, record: &Confirmation) -> Result<i32, DeliveryError>;
-    /// Edits the question's message to show the outcome and removes the buttons.
-    async fn show_outcome(&self, record: &Confirmation) -> Result<(), DeliveryError>;
+    /// Posts the question with its buttons in `chat_id`; returns the message id.
+    async fn send_question(
+        &self,
+        record: &Confirmation,
+        chat_id: i64,
+        view: &View,
+    ) -> Result<i32, DeliveryError>;
+    /// Re-renders a message of the question as it stands: progress and live buttons while
+    /// it is pending, the outcome without buttons once it ended.
+    async fn update_message(
+        &self,
+        record: &Confirmation,
+        chat_id: i64,
+        message_id: i32,
+        view: &View,
+    ) -> Result<(), DeliveryError>;
+    /// Sends a one-way message (a notification); returns its message id.
+    async fn send_text(&self, chat_id: i64, text: &str) -> Result<i32, DeliveryError>;
     /// Answers a button tap with a toast (or an alert the operator must dismiss).
     async fn answer_tap(
         &self,
@@ -62,6 +81,47 @@ pub trait Messenger: Send + Sync + 'static {
         text: &str,
         alert: bool,
     ) -> Result<(), DeliveryError>;
+}
+
+/// What a message shows besides the record itself.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct View {
+    /// How many answers the question waits for (for "2 of 3 answered").
+    pub expected: usize,
+    /// A multi-choice selection in progress, shown on the toggles.
+    pub selection: Vec<String>,
+    /// The chat is a group (poll tallies are shown there).
+    pub group: bool,
+}
+
+/// A validated interaction (AI-Parrot's `HumanInteraction`) to ask.
+#[derive(Debug, Clone)]
+pub struct NewInteraction {
+    pub interaction: Interaction,
+    pub route: Option<String>,
+    /// The person (a `[people]` name) AI-Parrot addressed this copy to.
+    pub recipient: Option<String>,
+    /// Already checked against the agent's allow-list.
+    pub callback_url: Option<String>,
+}
+
+/// A message sent in reply to one of the bot's messages (a free-text answer).
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub chat_id: i64,
+    pub reply_to: i32,
+    pub from: Operator,
+    pub from_is_bot: bool,
+    pub text: String,
+}
+
+/// The `tool` column of an interaction (which has none).
+pub const INTERACTION_TOOL: &str = "human_interaction";
+
+/// Where a question is posted.
+enum Destination {
+    Route(Arc<Route>),
+    Person { name: String, user_id: u64 },
 }
 
 /// A validated request to ask a human.
@@ -86,8 +146,16 @@ pub struct NewConfirmation {
 /// What a button means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TapAction {
+    /// Approve (approval, form).
     Approve,
+    /// Cancel or Reject.
     Cancel,
+    /// Pick option `n` (single choice, poll).
+    Choose(u8),
+    /// Toggle option `n` (multi choice).
+    Toggle(u8),
+    /// Send the multi-choice selection.
+    Done,
 }
 
 /// A button tap as the chat reported it.
@@ -118,6 +186,14 @@ pub enum ServiceError {
     ShuttingDown,
     #[error("too many pending requests (max {0})")]
     TooManyPending(u32),
+    #[error("recipient '{0}' is not in [people]; add them to the config or pass a route")]
+    UnknownRecipient(String),
+    #[error("interaction_id '{0}' already names a different interaction (question or type differ)")]
+    InteractionMismatch(String),
+    #[error("{0}")]
+    NobodyMayAnswer(String),
+    #[error("Telegram did not take the message: {0}")]
+    Undeliverable(String),
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
@@ -164,6 +240,10 @@ impl Waiters {
     }
 }
 
+/// How long `GET /v1/events` can resume from: a listener away for longer re-reads the
+/// interactions it cares about instead.
+pub const AGENT_EVENT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// How long past its deadline a waiting agent lets a request stay pending before it
 /// applies the timeout itself. The scheduler normally wins by far; this only guards
 /// against a stalled scheduler leaving an agent blocked forever.
@@ -181,6 +261,8 @@ pub struct Service {
     webhook_wake: Notify,
     /// Routes whose chat moved (group upgraded to supergroup), over the config's chat.
     moved_chats: Mutex<HashMap<String, i64>>,
+    /// Ticks after every change that may have written an agent event.
+    events: watch::Sender<u64>,
 }
 
 impl Service {
@@ -194,6 +276,7 @@ impl Service {
             tasks: TaskTracker::new(),
             webhook_wake: Notify::new(),
             moved_chats: Mutex::new(HashMap::new()),
+            events: watch::channel(0).0,
         }
     }
 
@@ -238,13 +321,18 @@ impl Service {
         let n = pending.len();
         for entry in pending {
             if !entry.delivered && entry.expires_at > now {
-                match self.store.get(&entry.id).await? {
-                    Some(record) => {
-                        tracing::info!(id = %record.id, "delivering a question cut short by a restart");
-                        let me = self.clone();
-                        self.tasks.spawn(async move { me.deliver(record).await });
-                    }
-                    None => continue,
+                let Some(record) = self.store.get(&entry.id).await? else {
+                    continue;
+                };
+                tracing::info!(id = %record.id, "delivering a question cut short by a restart");
+                for copy in record.copies.iter().filter(|c| c.message_id.is_none()) {
+                    let (me, r, chat) = (self.clone(), record.clone(), copy.chat_id);
+                    self.tasks
+                        .spawn(async move { me.deliver_copy(r, chat).await });
+                }
+                if record.message_id.is_none() {
+                    let me = self.clone();
+                    self.tasks.spawn(async move { me.deliver(record).await });
                 }
             }
             self.deadlines
@@ -279,6 +367,15 @@ impl Service {
                 Ok(0) => {}
                 Ok(n) => tracing::debug!(purged = n, "expired confirmation windows deleted"),
                 Err(e) => tracing::warn!(error = %e, "could not purge expired windows"),
+            }
+            match self
+                .store
+                .purge_agent_events(now() - AGENT_EVENT_RETENTION)
+                .await
+            {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(purged = n, "old stream events deleted"),
+                Err(e) => tracing::warn!(error = %e, "could not purge old stream events"),
             }
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -339,6 +436,11 @@ impl Service {
             created_at: now,
             expires_at: now + new.timeout,
             decided_at: None,
+            interaction: None,
+            result: None,
+            timeout_action: None,
+            answers: Vec::new(),
+            copies: Vec::new(),
         };
 
         if let Some(window) = self.store.live_window(&record.window_key(), now).await? {
@@ -355,6 +457,7 @@ impl Service {
             if stored.callback_url.is_some() {
                 self.webhook_wake.notify_one();
             }
+            self.changed(&stored.id);
             return Ok(stored);
         }
 
@@ -380,12 +483,18 @@ impl Service {
         Ok(stored)
     }
 
+    /// Posts the question in its first chat; fails closed when Telegram refuses it.
     async fn deliver(self: Arc<Self>, mut record: Confirmation) {
         // A group can be upgraded to a supergroup (new chat id) at most once; allow one
         // more hop for good measure, then fail closed.
         let mut hops = 0;
+        let view = self.view(&record, record.chat_id);
         let result = loop {
-            match self.messenger.send_question(&record).await {
+            match self
+                .messenger
+                .send_question(&record, record.chat_id, &view)
+                .await
+            {
                 Err(e) if e.migrated_to.is_some() && hops < 2 => {
                     hops += 1;
                     let to = e.migrated_to.unwrap_or(record.chat_id);
@@ -405,13 +514,8 @@ impl Service {
                 if let Err(e) = self.store.set_message_id(&record.id, message_id).await {
                     tracing::error!(id = %record.id, error = %e, "could not record the message id");
                 }
-                // A timeout or withdrawal may have won while the message was on its way:
-                // then its buttons must not stay live.
-                match self.store.get(&record.id).await {
-                    Ok(Some(now)) if now.is_terminal() => self.finish(now),
-                    Ok(_) => {}
-                    Err(e) => tracing::error!(id = %record.id, error = %e, "could not re-read"),
-                }
+                self.changed(&record.id);
+                self.after_delivery(&record.id).await;
             }
             Err(e) => {
                 tracing::warn!(id = %record.id, reason = %e.reason, "delivery failed: failing closed");
@@ -425,6 +529,41 @@ impl Service {
                     tracing::error!(id = %record.id, error = %e, "could not store the fail-closed outcome");
                 }
             }
+        }
+    }
+
+    /// Posts a further copy of a question in a person's private chat. A copy that cannot
+    /// be delivered is logged and audited; the question stays open for the others.
+    async fn deliver_copy(self: Arc<Self>, record: Confirmation, chat_id: i64) {
+        let view = self.view(&record, chat_id);
+        match self.messenger.send_question(&record, chat_id, &view).await {
+            Ok(message_id) => {
+                if let Err(e) = self
+                    .store
+                    .set_copy_message_id(&record.id, chat_id, message_id, now())
+                    .await
+                {
+                    tracing::error!(id = %record.id, error = %e, "could not record a copy's message id");
+                }
+                self.after_delivery(&record.id).await;
+            }
+            Err(e) => {
+                tracing::warn!(id = %record.id, chat_id, reason = %e.reason, "a copy could not be delivered");
+                let event = audit::copy_failed(record.id.as_str(), chat_id, &e.reason, now());
+                if let Err(e) = self.store.record_event(event).await {
+                    tracing::error!(id = %record.id, error = %e, "could not audit a failed copy");
+                }
+            }
+        }
+    }
+
+    /// A timeout or withdrawal may have won while a message was on its way: then its
+    /// buttons must not stay live.
+    async fn after_delivery(self: &Arc<Self>, id: &ConfirmationId) {
+        match self.store.get(id).await {
+            Ok(Some(now)) if now.is_terminal() => self.finish(now),
+            Ok(_) => {}
+            Err(e) => tracing::error!(id = %id, error = %e, "could not re-read"),
         }
     }
 
@@ -443,43 +582,116 @@ impl Service {
         Ok(())
     }
 
+    /// Wakes whoever waits on the question and the agents' event streams.
+    fn changed(&self, id: &ConfirmationId) {
+        self.waiters.notify(id);
+        self.events.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Ticks whenever an agent event may have been written (`GET /v1/events` listens).
+    pub fn subscribe_events(&self) -> watch::Receiver<u64> {
+        self.events.subscribe()
+    }
+
     /// Applies an outcome; wakes waiting agents when it is the one that counts.
     async fn decide(&self, id: &ConfirmationId, outcome: Outcome) -> Result<Decided, StorageError> {
         let decided = self.store.decide(id, &outcome.decide(now())).await?;
         if let Decided::Applied(r) = &decided {
-            tracing::info!(id = %r.id, agent = %r.agent, tool = %r.tool,
-                status = r.status.as_str(), via = r.via.map(Via::as_str).unwrap_or(""),
-                "confirmation decided");
-            self.waiters.notify(id);
-            if r.callback_url.is_some() {
-                self.webhook_wake.notify_one();
-            }
+            self.on_decided(r);
         }
         Ok(decided)
     }
 
-    /// Shows a decided request's outcome in its Telegram message, in the background, and
+    /// After a decision was stored: log it, wake waiting agents and the webhook outbox.
+    fn on_decided(&self, r: &Confirmation) {
+        tracing::info!(id = %r.id, agent = %r.agent, tool = %r.tool,
+            status = r.status.as_str(), via = r.via.map(Via::as_str).unwrap_or(""),
+            "question decided");
+        self.changed(&r.id);
+        if r.callback_url.is_some() {
+            self.webhook_wake.notify_one();
+        }
+    }
+
+    /// What a message of `record` in `chat_id` shows besides the record.
+    fn view(&self, record: &Confirmation, chat_id: i64) -> View {
+        // Progress is only worth showing when more than one answer is awaited.
+        let several = record
+            .interaction
+            .as_ref()
+            .is_some_and(|i| i.consensus != ConsensusMode::FirstResponse);
+        View {
+            expected: if several {
+                self.expected_answers(record)
+            } else {
+                1
+            },
+            selection: Vec::new(),
+            group: chat_id < 0,
+        }
+    }
+
+    /// Shows a decided request's outcome in every message of it, in the background, and
     /// records that it did, so a restart can finish what a crash interrupted.
     fn finish(self: &Arc<Self>, record: Confirmation) {
-        if record.message_id.is_none() {
-            return;
-        }
         let me = self.clone();
         self.tasks.spawn(async move {
-            match me.messenger.show_outcome(&record).await {
-                Ok(()) => {
-                    if let Err(e) = me.store.mark_outcome_shown(&record.id).await {
-                        tracing::warn!(id = %record.id, error = %e, "could not record the shown outcome");
+            for (chat_id, message_id) in record.messages().collect::<Vec<_>>() {
+                let Some(message_id) = message_id else {
+                    continue;
+                };
+                let view = me.view(&record, chat_id);
+                match me
+                    .messenger
+                    .update_message(&record, chat_id, message_id, &view)
+                    .await
+                {
+                    Ok(()) => {
+                        let marked = if chat_id == record.chat_id {
+                            me.store.mark_outcome_shown(&record.id).await
+                        } else {
+                            me.store.mark_copy_shown(&record.id, chat_id).await
+                        };
+                        if let Err(e) = marked {
+                            tracing::warn!(id = %record.id, error = %e, "could not record the shown outcome");
+                        }
                     }
-                }
-                Err(e) => {
-                    tracing::warn!(id = %record.id, reason = %e.reason, "could not update the message")
+                    Err(e) => {
+                        tracing::warn!(id = %record.id, reason = %e.reason, "could not update the message")
+                    }
                 }
             }
         });
     }
 
-    /// The scheduler's callback: times the request out if it is still pending.
+    /// Shows a pending question's progress (answers so far, a poll's tally) in every
+    /// message of it, in the background.
+    fn refresh(self: &Arc<Self>, record: Confirmation) {
+        let me = self.clone();
+        self.tasks.spawn(async move {
+            // Edits run in the background: if the question ended meanwhile, showing
+            // progress now could put back the buttons the outcome edit removed.
+            let record = match me.store.get(&record.id).await {
+                Ok(Some(now)) if !now.is_terminal() => now,
+                _ => return,
+            };
+            for (chat_id, message_id) in record.messages().collect::<Vec<_>>() {
+                if let Some(message_id) = message_id {
+                    let view = me.view(&record, chat_id);
+                    if let Err(e) = me
+                        .messenger
+                        .update_message(&record, chat_id, message_id, &view)
+                        .await
+                    {
+                        tracing::debug!(id = %record.id, reason = %e.reason, "could not show progress");
+                    }
+                }
+            }
+        });
+    }
+
+    /// The scheduler's callback: times the request out if it is still pending, applying
+    /// the interaction's `timeout_action`.
     async fn expire(self: &Arc<Self>, id: &ConfirmationId) {
         let record = match self.store.get(id).await {
             Ok(Some(r)) if !r.is_terminal() => r,
@@ -495,7 +707,19 @@ impl Service {
         let after = (record.expires_at - record.created_at)
             .try_into()
             .unwrap_or(Duration::ZERO);
-        match self.decide(id, Outcome::TimedOut { after }).await {
+        let outcome = match record.interaction.as_deref().map(|i| i.timeout_action) {
+            None | Some(TimeoutAction::Cancel) => Outcome::TimedOut { after },
+            Some(TimeoutAction::Default) => Outcome::DefaultOnTimeout {
+                value: record
+                    .interaction
+                    .as_ref()
+                    .map(|i| i.default_response.clone())
+                    .unwrap_or(Value::Null),
+                after,
+            },
+            Some(action) => Outcome::TimedOutWithAction { after, action },
+        };
+        match self.decide(id, outcome).await {
             Ok(Decided::Applied(r)) => self.finish(r),
             Ok(_) => {}
             Err(e) => {
@@ -506,8 +730,21 @@ impl Service {
         }
     }
 
-    /// The agent's own request, or `NotFound` (also for another agent's).
+    /// The agent's own confirmation, or `NotFound` (also for another agent's, and for an
+    /// interaction, which the agent knows by its `interaction_id`).
     pub async fn get(
+        &self,
+        agent: &Agent,
+        id: &ConfirmationId,
+    ) -> Result<Confirmation, ServiceError> {
+        match self.owned(agent, id).await? {
+            r if r.interaction.is_none() => Ok(r),
+            _ => Err(ServiceError::NotFound),
+        }
+    }
+
+    /// The agent's own question of any kind, by record id (its audit trail is read so).
+    pub async fn owned(
         &self,
         agent: &Agent,
         id: &ConfirmationId,
@@ -516,6 +753,18 @@ impl Service {
             Some(r) if r.agent == agent.name => Ok(r),
             _ => Err(ServiceError::NotFound),
         }
+    }
+
+    /// The agent's interaction with its own `interaction_id`.
+    pub async fn get_interaction(
+        &self,
+        agent: &Agent,
+        interaction_id: &str,
+    ) -> Result<Confirmation, ServiceError> {
+        self.store
+            .find_interaction(&agent.name, interaction_id)
+            .await?
+            .ok_or(ServiceError::NotFound)
     }
 
     /// Waits until the request is terminal or `max_wait` passes, then returns it as it is.
@@ -528,12 +777,41 @@ impl Service {
         max_wait: Option<Duration>,
         stop: &CancellationToken,
     ) -> Result<Confirmation, ServiceError> {
+        self.wait_until(agent, id, max_wait, stop, |r| r.is_terminal())
+            .await
+    }
+
+    /// Waits for the next change of an interaction (delivered, an answer, its end), at
+    /// most `max_wait`, and returns it as it is then.
+    pub async fn wait_for_change(
+        self: &Arc<Self>,
+        agent: &Agent,
+        interaction_id: &str,
+        max_wait: Duration,
+        stop: &CancellationToken,
+    ) -> Result<Confirmation, ServiceError> {
+        let first = self.get_interaction(agent, interaction_id).await?;
+        let seen = (first.public_status(), first.answers.len());
+        self.wait_until(agent, &first.id, Some(max_wait), stop, move |r| {
+            r.is_terminal() || (r.public_status(), r.answers.len()) != seen
+        })
+        .await
+    }
+
+    async fn wait_until(
+        self: &Arc<Self>,
+        agent: &Agent,
+        id: &ConfirmationId,
+        max_wait: Option<Duration>,
+        stop: &CancellationToken,
+        done: impl Fn(&Confirmation) -> bool,
+    ) -> Result<Confirmation, ServiceError> {
         let give_up = max_wait.map(|d| Instant::now() + d);
         loop {
-            // Subscribe before reading, so a decision landing in between is not missed.
+            // Subscribe before reading, so a change landing in between is not missed.
             let mut changed = self.waiters.subscribe(id);
-            let record = self.get(agent, id).await?;
-            if record.is_terminal() || give_up.is_some_and(|g| Instant::now() >= g) {
+            let record = self.owned(agent, id).await?;
+            if done(&record) || give_up.is_some_and(|g| Instant::now() >= g) {
                 return Ok(record);
             }
             let overdue = instant_at(record.expires_at, now()) + WAITER_GRACE;
@@ -550,13 +828,20 @@ impl Service {
         }
     }
 
-    /// The agent takes its question back.
+    /// The agent takes its confirmation back.
     pub async fn withdraw(
         self: &Arc<Self>,
         agent: &Agent,
         id: &ConfirmationId,
     ) -> Result<Confirmation, ServiceError> {
         self.get(agent, id).await?;
+        self.withdraw_owned(id).await
+    }
+
+    async fn withdraw_owned(
+        self: &Arc<Self>,
+        id: &ConfirmationId,
+    ) -> Result<Confirmation, ServiceError> {
         match self.decide(id, Outcome::Withdrawn).await? {
             Decided::Applied(r) => {
                 self.finish(r.clone());
@@ -567,134 +852,677 @@ impl Service {
         }
     }
 
+    /// Where a question or notification goes: the route given, else the person named as
+    /// recipient (in their private chat), else the agent's default route.
+    fn destination(
+        &self,
+        agent: &Agent,
+        route: Option<&str>,
+        recipient: Option<&str>,
+    ) -> Result<Destination, ServiceError> {
+        let route_name = match (route, recipient) {
+            (Some(r), _) => r.to_owned(),
+            (None, Some(person)) => {
+                return match self.config.person(person) {
+                    Some(user_id) => Ok(Destination::Person {
+                        name: person.to_owned(),
+                        user_id,
+                    }),
+                    None => Err(ServiceError::UnknownRecipient(person.to_owned())),
+                };
+            }
+            (None, None) => agent.default_route.clone(),
+        };
+        match self.config.route(&route_name) {
+            Some(r) if agent.routes.contains(&route_name) => Ok(Destination::Route(r.clone())),
+            _ => Err(ServiceError::RouteNotAllowed(route_name)),
+        }
+    }
+
+    /// Asks an interaction. The same `interaction_id` again (AI-Parrot sends one per
+    /// recipient) lands on the same record, adding a private-chat copy for a new person.
+    /// Returns the record and whether it is new.
+    pub async fn create_interaction(
+        self: &Arc<Self>,
+        agent: &Agent,
+        new: NewInteraction,
+    ) -> Result<(Confirmation, bool), ServiceError> {
+        let dest = self.destination(agent, new.route.as_deref(), new.recipient.as_deref())?;
+        if let Some(existing) = self
+            .store
+            .find_interaction(&agent.name, &new.interaction.interaction_id)
+            .await?
+        {
+            return self.add_recipient(existing, &new, dest).await;
+        }
+        let i = &new.interaction;
+        if let Destination::Route(route) = &dest
+            && !i.target_humans.is_empty()
+            && !route.approvers.iter().any(|uid| self.is_target(i, *uid))
+        {
+            return Err(ServiceError::NobodyMayAnswer(format!(
+                "none of target_humans is an approver of route '{}' (names map to Telegram ids through [people])",
+                route.name
+            )));
+        }
+        if self.store.count_pending(&agent.name).await? >= u64::from(agent.max_pending) {
+            return Err(ServiceError::TooManyPending(agent.max_pending));
+        }
+        let (route_name, chat_id) = match &dest {
+            Destination::Route(r) => (r.name.clone(), self.chat_of(&r.name, r.chat_id)),
+            Destination::Person { name, user_id } => {
+                (format!("@{name}"), i64::try_from(*user_id).unwrap_or(0))
+            }
+        };
+        let now = now();
+        let record = Confirmation {
+            id: ConfirmationId::generate(),
+            agent: agent.name.clone(),
+            route: route_name,
+            chat_id,
+            tool: ToolName::parse(INTERACTION_TOOL).map_err(|_| ServiceError::NotFound)?,
+            owner_id: OwnerId::anonymous(),
+            args_hash: ArgsHash::of(&PyDict::new()),
+            params_json: "{}".to_owned(),
+            briefing: i.question.clone(),
+            context: i.context.clone(),
+            allow_edit: i.kind == InteractionType::Form,
+            window_seconds: 0,
+            idempotency_key: None,
+            callback_token: CallbackToken::generate(),
+            callback_url: new.callback_url.clone(),
+            message_id: None,
+            status: Status::Pending,
+            via: None,
+            reason: "waiting for an answer".to_owned(),
+            decided_by: None,
+            created_at: now,
+            expires_at: now + i.timeout,
+            decided_at: None,
+            interaction: Some(Arc::new(i.clone())),
+            result: None,
+            timeout_action: None,
+            answers: Vec::new(),
+            copies: Vec::new(),
+        };
+        let stored = match self.store.insert(&record, now).await? {
+            Inserted::New(r) => r,
+            Inserted::Existing(e) => return self.add_recipient(e, &new, dest).await,
+        };
+        tracing::info!(id = %stored.id, agent = %stored.agent, kind = i.kind.as_str(),
+            route = %stored.route, "interaction requested");
+        self.changed(&stored.id);
+        self.deadlines
+            .schedule(stored.id.clone(), instant_at(stored.expires_at, now));
+        let me = self.clone();
+        let to_deliver = stored.clone();
+        self.tasks
+            .spawn(async move { me.deliver(to_deliver).await });
+        Ok((stored, true))
+    }
+
+    /// A repeat of an interaction already asked: the same question, perhaps for another
+    /// person, who then gets their own copy in a private chat.
+    async fn add_recipient(
+        self: &Arc<Self>,
+        existing: Confirmation,
+        new: &NewInteraction,
+        dest: Destination,
+    ) -> Result<(Confirmation, bool), ServiceError> {
+        let same = existing.interaction.as_deref().is_some_and(|i| {
+            i.kind == new.interaction.kind && i.question == new.interaction.question
+        });
+        if !same {
+            return Err(ServiceError::InteractionMismatch(
+                new.interaction.interaction_id.clone(),
+            ));
+        }
+        if let Destination::Person { name, user_id } = dest
+            && !existing.is_terminal()
+        {
+            let chat_id = i64::try_from(user_id).unwrap_or(0);
+            if self
+                .store
+                .add_copy(&existing.id, &name, chat_id, now())
+                .await?
+            {
+                let me = self.clone();
+                let record = existing.clone();
+                self.tasks
+                    .spawn(async move { me.deliver_copy(record, chat_id).await });
+            }
+        }
+        let record = self.store.get(&existing.id).await?.unwrap_or(existing);
+        Ok((record, false))
+    }
+
+    /// The agent takes its interaction back.
+    pub async fn withdraw_interaction(
+        self: &Arc<Self>,
+        agent: &Agent,
+        interaction_id: &str,
+    ) -> Result<Confirmation, ServiceError> {
+        let record = self.get_interaction(agent, interaction_id).await?;
+        self.withdraw_owned(&record.id).await
+    }
+
+    /// Sends a one-way message (AI-Parrot's `send_notification`) to a route or a person.
+    pub async fn notify(
+        &self,
+        agent: &Agent,
+        route: Option<&str>,
+        recipient: Option<&str>,
+        message: &str,
+    ) -> Result<(i64, i32), ServiceError> {
+        let chat_id = match self.destination(agent, route, recipient)? {
+            Destination::Route(r) => self.chat_of(&r.name, r.chat_id),
+            Destination::Person { user_id, .. } => i64::try_from(user_id).unwrap_or(0),
+        };
+        let message_id = self
+            .messenger
+            .send_text(chat_id, message)
+            .await
+            .map_err(|e| ServiceError::Undeliverable(e.reason))?;
+        tracing::info!(agent = %agent.name, chat_id, "notification sent");
+        Ok((chat_id, message_id))
+    }
+
+    /// Whether the Telegram user is one of the interaction's `target_humans` (by name
+    /// through `[people]`, or by numeric id); everyone is when it names none.
+    fn is_target(&self, i: &Interaction, user_id: u64) -> bool {
+        i.target_humans.is_empty()
+            || i.target_humans
+                .iter()
+                .any(|t| self.config.person(t) == Some(user_id) || *t == user_id.to_string())
+    }
+
+    /// How many answers the question waits for: its target humans, else the route's
+    /// approvers, else the people it was sent to privately.
+    fn expected_answers(&self, record: &Confirmation) -> usize {
+        if let Some(i) = &record.interaction
+            && !i.target_humans.is_empty()
+        {
+            return i.target_humans.len();
+        }
+        match self.config.route(&record.route) {
+            Some(route) => route.approvers.len(),
+            None => 1 + record.copies.len(),
+        }
+    }
+
+    /// `respondent` as AI-Parrot expects it: the person's name when `target_humans` uses
+    /// names, else the Telegram user id in decimal.
+    fn respondent(&self, record: &Confirmation, user_id: u64) -> String {
+        record
+            .interaction
+            .as_ref()
+            .and_then(|i| {
+                i.target_humans
+                    .iter()
+                    .find(|t| self.config.person(t) == Some(user_id))
+                    .cloned()
+            })
+            .unwrap_or_else(|| user_id.to_string())
+    }
+
+    /// Why `from` may not answer `record` in `chat_id`, if they may not.
+    fn may_not_answer(
+        &self,
+        record: &Confirmation,
+        chat_id: i64,
+        from: &Operator,
+        from_is_bot: bool,
+    ) -> Option<(&'static str, &'static str)> {
+        const NOT_ALLOWED: &str = "You are not allowed to decide this request";
+        if from_is_bot {
+            return Some((NOT_ALLOWED, "a bot cannot answer"));
+        }
+        let allowed = match self.config.route(&record.route) {
+            Some(route) if chat_id == record.chat_id => route.may_decide(from.id),
+            // A private chat the question was sent to: only its person answers there.
+            _ => {
+                i64::try_from(from.id).ok() == Some(chat_id)
+                    && record.messages().any(|(chat, _)| chat == chat_id)
+            }
+        };
+        if !allowed {
+            return Some((NOT_ALLOWED, "not an approver of the route"));
+        }
+        if let Some(i) = &record.interaction
+            && !self.is_target(i, from.id)
+        {
+            return Some((
+                "This question is for other people.",
+                "not one of the interaction's target_humans",
+            ));
+        }
+        // Checked on every tap, including Cancel: an owner may not decide their own
+        // request either way when the route forbids it.
+        if record.interaction.is_none()
+            && self
+                .config
+                .route(&record.route)
+                .is_some_and(|r| r.forbid_self_approval)
+            && self.config.owner_telegram_id(record.owner_id.as_str()) == Some(from.id)
+        {
+            return Some((
+                "You cannot decide a request made on your own behalf.",
+                "self-approval is forbidden on this route",
+            ));
+        }
+        None
+    }
+
     /// An operator tapped a button. Every path answers the tap, so the operator's client
     /// never keeps spinning.
     pub async fn handle_tap(self: &Arc<Self>, tap: Tap) {
-        let (text, alert, decided) = match self.judge_tap(&tap).await {
+        let (text, alert, after) = match self.judge_tap(&tap).await {
             Ok(v) => v,
             Err(e) => {
                 tracing::error!(error = %e, "could not process a tap");
                 (
                     "Something went wrong; nothing was decided. Please try again.".to_owned(),
                     true,
-                    None,
+                    After::Nothing,
                 )
             }
         };
         if let Err(e) = self.messenger.answer_tap(&tap.query_id, &text, alert).await {
             tracing::warn!(reason = %e.reason, "could not answer a tap");
         }
-        if let Some(record) = decided {
-            self.finish(record);
+        self.then(after);
+    }
+
+    fn then(self: &Arc<Self>, after: After) {
+        match after {
+            After::Nothing => {}
+            After::Finish(r) => self.finish(r),
+            After::Refresh(r) => self.refresh(r),
+            After::ShowSelection {
+                record,
+                chat_id,
+                message_id,
+                selection,
+            } => {
+                let me = self.clone();
+                self.tasks.spawn(async move {
+                    if !matches!(me.store.get(&record.id).await, Ok(Some(r)) if !r.is_terminal()) {
+                        return;
+                    }
+                    let mut view = me.view(&record, chat_id);
+                    view.selection = selection;
+                    if let Err(e) = me
+                        .messenger
+                        .update_message(&record, chat_id, message_id, &view)
+                        .await
+                    {
+                        tracing::debug!(id = %record.id, reason = %e.reason, "could not show a selection");
+                    }
+                });
+            }
         }
     }
 
-    /// Logs and audits a refused tap; the operator gets `text` as an alert.
+    /// Logs and audits a refused tap or reply; the operator gets `text` as an alert.
     async fn refuse(
         &self,
-        tap: &Tap,
+        from: &Operator,
+        chat_id: Option<i64>,
+        message_id: Option<i32>,
         id: Option<&ConfirmationId>,
         text: &str,
         why: &'static str,
-    ) -> Result<(String, bool, Option<Confirmation>), StorageError> {
-        tracing::warn!(user_id = tap.from.id, chat_id = ?tap.chat_id, id = ?id.map(|i| i.as_str()), why, "tap refused");
+    ) -> Result<(String, bool, After), StorageError> {
+        tracing::warn!(user_id = from.id, chat_id = ?chat_id, id = ?id.map(|i| i.as_str()), why, "answer refused");
         let event = audit::refused_tap(
             id.map(|i| i.as_str()),
-            &tap.from,
-            tap.chat_id,
-            tap.message_id,
+            from,
+            chat_id,
+            message_id,
             why,
             now(),
         );
         self.store.record_event(event).await?;
-        Ok((text.to_owned(), true, None))
+        Ok((text.to_owned(), true, After::Nothing))
     }
 
-    async fn judge_tap(
-        self: &Arc<Self>,
-        tap: &Tap,
-    ) -> Result<(String, bool, Option<Confirmation>), StorageError> {
-        let Some((action, token)) = crate::telegram::render::parse_callback_data(&tap.data) else {
-            return self
-                .refuse(
-                    tap,
-                    None,
-                    "This button is not valid.",
-                    "malformed callback data",
+    async fn judge_tap(self: &Arc<Self>, tap: &Tap) -> Result<(String, bool, After), StorageError> {
+        let refuse = |id: Option<ConfirmationId>, text: &'static str, why: &'static str| {
+            let id = id.clone();
+            async move {
+                self.refuse(
+                    &tap.from,
+                    tap.chat_id,
+                    tap.message_id,
+                    id.as_ref(),
+                    text,
+                    why,
                 )
-                .await;
+                .await
+            }
+        };
+        let Some((action, token)) = crate::telegram::render::parse_callback_data(&tap.data) else {
+            return refuse(None, "This button is not valid.", "malformed callback data").await;
         };
         let Some(record) = self.store.find_by_token(&token).await? else {
-            return self
-                .refuse(
-                    tap,
-                    None,
-                    "This request is unknown.",
-                    "unknown callback token",
-                )
-                .await;
+            return refuse(None, "This request is unknown.", "unknown callback token").await;
         };
-        // The token is bound to the chat and the message it was sent with; a token
+        // The token is bound to the chats and messages it was sent with; a token
         // replayed under another message (or in another chat) is refused. While delivery
         // is in flight the message id is not stored yet; the chat must still match.
-        let same_message = match record.message_id {
-            Some(m) => tap.message_id == Some(m),
-            None => true,
-        };
-        if tap.chat_id != Some(record.chat_id) || !same_message {
-            return self
-                .refuse(
-                    tap,
-                    Some(&record.id),
-                    "This button does not belong to this message.",
-                    "callback data from another chat or message",
-                )
-                .await;
+        let bound = record.messages().any(|(chat, message)| {
+            tap.chat_id == Some(chat) && message.is_none_or(|m| tap.message_id == Some(m))
+        });
+        if !bound {
+            return refuse(
+                Some(record.id.clone()),
+                "This button does not belong to this message.",
+                "callback data from another chat or message",
+            )
+            .await;
         }
-        let route = self.config.route(&record.route);
-        let allowed = !tap.from_is_bot && route.is_some_and(|r| r.may_decide(tap.from.id));
-        if !allowed {
-            return self
-                .refuse(
-                    tap,
-                    Some(&record.id),
-                    "You are not allowed to decide this request",
-                    "not an approver of the route",
-                )
-                .await;
-        }
-        // Checked on every tap, including Cancel: an owner may not decide their own
-        // request either way when the route forbids it.
-        if route.is_some_and(|r| r.forbid_self_approval)
-            && self.config.owner_telegram_id(record.owner_id.as_str()) == Some(tap.from.id)
+        let chat_id = tap.chat_id.unwrap_or(0);
+        if let Some((text, why)) = self.may_not_answer(&record, chat_id, &tap.from, tap.from_is_bot)
         {
-            return self
-                .refuse(
-                    tap,
-                    Some(&record.id),
-                    "You cannot decide a request made on your own behalf.",
-                    "self-approval is forbidden on this route",
-                )
-                .await;
+            return refuse(Some(record.id.clone()), text, why).await;
         }
         if record.is_terminal() {
-            return Ok((already_decided(&record), false, None));
+            // A late answer never overwrites the stored outcome; an interaction says so
+            // with an alert the operator must dismiss.
+            return Ok((
+                already_decided(&record),
+                record.interaction.is_some(),
+                After::Nothing,
+            ));
         }
-        let outcome = match action {
-            TapAction::Approve => Outcome::Approved(tap.from.clone()),
-            TapAction::Cancel => Outcome::Cancelled(tap.from.clone()),
+        let kind = record.kind();
+        let value = match (kind, action) {
+            (InteractionType::Approval, TapAction::Approve) => json!(true),
+            (InteractionType::Approval, TapAction::Cancel) => json!(false),
+            (InteractionType::Form, TapAction::Approve) => record.form_values(),
+            (InteractionType::Form, TapAction::Cancel) => Value::Null,
+            (InteractionType::SingleChoice | InteractionType::Poll, TapAction::Choose(n)) => {
+                match option_key(&record, n) {
+                    Some(key) => json!(key),
+                    None => {
+                        return refuse(
+                            Some(record.id.clone()),
+                            "This button is not valid.",
+                            "no such option",
+                        )
+                        .await;
+                    }
+                }
+            }
+            (InteractionType::MultiChoice, TapAction::Toggle(n)) => {
+                let Some(key) = option_key(&record, n) else {
+                    return refuse(
+                        Some(record.id.clone()),
+                        "This button is not valid.",
+                        "no such option",
+                    )
+                    .await;
+                };
+                let mut selection = self.store.selection(&record.id, tap.from.id).await?;
+                match selection.iter().position(|k| *k == key) {
+                    Some(at) => {
+                        selection.remove(at);
+                    }
+                    None => selection.push(key),
+                }
+                let selection = in_option_order(&record, selection);
+                self.store
+                    .set_selection(&record.id, tap.from.id, &selection)
+                    .await?;
+                let text = if selection.is_empty() {
+                    "Nothing selected".to_owned()
+                } else {
+                    cut_for_toast(&format!("Selected: {}", labels_of(&record, &selection)))
+                };
+                return Ok((
+                    text,
+                    false,
+                    After::ShowSelection {
+                        record,
+                        chat_id,
+                        message_id: tap.message_id.unwrap_or(0),
+                        selection,
+                    },
+                ));
+            }
+            (InteractionType::MultiChoice, TapAction::Done) => {
+                let selection = self.store.selection(&record.id, tap.from.id).await?;
+                json!(in_option_order(&record, selection))
+            }
+            _ => {
+                return refuse(
+                    Some(record.id.clone()),
+                    "This button is not valid.",
+                    "button does not fit the question",
+                )
+                .await;
+            }
+        };
+        self.answer(record, &tap.from, value).await
+    }
+
+    /// Someone replied to one of the bot's messages: a free-text answer when it is an
+    /// open free-text question they may answer; anything else is ignored (groups chat).
+    pub async fn handle_reply(self: &Arc<Self>, reply: Reply) {
+        match self.judge_reply(&reply).await {
+            Ok(after) => self.then(after),
+            Err(e) => tracing::error!(error = %e, "could not process a reply"),
+        }
+    }
+
+    async fn judge_reply(self: &Arc<Self>, reply: &Reply) -> Result<After, StorageError> {
+        let Some(record) = self
+            .store
+            .find_by_message(reply.chat_id, reply.reply_to)
+            .await?
+        else {
+            return Ok(After::Nothing);
+        };
+        if record.kind() != InteractionType::FreeText || record.is_terminal() {
+            return Ok(After::Nothing);
+        }
+        if let Some((text, why)) =
+            self.may_not_answer(&record, reply.chat_id, &reply.from, reply.from_is_bot)
+        {
+            self.refuse(
+                &reply.from,
+                Some(reply.chat_id),
+                Some(reply.reply_to),
+                Some(&record.id),
+                text,
+                why,
+            )
+            .await?;
+            return Ok(After::Nothing);
+        }
+        let text: String = reply
+            .text
+            .chars()
+            .take(interaction::MAX_FREE_TEXT_CHARS)
+            .collect();
+        let (_, _, after) = self.answer(record, &reply.from, json!(text)).await?;
+        Ok(after)
+    }
+
+    /// Stores one person's answer and settles the question when the answers so far do.
+    async fn answer(
+        self: &Arc<Self>,
+        record: Confirmation,
+        from: &Operator,
+        value: Value,
+    ) -> Result<(String, bool, After), StorageError> {
+        let answer = Answer {
+            respondent: self.respondent(&record, from.id),
+            by: Some(from.clone()),
+            value,
+            is_default: false,
+            at: now(),
+        };
+        // A confirmation or a first-response question is settled by this very answer:
+        // stored together with its outcome, atomically.
+        let settles = match &record.interaction {
+            Some(i) if i.consensus != ConsensusMode::FirstResponse => None,
+            Some(_) => Some(Outcome::Completed {
+                value: answer.value.clone(),
+                by: Some(from.clone()),
+                reason: format!("answered by {from}"),
+            }),
+            None if truthy(&answer.value) => Some(Outcome::Approved(from.clone())),
+            None => Some(Outcome::Cancelled(from.clone())),
+        };
+        let decision = settles.map(|o| o.decide(answer.at));
+        let record = match self
+            .store
+            .add_answer(&record.id, &answer, decision.as_ref())
+            .await?
+        {
+            Answered::Added(r) => r,
+            Answered::AlreadyAnswered(r) | Answered::Closed(r) if r.is_terminal() => {
+                let alert = r.interaction.is_some();
+                return Ok((already_decided(&r), alert, After::Nothing));
+            }
+            Answered::AlreadyAnswered(_) | Answered::Closed(_) => {
+                return Ok(("You already answered.".to_owned(), true, After::Nothing));
+            }
+            Answered::NotFound => {
+                return Ok(("This request is unknown.".to_owned(), true, After::Nothing));
+            }
+        };
+        if record.is_terminal() {
+            self.on_decided(&record);
+            return Ok((tap_ack(&record), false, After::Finish(record)));
+        }
+        self.changed(&record.id);
+        let Some(outcome) = self.settle(&record) else {
+            let text = format!(
+                "Answer recorded ({} of {} answered)",
+                record.answers.len(),
+                self.expected_answers(&record)
+            );
+            return Ok((text, false, After::Refresh(record)));
         };
         Ok(match self.decide(&record.id, outcome).await? {
-            Decided::Applied(r) => {
-                let text = match action {
-                    TapAction::Approve => "✅ Approved",
-                    TapAction::Cancel => "❌ Cancelled",
-                };
-                (text.to_owned(), false, Some(r))
+            Decided::Applied(r) => (tap_ack(&r), false, After::Finish(r)),
+            Decided::AlreadyTerminal(r) => {
+                let alert = r.interaction.is_some();
+                (already_decided(&r), alert, After::Nothing)
             }
-            Decided::AlreadyTerminal(r) => (already_decided(&r), false, None),
-            Decided::NotFound => ("This request is unknown.".to_owned(), true, None),
+            Decided::NotFound => ("This request is unknown.".to_owned(), true, After::Nothing),
         })
+    }
+
+    /// The outcome the answers so far settle a question asked of several people on, if
+    /// they do.
+    fn settle(&self, record: &Confirmation) -> Option<Outcome> {
+        let i = record.interaction.as_ref()?;
+        let values: Vec<Value> = record.answers.iter().map(|a| a.value.clone()).collect();
+        let quorum = i
+            .quorum
+            .or_else(|| self.config.route(&record.route).and_then(|r| r.quorum));
+        let expected = self.expected_answers(record);
+        match interaction::consensus(i.consensus, &values, expected, quorum) {
+            Consensus::Open => None,
+            Consensus::Settled(value) => Some(Outcome::Completed {
+                reason: format!(
+                    "settled by {} of {} answers ({})",
+                    values.iter().filter(|v| **v == value).count(),
+                    values.len(),
+                    i.consensus.as_str()
+                ),
+                by: None,
+                value,
+            }),
+            Consensus::NoAgreement(why) => Some(Outcome::Completed {
+                // AI-Parrot's own shape for a conflict.
+                value: json!({"conflict": true, "responses": values}),
+                by: None,
+                reason: format!("no agreement: {why}"),
+            }),
+        }
+    }
+}
+
+/// What to do with the chat after a tap was answered.
+enum After {
+    Nothing,
+    /// Show the outcome in every message.
+    Finish(Confirmation),
+    /// Show progress in every message.
+    Refresh(Confirmation),
+    /// Show one person's multi-choice selection on the message they tapped.
+    ShowSelection {
+        record: Confirmation,
+        chat_id: i64,
+        message_id: i32,
+        selection: Vec<String>,
+    },
+}
+
+/// Python's truthiness, for a confirmation answered through the general pipeline.
+fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+fn option_key(record: &Confirmation, n: u8) -> Option<String> {
+    record
+        .interaction
+        .as_ref()?
+        .options
+        .get(usize::from(n))
+        .map(|o| o.key.clone())
+}
+
+/// `selection` in the order the options are listed (as AI-Parrot lists them back).
+fn in_option_order(record: &Confirmation, selection: Vec<String>) -> Vec<String> {
+    let Some(i) = &record.interaction else {
+        return selection;
+    };
+    i.options
+        .iter()
+        .filter(|o| selection.contains(&o.key))
+        .map(|o| o.key.clone())
+        .collect()
+}
+
+fn labels_of(record: &Confirmation, keys: &[String]) -> String {
+    let Some(i) = &record.interaction else {
+        return keys.join(", ");
+    };
+    i.options
+        .iter()
+        .filter(|o| keys.contains(&o.key))
+        .map(|o| o.label.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The toast after an answer that ended the question.
+fn tap_ack(r: &Confirmation) -> String {
+    match (r.interaction.is_some(), r.status) {
+        (false, Status::Confirmed) => "✅ Approved".to_owned(),
+        (false, _) => "❌ Cancelled".to_owned(),
+        (true, _) => "✅ Answer recorded".to_owned(),
+    }
+}
+
+/// Telegram shows at most 200 characters in a tap's answer.
+fn cut_for_toast(text: &str) -> String {
+    if text.chars().count() <= 200 {
+        text.to_owned()
+    } else {
+        text.chars().take(199).collect::<String>() + "…"
     }
 }
 

@@ -65,7 +65,13 @@ async fn a_requests_life_is_recorded_step_by_step_and_readable_by_its_agent() {
     let ev = events(&app, id).await;
     assert_eq!(
         kinds(&ev),
-        vec!["requested", "delivered", "refused_tap", "decided"]
+        vec![
+            "requested",
+            "delivered",
+            "refused_tap",
+            "answered",
+            "decided"
+        ]
     );
     assert_eq!(ev[0]["actor"], "agent:agent-a");
     assert_eq!(ev[0]["detail"]["args_hash"], record["args_hash"]);
@@ -73,8 +79,12 @@ async fn a_requests_life_is_recorded_step_by_step_and_readable_by_its_agent() {
     assert_eq!(ev[2]["actor"], format!("telegram:{MALLORY}"));
     assert_eq!(ev[2]["detail"]["why"], "not an approver of the route");
     assert_eq!(ev[3]["actor"], format!("telegram:{ALICE}"));
-    assert_eq!(ev[3]["detail"]["button"], "approve");
-    assert_eq!(ev[3]["detail"]["operator"]["username"], "alice");
+    assert_eq!(ev[3]["detail"]["respondent"], ALICE.to_string());
+    // The answer's value is only hashed: a free-text answer may hold anything.
+    assert!(ev[3]["detail"].get("value").is_none());
+    assert_eq!(ev[4]["actor"], format!("telegram:{ALICE}"));
+    assert_eq!(ev[4]["detail"]["button"], "approve");
+    assert_eq!(ev[4]["detail"]["operator"]["username"], "alice");
     for e in &ev {
         assert_eq!(e["hash"].as_str().unwrap().len(), 64);
     }
@@ -214,7 +224,7 @@ async fn audit_verify_passes_on_an_intact_trail_and_names_the_first_edited_or_de
     }
     let (code, out, err) = audit_cli(&app, &["verify"]).await;
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("audit chain OK: 9 events"), "{out}");
+    assert!(out.contains("audit chain OK: 12 events"), "{out}");
 
     let pool = sqlx::SqlitePool::connect(&app.db_url).await.unwrap();
     // The table refuses edits outright...

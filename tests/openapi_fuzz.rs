@@ -59,6 +59,11 @@ async fn the_openapi_document_is_public_and_lists_every_route() {
         "GET /v1/confirmations/{id}",
         "DELETE /v1/confirmations/{id}",
         "GET /v1/confirmations/{id}/events",
+        "POST /v1/interactions",
+        "GET /v1/interactions/{interaction_id}",
+        "DELETE /v1/interactions/{interaction_id}",
+        "POST /v1/notifications",
+        "GET /v1/events",
         "GET /healthz",
         "GET /openapi.json",
     ]
@@ -129,19 +134,28 @@ fn is_executable(p: &Path) -> bool {
 
 /// Short deadlines so `wait: block` requests (nobody taps in this test) end within 2 s,
 /// and a rate limit the fuzzer will not hit, so its requests reach the parser.
+///
+/// The default route posts to a private chat rather than a group: Telegram allows a group
+/// only 20 messages a minute, the fuzzer posts far more, and `POST /v1/notifications`
+/// would then wait for a slot past the request timeout and end in a 502. A private chat
+/// takes one a second.
 fn fuzzing_settings(toml: String) -> String {
+    let ops_chat = format!("chat_id = {OPS_CHAT}\n");
+    let private_chat = format!("chat_id = {ALICE}\n");
     let edited = toml
         .replace(
             "default_timeout_seconds = 30",
             "default_timeout_seconds = 1",
         )
         .replace("max_timeout_seconds = 3600", "max_timeout_seconds = 2")
+        .replace(&ops_chat, &private_chat)
         .replace(
             "default_route = \"ops\"\n",
             "default_route = \"ops\"\nrequests_per_minute = 100000\n",
         );
     assert!(
         edited.contains("max_timeout_seconds = 2")
+            && edited.contains(&private_chat)
             && edited.contains("requests_per_minute = 100000"),
         "the base settings changed; update fuzzing_settings"
     );
@@ -184,6 +198,9 @@ async fn schemathesis_finds_no_server_error_or_schema_mismatch() {
              response_headers_conformance,response_schema_conformance,\
              negative_data_rejection,ignored_auth",
         ])
+        // `GET /v1/events` is a Server-Sent Events stream that lasts until shutdown: every
+        // call would hit the request timeout. Its parameters are unit-tested instead.
+        .args(["--exclude-path", "/v1/events"])
         .args(["--max-examples", "40", "--generation-deterministic"])
         .args(["--workers", "2", "--request-timeout", "10"])
         .args(["--no-color", "--output-truncate", "false"])

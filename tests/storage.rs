@@ -54,6 +54,11 @@ fn pending(key: Option<&str>) -> Confirmation {
         created_at: t,
         expires_at: t + Duration::from_secs(60),
         decided_at: None,
+        interaction: None,
+        result: None,
+        timeout_action: None,
+        answers: Vec::new(),
+        copies: Vec::new(),
     }
 }
 
@@ -194,4 +199,26 @@ async fn the_database_and_its_folder_are_private_to_the_service_user() {
     if wal.exists() {
         assert_eq!(mode(&wal), 0o600);
     }
+}
+
+#[tokio::test]
+async fn a_question_gains_a_copy_once_per_further_chat_while_pending() {
+    let (s, _dir) = store().await;
+    let r = pending(None);
+    s.insert(&r, now()).await.unwrap();
+    assert!(s.add_copy(&r.id, "bob", 222, now()).await.unwrap());
+    assert!(
+        !s.add_copy(&r.id, "bob", 222, now()).await.unwrap(),
+        "same chat again"
+    );
+    assert!(
+        !s.add_copy(&r.id, "self", r.chat_id, now()).await.unwrap(),
+        "its own chat"
+    );
+    let got = s.get(&r.id).await.unwrap().unwrap();
+    assert_eq!(got.copies.len(), 1);
+    assert_eq!(
+        (got.copies[0].recipient.as_str(), got.copies[0].chat_id),
+        ("bob", 222)
+    );
 }

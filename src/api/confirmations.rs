@@ -182,20 +182,7 @@ pub fn parse_create(
         "callback_url",
         MAX_CALLBACK_URL_CHARS,
     )?
-    .map(|u| {
-        let url = reqwest::Url::parse(&u)
-            .ok()
-            .filter(|p| matches!(p.scheme(), "http" | "https"))
-            .ok_or_else(|| ApiError::field("callback_url", "must be an http(s) URL"))?;
-        if agent.allows_callback(&url) {
-            Ok(url.to_string())
-        } else {
-            Err(ApiError::field(
-                "callback_url",
-                "is not under any of this agent's callback_url_prefixes",
-            ))
-        }
-    })
+    .map(|u| allowed_callback_url(&u, agent))
     .transpose()?;
 
     Ok((
@@ -257,15 +244,7 @@ pub async fn create(
     AuthAgent(agent): AuthAgent,
     Body(bytes): Body,
 ) -> Result<Response, ApiError> {
-    if let Err(wait) = state.rate.check(&agent.name, agent.requests_per_minute) {
-        return Err(ApiError::TooManyRequests {
-            message: format!(
-                "more than {} requests per minute from this agent (its requests_per_minute)",
-                agent.requests_per_minute
-            ),
-            retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
-        });
-    }
+    rate_limit(&state, &agent)?;
     let (new, wait) = parse_create(&bytes, state.service.config(), &agent)?;
     let record = state.service.create(&agent, new).await?;
     if record.is_terminal() {
@@ -281,6 +260,36 @@ pub async fn create(
             Ok(respond(StatusCode::OK, &done))
         }
     }
+}
+
+/// A `callback_url` as stored: an http(s) URL under one of the agent's prefixes.
+pub(super) fn allowed_callback_url(u: &str, agent: &Agent) -> Result<String, ApiError> {
+    let url = reqwest::Url::parse(u)
+        .ok()
+        .filter(|p| matches!(p.scheme(), "http" | "https"))
+        .ok_or_else(|| ApiError::field("callback_url", "must be an http(s) URL"))?;
+    if agent.allows_callback(&url) {
+        Ok(url.to_string())
+    } else {
+        Err(ApiError::field(
+            "callback_url",
+            "is not under any of this agent's callback_url_prefixes",
+        ))
+    }
+}
+
+/// Takes a token from the agent's request budget (every request that asks or notifies).
+pub(super) fn rate_limit(state: &AppState, agent: &Agent) -> Result<(), ApiError> {
+    state
+        .rate
+        .check(&agent.name, agent.requests_per_minute)
+        .map_err(|wait| ApiError::TooManyRequests {
+            message: format!(
+                "more than {} requests per minute from this agent (its requests_per_minute)",
+                agent.requests_per_minute
+            ),
+            retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
+        })
 }
 
 fn parse_id(id: &str) -> Result<ConfirmationId, ApiError> {
@@ -385,7 +394,8 @@ pub async fn events(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
-    state.service.get(&agent, &id).await?;
+    // Any question's trail, interactions included (their record `id` is in their view).
+    state.service.owned(&agent, &id).await?;
     let events = state
         .service
         .store()

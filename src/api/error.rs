@@ -10,9 +10,10 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::record::RecordView;
+use super::record::{InteractionView, RecordView};
 use crate::domain::confirmation::Confirmation;
 use crate::service::ServiceError;
+use crate::storage::StorageError;
 
 #[derive(Debug)]
 pub enum ApiError {
@@ -26,6 +27,11 @@ pub enum ApiError {
     NotFound(String),
     /// 409, with the stored record.
     AlreadyDecided(Box<Confirmation>),
+    /// 409, with the stored interaction: it already ended.
+    InteractionEnded(Box<Confirmation>),
+    /// 409: the request contradicts what is stored under the same key; the message starts
+    /// with the field's name.
+    Conflict { field: String, reason: String },
     /// 413
     PayloadTooLarge,
     /// 422: a field is invalid.
@@ -35,6 +41,8 @@ pub enum ApiError {
         message: String,
         retry_after_secs: u64,
     },
+    /// 502: Telegram refused the message or could not be reached.
+    Undeliverable(String),
     /// 503
     Unavailable(String),
     /// 500: logged in full, reported without detail.
@@ -63,9 +71,11 @@ pub enum ErrorCode {
     Forbidden,
     NotFound,
     AlreadyDecided,
+    Conflict,
     PayloadTooLarge,
     InvalidField,
     RateLimited,
+    Undeliverable,
     Unavailable,
     Internal,
 }
@@ -77,11 +87,36 @@ pub struct ConflictBody {
     pub confirmation: RecordView,
 }
 
+/// The 409 body of an interaction that already ended: the error, and the interaction as
+/// it ended.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InteractionConflictBody {
+    pub error: ErrorDetail,
+    pub interaction: InteractionView,
+}
+
 impl ApiError {
     pub fn field(field: impl Into<String>, reason: impl Into<String>) -> Self {
         ApiError::InvalidField {
             field: field.into(),
             reason: reason.into(),
+        }
+    }
+
+    /// A service error on an `/v1/interactions` route: the usual mapping, in an
+    /// interaction's words, and a 409 that carries the interaction as it ended.
+    pub fn interaction(e: ServiceError) -> Self {
+        match e {
+            ServiceError::NotFound => {
+                ApiError::NotFound("no interaction with this interaction_id".into())
+            }
+            ServiceError::AlreadyDecided(r) => ApiError::InteractionEnded(r),
+            ServiceError::ShuttingDown => ApiError::Unavailable(
+                "the service is shutting down; retry (the same interaction_id finds the same \
+                 interaction)"
+                    .into(),
+            ),
+            e => e.into(),
         }
     }
 }
@@ -128,6 +163,23 @@ impl IntoResponse for ApiError {
                 )
                     .into_response()
             }
+            ApiError::InteractionEnded(r) => {
+                let error = ErrorDetail {
+                    code: ErrorCode::AlreadyDecided,
+                    message: format!("the interaction is already {}", r.public_status()),
+                };
+                let interaction = InteractionView::from(&*r);
+                (
+                    StatusCode::CONFLICT,
+                    Json(InteractionConflictBody { error, interaction }),
+                )
+                    .into_response()
+            }
+            ApiError::Conflict { field, reason } => body(
+                StatusCode::CONFLICT,
+                ErrorCode::Conflict,
+                format!("{field}: {reason}"),
+            ),
             ApiError::PayloadTooLarge => body(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 ErrorCode::PayloadTooLarge,
@@ -152,6 +204,10 @@ impl IntoResponse for ApiError {
                     header::HeaderValue::from(retry_after_secs),
                 );
                 r
+            }
+            ApiError::Undeliverable(m) => {
+                tracing::warn!(reason = %m, "Telegram did not take a message");
+                body(StatusCode::BAD_GATEWAY, ErrorCode::Undeliverable, m)
             }
             ApiError::Unavailable(m) => {
                 body(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable, m)
@@ -185,7 +241,28 @@ impl From<ServiceError> for ApiError {
                 ),
                 retry_after_secs: 5,
             },
+            ServiceError::UnknownRecipient(name) => ApiError::field(
+                "recipient",
+                format!(
+                    "'{name}' is not a configured person ([people]); add them to the \
+                     configuration or pass a route"
+                ),
+            ),
+            ServiceError::InteractionMismatch(_) => ApiError::Conflict {
+                field: "interaction.interaction_id".into(),
+                reason: "already names a different interaction of this agent (the question \
+                         or interaction_type differ)"
+                    .into(),
+            },
+            ServiceError::NobodyMayAnswer(why) => ApiError::field("interaction.target_humans", why),
+            ServiceError::Undeliverable(_) => ApiError::Undeliverable(e.to_string()),
             ServiceError::Storage(s) => ApiError::Internal(s.to_string()),
         }
+    }
+}
+
+impl From<StorageError> for ApiError {
+    fn from(e: StorageError) -> Self {
+        ApiError::Internal(e.to_string())
     }
 }

@@ -2,7 +2,9 @@
 
 pub mod confirmations;
 pub mod error;
+pub mod events;
 pub mod extract;
+pub mod interactions;
 pub mod limits;
 pub mod openapi;
 pub mod record;
@@ -26,7 +28,8 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 #[derive(Clone)]
 pub struct AppState {
     pub service: Arc<Service>,
-    /// Fired at shutdown: blocked agents get a 503 they can retry, not a false outcome.
+    /// Fired at shutdown: blocked agents get a 503 they can retry, not a false outcome,
+    /// and event streams end.
     pub stop: CancellationToken,
     pub rate: Arc<limits::AgentRateLimiter>,
 }
@@ -41,6 +44,13 @@ pub fn router(state: AppState) -> Router {
             get(confirmations::get).delete(confirmations::withdraw),
         )
         .route("/v1/confirmations/{id}/events", get(confirmations::events))
+        .route("/v1/interactions", post(interactions::create))
+        .route(
+            "/v1/interactions/{interaction_id}",
+            get(interactions::get).delete(interactions::withdraw),
+        )
+        .route("/v1/notifications", post(interactions::notify))
+        .route("/v1/events", get(events::stream))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -3,10 +3,14 @@
 //! Generated from the code: the paths from the handlers' `#[utoipa::path]` attributes,
 //! the response schemas from the types the handlers serialise
 //! ([`RecordView`](super::record::RecordView),
-//! [`ErrorBody`], [`AuditEvent`]). The create body is parsed by hand
-//! ([`parse_create`](super::confirmations::parse_create)) so that every refusal names its
-//! field; its schema is built here from the same constants the parser checks against,
-//! so a limit changes in one place.
+//! [`ErrorBody`], [`AuditEvent`]). The request bodies are parsed by hand
+//! ([`parse_create`](super::confirmations::parse_create),
+//! [`interactions::parse_create`](super::interactions::parse_create),
+//! [`parse_notification`](super::interactions::parse_notification)) so that every refusal
+//! names its field; their schemas are built here from the same constants the parsers
+//! check against, so a limit changes in one place. A body schema never refuses what its
+//! parser accepts (the API fuzz test checks that every body the schema refuses is
+//! refused).
 
 use std::sync::LazyLock;
 
@@ -20,17 +24,24 @@ use utoipa::openapi::schema::{
     Type,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::openapi::{Components, RefOr, Required};
+use utoipa::openapi::{ArrayBuilder, Components, Ref, RefOr, Required};
 use utoipa::{IntoParams, Modify, OpenApi, PartialSchema, ToSchema};
 
 use super::confirmations::{
     self, MAX_CALLBACK_URL_CHARS, MAX_CONTEXT_CHARS, MAX_LONG_POLL_SECONDS, MAX_PARAM_KEYS,
     MAX_ROUTE_CHARS, MAX_TEMPLATE_CHARS, MAX_WINDOW_SECONDS,
 };
-use super::error::{ConflictBody, ErrorBody};
+use super::error::{ConflictBody, ErrorBody, InteractionConflictBody};
+use super::interactions::{self, MAX_NOTIFICATION_CHARS, MAX_RECIPIENT_CHARS, NotificationSent};
+use super::record::InteractionView;
 use crate::domain::audit::AuditEvent;
 use crate::domain::confirmation::{Status, Via};
 use crate::domain::ids::{IdempotencyKey, OwnerId, ToolName};
+use crate::domain::interaction::{
+    ConsensusMode, InteractionType, MAX_CONTEXT_CHARS as MAX_INTERACTION_CONTEXT_CHARS,
+    MAX_INTERACTION_ID_CHARS, MAX_OPTION_KEY_CHARS, MAX_OPTION_LABEL_CHARS, MAX_OPTIONS,
+    MAX_QUESTION_CHARS, MAX_TARGET_HUMANS, Severity, TimeoutAction,
+};
 use crate::domain::pyjson;
 
 /// The name of the bearer-token scheme; the `/v1` handlers' `security(("bearer" = []))`
@@ -49,13 +60,33 @@ pub const BEARER: &str = "bearer";
         confirmations::get,
         confirmations::withdraw,
         confirmations::events,
+        interactions::create,
+        interactions::get,
+        interactions::withdraw,
+        super::events::stream,
+        interactions::notify,
         super::healthz,
         serve,
     ),
-    components(schemas(CreateConfirmationBody, ErrorBody, ConflictBody, EventList, Health)),
+    components(schemas(
+        CreateConfirmationBody,
+        CreateInteractionBody,
+        HumanInteraction,
+        NotificationBody,
+        NotificationSent,
+        InteractionView,
+        ErrorBody,
+        ConflictBody,
+        InteractionConflictBody,
+        EventList,
+        Health
+    )),
     modifiers(&BearerAuth),
     tags(
         (name = "confirmations", description = "Ask, read, long-poll and withdraw."),
+        (name = "interactions", description = "AI-Parrot's human interactions: ask, read, \
+            long-poll, withdraw, and stream answers and status changes."),
+        (name = "notifications", description = "One-way messages to a route or a person."),
         (name = "service", description = "Health and this document."),
     )
 )]
@@ -271,16 +302,6 @@ impl PartialSchema for CreateConfirmationBody {
                  pending record.",
             ))
             .build();
-        let callback_url = ObjectBuilder::new()
-            .schema_type(nullable(Type::String))
-            .format(Some(SchemaFormat::Custom("uri".into())))
-            .max_length(Some(MAX_CALLBACK_URL_CHARS))
-            .description(Some(
-                "An http(s) URL under one of the agent's `callback_url_prefixes`; the \
-                 outcome is POSTed there, signed.",
-            ))
-            .build();
-
         ObjectBuilder::new()
             .schema_type(Type::Object)
             .property("tool", tool)
@@ -322,7 +343,7 @@ impl PartialSchema for CreateConfirmationBody {
                 "context",
                 optional_text(0, MAX_CONTEXT_CHARS, "Extra text shown to the operator."),
             )
-            .property("callback_url", callback_url)
+            .property("callback_url", callback_url_schema())
             .examples([
                 json!({
                     "tool": "transfer", "params": {"to": "ACME", "amount": 1200.5},
@@ -344,30 +365,396 @@ impl PartialSchema for CreateConfirmationBody {
     }
 }
 
-/// The `?wait=` query of `GET /v1/confirmations/{id}`, bounded by
-/// [`MAX_LONG_POLL_SECONDS`].
+/// `callback_url` of a create body.
+fn callback_url_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(nullable(Type::String))
+        .format(Some(SchemaFormat::Custom("uri".into())))
+        .max_length(Some(MAX_CALLBACK_URL_CHARS))
+        .description(Some(
+            "An http(s) URL under one of the agent's `callback_url_prefixes`; the \
+             outcome is POSTed there, signed.",
+        ))
+        .build()
+}
+
+/// A `?wait=` query parameter, bounded by [`MAX_LONG_POLL_SECONDS`].
+fn wait_param(description: &str) -> Parameter {
+    let wait = ObjectBuilder::new()
+        .schema_type(Type::Number)
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Double)))
+        .minimum(Some(0))
+        .maximum(Some(MAX_LONG_POLL_SECONDS))
+        .build();
+    ParameterBuilder::new()
+        .name("wait")
+        .parameter_in(ParameterIn::Query)
+        .required(Required::False)
+        .description(Some(description))
+        .schema(Some(wait))
+        .build()
+}
+
+/// The `?wait=` query of `GET /v1/confirmations/{id}`.
 pub struct LongPoll;
 
 impl IntoParams for LongPoll {
     fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
-        let wait = ObjectBuilder::new()
-            .schema_type(Type::Number)
-            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Double)))
-            .minimum(Some(0))
-            .maximum(Some(MAX_LONG_POLL_SECONDS))
-            .build();
-        vec![
-            ParameterBuilder::new()
-                .name("wait")
-                .parameter_in(ParameterIn::Query)
-                .required(Required::False)
+        vec![wait_param(
+            "Long-poll: answer when the request is terminal or after this many seconds, \
+             whichever comes first.",
+        )]
+    }
+}
+
+/// The `?wait=` query of `GET /v1/interactions/{interaction_id}`.
+pub struct ChangePoll;
+
+impl IntoParams for ChangePoll {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![wait_param(
+            "Long-poll: answer at the interaction's next change (delivered, an answer, \
+             its end) or after this many seconds, whichever comes first. 0 or absent: \
+             answer at once.",
+        )]
+    }
+}
+
+/// A nullable string enum of `values`.
+fn nullable_enum(values: &[&str], description: &str) -> Object {
+    let values = values.iter().map(|v| Value::from(*v)).chain([Value::Null]);
+    ObjectBuilder::new()
+        .schema_type(nullable(Type::String))
+        .enum_values(Some(values))
+        .description(Some(description))
+        .build()
+}
+
+/// `status` of an interaction, in AI-Parrot's words.
+pub fn interaction_status_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some([
+            "pending",
+            "delivered",
+            "partial",
+            "completed",
+            "timeout",
+            "cancelled",
+        ]))
+        .description(Some(
+            "`pending` until a message is out, `delivered`, `partial` once someone \
+             answered; then `completed` (see `result`), `timeout` or `cancelled`.",
+        ))
+        .build()
+}
+
+/// `interaction_type` of an interaction.
+pub fn interaction_type_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(InteractionType::ALL.iter().copied()))
+        .build()
+}
+
+/// `timeout_action` of an interaction: what a timeout handed back to the agent.
+pub fn timeout_action_schema() -> Object {
+    nullable_enum(
+        &[
+            TimeoutAction::Escalate.as_str(),
+            TimeoutAction::Retry.as_str(),
+        ],
+        "When it timed out asking to `escalate` or `retry`: that action, for the agent \
+         to take; null otherwise.",
+    )
+}
+
+/// Any JSON value, `null` included.
+pub fn any_value_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::AnyValue)
+        .description(Some("The settled value once `completed`; null otherwise."))
+        .build()
+}
+
+/// `responses` of an interaction: AI-Parrot `HumanResponse` objects.
+pub fn human_responses_schema() -> ArrayBuilder {
+    let text = || ObjectBuilder::new().schema_type(Type::String);
+    let response = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .property("interaction_id", text())
+        .required("interaction_id")
+        .property(
+            "respondent",
+            text().description(Some(
+                "A name from `target_humans`, else the Telegram user id in decimal; \
+                 `system` for a default applied on timeout.",
+            )),
+        )
+        .required("respondent")
+        .property("response_type", interaction_type_schema())
+        .required("response_type")
+        .property(
+            "value",
+            ObjectBuilder::new()
+                .schema_type(SchemaType::AnyValue)
+                .description(Some("The answer.")),
+        )
+        .required("value")
+        .property(
+            "timestamp",
+            text().format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime))),
+        )
+        .required("timestamp")
+        .property(
+            "metadata",
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .additional_properties(Some(AdditionalProperties::FreeForm(true)))
                 .description(Some(
-                    "Long-poll: answer when the request is terminal or after this many \
-                     seconds, whichever comes first.",
-                ))
-                .schema(Some(wait))
-                .build(),
-        ]
+                    "`channel`: `telegram`; the Telegram user's `telegram_user_id`, \
+                     `telegram_name`, `telegram_username`; `default` and `reason` for a \
+                     default applied on timeout.",
+                )),
+        )
+        .required("metadata");
+    ArrayBuilder::new()
+        .items(response)
+        .description(Some("Every answer so far, oldest first."))
+}
+
+/// Documentation of AI-Parrot's `HumanInteraction`, as
+/// [`interaction::parse`](crate::domain::interaction::parse) reads it. Fields it does not
+/// act on are kept and echoed back, so the object is open.
+pub struct HumanInteraction;
+
+impl ToSchema for HumanInteraction {}
+
+impl PartialSchema for HumanInteraction {
+    fn schema() -> RefOr<Schema> {
+        let option = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property(
+                "key",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .min_length(Some(1))
+                    .max_length(Some(MAX_OPTION_KEY_CHARS))
+                    .description(Some("What the answer's value holds; unique.")),
+            )
+            .required("key")
+            .property(
+                "label",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .min_length(Some(1))
+                    .max_length(Some(MAX_OPTION_LABEL_CHARS))
+                    .description(Some("The button's text: not blank.")),
+            )
+            .required("label")
+            .property(
+                "description",
+                optional_text(0, 1000, "Shown with the option."),
+            );
+        let options = ArrayBuilder::new()
+            .schema_type(nullable(Type::Array))
+            .items(option)
+            .max_items(Some(MAX_OPTIONS))
+            .description(Some(
+                "The choices of a `single_choice`, `multi_choice` or `poll` question (at \
+                 least one for those).",
+            ));
+        let target_humans = ArrayBuilder::new()
+            .schema_type(nullable(Type::Array))
+            .items(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .min_length(Some(1))
+                    .max_length(Some(200)),
+            )
+            .max_items(Some(MAX_TARGET_HUMANS))
+            .description(Some(
+                "Who may answer: `[people]` names or Telegram user ids in decimal. Empty \
+                 or absent: the route's approvers.",
+            ));
+        let timeout = ObjectBuilder::new()
+            .schema_type(nullable(Type::Number))
+            .exclusive_minimum(Some(0))
+            .description(Some(
+                "Seconds to wait for the answers; at most the configuration's \
+                 `max_timeout_seconds`. Default: 7200, or that maximum when smaller.",
+            ));
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property(
+                "interaction_id",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .min_length(Some(1))
+                    .max_length(Some(MAX_INTERACTION_ID_CHARS))
+                    .description(Some(
+                        "The agent's id of the question: no control characters. The same \
+                         id again (e.g. for another recipient) finds the same interaction.",
+                    )),
+            )
+            .required("interaction_id")
+            .property(
+                "question",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .min_length(Some(1))
+                    .max_length(Some(MAX_QUESTION_CHARS))
+                    .description(Some("What the humans are asked: not blank.")),
+            )
+            .required("question")
+            .property(
+                "context",
+                optional_text(0, MAX_INTERACTION_CONTEXT_CHARS, "Shown with the question."),
+            )
+            .property(
+                "interaction_type",
+                nullable_enum(InteractionType::ALL, "Default: `free_text`."),
+            )
+            .property("options", options)
+            .property(
+                "form_schema",
+                ObjectBuilder::new()
+                    .schema_type(nullable(Type::Object))
+                    .additional_properties(Some(AdditionalProperties::FreeForm(true)))
+                    .description(Some(
+                        "A `form`'s fields; it is approved with `current_values`, else the \
+                         fields' defaults.",
+                    )),
+            )
+            .property(
+                "default_response",
+                ObjectBuilder::new()
+                    .schema_type(SchemaType::AnyValue)
+                    .description(Some(
+                        "The answer a timeout with `timeout_action: default` completes with.",
+                    )),
+            )
+            .property("target_humans", target_humans)
+            .property(
+                "consensus_mode",
+                nullable_enum(ConsensusMode::ALL, "Default: `first_response`."),
+            )
+            .property("timeout", timeout)
+            .property(
+                "timeout_action",
+                nullable_enum(TimeoutAction::ALL, "Default: `cancel`."),
+            )
+            .property(
+                "severity",
+                nullable_enum(Severity::ALL, "Default: `normal`."),
+            )
+            .property("source_agent", optional_text(0, 200, "Shown to the humans."))
+            .additional_properties(Some(AdditionalProperties::FreeForm(true)))
+            .description(Some(
+                "AI-Parrot's `HumanInteraction`. Other fields are kept and echoed back; \
+                 `policy.quorum` or `metadata.quorum` (an integer from 1 to 1000) sets a \
+                 `quorum` question's quorum.",
+            ))
+            .examples([json!({
+                "interaction_id": "deploy-42", "question": "Which environment?",
+                "interaction_type": "single_choice",
+                "options": [{"key": "staging", "label": "Staging"}, {"key": "prod", "label": "Production"}],
+                "timeout": 600
+            })])
+            .into()
+    }
+}
+
+/// Documentation of the `POST /v1/interactions` body; the body itself is read by
+/// [`interactions::parse_create`](super::interactions::parse_create).
+pub struct CreateInteractionBody;
+
+impl ToSchema for CreateInteractionBody {}
+
+impl PartialSchema for CreateInteractionBody {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property("interaction", Ref::from_schema_name("HumanInteraction"))
+            .required("interaction")
+            .property(
+                "route",
+                optional_text(
+                    0,
+                    MAX_ROUTE_CHARS,
+                    "A named Telegram destination this agent may use. Default: the \
+                     `recipient`'s private chat, else the agent's `default_route`.",
+                ),
+            )
+            .property(
+                "recipient",
+                optional_text(
+                    1,
+                    MAX_RECIPIENT_CHARS,
+                    "A person (a `[people]` name) to ask in their private chat when no \
+                     `route` is given; the same `interaction_id` again with another \
+                     recipient sends them a copy.",
+                ),
+            )
+            .property("callback_url", callback_url_schema())
+            .examples([json!({
+                "interaction": {
+                    "interaction_id": "deploy-42", "question": "Deploy billing to production?",
+                    "interaction_type": "approval", "timeout": 600
+                },
+                "route": "ops"
+            })])
+            .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+            .description(Some(
+                "An interaction to ask. `null` counts as absent; unknown fields are refused.",
+            ))
+            .into()
+    }
+}
+
+/// Documentation of the `POST /v1/notifications` body; the body itself is read by
+/// [`parse_notification`](super::interactions::parse_notification).
+pub struct NotificationBody;
+
+impl ToSchema for NotificationBody {}
+
+impl PartialSchema for NotificationBody {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property(
+                "message",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .min_length(Some(1))
+                    .max_length(Some(MAX_NOTIFICATION_CHARS))
+                    .description(Some("The text to post, as plain text: not blank.")),
+            )
+            .required("message")
+            .property(
+                "route",
+                optional_text(
+                    0,
+                    MAX_ROUTE_CHARS,
+                    "A named Telegram destination this agent may use. Default: the \
+                     `recipient`'s private chat, else the agent's `default_route`.",
+                ),
+            )
+            .property(
+                "recipient",
+                optional_text(
+                    1,
+                    MAX_RECIPIENT_CHARS,
+                    "A person (a `[people]` name) to message privately when no `route` \
+                     is given.",
+                ),
+            )
+            .examples([json!({"message": "Deployed billing to production.", "route": "ops"})])
+            .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+            .description(Some(
+                "A one-way message. `null` counts as absent; unknown fields are refused.",
+            ))
+            .into()
     }
 }
 
@@ -407,5 +794,79 @@ mod tests {
         let wait = &doc["paths"]["/v1/confirmations/{id}"]["get"]["parameters"][1];
         assert_eq!(wait["name"], "wait");
         assert_eq!(wait["schema"]["maximum"], MAX_LONG_POLL_SECONDS);
+    }
+
+    fn documented_fields(body: &Value) -> Vec<&str> {
+        let mut fields: Vec<&str> = body["properties"]
+            .as_object()
+            .expect("properties")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        fields.sort_unstable();
+        fields
+    }
+
+    #[test]
+    fn the_interaction_and_notification_bodies_document_exactly_what_their_parsers_know() {
+        let doc = doc();
+        let schemas = &doc["components"]["schemas"];
+        for (name, known) in [
+            ("CreateInteractionBody", interactions::FIELDS),
+            ("NotificationBody", interactions::NOTIFICATION_FIELDS),
+        ] {
+            let body = &schemas[name];
+            let mut known = known.to_vec();
+            known.sort_unstable();
+            assert_eq!(documented_fields(body), known, "{name}");
+            assert_eq!(body["additionalProperties"], false, "{name}");
+        }
+        assert_eq!(
+            schemas["CreateInteractionBody"]["required"],
+            json!(["interaction"])
+        );
+        assert_eq!(schemas["NotificationBody"]["required"], json!(["message"]));
+        assert_eq!(
+            schemas["NotificationBody"]["properties"]["message"]["maxLength"],
+            MAX_NOTIFICATION_CHARS
+        );
+        // The interaction itself is open: fields this service does not act on are echoed.
+        let interaction = &schemas["HumanInteraction"];
+        assert_eq!(interaction["additionalProperties"], true);
+        assert_eq!(
+            interaction["required"],
+            json!(["interaction_id", "question"])
+        );
+        assert_eq!(
+            interaction["properties"]["interaction_id"]["maxLength"],
+            MAX_INTERACTION_ID_CHARS
+        );
+    }
+
+    #[test]
+    fn the_interaction_view_documents_every_key_it_serialises() {
+        let doc = doc();
+        let view = &doc["components"]["schemas"]["Interaction"];
+        let mut required: Vec<&str> = view["required"]
+            .as_array()
+            .expect("required")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        required.sort_unstable();
+        assert_eq!(
+            documented_fields(view),
+            required,
+            "every key is always present"
+        );
+        let post = &doc["paths"]["/v1/interactions"]["post"]["responses"];
+        assert_eq!(
+            post["202"]["links"]["get"]["operationId"],
+            "get_interaction"
+        );
+        let notify = &doc["paths"]["/v1/notifications"]["post"]["responses"];
+        assert!(notify.get("502").is_some(), "Telegram may refuse");
+        let events = &doc["paths"]["/v1/events"]["get"]["responses"]["200"]["content"];
+        assert!(events.get("text/event-stream").is_some());
     }
 }

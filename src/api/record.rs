@@ -1,10 +1,12 @@
-//! The confirmation record as agents see it.
+//! The records as agents see them: a confirmation, and an interaction.
 
 use serde::Serialize;
 use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::domain::confirmation::{Confirmation, rfc3339};
+use crate::domain::interaction::TimeoutAction;
 
 /// The operator who tapped the button.
 #[derive(Debug, Serialize, ToSchema)]
@@ -76,6 +78,84 @@ impl From<&Confirmation> for RecordView {
             created_at: rfc3339(r.created_at),
             expires_at: rfc3339(r.expires_at),
             decided_at: r.decided_at.map(rfc3339),
+        }
+    }
+}
+
+/// An interaction (AI-Parrot's `HumanInteraction`) as agents see it: `{"id",
+/// "interaction_id", "status", "interaction_type", "route", "recipients", "responses",
+/// "result", "reason", "timeout_action", "created_at", "expires_at", "decided_at",
+/// "interaction"}`.
+///
+/// Every key is always present; the optional ones are `null` when they do not apply.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Interaction)]
+pub struct InteractionView {
+    /// This service's record id: `cf_` and 32 lowercase hex digits.
+    pub id: String,
+    /// The agent's own id of the question, as it sent it.
+    pub interaction_id: String,
+    #[schema(schema_with = super::openapi::interaction_status_schema)]
+    pub status: &'static str,
+    #[schema(schema_with = super::openapi::interaction_type_schema)]
+    pub interaction_type: &'static str,
+    /// The route the question was posted to, or `@name` for a person's private chat.
+    pub route: String,
+    /// The `[people]` names the question went to in private chats.
+    pub recipients: Vec<String>,
+    /// Every answer so far, oldest first, as AI-Parrot `HumanResponse` objects.
+    #[schema(schema_with = super::openapi::human_responses_schema)]
+    pub responses: Vec<Value>,
+    /// The settled value once `completed`; null before, and after a timeout or cancel.
+    #[schema(schema_with = super::openapi::any_value_schema, required = true)]
+    pub result: Option<Value>,
+    /// Why the interaction is where it is, in words.
+    pub reason: String,
+    #[schema(schema_with = super::openapi::timeout_action_schema, required = true)]
+    pub timeout_action: Option<&'static str>,
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    #[schema(format = DateTime)]
+    pub expires_at: String,
+    #[schema(format = DateTime, required = true)]
+    pub decided_at: Option<String>,
+    /// The `HumanInteraction` exactly as the agent sent it.
+    #[schema(value_type = Object)]
+    pub interaction: Map<String, Value>,
+}
+
+impl From<&Confirmation> for InteractionView {
+    fn from(r: &Confirmation) -> Self {
+        // The first message went to a person's private chat when the route is `@name`.
+        let first = r.route.strip_prefix('@');
+        let mut recipients: Vec<String> = Vec::with_capacity(1 + r.copies.len());
+        for name in first
+            .into_iter()
+            .chain(r.copies.iter().map(|c| c.recipient.as_str()))
+        {
+            if !recipients.iter().any(|n| n == name) {
+                recipients.push(name.to_owned());
+            }
+        }
+        InteractionView {
+            id: r.id.to_string(),
+            interaction_id: r.interaction_id().to_owned(),
+            status: r.public_status(),
+            interaction_type: r.kind().as_str(),
+            route: r.route.clone(),
+            recipients,
+            responses: r.human_responses(),
+            result: r.result.clone(),
+            reason: r.reason.clone(),
+            timeout_action: r.timeout_action.map(TimeoutAction::as_str),
+            created_at: rfc3339(r.created_at),
+            expires_at: rfc3339(r.expires_at),
+            decided_at: r.decided_at.map(rfc3339),
+            interaction: r
+                .interaction
+                .as_ref()
+                .map(|i| i.raw.clone())
+                .unwrap_or_default(),
         }
     }
 }

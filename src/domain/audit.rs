@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
 use super::confirmation::{Confirmation, Operator, Status, Via, rfc3339};
+use super::interaction::Answer;
 
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -155,6 +156,8 @@ pub fn requested(r: &Confirmation) -> NewEvent {
             "window_seconds": r.window_seconds,
             "allow_edit": r.allow_edit,
             "callback": r.callback_url.is_some(),
+            "kind": r.kind().as_str(),
+            "interaction_id": r.interaction.as_ref().map(|i| i.interaction_id.as_str()),
         }),
     }
 }
@@ -218,6 +221,49 @@ pub fn decided(r: &Confirmation) -> NewEvent {
         kind,
         actor,
         detail,
+    }
+}
+
+/// A person answered (or a default was applied). The value itself is not recorded, only
+/// its hash: a free-text answer may hold anything.
+pub fn answered(id: &str, answer: &Answer) -> NewEvent {
+    let value_sha256 = hex::encode(Sha256::digest(answer.value.to_string().as_bytes()));
+    NewEvent {
+        at: answer.at,
+        confirmation_id: Some(id.to_owned()),
+        kind: "answered",
+        actor: match &answer.by {
+            Some(op) => format!("telegram:{}", op.id),
+            None => "system".to_owned(),
+        },
+        detail: json!({
+            "respondent": answer.respondent,
+            "operator": answer.by.as_ref().map(operator_json),
+            "default": answer.is_default,
+            "value_sha256": value_sha256,
+        }),
+    }
+}
+
+/// A copy of a question was sent to a further private chat.
+pub fn copied(id: &str, recipient: &str, chat_id: i64, at: OffsetDateTime) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: Some(id.to_owned()),
+        kind: "copy_requested",
+        actor: "system".into(),
+        detail: json!({"recipient": recipient, "chat_id": chat_id}),
+    }
+}
+
+/// A further copy could not be delivered (the question stays open for the others).
+pub fn copy_failed(id: &str, chat_id: i64, reason: &str, at: OffsetDateTime) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: Some(id.to_owned()),
+        kind: "copy_failed",
+        actor: "system".into(),
+        detail: json!({"chat_id": chat_id, "reason": reason}),
     }
 }
 

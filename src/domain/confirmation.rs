@@ -10,8 +10,13 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
+use std::sync::Arc;
+
+use serde_json::Value;
+
 use super::args_hash::ArgsHash;
 use super::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
+use super::interaction::{Answer, Interaction, InteractionType, TimeoutAction};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -19,6 +24,8 @@ pub enum Status {
     Confirmed,
     Cancelled,
     Timeout,
+    /// An interaction got its answer (whatever its value).
+    Completed,
 }
 
 impl Status {
@@ -28,6 +35,7 @@ impl Status {
             Status::Confirmed => "confirmed",
             Status::Cancelled => "cancelled",
             Status::Timeout => "timeout",
+            Status::Completed => "completed",
         }
     }
 
@@ -37,6 +45,7 @@ impl Status {
             "confirmed" => Status::Confirmed,
             "cancelled" => Status::Cancelled,
             "timeout" => Status::Timeout,
+            "completed" => Status::Completed,
             _ => return None,
         })
     }
@@ -129,9 +138,107 @@ pub struct Confirmation {
     pub created_at: OffsetDateTime,
     pub expires_at: OffsetDateTime,
     pub decided_at: Option<OffsetDateTime>,
+    /// For an interaction: what the agent asked (`None` for a confirmation).
+    pub interaction: Option<Arc<Interaction>>,
+    /// The settled value of a completed interaction.
+    pub result: Option<Value>,
+    /// The `timeout_action` a timeout handed back to the agent (`escalate`, `retry`).
+    pub timeout_action: Option<TimeoutAction>,
+    /// Every answer so far, oldest first (read with the record).
+    pub answers: Vec<Answer>,
+    /// Further messages of the question (one per further private chat).
+    pub copies: Vec<Copy>,
+}
+
+/// A further message carrying the same question, in another chat.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Copy {
+    /// The `[people]` name the copy was sent to.
+    pub recipient: String,
+    pub chat_id: i64,
+    pub message_id: Option<i32>,
+    pub outcome_shown: bool,
 }
 
 impl Confirmation {
+    /// What kind of answer the question wants: a confirmation is an approval, or a form
+    /// (that falls back to approve/cancel) when the agent allows edits.
+    pub fn kind(&self) -> InteractionType {
+        match &self.interaction {
+            Some(i) => i.kind,
+            None if self.allow_edit => InteractionType::Form,
+            None => InteractionType::Approval,
+        }
+    }
+
+    /// The status the API reports. Interactions use AI-Parrot's names (`delivered` once a
+    /// message is out, `partial` once someone answered); confirmations keep theirs.
+    pub fn public_status(&self) -> &'static str {
+        if self.interaction.is_none() || self.is_terminal() {
+            return self.status.as_str();
+        }
+        if !self.answers.is_empty() {
+            "partial"
+        } else if self.messages().any(|(_, m)| m.is_some()) {
+            "delivered"
+        } else {
+            "pending"
+        }
+    }
+
+    /// The id AI-Parrot knows the question by: its own `interaction_id`, or the record id
+    /// of a confirmation.
+    pub fn interaction_id(&self) -> &str {
+        match &self.interaction {
+            Some(i) => &i.interaction_id,
+            None => self.id.as_str(),
+        }
+    }
+
+    /// The `HumanResponse` of each answer so far.
+    pub fn human_responses(&self) -> Vec<Value> {
+        self.answers
+            .iter()
+            .map(|a| super::interaction::human_response(self.interaction_id(), self.kind(), a))
+            .collect()
+    }
+
+    /// What `GET /v1/events` streams when the question's status changes.
+    pub fn status_event(&self) -> Value {
+        serde_json::json!({
+            "id": self.id.as_str(),
+            "interaction_id": self.interaction.as_ref().map(|i| i.interaction_id.as_str()),
+            "status": self.public_status(),
+            "reason": self.reason,
+            "result": self.result,
+            "timeout_action": self.timeout_action.map(TimeoutAction::as_str),
+        })
+    }
+
+    /// What `GET /v1/events` streams when someone answers.
+    pub fn response_event(&self, answer: &Answer) -> Value {
+        serde_json::json!({
+            "id": self.id.as_str(),
+            "interaction_id": self.interaction.as_ref().map(|i| i.interaction_id.as_str()),
+            "response": super::interaction::human_response(self.interaction_id(), self.kind(), answer),
+        })
+    }
+
+    /// Every (chat, message) the question was posted as; `None` while in flight.
+    pub fn messages(&self) -> impl Iterator<Item = (i64, Option<i32>)> + '_ {
+        std::iter::once((self.chat_id, self.message_id))
+            .chain(self.copies.iter().map(|c| (c.chat_id, c.message_id)))
+    }
+
+    /// The values a `form` question is approved with: the interaction's current values,
+    /// or a confirmation's own parameters.
+    pub fn form_values(&self) -> Value {
+        match &self.interaction {
+            Some(i) => Value::Object(i.form_values.clone()),
+            None => serde_json::from_str(&self.params_json).unwrap_or(Value::Null),
+        }
+    }
+
     pub fn allowed(&self) -> bool {
         self.status == Status::Confirmed
     }
@@ -168,9 +275,30 @@ pub const PENDING_REASON: &str = "waiting for an operator's decision";
 pub enum Outcome {
     Approved(Operator),
     Cancelled(Operator),
-    TimedOut { after: Duration },
+    TimedOut {
+        after: Duration,
+    },
     Withdrawn,
-    FailedClosed { reason: String },
+    FailedClosed {
+        reason: String,
+    },
+    /// An interaction settled on a value (or, with `value` null, without agreement).
+    Completed {
+        value: Value,
+        by: Option<Operator>,
+        reason: String,
+    },
+    /// Nobody answered an interaction in time and it asked for its `default_response`.
+    DefaultOnTimeout {
+        value: Value,
+        after: Duration,
+    },
+    /// Nobody answered in time and the agent asked to escalate or retry: reported back as
+    /// `timeout`, with the action, for the agent's manager to take.
+    TimedOutWithAction {
+        after: Duration,
+        action: TimeoutAction,
+    },
 }
 
 /// A decision, ready to be stored with one conditional update.
@@ -181,10 +309,14 @@ pub struct Decision {
     pub reason: String,
     pub decided_by: Option<Operator>,
     pub decided_at: OffsetDateTime,
+    pub result: Option<Value>,
+    pub timeout_action: Option<TimeoutAction>,
 }
 
 impl Outcome {
     pub fn decide(self, at: OffsetDateTime) -> Decision {
+        let mut result = None;
+        let mut timeout_action = None;
         let (status, via, reason, decided_by) = match self {
             Outcome::Approved(op) => (
                 Status::Confirmed,
@@ -219,6 +351,35 @@ impl Outcome {
                 format!("not executed: {reason}"),
                 None,
             ),
+            Outcome::Completed { value, by, reason } => {
+                result = Some(value);
+                (Status::Completed, Via::Operator, reason, by)
+            }
+            Outcome::DefaultOnTimeout { value, after } => {
+                result = Some(value);
+                (
+                    Status::Completed,
+                    Via::Timeout,
+                    format!(
+                        "nobody answered within {}: completed with the default response",
+                        human_duration(after)
+                    ),
+                    None,
+                )
+            }
+            Outcome::TimedOutWithAction { after, action } => {
+                timeout_action = Some(action);
+                (
+                    Status::Timeout,
+                    Via::Timeout,
+                    format!(
+                        "nobody answered within {}: the agent asked to {}",
+                        human_duration(after),
+                        action.as_str()
+                    ),
+                    None,
+                )
+            }
         };
         Decision {
             status,
@@ -226,6 +387,8 @@ impl Outcome {
             reason,
             decided_by,
             decided_at: at,
+            result,
+            timeout_action,
         }
     }
 }
@@ -345,6 +508,7 @@ mod tests {
             Status::Confirmed,
             Status::Cancelled,
             Status::Timeout,
+            Status::Completed,
         ] {
             assert_eq!(Status::parse(s.as_str()), Some(s));
         }

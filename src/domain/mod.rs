@@ -10,6 +10,7 @@ pub mod audit;
 pub mod briefing;
 pub mod confirmation;
 pub mod ids;
+pub mod interaction;
 pub mod pyformat;
 pub mod pyjson;
 pub mod pyvalue;

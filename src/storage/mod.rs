@@ -13,6 +13,7 @@ use time::OffsetDateTime;
 use crate::domain::audit::{AuditEvent, NewEvent, StoredRow};
 use crate::domain::confirmation::{Confirmation, Decision, Window, WindowKey};
 use crate::domain::ids::{CallbackToken, ConfirmationId, DeliveryId, IdempotencyKey};
+use crate::domain::interaction::Answer;
 
 pub use sqlite::SqliteStore;
 
@@ -49,6 +50,28 @@ pub enum Decided {
     /// Another decision won; this is the stored outcome.
     AlreadyTerminal(Confirmation),
     NotFound,
+}
+
+/// Result of recording an answer.
+#[derive(Debug)]
+pub enum Answered {
+    /// Stored; this is the record with every answer so far (terminal when the answer
+    /// settled it).
+    Added(Confirmation),
+    /// This person already answered; nothing was written.
+    AlreadyAnswered(Confirmation),
+    /// The question already ended; nothing was written.
+    Closed(Confirmation),
+    NotFound,
+}
+
+/// One entry of an agent's event stream (`GET /v1/events`).
+#[derive(Debug, Clone)]
+pub struct AgentEvent {
+    pub seq: i64,
+    /// `response` or `status`.
+    pub kind: String,
+    pub data: String,
 }
 
 /// A pending request as restart recovery needs it.
@@ -142,7 +165,7 @@ pub trait Store: Send + Sync + 'static {
         now: OffsetDateTime,
     ) -> Result<Option<Window>, StorageError>;
 
-    /// Records that the request's message shows its outcome.
+    /// Records that the request's (first) message shows its outcome.
     async fn mark_outcome_shown(&self, id: &ConfirmationId) -> Result<(), StorageError>;
 
     /// Decided requests whose message does not show the outcome yet (restart recovery).
@@ -200,6 +223,80 @@ pub trait Store: Send + Sync + 'static {
         to_chat: i64,
         now: OffsetDateTime,
     ) -> Result<(), StorageError>;
+
+    /// The agent's interaction with its own `interaction_id`.
+    async fn find_interaction(
+        &self,
+        agent: &str,
+        interaction_id: &str,
+    ) -> Result<Option<Confirmation>, StorageError>;
+
+    /// The question posted as `message_id` in `chat_id` (its first message or a copy).
+    async fn find_by_message(
+        &self,
+        chat_id: i64,
+        message_id: i32,
+    ) -> Result<Option<Confirmation>, StorageError>;
+
+    /// Adds a further destination for a pending question; false when it already had
+    /// that chat (or is no longer pending).
+    async fn add_copy(
+        &self,
+        id: &ConfirmationId,
+        recipient: &str,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<bool, StorageError>;
+
+    /// Records the message of a copy (audited).
+    async fn set_copy_message_id(
+        &self,
+        id: &ConfirmationId,
+        chat_id: i64,
+        message_id: i32,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError>;
+
+    /// Records that a copy's message shows the outcome.
+    async fn mark_copy_shown(&self, id: &ConfirmationId, chat_id: i64) -> Result<(), StorageError>;
+
+    /// Stores one person's answer to a pending question, with its audit and stream
+    /// events, unless they already answered or the question ended. With `settles`, the
+    /// answer decides the question in the same transaction (as [`Store::decide`]).
+    async fn add_answer(
+        &self,
+        id: &ConfirmationId,
+        answer: &Answer,
+        settles: Option<&Decision>,
+    ) -> Result<Answered, StorageError>;
+
+    /// A person's multi-choice selection in progress.
+    async fn selection(
+        &self,
+        id: &ConfirmationId,
+        user_id: u64,
+    ) -> Result<Vec<String>, StorageError>;
+
+    async fn set_selection(
+        &self,
+        id: &ConfirmationId,
+        user_id: u64,
+        keys: &[String],
+    ) -> Result<(), StorageError>;
+
+    /// The agent's stream events after `after`, oldest first.
+    async fn agent_events(
+        &self,
+        agent: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<AgentEvent>, StorageError>;
+
+    /// Deletes stream events written before `before`; returns how many.
+    async fn purge_agent_events(&self, before: OffsetDateTime) -> Result<u64, StorageError>;
+
+    /// The newest event number of the agent's stream (0 when it has none).
+    async fn last_agent_event(&self, agent: &str) -> Result<i64, StorageError>;
 
     /// Closes the connections cleanly (checkpoints the WAL).
     async fn close(&self);

@@ -10,17 +10,18 @@ use sqlx::{FromRow, SqlitePool};
 use time::OffsetDateTime;
 
 use super::{
-    Decided, IDEMPOTENCY_TTL, Inserted, OutboxEntry, PendingEntry, StorageError, Store,
-    WebhookAttempt,
+    AgentEvent, Answered, Decided, IDEMPOTENCY_TTL, Inserted, OutboxEntry, PendingEntry,
+    StorageError, Store, WebhookAttempt,
 };
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit::{self, AuditEvent, GENESIS_HASH, NewEvent, StoredRow};
 use crate::domain::confirmation::{
-    Confirmation, Decision, Operator, Status, Via, Window, WindowKey,
+    Confirmation, Copy, Decision, Operator, Status, Via, Window, WindowKey,
 };
 use crate::domain::ids::{
     CallbackToken, ConfirmationId, DeliveryId, IdempotencyKey, OwnerId, ToolName,
 };
+use crate::domain::interaction::{self, Answer, TimeoutAction};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -139,6 +140,9 @@ struct Row {
     created_at: i64,
     expires_at: i64,
     decided_at: Option<i64>,
+    interaction_json: Option<String>,
+    result_json: Option<String>,
+    timeout_action: Option<String>,
 }
 
 impl Row {
@@ -194,8 +198,142 @@ impl Row {
             created_at: time(self.created_at)?,
             expires_at: time(self.expires_at)?,
             decided_at: self.decided_at.map(time).transpose()?,
+            interaction: self
+                .interaction_json
+                .map(|j| {
+                    // Stored only after it was checked; read back without the timeout cap
+                    // (the config may have changed since).
+                    serde_json::from_str(&j)
+                        .ok()
+                        .and_then(|v| interaction::parse(&v, f64::MAX).ok())
+                        .map(std::sync::Arc::new)
+                        .ok_or_else(|| corrupt("interaction_json"))
+                })
+                .transpose()?,
+            result: self
+                .result_json
+                .map(|j| serde_json::from_str(&j).map_err(|_| corrupt("result_json")))
+                .transpose()?,
+            timeout_action: self
+                .timeout_action
+                .map(|a| TimeoutAction::parse(&a).ok_or_else(|| corrupt("timeout_action")))
+                .transpose()?,
+            answers: Vec::new(),
+            copies: Vec::new(),
         })
     }
+}
+
+#[derive(FromRow)]
+struct AnswerRow {
+    respondent: String,
+    user_id: Option<i64>,
+    username: Option<String>,
+    name: Option<String>,
+    value_json: String,
+    is_default: bool,
+    at: i64,
+}
+
+/// Reads a question's answers and copies into it.
+async fn hydrate(
+    conn: &mut sqlx::SqliteConnection,
+    mut r: Confirmation,
+) -> Result<Confirmation, StorageError> {
+    let corrupt = |what: &str| StorageError::Corrupt {
+        id: r.id.to_string(),
+        what: what.to_owned(),
+    };
+    let answers: Vec<AnswerRow> = sqlx::query_as(
+        "SELECT respondent, user_id, username, name, value_json, is_default, at
+         FROM answers WHERE question_id = ? ORDER BY seq",
+    )
+    .bind(r.id.as_str())
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut out = Vec::with_capacity(answers.len());
+    for a in answers {
+        out.push(Answer {
+            respondent: a.respondent,
+            by: match (a.user_id, a.name) {
+                (Some(id), Some(name)) => Some(Operator {
+                    id: u64::try_from(id).map_err(|_| corrupt("answer user_id"))?,
+                    username: a.username,
+                    name,
+                }),
+                _ => None,
+            },
+            value: serde_json::from_str(&a.value_json).map_err(|_| corrupt("answer value"))?,
+            is_default: a.is_default,
+            at: from_ms(a.at).ok_or_else(|| corrupt("answer time"))?,
+        });
+    }
+    let copies: Vec<(String, i64, Option<i64>, bool)> = sqlx::query_as(
+        "SELECT recipient, chat_id, message_id, outcome_shown FROM copies
+         WHERE question_id = ? ORDER BY rowid",
+    )
+    .bind(r.id.as_str())
+    .fetch_all(&mut *conn)
+    .await?;
+    r.copies = copies
+        .into_iter()
+        .map(|(recipient, chat_id, message_id, outcome_shown)| Copy {
+            recipient,
+            chat_id,
+            message_id: message_id.and_then(|m| i32::try_from(m).ok()),
+            outcome_shown,
+        })
+        .collect();
+    r.answers = out;
+    Ok(r)
+}
+
+/// Appends to the agent's event stream inside the caller's transaction.
+async fn push_agent_event(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    r: &Confirmation,
+    kind: &str,
+    data: &serde_json::Value,
+    at: OffsetDateTime,
+) -> Result<(), StorageError> {
+    sqlx::query(
+        "INSERT INTO agent_events (agent, question_id, kind, data, at) VALUES (?, ?, ?, ?, ?)",
+    )
+    .bind(&r.agent)
+    .bind(r.id.as_str())
+    .bind(kind)
+    .bind(data.to_string())
+    .bind(ms(at))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Stores an answer row inside the caller's transaction; false when this person had
+/// already answered.
+async fn insert_answer(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    id: &ConfirmationId,
+    a: &Answer,
+) -> Result<bool, StorageError> {
+    let (uid, username, name) = operator_columns(&a.by);
+    let done = sqlx::query(
+        "INSERT INTO answers (question_id, respondent, user_id, username, name, value_json,
+            is_default, at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (question_id, user_id) WHERE user_id IS NOT NULL DO NOTHING",
+    )
+    .bind(id.as_str())
+    .bind(&a.respondent)
+    .bind(uid)
+    .bind(username)
+    .bind(name)
+    .bind(a.value.to_string())
+    .bind(a.is_default)
+    .bind(ms(a.at))
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected() == 1)
 }
 
 /// `SELECT * FROM confirmations WHERE <clause>`, as a static string (sqlx only takes
@@ -207,19 +345,47 @@ macro_rules! select_where {
 }
 
 impl SqliteStore {
+    /// A transaction that takes the write lock at once (`BEGIN IMMEDIATE`). A deferred
+    /// one that reads first and writes later fails with SQLITE_BUSY, without waiting,
+    /// when another connection wrote in between; an immediate one queues (busy_timeout).
+    async fn write_tx(&self) -> Result<sqlx::Transaction<'_, sqlx::Sqlite>, StorageError> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    /// Streams an interaction's new status (`delivered`) inside `tx`.
+    async fn push_status_if_changed(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        id: &ConfirmationId,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError> {
+        let row = sqlx::query_as::<_, Row>(select_where!("id = ?"))
+            .bind(id.as_str())
+            .fetch_optional(&mut **tx)
+            .await?;
+        if let Some(row) = row {
+            let record = hydrate(&mut *tx, row.into_domain()?).await?;
+            if record.interaction.is_some() && !record.is_terminal() {
+                push_agent_event(tx, &record, "status", &record.status_event(), now).await?;
+            }
+        }
+        Ok(())
+    }
+
     async fn fetch_one_where(
         &self,
         sql: &'static str,
         binds: &[&str],
     ) -> Result<Option<Confirmation>, StorageError> {
+        let mut conn = self.pool.acquire().await?;
         let mut q = sqlx::query_as::<_, Row>(sql);
         for b in binds {
             q = q.bind(*b);
         }
-        q.fetch_optional(&self.pool)
-            .await?
-            .map(Row::into_domain)
-            .transpose()
+        match q.fetch_optional(&mut *conn).await? {
+            Some(row) => Ok(Some(hydrate(&mut conn, row.into_domain()?).await?)),
+            None => Ok(None),
+        }
     }
 }
 
@@ -332,6 +498,97 @@ struct OutboxRow {
     attempts: i64,
 }
 
+/// Moves a pending question to its outcome inside `tx` (the caller holds the audit lock):
+/// one conditional update, then, when it applied, the default answer (if any), the stream
+/// and audit events, the webhook and the confirmation window, all in the same transaction.
+async fn apply_decision(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    id: &ConfirmationId,
+    d: &Decision,
+) -> Result<Decided, StorageError> {
+    let (by_id, by_username, by_name) = operator_columns(&d.decided_by);
+    // The `status = 'pending'` guard is the whole exactly-once story: of any number of
+    // concurrent decisions, one changes a row and every other changes none.
+    let changed = sqlx::query(
+        "UPDATE confirmations SET status = ?, via = ?, reason = ?, decided_by_id = ?,
+                decided_by_username = ?, decided_by_name = ?, decided_at = ?, result_json = ?,
+                timeout_action = ?
+             WHERE id = ? AND status = 'pending'",
+    )
+    .bind(d.status.as_str())
+    .bind(d.via.as_str())
+    .bind(&d.reason)
+    .bind(by_id)
+    .bind(by_username)
+    .bind(by_name)
+    .bind(ms(d.decided_at))
+    .bind(d.result.as_ref().map(|v| v.to_string()))
+    .bind(d.timeout_action.map(TimeoutAction::as_str))
+    .bind(id.as_str())
+    .execute(&mut **tx)
+    .await?
+    .rows_affected()
+        == 1;
+    // A default applied on timeout is stored as an answer, marked as a default, so
+    // the agent sees it as a HumanResponse like any other.
+    let default_answer = match (&d.result, d.via, d.status) {
+        (Some(value), Via::Timeout, Status::Completed) if changed => Some(Answer {
+            respondent: "system".into(),
+            by: None,
+            value: value.clone(),
+            is_default: true,
+            at: d.decided_at,
+        }),
+        _ => None,
+    };
+    if let Some(a) = &default_answer {
+        insert_answer(tx, id, a).await?;
+    }
+    let row = sqlx::query_as::<_, Row>(select_where!("id = ?"))
+        .bind(id.as_str())
+        .fetch_optional(&mut **tx)
+        .await?;
+    let Some(record) = row.map(Row::into_domain).transpose()? else {
+        return Ok(Decided::NotFound);
+    };
+    let record = hydrate(tx, record).await?;
+    if !changed {
+        return Ok(Decided::AlreadyTerminal(record));
+    }
+    if let Some(a) = &default_answer {
+        append_event(tx, &audit::answered(id.as_str(), a)).await?;
+        push_agent_event(
+            tx,
+            &record,
+            "response",
+            &record.response_event(a),
+            d.decided_at,
+        )
+        .await?;
+    }
+    push_agent_event(tx, &record, "status", &record.status_event(), d.decided_at).await?;
+    append_event(tx, &audit::decided(&record)).await?;
+    enqueue_webhook(tx, &record, ms(d.decided_at)).await?;
+    if let Some(until) = record.window_until() {
+        sqlx::query(
+            "INSERT INTO windows (agent, owner_id, tool, args_hash, expires_at, opened_by)
+                 VALUES (?, ?, ?, ?, ?, ?)
+                 ON CONFLICT (agent, owner_id, tool, args_hash)
+                 DO UPDATE SET expires_at = excluded.expires_at, opened_by = excluded.opened_by
+                 WHERE excluded.expires_at > windows.expires_at",
+        )
+        .bind(&record.agent)
+        .bind(record.owner_id.as_str())
+        .bind(record.tool.as_str())
+        .bind(record.args_hash.as_str())
+        .bind(ms(until))
+        .bind(record.id.as_str())
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(Decided::Applied(record))
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     async fn migrate(&self) -> Result<(), StorageError> {
@@ -350,7 +607,7 @@ impl Store for SqliteStore {
         now: OffsetDateTime,
     ) -> Result<Inserted, StorageError> {
         let _audit = self.audit.lock().await;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         if let Some(key) = &r.idempotency_key {
             // Release the key if its request is older than the TTL, so it can be reused.
             sqlx::query(
@@ -368,9 +625,10 @@ impl Store for SqliteStore {
             "INSERT INTO confirmations (id, agent, route, chat_id, tool, owner_id, args_hash,
                 params_json, briefing, context, allow_edit, window_seconds, idempotency_key,
                 callback_token, callback_url, message_id, status, via, reason, decided_by_id,
-                decided_by_username, decided_by_name, created_at, expires_at, decided_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT (agent, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING",
+                decided_by_username, decided_by_name, created_at, expires_at, decided_at,
+                interaction_id, interaction_json)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT DO NOTHING",
         )
         .bind(r.id.as_str())
         .bind(&r.agent)
@@ -397,6 +655,12 @@ impl Store for SqliteStore {
         .bind(ms(r.created_at))
         .bind(ms(r.expires_at))
         .bind(r.decided_at.map(ms))
+        .bind(r.interaction.as_ref().map(|i| i.interaction_id.as_str()))
+        .bind(
+            r.interaction
+                .as_ref()
+                .map(|i| serde_json::Value::Object(i.raw.clone()).to_string()),
+        )
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() == 1 {
@@ -406,16 +670,30 @@ impl Store for SqliteStore {
             } else {
                 append_event(&mut tx, &audit::requested(r)).await?;
             }
+            push_agent_event(&mut tx, r, "status", &r.status_event(), now).await?;
             tx.commit().await?;
             return Ok(Inserted::New(r.clone()));
         }
-        let key = r.idempotency_key.as_ref().map(|k| k.as_str()).unwrap_or("");
-        let existing = sqlx::query_as::<_, Row>(select_where!("agent = ? AND idempotency_key = ?"))
-            .bind(&r.agent)
-            .bind(key)
-            .fetch_one(&mut *tx)
-            .await?
-            .into_domain()?;
+        // Another question holds the idempotency key or the interaction id (the only
+        // unique columns an agent chooses).
+        let existing = match (&r.idempotency_key, &r.interaction) {
+            (Some(key), _) => {
+                sqlx::query_as::<_, Row>(select_where!("agent = ? AND idempotency_key = ?"))
+                    .bind(&r.agent)
+                    .bind(key.as_str())
+                    .fetch_one(&mut *tx)
+                    .await?
+            }
+            (None, Some(i)) => {
+                sqlx::query_as::<_, Row>(select_where!("agent = ? AND interaction_id = ?"))
+                    .bind(&r.agent)
+                    .bind(i.interaction_id.as_str())
+                    .fetch_one(&mut *tx)
+                    .await?
+            }
+            (None, None) => return Err(sqlx::Error::RowNotFound.into()),
+        };
+        let existing = hydrate(&mut tx, existing.into_domain()?).await?;
         tx.commit().await?;
         Ok(Inserted::Existing(existing))
     }
@@ -453,7 +731,7 @@ impl Store for SqliteStore {
         message_id: i32,
     ) -> Result<(), StorageError> {
         let _audit = self.audit.lock().await;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         let chat: Option<(i64,)> = sqlx::query_as(
             "UPDATE confirmations SET message_id = ? WHERE id = ? RETURNING chat_id",
         )
@@ -462,9 +740,10 @@ impl Store for SqliteStore {
         .fetch_optional(&mut *tx)
         .await?;
         if let Some((chat_id,)) = chat {
-            let event =
-                audit::delivered(id.as_str(), chat_id, message_id, OffsetDateTime::now_utc());
+            let now = OffsetDateTime::now_utc();
+            let event = audit::delivered(id.as_str(), chat_id, message_id, now);
             append_event(&mut tx, &event).await?;
+            self.push_status_if_changed(&mut tx, id, now).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -472,58 +751,12 @@ impl Store for SqliteStore {
 
     async fn decide(&self, id: &ConfirmationId, d: &Decision) -> Result<Decided, StorageError> {
         let _audit = self.audit.lock().await;
-        let mut tx = self.pool.begin().await?;
-        let (by_id, by_username, by_name) = operator_columns(&d.decided_by);
-        // The `status = 'pending'` guard is the whole exactly-once story: of any number of
-        // concurrent decisions, one changes a row and every other changes none.
-        let changed = sqlx::query(
-            "UPDATE confirmations SET status = ?, via = ?, reason = ?, decided_by_id = ?,
-                decided_by_username = ?, decided_by_name = ?, decided_at = ?
-             WHERE id = ? AND status = 'pending'",
-        )
-        .bind(d.status.as_str())
-        .bind(d.via.as_str())
-        .bind(&d.reason)
-        .bind(by_id)
-        .bind(by_username)
-        .bind(by_name)
-        .bind(ms(d.decided_at))
-        .bind(id.as_str())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        let row = sqlx::query_as::<_, Row>(select_where!("id = ?"))
-            .bind(id.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(record) = row.map(Row::into_domain).transpose()? else {
-            return Ok(Decided::NotFound);
-        };
-        if !changed {
-            return Ok(Decided::AlreadyTerminal(record));
+        let mut tx = self.write_tx().await?;
+        let decided = apply_decision(&mut tx, id, d).await?;
+        if matches!(decided, Decided::Applied(_)) {
+            tx.commit().await?;
         }
-        append_event(&mut tx, &audit::decided(&record)).await?;
-        enqueue_webhook(&mut tx, &record, ms(d.decided_at)).await?;
-        if let Some(until) = record.window_until() {
-            sqlx::query(
-                "INSERT INTO windows (agent, owner_id, tool, args_hash, expires_at, opened_by)
-                 VALUES (?, ?, ?, ?, ?, ?)
-                 ON CONFLICT (agent, owner_id, tool, args_hash)
-                 DO UPDATE SET expires_at = excluded.expires_at, opened_by = excluded.opened_by
-                 WHERE excluded.expires_at > windows.expires_at",
-            )
-            .bind(&record.agent)
-            .bind(record.owner_id.as_str())
-            .bind(record.tool.as_str())
-            .bind(record.args_hash.as_str())
-            .bind(ms(until))
-            .bind(record.id.as_str())
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(Decided::Applied(record))
+        Ok(decided)
     }
 
     async fn live_window(
@@ -565,12 +798,20 @@ impl Store for SqliteStore {
     }
 
     async fn unshown_outcomes(&self) -> Result<Vec<Confirmation>, StorageError> {
+        let mut conn = self.pool.acquire().await?;
         let rows: Vec<Row> = sqlx::query_as(select_where!(
-            "status <> 'pending' AND outcome_shown = 0 AND message_id IS NOT NULL ORDER BY decided_at"
+            "status <> 'pending' AND ((outcome_shown = 0 AND message_id IS NOT NULL)
+             OR EXISTS (SELECT 1 FROM copies c WHERE c.question_id = confirmations.id
+                        AND c.outcome_shown = 0 AND c.message_id IS NOT NULL))
+             ORDER BY decided_at"
         ))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
-        rows.into_iter().map(Row::into_domain).collect()
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            out.push(hydrate(&mut conn, row.into_domain()?).await?);
+        }
+        Ok(out)
     }
 
     async fn count_pending(&self, agent: &str) -> Result<u64, StorageError> {
@@ -585,8 +826,10 @@ impl Store for SqliteStore {
 
     async fn pending(&self) -> Result<Vec<PendingEntry>, StorageError> {
         let rows: Vec<(String, i64, bool)> = sqlx::query_as(
-            "SELECT id, expires_at, message_id IS NOT NULL FROM confirmations
-             WHERE status = 'pending' ORDER BY expires_at",
+            "SELECT id, expires_at, message_id IS NOT NULL AND NOT EXISTS (
+                SELECT 1 FROM copies c WHERE c.question_id = confirmations.id
+                AND c.message_id IS NULL)
+             FROM confirmations WHERE status = 'pending' ORDER BY expires_at",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -707,7 +950,7 @@ impl Store for SqliteStore {
             Some(_) => Some(self.audit.lock().await),
             None => None,
         };
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         q.bind(id).execute(&mut *tx).await?;
         if let Some(e) = &event {
             append_event(&mut tx, e).await?;
@@ -718,7 +961,7 @@ impl Store for SqliteStore {
 
     async fn record_event(&self, event: NewEvent) -> Result<(), StorageError> {
         let _audit = self.audit.lock().await;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         append_event(&mut tx, &event).await?;
         tx.commit().await?;
         Ok(())
@@ -773,7 +1016,7 @@ impl Store for SqliteStore {
         now: OffsetDateTime,
     ) -> Result<(), StorageError> {
         let _audit = self.audit.lock().await;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         append_event(&mut tx, &audit::route_moved(route, from_chat, to_chat, now)).await?;
         sqlx::query(
             "INSERT INTO route_chats (route, chat_id, updated_at) VALUES (?, ?, ?)
@@ -795,6 +1038,234 @@ impl Store for SqliteStore {
         .await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn find_interaction(
+        &self,
+        agent: &str,
+        interaction_id: &str,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        self.fetch_one_where(
+            select_where!("agent = ? AND interaction_id = ?"),
+            &[agent, interaction_id],
+        )
+        .await
+    }
+
+    async fn find_by_message(
+        &self,
+        chat_id: i64,
+        message_id: i32,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let (chat, message) = (chat_id.to_string(), message_id.to_string());
+        self.fetch_one_where(
+            select_where!(
+                "(chat_id = CAST(?1 AS INTEGER) AND message_id = CAST(?2 AS INTEGER))
+                 OR id = (SELECT question_id FROM copies
+                          WHERE chat_id = CAST(?1 AS INTEGER) AND message_id = CAST(?2 AS INTEGER))"
+            ),
+            &[&chat, &message],
+        )
+        .await
+    }
+
+    async fn add_copy(
+        &self,
+        id: &ConfirmationId,
+        recipient: &str,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<bool, StorageError> {
+        let _audit = self.audit.lock().await;
+        let mut tx = self.write_tx().await?;
+        let added = sqlx::query(
+            "INSERT INTO copies (question_id, recipient, chat_id)
+             SELECT id, ?1, ?2 FROM confirmations
+             WHERE id = ?3 AND status = 'pending' AND chat_id <> ?2
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(recipient)
+        .bind(chat_id)
+        .bind(id.as_str())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if added {
+            append_event(
+                &mut tx,
+                &audit::copied(id.as_str(), recipient, chat_id, now),
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(added)
+    }
+
+    async fn set_copy_message_id(
+        &self,
+        id: &ConfirmationId,
+        chat_id: i64,
+        message_id: i32,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError> {
+        let _audit = self.audit.lock().await;
+        let mut tx = self.write_tx().await?;
+        sqlx::query("UPDATE copies SET message_id = ? WHERE question_id = ? AND chat_id = ?")
+            .bind(i64::from(message_id))
+            .bind(id.as_str())
+            .bind(chat_id)
+            .execute(&mut *tx)
+            .await?;
+        append_event(
+            &mut tx,
+            &audit::delivered(id.as_str(), chat_id, message_id, now),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn mark_copy_shown(&self, id: &ConfirmationId, chat_id: i64) -> Result<(), StorageError> {
+        sqlx::query("UPDATE copies SET outcome_shown = 1 WHERE question_id = ? AND chat_id = ?")
+            .bind(id.as_str())
+            .bind(chat_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn add_answer(
+        &self,
+        id: &ConfirmationId,
+        answer: &Answer,
+        settles: Option<&Decision>,
+    ) -> Result<Answered, StorageError> {
+        let _audit = self.audit.lock().await;
+        let mut tx = self.write_tx().await?;
+        let row = sqlx::query_as::<_, Row>(select_where!("id = ?"))
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else {
+            return Ok(Answered::NotFound);
+        };
+        let record = row.into_domain()?;
+        if record.is_terminal() {
+            let record = hydrate(&mut tx, record).await?;
+            return Ok(Answered::Closed(record));
+        }
+        let added = insert_answer(&mut tx, id, answer).await?;
+        let record = hydrate(&mut tx, record).await?;
+        if !added {
+            return Ok(Answered::AlreadyAnswered(record));
+        }
+        append_event(&mut tx, &audit::answered(id.as_str(), answer)).await?;
+        push_agent_event(
+            &mut tx,
+            &record,
+            "response",
+            &record.response_event(answer),
+            answer.at,
+        )
+        .await?;
+        let record = match settles {
+            // The answer decides the question: both commit together, so no one ever sees
+            // the answer stored and the question still open.
+            Some(d) => match apply_decision(&mut tx, id, d).await? {
+                Decided::Applied(r) => r,
+                Decided::AlreadyTerminal(r) => return Ok(Answered::Closed(r)),
+                Decided::NotFound => return Ok(Answered::NotFound),
+            },
+            None => {
+                if record.interaction.is_some() && record.answers.len() == 1 {
+                    push_agent_event(
+                        &mut tx,
+                        &record,
+                        "status",
+                        &record.status_event(),
+                        answer.at,
+                    )
+                    .await?;
+                }
+                record
+            }
+        };
+        tx.commit().await?;
+        Ok(Answered::Added(record))
+    }
+
+    async fn selection(
+        &self,
+        id: &ConfirmationId,
+        user_id: u64,
+    ) -> Result<Vec<String>, StorageError> {
+        let row: Option<(String,)> = sqlx::query_as(
+            "SELECT keys_json FROM selections WHERE question_id = ? AND user_id = ?",
+        )
+        .bind(id.as_str())
+        .bind(i64::try_from(user_id).unwrap_or(i64::MAX))
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row
+            .and_then(|(j,)| serde_json::from_str(&j).ok())
+            .unwrap_or_default())
+    }
+
+    async fn set_selection(
+        &self,
+        id: &ConfirmationId,
+        user_id: u64,
+        keys: &[String],
+    ) -> Result<(), StorageError> {
+        sqlx::query(
+            "INSERT INTO selections (question_id, user_id, keys_json) VALUES (?, ?, ?)
+             ON CONFLICT (question_id, user_id) DO UPDATE SET keys_json = excluded.keys_json",
+        )
+        .bind(id.as_str())
+        .bind(i64::try_from(user_id).unwrap_or(i64::MAX))
+        .bind(serde_json::to_string(keys).unwrap_or_else(|_| "[]".into()))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn agent_events(
+        &self,
+        agent: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<AgentEvent>, StorageError> {
+        let rows: Vec<(i64, String, String)> = sqlx::query_as(
+            "SELECT seq, kind, data FROM agent_events WHERE agent = ? AND seq > ?
+             ORDER BY seq LIMIT ?",
+        )
+        .bind(agent)
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(seq, kind, data)| AgentEvent { seq, kind, data })
+            .collect())
+    }
+
+    async fn purge_agent_events(&self, before: OffsetDateTime) -> Result<u64, StorageError> {
+        Ok(sqlx::query("DELETE FROM agent_events WHERE at < ?")
+            .bind(ms(before))
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
+    }
+
+    async fn last_agent_event(&self, agent: &str) -> Result<i64, StorageError> {
+        let (n,): (Option<i64>,) =
+            sqlx::query_as("SELECT MAX(seq) FROM agent_events WHERE agent = ?")
+                .bind(agent)
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(n.unwrap_or(0))
     }
 
     async fn close(&self) {

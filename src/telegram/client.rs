@@ -28,7 +28,8 @@ use async_trait::async_trait;
 use rand::Rng;
 use teloxide::prelude::*;
 use teloxide::types::{
-    CallbackQueryId, InlineKeyboardMarkup, LinkPreviewOptions, MessageId, ParseMode,
+    CallbackQueryId, ForceReply, InlineKeyboardMarkup, LinkPreviewOptions, MessageId, ParseMode,
+    ReplyMarkup,
 };
 use teloxide::{ApiError, RequestError};
 use time::OffsetDateTime;
@@ -37,7 +38,8 @@ use tokio::time::Instant;
 use super::ratelimit::{Limits, RateLimiter};
 use super::render;
 use crate::domain::confirmation::Confirmation;
-use crate::service::{DeliveryError, Messenger};
+use crate::domain::interaction::InteractionType;
+use crate::service::{DeliveryError, Messenger, View};
 
 /// How long an outcome edit keeps being retried. Long, because a question left with live
 /// buttons invites taps that can no longer count; bounded, so a dead chat does not keep
@@ -46,6 +48,8 @@ const EDIT_PATIENCE: Duration = Duration::from_secs(10 * 60);
 /// How long a tap answer keeps being retried: Telegram refuses answers roughly 15 s
 /// after the tap, and the tap reached us a little after it happened.
 const ANSWER_PATIENCE: Duration = Duration::from_secs(12);
+/// How long a notification may keep its caller waiting on retries.
+const NOTIFY_PATIENCE: Duration = Duration::from_secs(8);
 /// How long after its request's deadline a question that could not be sent reports
 /// failure. The scheduler times the request out at the deadline; reporting later lets
 /// that timeout be what the agent hears, as for any question nobody answered in time,
@@ -335,22 +339,36 @@ fn instant_of(at: OffsetDateTime) -> Instant {
 
 #[async_trait]
 impl Messenger for TelegramMessenger {
-    async fn send_question(&self, r: &Confirmation) -> Result<i32, DeliveryError> {
-        let text = render::question_text(r);
-        let keyboard = render::keyboard(&r.callback_token);
+    async fn send_question(
+        &self,
+        r: &Confirmation,
+        chat_id: i64,
+        view: &View,
+    ) -> Result<i32, DeliveryError> {
+        let (text, markup) = render::render(r, view);
+        let markup = match markup {
+            render::Markup::Keyboard(k) => Some(ReplyMarkup::InlineKeyboard(k)),
+            render::Markup::ForceReply => Some(ReplyMarkup::ForceReply(
+                ForceReply::new().input_field_placeholder(Some("Your answer".to_owned())),
+            )),
+            render::Markup::None => None,
+        };
         let deadline = instant_of(r.expires_at);
         let sent = retrying(
             &self.limiter,
             Method::SendMessage,
-            Some(r.chat_id),
+            Some(chat_id),
             deadline,
             || {
-                self.bot
-                    .send_message(ChatId(r.chat_id), text.clone())
+                let mut request = self
+                    .bot
+                    .send_message(ChatId(chat_id), text.clone())
                     .parse_mode(ParseMode::Html)
-                    .link_preview_options(no_preview())
-                    .reply_markup(keyboard.clone())
-                    .send()
+                    .link_preview_options(no_preview());
+                if let Some(markup) = &markup {
+                    request = request.reply_markup(markup.clone());
+                }
+                request.send()
             },
         )
         .await;
@@ -373,28 +391,60 @@ impl Messenger for TelegramMessenger {
         }
     }
 
-    async fn show_outcome(&self, r: &Confirmation) -> Result<(), DeliveryError> {
-        let Some(message_id) = r.message_id else {
-            return Ok(());
+    async fn update_message(
+        &self,
+        r: &Confirmation,
+        chat_id: i64,
+        message_id: i32,
+        view: &View,
+    ) -> Result<(), DeliveryError> {
+        let (text, markup) = render::render(r, view);
+        // An empty keyboard removes the buttons; a free-text question has none to keep
+        // (Telegram cannot edit a ForceReply).
+        let keyboard = match markup {
+            render::Markup::Keyboard(k) => k,
+            render::Markup::ForceReply | render::Markup::None => InlineKeyboardMarkup::default(),
         };
-        let text = render::decided_text(r);
         retrying(
             &self.limiter,
             Method::EditMessageText,
-            Some(r.chat_id),
+            Some(chat_id),
             Instant::now() + EDIT_PATIENCE,
             || {
-                self.bot
-                    .edit_message_text(ChatId(r.chat_id), MessageId(message_id), text.clone())
+                let request = self
+                    .bot
+                    .edit_message_text(ChatId(chat_id), MessageId(message_id), text.clone())
                     .parse_mode(ParseMode::Html)
-                    .link_preview_options(no_preview())
-                    // An empty keyboard removes the buttons.
-                    .reply_markup(InlineKeyboardMarkup::default())
-                    .send()
+                    .link_preview_options(no_preview());
+                if keyboard.inline_keyboard.is_empty() && r.kind() == InteractionType::FreeText {
+                    request.send()
+                } else {
+                    request.reply_markup(keyboard.clone()).send()
+                }
             },
         )
         .await?;
         Ok(())
+    }
+
+    async fn send_text(&self, chat_id: i64, text: &str) -> Result<i32, DeliveryError> {
+        let text = format!("🔔 {}", teloxide::utils::html::escape(text));
+        let sent = retrying(
+            &self.limiter,
+            Method::SendMessage,
+            Some(chat_id),
+            Instant::now() + NOTIFY_PATIENCE,
+            || {
+                self.bot
+                    .send_message(ChatId(chat_id), text.clone())
+                    .parse_mode(ParseMode::Html)
+                    .link_preview_options(no_preview())
+                    .send()
+            },
+        )
+        .await?;
+        sent.map(|m| m.id.0)
+            .ok_or_else(|| DeliveryError::new("Telegram did not return the sent message"))
     }
 
     async fn answer_tap(

@@ -1,8 +1,8 @@
-//! Long polling for button taps.
+//! Long polling for button taps and replies.
 //!
 //! A hand-written loop over teloxide's `getUpdates` rather than its `Dispatcher`: the
-//! service needs one kind of update, wants shutdown driven by its own
-//! [`CancellationToken`] (the dispatcher's shutdown token can hang before dispatch has
+//! service needs two kinds of update (button taps, and replies as free-text answers),
+//! wants shutdown driven by its own [`CancellationToken`] (the dispatcher's shutdown token can hang before dispatch has
 //! started), and must acknowledge what it handled on the way out so Telegram does not
 //! resend it. Each tap is handled in its own task; exactly-once is the database's job.
 
@@ -10,33 +10,51 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use teloxide::prelude::*;
-use teloxide::types::{AllowedUpdate, CallbackQuery, UpdateKind};
+use teloxide::types::{AllowedUpdate, CallbackQuery, Message, UpdateKind};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::confirmation::Operator;
-use crate::service::{Service, Tap};
+use crate::service::{Reply, Service, Tap};
 
 /// Backoff bounds after a failed `getUpdates`.
 const MIN_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
-pub fn tap_from(q: CallbackQuery) -> Tap {
-    let name = match &q.from.last_name {
-        Some(last) => format!("{} {last}", q.from.first_name),
-        None => q.from.first_name.clone(),
+fn operator(user: &teloxide::types::User) -> Operator {
+    let name = match &user.last_name {
+        Some(last) => format!("{} {last}", user.first_name),
+        None => user.first_name.clone(),
     };
+    Operator {
+        id: user.id.0,
+        username: user.username.clone(),
+        name,
+    }
+}
+
+pub fn tap_from(q: CallbackQuery) -> Tap {
     Tap {
+        from: operator(&q.from),
+        from_is_bot: q.from.is_bot,
         query_id: q.id.0,
         data: q.data.unwrap_or_default(),
         chat_id: q.message.as_ref().map(|m| m.chat().id.0),
         message_id: q.message.as_ref().map(|m| m.id().0),
-        from: Operator {
-            id: q.from.id.0,
-            username: q.from.username,
-            name,
-        },
-        from_is_bot: q.from.is_bot,
     }
+}
+
+/// A text message that replies to another: a candidate free-text answer. Anything
+/// else (chatter, service messages, media) is none of the service's business.
+pub fn reply_from(m: &Message) -> Option<Reply> {
+    let from = m.from.as_ref()?;
+    let reply_to = m.reply_to_message()?;
+    Some(Reply {
+        chat_id: m.chat.id.0,
+        reply_to: reply_to.id.0,
+        from: operator(from),
+        from_is_bot: from.is_bot,
+        text: m.text()?.to_owned(),
+    })
 }
 
 /// Polls until `stop`, handing every tap to the service.
@@ -53,7 +71,7 @@ pub async fn run(
             .get_updates()
             .offset(offset)
             .timeout(poll_timeout_seconds)
-            .allowed_updates(vec![AllowedUpdate::CallbackQuery]);
+            .allowed_updates(vec![AllowedUpdate::CallbackQuery, AllowedUpdate::Message]);
         let updates = tokio::select! {
             _ = stop.cancelled() => break,
             r = request.send() => r,
@@ -63,13 +81,25 @@ pub async fn run(
                 backoff = MIN_BACKOFF;
                 for update in updates {
                     offset = offset.max(update.id.0 as i32 + 1);
-                    if let UpdateKind::CallbackQuery(q) = update.kind {
-                        let service = service.clone();
-                        let tap = tap_from(q);
-                        service
-                            .tasks()
-                            .clone()
-                            .spawn(async move { service.handle_tap(tap).await });
+                    match update.kind {
+                        UpdateKind::CallbackQuery(q) => {
+                            let service = service.clone();
+                            let tap = tap_from(q);
+                            service
+                                .tasks()
+                                .clone()
+                                .spawn(async move { service.handle_tap(tap).await });
+                        }
+                        UpdateKind::Message(m) => {
+                            if let Some(reply) = reply_from(&m) {
+                                let service = service.clone();
+                                service
+                                    .tasks()
+                                    .clone()
+                                    .spawn(async move { service.handle_reply(reply).await });
+                            }
+                        }
+                        _ => {}
                     }
                 }
             }

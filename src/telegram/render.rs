@@ -6,14 +6,16 @@
 //! and is cut with a visible note saying how much was left out: an operator must never
 //! approve a call believing they saw all of it when they did not.
 
+use serde_json::Value;
 use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup};
 use teloxide::utils::html::escape;
 use time::OffsetDateTime;
 
 use crate::domain::confirmation::{Confirmation, Status, Via};
 use crate::domain::ids::CallbackToken;
+use crate::domain::interaction::{Interaction, InteractionType, Severity};
 use crate::domain::pyjson;
-use crate::service::TapAction;
+use crate::service::{TapAction, View};
 
 /// Telegram's limit on a message's text.
 pub const TELEGRAM_MAX_CHARS: usize = 4096;
@@ -128,8 +130,55 @@ pub fn outcome_line(r: &Confirmation) -> Option<String> {
             let (reason, _) = escape_within(&r.reason, OUTCOME_RESERVE - 40);
             format!("❌ <b>Cancelled</b>: {reason}")
         }
+        (Status::Timeout, _) if r.interaction.is_some() => match r.timeout_action {
+            Some(action) => format!(
+                "⏱ <b>Timed out</b>: nobody answered in time ({} requested)",
+                action.as_str()
+            ),
+            None => "⏱ <b>Timed out</b>: nobody answered in time".to_owned(),
+        },
         (Status::Timeout, _) => "⏱ <b>Timed out: not executed</b>".to_owned(),
+        (Status::Completed, Some(Via::Timeout)) => format!(
+            "⏱ <b>Timed out</b>: the default answer applies: {}",
+            summary(r, r.result.as_ref().unwrap_or(&Value::Null))
+        ),
+        (Status::Completed, _) => {
+            let value = r.result.as_ref().unwrap_or(&Value::Null);
+            if value.get("conflict") == Some(&Value::Bool(true)) {
+                "⚖️ <b>No agreement</b>: the answers differ".to_owned()
+            } else if r.decided_by.is_some() {
+                format!("✅ <b>{}</b> — {by} at {at}", summary(r, value))
+            } else {
+                format!("✅ <b>{}</b> at {at}", summary(r, value))
+            }
+        }
     })
+}
+
+/// An answer in words, escaped and cut to fit the outcome line.
+fn summary(r: &Confirmation, value: &Value) -> String {
+    let label = |key: &str| {
+        r.interaction
+            .as_ref()
+            .and_then(|i| i.options.iter().find(|o| o.key == key))
+            .map_or_else(|| key.to_owned(), |o| o.label.clone())
+    };
+    let text = match (r.kind(), value) {
+        (InteractionType::Approval, Value::Bool(true)) => "Approved".to_owned(),
+        (InteractionType::Approval, _) => "Rejected".to_owned(),
+        (InteractionType::Form, Value::Null) => "Cancelled".to_owned(),
+        (InteractionType::Form, _) => "Approved as shown".to_owned(),
+        (_, Value::String(s)) if r.kind() == InteractionType::FreeText => format!("“{s}”"),
+        (_, Value::String(key)) => label(key),
+        (_, Value::Array(keys)) => keys
+            .iter()
+            .map(|k| k.as_str().map_or_else(|| k.to_string(), label))
+            .collect::<Vec<_>>()
+            .join(", "),
+        (_, Value::Null) => "no answer".to_owned(),
+        (_, other) => other.to_string(),
+    };
+    escape_within(&text, 200).0
 }
 
 /// The message after the request ended: the question, then its outcome.
@@ -142,35 +191,234 @@ pub fn decided_text(r: &Confirmation) -> String {
     text
 }
 
-/// `a:<token>` or `c:<token>`: 34 bytes, within Telegram's 64, and nothing in it says
-/// anything about the call.
+/// `a:<token>`, `c:<token>`, `d:<token>`, `o:<token>:<n>` or `t:<token>:<n>`: at most
+/// 38 bytes, within Telegram's 64, and nothing in it says anything about the question.
 pub fn callback_data(action: TapAction, token: &CallbackToken) -> String {
-    let tag = match action {
-        TapAction::Approve => 'a',
-        TapAction::Cancel => 'c',
-    };
-    format!("{tag}:{}", token.as_str())
+    let token = token.as_str();
+    match action {
+        TapAction::Approve => format!("a:{token}"),
+        TapAction::Cancel => format!("c:{token}"),
+        TapAction::Done => format!("d:{token}"),
+        TapAction::Choose(n) => format!("o:{token}:{n}"),
+        TapAction::Toggle(n) => format!("t:{token}:{n}"),
+    }
 }
 
 /// Parses callback data from a tap; `None` for anything we did not produce.
 pub fn parse_callback_data(data: &str) -> Option<(TapAction, CallbackToken)> {
-    let (tag, token) = data.split_once(':')?;
-    let action = match tag {
-        "a" => TapAction::Approve,
-        "c" => TapAction::Cancel,
+    let (tag, rest) = data.split_once(':')?;
+    let option = |rest: &str| -> Option<(u8, CallbackToken)> {
+        let (token, n) = rest.split_once(':')?;
+        // Only the canonical decimal form: "07" or "+7" were not produced here.
+        let n: u8 = n.parse().ok().filter(|v: &u8| v.to_string() == n)?;
+        Some((n, CallbackToken::parse(token).ok()?))
+    };
+    let (action, token) = match tag {
+        "a" => (TapAction::Approve, CallbackToken::parse(rest).ok()?),
+        "c" => (TapAction::Cancel, CallbackToken::parse(rest).ok()?),
+        "d" => (TapAction::Done, CallbackToken::parse(rest).ok()?),
+        "o" => option(rest).map(|(n, t)| (TapAction::Choose(n), t))?,
+        "t" => option(rest).map(|(n, t)| (TapAction::Toggle(n), t))?,
         _ => return None,
     };
-    Some((action, CallbackToken::parse(token).ok()?))
+    Some((action, token))
 }
 
 pub const APPROVE_LABEL: &str = "✅ Approve";
 pub const CANCEL_LABEL: &str = "❌ Cancel";
 
+pub const REJECT_LABEL: &str = "❌ Reject";
+pub const DONE_LABEL: &str = "✔️ Done";
+
 pub fn keyboard(token: &CallbackToken) -> InlineKeyboardMarkup {
+    approve_keyboard(token, CANCEL_LABEL)
+}
+
+fn approve_keyboard(token: &CallbackToken, no: &str) -> InlineKeyboardMarkup {
     InlineKeyboardMarkup::new(vec![vec![
         InlineKeyboardButton::callback(APPROVE_LABEL, callback_data(TapAction::Approve, token)),
-        InlineKeyboardButton::callback(CANCEL_LABEL, callback_data(TapAction::Cancel, token)),
+        InlineKeyboardButton::callback(no, callback_data(TapAction::Cancel, token)),
     ]])
+}
+
+/// What goes under a message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Markup {
+    Keyboard(InlineKeyboardMarkup),
+    /// A free-text question: the client opens a reply to the message.
+    ForceReply,
+    /// The question ended: no buttons.
+    None,
+}
+
+/// The message of a question as it stands: its text and what goes under it.
+pub fn render(r: &Confirmation, view: &View) -> (String, Markup) {
+    let Some(i) = r.interaction.as_deref() else {
+        let markup = if r.is_terminal() {
+            Markup::None
+        } else {
+            Markup::Keyboard(keyboard(&r.callback_token))
+        };
+        return (decided_text(r), markup);
+    };
+    let mut text = interaction_text(r, i, view);
+    if let Some(line) = outcome_line(r) {
+        text.push_str("\n\n");
+        text.push_str(&line);
+        return (text, Markup::None);
+    }
+    let token = &r.callback_token;
+    let markup = match i.kind {
+        InteractionType::Approval => Markup::Keyboard(approve_keyboard(token, REJECT_LABEL)),
+        InteractionType::Form => Markup::Keyboard(approve_keyboard(token, CANCEL_LABEL)),
+        InteractionType::FreeText => Markup::ForceReply,
+        InteractionType::SingleChoice | InteractionType::Poll => {
+            let buttons = i
+                .options
+                .iter()
+                .enumerate()
+                .map(|(n, o)| {
+                    InlineKeyboardButton::callback(
+                        o.label.clone(),
+                        callback_data(TapAction::Choose(n as u8), token),
+                    )
+                })
+                .collect();
+            Markup::Keyboard(InlineKeyboardMarkup::new(rows(i, buttons)))
+        }
+        InteractionType::MultiChoice => {
+            let mut rows: Vec<Vec<InlineKeyboardButton>> = i
+                .options
+                .iter()
+                .enumerate()
+                .map(|(n, o)| {
+                    let mark = if view.selection.contains(&o.key) {
+                        "☑"
+                    } else {
+                        "☐"
+                    };
+                    vec![InlineKeyboardButton::callback(
+                        format!("{mark} {}", o.label),
+                        callback_data(TapAction::Toggle(n as u8), token),
+                    )]
+                })
+                .collect();
+            rows.push(vec![InlineKeyboardButton::callback(
+                DONE_LABEL,
+                callback_data(TapAction::Done, token),
+            )]);
+            Markup::Keyboard(InlineKeyboardMarkup::new(rows))
+        }
+    };
+    (text, markup)
+}
+
+/// Option buttons in rows that fit a phone: three short labels, two medium, else one.
+fn rows(i: &Interaction, buttons: Vec<InlineKeyboardButton>) -> Vec<Vec<InlineKeyboardButton>> {
+    let longest = i
+        .options
+        .iter()
+        .map(|o| o.label.chars().count())
+        .max()
+        .unwrap_or(0);
+    let per_row = match longest {
+        0..=10 => 3,
+        11..=20 => 2,
+        _ => 1,
+    };
+    buttons.chunks(per_row).map(<[_]>::to_vec).collect()
+}
+
+/// The text of an interaction: question, context, options, progress and deadline.
+fn interaction_text(r: &Confirmation, i: &Interaction, view: &View) -> String {
+    let badge = match i.severity {
+        Severity::Critical => "🚨 ",
+        Severity::High => "⚠️ ",
+        Severity::Low | Severity::Normal => "",
+    };
+    let (question, omitted) = escape_within(&i.question, BRIEFING_BUDGET);
+    let mut text = format!("{badge}❓ <b>{question}</b>");
+    if omitted > 0 {
+        text.push_str(&cut_note(omitted, "the question"));
+    }
+    if let Some(context) = i.context.as_deref().filter(|c| !c.trim().is_empty()) {
+        let (context, omitted) = escape_within(context, CONTEXT_BUDGET);
+        text.push_str("\n\n📝 ");
+        text.push_str(&context);
+        if omitted > 0 {
+            text.push_str(&cut_note(omitted, "context"));
+        }
+    }
+    let from = i.source_agent.as_deref().unwrap_or(&r.agent);
+    text.push_str(&format!(
+        "\n\n🤖 From: <code>{}</code>",
+        escape_within(from, 200).0
+    ));
+    match i.kind {
+        InteractionType::SingleChoice | InteractionType::MultiChoice | InteractionType::Poll => {
+            let described: Vec<String> = i
+                .options
+                .iter()
+                .filter_map(|o| {
+                    let d = o.description.as_deref()?;
+                    Some(format!(
+                        "• <b>{}</b>: {}",
+                        escape_within(&o.label, 100).0,
+                        escape_within(d, 200).0
+                    ))
+                })
+                .collect();
+            if !described.is_empty() {
+                text.push_str("\n\n");
+                text.push_str(&described.join("\n"));
+            }
+            if i.kind == InteractionType::MultiChoice {
+                text.push_str("\n\n☑ <i>Tick every option that applies, then tap Done.</i>");
+            }
+        }
+        InteractionType::FreeText => {
+            text.push_str("\n\n💬 <i>Reply to this message with your answer.</i>");
+        }
+        InteractionType::Form => {
+            let values = Value::Object(i.form_values.clone());
+            let pretty = serde_json::to_string_pretty(&values).unwrap_or_default();
+            let (shown, omitted) = escape_within(&pretty, 1500);
+            text.push_str("\n\n<b>Values</b>\n<pre>");
+            text.push_str(&shown);
+            text.push_str("</pre>");
+            if omitted > 0 {
+                text.push_str(&cut_note(omitted, "values"));
+            }
+            text.push_str(
+                "\n✏️ <i>Editing is not available in Telegram: Approve answers with the values shown; Cancel answers with none.</i>",
+            );
+        }
+        InteractionType::Approval => {}
+    }
+    if view.expected > 1 || !r.answers.is_empty() {
+        let people = r.answers.iter().filter(|a| !a.is_default).count();
+        if view.expected > 1 {
+            text.push_str(&format!("\n\n👥 {people} of {} answered", view.expected));
+        }
+        if i.kind == InteractionType::Poll && view.group && people > 0 {
+            text.push_str("\n📊 ");
+            let tally: Vec<String> = i
+                .options
+                .iter()
+                .map(|o| {
+                    let n = r
+                        .answers
+                        .iter()
+                        .filter(|a| a.value.as_str() == Some(o.key.as_str()))
+                        .count();
+                    format!("{}: {n}", escape_within(&o.label, 60).0)
+                })
+                .collect();
+            text.push_str(&tally.join(" · "));
+        }
+    }
+    text.push_str(&format!("\n\n⏳ Deadline: {}", date_time(r.expires_at)));
+    text
 }
 
 #[cfg(test)]
@@ -207,6 +455,11 @@ mod tests {
             created_at: t,
             expires_at: t + time::Duration::minutes(2),
             decided_at: None,
+            interaction: None,
+            result: None,
+            timeout_action: None,
+            answers: Vec::new(),
+            copies: Vec::new(),
         }
     }
 
@@ -244,6 +497,27 @@ mod tests {
             name: "n".repeat(128),
         });
         assert!(units(&decided_text(&r)) <= TELEGRAM_MAX_CHARS);
+    }
+
+    #[test]
+    fn option_callback_data_round_trips_and_refuses_non_canonical_numbers() {
+        let t = CallbackToken::generate();
+        for action in [TapAction::Choose(0), TapAction::Toggle(49), TapAction::Done] {
+            let d = callback_data(action, &t);
+            assert!(d.len() <= 64, "{d}");
+            assert_eq!(parse_callback_data(&d), Some((action, t.clone())));
+        }
+        let token = t.as_str();
+        for bad in [
+            format!("o:{token}"),
+            format!("o:{token}:07"),
+            format!("o:{token}:+7"),
+            format!("o:{token}:256"),
+            format!("t:{token}:-1"),
+            format!("d:{token}:1"),
+        ] {
+            assert!(parse_callback_data(&bad).is_none(), "{bad}");
+        }
     }
 
     #[test]

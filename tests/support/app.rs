@@ -19,8 +19,11 @@ use super::fake_telegram::{FakeTelegram, TgUser};
 /// The `ops` route's chat and its approvers.
 pub const OPS_CHAT: i64 = -1_001_000_000_001;
 pub const OTHER_CHAT: i64 = -1_001_000_000_002;
+/// A group of three approvers (alice, bob, carol) with `quorum = 2`.
+pub const COUNCIL_CHAT: i64 = -1_001_000_000_003;
 pub const ALICE: u64 = 111_111;
 pub const BOB: u64 = 222_222;
+pub const CAROL: u64 = 333_333;
 /// Not an approver anywhere.
 pub const MALLORY: u64 = 999_999;
 
@@ -37,6 +40,10 @@ pub fn alice() -> TgUser {
 pub fn bob() -> TgUser {
     TgUser::new(BOB, "Bob")
 }
+pub fn carol() -> TgUser {
+    TgUser::new(CAROL, "Carol").username("carol")
+}
+
 pub fn mallory() -> TgUser {
     TgUser::new(MALLORY, "Mallory").username("mallory")
 }
@@ -64,6 +71,10 @@ max_backoff_seconds = 0.2
 give_up_after_seconds = 30
 [owner_telegram_ids]
 "alice-owner" = {ALICE}
+[people]
+alice = {ALICE}
+bob = {BOB}
+carol = {CAROL}
 [[routes]]
 name = "ops"
 chat_id = {OPS_CHAT}
@@ -73,10 +84,15 @@ forbid_self_approval = true
 name = "other"
 chat_id = {OTHER_CHAT}
 approvers = [{BOB}]
+[[routes]]
+name = "council"
+chat_id = {COUNCIL_CHAT}
+approvers = [{ALICE}, {BOB}, {CAROL}]
+quorum = 2
 [[agents]]
 name = "agent-a"
 token_env = "TOKEN_A"
-routes = ["ops", "other"]
+routes = ["ops", "other", "council"]
 default_route = "ops"
 webhook_secret_env = "HOOK_A"
 callback_url_prefixes = ["{{CALLBACK_PREFIX}}"]

@@ -8,6 +8,12 @@
 //! request, and lets a test play the operator: tap a button, type a message, or
 //! make the next call fail the way Telegram does.
 //!
+//! `sendMessage` takes an inline keyboard or a ForceReply as `reply_markup` (the
+//! latter is recorded as [`SentMessage::force_reply`], since Telegram does not echo
+//! it); the operator answers one with [`FakeTelegram::send_reply`]. A private chat
+//! (positive id) can be closed to the bot with [`FakeTelegram::forbid_private_chat`],
+//! as Telegram does for a user who never started it.
+//!
 //! ```ignore
 //! let telegram = FakeTelegram::start().await;
 //! let bot = Bot::with_client(telegram.token(), client).set_api_url(telegram.api_url().parse()?);
@@ -35,12 +41,15 @@
 //!   `Not Found`, which teloxide reports as `InvalidToken`, a misleading test failure).
 //! - Only one chat per id, typed by sign: negative ids are supergroups, positive
 //!   ids private chats. No webhooks, no 409 for a second poller, no inline messages.
+//! - `reply_markup` other than an inline keyboard or a ForceReply (reply keyboards,
+//!   `remove_keyboard`) is refused with 400, which Telegram would accept: our bot
+//!   has no use for them. The bot's own `reply_parameters` are ignored.
 
 // Each integration-test binary compiles this module and uses only part of it.
 #![allow(dead_code)]
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
     fmt::Write as _,
     io,
     net::SocketAddr,
@@ -202,6 +211,9 @@ pub struct SentMessage {
     pub edits: u32,
     /// False for messages a test typed with [`FakeTelegram::send_text_message`].
     pub from_bot: bool,
+    /// Sent with a ForceReply `reply_markup`. Telegram does not echo a ForceReply in
+    /// the `Message` and edits cannot change it, so this stays as sent.
+    pub force_reply: bool,
 }
 
 impl SentMessage {
@@ -370,6 +382,21 @@ impl FakeTelegram {
         .await
     }
 
+    /// Messages the bot sent in `chat_id`, in the order it sent them, as they stand now.
+    pub fn messages_in(&self, chat_id: i64) -> Vec<SentMessage> {
+        self.shared.lock().bot_messages_in(chat_id)
+    }
+
+    /// Waits until the bot has sent at least `n` messages in `chat_id` and returns
+    /// them all (in that chat only).
+    pub async fn wait_for_message_in(&self, chat_id: i64, n: usize) -> Vec<SentMessage> {
+        self.wait_until(format!("{n} sent message(s) in chat {chat_id}"), |state| {
+            let sent = state.bot_messages_in(chat_id);
+            (sent.len() >= n).then_some(sent)
+        })
+        .await
+    }
+
     /// The current state of a message; panics if there is none.
     #[track_caller]
     pub fn message(&self, chat_id: i64, message_id: i32) -> SentMessage {
@@ -490,10 +517,49 @@ impl FakeTelegram {
 
     /// Queues a text message from `user` in `chat_id` and returns its message id.
     /// Commands (`/start`) carry a `bot_command` entity, as Telegram sends them.
+    /// A message in the user's own private chat (`chat_id == user.id`) also lifts
+    /// [`Self::forbid_private_chat`], as writing to a bot starts it.
     pub fn send_text_message(&self, chat_id: i64, user: impl Into<TgUser>, text: &str) -> i32 {
         let user = user.into();
         self.shared
-            .mutate(|state| state.queue_text_message(chat_id, user, text))
+            .mutate(|state| state.queue_text_message(chat_id, user, text, None))
+            .expect("a message that replies to nothing is always queued")
+    }
+
+    /// Queues a text message from `user` in `chat_id` that replies to message
+    /// `reply_to_message_id` of that chat (bot's or user's), and returns its id. The
+    /// update carries the replied-to message in `reply_to_message`, as it stands now,
+    /// the way Telegram sends the answer to a ForceReply. Panics if there is no such
+    /// message; otherwise as [`Self::send_text_message`].
+    #[track_caller]
+    pub fn send_reply(
+        &self,
+        chat_id: i64,
+        user: impl Into<TgUser>,
+        text: &str,
+        reply_to_message_id: i32,
+    ) -> i32 {
+        let user = user.into();
+        let queued = self.shared.mutate(|state| {
+            state.queue_text_message(chat_id, user, text, Some(reply_to_message_id))
+        });
+        match queued {
+            Some(message_id) => message_id,
+            None => self.fail(&format!(
+                "cannot reply: no message {reply_to_message_id} in chat {chat_id}"
+            )),
+        }
+    }
+
+    /// From now on `sendMessage` to the private chat of `user_id` fails with 403
+    /// `Forbidden: bot can't initiate conversation with a user`, Telegram's answer
+    /// when the user never started the bot. Lifted when that user sends a message
+    /// in their private chat ([`Self::send_text_message`] or [`Self::send_reply`]).
+    /// teloxide 0.17 reports this text as `ApiError::Unknown`: its
+    /// `CantInitiateConversation` expects an older `Unauthorized: ...` wording.
+    pub fn forbid_private_chat(&self, user_id: u64) {
+        self.shared
+            .mutate(|state| state.forbidden_private_chats.insert(user_id));
     }
 
     // ----- Faults ------------------------------------------------------------------
@@ -684,6 +750,8 @@ struct State {
     messages: Vec<StoredMessage>,
     /// Telegram numbers messages per chat, shared by the bot and the users.
     last_message_id: HashMap<i64, i32>,
+    /// Users whose private chat the bot may not write to; see `forbid_private_chat`.
+    forbidden_private_chats: HashSet<u64>,
     /// Names of users seen in taps and messages, to fill in private chats.
     users: HashMap<u64, TgUser>,
     /// Updates not yet confirmed by a `getUpdates` offset.
@@ -729,6 +797,10 @@ struct StoredMessage {
     parse_mode: Option<String>,
     /// Only inline keyboards: that is all `Message.reply_markup` can carry.
     reply_markup: Option<Value>,
+    /// Sent with a ForceReply, which a `Message` does not show.
+    force_reply: bool,
+    /// The message of the same chat this one replies to.
+    reply_to: Option<i32>,
     edits: u32,
 }
 
@@ -771,6 +843,7 @@ impl StoredMessage {
             buttons: self.buttons(),
             edits: self.edits,
             from_bot: self.is_from_bot(),
+            force_reply: self.force_reply,
         }
     }
 
@@ -806,6 +879,7 @@ impl State {
             requests: Vec::new(),
             messages: Vec::new(),
             last_message_id: HashMap::new(),
+            forbidden_private_chats: HashSet::new(),
             users: HashMap::new(),
             updates: VecDeque::new(),
             next_update_id: FIRST_UPDATE_ID,
@@ -829,6 +903,14 @@ impl State {
         self.messages
             .iter_mut()
             .find(|m| m.chat_id == chat_id && m.message_id == message_id)
+    }
+
+    fn bot_messages_in(&self, chat_id: i64) -> Vec<SentMessage> {
+        self.messages
+            .iter()
+            .filter(|m| m.chat_id == chat_id && m.is_from_bot())
+            .map(StoredMessage::snapshot)
+            .collect()
     }
 
     fn next_message_id(&mut self, chat_id: i64) -> i32 {
@@ -877,7 +959,20 @@ impl State {
         chat
     }
 
+    /// A `Message`, with the message it replies to (if still there) as
+    /// `reply_to_message`, which like Telegram's carries no `reply_to_message` itself.
     fn message_json(&self, message: &StoredMessage) -> Value {
+        let mut json = self.message_json_without_reply(message);
+        if let Some(replied) = message
+            .reply_to
+            .and_then(|id| self.find(message.chat_id, id))
+        {
+            json["reply_to_message"] = self.message_json_without_reply(replied);
+        }
+        json
+    }
+
+    fn message_json_without_reply(&self, message: &StoredMessage) -> Value {
         let from = match &message.author {
             Author::Bot => self.bot_user_json(),
             Author::User(user) => user.to_json(),
@@ -946,8 +1041,22 @@ impl State {
         CallbackQueryId(id)
     }
 
-    fn queue_text_message(&mut self, chat_id: i64, user: TgUser, text: &str) -> i32 {
+    /// Queues a user's message, or returns `None` if `reply_to` names no message of
+    /// the chat (then nothing changes).
+    fn queue_text_message(
+        &mut self,
+        chat_id: i64,
+        user: TgUser,
+        text: &str,
+        reply_to: Option<i32>,
+    ) -> Option<i32> {
+        if let Some(id) = reply_to {
+            self.find(chat_id, id)?;
+        }
         self.users.insert(user.id, user.clone());
+        if i64::try_from(user.id) == Ok(chat_id) {
+            self.forbidden_private_chats.remove(&user.id);
+        }
         let message_id = self.next_message_id(chat_id);
         let message = StoredMessage {
             chat_id,
@@ -959,12 +1068,14 @@ impl State {
             rendered: Rendered::plain(text),
             parse_mode: None,
             reply_markup: None,
+            force_reply: false,
+            reply_to,
             edits: 0,
         };
         let payload = self.message_json(&message);
         self.messages.push(message);
         self.push_update("message", payload);
-        message_id
+        Some(message_id)
     }
 
     /// Applies a `getUpdates` offset: updates below it are confirmed and forgotten;
@@ -1004,8 +1115,14 @@ impl State {
 
     fn send_message(&mut self, body: &Value) -> ApiResult {
         let chat_id = chat_id_param(body)?;
+        if u64::try_from(chat_id).is_ok_and(|user| self.forbidden_private_chats.contains(&user)) {
+            return Err(ApiFailure::new(
+                403,
+                "Forbidden: bot can't initiate conversation with a user",
+            ));
+        }
         let (text, parse_mode, rendered) = text_params(body, "message is too long")?;
-        let reply_markup = reply_markup_param(body)?;
+        let markup = reply_markup_param(body, MarkupFor::Send)?;
         let message_id = self.next_message_id(chat_id);
         let message = StoredMessage {
             chat_id,
@@ -1016,7 +1133,9 @@ impl State {
             text,
             rendered,
             parse_mode,
-            reply_markup,
+            reply_markup: markup.inline_keyboard,
+            force_reply: markup.force_reply,
+            reply_to: None,
             edits: 0,
         };
         let json = self.message_json(&message);
@@ -1037,7 +1156,7 @@ impl State {
         } else {
             None
         };
-        let reply_markup = reply_markup_param(body)?;
+        let reply_markup = reply_markup_param(body, MarkupFor::Edit)?.inline_keyboard;
         let message = self
             .find_mut(chat_id, message_id)
             .ok_or_else(|| ApiFailure::bad_request("message to edit not found"))?;
@@ -1101,9 +1220,18 @@ impl State {
                 .flatten()
                 .map(|b| b.text.clone())
                 .collect();
+            let reply_to = message
+                .reply_to
+                .map(|id| format!(" replying to #{id}"))
+                .unwrap_or_default();
+            let force_reply = if message.force_reply {
+                " force_reply"
+            } else {
+                ""
+            };
             let _ = writeln!(
                 out,
-                "  chat {} #{} by {author}, {} edit(s): {:?} buttons {buttons:?}",
+                "  chat {} #{} by {author}{reply_to}, {} edit(s): {:?} buttons {buttons:?}{force_reply}",
                 message.chat_id,
                 message.message_id,
                 message.edits,
@@ -1501,14 +1629,42 @@ fn text_params(
     Ok((text, parse_mode, rendered))
 }
 
-/// The inline keyboard to store, or `None` for none. An empty keyboard counts as
-/// none (Telegram drops it), other keyboard kinds are not echoed in a `Message`.
-fn reply_markup_param(body: &Value) -> Result<Option<Value>, ApiFailure> {
-    let Some(markup) = json_param(body, "reply_markup") else {
-        return Ok(None);
+/// Which method a `reply_markup` came with: edits take only inline keyboards.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MarkupFor {
+    Send,
+    Edit,
+}
+
+/// A request's `reply_markup`, as the fake keeps it.
+#[derive(Default)]
+struct Markup {
+    /// The inline keyboard to store, or `None` for none.
+    inline_keyboard: Option<Value>,
+    /// A ForceReply, which only `sendMessage` takes.
+    force_reply: bool,
+}
+
+/// Reads `reply_markup`: an inline keyboard (an empty one counts as none, as Telegram
+/// drops it) or, for `sendMessage`, a ForceReply. Anything else is refused; edits
+/// refuse every other kind with Telegram's "inline keyboard expected".
+fn reply_markup_param(body: &Value, purpose: MarkupFor) -> Result<Markup, ApiFailure> {
+    let unparsable = || ApiFailure::bad_request("can't parse reply keyboard markup JSON object");
+    let markup = match body.get("reply_markup") {
+        None | Some(Value::Null) => return Ok(Markup::default()),
+        Some(Value::String(text)) if text.trim().is_empty() => return Ok(Markup::default()),
+        // Form-encoded clients send the markup as a JSON string.
+        Some(Value::String(text)) => serde_json::from_str(text).map_err(|_| unparsable())?,
+        Some(value) => value.clone(),
     };
+    if !markup.is_object() {
+        return Err(unparsable());
+    }
     let Some(rows) = markup.get("inline_keyboard").and_then(Value::as_array) else {
-        return Ok(None);
+        if purpose == MarkupFor::Edit {
+            return Err(ApiFailure::bad_request("inline keyboard expected"));
+        }
+        return force_reply_markup(&markup).ok_or_else(unparsable);
     };
     for button in rows.iter().filter_map(Value::as_array).flatten() {
         if let Some(data) = button.get("callback_data") {
@@ -1522,7 +1678,24 @@ fn reply_markup_param(body: &Value) -> Result<Option<Value>, ApiFailure> {
         .iter()
         .filter_map(Value::as_array)
         .any(|row| !row.is_empty());
-    Ok(has_buttons.then_some(markup))
+    Ok(Markup {
+        inline_keyboard: has_buttons.then_some(markup),
+        force_reply: false,
+    })
+}
+
+/// A ForceReply (`{"force_reply": true, "input_field_placeholder"?, "selective"?}`),
+/// or `None` if `markup` is not a well-formed one.
+fn force_reply_markup(markup: &Value) -> Option<Markup> {
+    let well_formed = markup.get("force_reply") == Some(&Value::Bool(true))
+        && markup
+            .get("input_field_placeholder")
+            .is_none_or(Value::is_string)
+        && markup.get("selective").is_none_or(Value::is_boolean);
+    well_formed.then_some(Markup {
+        inline_keyboard: None,
+        force_reply: true,
+    })
 }
 
 // ----- Text ------------------------------------------------------------------------

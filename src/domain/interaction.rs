@@ -1,0 +1,686 @@
+//! AI-Parrot's human interaction model (`HumanInteraction` in, `HumanResponse` out), as
+//! this service reads and answers it, and the consensus rules that decide when a question
+//! asked of several people is settled.
+//!
+//! Pure: parsing takes hostile JSON and returns either a checked [`Interaction`] or the
+//! first field at fault; [`consensus`] takes the answers so far and says whether they
+//! settle the question.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use time::OffsetDateTime;
+
+use super::confirmation::Operator;
+
+/// Bounds on what an agent may ask, so one interaction cannot flood a chat or the database.
+pub const MAX_INTERACTION_ID_CHARS: usize = 200;
+pub const MAX_QUESTION_CHARS: usize = 4096;
+pub const MAX_CONTEXT_CHARS: usize = 4096;
+pub const MAX_OPTIONS: usize = 50;
+pub const MAX_OPTION_KEY_CHARS: usize = 100;
+pub const MAX_OPTION_LABEL_CHARS: usize = 200;
+pub const MAX_TARGET_HUMANS: usize = 100;
+pub const MAX_FREE_TEXT_CHARS: usize = 4096;
+/// AI-Parrot's default `timeout`.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(7200);
+
+macro_rules! wire_enum {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident = $wire:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [&'static str] = &[$($wire),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $wire),+ }
+            }
+
+            pub fn parse(s: &str) -> Option<Self> {
+                match s { $($wire => Some($name::$variant),)+ _ => None }
+            }
+        }
+    };
+}
+
+wire_enum!(
+    /// What kind of answer the question wants.
+    InteractionType {
+        FreeText = "free_text",
+        SingleChoice = "single_choice",
+        MultiChoice = "multi_choice",
+        Approval = "approval",
+        Form = "form",
+        Poll = "poll",
+    }
+);
+
+wire_enum!(
+    /// When a question asked of several people is settled.
+    ConsensusMode {
+        FirstResponse = "first_response",
+        AllRequired = "all_required",
+        Majority = "majority",
+        Quorum = "quorum",
+    }
+);
+
+wire_enum!(
+    /// What the agent wants done when nobody answered in time.
+    TimeoutAction {
+        Cancel = "cancel",
+        Default = "default",
+        Escalate = "escalate",
+        Retry = "retry",
+    }
+);
+
+wire_enum!(
+    Severity {
+        Low = "low",
+        Normal = "normal",
+        High = "high",
+        Critical = "critical",
+    }
+);
+
+/// One choice of a `single_choice`, `multi_choice` or `poll` question.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChoiceOption {
+    pub key: String,
+    pub label: String,
+    pub description: Option<String>,
+}
+
+/// A checked `HumanInteraction`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Interaction {
+    pub interaction_id: String,
+    pub kind: InteractionType,
+    pub question: String,
+    pub context: Option<String>,
+    pub options: Vec<ChoiceOption>,
+    /// The values a `form` is approved with: `form_schema["current_values"]`, else the
+    /// schema's fields with their defaults.
+    pub form_values: Map<String, Value>,
+    pub default_response: Value,
+    pub target_humans: Vec<String>,
+    pub consensus: ConsensusMode,
+    /// How many matching answers settle a `quorum` question, when the interaction says.
+    pub quorum: Option<u32>,
+    pub timeout: Duration,
+    pub timeout_action: TimeoutAction,
+    pub severity: Severity,
+    pub source_agent: Option<String>,
+    /// The object exactly as the agent sent it (less nothing): echoed back, so the fields
+    /// this service does not act on survive the round trip.
+    pub raw: Map<String, Value>,
+}
+
+/// The first field at fault, named by its path (`interaction.options[2].key`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub reason: String,
+}
+
+fn err(field: impl Into<String>, reason: impl Into<String>) -> FieldError {
+    FieldError {
+        field: format!("interaction.{}", field.into()),
+        reason: reason.into(),
+    }
+}
+
+/// A string field; `null` and absent are `None`.
+fn opt_str(o: &Map<String, Value>, name: &str, max: usize) -> Result<Option<String>, FieldError> {
+    match o.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.chars().count() <= max => Ok(Some(s.clone())),
+        Some(Value::String(_)) => Err(err(name, format!("must be at most {max} characters"))),
+        Some(_) => Err(err(name, "must be a string")),
+    }
+}
+
+fn enum_field<T>(
+    o: &Map<String, Value>,
+    name: &str,
+    parse: fn(&str) -> Option<T>,
+    all: &[&str],
+    default: T,
+) -> Result<T, FieldError> {
+    match o.get(name) {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::String(s)) => {
+            parse(s).ok_or_else(|| err(name, format!("must be one of: {}", all.join(", "))))
+        }
+        Some(_) => Err(err(name, format!("must be one of: {}", all.join(", ")))),
+    }
+}
+
+/// A checked positive number of seconds.
+fn seconds(v: &Value, name: &str) -> Result<Duration, FieldError> {
+    match v.as_f64() {
+        Some(s) if s.is_finite() && s > 0.0 => {
+            // Rounded to the microsecond first, so 2.007 is 2007 ms and not 2006.999.
+            Ok(Duration::from_micros((s * 1e6).round() as u64))
+        }
+        _ => Err(err(name, "must be a number of seconds greater than 0")),
+    }
+}
+
+/// Parses a `HumanInteraction` object. Unknown fields are kept (in `raw`) and ignored.
+pub fn parse(v: &Value, max_timeout_seconds: f64) -> Result<Interaction, FieldError> {
+    let Some(o) = v.as_object() else {
+        return Err(FieldError {
+            field: "interaction".into(),
+            reason: "must be a JSON object (AI-Parrot's HumanInteraction)".into(),
+        });
+    };
+    let interaction_id = opt_str(o, "interaction_id", MAX_INTERACTION_ID_CHARS)?
+        .ok_or_else(|| err("interaction_id", "is required"))?;
+    if interaction_id.is_empty() || interaction_id.chars().any(char::is_control) {
+        return Err(err(
+            "interaction_id",
+            "must be non-empty and free of control characters",
+        ));
+    }
+    let question = opt_str(o, "question", MAX_QUESTION_CHARS)?
+        .filter(|q| !q.trim().is_empty())
+        .ok_or_else(|| err("question", "is required (a non-empty string)"))?;
+    let context = opt_str(o, "context", MAX_CONTEXT_CHARS)?;
+    let kind = enum_field(
+        o,
+        "interaction_type",
+        InteractionType::parse,
+        InteractionType::ALL,
+        InteractionType::FreeText,
+    )?;
+    let options = parse_options(o.get("options"))?;
+    if matches!(
+        kind,
+        InteractionType::SingleChoice | InteractionType::MultiChoice | InteractionType::Poll
+    ) && options.is_empty()
+    {
+        return Err(err(
+            "options",
+            format!("must list at least one option for {}", kind.as_str()),
+        ));
+    }
+    let form_values = match o.get("form_schema") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(schema)) => form_values(schema),
+        Some(_) => return Err(err("form_schema", "must be an object")),
+    };
+    let target_humans = match o.get("target_humans") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) if items.len() <= MAX_TARGET_HUMANS => items
+            .iter()
+            .enumerate()
+            .map(|(i, t)| match t {
+                Value::String(s) if !s.is_empty() && s.chars().count() <= 200 => Ok(s.clone()),
+                _ => Err(err(
+                    format!("target_humans[{i}]"),
+                    "must be a non-empty string of at most 200 characters",
+                )),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => {
+            return Err(err(
+                "target_humans",
+                format!("must be a list of at most {MAX_TARGET_HUMANS} strings"),
+            ));
+        }
+    };
+    let consensus = enum_field(
+        o,
+        "consensus_mode",
+        ConsensusMode::parse,
+        ConsensusMode::ALL,
+        ConsensusMode::FirstResponse,
+    )?;
+    let timeout = match o.get("timeout") {
+        None | Some(Value::Null) => Duration::try_from_secs_f64(max_timeout_seconds)
+            .map_or(DEFAULT_TIMEOUT, |max| DEFAULT_TIMEOUT.min(max)),
+        // AI-Parrot always sends its default (7200 s): a longer timeout than the service
+        // allows is shortened to the maximum rather than refused; the agent sees the
+        // deadline in the record and gets `timeout` at it.
+        Some(v) => seconds(v, "timeout")?
+            .min(Duration::try_from_secs_f64(max_timeout_seconds).unwrap_or(Duration::MAX)),
+    };
+    let timeout_action = enum_field(
+        o,
+        "timeout_action",
+        TimeoutAction::parse,
+        TimeoutAction::ALL,
+        TimeoutAction::Cancel,
+    )?;
+    let severity = enum_field(
+        o,
+        "severity",
+        Severity::parse,
+        Severity::ALL,
+        Severity::Normal,
+    )?;
+    let default_response = o.get("default_response").cloned().unwrap_or(Value::Null);
+    let quorum = quorum_of(o)?;
+    Ok(Interaction {
+        interaction_id,
+        kind,
+        question,
+        context,
+        options,
+        form_values,
+        default_response,
+        target_humans,
+        consensus,
+        quorum,
+        timeout,
+        timeout_action,
+        severity,
+        source_agent: opt_str(o, "source_agent", 200)?,
+        raw: o.clone(),
+    })
+}
+
+fn parse_options(v: Option<&Value>) -> Result<Vec<ChoiceOption>, FieldError> {
+    let items = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) if items.len() <= MAX_OPTIONS => items,
+        Some(_) => {
+            return Err(err(
+                "options",
+                format!("must be a list of at most {MAX_OPTIONS} options"),
+            ));
+        }
+    };
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let Some(o) = item.as_object() else {
+            return Err(err(
+                format!("options[{i}]"),
+                "must be an object with key and label",
+            ));
+        };
+        let field = |name: &str| format!("options[{i}].{name}");
+        let key = match o.get("key") {
+            Some(Value::String(k))
+                if !k.is_empty() && k.chars().count() <= MAX_OPTION_KEY_CHARS =>
+            {
+                k.clone()
+            }
+            _ => {
+                return Err(err(
+                    field("key"),
+                    format!(
+                        "must be a non-empty string of at most {MAX_OPTION_KEY_CHARS} characters"
+                    ),
+                ));
+            }
+        };
+        if !seen.insert(key.clone()) {
+            return Err(err(field("key"), format!("repeats the key {key:?}")));
+        }
+        let label = match o.get("label") {
+            Some(Value::String(l))
+                if !l.trim().is_empty() && l.chars().count() <= MAX_OPTION_LABEL_CHARS =>
+            {
+                l.clone()
+            }
+            _ => {
+                return Err(err(
+                    field("label"),
+                    format!(
+                        "must be a non-empty string of at most {MAX_OPTION_LABEL_CHARS} characters"
+                    ),
+                ));
+            }
+        };
+        let description = match o.get("description") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(d)) if d.chars().count() <= 1000 => Some(d.clone()),
+            Some(_) => {
+                return Err(err(
+                    field("description"),
+                    "must be a string of at most 1000 characters",
+                ));
+            }
+        };
+        out.push(ChoiceOption {
+            key,
+            label,
+            description,
+        });
+    }
+    Ok(out)
+}
+
+/// The values a `form` stands for: `current_values` when the schema has them (what
+/// AI-Parrot's confirmation guard sends), else each property's `default` (or `null`).
+fn form_values(schema: &Map<String, Value>) -> Map<String, Value> {
+    if let Some(Value::Object(current)) = schema.get("current_values") {
+        return current.clone();
+    }
+    let fields = schema
+        .get("properties")
+        .or_else(|| schema.get("fields"))
+        .and_then(Value::as_object);
+    let mut out = Map::new();
+    if let Some(fields) = fields {
+        for (name, spec) in fields {
+            let default = spec.get("default").cloned().unwrap_or(Value::Null);
+            out.insert(name.clone(), default);
+        }
+    }
+    out
+}
+
+/// `quorum` from the interaction: `policy.quorum` or `metadata.quorum` (a positive
+/// integer), when present.
+fn quorum_of(o: &Map<String, Value>) -> Result<Option<u32>, FieldError> {
+    for holder in ["policy", "metadata"] {
+        if let Some(q) = o.get(holder).and_then(|p| p.get("quorum")) {
+            return match q.as_u64() {
+                Some(n) if (1..=1000).contains(&n) => Ok(Some(n as u32)),
+                _ => Err(err(
+                    format!("{holder}.quorum"),
+                    "must be an integer from 1 to 1000",
+                )),
+            };
+        }
+    }
+    Ok(None)
+}
+
+/// One person's answer, as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// What AI-Parrot sees as `respondent`: a name from `target_humans`, or the Telegram
+    /// user id in decimal; `system` for a default applied on timeout.
+    pub respondent: String,
+    /// The Telegram user, when a person answered.
+    pub by: Option<Operator>,
+    pub value: Value,
+    /// True for a `default_response` applied on timeout.
+    pub is_default: bool,
+    pub at: OffsetDateTime,
+}
+
+/// The `HumanResponse` JSON for `answer`: exactly AI-Parrot's fields, since its model
+/// forbids extra ones.
+pub fn human_response(interaction_id: &str, kind: InteractionType, answer: &Answer) -> Value {
+    let mut metadata = Map::new();
+    metadata.insert("channel".into(), json!("telegram"));
+    if let Some(by) = &answer.by {
+        metadata.insert("telegram_user_id".into(), json!(by.id));
+        metadata.insert("telegram_name".into(), json!(by.name));
+        if let Some(u) = &by.username {
+            metadata.insert("telegram_username".into(), json!(u));
+        }
+    }
+    if answer.is_default {
+        metadata.insert("default".into(), json!(true));
+        metadata.insert("reason".into(), json!("timeout"));
+    }
+    json!({
+        "interaction_id": interaction_id,
+        "respondent": answer.respondent,
+        "response_type": kind.as_str(),
+        "value": answer.value,
+        "timestamp": iso8601(answer.at),
+        "metadata": metadata,
+    })
+}
+
+/// `2026-11-30T12:00:00.123000Z`: what pydantic reads as an aware UTC datetime.
+pub fn iso8601(t: OffsetDateTime) -> String {
+    let f = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
+    );
+    t.to_offset(time::UtcOffset::UTC)
+        .format(&f)
+        .unwrap_or_default()
+}
+
+/// Where consensus stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Consensus {
+    /// Not settled yet.
+    Open,
+    /// Settled on this value.
+    Settled(Value),
+    /// Settled without agreement (a conflict under `all_required`, or no value can reach
+    /// a majority or the quorum any more).
+    NoAgreement(String),
+}
+
+/// Two answers agree when their values are equal; a multi-choice selection is a set.
+fn same_value(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Array(x), Value::Array(y)) => {
+            let x: BTreeSet<String> = x.iter().map(Value::to_string).collect();
+            let y: BTreeSet<String> = y.iter().map(Value::to_string).collect();
+            x == y
+        }
+        _ => a == b,
+    }
+}
+
+/// Decides whether `answers` (one per person, oldest first) settle a question asked of
+/// `eligible` people. `quorum` is the number of matching answers a `quorum` question
+/// needs (a simple majority when unknown).
+pub fn consensus(
+    mode: ConsensusMode,
+    answers: &[Value],
+    eligible: usize,
+    quorum: Option<u32>,
+) -> Consensus {
+    let Some(first) = answers.first() else {
+        return Consensus::Open;
+    };
+    let eligible = eligible.max(answers.len()).max(1);
+    // Groups of agreeing answers, largest first (ties: the earliest answered first).
+    let mut groups: Vec<(Value, usize)> = Vec::new();
+    for a in answers {
+        match groups.iter_mut().find(|(v, _)| same_value(v, a)) {
+            Some((_, n)) => *n += 1,
+            None => groups.push((a.clone(), 1)),
+        }
+    }
+    groups.sort_by_key(|g| std::cmp::Reverse(g.1));
+    let outstanding = eligible - answers.len();
+    let needed = match mode {
+        ConsensusMode::FirstResponse => return Consensus::Settled(first.clone()),
+        ConsensusMode::AllRequired => {
+            if groups.len() > 1 {
+                return Consensus::NoAgreement(
+                    "the answers differ and all were required to agree".into(),
+                );
+            }
+            if outstanding == 0 {
+                return Consensus::Settled(first.clone());
+            }
+            return Consensus::Open;
+        }
+        ConsensusMode::Majority => eligible / 2 + 1,
+        ConsensusMode::Quorum => quorum
+            .map(|q| q as usize)
+            .unwrap_or(eligible / 2 + 1)
+            .clamp(1, eligible),
+    };
+    let (top, count) = &groups[0];
+    if *count >= needed {
+        return Consensus::Settled(top.clone());
+    }
+    // Even if every outstanding answer joined the largest group it could not get there.
+    if count + outstanding < needed {
+        return Consensus::NoAgreement(format!("no answer can reach the {needed} needed any more"));
+    }
+    Consensus::Open
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base(kind: &str) -> Value {
+        json!({"interaction_id": "i-1", "question": "Deploy?", "interaction_type": kind})
+    }
+
+    #[test]
+    fn parses_a_minimal_approval_with_ai_parrot_defaults() {
+        let i = parse(&base("approval"), 86400.0).unwrap();
+        assert_eq!(i.kind, InteractionType::Approval);
+        assert_eq!(i.consensus, ConsensusMode::FirstResponse);
+        assert_eq!(i.timeout_action, TimeoutAction::Cancel);
+        assert_eq!(i.timeout, DEFAULT_TIMEOUT);
+    }
+
+    #[test]
+    fn choice_questions_need_options_with_unique_keys() {
+        let e = parse(&base("single_choice"), 60.0).unwrap_err();
+        assert_eq!(e.field, "interaction.options");
+        let mut v = base("poll");
+        v["options"] = json!([{"key": "a", "label": "A"}, {"key": "a", "label": "B"}]);
+        assert_eq!(
+            parse(&v, 60.0).unwrap_err().field,
+            "interaction.options[1].key"
+        );
+    }
+
+    #[test]
+    fn unknown_enum_values_name_the_field() {
+        let mut v = base("approval");
+        v["consensus_mode"] = json!("unanimous");
+        assert_eq!(
+            parse(&v, 60.0).unwrap_err().field,
+            "interaction.consensus_mode"
+        );
+        let v = base("telepathy");
+        assert_eq!(
+            parse(&v, 60.0).unwrap_err().field,
+            "interaction.interaction_type"
+        );
+    }
+
+    #[test]
+    fn form_values_come_from_current_values_else_defaults() {
+        let mut v = base("form");
+        v["form_schema"] =
+            json!({"current_values": {"path": "/x"}, "properties": {"y": {"default": 1}}});
+        assert_eq!(
+            parse(&v, 60.0).unwrap().form_values,
+            *json!({"path": "/x"}).as_object().unwrap()
+        );
+        v["form_schema"] = json!({"properties": {"y": {"default": 1}, "z": {}}});
+        assert_eq!(
+            parse(&v, 60.0).unwrap().form_values,
+            *json!({"y": 1, "z": null}).as_object().unwrap()
+        );
+    }
+
+    #[test]
+    fn timeouts_beyond_the_configured_cap_are_shortened_to_it() {
+        let mut v = base("approval");
+        v["timeout"] = json!(120.5);
+        assert_eq!(
+            parse(&v, 3600.0).unwrap().timeout,
+            Duration::from_millis(120_500)
+        );
+        v["timeout"] = json!(7200.0);
+        assert_eq!(
+            parse(&v, 3600.0).unwrap().timeout,
+            Duration::from_secs(3600)
+        );
+        v["timeout"] = json!(0);
+        assert_eq!(parse(&v, 3600.0).unwrap_err().field, "interaction.timeout");
+        v["timeout"] = json!("soon");
+        assert!(parse(&v, 3600.0).is_err());
+    }
+
+    #[test]
+    fn first_response_settles_on_the_first_answer() {
+        let c = consensus(ConsensusMode::FirstResponse, &[json!(false)], 3, None);
+        assert_eq!(c, Consensus::Settled(json!(false)));
+        assert_eq!(
+            consensus(ConsensusMode::FirstResponse, &[], 3, None),
+            Consensus::Open
+        );
+    }
+
+    #[test]
+    fn all_required_waits_for_everyone_and_closes_early_on_a_conflict() {
+        let m = ConsensusMode::AllRequired;
+        assert_eq!(consensus(m, &[json!(true)], 2, None), Consensus::Open);
+        assert_eq!(
+            consensus(m, &[json!(true), json!(true)], 2, None),
+            Consensus::Settled(json!(true))
+        );
+        assert!(matches!(
+            consensus(m, &[json!(true), json!(false)], 3, None),
+            Consensus::NoAgreement(_)
+        ));
+    }
+
+    #[test]
+    fn majority_settles_as_soon_as_a_value_has_more_than_half() {
+        let m = ConsensusMode::Majority;
+        assert_eq!(consensus(m, &[json!("a")], 3, None), Consensus::Open);
+        assert_eq!(
+            consensus(m, &[json!("a"), json!("a")], 3, None),
+            Consensus::Settled(json!("a"))
+        );
+        assert!(matches!(
+            consensus(m, &[json!("a"), json!("b"), json!("c")], 3, None),
+            Consensus::NoAgreement(_)
+        ));
+    }
+
+    #[test]
+    fn quorum_counts_matching_answers_and_multi_choice_compares_as_sets() {
+        let m = ConsensusMode::Quorum;
+        let ab = json!(["a", "b"]);
+        let ba = json!(["b", "a"]);
+        assert_eq!(
+            consensus(m, std::slice::from_ref(&ab), 5, Some(2)),
+            Consensus::Open
+        );
+        assert_eq!(
+            consensus(m, &[ab.clone(), ba], 5, Some(2)),
+            Consensus::Settled(ab)
+        );
+    }
+
+    #[test]
+    fn human_response_has_exactly_ai_parrots_fields() {
+        let at = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+        let a = Answer {
+            respondent: "alice".into(),
+            by: Some(Operator {
+                id: 111,
+                username: None,
+                name: "Alice".into(),
+            }),
+            value: json!(true),
+            is_default: false,
+            at,
+        };
+        let r = human_response("i-1", InteractionType::Approval, &a);
+        let keys: Vec<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "interaction_id",
+                "metadata",
+                "respondent",
+                "response_type",
+                "timestamp",
+                "value"
+            ]
+        );
+        assert_eq!(r["timestamp"], "2027-01-15T08:00:00.000000Z");
+    }
+}
