@@ -97,6 +97,8 @@ impl Application {
                 .clone()
                 .run_window_purge(WINDOW_PURGE_EVERY, shutdown.clone()),
         );
+        // Returns at once unless [redis_bridge] is enabled.
+        let bridge = tokio::spawn(crate::redis_bridge::run(service.clone(), shutdown.clone()));
         let polling = tokio::spawn(telegram::polling::run(
             bot,
             service.clone(),
@@ -126,6 +128,10 @@ impl Application {
         let _ = tokio::time::timeout(poll_drain(poll_timeout_seconds), polling).await;
         let _ = deadlines.await;
         let _ = purge.await;
+        // The bridge finishes storing the question it took (or leaves it to be re-driven).
+        if tokio::time::timeout(TASK_DRAIN, bridge).await.is_err() {
+            tracing::warn!("the Redis bridge did not stop in time");
+        }
         // The webhook worker finishes the attempts it has started before it returns.
         if tokio::time::timeout(TASK_DRAIN, webhooks).await.is_err() {
             tracing::warn!("a webhook attempt did not finish in time");

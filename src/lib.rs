@@ -11,6 +11,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod domain;
+pub mod redis_bridge;
 pub mod scheduler;
 pub mod service;
 pub mod storage;
