@@ -687,8 +687,10 @@ async fn a_form_without_current_values_shows_and_answers_the_field_defaults() {
     );
 }
 
+/// AI-Parrot's `form` responses must hold a dict: a cancelled form is sent as the
+/// `free_text` answer its manager also accepts for a form, with value null.
 #[tokio::test]
-async fn a_cancelled_form_answers_null() {
+async fn a_cancelled_form_answers_null_as_free_text() {
     let app = TestApp::spawn().await;
     let form = with(
         interaction("form-3", "form", "Delete the backups?"),
@@ -702,10 +704,10 @@ async fn a_cancelled_form_answers_null() {
         &responses(&done)[0],
         "form-3",
         &id_of(ALICE),
-        "form",
+        "free_text",
         &json!(null),
     );
-    wait_for_outcome(&app, &msg, "Cancelled — Alice (@alice) at ").await;
+    wait_for_outcome(&app, &msg, "❌ Cancelled — Alice (@alice) at ").await;
 }
 
 // ----- Consensus --------------------------------------------------------------------

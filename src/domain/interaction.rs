@@ -425,10 +425,17 @@ pub fn human_response(interaction_id: &str, kind: InteractionType, answer: &Answ
         metadata.insert("default".into(), json!(true));
         metadata.insert("reason".into(), json!("timeout"));
     }
+    // AI-Parrot's `form` responses must hold a dict, so a cancelled form (no values) is
+    // sent as the `free_text` answer its manager also accepts for a form; its
+    // ConfirmationGuard reads the `null` as "cancelled by the user".
+    let response_type = match (kind, &answer.value) {
+        (InteractionType::Form, Value::Null) => InteractionType::FreeText,
+        _ => kind,
+    };
     json!({
         "interaction_id": interaction_id,
         "respondent": answer.respondent,
-        "response_type": kind.as_str(),
+        "response_type": response_type.as_str(),
         "value": answer.value,
         "timestamp": iso8601(answer.at),
         "metadata": metadata,

@@ -146,10 +146,18 @@ pub fn outcome_line(r: &Confirmation) -> Option<String> {
             let value = r.result.as_ref().unwrap_or(&Value::Null);
             if value.get("conflict") == Some(&Value::Bool(true)) {
                 "⚖️ <b>No agreement</b>: the answers differ".to_owned()
-            } else if r.decided_by.is_some() {
-                format!("✅ <b>{}</b> — {by} at {at}", summary(r, value))
             } else {
-                format!("✅ <b>{}</b> at {at}", summary(r, value))
+                // A no (a rejected approval, a cancelled form) is not shown with a tick.
+                let no = matches!(
+                    (r.kind(), value),
+                    (InteractionType::Approval, Value::Bool(false))
+                        | (InteractionType::Form, Value::Null)
+                );
+                let mark = if no { "❌" } else { "✅" };
+                match r.decided_by {
+                    Some(_) => format!("{mark} <b>{}</b> — {by} at {at}", summary(r, value)),
+                    None => format!("{mark} <b>{}</b> at {at}", summary(r, value)),
+                }
             }
         }
     })
