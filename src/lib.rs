@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod app;
+pub mod claude_hook;
 pub mod cli;
 pub mod config;
 pub mod domain;

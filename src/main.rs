@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
+use hitl_telegram::claude_hook::{self, Fallback, HookOptions, OwnerFrom};
 use hitl_telegram::cli::{self, AskRequest};
 use hitl_telegram::config::{Config, Settings};
 use hitl_telegram::{Application, app, telemetry};
@@ -50,6 +51,9 @@ enum Command {
     },
     /// Ask through a running service; exit 0 confirmed, 1 cancelled, 2 timeout, 3 error.
     Ask(Box<AskArgs>),
+    /// Claude Code's PermissionRequest hook: reads the event on stdin, asks on Telegram,
+    /// prints Claude Code's decision JSON on stdout and exits 0.
+    ClaudeHook(Box<ClaudeHookArgs>),
     /// The audit trail: export it as JSON lines, or verify its hash chain.
     Audit {
         #[command(subcommand)]
@@ -100,6 +104,30 @@ struct AskArgs {
     /// Confirmation window in seconds.
     #[arg(long)]
     window: Option<u64>,
+}
+
+#[derive(Args)]
+struct ClaudeHookArgs {
+    /// Base URL of the service, e.g. http://127.0.0.1:8080
+    #[arg(long)]
+    url: String,
+    /// Name of the environment variable holding the agent's bearer token.
+    #[arg(long)]
+    token_env: String,
+    /// Named Telegram destination (default: the agent's default route).
+    #[arg(long)]
+    route: Option<String>,
+    /// Seconds to wait for a human; keep the hook's "timeout" in settings.json longer.
+    #[arg(long, default_value_t = claude_hook::DEFAULT_TIMEOUT_SECONDS)]
+    timeout: f64,
+    /// When the service cannot decide: deny (fail closed), or ask (print nothing, so
+    /// Claude Code shows its own prompt).
+    #[arg(long, value_enum, default_value_t = Fallback::Deny)]
+    fallback: Fallback,
+    /// The request's owner_id: the login name ($USER), the working directory's last
+    /// component, or the Claude Code session id.
+    #[arg(long, value_enum, default_value_t = OwnerFrom::User)]
+    owner_from: OwnerFrom,
 }
 
 fn load_config(path: &std::path::Path, demo: bool) -> anyhow::Result<Config> {
@@ -197,6 +225,28 @@ async fn main() -> ExitCode {
                 c.agents.len()
             );
         }),
+        Command::ClaudeHook(a) => {
+            let opts = HookOptions {
+                url: a.url,
+                token_env: a.token_env,
+                route: a.route,
+                timeout_seconds: a.timeout,
+                fallback: a.fallback,
+                owner_from: a.owner_from,
+            };
+            let input = claude_hook::read_event(std::io::stdin().lock());
+            let result = claude_hook::run(&opts, input, &|k| std::env::var(k).ok()).await;
+            // Written without println!, which panics when the pipe is gone.
+            use std::io::Write;
+            if let Some(err) = result.stderr {
+                let _ = writeln!(std::io::stderr(), "{err}");
+            }
+            if let Some(out) = result.stdout {
+                let mut stdout = std::io::stdout();
+                let _ = writeln!(stdout, "{out}").and_then(|()| stdout.flush());
+            }
+            return ExitCode::from(result.exit_code);
+        }
         Command::Ask(a) => {
             let a = *a;
             let token = match (a.token, a.token_env) {
