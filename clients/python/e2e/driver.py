@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""End-to-end driver: the real AI-Parrot ``HumanInteractionManager`` and
+``ConfirmationGuard`` asking through ``HitlTelegramChannel`` against a running
+hitl-telegram service (run by ``tests/aiparrot_e2e.rs`` against the fake Bot API).
+
+Environment:
+    HITL_BASE_URL   the service, e.g. http://127.0.0.1:PORT
+    HITL_TOKEN      agent-a's bearer token
+    HITL_REDIS_URL  Redis for the manager (default redis://127.0.0.1:6379/13)
+    HITL_SCENARIOS  optional comma-separated subset of the scenarios, in order
+
+Protocol: one JSON object per line on stdout (anything else the process prints goes to
+stderr):
+    {"event": "ready"}                         the guards are wired, the event stream is up
+    {"event": "asked", "scenario", "interaction_id", "interaction_type", "question",
+     "accepted", "target"}                     the channel posted a question (the test
+                                               acts in Telegram when accepted is true)
+    {"event": "result", "scenario", ...}       a scenario's outcome (the guard's decision
+                                               as "decision", elapsed seconds, ...)
+    {"event": "done"}                          every scenario ran
+    {"event": "skip", "reason"}                Redis is not reachable (exit 4)
+    {"event": "fatal", "error"}                the driver itself failed (exit 3)
+
+The scenarios run one after another; each waits for the test to answer (or not) in
+Telegram, bounded by the guard's approval_timeout.
+"""
+
+import asyncio
+import atexit
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+# The protocol owns the real stdout; stray prints (libraries' loggers) go to stderr.
+_PROTO = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+
+
+def emit(obj):
+    _PROTO.write(json.dumps(obj, default=str) + "\n")
+    _PROTO.flush()
+
+
+def enter_parrot_scaffold():
+    """AI-Parrot (navconfig) needs env/dev/.env and etc/config.ini under SITE_ROOT."""
+    root = Path(tempfile.mkdtemp(prefix="aiparrot-site-"))
+    (root / "env" / "dev").mkdir(parents=True)
+    (root / "env" / "dev" / ".env").write_text("")
+    (root / "etc").mkdir()
+    (root / "etc" / "config.ini").write_text("[general]\n")
+    os.environ["SITE_ROOT"] = str(root)
+    os.environ.setdefault("ENV", "dev")
+    os.chdir(root)
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+
+
+BASE_URL = os.environ.get("HITL_BASE_URL", "")
+TOKEN = os.environ.get("HITL_TOKEN", "")
+REDIS_URL = os.environ.get("HITL_REDIS_URL", "redis://127.0.0.1:6379/13")
+if not BASE_URL or not TOKEN:
+    emit({"event": "fatal", "error": "HITL_BASE_URL and HITL_TOKEN are required"})
+    sys.exit(3)
+
+enter_parrot_scaffold()
+logging.basicConfig(
+    stream=sys.stderr,
+    level=logging.INFO,
+    format="driver %(asctime)s %(levelname)s %(name)s: %(message)s",
+)
+
+from pydantic import BaseModel, Field  # noqa: E402
+from typing import List  # noqa: E402
+
+from parrot.auth.confirmation import (  # noqa: E402
+    ConfirmationConfig,
+    ConfirmationGuard,
+    InMemoryConfirmationWindowStore,
+)
+from parrot.human.models import HumanInteraction, InteractionType  # noqa: E402
+
+from hitl_telegram_channel import (  # noqa: E402
+    HitlInteractionManager,
+    HitlTelegramChannel,
+    close_confirmation_guard,
+    make_confirmation_guard,
+)
+
+
+# ── The tool the agent wants to run ───────────────────────────────────────────
+
+class DeployArgs(BaseModel):
+    service: str = Field(description="Service to deploy")
+    replicas: int = Field(description="How many replicas")
+    ratio: float = Field(description="Canary share")
+    force: bool = Field(description="Skip the health check")
+    tags: List[str] = Field(description="Release tags")
+
+
+class DeployTool:
+    """What ConfirmationGuard reads from an AbstractTool: name, routing_meta,
+    args_schema. (Instantiating a real AbstractTool subclass needs the separate
+    ai-parrot-tools package, which ai-parrot 1.2.4 does not install.)"""
+
+    name = "deploy"
+    description = "Deploy a service"
+    args_schema = DeployArgs
+
+    def __init__(self, routing_meta):
+        self.routing_meta = routing_meta
+
+
+def deploy_tool(*, allow_edit=False, window=0):
+    return DeployTool(
+        routing_meta={
+            "requires_confirmation": True,
+            "confirm_template": "Deploy {service} with {replicas} replicas ({params})?",
+            "confirm_window_seconds": window,
+            "allow_edit": allow_edit,
+        }
+    )
+
+
+def params(service):
+    # An int, a float, a bool, non-ASCII text: what must come back exactly.
+    return {"service": service, "replicas": 3, "ratio": 0.1, "force": False, "tags": ["blue", "café"]}
+
+
+# ── Announcing what was asked ─────────────────────────────────────────────────
+
+class AnnouncingChannel(HitlTelegramChannel):
+    """Says on the protocol when a question was posted, so the test can answer it."""
+
+    scenario = None
+
+    async def send_interaction(self, interaction, recipient):
+        accepted = await super().send_interaction(interaction, recipient)
+        emit({
+            "event": "asked",
+            "scenario": AnnouncingChannel.scenario,
+            "interaction_id": interaction.interaction_id,
+            "interaction_type": interaction.interaction_type.value,
+            "question": interaction.question,
+            "target_humans": list(interaction.target_humans),
+            "accepted": accepted,
+            "target": self.target_for(recipient),
+        })
+        return accepted
+
+
+def decision_json(d):
+    return json.loads(d.model_dump_json())
+
+
+async def confirm(scenario, guard, tool, call_params):
+    AnnouncingChannel.scenario = scenario
+    t0 = time.monotonic()
+    decision = await guard.confirm(tool=tool, parameters=call_params)
+    emit({
+        "event": "result",
+        "scenario": scenario,
+        "decision": decision_json(decision),
+        "sent_parameters": call_params,
+        "elapsed": round(time.monotonic() - t0, 3),
+    })
+
+
+async def wait_status(interaction_id, status, within=20.0):
+    """Polls the service until the interaction has ``status``."""
+    import aiohttp
+
+    deadline = time.monotonic() + within
+    async with aiohttp.ClientSession() as http:
+        while True:
+            async with http.get(
+                f"{BASE_URL}/v1/interactions/{interaction_id}",
+                headers={"Authorization": f"Bearer {TOKEN}"},
+            ) as resp:
+                view = await resp.json()
+            if view.get("status") == status:
+                return view
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{interaction_id} never became {status}: {view}")
+            await asyncio.sleep(0.1)
+
+
+# ── The scenarios ─────────────────────────────────────────────────────────────
+
+async def main():
+    try:
+        import redis.asyncio as aioredis
+
+        r = aioredis.from_url(REDIS_URL)
+        await asyncio.wait_for(r.ping(), 5)
+        await r.aclose()
+    except Exception as exc:  # noqa: BLE001
+        emit({"event": "skip", "reason": f"Redis at {REDIS_URL} is not reachable: {exc!r}"})
+        sys.exit(4)
+
+    def channel(**kw):
+        return AnnouncingChannel(BASE_URL, TOKEN, timeout=10.0, **kw)
+
+    # In the ops group (any of its approvers answers).
+    ops = await make_confirmation_guard(
+        BASE_URL, TOKEN, channel=channel(route="ops"), redis_url=REDIS_URL,
+        config=ConfirmationConfig(approval_timeout=60),
+    )
+    # In alice's private chat with the bot (no route: default_recipient).
+    private = await make_confirmation_guard(
+        BASE_URL, TOKEN, channel=channel(default_recipient="alice"), redis_url=REDIS_URL,
+        config=ConfirmationConfig(approval_timeout=60),
+    )
+    # The ops guard's manager and channel, with a 3 s approval_timeout.
+    short = ConfirmationGuard(
+        InMemoryConfirmationWindowStore(), human_manager=ops.human_manager,
+        config=ConfirmationConfig(approval_timeout=3),
+    )
+    # A route agent-a may not use: the service refuses every question (403).
+    refused = await make_confirmation_guard(
+        BASE_URL, TOKEN, channel=channel(route="not-a-route"), redis_url=REDIS_URL,
+        config=ConfirmationConfig(approval_timeout=30),
+    )
+    guards = [ops, private, refused]
+    ops_channel = ops.human_manager.channels["telegram"]
+    private_channel = private.human_manager.channels["telegram"]
+    for g in guards:
+        assert isinstance(g.human_manager, HitlInteractionManager)
+        assert g.human_manager.channels["telegram"].connected, "event stream not connected"
+    emit({"event": "ready"})
+
+    async def approve():
+        await confirm("approve", ops, deploy_tool(), params("billing"))
+
+    async def reject():
+        await confirm("reject", private, deploy_tool(), params("payroll"))
+
+    async def timeout():
+        await confirm("timeout", short, deploy_tool(), params("search"))
+
+    async def edit_form_approved():
+        await confirm("edit_form_approved", ops, deploy_tool(allow_edit=True), params("ledger"))
+
+    async def edit_form_cancelled():
+        await confirm("edit_form_cancelled", ops, deploy_tool(allow_edit=True), params("mailer"))
+
+    async def window():
+        tool = deploy_tool(window=60)
+        await confirm("window_first", ops, tool, params("cache"))
+        await confirm("window_second", ops, tool, params("cache"))
+        # Another call of the same tool with other arguments is asked again.
+        await confirm("window_other_args", ops, tool, params("cache-eu"))
+
+    async def fail_closed():
+        await confirm("fail_closed", refused, deploy_tool(), params("vault"))
+
+    async def notify():
+        AnnouncingChannel.scenario = "notify"
+        sent = await private_channel.send_notification("alice", "Deploy of billing finished")
+        emit({"event": "result", "scenario": "notify", "sent": sent})
+
+    async def withdraw():
+        # The suspend path: request_human_input_async returns at once; the agent then
+        # withdraws the question through the channel.
+        AnnouncingChannel.scenario = "withdraw"
+        manager = ops.human_manager
+        interaction = HumanInteraction(
+            interaction_type=InteractionType.APPROVAL,
+            question="Rotate the API keys?",
+            timeout=60,
+            default_response=False,
+        )
+        iid = await manager.request_human_input_async(interaction, channel="telegram")
+        await wait_status(iid, "delivered")  # in Telegram before it is withdrawn
+        first = await ops_channel.cancel_interaction(iid, "")
+        second = await ops_channel.cancel_interaction(iid, "")
+        emit({"event": "result", "scenario": "withdraw", "interaction_id": iid,
+              "first": first, "second": second})
+
+    async def restart():
+        # The test kills and restarts the service while this waits; the answer comes
+        # through the event stream resumed with Last-Event-ID.
+        await confirm("restart", ops, deploy_tool(), params("gateway"))
+
+    scenarios = {
+        "approve": approve,
+        "reject": reject,
+        "timeout": timeout,
+        "edit_form_approved": edit_form_approved,
+        "edit_form_cancelled": edit_form_cancelled,
+        "window": window,
+        "fail_closed": fail_closed,
+        "notify": notify,
+        "withdraw": withdraw,
+        "restart": restart,
+    }
+    chosen = [s for s in os.environ.get("HITL_SCENARIOS", "").split(",") if s] or list(scenarios)
+    try:
+        for name in chosen:
+            await scenarios[name]()
+    finally:
+        for g in guards:
+            await close_confirmation_guard(g)
+    emit({"event": "done"})
+
+
+if __name__ == "__main__":
+    try:
+        asyncio.run(main())
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        traceback.print_exc()
+        emit({"event": "fatal", "error": f"{type(exc).__name__}: {exc}"})
+        sys.exit(3)
