@@ -26,39 +26,15 @@ Telegram, bounded by the guard's approval_timeout.
 """
 
 import asyncio
-import atexit
 import json
 import logging
 import os
-import shutil
 import sys
-import tempfile
 import time
 import traceback
-from pathlib import Path
 
-# The protocol owns the real stdout; stray prints (libraries' loggers) go to stderr.
-_PROTO = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
-os.dup2(2, 1)
-sys.stdout = sys.stderr
-
-
-def emit(obj):
-    _PROTO.write(json.dumps(obj, default=str) + "\n")
-    _PROTO.flush()
-
-
-def enter_parrot_scaffold():
-    """AI-Parrot (navconfig) needs env/dev/.env and etc/config.ini under SITE_ROOT."""
-    root = Path(tempfile.mkdtemp(prefix="aiparrot-site-"))
-    (root / "env" / "dev").mkdir(parents=True)
-    (root / "env" / "dev" / ".env").write_text("")
-    (root / "etc").mkdir()
-    (root / "etc" / "config.ini").write_text("[general]\n")
-    os.environ["SITE_ROOT"] = str(root)
-    os.environ.setdefault("ENV", "dev")
-    os.chdir(root)
-    atexit.register(shutil.rmtree, root, ignore_errors=True)
+# Takes over stdout for the protocol (see _protocol.py).
+from _protocol import emit, enter_parrot_scaffold  # noqa: E402
 
 
 BASE_URL = os.environ.get("HITL_BASE_URL", "")
