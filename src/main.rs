@@ -54,6 +54,11 @@ enum Command {
     /// Claude Code's PermissionRequest hook: reads the event on stdin, asks on Telegram,
     /// prints Claude Code's decision JSON on stdout and exits 0.
     ClaudeHook(Box<ClaudeHookArgs>),
+    /// Write a consistent copy of the database to FILE (online: the service may run).
+    Backup {
+        /// Where to write the copy; must not exist.
+        file: std::path::PathBuf,
+    },
     /// The audit trail: export it as JSON lines, or verify its hash chain.
     Audit {
         #[command(subcommand)]
@@ -218,6 +223,22 @@ async fn main() -> ExitCode {
             .await
         }
         Command::Audit { command } => audit(&cli.config, command).await,
+        Command::Backup { file } => {
+            async {
+                let settings = Settings::load(&cli.config)?;
+                let store =
+                    hitl_telegram::storage::SqliteStore::connect_existing(&settings.database.url)
+                        .await
+                        .context("cannot open the database (database.url)")?;
+                hitl_telegram::storage::Store::backup_to(&store, &file)
+                    .await
+                    .with_context(|| format!("backup to {} failed", file.display()))?;
+                hitl_telegram::storage::Store::close(&store).await;
+                println!("backup written to {}", file.display());
+                Ok(())
+            }
+            .await
+        }
         Command::CheckConfig { demo } => load_config(&cli.config, demo).map(|c| {
             println!(
                 "configuration OK: {} route(s), {} agent(s)",

@@ -29,13 +29,20 @@ fn kinds(events: &[Value]) -> Vec<&str> {
 
 /// Runs `hitl-telegram audit ...` against the app's database.
 async fn audit_cli(app: &TestApp, args: &[&str]) -> (i32, String, String) {
+    let mut all = vec!["audit"];
+    all.extend_from_slice(args);
+    cli(&app.db_url, &all).await
+}
+
+/// Runs the binary with a config whose database is `db_url`.
+async fn cli(db_url: &str, args: &[&str]) -> (i32, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("c.toml");
-    let toml = settings_toml("http://127.0.0.1:9", &app.db_url)
+    let toml = settings_toml("http://127.0.0.1:9", db_url)
         .replace("{CALLBACK_PREFIX}", DEFAULT_CALLBACK_PREFIX);
     std::fs::write(&config, toml).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_hitl-telegram"))
-        .args(["--config", config.to_str().unwrap(), "audit"])
+        .args(["--config", config.to_str().unwrap()])
         .args(args)
         .output()
         .await
@@ -294,4 +301,61 @@ async fn audit_export_since_writes_only_later_events_as_json_lines() {
     let (code, _, err) = audit_cli(&app, &["export", "--since", "yesterday"]).await;
     assert_ne!(code, 0);
     assert!(err.contains("RFC 3339"), "{err}");
+}
+
+/// Runs `hitl-telegram backup FILE` against `db_url`: exit code and all output.
+async fn backup_cli(db_url: &str, file: &std::path::Path) -> (i32, String) {
+    let (code, out, err) = cli(db_url, &["backup", file.to_str().unwrap()]).await;
+    (code, out + &err)
+}
+
+#[tokio::test]
+async fn a_backup_taken_while_serving_holds_every_request_and_an_intact_audit_chain() {
+    let app = TestApp::spawn().await;
+    let (r, m) = app
+        .ask_suspended(json!({"tool": "deploy", "params": {"v": 1}}))
+        .await;
+    app.telegram.tap(OPS_CHAT, m, "✅ Approve", alice());
+    app.wait_status(r["id"].as_str().unwrap(), "confirmed")
+        .await;
+
+    let out = tempfile::tempdir().unwrap();
+    let file = out.path().join("hitl-backup.db");
+    let (code, text) = backup_cli(&app.db_url, &file).await;
+    assert_eq!(code, 0, "{text}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(
+            mode & 0o777,
+            0o600,
+            "the copy is readable by its owner only"
+        );
+    }
+
+    let copy_url = format!("sqlite://{}", file.display());
+    let pool = sqlx::SqlitePool::connect(&copy_url).await.unwrap();
+    let (status,): (String,) = sqlx::query_as("SELECT status FROM confirmations WHERE id = ?")
+        .bind(r["id"].as_str().unwrap())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(status, "confirmed");
+    pool.close().await;
+    let (code, verify, err) = cli(&copy_url, &["audit", "verify"]).await;
+    assert_eq!(code, 0, "{verify}{err}");
+    assert!(verify.contains("audit chain OK"), "{verify}");
+
+    // Never over an existing file, and never from a database that is not there.
+    let (code, text) = backup_cli(&app.db_url, &file).await;
+    assert_ne!(code, 0);
+    assert!(text.contains("already exists"), "{text}");
+    let missing = format!("sqlite://{}/nothing-here.db", out.path().display());
+    let (code, text) = backup_cli(&missing, &out.path().join("b2.db")).await;
+    assert_ne!(code, 0, "{text}");
+    assert!(
+        !out.path().join("nothing-here.db").exists(),
+        "no empty database created"
+    );
 }

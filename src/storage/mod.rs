@@ -298,6 +298,10 @@ pub trait Store: Send + Sync + 'static {
     /// The newest event number of the agent's stream (0 when it has none).
     async fn last_agent_event(&self, agent: &str) -> Result<i64, StorageError>;
 
+    /// Writes a consistent copy of the whole database to `file` (which must not exist)
+    /// while the service keeps running.
+    async fn backup_to(&self, file: &std::path::Path) -> Result<(), StorageError>;
+
     /// Closes the connections cleanly (checkpoints the WAL).
     async fn close(&self);
 }

@@ -36,8 +36,18 @@ impl SqliteStore {
     /// Opens (creating it and its folder if needed) the database at `url`
     /// (`sqlite://path/to/file.db`, or `sqlite::memory:`).
     pub async fn connect(url: &str) -> Result<SqliteStore, StorageError> {
+        Self::open(url, true).await
+    }
+
+    /// Opens an existing database only (for tools such as `backup`, which must never
+    /// create an empty one because of a wrong `database.url`).
+    pub async fn connect_existing(url: &str) -> Result<SqliteStore, StorageError> {
+        Self::open(url, false).await
+    }
+
+    async fn open(url: &str, create: bool) -> Result<SqliteStore, StorageError> {
         let options = SqliteConnectOptions::from_str(url)?
-            .create_if_missing(true)
+            .create_if_missing(create)
             // WAL lets readers (long-polls, health checks) proceed while a decision is
             // being written.
             .journal_mode(SqliteJournalMode::Wal)
@@ -51,7 +61,7 @@ impl SqliteStore {
             // Writers queue instead of failing when two decisions land at once.
             .busy_timeout(Duration::from_secs(5));
         let filename = options.get_filename().to_owned();
-        if filename != Path::new(":memory:") {
+        if create && filename != Path::new(":memory:") {
             create_private(&filename)?;
         }
         let pool = SqlitePoolOptions::new()
@@ -1266,6 +1276,34 @@ impl Store for SqliteStore {
                 .fetch_one(&self.pool)
                 .await?;
         Ok(n.unwrap_or(0))
+    }
+
+    async fn backup_to(&self, file: &Path) -> Result<(), StorageError> {
+        if file.exists() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} already exists; a backup never overwrites",
+                    file.display()
+                ),
+            )
+            .into());
+        }
+        // Created empty first with owner-only permissions: VACUUM INTO writes into an
+        // empty file, and the copy holds everything the database does.
+        create_private(file)?;
+        let path = file.to_str().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path is not UTF-8")
+        })?;
+        if let Err(e) = sqlx::query("VACUUM INTO ?")
+            .bind(path)
+            .execute(&self.pool)
+            .await
+        {
+            let _ = std::fs::remove_file(file);
+            return Err(e.into());
+        }
+        Ok(())
     }
 
     async fn close(&self) {
