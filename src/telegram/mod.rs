@@ -5,5 +5,6 @@ pub mod client;
 pub mod polling;
 pub mod ratelimit;
 pub mod render;
+pub mod updates;
 
 pub use client::TelegramMessenger;

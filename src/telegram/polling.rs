@@ -10,52 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use teloxide::prelude::*;
-use teloxide::types::{AllowedUpdate, CallbackQuery, Message, UpdateKind};
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::confirmation::Operator;
-use crate::service::{Reply, Service, Tap};
+use crate::service::Service;
 
 /// Backoff bounds after a failed `getUpdates`.
 const MIN_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
-
-fn operator(user: &teloxide::types::User) -> Operator {
-    let name = match &user.last_name {
-        Some(last) => format!("{} {last}", user.first_name),
-        None => user.first_name.clone(),
-    };
-    Operator {
-        id: user.id.0,
-        username: user.username.clone(),
-        name,
-    }
-}
-
-pub fn tap_from(q: CallbackQuery) -> Tap {
-    Tap {
-        from: operator(&q.from),
-        from_is_bot: q.from.is_bot,
-        query_id: q.id.0,
-        data: q.data.unwrap_or_default(),
-        chat_id: q.message.as_ref().map(|m| m.chat().id.0),
-        message_id: q.message.as_ref().map(|m| m.id().0),
-    }
-}
-
-/// A text message that replies to another: a candidate free-text answer. Anything
-/// else (chatter, service messages, media) is none of the service's business.
-pub fn reply_from(m: &Message) -> Option<Reply> {
-    let from = m.from.as_ref()?;
-    let reply_to = m.reply_to_message()?;
-    Some(Reply {
-        chat_id: m.chat.id.0,
-        reply_to: reply_to.id.0,
-        from: operator(from),
-        from_is_bot: from.is_bot,
-        text: m.text()?.to_owned(),
-    })
-}
 
 /// Polls until `stop`, handing every tap to the service.
 pub async fn run(
@@ -71,7 +32,7 @@ pub async fn run(
             .get_updates()
             .offset(offset)
             .timeout(poll_timeout_seconds)
-            .allowed_updates(vec![AllowedUpdate::CallbackQuery, AllowedUpdate::Message]);
+            .allowed_updates(super::updates::allowed());
         let updates = tokio::select! {
             _ = stop.cancelled() => break,
             r = request.send() => r,
@@ -81,26 +42,7 @@ pub async fn run(
                 backoff = MIN_BACKOFF;
                 for update in updates {
                     offset = offset.max(update.id.0 as i32 + 1);
-                    match update.kind {
-                        UpdateKind::CallbackQuery(q) => {
-                            let service = service.clone();
-                            let tap = tap_from(q);
-                            service
-                                .tasks()
-                                .clone()
-                                .spawn(async move { service.handle_tap(tap).await });
-                        }
-                        UpdateKind::Message(m) => {
-                            if let Some(reply) = reply_from(&m) {
-                                let service = service.clone();
-                                service
-                                    .tasks()
-                                    .clone()
-                                    .spawn(async move { service.handle_reply(reply).await });
-                            }
-                        }
-                        _ => {}
-                    }
+                    super::updates::dispatch(&service, update);
                 }
             }
             Err(e) => {
