@@ -25,142 +25,20 @@
 mod support;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::app::*;
 use support::fake_telegram::{FakeTelegram, SentMessage, TgUser};
+use support::parrot_driver::{
+    Driver, interaction, parrot_python, required, wait_delivered, wait_for_question,
+};
 use support::process::{ServiceProcess, write_config};
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
 
 const DRIVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python/e2e/driver.py");
-const CLIENT_SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python/src");
 /// The longest the driver may stay silent (its longest wait is a 3 s timeout, plus
 /// importing ai-parrot, which takes a few seconds).
 const EVENT_WAIT: Duration = Duration::from_secs(90);
-
-fn required() -> bool {
-    std::env::var("HITL_REQUIRE_AIPARROT").as_deref() == Ok("1")
-}
-
-/// The interpreter with ai-parrot: `$HITL_AIPARROT_PYTHON`.
-fn parrot_python() -> Option<PathBuf> {
-    let Some(path) = std::env::var_os("HITL_AIPARROT_PYTHON").filter(|p| !p.is_empty()) else {
-        assert!(
-            !required(),
-            "HITL_REQUIRE_AIPARROT=1 but HITL_AIPARROT_PYTHON is not set: point it at a \
-             python with ai-parrot 1.2.4 (.ci/run installs one in .ci/.venv-parrot)"
-        );
-        eprintln!(
-            "skipped: HITL_AIPARROT_PYTHON is not set (a python with ai-parrot 1.2.4; \
-             .ci/run installs one)"
-        );
-        return None;
-    };
-    let path = PathBuf::from(path);
-    assert!(
-        path.is_file(),
-        "HITL_AIPARROT_PYTHON={} is not a file",
-        path.display()
-    );
-    Some(path)
-}
-
-/// The driver process and its protocol lines.
-struct Driver {
-    child: Child,
-    lines: Lines<BufReader<ChildStdout>>,
-    /// Its stderr (logs), kept for failure messages.
-    stderr: Arc<Mutex<Vec<String>>>,
-    /// Every protocol event so far, in order.
-    seen: Vec<Value>,
-}
-
-impl Driver {
-    fn start(python: &PathBuf, base: &str) -> Driver {
-        let pythonpath = match std::env::var("PYTHONPATH") {
-            Ok(p) if !p.is_empty() => format!("{CLIENT_SRC}:{p}"),
-            _ => CLIENT_SRC.to_owned(),
-        };
-        let mut cmd = Command::new(python);
-        cmd.arg(DRIVER)
-            .env("HITL_BASE_URL", base)
-            .env("HITL_TOKEN", TOKEN_A)
-            .env("PYTHONPATH", pythonpath)
-            .env("PYTHONUNBUFFERED", "1")
-            .env("NO_PROXY", "127.0.0.1,localhost")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().expect("the driver starts");
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let sink = stderr.clone();
-        let mut err_lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = err_lines.next_line().await {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        Driver {
-            child,
-            lines,
-            stderr,
-            seen: Vec::new(),
-        }
-    }
-
-    fn full_log(&self) -> String {
-        self.stderr.lock().unwrap().join("\n")
-    }
-
-    fn log_tail(&self) -> String {
-        let log = self.stderr.lock().unwrap();
-        let from = log.len().saturating_sub(150);
-        log[from..].join("\n")
-    }
-
-    /// The next protocol event; panics (with the driver's log) on silence, exit or a
-    /// `fatal` report.
-    async fn next(&mut self) -> Value {
-        loop {
-            let line = match tokio::time::timeout(EVENT_WAIT, self.lines.next_line()).await {
-                Ok(Ok(Some(line))) => line,
-                Ok(Ok(None)) | Ok(Err(_)) => {
-                    let status = self.child.wait().await.ok();
-                    panic!(
-                        "the driver exited ({status:?}) after {:?}; its log:\n{}",
-                        self.seen,
-                        self.log_tail()
-                    );
-                }
-                Err(_) => panic!(
-                    "the driver said nothing for {EVENT_WAIT:?} after {:?}; its log:\n{}",
-                    self.seen,
-                    self.log_tail()
-                ),
-            };
-            let Ok(event) = serde_json::from_str::<Value>(&line) else {
-                self.stderr.lock().unwrap().push(format!("(stdout) {line}"));
-                continue;
-            };
-            if event["event"] == "fatal" {
-                panic!(
-                    "the driver failed: {}; its log:\n{}",
-                    event["error"],
-                    self.log_tail()
-                );
-            }
-            self.seen.push(event.clone());
-            return event;
-        }
-    }
-}
 
 /// Which Telegram chat a question for `target` (the request's route/recipient fields)
 /// lands in.
@@ -191,57 +69,11 @@ fn act_for(scenario: &str) -> Act {
     }
 }
 
-/// The agent's view of an interaction, through the API.
-async fn interaction(client: &reqwest::Client, base: &str, id: &str) -> Value {
-    let r = client
-        .get(format!("{base}/v1/interactions/{id}"))
-        .bearer_auth(TOKEN_A)
-        .send()
+/// The agent's view of a stored interaction, through the API.
+async fn stored_view(client: &reqwest::Client, base: &str, id: &str) -> Value {
+    interaction(client, base, TOKEN_A, id)
         .await
-        .expect("GET interaction");
-    assert!(r.status().is_success(), "GET {id}: {}", r.status());
-    r.json().await.expect("JSON")
-}
-
-/// Waits until the service stored the question's message id (status `delivered`), so a
-/// tap is bound to it.
-async fn wait_delivered(client: &reqwest::Client, base: &str, id: &str) -> Value {
-    for _ in 0..100 {
-        let view = interaction(client, base, id).await;
-        if view["status"] != "pending" {
-            return view;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{id} was never delivered");
-}
-
-/// The bot's message in `chat` showing `text` that is not one of `matched` (waits up
-/// to 20 s).
-async fn wait_for_question(
-    telegram: &FakeTelegram,
-    chat: i64,
-    text: &str,
-    matched: &[(i64, i32)],
-) -> SentMessage {
-    for _ in 0..400 {
-        if let Some(m) = telegram
-            .messages_in(chat)
-            .into_iter()
-            .find(|m| m.visible_text.contains(text) && !matched.contains(&(chat, m.message_id)))
-        {
-            return m;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "no message showing {text:?} in chat {chat}; the chat has: {:?}",
-        telegram
-            .messages_in(chat)
-            .iter()
-            .map(|m| m.visible_text.clone())
-            .collect::<Vec<_>>()
-    );
+        .unwrap_or_else(|| panic!("{id} is not stored"))
 }
 
 /// A free loopback port, so the service can be restarted where the channel expects it.
@@ -290,7 +122,15 @@ async fn ai_parrot_confirmation_guard_asks_through_the_python_channel() {
     assert_eq!(base, format!("http://127.0.0.1:{port}"));
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
 
-    let mut driver = Driver::start(&python, &base);
+    let mut driver = Driver::start(
+        &python,
+        DRIVER,
+        &[
+            ("HITL_BASE_URL", base.clone()),
+            ("HITL_TOKEN", TOKEN_A.to_owned()),
+        ],
+        EVENT_WAIT,
+    );
     let mut asked: BTreeMap<String, Vec<Asked>> = BTreeMap::new();
     let mut results: HashMap<String, Value> = HashMap::new();
     // Messages already matched to a question.
@@ -304,7 +144,10 @@ async fn ai_parrot_confirmation_guard_asks_through_the_python_channel() {
         match event["event"].as_str().unwrap_or_default() {
             "skip" => {
                 let reason = event["reason"].as_str().unwrap_or_default().to_owned();
-                assert!(!required(), "HITL_REQUIRE_AIPARROT=1 but: {reason}");
+                assert!(
+                    !required("HITL_REQUIRE_AIPARROT"),
+                    "HITL_REQUIRE_AIPARROT=1 but: {reason}"
+                );
                 eprintln!("skipped: {reason}");
                 return;
             }
@@ -325,7 +168,7 @@ async fn ai_parrot_confirmation_guard_asks_through_the_python_channel() {
                 // The guard's briefing is the message's question.
                 let msg = wait_for_question(&telegram, chat, question, &matched).await;
                 matched.push((chat, msg.message_id));
-                wait_delivered(&client, &base, &id).await;
+                wait_delivered(&client, &base, TOKEN_A, &id).await;
                 if scenario == "restart" {
                     // The service dies with the question open and comes back; the
                     // channel's event stream reconnects with Last-Event-ID.
@@ -357,15 +200,7 @@ async fn ai_parrot_confirmation_guard_asks_through_the_python_channel() {
             other => panic!("unknown driver event {other:?}: {event}"),
         }
     }
-    let status = tokio::time::timeout(Duration::from_secs(30), driver.child.wait())
-        .await
-        .expect("the driver exits after done")
-        .expect("exit status");
-    assert!(
-        status.success(),
-        "driver: {status:?}\n{}",
-        driver.log_tail()
-    );
+    driver.finish(Duration::from_secs(30)).await;
 
     let log = driver.full_log();
     // Shown by the test harness only if an assertion below fails.
@@ -414,7 +249,7 @@ async fn ai_parrot_confirmation_guard_asks_through_the_python_channel() {
         msg.visible_text
     );
     let id = approve.event["interaction_id"].as_str().unwrap();
-    let view = interaction(&client, &base, id).await;
+    let view = stored_view(&client, &base, id).await;
     assert_eq!(view["status"], "completed", "{view}");
     assert_eq!(view["responses"][0]["respondent"], ALICE.to_string());
     assert_eq!(view["responses"][0]["value"], true);
@@ -460,7 +295,7 @@ async fn ai_parrot_confirmation_guard_asks_through_the_python_channel() {
     let msg = form.message.as_ref().unwrap();
     assert_eq!(msg.button_texts(), ["✅ Approve", "❌ Cancel"]);
     assert!(msg.visible_text.contains("ledger"), "{}", msg.visible_text);
-    let view = interaction(
+    let view = stored_view(
         &client,
         &base,
         form.event["interaction_id"].as_str().unwrap(),
@@ -536,7 +371,7 @@ async fn ai_parrot_confirmation_guard_asks_through_the_python_channel() {
             m.visible_text.contains("Withdrawn by the agent") && !m.has_buttons()
         })
         .await;
-    let view = interaction(&client, &base, w["interaction_id"].as_str().unwrap()).await;
+    let view = stored_view(&client, &base, w["interaction_id"].as_str().unwrap()).await;
     assert_eq!(view["status"], "cancelled", "{view}");
 
     // Across a restart of the service (SIGKILL), the answer still reaches the agent.

@@ -26,8 +26,6 @@ mod support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::AsyncConnectionConfig;
@@ -35,15 +33,15 @@ use redis::aio::MultiplexedConnection;
 use serde_json::{Value, json};
 use support::app::*;
 use support::fake_telegram::{FakeTelegram, SentMessage, TgUser};
+use support::parrot_driver::{
+    Driver, interaction, parrot_python, required, wait_delivered, wait_for_question,
+};
 use support::process::{ServiceProcess, write_config};
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
 
 const DRIVER: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/clients/python/e2e/driver_redis.py"
 );
-const CLIENT_SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python/src");
 /// The longest the driver may stay silent (importing ai-parrot takes a few seconds; its
 /// longest wait is a 3 s timeout).
 const EVENT_WAIT: Duration = Duration::from_secs(45);
@@ -54,30 +52,6 @@ const BRIDGE_AGENT: &str = "parrot-bridge";
 const BRIDGE_TOKEN: &str = HOOK_SECRET_A;
 const BRIDGE_TOKEN_ENV: &str = "HOOK_A";
 const ALICE_CHAT: i64 = ALICE as i64;
-
-fn required(var: &str) -> bool {
-    std::env::var(var).as_deref() == Ok("1")
-}
-
-/// The interpreter with ai-parrot: `$HITL_AIPARROT_PYTHON`.
-fn parrot_python() -> Option<PathBuf> {
-    let Some(path) = std::env::var_os("HITL_AIPARROT_PYTHON").filter(|p| !p.is_empty()) else {
-        assert!(
-            !required("HITL_REQUIRE_AIPARROT"),
-            "HITL_REQUIRE_AIPARROT=1 but HITL_AIPARROT_PYTHON is not set: point it at a \
-             python with ai-parrot 1.2.4 (.ci/run installs one in .ci/.venv-parrot)"
-        );
-        eprintln!("skipped: HITL_AIPARROT_PYTHON is not set (a python with ai-parrot 1.2.4)");
-        return None;
-    };
-    let path = PathBuf::from(path);
-    assert!(
-        path.is_file(),
-        "HITL_AIPARROT_PYTHON={} is not a file",
-        path.display()
-    );
-    Some(path)
-}
 
 fn redis_url() -> String {
     std::env::var("HITL_REDIS_URL")
@@ -158,93 +132,6 @@ recipients = ["alice"]
     config
 }
 
-/// The driver process and its protocol lines.
-struct Driver {
-    child: Child,
-    lines: Lines<BufReader<ChildStdout>>,
-    stderr: Arc<Mutex<Vec<String>>>,
-    seen: Vec<Value>,
-}
-
-impl Driver {
-    fn start(python: &Path, prefix: &str) -> Driver {
-        let pythonpath = match std::env::var("PYTHONPATH") {
-            Ok(p) if !p.is_empty() => format!("{CLIENT_SRC}:{p}"),
-            _ => CLIENT_SRC.to_owned(),
-        };
-        let mut child = Command::new(python)
-            .arg(DRIVER)
-            .env("HITL_REDIS_URL", redis_url())
-            .env("HITL_BRIDGE_PREFIX", prefix)
-            .env("HITL_RECIPIENT", "alice")
-            .env("PYTHONPATH", pythonpath)
-            .env("PYTHONUNBUFFERED", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the driver starts");
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let sink = stderr.clone();
-        let mut err_lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = err_lines.next_line().await {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        Driver {
-            child,
-            lines,
-            stderr,
-            seen: Vec::new(),
-        }
-    }
-
-    fn log_tail(&self) -> String {
-        let log = self.stderr.lock().unwrap();
-        let from = log.len().saturating_sub(150);
-        log[from..].join("\n")
-    }
-
-    /// The next protocol event; panics (with the driver's log) on silence, exit or a
-    /// `fatal` report.
-    async fn next(&mut self) -> Value {
-        loop {
-            let line = match tokio::time::timeout(EVENT_WAIT, self.lines.next_line()).await {
-                Ok(Ok(Some(line))) => line,
-                Ok(Ok(None)) | Ok(Err(_)) => {
-                    let status = self.child.wait().await.ok();
-                    panic!(
-                        "the driver exited ({status:?}) after {:?}; its log:\n{}",
-                        self.seen,
-                        self.log_tail()
-                    );
-                }
-                Err(_) => panic!(
-                    "the driver said nothing for {EVENT_WAIT:?} after {:?}; its log:\n{}",
-                    self.seen,
-                    self.log_tail()
-                ),
-            };
-            let Ok(event) = serde_json::from_str::<Value>(&line) else {
-                self.stderr.lock().unwrap().push(format!("(stdout) {line}"));
-                continue;
-            };
-            if event["event"] == "fatal" {
-                panic!(
-                    "the driver failed: {}; its log:\n{}",
-                    event["error"],
-                    self.log_tail()
-                );
-            }
-            self.seen.push(event.clone());
-            return event;
-        }
-    }
-}
-
 /// What alice does with each scenario's question.
 fn act_for(scenario: &str) -> Option<(&'static str, TgUser)> {
     match scenario {
@@ -256,63 +143,6 @@ fn act_for(scenario: &str) -> Option<(&'static str, TgUser)> {
         "timeout" => None,
         other => panic!("the driver asked in an unknown scenario {other:?}"),
     }
-}
-
-/// The bridge agent's view of an interaction, through the API (`None` until stored).
-async fn interaction(client: &reqwest::Client, base: &str, id: &str) -> Option<Value> {
-    let r = client
-        .get(format!("{base}/v1/interactions/{id}"))
-        .bearer_auth(BRIDGE_TOKEN)
-        .send()
-        .await
-        .expect("GET interaction");
-    if r.status() == reqwest::StatusCode::NOT_FOUND {
-        return None;
-    }
-    assert!(r.status().is_success(), "GET {id}: {}", r.status());
-    Some(r.json().await.expect("JSON"))
-}
-
-/// Waits until the bridge stored the question and its message is in Telegram (status
-/// past `pending`), so a tap is bound to it.
-async fn wait_delivered(client: &reqwest::Client, base: &str, id: &str) -> Value {
-    for _ in 0..200 {
-        if let Some(view) = interaction(client, base, id).await
-            && view["status"] != "pending"
-        {
-            return view;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{id} was never delivered");
-}
-
-/// The bot's message in `chat` showing `text` that is not one of `matched` (waits up
-/// to 20 s).
-async fn wait_for_question(
-    telegram: &FakeTelegram,
-    chat: i64,
-    text: &str,
-    matched: &[i32],
-) -> SentMessage {
-    for _ in 0..400 {
-        if let Some(m) = telegram
-            .messages_in(chat)
-            .into_iter()
-            .find(|m| m.visible_text.contains(text) && !matched.contains(&m.message_id))
-        {
-            return m;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "no message showing {text:?} in chat {chat}; the chat has: {:?}",
-        telegram
-            .messages_in(chat)
-            .iter()
-            .map(|m| m.visible_text.clone())
-            .collect::<Vec<_>>()
-    );
 }
 
 #[derive(Debug, Clone)]
@@ -343,10 +173,19 @@ async fn ai_parrot_asks_through_its_cli_daemon_channel_and_the_redis_bridge() {
     let base = service.base.clone();
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
 
-    let mut driver = Driver::start(&python, &prefix);
+    let mut driver = Driver::start(
+        &python,
+        DRIVER,
+        &[
+            ("HITL_REDIS_URL", redis_url()),
+            ("HITL_BRIDGE_PREFIX", prefix.clone()),
+            ("HITL_RECIPIENT", "alice".to_owned()),
+        ],
+        EVENT_WAIT,
+    );
     let mut asked: BTreeMap<String, Vec<Asked>> = BTreeMap::new();
     let mut results: HashMap<String, Value> = HashMap::new();
-    let mut matched: Vec<i32> = Vec::new();
+    let mut matched: Vec<(i64, i32)> = Vec::new();
     // How many bot messages there were when each result came.
     let mut sent_at_result: HashMap<String, usize> = HashMap::new();
     let mut ready = false;
@@ -372,8 +211,8 @@ async fn ai_parrot_asks_through_its_cli_daemon_channel_and_the_redis_bridge() {
                 let id = event["interaction_id"].as_str().expect("id").to_owned();
                 let question = event["question"].as_str().expect("question");
                 let msg = wait_for_question(&telegram, ALICE_CHAT, question, &matched).await;
-                matched.push(msg.message_id);
-                wait_delivered(&client, &base, &id).await;
+                matched.push((ALICE_CHAT, msg.message_id));
+                wait_delivered(&client, &base, BRIDGE_TOKEN, &id).await;
                 if let Some((button, user)) = act_for(&scenario) {
                     let q = telegram.tap(ALICE_CHAT, msg.message_id, button, user);
                     telegram.wait_for_callback_answer(&q).await;
@@ -395,15 +234,7 @@ async fn ai_parrot_asks_through_its_cli_daemon_channel_and_the_redis_bridge() {
             other => panic!("unknown driver event {other:?}: {event}"),
         }
     }
-    let status = tokio::time::timeout(Duration::from_secs(20), driver.child.wait())
-        .await
-        .expect("the driver exits after done")
-        .expect("exit status");
-    assert!(
-        status.success(),
-        "driver: {status:?}\n{}",
-        driver.log_tail()
-    );
+    driver.finish(Duration::from_secs(20)).await;
     // Shown by the test harness only if an assertion below fails.
     eprintln!("the driver's log (tail):\n{}", driver.log_tail());
 
@@ -440,7 +271,7 @@ async fn ai_parrot_asks_through_its_cli_daemon_channel_and_the_redis_bridge() {
     assert_eq!(q.event["target_humans"], json!(["alice"]));
     assert_eq!(q.message.button_texts(), ["✅ Approve", "❌ Reject"]);
     let id = q.event["interaction_id"].as_str().unwrap();
-    let view = interaction(&client, &base, id).await.unwrap();
+    let view = interaction(&client, &base, BRIDGE_TOKEN, id).await.unwrap();
     assert_eq!(view["status"], "completed", "{view}");
     // The bridge records the served recipient by their [people] name.
     assert_eq!(view["responses"][0]["respondent"], "alice", "{view}");

@@ -3,4 +3,5 @@
 
 pub mod app;
 pub mod fake_telegram;
+pub mod parrot_driver;
 pub mod process;

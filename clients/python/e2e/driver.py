@@ -26,7 +26,6 @@ Telegram, bounded by the guard's approval_timeout.
 """
 
 import asyncio
-import json
 import logging
 import os
 import sys
@@ -51,9 +50,8 @@ logging.basicConfig(
     format="driver %(asctime)s %(levelname)s %(name)s: %(message)s",
 )
 
-from pydantic import BaseModel, Field  # noqa: E402
-from typing import List  # noqa: E402
 
+from _scenario import Current, confirm, deploy_tool, params  # noqa: E402
 from parrot.auth.confirmation import (  # noqa: E402
     ConfirmationConfig,
     ConfirmationGuard,
@@ -69,57 +67,16 @@ from hitl_telegram_channel import (  # noqa: E402
 )
 
 
-# ── The tool the agent wants to run ───────────────────────────────────────────
-
-class DeployArgs(BaseModel):
-    service: str = Field(description="Service to deploy")
-    replicas: int = Field(description="How many replicas")
-    ratio: float = Field(description="Canary share")
-    force: bool = Field(description="Skip the health check")
-    tags: List[str] = Field(description="Release tags")
-
-
-class DeployTool:
-    """What ConfirmationGuard reads from an AbstractTool: name, routing_meta,
-    args_schema. (Instantiating a real AbstractTool subclass needs the separate
-    ai-parrot-tools package, which ai-parrot 1.2.4 does not install.)"""
-
-    name = "deploy"
-    description = "Deploy a service"
-    args_schema = DeployArgs
-
-    def __init__(self, routing_meta):
-        self.routing_meta = routing_meta
-
-
-def deploy_tool(*, allow_edit=False, window=0):
-    return DeployTool(
-        routing_meta={
-            "requires_confirmation": True,
-            "confirm_template": "Deploy {service} with {replicas} replicas ({params})?",
-            "confirm_window_seconds": window,
-            "allow_edit": allow_edit,
-        }
-    )
-
-
-def params(service):
-    # An int, a float, a bool, non-ASCII text: what must come back exactly.
-    return {"service": service, "replicas": 3, "ratio": 0.1, "force": False, "tags": ["blue", "café"]}
-
-
 # ── Announcing what was asked ─────────────────────────────────────────────────
 
 class AnnouncingChannel(HitlTelegramChannel):
     """Says on the protocol when a question was posted, so the test can answer it."""
 
-    scenario = None
-
     async def send_interaction(self, interaction, recipient):
         accepted = await super().send_interaction(interaction, recipient)
         emit({
             "event": "asked",
-            "scenario": AnnouncingChannel.scenario,
+            "scenario": Current.scenario,
             "interaction_id": interaction.interaction_id,
             "interaction_type": interaction.interaction_type.value,
             "question": interaction.question,
@@ -128,23 +85,6 @@ class AnnouncingChannel(HitlTelegramChannel):
             "target": self.target_for(recipient),
         })
         return accepted
-
-
-def decision_json(d):
-    return json.loads(d.model_dump_json())
-
-
-async def confirm(scenario, guard, tool, call_params):
-    AnnouncingChannel.scenario = scenario
-    t0 = time.monotonic()
-    decision = await guard.confirm(tool=tool, parameters=call_params)
-    emit({
-        "event": "result",
-        "scenario": scenario,
-        "decision": decision_json(decision),
-        "sent_parameters": call_params,
-        "elapsed": round(time.monotonic() - t0, 3),
-    })
 
 
 async def wait_status(interaction_id, status, within=20.0):
@@ -236,14 +176,14 @@ async def main():
         await confirm("fail_closed", refused, deploy_tool(), params("vault"))
 
     async def notify():
-        AnnouncingChannel.scenario = "notify"
+        Current.scenario = "notify"
         sent = await private_channel.send_notification("alice", "Deploy of billing finished")
         emit({"event": "result", "scenario": "notify", "sent": sent})
 
     async def withdraw():
         # The suspend path: request_human_input_async returns at once; the agent then
         # withdraws the question through the channel.
-        AnnouncingChannel.scenario = "withdraw"
+        Current.scenario = "withdraw"
         manager = ops.human_manager
         interaction = HumanInteraction(
             interaction_type=InteractionType.APPROVAL,

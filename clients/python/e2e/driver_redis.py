@@ -28,7 +28,6 @@ Protocol: one JSON object per line on stdout, as ``driver.py``'s: ``ready``, the
 """
 
 import asyncio
-import json
 import logging
 import os
 import sys
@@ -53,11 +52,10 @@ logging.basicConfig(
     format="driver %(asctime)s %(levelname)s %(name)s: %(message)s",
 )
 
-from typing import List  # noqa: E402
 
-from pydantic import BaseModel, Field  # noqa: E402
 from redis.asyncio import Redis  # noqa: E402
 
+from _scenario import Current, confirm, deploy_tool, params  # noqa: E402
 from parrot.auth.confirmation import (  # noqa: E402
     ConfirmationConfig,
     ConfirmationGuard,
@@ -74,57 +72,17 @@ from parrot.human.models import (  # noqa: E402
 from hitl_telegram_channel import HitlInteractionManager  # noqa: E402
 
 
-# ── The tool the agent wants to run (as in driver.py) ─────────────────────────
-
-class DeployArgs(BaseModel):
-    service: str = Field(description="Service to deploy")
-    replicas: int = Field(description="How many replicas")
-    ratio: float = Field(description="Canary share")
-    force: bool = Field(description="Skip the health check")
-    tags: List[str] = Field(description="Release tags")
-
-
-class DeployTool:
-    """What ConfirmationGuard reads from an AbstractTool: name, routing_meta,
-    args_schema."""
-
-    name = "deploy"
-    description = "Deploy a service"
-    args_schema = DeployArgs
-
-    def __init__(self, routing_meta):
-        self.routing_meta = routing_meta
-
-
-def deploy_tool(*, allow_edit=False, window=0):
-    return DeployTool(
-        routing_meta={
-            "requires_confirmation": True,
-            "confirm_template": "Deploy {service} with {replicas} replicas ({params})?",
-            "confirm_window_seconds": window,
-            "allow_edit": allow_edit,
-        }
-    )
-
-
-def params(service):
-    # An int, a float, a bool, non-ASCII text: what must come back exactly.
-    return {"service": service, "replicas": 3, "ratio": 0.1, "force": False, "tags": ["blue", "café"]}
-
-
 # ── The agent side ────────────────────────────────────────────────────────────
 
 class Announcing(CLIDaemonHumanChannel):
     """AI-Parrot's channel, unchanged; it only says on the protocol what it queued, so
     the test can answer it in Telegram."""
 
-    scenario = None
-
     async def send_interaction(self, interaction, recipient):
         accepted = await super().send_interaction(interaction, recipient)
         emit({
             "event": "asked",
-            "scenario": Announcing.scenario,
+            "scenario": Current.scenario,
             "interaction_id": interaction.interaction_id,
             "interaction_type": interaction.interaction_type.value,
             "question": interaction.question,
@@ -154,23 +112,6 @@ class DefaultRecipientManager(HitlInteractionManager):
             await self._update_status(interaction)
         else:
             await self.cancel_pending(interaction.interaction_id, "undeliverable")
-
-
-def decision_json(d):
-    return json.loads(d.model_dump_json())
-
-
-async def confirm(scenario, guard, tool, call_params):
-    Announcing.scenario = scenario
-    t0 = time.monotonic()
-    decision = await guard.confirm(tool=tool, parameters=call_params)
-    emit({
-        "event": "result",
-        "scenario": scenario,
-        "decision": decision_json(decision),
-        "sent_parameters": call_params,
-        "elapsed": round(time.monotonic() - t0, 3),
-    })
 
 
 async def main():
@@ -217,7 +158,7 @@ async def main():
     emit({"event": "ready"})
 
     async def stock_approve():
-        Announcing.scenario = "stock_approve"
+        Current.scenario = "stock_approve"
         t0 = time.monotonic()
         result = await stock.request_human_input(
             HumanInteraction(

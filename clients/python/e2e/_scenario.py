@@ -1,0 +1,73 @@
+"""What both end-to-end drivers ask about: the tool the agent wants to run, its
+parameters, and running one ConfirmationGuard scenario. Import after
+``_protocol.enter_parrot_scaffold()``."""
+
+import json
+import time
+from typing import List
+
+from pydantic import BaseModel, Field
+
+from _protocol import emit
+
+
+class DeployArgs(BaseModel):
+    service: str = Field(description="Service to deploy")
+    replicas: int = Field(description="How many replicas")
+    ratio: float = Field(description="Canary share")
+    force: bool = Field(description="Skip the health check")
+    tags: List[str] = Field(description="Release tags")
+
+
+class DeployTool:
+    """What ConfirmationGuard reads from an AbstractTool: name, routing_meta,
+    args_schema. (Instantiating a real AbstractTool subclass needs the separate
+    ai-parrot-tools package, which ai-parrot 1.2.4 does not install.)"""
+
+    name = "deploy"
+    description = "Deploy a service"
+    args_schema = DeployArgs
+
+    def __init__(self, routing_meta):
+        self.routing_meta = routing_meta
+
+
+def deploy_tool(*, allow_edit=False, window=0):
+    return DeployTool(
+        routing_meta={
+            "requires_confirmation": True,
+            "confirm_template": "Deploy {service} with {replicas} replicas ({params})?",
+            "confirm_window_seconds": window,
+            "allow_edit": allow_edit,
+        }
+    )
+
+
+def params(service):
+    # An int, a float, a bool, non-ASCII text: what must come back exactly.
+    return {"service": service, "replicas": 3, "ratio": 0.1, "force": False, "tags": ["blue", "café"]}
+
+
+class Current:
+    """The scenario running now, which the announcing channels report with each
+    question they post."""
+
+    scenario = None
+
+
+def decision_json(d):
+    return json.loads(d.model_dump_json())
+
+
+async def confirm(scenario, guard, tool, call_params):
+    """Runs one guard decision and reports it as the scenario's ``result``."""
+    Current.scenario = scenario
+    t0 = time.monotonic()
+    decision = await guard.confirm(tool=tool, parameters=call_params)
+    emit({
+        "event": "result",
+        "scenario": scenario,
+        "decision": decision_json(decision),
+        "sent_parameters": call_params,
+        "elapsed": round(time.monotonic() - t0, 3),
+    })
