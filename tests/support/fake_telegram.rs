@@ -357,6 +357,27 @@ impl FakeTelegram {
         .await
     }
 
+    /// The commands the bot last registered with `setMyCommands`, as (command,
+    /// description) pairs; empty if it never did.
+    pub fn my_commands(&self) -> Vec<(String, String)> {
+        let Some(last) = self.requests("setMyCommands").pop() else {
+            return Vec::new();
+        };
+        let commands = match &last.body["commands"] {
+            Value::String(text) => serde_json::from_str(text).unwrap_or(Value::Null),
+            value => value.clone(),
+        };
+        commands
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let field = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+                (field("command"), field("description"))
+            })
+            .collect()
+    }
+
     /// Messages the bot sent, in the order it sent them, as they stand now.
     pub fn sent_messages(&self) -> Vec<SentMessage> {
         let state = self.shared.lock();
@@ -1392,6 +1413,7 @@ async fn call_method(shared: &Shared, method: &str, body: &Value) -> ApiResult {
             }
             Ok(Value::Bool(true))
         }
+        // Recorded like every request; `my_commands` reads the last one back.
         "setmycommands" => Ok(Value::Bool(true)),
         "sendmessage" => shared.mutate(|state| state.send_message(body)),
         "editmessagetext" => shared.mutate(|state| state.edit_message(body, true)),
