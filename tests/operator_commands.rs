@@ -154,6 +154,26 @@ async fn pending_from_a_non_approver_is_refused_and_names_nothing() {
     // An approver of another route is a stranger here too.
     let answer = command(&app, OTHER_CHAT, alice(), "/windows").await;
     assert!(answer.visible_text.contains("Only approvers"));
+    // A bot is never answered, even one whose id is an approver's.
+    silence_after(&app, OPS_CHAT, alice().bot(), "/pending").await;
+
+    // Each refusal in a route's chat is on the audit trail: who, where, what, why.
+    let pool = sqlx::SqlitePool::connect(&app.db_url).await.unwrap();
+    let refused: Vec<(String, String)> = sqlx::query_as(
+        "SELECT actor, detail FROM audit_events WHERE kind = 'refused_command' ORDER BY seq",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    let actors: Vec<&str> = refused.iter().map(|(a, _)| a.as_str()).collect();
+    let (mallory_id, alice_id) = (format!("telegram:{MALLORY}"), format!("telegram:{ALICE}"));
+    assert_eq!(actors, [&mallory_id, &alice_id, &alice_id]);
+    let first: Value = serde_json::from_str(&refused[0].1).unwrap();
+    assert_eq!(first["command"], "pending");
+    assert_eq!(first["chat_id"], OPS_CHAT);
+    let last: Value = serde_json::from_str(&refused[2].1).unwrap();
+    assert_eq!(last["why"], "a bot cannot use operator commands");
 }
 
 #[tokio::test]

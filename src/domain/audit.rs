@@ -317,6 +317,28 @@ pub fn window_revoked(
     }
 }
 
+/// An operator command was refused in a route's chat (a non-approver, or a bot).
+pub fn refused_command(
+    operator: &Operator,
+    chat_id: i64,
+    command: &str,
+    why: &str,
+    at: OffsetDateTime,
+) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: None,
+        kind: "refused_command",
+        actor: format!("telegram:{}", operator.id),
+        detail: json!({
+            "operator": operator_json(operator),
+            "chat_id": chat_id,
+            "command": command,
+            "why": why,
+        }),
+    }
+}
+
 /// Webhook delivered, or given up.
 pub fn webhook(
     confirmation_id: &str,

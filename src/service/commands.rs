@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use super::{Service, now};
 use crate::config::Route;
+use crate::domain::audit;
 use crate::domain::confirmation::{Confirmation, Operator};
 use crate::storage::{LiveWindow, StorageError};
 use crate::telegram::commands::{Command, CommandError};
@@ -97,14 +98,33 @@ impl Service {
         routes
     }
 
+    /// Logs and audits a command refused in a route's chat (as refused taps are), so the
+    /// trail shows who tried to read or change what they may not.
+    async fn refuse_command(&self, m: &CommandMessage, why: &str) -> Result<(), StorageError> {
+        let name = m.command.as_ref().map_or("invalid", Command::name);
+        tracing::warn!(
+            chat_id = m.chat_id,
+            user_id = m.from.id,
+            command = name,
+            why,
+            "operator command refused"
+        );
+        let event = audit::refused_command(&m.from, m.chat_id, name, why, now());
+        self.store.record_event(event).await
+    }
+
     async fn judge_command(
         self: &Arc<Self>,
         m: &CommandMessage,
     ) -> Result<Option<CommandReply>, StorageError> {
+        let here = self.routes_in_chat(m.chat_id);
         if m.from_is_bot {
+            if !here.is_empty() {
+                self.refuse_command(m, "a bot cannot use operator commands")
+                    .await?;
+            }
             return Ok(None);
         }
-        let here = self.routes_in_chat(m.chat_id);
         if here.is_empty() {
             tracing::info!(
                 chat_id = m.chat_id,
@@ -119,11 +139,8 @@ impl Service {
             .filter(|r| r.may_decide(m.from.id))
             .collect();
         if mine.is_empty() {
-            tracing::warn!(
-                chat_id = m.chat_id,
-                user_id = m.from.id,
-                "operator command from a non-approver refused"
-            );
+            self.refuse_command(m, "not an approver of the chat's route")
+                .await?;
             return Ok(Some(CommandReply::Refused(NOT_AN_APPROVER.into())));
         }
         let command = match &m.command {

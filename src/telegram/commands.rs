@@ -52,6 +52,18 @@ pub enum Command {
     Help,
 }
 
+impl Command {
+    /// The command's name, for logs and the audit trail.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Pending => "pending",
+            Command::Windows => "windows",
+            Command::Revoke(_) => "revoke",
+            Command::Help => "help",
+        }
+    }
+}
+
 /// One of our commands, typed wrong. The operator is told exactly which way.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CommandError {

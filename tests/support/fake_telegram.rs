@@ -115,6 +115,8 @@ pub struct TgUser {
     pub first_name: String,
     pub last_name: Option<String>,
     pub username: Option<String>,
+    /// Telegram's `is_bot`: the message or tap comes from another bot.
+    pub is_bot: bool,
 }
 
 impl TgUser {
@@ -124,7 +126,14 @@ impl TgUser {
             first_name: first_name.into(),
             last_name: None,
             username: None,
+            is_bot: false,
         }
+    }
+
+    /// The same account flagged as a bot, as Telegram flags bots' messages and taps.
+    pub fn bot(mut self) -> Self {
+        self.is_bot = true;
+        self
     }
 
     pub fn username(mut self, username: impl Into<String>) -> Self {
@@ -138,7 +147,8 @@ impl TgUser {
     }
 
     fn to_json(&self) -> Value {
-        let mut user = json!({ "id": self.id, "is_bot": false, "first_name": self.first_name });
+        let mut user =
+            json!({ "id": self.id, "is_bot": self.is_bot, "first_name": self.first_name });
         insert_some(&mut user, "last_name", self.last_name.clone());
         insert_some(&mut user, "username", self.username.clone());
         user
