@@ -69,6 +69,23 @@ async fn approved(app: &TestApp, body: Value, chat: i64, user: TgUser) -> Value 
         .await
 }
 
+/// Asks a free-text interaction `id` in the ops chat as agent-a.
+async fn ask_free_text(app: &TestApp, id: &str, question: &str) {
+    let r = app
+        .client
+        .post(app.url("/v1/interactions"))
+        .bearer_auth(TOKEN_A)
+        .json(
+            &json!({"interaction": {"interaction_id": id, "question": question,
+            "interaction_type": "free_text"}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = json_of(r).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+}
+
 async fn events(app: &TestApp, id: &str) -> Vec<Value> {
     let r = app
         .client
@@ -104,17 +121,7 @@ async fn pending_lists_open_requests_oldest_first_with_links_and_not_decided_one
     elsewhere["wait"] = json!("suspend");
     assert_eq!(app.create(elsewhere).await.0, StatusCode::ACCEPTED);
     // An interaction asked in the chat is listed too.
-    let (status, _) = app
-        .client
-        .post(app.url("/v1/interactions"))
-        .bearer_auth(TOKEN_A)
-        .json(&json!({"interaction": {"interaction_id": "colour-1",
-            "question": "Blue <or> green?", "interaction_type": "free_text"}}))
-        .send()
-        .await
-        .map(|r| (r.status(), ()))
-        .unwrap();
-    assert_eq!(status, StatusCode::ACCEPTED);
+    ask_free_text(&app, "colour-1", "Blue <or> green?").await;
     app.telegram.wait_for_message_in(OPS_CHAT, 4).await;
 
     let answer = command(&app, OPS_CHAT, bob(), "/pending").await;
@@ -357,17 +364,7 @@ async fn help_says_what_each_command_does() {
 #[tokio::test]
 async fn a_free_text_answer_that_starts_with_a_slash_is_still_an_answer() {
     let app = TestApp::spawn().await;
-    let (status, _) = app
-        .client
-        .post(app.url("/v1/interactions"))
-        .bearer_auth(TOKEN_A)
-        .json(&json!({"interaction": {"interaction_id": "path-1",
-            "question": "Which folder is full?", "interaction_type": "free_text"}}))
-        .send()
-        .await
-        .map(|r| (r.status(), ()))
-        .unwrap();
-    assert_eq!(status, StatusCode::ACCEPTED);
+    ask_free_text(&app, "path-1", "Which folder is full?").await;
     let question = app
         .telegram
         .wait_for_message_in(OPS_CHAT, 1)

@@ -245,6 +245,18 @@ struct AnswerRow {
     at: i64,
 }
 
+/// [`hydrate`] for each of `rows`, in order.
+async fn hydrate_all(
+    conn: &mut sqlx::SqliteConnection,
+    rows: Vec<Row>,
+) -> Result<Vec<Confirmation>, StorageError> {
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        out.push(hydrate(&mut *conn, row.into_domain()?).await?);
+    }
+    Ok(out)
+}
+
 /// Reads a question's answers and copies into it.
 async fn hydrate(
     conn: &mut sqlx::SqliteConnection,
@@ -869,11 +881,7 @@ impl Store for SqliteStore {
         ))
         .fetch_all(&mut *conn)
         .await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            out.push(hydrate(&mut conn, row.into_domain()?).await?);
-        }
-        Ok(out)
+        hydrate_all(&mut conn, rows).await
     }
 
     async fn count_pending(&self, agent: &str) -> Result<u64, StorageError> {
@@ -1338,11 +1346,7 @@ impl Store for SqliteStore {
         .bind(chat_id)
         .fetch_all(&mut *conn)
         .await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            out.push(hydrate(&mut conn, row.into_domain()?).await?);
-        }
-        Ok(out)
+        hydrate_all(&mut conn, rows).await
     }
 
     async fn live_windows(
