@@ -9,7 +9,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::app::*;
-use support::fake_telegram::{SentMessage, TgUser};
+use support::fake_telegram::{FakeTelegram, SentMessage, TgUser};
 
 /// A group that is no route's chat.
 const RANDOM_GROUP: i64 = -1_001_555_000_777;
@@ -107,6 +107,29 @@ async fn the_four_commands_are_registered_with_telegram_at_start() {
     let names: Vec<&str> = commands.iter().map(|(c, _)| c.as_str()).collect();
     assert_eq!(names, ["pending", "windows", "revoke", "help"]);
     assert!(commands.iter().all(|(_, d)| d.len() >= 3 && d.len() <= 256));
+}
+
+#[tokio::test]
+async fn a_failed_registration_is_retried_while_the_service_keeps_serving() {
+    let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
+    // Not a 5xx: teloxide sleeps 10 s before it reports one.
+    telegram.fail_next("getMe", 1, 400, "Bad Request: try again");
+    telegram.fail_next_with_retry_after("setMyCommands", 1, 2);
+    let app = TestApp::spawn_on(telegram).await;
+    let (status, record) = app
+        .create(json!({"tool": "deploy", "params": {},
+        "wait": "suspend"}))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{record}");
+    app.telegram.wait_for_requests("setMyCommands", 2).await;
+    assert_eq!(app.telegram.requests("getMe").len(), 2);
+    assert_eq!(app.telegram.my_commands().len(), 4);
+    let answer = command(&app, OPS_CHAT, alice(), "/pending@hitl_test_bot").await;
+    assert!(
+        answer.visible_text.contains("deploy"),
+        "{}",
+        answer.visible_text
+    );
 }
 
 #[tokio::test]

@@ -182,16 +182,20 @@ where
             _ = stop.cancelled() => return None,
             r = call() => r,
         };
-        match result {
+        let error = match result {
             Ok(v) => return Some(v),
-            Err(e) => {
-                tracing::warn!(method, error = %e, retry_in_s = pause.as_secs(),
-                    "a startup call to Telegram failed; retrying");
-            }
-        }
+            Err(e) => e,
+        };
+        // Flood control says how long to wait; anything else waits the growing pause.
+        let wait = match &error {
+            teloxide::RequestError::RetryAfter(s) => s.duration().max(pause),
+            _ => pause,
+        };
+        tracing::warn!(method, error = %error, retry_in_s = wait.as_secs(),
+            "a startup call to Telegram failed; retrying");
         tokio::select! {
             _ = stop.cancelled() => return None,
-            _ = tokio::time::sleep(pause) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
         pause = (pause * 2).min(LONGEST_PAUSE);
     }
