@@ -99,6 +99,12 @@ impl Application {
         );
         // Returns at once unless [redis_bridge] is enabled.
         let bridge = tokio::spawn(crate::redis_bridge::run(service.clone(), shutdown.clone()));
+        // getMe (for /cmd@bot) and setMyCommands, retried in the background.
+        let commands = tokio::spawn(telegram::commands::register(
+            bot.clone(),
+            service.clone(),
+            shutdown.clone(),
+        ));
         let polling = tokio::spawn(telegram::polling::run(
             bot,
             service.clone(),
@@ -128,6 +134,7 @@ impl Application {
         let _ = tokio::time::timeout(poll_drain(poll_timeout_seconds), polling).await;
         let _ = deadlines.await;
         let _ = purge.await;
+        let _ = tokio::time::timeout(TASK_DRAIN, commands).await;
         // The bridge finishes storing the question it took (or leaves it to be re-driven).
         if tokio::time::timeout(TASK_DRAIN, bridge).await.is_err() {
             tracing::warn!("the Redis bridge did not stop in time");

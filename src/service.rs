@@ -32,6 +32,9 @@ use crate::domain::pyvalue::PyDict;
 use crate::scheduler::Deadlines;
 use crate::storage::{Answered, Decided, Inserted, StorageError, Store};
 
+mod commands;
+pub use commands::{CommandMessage, CommandReply};
+
 /// Why Telegram could not carry a message.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{reason}")]
@@ -81,6 +84,13 @@ pub trait Messenger: Send + Sync + 'static {
         text: &str,
         alert: bool,
     ) -> Result<(), DeliveryError>;
+    /// Answers an operator command in `chat_id`, as a reply to its message.
+    async fn send_command_reply(
+        &self,
+        chat_id: i64,
+        reply_to: i32,
+        reply: &CommandReply,
+    ) -> Result<i32, DeliveryError>;
 }
 
 /// What a message shows besides the record itself.
@@ -263,6 +273,8 @@ pub struct Service {
     moved_chats: Mutex<HashMap<String, i64>>,
     /// Ticks after every change that may have written an agent event.
     events: watch::Sender<u64>,
+    /// The bot's Telegram username, once known (operator commands addressed to it).
+    bot_username: std::sync::OnceLock<String>,
 }
 
 impl Service {
@@ -277,6 +289,7 @@ impl Service {
             webhook_wake: Notify::new(),
             moved_chats: Mutex::new(HashMap::new()),
             events: watch::channel(0).0,
+            bot_username: std::sync::OnceLock::new(),
         }
     }
 

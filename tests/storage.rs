@@ -222,3 +222,69 @@ async fn a_question_gains_a_copy_once_per_further_chat_while_pending() {
         ("bob", 222)
     );
 }
+
+#[tokio::test]
+async fn revoking_a_window_closes_only_that_live_window_and_chains_its_audit_event() {
+    let (s, _dir) = store().await;
+    let mine = pending(None);
+    let mut theirs = pending(None);
+    theirs.route = "other".into();
+    theirs.owner_id = OwnerId::parse("someone-else").unwrap();
+    for r in [&mine, &theirs] {
+        s.insert(r, now()).await.unwrap();
+        s.decide(&r.id, &Outcome::Approved(op(1)).decide(now()))
+            .await
+            .unwrap();
+    }
+    let listed = s.live_windows("ops", now()).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (listed[0].window.opened_by.clone(), listed[0].route.as_str()),
+        (mine.id.clone(), "ops")
+    );
+
+    // An expired window is not live: nothing to revoke, nothing written.
+    let later = now() + Duration::from_secs(61);
+    assert!(
+        s.revoke_window(&mine.id, &op(2), -1, later)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let revoked = s
+        .revoke_window(&mine.id, &op(2), -1, now())
+        .await
+        .unwrap()
+        .expect("a live window");
+    assert_eq!(revoked.window.key, mine.window_key());
+    assert!(
+        s.live_window(&mine.window_key(), now())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        s.live_window_opened_by(&theirs.id, now())
+            .await
+            .unwrap()
+            .is_some(),
+        "another window stays open"
+    );
+    assert!(
+        s.revoke_window(&mine.id, &op(2), -1, now())
+            .await
+            .unwrap()
+            .is_none(),
+        "a window is revoked once"
+    );
+    let trail = s.events_for(&mine.id).await.unwrap();
+    let kinds: Vec<&str> = trail.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["requested", "decided", "window_revoked"]);
+    assert_eq!(trail[2].actor, "telegram:2");
+    let rows = s.audit_rows(None).await.unwrap();
+    assert_eq!(
+        hitl_telegram::domain::audit::verify(rows).unwrap(),
+        5,
+        "the chain holds"
+    );
+}

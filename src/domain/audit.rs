@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
-use super::confirmation::{Confirmation, Operator, Status, Via, rfc3339};
+use super::confirmation::{Confirmation, Operator, Status, Via, Window, rfc3339};
 use super::interaction::Answer;
 
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -285,6 +285,55 @@ pub fn refused_tap(
             "operator": operator_json(operator),
             "chat_id": chat_id,
             "message_id": message_id,
+            "why": why,
+        }),
+    }
+}
+
+/// An operator closed a confirmation window early (`/revoke` in `chat_id`). Filed under
+/// the request that opened the window, so that request's trail shows who closed it.
+pub fn window_revoked(
+    window: &Window,
+    route: &str,
+    by: &Operator,
+    chat_id: i64,
+    at: OffsetDateTime,
+) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: Some(window.opened_by.to_string()),
+        kind: "window_revoked",
+        actor: format!("telegram:{}", by.id),
+        detail: json!({
+            "operator": operator_json(by),
+            "route": route,
+            "chat_id": chat_id,
+            "agent": window.key.agent,
+            "tool": window.key.tool.as_str(),
+            "owner_id": window.key.owner_id.as_str(),
+            "args_hash": window.key.args_hash.as_str(),
+            "expires_at": rfc3339(window.expires_at),
+        }),
+    }
+}
+
+/// An operator command was refused in a route's chat (a non-approver, or a bot).
+pub fn refused_command(
+    operator: &Operator,
+    chat_id: i64,
+    command: &str,
+    why: &str,
+    at: OffsetDateTime,
+) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: None,
+        kind: "refused_command",
+        actor: format!("telegram:{}", operator.id),
+        detail: json!({
+            "operator": operator_json(operator),
+            "chat_id": chat_id,
+            "command": command,
             "why": why,
         }),
     }

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 
 use crate::domain::audit::{AuditEvent, NewEvent, StoredRow};
-use crate::domain::confirmation::{Confirmation, Decision, Window, WindowKey};
+use crate::domain::confirmation::{Confirmation, Decision, Operator, Window, WindowKey};
 use crate::domain::ids::{CallbackToken, ConfirmationId, DeliveryId, IdempotencyKey};
 use crate::domain::interaction::Answer;
 
@@ -82,6 +82,17 @@ pub struct PendingEntry {
     /// False when the process stopped between storing the request and recording its
     /// Telegram message: the question may never have reached the chat.
     pub delivered: bool,
+}
+
+/// A live confirmation window with where the request that opened it was asked: windows
+/// belong to the route of their opening request (operator commands list and revoke them
+/// per route).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveWindow {
+    pub window: Window,
+    pub route: String,
+    /// The chat of the opening request.
+    pub chat_id: i64,
 }
 
 /// A webhook waiting in the outbox.
@@ -297,6 +308,36 @@ pub trait Store: Send + Sync + 'static {
 
     /// The newest event number of the agent's stream (0 when it has none).
     async fn last_agent_event(&self, agent: &str) -> Result<i64, StorageError>;
+
+    /// The pending questions posted in `chat_id` (as their first message), oldest first.
+    async fn pending_in_chat(&self, chat_id: i64) -> Result<Vec<Confirmation>, StorageError>;
+
+    /// The windows live at `now` that a request of `route` opened, soonest expiry first.
+    async fn live_windows(
+        &self,
+        route: &str,
+        now: OffsetDateTime,
+    ) -> Result<Vec<LiveWindow>, StorageError>;
+
+    /// The window live at `now` that `opened_by` opened, if any. A request opens at most
+    /// one window, so its id names the window.
+    async fn live_window_opened_by(
+        &self,
+        opened_by: &ConfirmationId,
+        now: OffsetDateTime,
+    ) -> Result<Option<LiveWindow>, StorageError>;
+
+    /// Closes the window `opened_by` opened, if it is still live at `now`, and records in
+    /// the same transaction that `by` revoked it (in `chat_id`). Returns the window
+    /// closed; `None` when there was none live (nothing is written then). The one way a
+    /// window ends early, so a cache of windows is invalidated here.
+    async fn revoke_window(
+        &self,
+        opened_by: &ConfirmationId,
+        by: &Operator,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<Option<LiveWindow>, StorageError>;
 
     /// Writes a consistent copy of the whole database to `file` (which must not exist)
     /// while the service keeps running.

@@ -10,8 +10,8 @@ use sqlx::{FromRow, SqlitePool};
 use time::OffsetDateTime;
 
 use super::{
-    AgentEvent, Answered, Decided, IDEMPOTENCY_TTL, Inserted, OutboxEntry, PendingEntry,
-    StorageError, Store, WebhookAttempt,
+    AgentEvent, Answered, Decided, IDEMPOTENCY_TTL, Inserted, LiveWindow, OutboxEntry,
+    PendingEntry, StorageError, Store, WebhookAttempt,
 };
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit::{self, AuditEvent, GENESIS_HASH, NewEvent, StoredRow};
@@ -243,6 +243,18 @@ struct AnswerRow {
     value_json: String,
     is_default: bool,
     at: i64,
+}
+
+/// [`hydrate`] for each of `rows`, in order.
+async fn hydrate_all(
+    conn: &mut sqlx::SqliteConnection,
+    rows: Vec<Row>,
+) -> Result<Vec<Confirmation>, StorageError> {
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        out.push(hydrate(&mut *conn, row.into_domain()?).await?);
+    }
+    Ok(out)
 }
 
 /// Reads a question's answers and copies into it.
@@ -490,6 +502,58 @@ impl AuditRow {
             detail_text: self.detail,
             prev_hash: self.prev_hash,
             hash: self.hash,
+        })
+    }
+}
+
+/// A window joined with the route and chat of the request that opened it.
+#[derive(FromRow)]
+struct WindowRow {
+    agent: String,
+    owner_id: String,
+    tool: String,
+    args_hash: String,
+    expires_at: i64,
+    opened_by: String,
+    route: String,
+    chat_id: i64,
+}
+
+/// The columns of a [`WindowRow`]; `w` is the window, `c` its opening request.
+macro_rules! select_windows_where {
+    ($clause:literal) => {
+        concat!(
+            "SELECT w.agent, w.owner_id, w.tool, w.args_hash, w.expires_at, w.opened_by,
+                    c.route, c.chat_id
+             FROM windows w JOIN confirmations c ON c.id = w.opened_by
+             WHERE ",
+            $clause
+        )
+    };
+}
+
+impl WindowRow {
+    fn into_domain(self) -> Result<LiveWindow, StorageError> {
+        let corrupt = |what: &str| StorageError::Corrupt {
+            id: self.opened_by.clone(),
+            what: what.to_owned(),
+        };
+        Ok(LiveWindow {
+            window: Window {
+                key: WindowKey {
+                    owner_id: OwnerId::parse(&self.owner_id)
+                        .map_err(|_| corrupt("window owner_id"))?,
+                    tool: ToolName::parse(&self.tool).map_err(|_| corrupt("window tool"))?,
+                    args_hash: ArgsHash::parse(&self.args_hash)
+                        .map_err(|_| corrupt("window args_hash"))?,
+                    agent: self.agent.clone(),
+                },
+                expires_at: from_ms(self.expires_at).ok_or_else(|| corrupt("window expiry"))?,
+                opened_by: ConfirmationId::parse(&self.opened_by)
+                    .map_err(|_| corrupt("opened_by"))?,
+            },
+            route: self.route.clone(),
+            chat_id: self.chat_id,
         })
     }
 }
@@ -817,11 +881,7 @@ impl Store for SqliteStore {
         ))
         .fetch_all(&mut *conn)
         .await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            out.push(hydrate(&mut conn, row.into_domain()?).await?);
-        }
-        Ok(out)
+        hydrate_all(&mut conn, rows).await
     }
 
     async fn count_pending(&self, agent: &str) -> Result<u64, StorageError> {
@@ -1276,6 +1336,87 @@ impl Store for SqliteStore {
                 .fetch_one(&self.pool)
                 .await?;
         Ok(n.unwrap_or(0))
+    }
+
+    async fn pending_in_chat(&self, chat_id: i64) -> Result<Vec<Confirmation>, StorageError> {
+        let mut conn = self.pool.acquire().await?;
+        let rows: Vec<Row> = sqlx::query_as(select_where!(
+            "chat_id = ?1 AND status = 'pending' ORDER BY created_at, id"
+        ))
+        .bind(chat_id)
+        .fetch_all(&mut *conn)
+        .await?;
+        hydrate_all(&mut conn, rows).await
+    }
+
+    async fn live_windows(
+        &self,
+        route: &str,
+        now: OffsetDateTime,
+    ) -> Result<Vec<LiveWindow>, StorageError> {
+        let rows: Vec<WindowRow> = sqlx::query_as(select_windows_where!(
+            "c.route = ?1 AND w.expires_at > ?2 ORDER BY w.expires_at, w.opened_by"
+        ))
+        .bind(route)
+        .bind(ms(now))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(WindowRow::into_domain).collect()
+    }
+
+    async fn live_window_opened_by(
+        &self,
+        opened_by: &ConfirmationId,
+        now: OffsetDateTime,
+    ) -> Result<Option<LiveWindow>, StorageError> {
+        let row: Option<WindowRow> = sqlx::query_as(select_windows_where!(
+            "w.opened_by = ?1 AND w.expires_at > ?2"
+        ))
+        .bind(opened_by.as_str())
+        .bind(ms(now))
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(WindowRow::into_domain).transpose()
+    }
+
+    async fn revoke_window(
+        &self,
+        opened_by: &ConfirmationId,
+        by: &Operator,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<Option<LiveWindow>, StorageError> {
+        let _audit = self.audit.lock().await;
+        let mut tx = self.write_tx().await?;
+        let row: Option<WindowRow> = sqlx::query_as(select_windows_where!(
+            "w.opened_by = ?1 AND w.expires_at > ?2"
+        ))
+        .bind(opened_by.as_str())
+        .bind(ms(now))
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let live = row.into_domain()?;
+        // Keyed by the window itself, not only by its opener: the write lock is held
+        // since the read, so this deletes exactly the row just read.
+        sqlx::query(
+            "DELETE FROM windows
+             WHERE agent = ?1 AND owner_id = ?2 AND tool = ?3 AND args_hash = ?4
+               AND opened_by = ?5",
+        )
+        .bind(&live.window.key.agent)
+        .bind(live.window.key.owner_id.as_str())
+        .bind(live.window.key.tool.as_str())
+        .bind(live.window.key.args_hash.as_str())
+        .bind(opened_by.as_str())
+        .execute(&mut *tx)
+        .await?;
+        let event = audit::window_revoked(&live.window, &live.route, by, chat_id, now);
+        append_event(&mut tx, &event).await?;
+        tx.commit().await?;
+        Ok(Some(live))
     }
 
     async fn backup_to(&self, file: &Path) -> Result<(), StorageError> {

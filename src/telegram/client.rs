@@ -29,7 +29,7 @@ use rand::Rng;
 use teloxide::prelude::*;
 use teloxide::types::{
     CallbackQueryId, ForceReply, InlineKeyboardMarkup, LinkPreviewOptions, MessageId, ParseMode,
-    ReplyMarkup,
+    ReplyMarkup, ReplyParameters,
 };
 use teloxide::{ApiError, RequestError};
 use time::OffsetDateTime;
@@ -39,7 +39,7 @@ use super::ratelimit::{Limits, RateLimiter};
 use super::render;
 use crate::domain::confirmation::Confirmation;
 use crate::domain::interaction::InteractionType;
-use crate::service::{DeliveryError, Messenger, View};
+use crate::service::{CommandReply, DeliveryError, Messenger, View};
 
 /// How long an outcome edit keeps being retried. Long, because a question left with live
 /// buttons invites taps that can no longer count; bounded, so a dead chat does not keep
@@ -439,6 +439,34 @@ impl Messenger for TelegramMessenger {
                     .send_message(ChatId(chat_id), text.clone())
                     .parse_mode(ParseMode::Html)
                     .link_preview_options(no_preview())
+                    .send()
+            },
+        )
+        .await?;
+        sent.map(|m| m.id.0)
+            .ok_or_else(|| DeliveryError::new("Telegram did not return the sent message"))
+    }
+
+    async fn send_command_reply(
+        &self,
+        chat_id: i64,
+        reply_to: i32,
+        reply: &CommandReply,
+    ) -> Result<i32, DeliveryError> {
+        let text = super::commands::render(reply, crate::service::now());
+        // The command may be deleted meanwhile; the answer is worth sending anyway.
+        let reply_to = ReplyParameters::new(MessageId(reply_to)).allow_sending_without_reply();
+        let sent = retrying(
+            &self.limiter,
+            Method::SendMessage,
+            Some(chat_id),
+            Instant::now() + NOTIFY_PATIENCE,
+            || {
+                self.bot
+                    .send_message(ChatId(chat_id), text.clone())
+                    .parse_mode(ParseMode::Html)
+                    .link_preview_options(no_preview())
+                    .reply_parameters(reply_to.clone())
                     .send()
             },
         )

@@ -2,6 +2,7 @@
 //! and turns button taps from long polling into [`crate::service::Tap`]s.
 
 pub mod client;
+pub mod commands;
 pub mod polling;
 pub mod ratelimit;
 pub mod render;

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use teloxide::types::{AllowedUpdate, CallbackQuery, Message, Update, UpdateKind};
 
 use crate::domain::confirmation::Operator;
-use crate::service::{Reply, Service, Tap};
+use crate::service::{CommandMessage, Reply, Service, Tap};
+use crate::telegram::commands::{self, Parsed};
 
 /// The update kinds the service handles; Telegram is asked for these only.
 pub fn allowed() -> Vec<AllowedUpdate> {
@@ -26,6 +27,27 @@ pub fn dispatch(service: &Arc<Service>, update: Update) {
                 .spawn(async move { service.handle_tap(tap).await });
         }
         UpdateKind::Message(m) => {
+            match command_from(&m, service.bot_username()) {
+                Some(Parsed::Ours(command)) => {
+                    if let Some(from) = m.from.as_ref() {
+                        let message = CommandMessage {
+                            chat_id: m.chat.id.0,
+                            message_id: m.id.0,
+                            from: operator(from),
+                            from_is_bot: from.is_bot,
+                            command,
+                        };
+                        let service = service.clone();
+                        service
+                            .tasks()
+                            .clone()
+                            .spawn(async move { service.handle_command(message).await });
+                    }
+                    return;
+                }
+                Some(Parsed::ForAnotherBot) => return,
+                Some(Parsed::NotACommand) | None => {}
+            }
             if let Some(reply) = reply_from(&m) {
                 let service = service.clone();
                 service
@@ -59,6 +81,12 @@ pub fn tap_from(q: CallbackQuery) -> Tap {
         chat_id: q.message.as_ref().map(|m| m.chat().id.0),
         message_id: q.message.as_ref().map(|m| m.id().0),
     }
+}
+
+/// What a text message is as a command (`None` without text). Commands are read from
+/// the text itself, as Telegram's clients write them, not from its entities.
+pub fn command_from(m: &Message, me: Option<&str>) -> Option<Parsed> {
+    m.text().map(|text| commands::parse(text, me))
 }
 
 /// A text message that replies to another: a candidate free-text answer. Anything

@@ -147,6 +147,15 @@ impl TestApp {
         Self::spawn_with(DEFAULT_CALLBACK_PREFIX, edit).await
     }
 
+    /// Spawns against `telegram`, prepared by the test beforehand (e.g. to fail the
+    /// calls the service makes at start).
+    pub async fn spawn_on(telegram: FakeTelegram) -> TestApp {
+        let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
+        let db_url = format!("sqlite://{}/hitl.db", dir.path().display());
+        let prefix = DEFAULT_CALLBACK_PREFIX.to_owned();
+        Self::start(Arc::new(telegram), dir, db_url, prefix, |toml| toml).await
+    }
+
     async fn spawn_with(prefix: &str, edit: impl FnOnce(String) -> String) -> TestApp {
         let telegram = Arc::new(FakeTelegram::start_with_token(BOT_TOKEN).await);
         let dir = Arc::new(tempfile::tempdir().expect("temp dir"));

@@ -115,6 +115,8 @@ pub struct TgUser {
     pub first_name: String,
     pub last_name: Option<String>,
     pub username: Option<String>,
+    /// Telegram's `is_bot`: the message or tap comes from another bot.
+    pub is_bot: bool,
 }
 
 impl TgUser {
@@ -124,7 +126,14 @@ impl TgUser {
             first_name: first_name.into(),
             last_name: None,
             username: None,
+            is_bot: false,
         }
+    }
+
+    /// The same account flagged as a bot, as Telegram flags bots' messages and taps.
+    pub fn bot(mut self) -> Self {
+        self.is_bot = true;
+        self
     }
 
     pub fn username(mut self, username: impl Into<String>) -> Self {
@@ -138,7 +147,8 @@ impl TgUser {
     }
 
     fn to_json(&self) -> Value {
-        let mut user = json!({ "id": self.id, "is_bot": false, "first_name": self.first_name });
+        let mut user =
+            json!({ "id": self.id, "is_bot": self.is_bot, "first_name": self.first_name });
         insert_some(&mut user, "last_name", self.last_name.clone());
         insert_some(&mut user, "username", self.username.clone());
         user
@@ -355,6 +365,27 @@ impl FakeTelegram {
             (found.len() >= n).then_some(found)
         })
         .await
+    }
+
+    /// The commands the bot last registered with `setMyCommands`, as (command,
+    /// description) pairs; empty if it never did.
+    pub fn my_commands(&self) -> Vec<(String, String)> {
+        let Some(last) = self.requests("setMyCommands").pop() else {
+            return Vec::new();
+        };
+        let commands = match &last.body["commands"] {
+            Value::String(text) => serde_json::from_str(text).unwrap_or(Value::Null),
+            value => value.clone(),
+        };
+        commands
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let field = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+                (field("command"), field("description"))
+            })
+            .collect()
     }
 
     /// Messages the bot sent, in the order it sent them, as they stand now.
@@ -1392,6 +1423,7 @@ async fn call_method(shared: &Shared, method: &str, body: &Value) -> ApiResult {
             }
             Ok(Value::Bool(true))
         }
+        // Recorded like every request; `my_commands` reads the last one back.
         "setmycommands" => Ok(Value::Bool(true)),
         "sendmessage" => shared.mutate(|state| state.send_message(body)),
         "editmessagetext" => shared.mutate(|state| state.edit_message(body, true)),

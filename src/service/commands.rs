@@ -1,0 +1,208 @@
+//! Operator commands (`/pending`, `/windows`, `/revoke`, `/help`): who may use them and
+//! what they do. Telegram's syntax and how the answers read live in
+//! `crate::telegram::commands`.
+//!
+//! Fail closed: a command counts only in a chat that is some route's chat, and only from
+//! a (human) approver of that route; it then sees and touches only what belongs to the
+//! routes it approves there. In any other group the bot stays silent (it may have been
+//! added anywhere, and a reply would tell strangers what it is for); in a private chat
+//! that is no route's it says where commands work; a non-approver in a route's chat
+//! gets a refusal that names nothing pending; other bots get no answer at all, so two
+//! bots can never keep each other talking.
+
+use std::sync::Arc;
+
+use super::{Service, now};
+use crate::config::Route;
+use crate::domain::audit;
+use crate::domain::confirmation::{Confirmation, Operator};
+use crate::storage::{LiveWindow, StorageError};
+use crate::telegram::commands::{Command, CommandError};
+
+/// A command as typed in a chat.
+#[derive(Debug, Clone)]
+pub struct CommandMessage {
+    pub chat_id: i64,
+    /// The command's own message, which the answer replies to.
+    pub message_id: i32,
+    pub from: Operator,
+    pub from_is_bot: bool,
+    /// What was typed, parsed; an error is one of our commands typed wrong.
+    pub command: Result<Command, CommandError>,
+}
+
+/// What a command answers; the Telegram adapter decides how it reads.
+#[derive(Debug, Clone)]
+pub enum CommandReply {
+    /// The open questions of the chat's routes, oldest first.
+    Pending(Vec<Confirmation>),
+    /// The live windows opened from the chat's routes, soonest expiry first.
+    Windows(Vec<LiveWindow>),
+    /// A window was closed.
+    Revoked {
+        window: LiveWindow,
+        by: Operator,
+    },
+    Help,
+    /// Not allowed here or not for this person.
+    Refused(String),
+    /// Allowed, but it cannot be done as asked (a typo, an unknown or foreign window).
+    Invalid(String),
+}
+
+const NOT_AN_APPROVER: &str = "Only approvers of this chat's route can use operator commands.";
+const NOT_A_ROUTE_CHAT: &str = "Operator commands work only in a route's chat.";
+
+impl Service {
+    /// Remembers the bot's Telegram username (from `getMe`), so commands addressed as
+    /// `/cmd@<username>` are recognised. Set once; later calls change nothing.
+    pub fn set_bot_username(&self, username: String) {
+        let _ = self.bot_username.set(username);
+    }
+
+    /// The bot's Telegram username, once `getMe` answered.
+    pub fn bot_username(&self) -> Option<&str> {
+        self.bot_username.get().map(String::as_str)
+    }
+
+    /// Acts on an operator command and answers it in its chat (through the messenger and
+    /// so its rate limits), unless the sender must not be answered at all.
+    pub async fn handle_command(self: &Arc<Self>, m: CommandMessage) {
+        let reply = match self.judge_command(&m).await {
+            Ok(Some(reply)) => reply,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::error!(error = %e, chat_id = m.chat_id, "could not process a command");
+                CommandReply::Invalid("Something went wrong; nothing was changed.".to_owned())
+            }
+        };
+        if let Err(e) = self
+            .messenger
+            .send_command_reply(m.chat_id, m.message_id, &reply)
+            .await
+        {
+            tracing::warn!(chat_id = m.chat_id, reason = %e.reason, "could not answer a command");
+        }
+    }
+
+    /// The routes whose chat is `chat_id` now (several routes may share one chat).
+    fn routes_in_chat(&self, chat_id: i64) -> Vec<Arc<Route>> {
+        let mut routes: Vec<Arc<Route>> = self
+            .config
+            .routes
+            .values()
+            .filter(|r| self.chat_of(&r.name, r.chat_id) == chat_id)
+            .cloned()
+            .collect();
+        routes.sort_by(|a, b| a.name.cmp(&b.name));
+        routes
+    }
+
+    /// Logs and audits a command refused in a route's chat (as refused taps are), so the
+    /// trail shows who tried to read or change what they may not.
+    async fn refuse_command(&self, m: &CommandMessage, why: &str) -> Result<(), StorageError> {
+        let name = m.command.as_ref().map_or("invalid", Command::name);
+        tracing::warn!(
+            chat_id = m.chat_id,
+            user_id = m.from.id,
+            command = name,
+            why,
+            "operator command refused"
+        );
+        let event = audit::refused_command(&m.from, m.chat_id, name, why, now());
+        self.store.record_event(event).await
+    }
+
+    async fn judge_command(
+        self: &Arc<Self>,
+        m: &CommandMessage,
+    ) -> Result<Option<CommandReply>, StorageError> {
+        let here = self.routes_in_chat(m.chat_id);
+        if m.from_is_bot {
+            if !here.is_empty() {
+                self.refuse_command(m, "a bot cannot use operator commands")
+                    .await?;
+            }
+            return Ok(None);
+        }
+        if here.is_empty() {
+            tracing::info!(
+                chat_id = m.chat_id,
+                user_id = m.from.id,
+                "operator command outside any route's chat ignored"
+            );
+            // Positive chat ids are private chats: the person asked the bot directly.
+            return Ok((m.chat_id > 0).then(|| CommandReply::Refused(NOT_A_ROUTE_CHAT.into())));
+        }
+        let mine: Vec<Arc<Route>> = here
+            .into_iter()
+            .filter(|r| r.may_decide(m.from.id))
+            .collect();
+        if mine.is_empty() {
+            self.refuse_command(m, "not an approver of the chat's route")
+                .await?;
+            return Ok(Some(CommandReply::Refused(NOT_AN_APPROVER.into())));
+        }
+        let command = match &m.command {
+            Ok(c) => c,
+            Err(e) => return Ok(Some(CommandReply::Invalid(e.to_string()))),
+        };
+        let is_mine = |route: &str| mine.iter().any(|r| r.name == route);
+        let now = now();
+        Ok(Some(match command {
+            Command::Help => CommandReply::Help,
+            Command::Pending => {
+                let mut open = self.store.pending_in_chat(m.chat_id).await?;
+                open.retain(|r| is_mine(&r.route));
+                CommandReply::Pending(open)
+            }
+            Command::Windows => {
+                let mut live = Vec::new();
+                for route in &mine {
+                    live.extend(self.store.live_windows(&route.name, now).await?);
+                }
+                live.sort_by(|a, b| {
+                    (a.window.expires_at, &a.window.opened_by)
+                        .cmp(&(b.window.expires_at, &b.window.opened_by))
+                });
+                CommandReply::Windows(live)
+            }
+            Command::Revoke(id) => {
+                // The opening request's route never changes, so checking it first and
+                // deleting by the same id after cannot close another route's window.
+                match self.store.live_window_opened_by(id, now).await? {
+                    None => CommandReply::Invalid(format!(
+                        "There is no live window {id}: it may have expired or been revoked \
+                         already (see /windows)."
+                    )),
+                    Some(w) if !is_mine(&w.route) => {
+                        tracing::warn!(chat_id = m.chat_id, user_id = m.from.id, id = %id,
+                            "revoke of another route's window refused");
+                        CommandReply::Refused(format!(
+                            "Window {id} belongs to another route; revoke it in that route's chat."
+                        ))
+                    }
+                    Some(_) => {
+                        match self
+                            .store
+                            .revoke_window(id, &m.from, m.chat_id, now)
+                            .await?
+                        {
+                            Some(window) => {
+                                tracing::info!(id = %id, user_id = m.from.id, route = %window.route,
+                                    "confirmation window revoked");
+                                CommandReply::Revoked {
+                                    window,
+                                    by: m.from.clone(),
+                                }
+                            }
+                            None => CommandReply::Invalid(format!(
+                                "There is no live window {id}: it expired or was revoked just now."
+                            )),
+                        }
+                    }
+                }
+            }
+        }))
+    }
+}

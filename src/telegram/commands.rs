@@ -1,0 +1,466 @@
+//! Operator commands typed in a route's chat: their syntax (`/pending`, `/windows`,
+//! `/revoke <id>`, `/help`, optionally addressed as `/pending@<bot>`), how their answers
+//! read (HTML within Telegram's 4096 characters), and registering them with Telegram at
+//! start (`getMe` for the bot's username, `setMyCommands` for the clients' menu).
+//!
+//! Who may use them and what they do is the service's business
+//! (`crate::service::commands`); this module only knows Telegram's side.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use teloxide::prelude::*;
+use teloxide::types::BotCommand;
+use teloxide::utils::html::escape;
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::confirmation::Confirmation;
+use crate::domain::ids::ConfirmationId;
+use crate::service::{CommandReply, Service};
+use crate::storage::LiveWindow;
+
+/// The commands, their descriptions (Telegram's menu and `/help`) and what they take.
+pub const COMMANDS: [(&str, &str, &str); 4] = [
+    (
+        "pending",
+        "List this chat's open requests with links to them",
+        "",
+    ),
+    (
+        "windows",
+        "List live confirmation windows opened from this chat",
+        "",
+    ),
+    (
+        "revoke",
+        "Close a confirmation window now: /revoke <window id>",
+        " <window id>",
+    ),
+    ("help", "What these commands do", ""),
+];
+
+/// A command the service acts on. Built only by [`parse`], so a `Revoke` always carries
+/// a well-formed id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Pending,
+    Windows,
+    /// The window's id is the id of the request that opened it (a request opens at most
+    /// one window): unambiguous, and already in that request's audit trail.
+    Revoke(ConfirmationId),
+    Help,
+}
+
+impl Command {
+    /// The command's name, for logs and the audit trail.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Pending => "pending",
+            Command::Windows => "windows",
+            Command::Revoke(_) => "revoke",
+            Command::Help => "help",
+        }
+    }
+}
+
+/// One of our commands, typed wrong. The operator is told exactly which way.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    #[error("/revoke needs the id of a window: /revoke <window id> (see /windows)")]
+    RevokeWithoutId,
+    #[error(
+        "'{0}' is not a window id: window ids look like cf_ followed by 32 hex digits (see /windows)"
+    )]
+    MalformedId(String),
+    #[error("/revoke takes one window id, not several")]
+    RevokeTooManyIds,
+    #[error("/{0} is not a command of this bot; see /help")]
+    Unknown(String),
+}
+
+/// What a message's text is to the service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parsed {
+    /// Not a command of ours: ordinary chatter, or a reply that may answer a question.
+    NotACommand,
+    /// A command addressed to another bot (`/pending@other_bot`): none of our business.
+    ForAnotherBot,
+    /// One of our commands, or an attempt at one.
+    Ours(Result<Command, CommandError>),
+}
+
+/// Reads a message's text the way Telegram does: a command is `/name` at the very start,
+/// optionally `@username` of the bot it is for, then its arguments after whitespace.
+/// Names are case-sensitive, as Telegram's are; usernames are not, as Telegram's are
+/// not. `me` is this bot's username, `None` until `getMe` answered: until then a command
+/// addressed to any bot is not taken as ours (fail closed), bare ones still are.
+///
+/// An unknown bare `/name` is not a command of ours (in a group it may be another bot's;
+/// as a reply it may be a free-text answer such as "/var is full"); an unknown name
+/// addressed to us gets an error.
+pub fn parse(text: &str, me: Option<&str>) -> Parsed {
+    let Some(rest) = text.strip_prefix('/') else {
+        return Parsed::NotACommand;
+    };
+    let mut words = rest.split_whitespace();
+    let head = match rest.chars().next() {
+        Some(c) if !c.is_whitespace() => words.next().unwrap_or(""),
+        _ => return Parsed::NotACommand,
+    };
+    let (name, addressed) = match head.split_once('@') {
+        Some((name, to)) => match me {
+            Some(me) if to.eq_ignore_ascii_case(me) => (name, true),
+            _ => return Parsed::ForAnotherBot,
+        },
+        None => (head, false),
+    };
+    let command = match name {
+        "pending" => Ok(Command::Pending),
+        "windows" => Ok(Command::Windows),
+        "help" => Ok(Command::Help),
+        "revoke" => match (words.next(), words.next()) {
+            (None, _) => Err(CommandError::RevokeWithoutId),
+            (Some(_), Some(_)) => Err(CommandError::RevokeTooManyIds),
+            (Some(id), None) => ConfirmationId::parse(id)
+                .map(Command::Revoke)
+                .map_err(|_| CommandError::MalformedId(cut(id, 40))),
+        },
+        _ if addressed => Err(CommandError::Unknown(cut(name, 40))),
+        _ => return Parsed::NotACommand,
+    };
+    Parsed::Ours(command)
+}
+
+/// At most `n` characters of `s`, marked when cut (an operator's typo is echoed back).
+fn cut(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_owned()
+    } else {
+        s.chars().take(n).collect::<String>() + "…"
+    }
+}
+
+/// Asks Telegram for the bot's username (commands addressed `/cmd@<bot>` need it) and
+/// registers [`COMMANDS`] for the clients' menu. Telegram being down at start must not
+/// stop the service: each call is retried in the background, with a growing pause,
+/// until it succeeds or `stop` fires.
+pub async fn register(bot: Bot, service: Arc<Service>, stop: CancellationToken) {
+    let me = retry(&stop, "getMe", || bot.get_me().send()).await;
+    let Some(me) = me else { return };
+    match me.user.username {
+        Some(username) => service.set_bot_username(username),
+        None => tracing::warn!("Telegram reports no username for the bot; /cmd@bot is ignored"),
+    }
+    let commands: Vec<BotCommand> = COMMANDS
+        .iter()
+        .map(|(name, description, _)| BotCommand::new(*name, *description))
+        .collect();
+    if retry(&stop, "setMyCommands", || {
+        bot.set_my_commands(commands.clone()).send()
+    })
+    .await
+    .is_some()
+    {
+        tracing::info!("operator commands registered with Telegram");
+    }
+}
+
+/// First and longest pause between attempts of a startup call.
+const FIRST_PAUSE: Duration = Duration::from_secs(1);
+const LONGEST_PAUSE: Duration = Duration::from_secs(60);
+
+/// Runs `call` until it succeeds (`Some`) or `stop` fires (`None`).
+async fn retry<T, F, Fut>(stop: &CancellationToken, method: &'static str, mut call: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, teloxide::RequestError>>,
+{
+    let mut pause = FIRST_PAUSE;
+    loop {
+        let result = tokio::select! {
+            _ = stop.cancelled() => return None,
+            r = call() => r,
+        };
+        let error = match result {
+            Ok(v) => return Some(v),
+            Err(e) => e,
+        };
+        // Flood control says how long to wait; anything else waits the growing pause.
+        let wait = match &error {
+            teloxide::RequestError::RetryAfter(s) => s.duration().max(pause),
+            _ => pause,
+        };
+        tracing::warn!(method, error = %error, retry_in_s = wait.as_secs(),
+            "a startup call to Telegram failed; retrying");
+        tokio::select! {
+            _ = stop.cancelled() => return None,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        pause = (pause * 2).min(LONGEST_PAUSE);
+    }
+}
+
+/// How many entries a list shows before "and N more".
+const LIST_CAP: usize = 20;
+/// The room a list's entries may take, leaving space under Telegram's 4096 for the
+/// heading and the "and N more" line.
+const LIST_BUDGET: usize = 3600;
+/// How much of an interaction's question an entry quotes.
+const QUESTION_EXCERPT: usize = 80;
+
+/// The answer to a command, as HTML for Telegram's HTML parse mode. Everything that came
+/// from an agent or an operator is escaped.
+pub fn render(reply: &CommandReply, now: OffsetDateTime) -> String {
+    match reply {
+        CommandReply::Pending(items) if items.is_empty() => {
+            "No open requests in this chat.".to_owned()
+        }
+        CommandReply::Pending(items) => list(
+            &format!("<b>Open requests ({})</b>, oldest first:", items.len()),
+            items.iter().map(|r| pending_entry(r, now)),
+        ),
+        CommandReply::Windows(windows) if windows.is_empty() => {
+            "No live confirmation windows from this chat.".to_owned()
+        }
+        CommandReply::Windows(windows) => list(
+            &format!(
+                "<b>Live confirmation windows ({})</b>, soonest to close first. \
+                 Close one with /revoke &lt;id&gt;:",
+                windows.len()
+            ),
+            windows.iter().map(|w| window_entry(w, now)),
+        ),
+        CommandReply::Revoked { window, by } => format!(
+            "🔒 Window <code>{}</code> closed by {}: {} for owner <code>{}</code> (agent {}) \
+             would have run without asking until {}. The next identical call asks again.",
+            escape(window.window.opened_by.as_str()),
+            escape(&by.to_string()),
+            tool(window.window.key.tool.as_str()),
+            escape(window.window.key.owner_id.as_str()),
+            escape(&window.window.key.agent),
+            date_time(window.window.expires_at),
+        ),
+        CommandReply::Help => help(),
+        CommandReply::Refused(text) => format!("⛔ {}", escape(text)),
+        CommandReply::Invalid(text) => format!("⚠️ {}", escape(text)),
+    }
+}
+
+fn help() -> String {
+    let mut out = String::from("<b>Operator commands</b> (approvers of this chat's route):\n");
+    for (name, description, args) in COMMANDS {
+        out.push_str(&format!(
+            "/{name}{} — {}\n",
+            escape(args),
+            escape(description)
+        ));
+    }
+    out.push_str(
+        "A window id is the id of the approved request that opened it (cf_…), as /windows shows.",
+    );
+    out
+}
+
+/// A heading, then entries one per line, at most [`LIST_CAP`] and within
+/// [`LIST_BUDGET`], then how many were left out.
+fn list(heading: &str, entries: impl ExactSizeIterator<Item = String>) -> String {
+    let total = entries.len();
+    let mut out = String::from(heading);
+    let mut shown = 0;
+    let mut used = 0;
+    for entry in entries {
+        let n = entry.encode_utf16().count() + 1;
+        if shown == LIST_CAP || used + n > LIST_BUDGET {
+            break;
+        }
+        out.push('\n');
+        out.push_str(&entry);
+        used += n;
+        shown += 1;
+    }
+    if shown < total {
+        out.push_str(&format!("\n… and {} more.", total - shown));
+    }
+    out
+}
+
+fn pending_entry(r: &Confirmation, now: OffsetDateTime) -> String {
+    let what = match &r.interaction {
+        Some(i) => format!(
+            "❓ {} question “{}”",
+            i.kind.as_str(),
+            escape(&cut(&r.briefing, QUESTION_EXCERPT))
+        ),
+        None => format!(
+            "🔧 {} for owner <code>{}</code>",
+            tool(r.tool.as_str()),
+            escape(&cut(r.owner_id.as_str(), 60))
+        ),
+    };
+    format!(
+        "• {what} · agent {} · {} left · {}",
+        escape(&r.agent),
+        left(r.expires_at - now),
+        link(r.chat_id, r.message_id)
+    )
+}
+
+fn window_entry(w: &LiveWindow, now: OffsetDateTime) -> String {
+    format!(
+        "• <code>{}</code>: {} for owner <code>{}</code> · agent {} · until {} ({} left)",
+        escape(w.window.opened_by.as_str()),
+        tool(w.window.key.tool.as_str()),
+        escape(&cut(w.window.key.owner_id.as_str(), 60)),
+        escape(&w.window.key.agent),
+        date_time(w.window.expires_at),
+        left(w.window.expires_at - now),
+    )
+}
+
+fn tool(name: &str) -> String {
+    format!("<b>{}</b>", escape(&cut(name, 64)))
+}
+
+/// A link to a message. Only supergroups and channels (ids `-100…`) have message links
+/// (`t.me/c/<id without -100>/<message>`); elsewhere the message id is named instead.
+fn link(chat_id: i64, message_id: Option<i32>) -> String {
+    /// Telegram writes supergroup and channel ids as -(10^12 + internal id).
+    const SUPERGROUP_BASE: i64 = 1_000_000_000_000;
+    match message_id {
+        None => "not delivered yet".to_owned(),
+        Some(m) if chat_id < -SUPERGROUP_BASE => {
+            let internal = -chat_id - SUPERGROUP_BASE;
+            format!("<a href=\"https://t.me/c/{internal}/{m}\">open</a>")
+        }
+        Some(m) => format!("message #{m}"),
+    }
+}
+
+/// "45 s", "12 min", "3 h 5 min"; "0 s" once past.
+fn left(d: time::Duration) -> String {
+    let secs = d.whole_seconds().max(0);
+    match secs {
+        s if s < 60 => format!("{s} s"),
+        s if s < 3600 => format!("{} min", s / 60),
+        s => format!("{} h {} min", s / 3600, (s % 3600) / 60),
+    }
+}
+
+fn date_time(t: OffsetDateTime) -> String {
+    let f = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
+    t.to_offset(time::UtcOffset::UTC)
+        .format(&f)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ME: Option<&str> = Some("hitl_test_bot");
+    const ID: &str = "cf_0123456789abcdef0123456789abcdef";
+
+    fn ours(c: Command) -> Parsed {
+        Parsed::Ours(Ok(c))
+    }
+
+    #[test]
+    fn bare_and_addressed_commands_are_ours() {
+        assert_eq!(parse("/pending", ME), ours(Command::Pending));
+        assert_eq!(parse("/windows", ME), ours(Command::Windows));
+        assert_eq!(parse("/help", ME), ours(Command::Help));
+        assert_eq!(parse("/pending@hitl_test_bot", ME), ours(Command::Pending));
+        assert_eq!(parse("/pending@HITL_Test_Bot", ME), ours(Command::Pending));
+        assert_eq!(
+            parse(&format!("/revoke@hitl_test_bot  {ID} "), ME),
+            ours(Command::Revoke(ConfirmationId::parse(ID).unwrap()))
+        );
+    }
+
+    #[test]
+    fn commands_for_another_bot_or_before_get_me_are_not_ours() {
+        assert_eq!(parse("/pending@other_bot", ME), Parsed::ForAnotherBot);
+        assert_eq!(parse("/pending@hitl_test_bot", None), Parsed::ForAnotherBot);
+        assert_eq!(parse("/pending", None), ours(Command::Pending));
+    }
+
+    #[test]
+    fn names_are_case_sensitive_and_unknown_bare_names_are_chatter() {
+        assert_eq!(parse("/Pending", ME), Parsed::NotACommand);
+        assert_eq!(parse("/start", ME), Parsed::NotACommand);
+        assert_eq!(parse("/var/log is full", ME), Parsed::NotACommand);
+        assert_eq!(parse("pending", ME), Parsed::NotACommand);
+        assert_eq!(parse("/ pending", ME), Parsed::NotACommand);
+        assert_eq!(parse("/", ME), Parsed::NotACommand);
+        assert_eq!(
+            parse("/start@hitl_test_bot", ME),
+            Parsed::Ours(Err(CommandError::Unknown("start".into())))
+        );
+    }
+
+    #[test]
+    fn revoke_says_what_is_wrong_with_its_id() {
+        assert_eq!(
+            parse("/revoke", ME),
+            Parsed::Ours(Err(CommandError::RevokeWithoutId))
+        );
+        assert_eq!(
+            parse("/revoke cf_123", ME),
+            Parsed::Ours(Err(CommandError::MalformedId("cf_123".into())))
+        );
+        assert_eq!(
+            parse(&format!("/revoke {ID} {ID}"), ME),
+            Parsed::Ours(Err(CommandError::RevokeTooManyIds))
+        );
+        // Ids are lowercase, as the service writes them.
+        assert!(matches!(
+            parse(&ID.to_uppercase().replace("CF_", "/revoke cf_"), ME),
+            Parsed::Ours(Err(CommandError::MalformedId(_)))
+        ));
+    }
+
+    #[test]
+    fn links_exist_only_for_supergroups() {
+        assert_eq!(
+            link(-1_001_000_000_001, Some(42)),
+            "<a href=\"https://t.me/c/1000000001/42\">open</a>"
+        );
+        assert_eq!(link(-4_000_123, Some(42)), "message #42");
+        assert_eq!(link(12345, Some(7)), "message #7");
+        assert_eq!(link(-1_001_000_000_001, None), "not delivered yet");
+    }
+
+    #[test]
+    fn a_long_list_stops_at_the_cap_and_says_how_many_more() {
+        let entries: Vec<String> = (0..30).map(|i| format!("entry {i}")).collect();
+        let text = list("head", entries.into_iter());
+        assert_eq!(text.lines().count(), 1 + LIST_CAP + 1);
+        assert!(text.ends_with("… and 10 more."), "{text}");
+    }
+
+    #[test]
+    fn a_list_of_long_entries_stays_under_telegrams_limit() {
+        let entries: Vec<String> = (0..20).map(|_| "x".repeat(1000)).collect();
+        let text = list("head", entries.into_iter());
+        assert!(text.encode_utf16().count() <= 4096);
+        assert!(text.ends_with("… and 17 more."), "{text}");
+    }
+
+    #[test]
+    fn time_left_reads_short() {
+        assert_eq!(left(time::Duration::seconds(45)), "45 s");
+        assert_eq!(left(time::Duration::seconds(750)), "12 min");
+        assert_eq!(left(time::Duration::seconds(3 * 3600 + 300)), "3 h 5 min");
+        assert_eq!(left(time::Duration::seconds(-5)), "0 s");
+    }
+
+    #[test]
+    fn help_names_every_command() {
+        let text = help();
+        for (name, _, _) in COMMANDS {
+            assert!(text.contains(&format!("/{name}")), "{text}");
+        }
+        assert!(!text.contains("<window id>"), "escaped: {text}");
+    }
+}
