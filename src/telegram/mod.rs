@@ -1,10 +1,12 @@
 //! The Telegram adapter: renders questions, sends and edits messages through teloxide,
-//! and turns button taps from long polling into [`crate::service::Tap`]s.
+//! and turns button taps from long polling or the webhook route into
+//! [`crate::service::Tap`]s.
 
 pub mod client;
 pub mod polling;
 pub mod ratelimit;
 pub mod render;
 pub mod updates;
+pub mod webhook;
 
 pub use client::TelegramMessenger;
