@@ -19,6 +19,17 @@ async fn webhook_app() -> TestApp {
     TestApp::spawn_on(telegram, true, DEFAULT_CALLBACK_PREFIX, |t| t).await
 }
 
+/// Asks a question in the ops chat, taps Approve as Alice, and checks that it counted.
+async fn alice_approves_a_question(app: &TestApp) {
+    let (record, message_id) = app.ask_suspended(deploy()).await;
+    app.telegram
+        .tap(OPS_CHAT, message_id, "✅ Approve", alice());
+    let r = app
+        .wait_status(record["id"].as_str().unwrap(), "confirmed")
+        .await;
+    assert_eq!(r["decided_by"]["id"], ALICE);
+}
+
 fn deploy() -> Value {
     json!({"tool": "deploy", "params": {"v": 1}})
 }
@@ -186,13 +197,7 @@ async fn a_failing_set_webhook_is_retried_and_then_taps_work() {
     );
     let app = TestApp::spawn_on(telegram, true, DEFAULT_CALLBACK_PREFIX, |t| t).await;
     assert_eq!(app.telegram.requests("setWebhook").len(), 2);
-    let (record, message_id) = app.ask_suspended(deploy()).await;
-    app.telegram
-        .tap(OPS_CHAT, message_id, "✅ Approve", alice());
-    let r = app
-        .wait_status(record["id"].as_str().unwrap(), "confirmed")
-        .await;
-    assert_eq!(r["decided_by"]["id"], ALICE);
+    alice_approves_a_question(&app).await;
 }
 
 #[tokio::test]
@@ -201,13 +206,7 @@ async fn polling_mode_deletes_a_leftover_webhook_and_receives_taps() {
     telegram.set_webhook("https://old.example/telegram/webhook", Some("old"));
     let app = TestApp::spawn_on(telegram, false, DEFAULT_CALLBACK_PREFIX, |t| t).await;
     app.telegram.wait_for_requests("deleteWebhook", 1).await;
-    let (record, message_id) = app.ask_suspended(deploy()).await;
-    app.telegram
-        .tap(OPS_CHAT, message_id, "✅ Approve", alice());
-    let r = app
-        .wait_status(record["id"].as_str().unwrap(), "confirmed")
-        .await;
-    assert_eq!(r["decided_by"]["id"], ALICE);
+    alice_approves_a_question(&app).await;
     assert!(app.telegram.webhook().is_none());
     assert_eq!(app.telegram.requests("deleteWebhook").len(), 1);
     let delete = &app.telegram.requests("deleteWebhook")[0].body;

@@ -46,27 +46,37 @@ pub async fn run(
                     super::updates::dispatch(&service, update);
                 }
             }
-            // A webhook is set, so Telegram refuses getUpdates: someone switched this bot
-            // from webhook mode to polling. Delete it once and poll, as teloxide's own
-            // polling does; polling mode is what the configuration asks for. Only once:
-            // if it comes back, another instance in webhook mode is setting it, and
-            // deleting it in a loop would have the two fight over the bot.
-            Err(e) if !webhook_deleted && is_webhook_conflict(&e) => {
-                webhook_deleted = true;
-                tracing::warn!(
-                    "a Telegram webhook is set for this bot, so getUpdates is refused; \
-                     deleting the webhook to poll (mode = \"polling\")"
-                );
-                let delete = tokio::select! {
-                    _ = stop.cancelled() => break,
-                    r = bot.delete_webhook().send() => r,
-                };
-                if let Err(e) = delete {
-                    tracing::warn!(error = %e, "deleteWebhook failed");
-                }
-            }
             Err(e) => {
-                tracing::warn!(error = %e, retry_in_s = backoff.as_secs(), "getUpdates failed");
+                // A webhook is set, so Telegram refuses getUpdates: someone switched this
+                // bot from webhook mode to polling. Delete it once and poll, as teloxide's
+                // own polling does; polling mode is what the configuration asks for. Only
+                // once: if it comes back, another instance in webhook mode is setting it,
+                // and deleting it in a loop would have the two fight over the bot.
+                if !webhook_deleted && is_webhook_conflict(&e) {
+                    tracing::warn!(
+                        "a Telegram webhook is set for this bot, so getUpdates is refused; \
+                         deleting the webhook to poll (mode = \"polling\")"
+                    );
+                    // Pending updates are kept: they are delivered to this poller next.
+                    let delete = tokio::select! {
+                        _ = stop.cancelled() => break,
+                        r = bot.delete_webhook().send() => r,
+                    };
+                    match delete {
+                        Ok(_) => {
+                            webhook_deleted = true;
+                            continue;
+                        }
+                        // Not deleted, so not "once" yet: tried again after the backoff.
+                        Err(e) => tracing::warn!(
+                            error = %e,
+                            retry_in_s = backoff.as_secs(),
+                            "deleteWebhook failed"
+                        ),
+                    }
+                } else {
+                    tracing::warn!(error = %e, retry_in_s = backoff.as_secs(), "getUpdates failed");
+                }
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     _ = tokio::time::sleep(backoff) => {}

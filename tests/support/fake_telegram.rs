@@ -1213,14 +1213,7 @@ impl State {
                 ));
             }
         }
-        let allowed_updates = json_param(body, "allowed_updates").and_then(|value| {
-            let kinds: Vec<String> = value
-                .as_array()?
-                .iter()
-                .filter_map(|k| k.as_str().map(str::to_owned))
-                .collect();
-            Some(kinds)
-        });
+        let allowed_updates = allowed_updates_param(body);
         // Telegram keeps one allowed_updates setting for both ways of receiving.
         if allowed_updates.as_ref().is_some_and(|k| !k.is_empty()) {
             self.allowed_updates = allowed_updates.clone();
@@ -1569,14 +1562,7 @@ async fn get_updates(shared: &Shared, body: &Value) -> ApiResult {
         .unwrap_or(0)
         .clamp(0, MAX_POLL_TIMEOUT_SECS);
     let deadline = Instant::now() + Duration::from_secs(timeout.unsigned_abs());
-    let allowed = json_param(body, "allowed_updates").and_then(|value| {
-        let kinds: Vec<String> = value
-            .as_array()?
-            .iter()
-            .filter_map(|k| k.as_str().map(str::to_owned))
-            .collect();
-        Some(kinds)
-    });
+    let allowed = allowed_updates_param(body);
 
     let mut changes = shared.changes.subscribe();
     shared.mutate(|state| {
@@ -1822,6 +1808,17 @@ fn json_param(body: &Value, key: &str) -> Option<Value> {
         Value::String(text) => serde_json::from_str(text).ok(),
         value => Some(value.clone()),
     }
+}
+
+/// `allowed_updates` (a JSON array, or a string holding one) as update kinds.
+fn allowed_updates_param(body: &Value) -> Option<Vec<String>> {
+    let value = json_param(body, "allowed_updates")?;
+    let kinds = value
+        .as_array()?
+        .iter()
+        .filter_map(|k| k.as_str().map(str::to_owned))
+        .collect();
+    Some(kinds)
 }
 
 fn int_param(body: &Value, key: &str) -> Option<i64> {
