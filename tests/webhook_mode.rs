@@ -339,3 +339,14 @@ async fn the_webhook_url_is_the_public_url_joined_with_the_path() {
         other => panic!("not webhook mode: {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn polling_mode_retries_a_failed_delete_webhook_and_then_receives_taps() {
+    let telegram = Arc::new(FakeTelegram::start_with_token(BOT_TOKEN).await);
+    telegram.set_webhook("https://old.example/telegram/webhook", Some("old"));
+    telegram.fail_next_with_retry_after("deleteWebhook", 1, 1);
+    let app = TestApp::spawn_on(telegram, false, DEFAULT_CALLBACK_PREFIX, |t| t).await;
+    app.telegram.wait_for_requests("deleteWebhook", 2).await;
+    alice_approves_a_question(&app).await;
+    assert!(app.telegram.webhook().is_none());
+}
