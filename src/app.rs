@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, AppState};
-use crate::config::Config;
+use crate::config::{Config, TelegramMode};
 use crate::service::Service;
 use crate::storage::{SqliteStore, Store};
 use crate::telegram::{self, TelegramMessenger};
@@ -27,6 +27,7 @@ pub struct Application {
     service: Arc<Service>,
     bot: teloxide::Bot,
     poll_timeout_seconds: u32,
+    telegram_mode: TelegramMode,
 }
 
 /// Opens the database and applies migrations.
@@ -44,6 +45,16 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
 impl Application {
     /// Connects, migrates and binds; nothing runs until [`Application::run_until_stopped`].
     pub async fn build(config: Config) -> anyhow::Result<Application> {
+        let listener = TcpListener::bind(&config.bind)
+            .await
+            .with_context(|| format!("cannot listen on {} (server.bind)", config.bind))?;
+        Self::build_on(config, listener).await
+    }
+
+    /// As [`Application::build`], on a listener the caller bound (instead of
+    /// `server.bind`): tests bind port 0 first so the address, part of `public_url` in
+    /// webhook mode, is known before the configuration is made.
+    pub async fn build_on(config: Config, listener: TcpListener) -> anyhow::Result<Application> {
         let config = Arc::new(config);
         let store = open_store(&config).await?;
         let bot = telegram::client::build_bot(
@@ -53,14 +64,12 @@ impl Application {
         );
         let messenger = Arc::new(TelegramMessenger::new(bot.clone()));
         let service = Arc::new(Service::new(config.clone(), store, messenger));
-        let listener = TcpListener::bind(&config.bind)
-            .await
-            .with_context(|| format!("cannot listen on {} (server.bind)", config.bind))?;
         Ok(Application {
             listener,
             service,
             bot,
             poll_timeout_seconds: config.poll_timeout_seconds,
+            telegram_mode: config.telegram_mode.clone(),
         })
     }
 
@@ -79,6 +88,7 @@ impl Application {
             service,
             bot,
             poll_timeout_seconds,
+            telegram_mode,
         } = self;
         let recovered = service
             .recover()
@@ -105,17 +115,25 @@ impl Application {
             service.clone(),
             shutdown.clone(),
         ));
-        let polling = tokio::spawn(telegram::polling::run(
-            bot,
-            service.clone(),
-            poll_timeout_seconds,
-            shutdown.clone(),
-        ));
-        let app = api::router(AppState {
+        // Updates come from long polling or from the webhook route, never both. In
+        // webhook mode the task only sets the webhook and ends.
+        let mut app = api::router(AppState {
             service: service.clone(),
             stop: shutdown.clone(),
             rate: Arc::new(api::limits::AgentRateLimiter::default()),
         });
+        let polling = match telegram_mode {
+            TelegramMode::Polling => tokio::spawn(telegram::polling::run(
+                bot,
+                service.clone(),
+                poll_timeout_seconds,
+                shutdown.clone(),
+            )),
+            TelegramMode::Webhook(webhook) => {
+                app = app.merge(telegram::webhook::router(service.clone(), &webhook));
+                tokio::spawn(telegram::webhook::register(bot, webhook, shutdown.clone()))
+            }
+        };
         let stop = shutdown.clone();
         let server = tokio::spawn(async move {
             axum::serve(listener, app)

@@ -70,6 +70,43 @@ pub struct DatabaseSettings {
 pub struct TelegramSettings {
     pub api_url: String,
     pub poll_timeout_seconds: u32,
+    /// How updates arrive: `polling` (the default) or `webhook`.
+    #[serde(default)]
+    pub mode: TelegramModeSetting,
+    /// Webhook mode: the path of the update route on the service's own HTTP server.
+    #[serde(default = "default_webhook_path")]
+    pub webhook_path: String,
+    /// Webhook mode: the public base URL Telegram reaches the service at; the webhook URL
+    /// is this joined with `webhook_path`.
+    #[serde(default)]
+    pub public_url: Option<String>,
+    /// Webhook mode: the variable holding the secret Telegram sends back in
+    /// `X-Telegram-Bot-Api-Secret-Token`.
+    #[serde(default = "default_webhook_secret_env")]
+    pub webhook_secret_env: String,
+}
+
+/// `[telegram] mode` as written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TelegramModeSetting {
+    #[default]
+    Polling,
+    Webhook,
+}
+
+/// Where the webhook route is mounted unless `[telegram] webhook_path` says otherwise.
+pub const DEFAULT_WEBHOOK_PATH: &str = "/telegram/webhook";
+/// The variable holding the webhook secret unless `[telegram] webhook_secret_env` says
+/// otherwise.
+pub const DEFAULT_WEBHOOK_SECRET_ENV: &str = "TELEGRAM_WEBHOOK_SECRET";
+
+fn default_webhook_path() -> String {
+    DEFAULT_WEBHOOK_PATH.to_owned()
+}
+
+fn default_webhook_secret_env() -> String {
+    DEFAULT_WEBHOOK_SECRET_ENV.to_owned()
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -320,6 +357,146 @@ impl std::fmt::Debug for RedisBridge {
     }
 }
 
+/// How Telegram updates reach the service.
+#[derive(Debug, Clone)]
+pub enum TelegramMode {
+    /// The service long-polls `getUpdates`.
+    Polling,
+    /// Telegram POSTs updates to the service's own HTTP server.
+    Webhook(WebhookMode),
+}
+
+/// The checked webhook settings.
+#[derive(Debug, Clone)]
+pub struct WebhookMode {
+    /// The route's path on the service's server; starts with `/`, names no API route.
+    pub path: String,
+    /// The URL given to `setWebhook`: `public_url` joined with `path`.
+    pub url: reqwest::Url,
+    /// What Telegram must send in `X-Telegram-Bot-Api-Secret-Token`: 1 to 256 of
+    /// `A-Za-z0-9_-`. `SecretString`'s `Debug` does not show it.
+    pub secret: SecretString,
+}
+
+/// Paths the agents' API (and the operational routes) use; the webhook route may not
+/// shadow them. `/metrics` is included for the Prometheus endpoint.
+const RESERVED_PATHS: &[&str] = &["/healthz", "/openapi.json", "/metrics"];
+
+/// Checks `[telegram] mode` and, in webhook mode, the keys it needs.
+fn telegram_mode(
+    t: &TelegramSettings,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<TelegramMode, ConfigError> {
+    let path = &t.webhook_path;
+    let path_ok = path.len() > 1
+        && path.starts_with('/')
+        && !path.contains("//")
+        && path
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/-._~".contains(&b));
+    if !path_ok {
+        return Err(invalid(
+            "telegram.webhook_path",
+            format!(
+                "'{path}' is not a path like /telegram/webhook (a leading /, then letters, \
+                 digits and - . _ ~ /)"
+            ),
+        ));
+    }
+    let trimmed = path.trim_end_matches('/');
+    if RESERVED_PATHS.contains(&trimmed) || trimmed == "/v1" || trimmed.starts_with("/v1/") {
+        return Err(invalid(
+            "telegram.webhook_path",
+            format!("'{path}' collides with the service's API routes (/v1/..., /healthz, ...)"),
+        ));
+    }
+    if t.mode == TelegramModeSetting::Polling {
+        return Ok(TelegramMode::Polling);
+    }
+
+    let raw = t.public_url.as_deref().ok_or_else(|| {
+        invalid(
+            "telegram.public_url",
+            "is required in webhook mode: the https URL Telegram reaches this service at",
+        )
+    })?;
+    let public = reqwest::Url::parse(raw)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some())
+        .ok_or_else(|| {
+            invalid(
+                "telegram.public_url",
+                format!("'{raw}' is not an https URL"),
+            )
+        })?;
+    if !public.username().is_empty()
+        || public.password().is_some()
+        || public.query().is_some()
+        || public.fragment().is_some()
+    {
+        return Err(invalid(
+            "telegram.public_url",
+            "must be a plain base URL, without user, password, query or fragment",
+        ));
+    }
+    let loopback = public.host_str().is_some_and(|h| {
+        h.eq_ignore_ascii_case("localhost")
+            || h.trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    });
+    // Telegram calls webhooks over https only; plain http is accepted for a loopback
+    // host so a local Bot API server or the test fake can reach the route.
+    if public.scheme() != "https" && !loopback {
+        return Err(invalid(
+            "telegram.public_url",
+            format!("'{raw}' must be https (http is accepted for loopback hosts only)"),
+        ));
+    }
+    // Telegram refuses any other port in setWebhook; saying so here beats a retry loop.
+    if !loopback && !matches!(public.port_or_known_default(), Some(443 | 80 | 88 | 8443)) {
+        return Err(invalid(
+            "telegram.public_url",
+            "Telegram only calls webhooks on ports 443, 80, 88 or 8443",
+        ));
+    }
+    let joined = format!("{}{path}", public.as_str().trim_end_matches('/'));
+    let url = reqwest::Url::parse(&joined).map_err(|e| {
+        invalid(
+            "telegram.public_url",
+            format!("joined with webhook_path it is not a URL ({e})"),
+        )
+    })?;
+
+    let var = &t.webhook_secret_env;
+    let secret = env(var).ok_or_else(|| {
+        invalid(
+            "telegram.webhook_secret_env",
+            format!("environment variable {var} (the Telegram webhook secret) is not set"),
+        )
+    })?;
+    // Telegram's rule for secret_token; anything else setWebhook would refuse.
+    let secret_ok = (1..=256).contains(&secret.len())
+        && secret
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !secret_ok {
+        return Err(invalid(
+            "telegram.webhook_secret_env",
+            format!(
+                "environment variable {var} must hold 1 to 256 characters of A-Z, a-z, 0-9, _ \
+                 and - (Telegram's rule for the webhook secret)"
+            ),
+        ));
+    }
+    Ok(TelegramMode::Webhook(WebhookMode {
+        path: path.clone(),
+        url,
+        secret: SecretString::from(secret),
+    }))
+}
+
 /// The validated configuration the service runs on.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -327,6 +504,8 @@ pub struct Config {
     pub database_url: String,
     pub telegram_api_url: reqwest::Url,
     pub poll_timeout_seconds: u32,
+    /// Long polling or the webhook route.
+    pub telegram_mode: TelegramMode,
     pub bot_token: SecretString,
     pub default_timeout_seconds: f64,
     pub max_timeout_seconds: f64,
@@ -449,6 +628,7 @@ impl Config {
                 "must be between 1 and 15",
             ));
         }
+        let telegram_mode = telegram_mode(&s.telegram, env)?;
         let c = &s.confirmation;
         if !(c.max_timeout_seconds.is_finite() && c.max_timeout_seconds > 0.0) {
             return Err(invalid(
@@ -668,6 +848,7 @@ impl Config {
             database_url: s.database.url,
             telegram_api_url,
             poll_timeout_seconds: s.telegram.poll_timeout_seconds,
+            telegram_mode,
             bot_token: SecretString::from(bot_token.trim().to_owned()),
             default_timeout_seconds: c.default_timeout_seconds,
             max_timeout_seconds: c.max_timeout_seconds,

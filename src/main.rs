@@ -245,6 +245,14 @@ async fn main() -> ExitCode {
                 c.routes.len(),
                 c.agents.len()
             );
+            match &c.telegram_mode {
+                hitl_telegram::config::TelegramMode::Polling => {
+                    println!("Telegram updates: long polling");
+                }
+                hitl_telegram::config::TelegramMode::Webhook(w) => {
+                    println!("Telegram updates: webhook at {}", w.url);
+                }
+            }
         }),
         Command::ClaudeHook(a) => {
             let opts = HookOptions {

@@ -205,3 +205,39 @@ async fn migrate_creates_the_database_and_its_folder() {
     );
     assert!(db.exists());
 }
+
+#[tokio::test]
+async fn check_config_shows_webhook_mode_and_refuses_it_without_the_secret() {
+    let webhook = |secret: Option<&str>| {
+        let mut c = config_cmd(&["check-config"]);
+        c.env("TELEGRAM_BOT_TOKEN", "1:x")
+            .env("HITL_AGENT_WORKDAY_TOKEN", "t")
+            .env("HITL__TELEGRAM__MODE", "webhook")
+            .env("HITL__TELEGRAM__PUBLIC_URL", "https://hitl.example.com")
+            .env_remove("TELEGRAM_WEBHOOK_SECRET");
+        if let Some(s) = secret {
+            c.env("TELEGRAM_WEBHOOK_SECRET", s);
+        }
+        c
+    };
+    let out = webhook(Some("s3cret_value-1")).output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("webhook at https://hitl.example.com/telegram/webhook")
+            && !stdout.contains("s3cret_value-1"),
+        "{stdout}"
+    );
+
+    let out = webhook(None).output().await.unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("telegram.webhook_secret_env") && err.contains("TELEGRAM_WEBHOOK_SECRET"),
+        "{err}"
+    );
+}

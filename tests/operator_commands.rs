@@ -115,7 +115,13 @@ async fn a_failed_registration_is_retried_while_the_service_keeps_serving() {
     // Not a 5xx: teloxide sleeps 10 s before it reports one.
     telegram.fail_next("getMe", 1, 400, "Bad Request: try again");
     telegram.fail_next_with_retry_after("setMyCommands", 1, 2);
-    let app = TestApp::spawn_on(telegram).await;
+    let app = TestApp::spawn_on(
+        std::sync::Arc::new(telegram),
+        webhook_mode(),
+        DEFAULT_CALLBACK_PREFIX,
+        |t| t,
+    )
+    .await;
     let (status, record) = app
         .create(json!({"tool": "deploy", "params": {},
         "wait": "suspend"}))

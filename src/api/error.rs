@@ -19,6 +19,8 @@ use crate::storage::StorageError;
 pub enum ApiError {
     /// 400: the body is not JSON at all.
     MalformedJson(String),
+    /// 400: a body on the Telegram webhook route that is not an `Update`.
+    NotAnUpdate(String),
     /// 401
     Unauthorized(&'static str),
     /// 403
@@ -133,6 +135,11 @@ impl IntoResponse for ApiError {
                 StatusCode::BAD_REQUEST,
                 ErrorCode::MalformedJson,
                 format!("the body is not valid JSON: {m}"),
+            ),
+            ApiError::NotAnUpdate(m) => body(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::MalformedJson,
+                format!("the body is not a Telegram Update: {m}"),
             ),
             ApiError::Unauthorized(m) => {
                 let mut r = body(

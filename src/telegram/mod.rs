@@ -1,5 +1,6 @@
 //! The Telegram adapter: renders questions, sends and edits messages through teloxide,
-//! and turns button taps from long polling into [`crate::service::Tap`]s.
+//! and turns button taps from long polling or the webhook route into
+//! [`crate::service::Tap`]s.
 
 pub mod client;
 pub mod commands;
@@ -7,5 +8,6 @@ pub mod polling;
 pub mod ratelimit;
 pub mod render;
 pub mod updates;
+pub mod webhook;
 
 pub use client::TelegramMessenger;

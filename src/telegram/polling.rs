@@ -27,6 +27,7 @@ pub async fn run(
 ) {
     let mut offset: i32 = 0;
     let mut backoff = MIN_BACKOFF;
+    let mut webhook_deleted = false;
     loop {
         let request = bot
             .get_updates()
@@ -46,7 +47,36 @@ pub async fn run(
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, retry_in_s = backoff.as_secs(), "getUpdates failed");
+                // A webhook is set, so Telegram refuses getUpdates: someone switched this
+                // bot from webhook mode to polling. Delete it once and poll, as teloxide's
+                // own polling does; polling mode is what the configuration asks for. Only
+                // once: if it comes back, another instance in webhook mode is setting it,
+                // and deleting it in a loop would have the two fight over the bot.
+                if !webhook_deleted && is_webhook_conflict(&e) {
+                    tracing::warn!(
+                        "a Telegram webhook is set for this bot, so getUpdates is refused; \
+                         deleting the webhook to poll (mode = \"polling\")"
+                    );
+                    // Pending updates are kept: they are delivered to this poller next.
+                    let delete = tokio::select! {
+                        _ = stop.cancelled() => break,
+                        r = bot.delete_webhook().send() => r,
+                    };
+                    match delete {
+                        Ok(_) => {
+                            webhook_deleted = true;
+                            continue;
+                        }
+                        // Not deleted, so not "once" yet: tried again after the backoff.
+                        Err(e) => tracing::warn!(
+                            error = %e,
+                            retry_in_s = backoff.as_secs(),
+                            "deleteWebhook failed"
+                        ),
+                    }
+                } else {
+                    tracing::warn!(error = %e, retry_in_s = backoff.as_secs(), "getUpdates failed");
+                }
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     _ = tokio::time::sleep(backoff) => {}
@@ -64,5 +94,19 @@ pub async fn run(
         {
             tracing::debug!(error = %e, "could not acknowledge the last updates");
         }
+    }
+}
+
+/// Telegram's 409 for `getUpdates` while a webhook is set. teloxide knows it as
+/// `ApiError::CantGetUpdates`, but matches the description exactly and expects it without
+/// the `Conflict: ` prefix and the advice Telegram appends, so the real text arrives as
+/// `ApiError::Unknown`: both are recognised.
+fn is_webhook_conflict(e: &teloxide::RequestError) -> bool {
+    match e {
+        teloxide::RequestError::Api(teloxide::ApiError::CantGetUpdates) => true,
+        teloxide::RequestError::Api(teloxide::ApiError::Unknown(text)) => {
+            text.contains("can't use getUpdates method while webhook is active")
+        }
+        _ => false,
     }
 }

@@ -1,5 +1,10 @@
 //! Spawns the real service on port 0 with a temporary SQLite database, pointed at a
 //! [`FakeTelegram`], and gives tests typed helpers to drive it through its HTTP API.
+//!
+//! The Telegram mode is chosen per test binary: a binary whose name ends in `_webhook`
+//! (a wrapper such as `tests/confirmations_webhook.rs` that mounts `confirmations.rs`)
+//! runs the service in webhook mode, with `public_url` set to its own loopback address,
+//! and every other binary polls. The same tests so run both ways under `cargo test`.
 #![allow(dead_code)] // each test binary uses a subset
 
 use std::collections::HashMap;
@@ -31,6 +36,26 @@ pub const TOKEN_A: &str = "token-agent-a-0123456789";
 pub const TOKEN_B: &str = "token-agent-b-9876543210";
 pub const BOT_TOKEN: &str = "123456:TEST-bot-token";
 pub const HOOK_SECRET_A: &str = "webhook-secret-of-agent-a";
+/// The Telegram webhook secret (`X-Telegram-Bot-Api-Secret-Token`) in webhook mode.
+pub const TELEGRAM_WEBHOOK_SECRET: &str = "telegram-webhook-secret_0123";
+/// Where the webhook route is mounted (the default `webhook_path`).
+pub const WEBHOOK_PATH: &str = "/telegram/webhook";
+
+/// Whether this test binary runs the service in webhook mode (its name ends in
+/// `_webhook`); otherwise it polls.
+pub fn webhook_mode() -> bool {
+    env!("CARGO_CRATE_NAME").ends_with("_webhook")
+}
+
+/// Rewrites settings TOML (as [`settings_toml`] makes it) for webhook mode with the
+/// service reachable at `addr`.
+pub fn with_webhook_mode(toml: &str, addr: SocketAddr) -> String {
+    toml.replacen(
+        "poll_timeout_seconds = 1\n",
+        &format!("poll_timeout_seconds = 1\nmode = \"webhook\"\npublic_url = \"http://{addr}\"\n"),
+        1,
+    )
+}
 /// Where agent-a's callbacks may go unless a test says otherwise.
 pub const DEFAULT_CALLBACK_PREFIX: &str = "http://127.0.0.1:9/hooks";
 
@@ -112,6 +137,10 @@ pub fn test_env() -> HashMap<String, String> {
         ("TOKEN_A".to_owned(), TOKEN_A.to_owned()),
         ("TOKEN_B".to_owned(), TOKEN_B.to_owned()),
         ("HOOK_A".to_owned(), HOOK_SECRET_A.to_owned()),
+        (
+            "TELEGRAM_WEBHOOK_SECRET".to_owned(),
+            TELEGRAM_WEBHOOK_SECRET.to_owned(),
+        ),
     ])
 }
 
@@ -127,6 +156,8 @@ pub struct TestApp {
     pub dir: Arc<tempfile::TempDir>,
     /// The settings it runs with, kept so a restart runs with the same.
     toml: String,
+    /// Whether it runs in webhook mode (a restart keeps the mode).
+    pub webhook: bool,
     shutdown: CancellationToken,
     handle: Option<JoinHandle<anyhow::Result<()>>>,
 }
@@ -147,20 +178,22 @@ impl TestApp {
         Self::spawn_with(DEFAULT_CALLBACK_PREFIX, edit).await
     }
 
-    /// Spawns against `telegram`, prepared by the test beforehand (e.g. to fail the
-    /// calls the service makes at start).
-    pub async fn spawn_on(telegram: FakeTelegram) -> TestApp {
-        let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
-        let db_url = format!("sqlite://{}/hitl.db", dir.path().display());
-        let prefix = DEFAULT_CALLBACK_PREFIX.to_owned();
-        Self::start(Arc::new(telegram), dir, db_url, prefix, |toml| toml).await
-    }
-
     async fn spawn_with(prefix: &str, edit: impl FnOnce(String) -> String) -> TestApp {
         let telegram = Arc::new(FakeTelegram::start_with_token(BOT_TOKEN).await);
+        Self::spawn_on(telegram, webhook_mode(), prefix, edit).await
+    }
+
+    /// Spawns against a fake the test prepared (a fault queued, a webhook left over), in
+    /// webhook mode or polling mode whatever the binary's name says.
+    pub async fn spawn_on(
+        telegram: Arc<FakeTelegram>,
+        webhook: bool,
+        prefix: &str,
+        edit: impl FnOnce(String) -> String,
+    ) -> TestApp {
         let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
         let db_url = format!("sqlite://{}/hitl.db", dir.path().display());
-        Self::start(telegram, dir, db_url, prefix.to_owned(), edit).await
+        Self::start(telegram, dir, db_url, prefix.to_owned(), webhook, edit).await
     }
 
     async fn start(
@@ -168,19 +201,37 @@ impl TestApp {
         dir: Arc<tempfile::TempDir>,
         db_url: String,
         callback_prefix: String,
+        webhook: bool,
         edit: impl FnOnce(String) -> String,
     ) -> TestApp {
         let toml = edit(
             settings_toml(&telegram.api_url(), &db_url)
                 .replace("{CALLBACK_PREFIX}", &callback_prefix),
         );
-        let settings = Settings::from_toml(&toml).expect("settings");
+        // Bound first: in webhook mode the address is part of the configuration.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port");
+        let addr = listener.local_addr().expect("bound address");
+        let running_toml = if webhook {
+            with_webhook_mode(&toml, addr)
+        } else {
+            toml.clone()
+        };
+        let settings = Settings::from_toml(&running_toml).expect("settings");
         let env = test_env();
         let config = Config::from_settings(settings, &|k| env.get(k).cloned()).expect("config");
-        let app = Application::build(config).await.expect("build");
-        let addr = app.local_addr();
+        let app = Application::build_on(config, listener)
+            .await
+            .expect("build");
         let shutdown = CancellationToken::new();
         let handle = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+        if webhook {
+            // Taps injected from now on reach this instance (earlier ones wait in the fake).
+            telegram
+                .wait_for_webhook(&format!("http://{addr}{WEBHOOK_PATH}"))
+                .await;
+        }
         TestApp {
             addr,
             base: format!("http://{addr}"),
@@ -193,6 +244,7 @@ impl TestApp {
             callback_prefix,
             dir,
             toml,
+            webhook,
             shutdown,
             handle: Some(handle),
         }
@@ -207,6 +259,7 @@ impl TestApp {
             self.dir.clone(),
             self.db_url.clone(),
             self.callback_prefix.clone(),
+            self.webhook,
             |_| toml,
         )
         .await

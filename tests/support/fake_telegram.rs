@@ -23,6 +23,16 @@
 //! telegram.wait_for_callback_answer(&query).await;
 //! ```
 //!
+//! Webhooks work as in Telegram: `setWebhook` (multipart, as teloxide sends it) records
+//! the url, `secret_token` and `allowed_updates` ([`FakeTelegram::webhook`]); while one
+//! is set `getUpdates` answers 409 `Conflict: can't use getUpdates method while webhook
+//! is active; ...`, and every update a test injects (`tap`, `send_reply`, ...) is POSTed
+//! to the url with the `X-Telegram-Bot-Api-Secret-Token` header, filtered by
+//! `allowed_updates`, in order, and retried while the bot answers non-2xx or cannot be
+//! reached. Updates injected before the webhook was set wait in the queue and are pushed
+//! once it is. `deleteWebhook` turns this off and `getUpdates` works again, with whatever
+//! was not delivered yet. [`FakeTelegram::webhook_deliveries`] lists every attempt.
+//!
 //! Faults are either queued for the next calls of a method (`fail_next`,
 //! `fail_next_with_retry_after`, `fail_next_with_migrate`, `delay_next`, `drop_next`,
 //! `drop_after_processing_next`) or drawn at random by a seeded [`FakeTelegram::chaos`].
@@ -40,7 +50,11 @@
 //! - Unknown methods answer `Not Found: method not found` (Telegram says only
 //!   `Not Found`, which teloxide reports as `InvalidToken`, a misleading test failure).
 //! - Only one chat per id, typed by sign: negative ids are supergroups, positive
-//!   ids private chats. No webhooks, no 409 for a second poller, no inline messages.
+//!   ids private chats. No 409 for a second poller, no inline messages.
+//! - Webhook deliveries go one at a time, in order (Telegram may run up to
+//!   `max_connections` in parallel), and a failing one is retried every 20 to 500 ms
+//!   (Telegram waits longer); `max_connections`, `ip_address` and certificates are
+//!   ignored.
 //! - `reply_markup` other than an inline keyboard or a ForceReply (reply keyboards,
 //!   `remove_keyboard`) is refused with 400, which Telegram would accept: our bot
 //!   has no use for them. The bot's own `reply_parameters` are ignored.
@@ -66,7 +80,7 @@ use axum::{
     Json, Router,
     body::Bytes,
     extract::{ConnectInfo, Path, State as AxumState, connect_info::Connected},
-    http::StatusCode,
+    http::{HeaderMap, StatusCode, header::CONTENT_TYPE},
     response::{IntoResponse, Response},
     routing::any,
     serve::{IncomingStream, Listener},
@@ -267,6 +281,8 @@ pub struct FakeTelegram {
     addr: SocketAddr,
     shared: Arc<Shared>,
     server: JoinHandle<()>,
+    /// Pushes updates to the webhook while one is set.
+    pusher: JoinHandle<()>,
 }
 
 impl FakeTelegram {
@@ -307,10 +323,12 @@ impl FakeTelegram {
                 eprintln!("fake Telegram: server stopped: {error}");
             }
         });
+        let pusher = tokio::spawn(push_to_webhook(Arc::clone(&shared)));
         Self {
             addr,
             shared,
             server,
+            pusher,
         }
     }
 
@@ -493,6 +511,35 @@ impl FakeTelegram {
     /// Updates queued but not yet confirmed by a `getUpdates` with a higher offset.
     pub fn pending_updates(&self) -> usize {
         self.shared.lock().updates.len()
+    }
+
+    /// The webhook set now, if any.
+    pub fn webhook(&self) -> Option<Webhook> {
+        self.shared.lock().webhook.clone()
+    }
+
+    /// Waits until the webhook is set to `url` and returns it.
+    pub async fn wait_for_webhook(&self, url: &str) -> Webhook {
+        self.wait_until(format!("the webhook to be set to {url}"), |state| {
+            state.webhook.clone().filter(|w| w.url == url)
+        })
+        .await
+    }
+
+    /// Sets a webhook as if some earlier deployment had called `setWebhook`.
+    pub fn set_webhook(&self, url: &str, secret_token: Option<&str>) {
+        self.shared.mutate(|state| {
+            state.webhook = Some(Webhook {
+                url: url.to_owned(),
+                secret_token: secret_token.map(str::to_owned),
+                allowed_updates: None,
+            });
+        });
+    }
+
+    /// Every attempt to POST an update to the webhook, oldest first.
+    pub fn webhook_deliveries(&self) -> Vec<WebhookDelivery> {
+        self.shared.lock().webhook_deliveries.clone()
     }
 
     // ----- Playing the operator ----------------------------------------------------
@@ -705,6 +752,7 @@ impl Drop for FakeTelegram {
         // flag lets them return at once instead of running out their timeout.
         self.shared.mutate(|state| state.shut_down = true);
         self.server.abort();
+        self.pusher.abort();
     }
 }
 
@@ -797,6 +845,29 @@ struct State {
     chaos: HashMap<String, Chaos>,
     /// What chaos injected, in order: (method, kind).
     injected: Vec<(String, &'static str)>,
+    /// The webhook `setWebhook` set, until `deleteWebhook` (or an empty url) removes it.
+    webhook: Option<Webhook>,
+    /// Every POST of an update to the webhook, in order.
+    webhook_deliveries: Vec<WebhookDelivery>,
+}
+
+/// A webhook as `setWebhook` set it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Webhook {
+    pub url: String,
+    /// `secret_token`, sent back in `X-Telegram-Bot-Api-Secret-Token`.
+    pub secret_token: Option<String>,
+    /// `allowed_updates` as given (None when the call did not name any).
+    pub allowed_updates: Option<Vec<String>>,
+}
+
+/// One attempt to POST an update to the webhook.
+#[derive(Clone, Debug)]
+pub struct WebhookDelivery {
+    pub update_id: i64,
+    pub url: String,
+    /// The HTTP status the bot answered, or None when it could not be reached.
+    pub status: Option<u16>,
 }
 
 struct QueuedUpdate {
@@ -921,6 +992,8 @@ impl State {
             faults: HashMap::new(),
             chaos: HashMap::new(),
             injected: Vec::new(),
+            webhook: None,
+            webhook_deliveries: Vec::new(),
         }
     }
 
@@ -1144,6 +1217,46 @@ impl State {
 
     // --- Methods that only touch state ---
 
+    /// `setWebhook`: an empty url removes the webhook, as in Telegram.
+    fn set_webhook(&mut self, body: &Value) -> ApiResult {
+        let url = str_param(body, "url").unwrap_or_default();
+        if bool_param(body, "drop_pending_updates") {
+            self.updates.clear();
+        }
+        if url.is_empty() {
+            self.webhook = None;
+            return Ok(Value::Bool(true));
+        }
+        if !(url.starts_with("https://") || url.starts_with("http://")) {
+            return Err(ApiFailure::bad_request(
+                "bad webhook: An HTTPS URL must be provided for webhook",
+            ));
+        }
+        let secret_token = str_param(body, "secret_token").filter(|s| !s.is_empty());
+        if let Some(secret) = &secret_token {
+            let valid = secret.len() <= 256
+                && secret
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !valid {
+                return Err(ApiFailure::bad_request(
+                    "bad webhook: secret token contains unallowed characters",
+                ));
+            }
+        }
+        let allowed_updates = allowed_updates_param(body);
+        // Telegram keeps one allowed_updates setting for both ways of receiving.
+        if allowed_updates.as_ref().is_some_and(|k| !k.is_empty()) {
+            self.allowed_updates = allowed_updates.clone();
+        }
+        self.webhook = Some(Webhook {
+            url,
+            secret_token,
+            allowed_updates,
+        });
+        Ok(Value::Bool(true))
+    }
+
     fn send_message(&mut self, body: &Value) -> ApiResult {
         let chat_id = chat_id_param(body)?;
         if u64::try_from(chat_id).is_ok_and(|user| self.forbidden_private_chats.contains(&user)) {
@@ -1271,6 +1384,14 @@ impl State {
         }
         let _ = writeln!(out, "callback answers: {:?}", self.callback_answers);
         let _ = writeln!(out, "unconfirmed updates: {}", self.updates.len());
+        if let Some(hook) = &self.webhook {
+            let _ = writeln!(
+                out,
+                "webhook: {hook:?}, {} delivery attempt(s), last: {:?}",
+                self.webhook_deliveries.len(),
+                self.webhook_deliveries.last()
+            );
+        }
         let polls = self
             .requests
             .iter()
@@ -1351,10 +1472,18 @@ async fn handle_method(
     AxumState(shared): AxumState<Arc<Shared>>,
     ConnectInfo(connection): ConnectInfo<Connection>,
     Path((bot_token, method)): Path<(String, String)>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let method = method.to_ascii_lowercase();
-    let body = parse_body(&body);
+    let content_type = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let body = match multipart_boundary(content_type) {
+        Some(boundary) => parse_multipart(&body, &boundary),
+        None => parse_body(&body),
+    };
     let authorized = bot_token.strip_prefix("bot") == Some(shared.token.as_str());
     let fault = shared.mutate(|state| {
         state.requests.push(RecordedRequest {
@@ -1410,17 +1539,41 @@ async fn call_method(shared: &Shared, method: &str, body: &Value) -> ApiResult {
             }
             Ok(me)
         }
-        "getupdates" => get_updates(shared, body).await,
-        // teloxide's polling asks for this before it starts, to delete a webhook.
-        "getwebhookinfo" => Ok(json!({
-            "url": "",
-            "has_custom_certificate": false,
-            "pending_update_count": shared.lock().updates.len(),
-        })),
-        "deletewebhook" => {
-            if bool_param(body, "drop_pending_updates") {
-                shared.mutate(|state| state.updates.clear());
+        "getupdates" => {
+            if shared.lock().webhook.is_some() {
+                return Err(ApiFailure::new(
+                    409,
+                    "Conflict: can't use getUpdates method while webhook is active; use \
+                     deleteWebhook to delete the webhook first",
+                ));
             }
+            get_updates(shared, body).await
+        }
+        // teloxide's polling asks for this before it starts, to delete a webhook.
+        "getwebhookinfo" => {
+            let state = shared.lock();
+            let mut info = json!({
+                "url": state.webhook.as_ref().map(|w| w.url.clone()).unwrap_or_default(),
+                "has_custom_certificate": false,
+                "pending_update_count": state.updates.len(),
+            });
+            if let Some(kinds) = state
+                .webhook
+                .as_ref()
+                .and_then(|w| w.allowed_updates.clone())
+            {
+                info["allowed_updates"] = json!(kinds);
+            }
+            Ok(info)
+        }
+        "setwebhook" => shared.mutate(|state| state.set_webhook(body)),
+        "deletewebhook" => {
+            shared.mutate(|state| {
+                state.webhook = None;
+                if bool_param(body, "drop_pending_updates") {
+                    state.updates.clear();
+                }
+            });
             Ok(Value::Bool(true))
         }
         // Recorded like every request; `my_commands` reads the last one back.
@@ -1441,14 +1594,7 @@ async fn get_updates(shared: &Shared, body: &Value) -> ApiResult {
         .unwrap_or(0)
         .clamp(0, MAX_POLL_TIMEOUT_SECS);
     let deadline = Instant::now() + Duration::from_secs(timeout.unsigned_abs());
-    let allowed = json_param(body, "allowed_updates").and_then(|value| {
-        let kinds: Vec<String> = value
-            .as_array()?
-            .iter()
-            .filter_map(|k| k.as_str().map(str::to_owned))
-            .collect();
-        Some(kinds)
-    });
+    let allowed = allowed_updates_param(body);
 
     let mut changes = shared.changes.subscribe();
     shared.mutate(|state| {
@@ -1589,6 +1735,103 @@ fn parse_body(body: &[u8]) -> Value {
         .unwrap_or_else(|_| json!({ "unparsed_body": String::from_utf8_lossy(body) }))
 }
 
+/// The boundary of a `multipart/form-data` body (teloxide sends `setWebhook` so).
+fn multipart_boundary(content_type: &str) -> Option<String> {
+    let (kind, params) = content_type.split_once(';')?;
+    if !kind.trim().eq_ignore_ascii_case("multipart/form-data") {
+        return None;
+    }
+    params.split(';').find_map(|p| {
+        let (k, v) = p.trim().split_once('=')?;
+        k.eq_ignore_ascii_case("boundary")
+            .then(|| v.trim_matches('"').to_owned())
+    })
+}
+
+/// A multipart body as a JSON object of its text fields (file parts are kept as their
+/// lossy text; the bot sends none). Values stay strings, as a form-encoded client's do:
+/// the parameter readers accept both spellings.
+fn parse_multipart(body: &[u8], boundary: &str) -> Value {
+    let text = String::from_utf8_lossy(body);
+    let delimiter = format!("--{boundary}");
+    let mut fields = Map::new();
+    for part in text.split(delimiter.as_str()) {
+        let Some((head, value)) = part.split_once("\r\n\r\n") else {
+            continue;
+        };
+        let name = head.split(';').find_map(|p| {
+            p.trim()
+                .strip_prefix("name=")
+                .map(|n| n.split(['\r', '\n']).next().unwrap_or(n).trim_matches('"'))
+        });
+        if let Some(name) = name {
+            let value = value.strip_suffix("\r\n").unwrap_or(value);
+            fields.insert(name.to_owned(), Value::String(value.to_owned()));
+        }
+    }
+    Value::Object(fields)
+}
+
+/// Pushes queued updates to the webhook while one is set: one at a time, in order, each
+/// retried until the bot answers 2xx, as Telegram does. Runs until the fake is dropped.
+async fn push_to_webhook(shared: Arc<Shared>) {
+    const FIRST_RETRY: Duration = Duration::from_millis(20);
+    const LAST_RETRY: Duration = Duration::from_millis(500);
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("fake Telegram: webhook client");
+    let mut changes = shared.changes.subscribe();
+    let mut backoff = FIRST_RETRY;
+    loop {
+        // Marking the current version seen before looking means no change is missed.
+        changes.borrow_and_update();
+        let next = {
+            let mut state = shared.lock();
+            if state.shut_down {
+                return;
+            }
+            match state.webhook.clone() {
+                Some(hook) => state
+                    .deliverable_updates(1)
+                    .pop()
+                    .map(|update| (hook, update)),
+                None => None,
+            }
+        };
+        let Some((hook, update)) = next else {
+            if changes.changed().await.is_err() {
+                return;
+            }
+            continue;
+        };
+        let update_id = update["update_id"].as_i64().unwrap_or_default();
+        let mut request = client.post(&hook.url).json(&update);
+        if let Some(secret) = &hook.secret_token {
+            request = request.header("X-Telegram-Bot-Api-Secret-Token", secret);
+        }
+        let status = request.send().await.ok().map(|r| r.status().as_u16());
+        let delivered = status.is_some_and(|s| (200..300).contains(&s));
+        shared.mutate(|state| {
+            state.webhook_deliveries.push(WebhookDelivery {
+                update_id,
+                url: hook.url.clone(),
+                status,
+            });
+            if delivered {
+                state.updates.retain(|u| u.id != update_id);
+            }
+        });
+        if delivered {
+            backoff = FIRST_RETRY;
+        } else {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(LAST_RETRY);
+        }
+    }
+}
+
 /// A parameter that may also arrive as a JSON string (as form-encoded clients send
 /// `reply_markup`), so both spellings parse.
 fn json_param(body: &Value, key: &str) -> Option<Value> {
@@ -1597,6 +1840,17 @@ fn json_param(body: &Value, key: &str) -> Option<Value> {
         Value::String(text) => serde_json::from_str(text).ok(),
         value => Some(value.clone()),
     }
+}
+
+/// `allowed_updates` (a JSON array, or a string holding one) as update kinds.
+fn allowed_updates_param(body: &Value) -> Option<Vec<String>> {
+    let value = json_param(body, "allowed_updates")?;
+    let kinds = value
+        .as_array()?
+        .iter()
+        .filter_map(|k| k.as_str().map(str::to_owned))
+        .collect();
+    Some(kinds)
 }
 
 fn int_param(body: &Value, key: &str) -> Option<i64> {
