@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, AppState};
 use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::service::Service;
 use crate::storage::{SqliteStore, Store};
 use crate::telegram::{self, TelegramMessenger};
@@ -51,8 +52,11 @@ impl Application {
             config.telegram_api_url.clone(),
             config.poll_timeout_seconds,
         );
-        let messenger = Arc::new(TelegramMessenger::new(bot.clone()));
-        let service = Arc::new(Service::new(config.clone(), store, messenger));
+        // One set of metrics per application: tests run several in one process.
+        let metrics = Arc::new(Metrics::new());
+        let messenger = Arc::new(TelegramMessenger::new(bot.clone()).with_metrics(metrics.clone()));
+        let service =
+            Arc::new(Service::new(config.clone(), store, messenger).with_metrics(metrics));
         let listener = TcpListener::bind(&config.bind)
             .await
             .with_context(|| format!("cannot listen on {} (server.bind)", config.bind))?;

@@ -51,6 +51,18 @@ pub struct Settings {
     /// AI-Parrot's `CLIDaemonHumanChannel` Redis queues, served as a channel.
     #[serde(default)]
     pub redis_bridge: Option<RedisBridgeSettings>,
+    /// `GET /metrics`.
+    #[serde(default)]
+    pub metrics: MetricsSettings,
+}
+
+/// `[metrics]`: who may read `GET /metrics`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSettings {
+    /// Variable holding the bearer token `GET /metrics` requires; unset, the endpoint is
+    /// open (bind the service to a private network then).
+    pub token_env: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -337,6 +349,8 @@ pub struct Config {
     pub routes: HashMap<String, Arc<Route>>,
     pub agents: Vec<Arc<Agent>>,
     pub redis_bridge: Option<RedisBridge>,
+    /// SHA-256 of the bearer token `GET /metrics` requires, if it requires one.
+    pub metrics_token_sha256: Option<[u8; 32]>,
 }
 
 /// Checks an enabled `[redis_bridge]` against the agents and people.
@@ -662,6 +676,28 @@ impl Config {
             Some(b) if b.enabled => Some(redis_bridge(b, &agents, &s.people)?),
             _ => None,
         };
+        let metrics_token_sha256 = match &s.metrics.token_env {
+            Some(var) => {
+                let token = env(var).filter(|t| !t.trim().is_empty()).ok_or_else(|| {
+                    invalid(
+                        "metrics.token_env",
+                        format!(
+                            "environment variable {var} (the token of GET /metrics) is not set"
+                        ),
+                    )
+                })?;
+                let digest = token_digest(token.trim());
+                // An agent's token would then also read the metrics, and the reverse.
+                if agents.iter().any(|a| a.token_sha256 == digest) {
+                    return Err(invalid(
+                        "metrics.token_env",
+                        "the metrics token must differ from every agent's token",
+                    ));
+                }
+                Some(digest)
+            }
+            None => None,
+        };
 
         Ok(Config {
             bind: s.server.bind,
@@ -678,12 +714,24 @@ impl Config {
             routes,
             agents,
             redis_bridge,
+            metrics_token_sha256,
         })
     }
 
     /// Reads everything from the process environment.
     pub fn from_settings_and_process_env(s: Settings) -> Result<Config, ConfigError> {
         Config::from_settings(s, &|k| std::env::var(k).ok())
+    }
+
+    /// Whether `token` may read `GET /metrics`: any token when none is configured.
+    /// Compared as digests in constant time, like the agents' tokens.
+    pub fn metrics_token_accepted(&self, token: Option<&str>) -> bool {
+        use subtle::ConstantTimeEq;
+        match (&self.metrics_token_sha256, token) {
+            (None, _) => true,
+            (Some(expected), Some(token)) => bool::from(expected.ct_eq(&token_digest(token))),
+            (Some(_), None) => false,
+        }
     }
 
     /// The agent a bearer token belongs to. Every candidate is compared in constant time,

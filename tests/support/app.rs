@@ -31,6 +31,8 @@ pub const TOKEN_A: &str = "token-agent-a-0123456789";
 pub const TOKEN_B: &str = "token-agent-b-9876543210";
 pub const BOT_TOKEN: &str = "123456:TEST-bot-token";
 pub const HOOK_SECRET_A: &str = "webhook-secret-of-agent-a";
+/// The `GET /metrics` token, in `METRICS_TOKEN`, for tests that set `[metrics] token_env`.
+pub const METRICS_TOKEN: &str = "metrics-token-0123456789";
 /// Where agent-a's callbacks may go unless a test says otherwise.
 pub const DEFAULT_CALLBACK_PREFIX: &str = "http://127.0.0.1:9/hooks";
 
@@ -112,6 +114,7 @@ pub fn test_env() -> HashMap<String, String> {
         ("TOKEN_A".to_owned(), TOKEN_A.to_owned()),
         ("TOKEN_B".to_owned(), TOKEN_B.to_owned()),
         ("HOOK_A".to_owned(), HOOK_SECRET_A.to_owned()),
+        ("METRICS_TOKEN".to_owned(), METRICS_TOKEN.to_owned()),
     ])
 }
 
