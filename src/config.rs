@@ -958,4 +958,33 @@ routes = ["ops"]
             "{dbg}"
         );
     }
+
+    #[test]
+    fn without_a_metrics_token_anyone_may_scrape_and_with_one_only_its_holder() {
+        let open = Config::from_settings(Settings::from_toml(BASE).unwrap(), &env).unwrap();
+        assert!(open.metrics_token_accepted(None));
+        assert!(open.metrics_token_accepted(Some("anything")));
+
+        let toml = format!("{BASE}\n[metrics]\ntoken_env = \"METRICS\"\n");
+        let env = |k: &str| match k {
+            "METRICS" => Some(" scrape-secret ".into()),
+            other => env(other),
+        };
+        let closed = Config::from_settings(Settings::from_toml(&toml).unwrap(), &env).unwrap();
+        assert!(closed.metrics_token_accepted(Some("scrape-secret")));
+        assert!(!closed.metrics_token_accepted(None));
+        assert!(!closed.metrics_token_accepted(Some("agent-secret")));
+        assert!(!format!("{closed:?}").contains("scrape-secret"));
+    }
+
+    #[test]
+    fn a_metrics_token_must_be_set_and_differ_from_the_agents_tokens() {
+        let unset = err_of(&format!("{BASE}\n[metrics]\ntoken_env = \"NOPE\"\n"));
+        assert!(
+            unset.contains("metrics.token_env") && unset.contains("NOPE"),
+            "{unset}"
+        );
+        let shared = err_of(&format!("{BASE}\n[metrics]\ntoken_env = \"AGENT_TOKEN\"\n"));
+        assert!(shared.contains("must differ"), "{shared}");
+    }
 }
