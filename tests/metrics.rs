@@ -506,7 +506,88 @@ async fn a_request_s_log_lines_carry_its_request_id_agent_and_tool_but_no_parame
             .any(|v| v["message"] == "request served" && v["status"] == 202),
         "{log}"
     );
+    // The route's template is logged, not the path with its id.
+    let (_, record) = json_of(
+        client
+            .get(format!("{}/v1/confirmations/{}", service.base, "c_unknown"))
+            .bearer_auth(TOKEN_A)
+            .header("x-request-id", "req-test-0043")
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(record["error"]["code"], "not_found", "{record}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = service.log_text();
+    let read = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["span"]["request_id"] == "req-test-0043")
+        .unwrap_or_else(|| panic!("no line for the read:\n{log}"));
+    assert_eq!(read["span"]["path"], "/v1/confirmations/{id}", "{read}");
+    assert_eq!(read["span"]["agent"], "agent-a", "{read}");
+
     assert!(!log.contains(secret_value), "a parameter value was logged");
     assert!(!log.contains(TOKEN_A), "a token was logged");
     service.terminate().await;
+}
+
+#[tokio::test]
+async fn a_timeout_and_a_fail_closed_are_counted_as_such() {
+    let app = TestApp::spawn().await;
+    let mut body = deploy(json!({"n": 1}));
+    body["timeout_seconds"] = json!(1);
+    let (record, _) = app.ask_suspended(body).await;
+    app.wait_status(record["id"].as_str().unwrap(), "timeout")
+        .await;
+
+    app.telegram
+        .fail_next("sendMessage", 1, 400, "Bad Request: chat not found");
+    let mut body = deploy(json!({"n": 2}));
+    body["wait"] = json!("suspend");
+    let (status, refused) = app.create(body).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{refused}");
+    app.wait_status(refused["id"].as_str().unwrap(), "cancelled")
+        .await;
+
+    let s = scrape(&app).await;
+    let outcome = |status, via| {
+        s.value(
+            "hitl_requests_total",
+            &[
+                AGENT_A,
+                ("route", "ops"),
+                ("tool", "deploy"),
+                ("kind", "confirmation"),
+                ("status", status),
+                ("via", via),
+            ],
+        )
+    };
+    assert_eq!(outcome("timeout", "timeout"), 1.0);
+    assert_eq!(outcome("cancelled", "fail_closed"), 1.0);
+    assert_eq!(
+        s.value(
+            "hitl_decision_latency_seconds_count",
+            &[AGENT_A, ("via", "timeout")]
+        ),
+        1.0
+    );
+    // About a second: below the 2.5 s bucket, above the 0.5 s one.
+    let bucket = |le| {
+        s.value(
+            "hitl_decision_latency_seconds_bucket",
+            &[AGENT_A, ("via", "timeout"), ("le", le)],
+        )
+    };
+    assert_eq!((bucket("0.5"), bucket("2.5")), (0.0, 1.0));
+    assert_eq!(
+        s.value(
+            "hitl_telegram_errors_total",
+            &[("method", "sendMessage"), ("kind", "api")]
+        ),
+        1.0
+    );
+    assert_eq!(s.value("hitl_pending_requests", &[AGENT_A]), 0.0);
 }
