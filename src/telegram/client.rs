@@ -123,29 +123,6 @@ impl TelegramMessenger {
         self.metrics = metrics;
         self
     }
-
-    /// [`retrying_observed`] with this messenger's limiter and metrics.
-    async fn call<T, F, Fut>(
-        &self,
-        method: Method,
-        chat: Option<i64>,
-        deadline: Instant,
-        attempt: F,
-    ) -> Result<Option<T>, GaveUp>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, RequestError>>,
-    {
-        retrying_observed(
-            &self.limiter,
-            Some(&self.metrics),
-            method,
-            chat,
-            deadline,
-            attempt,
-        )
-        .await
-    }
 }
 
 /// What kind of failure a Bot API error is, as the metrics label it: `rate_limited` (a
@@ -430,8 +407,13 @@ impl Messenger for TelegramMessenger {
             render::Markup::None => None,
         };
         let deadline = instant_of(r.expires_at);
-        let sent = self
-            .call(Method::SendMessage, Some(chat_id), deadline, || {
+        let sent = retrying_observed(
+            &self.limiter,
+            Some(&self.metrics),
+            Method::SendMessage,
+            Some(chat_id),
+            deadline,
+            || {
                 let mut request = self
                     .bot
                     .send_message(ChatId(chat_id), text.clone())
@@ -441,8 +423,9 @@ impl Messenger for TelegramMessenger {
                     request = request.reply_markup(markup.clone());
                 }
                 request.send()
-            })
-            .await;
+            },
+        )
+        .await;
         let sent = match sent {
             Ok(sent) => sent,
             // A refusal fails closed at once; a question that ran out of time times out.
@@ -476,7 +459,9 @@ impl Messenger for TelegramMessenger {
             render::Markup::Keyboard(k) => k,
             render::Markup::ForceReply | render::Markup::None => InlineKeyboardMarkup::default(),
         };
-        self.call(
+        retrying_observed(
+            &self.limiter,
+            Some(&self.metrics),
             Method::EditMessageText,
             Some(chat_id),
             Instant::now() + EDIT_PATIENCE,
@@ -499,20 +484,21 @@ impl Messenger for TelegramMessenger {
 
     async fn send_text(&self, chat_id: i64, text: &str) -> Result<i32, DeliveryError> {
         let text = format!("🔔 {}", teloxide::utils::html::escape(text));
-        let sent = self
-            .call(
-                Method::SendMessage,
-                Some(chat_id),
-                Instant::now() + NOTIFY_PATIENCE,
-                || {
-                    self.bot
-                        .send_message(ChatId(chat_id), text.clone())
-                        .parse_mode(ParseMode::Html)
-                        .link_preview_options(no_preview())
-                        .send()
-                },
-            )
-            .await?;
+        let sent = retrying_observed(
+            &self.limiter,
+            Some(&self.metrics),
+            Method::SendMessage,
+            Some(chat_id),
+            Instant::now() + NOTIFY_PATIENCE,
+            || {
+                self.bot
+                    .send_message(ChatId(chat_id), text.clone())
+                    .parse_mode(ParseMode::Html)
+                    .link_preview_options(no_preview())
+                    .send()
+            },
+        )
+        .await?;
         sent.map(|m| m.id.0)
             .ok_or_else(|| DeliveryError::new("Telegram did not return the sent message"))
     }
@@ -524,7 +510,9 @@ impl Messenger for TelegramMessenger {
         alert: bool,
     ) -> Result<(), DeliveryError> {
         // Callback answers do not count against Telegram's message limits: no chat slot.
-        self.call(
+        retrying_observed(
+            &self.limiter,
+            Some(&self.metrics),
             Method::AnswerCallbackQuery,
             None,
             Instant::now() + ANSWER_PATIENCE,
