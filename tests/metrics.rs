@@ -158,6 +158,35 @@ fn deploy(params: Value) -> Value {
 
 const AGENT_A: (&str, &str) = ("agent", "agent-a");
 
+/// `hitl_requests_created_total` of agent-a's confirmations of `tool` on route ops.
+fn created(s: &Scrape, tool: &str) -> f64 {
+    s.value(
+        "hitl_requests_created_total",
+        &[
+            AGENT_A,
+            ("route", "ops"),
+            ("tool", tool),
+            ("kind", "confirmation"),
+        ],
+    )
+}
+
+/// `hitl_requests_total` of agent-a's confirmations of `tool` on route ops that ended
+/// with `status` via `via`.
+fn decided(s: &Scrape, tool: &str, status: &str, via: &str) -> f64 {
+    s.value(
+        "hitl_requests_total",
+        &[
+            AGENT_A,
+            ("route", "ops"),
+            ("tool", tool),
+            ("kind", "confirmation"),
+            ("status", status),
+            ("via", via),
+        ],
+    )
+}
+
 #[tokio::test]
 async fn a_tapped_confirmation_is_counted_with_its_outcome_latency_and_telegram_calls() {
     let app = TestApp::spawn().await;
@@ -172,18 +201,7 @@ async fn a_tapped_confirmation_is_counted_with_its_outcome_latency_and_telegram_
         0.0
     );
     assert!(before.value("hitl_oldest_pending_age_seconds", &[]) >= 0.0);
-    assert_eq!(
-        before.value(
-            "hitl_requests_created_total",
-            &[
-                AGENT_A,
-                ("route", "ops"),
-                ("tool", "deploy"),
-                ("kind", "confirmation")
-            ]
-        ),
-        1.0
-    );
+    assert_eq!(created(&before, "deploy"), 1.0);
     assert!(
         before
             .matching("hitl_requests_total", &[AGENT_A])
@@ -206,20 +224,7 @@ async fn a_tapped_confirmation_is_counted_with_its_outcome_latency_and_telegram_
         ) >= 1.0
     })
     .await;
-    assert_eq!(
-        after.value(
-            "hitl_requests_total",
-            &[
-                AGENT_A,
-                ("route", "ops"),
-                ("tool", "deploy"),
-                ("kind", "confirmation"),
-                ("status", "confirmed"),
-                ("via", "operator")
-            ]
-        ),
-        1.0
-    );
+    assert_eq!(decided(&after, "deploy", "confirmed", "operator"), 1.0);
     assert_eq!(
         after.value(
             "hitl_decision_latency_seconds_count",
@@ -267,18 +272,7 @@ async fn the_pending_gauge_is_read_from_the_database_so_it_survives_a_restart() 
     let after = scrape(&app).await;
     assert_eq!(after.value("hitl_pending_requests", &[AGENT_A]), 2.0);
     // Counters start again from zero; the stored state does not.
-    assert_eq!(
-        after.value(
-            "hitl_requests_created_total",
-            &[
-                AGENT_A,
-                ("route", "ops"),
-                ("tool", "deploy"),
-                ("kind", "confirmation")
-            ]
-        ),
-        0.0
-    );
+    assert_eq!(created(&after, "deploy"), 0.0);
 }
 
 #[tokio::test]
@@ -322,19 +316,7 @@ async fn a_window_hit_is_counted_as_a_hit_and_as_an_outcome() {
         s.value("hitl_window_hits_total", &[AGENT_A, ("tool", "check_in")]),
         1.0
     );
-    let outcome = |via| {
-        s.value(
-            "hitl_requests_total",
-            &[
-                AGENT_A,
-                ("route", "ops"),
-                ("tool", "check_in"),
-                ("kind", "confirmation"),
-                ("status", "confirmed"),
-                ("via", via),
-            ],
-        )
-    };
+    let outcome = |via| decided(&s, "check_in", "confirmed", via);
     assert_eq!((outcome("operator"), outcome("window")), (1.0, 1.0));
     // A window hit is no human decision: only the tapped request has a latency.
     assert_eq!(
@@ -362,20 +344,7 @@ async fn an_undeliverable_webhook_stays_in_the_outbox_backlog_and_its_failures_c
     .await;
     assert_eq!(s.value("hitl_webhook_outbox_backlog", &[]), 1.0);
     assert_eq!(s.value("hitl_webhook_deliveries_total", &[AGENT_A]), 0.0);
-    assert_eq!(
-        s.value(
-            "hitl_requests_total",
-            &[
-                AGENT_A,
-                ("route", "ops"),
-                ("tool", "deploy"),
-                ("kind", "confirmation"),
-                ("status", "cancelled"),
-                ("via", "withdrawn")
-            ]
-        ),
-        1.0
-    );
+    assert_eq!(decided(&s, "deploy", "cancelled", "withdrawn"), 1.0);
 }
 
 fn with_metrics_token(toml: String) -> String {
@@ -552,19 +521,7 @@ async fn a_timeout_and_a_fail_closed_are_counted_as_such() {
         .await;
 
     let s = scrape(&app).await;
-    let outcome = |status, via| {
-        s.value(
-            "hitl_requests_total",
-            &[
-                AGENT_A,
-                ("route", "ops"),
-                ("tool", "deploy"),
-                ("kind", "confirmation"),
-                ("status", status),
-                ("via", via),
-            ],
-        )
-    };
+    let outcome = |status, via| decided(&s, "deploy", status, via);
     assert_eq!(outcome("timeout", "timeout"), 1.0);
     assert_eq!(outcome("cancelled", "fail_closed"), 1.0);
     assert_eq!(
