@@ -196,11 +196,11 @@ async fn a_tapped_confirmation_is_counted_with_its_outcome_latency_and_telegram_
 
     let before = scrape(&app).await;
     assert_eq!(before.value("hitl_pending_requests", &[AGENT_A]), 1.0);
-    assert_eq!(
-        before.value("hitl_pending_requests", &[("agent", "agent-b")]),
-        0.0
-    );
-    assert!(before.value("hitl_oldest_pending_age_seconds", &[]) >= 0.0);
+    // A configured agent with nothing pending shows 0, not nothing.
+    let agent_b = before.matching("hitl_pending_requests", &[("agent", "agent-b")]);
+    assert_eq!(agent_b.len(), 1);
+    assert_eq!(agent_b[0].value, 0.0);
+    assert!(before.value("hitl_oldest_pending_age_seconds", &[]) > 0.0);
     assert_eq!(created(&before, "deploy"), 1.0);
     assert!(
         before
@@ -240,7 +240,14 @@ async fn a_tapped_confirmation_is_counted_with_its_outcome_latency_and_telegram_
     assert_eq!(buckets.len(), 1);
     assert_eq!(buckets[0].value, 1.0);
     assert_eq!(after.value("hitl_pending_requests", &[AGENT_A]), 0.0);
-    assert_eq!(after.value("hitl_oldest_pending_age_seconds", &[]), 0.0);
+    assert_eq!(
+        after
+            .matching("hitl_oldest_pending_age_seconds", &[])
+            .iter()
+            .map(|s| s.value)
+            .collect::<Vec<_>>(),
+        [0.0]
+    );
     assert_eq!(
         after.value(
             "hitl_telegram_request_duration_seconds_count",
