@@ -349,8 +349,19 @@ pub struct Config {
     pub routes: HashMap<String, Arc<Route>>,
     pub agents: Vec<Arc<Agent>>,
     pub redis_bridge: Option<RedisBridge>,
-    /// SHA-256 of the bearer token `GET /metrics` requires, if it requires one.
-    pub metrics_token_sha256: Option<[u8; 32]>,
+    /// The bearer token `GET /metrics` requires, if it requires one.
+    pub metrics_token: Option<TokenDigest>,
+}
+
+/// A bearer token's SHA-256, the form it is checked in. Never printed: a digest of a
+/// weak token can be brute-forced.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TokenDigest(pub [u8; 32]);
+
+impl std::fmt::Debug for TokenDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenDigest([redacted])")
+    }
 }
 
 /// Checks an enabled `[redis_bridge]` against the agents and people.
@@ -676,7 +687,7 @@ impl Config {
             Some(b) if b.enabled => Some(redis_bridge(b, &agents, &s.people)?),
             _ => None,
         };
-        let metrics_token_sha256 = match &s.metrics.token_env {
+        let metrics_token = match &s.metrics.token_env {
             Some(var) => {
                 let token = env(var).filter(|t| !t.trim().is_empty()).ok_or_else(|| {
                     invalid(
@@ -694,7 +705,7 @@ impl Config {
                         "the metrics token must differ from every agent's token",
                     ));
                 }
-                Some(digest)
+                Some(TokenDigest(digest))
             }
             None => None,
         };
@@ -714,7 +725,7 @@ impl Config {
             routes,
             agents,
             redis_bridge,
-            metrics_token_sha256,
+            metrics_token,
         })
     }
 
@@ -727,9 +738,9 @@ impl Config {
     /// Compared as digests in constant time, like the agents' tokens.
     pub fn metrics_token_accepted(&self, token: Option<&str>) -> bool {
         use subtle::ConstantTimeEq;
-        match (&self.metrics_token_sha256, token) {
+        match (&self.metrics_token, token) {
             (None, _) => true,
-            (Some(expected), Some(token)) => bool::from(expected.ct_eq(&token_digest(token))),
+            (Some(expected), Some(token)) => bool::from(expected.0.ct_eq(&token_digest(token))),
             (Some(_), None) => false,
         }
     }
@@ -974,7 +985,10 @@ routes = ["ops"]
         assert!(closed.metrics_token_accepted(Some("scrape-secret")));
         assert!(!closed.metrics_token_accepted(None));
         assert!(!closed.metrics_token_accepted(Some("agent-secret")));
-        assert!(!format!("{closed:?}").contains("scrape-secret"));
+        let dbg = format!("{closed:?}");
+        assert!(dbg.contains("TokenDigest([redacted])"), "{dbg}");
+        let digest = format!("{:?}", token_digest("scrape-secret"));
+        assert!(!dbg.contains(&digest[1..digest.len() - 1]), "{dbg}");
     }
 
     #[test]
