@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, AppState};
 use crate::config::{Config, TelegramMode};
+use crate::metrics::Metrics;
 use crate::service::Service;
 use crate::storage::{SqliteStore, Store};
 use crate::telegram::{self, TelegramMessenger};
@@ -62,8 +63,11 @@ impl Application {
             config.telegram_api_url.clone(),
             config.poll_timeout_seconds,
         );
-        let messenger = Arc::new(TelegramMessenger::new(bot.clone()));
-        let service = Arc::new(Service::new(config.clone(), store, messenger));
+        // One set of metrics per application: tests run several in one process.
+        let metrics = Arc::new(Metrics::new());
+        let messenger = Arc::new(TelegramMessenger::new(bot.clone()).with_metrics(metrics.clone()));
+        let service =
+            Arc::new(Service::new(config.clone(), store, messenger).with_metrics(metrics));
         Ok(Application {
             listener,
             service,
@@ -131,7 +135,12 @@ impl Application {
             )),
             TelegramMode::Webhook(webhook) => {
                 app = app.merge(telegram::webhook::router(service.clone(), &webhook));
-                tokio::spawn(telegram::webhook::register(bot, webhook, shutdown.clone()))
+                tokio::spawn(telegram::webhook::register(
+                    bot,
+                    webhook,
+                    service.metrics().clone(),
+                    shutdown.clone(),
+                ))
             }
         };
         let stop = shutdown.clone();

@@ -51,6 +51,18 @@ pub struct Settings {
     /// AI-Parrot's `CLIDaemonHumanChannel` Redis queues, served as a channel.
     #[serde(default)]
     pub redis_bridge: Option<RedisBridgeSettings>,
+    /// `GET /metrics`.
+    #[serde(default)]
+    pub metrics: MetricsSettings,
+}
+
+/// `[metrics]`: who may read `GET /metrics`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSettings {
+    /// Variable holding the bearer token `GET /metrics` requires; unset, the endpoint is
+    /// open (bind the service to a private network then).
+    pub token_env: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -516,6 +528,19 @@ pub struct Config {
     pub routes: HashMap<String, Arc<Route>>,
     pub agents: Vec<Arc<Agent>>,
     pub redis_bridge: Option<RedisBridge>,
+    /// The bearer token `GET /metrics` requires, if it requires one.
+    pub metrics_token: Option<TokenDigest>,
+}
+
+/// A bearer token's SHA-256, the form it is checked in. Never printed: a digest of a
+/// weak token can be brute-forced.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TokenDigest(pub [u8; 32]);
+
+impl std::fmt::Debug for TokenDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenDigest([redacted])")
+    }
 }
 
 /// Checks an enabled `[redis_bridge]` against the agents and people.
@@ -842,6 +867,28 @@ impl Config {
             Some(b) if b.enabled => Some(redis_bridge(b, &agents, &s.people)?),
             _ => None,
         };
+        let metrics_token = match &s.metrics.token_env {
+            Some(var) => {
+                let token = env(var).filter(|t| !t.trim().is_empty()).ok_or_else(|| {
+                    invalid(
+                        "metrics.token_env",
+                        format!(
+                            "environment variable {var} (the token of GET /metrics) is not set"
+                        ),
+                    )
+                })?;
+                let digest = token_digest(token.trim());
+                // An agent's token would then also read the metrics, and the reverse.
+                if agents.iter().any(|a| a.token_sha256 == digest) {
+                    return Err(invalid(
+                        "metrics.token_env",
+                        "the metrics token must differ from every agent's token",
+                    ));
+                }
+                Some(TokenDigest(digest))
+            }
+            None => None,
+        };
 
         Ok(Config {
             bind: s.server.bind,
@@ -859,12 +906,24 @@ impl Config {
             routes,
             agents,
             redis_bridge,
+            metrics_token,
         })
     }
 
     /// Reads everything from the process environment.
     pub fn from_settings_and_process_env(s: Settings) -> Result<Config, ConfigError> {
         Config::from_settings(s, &|k| std::env::var(k).ok())
+    }
+
+    /// Whether `token` may read `GET /metrics`: any token when none is configured.
+    /// Compared as digests in constant time, like the agents' tokens.
+    pub fn metrics_token_accepted(&self, token: Option<&str>) -> bool {
+        use subtle::ConstantTimeEq;
+        match (&self.metrics_token, token) {
+            (None, _) => true,
+            (Some(expected), Some(token)) => bool::from(expected.0.ct_eq(&token_digest(token))),
+            (Some(_), None) => false,
+        }
     }
 
     /// The agent a bearer token belongs to. Every candidate is compared in constant time,
@@ -1090,5 +1149,37 @@ routes = ["ops"]
             !dbg.contains("123:abc") && !dbg.contains("agent-secret"),
             "{dbg}"
         );
+    }
+
+    #[test]
+    fn without_a_metrics_token_anyone_may_scrape_and_with_one_only_its_holder() {
+        let open = Config::from_settings(Settings::from_toml(BASE).unwrap(), &env).unwrap();
+        assert!(open.metrics_token_accepted(None));
+        assert!(open.metrics_token_accepted(Some("anything")));
+
+        let toml = format!("{BASE}\n[metrics]\ntoken_env = \"METRICS\"\n");
+        let env = |k: &str| match k {
+            "METRICS" => Some(" scrape-secret ".into()),
+            other => env(other),
+        };
+        let closed = Config::from_settings(Settings::from_toml(&toml).unwrap(), &env).unwrap();
+        assert!(closed.metrics_token_accepted(Some("scrape-secret")));
+        assert!(!closed.metrics_token_accepted(None));
+        assert!(!closed.metrics_token_accepted(Some("agent-secret")));
+        let dbg = format!("{closed:?}");
+        assert!(dbg.contains("TokenDigest([redacted])"), "{dbg}");
+        let digest = format!("{:?}", token_digest("scrape-secret"));
+        assert!(!dbg.contains(&digest[1..digest.len() - 1]), "{dbg}");
+    }
+
+    #[test]
+    fn a_metrics_token_must_be_set_and_differ_from_the_agents_tokens() {
+        let unset = err_of(&format!("{BASE}\n[metrics]\ntoken_env = \"NOPE\"\n"));
+        assert!(
+            unset.contains("metrics.token_env") && unset.contains("NOPE"),
+            "{unset}"
+        );
+        let shared = err_of(&format!("{BASE}\n[metrics]\ntoken_env = \"AGENT_TOKEN\"\n"));
+        assert!(shared.contains("must differ"), "{shared}");
     }
 }

@@ -12,6 +12,7 @@ pub mod claude_hook;
 pub mod cli;
 pub mod config;
 pub mod domain;
+pub mod metrics;
 pub mod redis_bridge;
 pub mod scheduler;
 pub mod service;

@@ -29,6 +29,7 @@ use crate::domain::interaction::{
     self, Answer, Consensus, ConsensusMode, Interaction, InteractionType, TimeoutAction,
 };
 use crate::domain::pyvalue::PyDict;
+use crate::metrics::Metrics;
 use crate::scheduler::Deadlines;
 use crate::storage::{Answered, Decided, Inserted, StorageError, Store};
 
@@ -275,6 +276,8 @@ pub struct Service {
     events: watch::Sender<u64>,
     /// The bot's Telegram username, once known (operator commands addressed to it).
     bot_username: std::sync::OnceLock<String>,
+    /// What `GET /metrics` reports; shared with the Telegram adapter.
+    metrics: Arc<Metrics>,
 }
 
 impl Service {
@@ -290,7 +293,19 @@ impl Service {
             moved_chats: Mutex::new(HashMap::new()),
             events: watch::channel(0).0,
             bot_username: std::sync::OnceLock::new(),
+            metrics: Arc::new(Metrics::new()),
         }
+    }
+
+    /// Counts into `metrics` (the application's, shared with the Telegram adapter)
+    /// instead of a set of its own.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     pub fn config(&self) -> &Config {
@@ -467,6 +482,8 @@ impl Service {
             };
             tracing::info!(id = %stored.id, agent = %stored.agent, tool = %stored.tool,
                 "confirmed by a live window");
+            self.metrics.request_created(&stored);
+            self.metrics.request_decided(&stored);
             if stored.callback_url.is_some() {
                 self.webhook_wake.notify_one();
             }
@@ -485,6 +502,7 @@ impl Service {
         };
         tracing::info!(id = %stored.id, agent = %stored.agent, tool = %stored.tool,
             route = %stored.route, "confirmation requested");
+        self.metrics.request_created(&stored);
         self.deadlines
             .schedule(stored.id.clone(), instant_at(stored.expires_at, now));
         // Delivery runs detached from the HTTP request: an agent that hangs up must not
@@ -620,6 +638,7 @@ impl Service {
         tracing::info!(id = %r.id, agent = %r.agent, tool = %r.tool,
             status = r.status.as_str(), via = r.via.map(Via::as_str).unwrap_or(""),
             "question decided");
+        self.metrics.request_decided(r);
         self.changed(&r.id);
         if r.callback_url.is_some() {
             self.webhook_wake.notify_one();
@@ -964,6 +983,7 @@ impl Service {
         };
         tracing::info!(id = %stored.id, agent = %stored.agent, kind = i.kind.as_str(),
             route = %stored.route, "interaction requested");
+        self.metrics.request_created(&stored);
         self.changed(&stored.id);
         self.deadlines
             .schedule(stored.id.clone(), instant_at(stored.expires_at, now));

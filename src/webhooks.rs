@@ -116,9 +116,15 @@ async fn attempt(service: Arc<Service>, http: reqwest::Client, entry: OutboxEntr
     let result = match send(&service, &http, &entry).await {
         Ok(()) => {
             tracing::info!(delivery = entry.delivery_id.as_str(), id = %entry.confirmation_id, "webhook delivered");
+            service.metrics().webhook_delivered(&entry.agent);
             WebhookAttempt::Delivered
         }
-        Err(error) => next_step(&service.config().webhooks, &entry, error, now()),
+        Err(error) => {
+            let step = next_step(&service.config().webhooks, &entry, error, now());
+            let given_up = matches!(step, WebhookAttempt::GiveUp { .. });
+            service.metrics().webhook_failed(&entry.agent, given_up);
+            step
+        }
     };
     if let WebhookAttempt::GiveUp { error } = &result {
         tracing::warn!(delivery = entry.delivery_id.as_str(), id = %entry.confirmation_id, %error, "webhook given up");

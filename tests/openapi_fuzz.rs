@@ -65,6 +65,7 @@ async fn the_openapi_document_is_public_and_lists_every_route() {
         "POST /v1/notifications",
         "GET /v1/events",
         "GET /healthz",
+        "GET /metrics",
         "GET /openapi.json",
     ]
     .map(String::from)

@@ -246,6 +246,7 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     rate_limit(&state, &agent)?;
     let (new, wait) = parse_create(&bytes, state.service.config(), &agent)?;
+    super::trace::record_tool(new.tool.as_str());
     let record = state.service.create(&agent, new).await?;
     if record.is_terminal() {
         return Ok(respond(StatusCode::OK, &record));

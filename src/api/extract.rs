@@ -39,9 +39,24 @@ impl FromRequestParts<AppState> for AuthAgent {
             .service
             .config()
             .agent_for_token(token)
-            .map(AuthAgent)
+            .map(|agent| {
+                // The request's span (see `api::trace`) names the agent from here on.
+                tracing::Span::current().record("agent", agent.name.as_str());
+                AuthAgent(agent)
+            })
             .ok_or(ApiError::Unauthorized("unknown token"))
     }
+}
+
+/// The token of an `Authorization: Bearer <token>` header, if the request has one.
+pub fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|h| h.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim())
+        .filter(|t| !t.is_empty())
 }
 
 /// The raw body, within the size limit.

@@ -220,6 +220,7 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     rate_limit(&state, &agent)?;
     let new = parse_create(&bytes, state.service.config(), &agent)?;
+    super::trace::record_tool(crate::service::INTERACTION_TOOL);
     let (record, is_new) = state
         .service
         .create_interaction(&agent, new)

@@ -6,8 +6,10 @@ pub mod events;
 pub mod extract;
 pub mod interactions;
 pub mod limits;
+pub mod metrics;
 pub mod openapi;
 pub mod record;
+pub mod trace;
 
 use std::sync::Arc;
 
@@ -38,6 +40,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi::serve))
+        .route("/metrics", get(metrics::serve))
         .route("/v1/confirmations", post(confirmations::create))
         .route(
             "/v1/confirmations/{id}",
@@ -54,6 +57,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(trace::request_span))
         .with_state(state)
 }
 

@@ -47,6 +47,8 @@ use crate::domain::pyjson;
 /// The name of the bearer-token scheme; the `/v1` handlers' `security(("bearer" = []))`
 /// name it (utoipa wants a literal there).
 pub const BEARER: &str = "bearer";
+/// The scheme `GET /metrics` names: its own token, when `[metrics] token_env` is set.
+pub const METRICS_BEARER: &str = "metrics_bearer";
 
 #[derive(OpenApi)]
 #[openapi(
@@ -66,6 +68,7 @@ pub const BEARER: &str = "bearer";
         super::events::stream,
         interactions::notify,
         super::healthz,
+        super::metrics::serve,
         serve,
     ),
     components(schemas(
@@ -87,12 +90,12 @@ pub const BEARER: &str = "bearer";
         (name = "interactions", description = "AI-Parrot's human interactions: ask, read, \
             long-poll, withdraw, and stream answers and status changes."),
         (name = "notifications", description = "One-way messages to a route or a person."),
-        (name = "service", description = "Health and this document."),
+        (name = "service", description = "Health, metrics and this document."),
     )
 )]
 pub struct ApiDoc;
 
-/// Registers the bearer-token scheme the `/v1` operations name.
+/// Registers the bearer-token schemes the `/v1` operations and `/metrics` name.
 struct BearerAuth;
 
 impl Modify for BearerAuth {
@@ -103,10 +106,16 @@ impl Modify for BearerAuth {
                 "The token of one configured agent (the variable its `token_env` names).",
             ))
             .build();
-        openapi
-            .components
-            .get_or_insert_with(Components::new)
-            .add_security_scheme(BEARER, SecurityScheme::Http(scheme));
+        let metrics = HttpBuilder::new()
+            .scheme(HttpAuthScheme::Bearer)
+            .description(Some(
+                "The metrics token (the variable `[metrics] token_env` names); \
+                 GET /metrics is open when none is configured.",
+            ))
+            .build();
+        let components = openapi.components.get_or_insert_with(Components::new);
+        components.add_security_scheme(BEARER, SecurityScheme::Http(scheme));
+        components.add_security_scheme(METRICS_BEARER, SecurityScheme::Http(metrics));
     }
 }
 

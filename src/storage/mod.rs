@@ -95,6 +95,17 @@ pub struct LiveWindow {
     pub chat_id: i64,
 }
 
+/// Stored state the metrics report, read at scrape time.
+#[derive(Debug, Clone, Default)]
+pub struct Gauges {
+    /// Pending requests per agent (agents with none are absent).
+    pub pending_by_agent: Vec<(String, u64)>,
+    /// When the oldest pending request was created, if any is pending.
+    pub oldest_pending_since: Option<OffsetDateTime>,
+    /// Webhooks not yet delivered nor given up.
+    pub webhook_backlog: u64,
+}
+
 /// A webhook waiting in the outbox.
 #[derive(Debug, Clone)]
 pub struct OutboxEntry {
@@ -342,6 +353,9 @@ pub trait Store: Send + Sync + 'static {
     /// Writes a consistent copy of the whole database to `file` (which must not exist)
     /// while the service keeps running.
     async fn backup_to(&self, file: &std::path::Path) -> Result<(), StorageError>;
+
+    /// Pending requests and the webhook backlog, for the metrics.
+    async fn gauges(&self) -> Result<Gauges, StorageError>;
 
     /// Closes the connections cleanly (checkpoints the WAL).
     async fn close(&self);

@@ -10,7 +10,7 @@ use sqlx::{FromRow, SqlitePool};
 use time::OffsetDateTime;
 
 use super::{
-    AgentEvent, Answered, Decided, IDEMPOTENCY_TTL, Inserted, LiveWindow, OutboxEntry,
+    AgentEvent, Answered, Decided, Gauges, IDEMPOTENCY_TTL, Inserted, LiveWindow, OutboxEntry,
     PendingEntry, StorageError, Store, WebhookAttempt,
 };
 use crate::domain::args_hash::ArgsHash;
@@ -1445,6 +1445,33 @@ impl Store for SqliteStore {
             return Err(e.into());
         }
         Ok(())
+    }
+
+    async fn gauges(&self) -> Result<Gauges, StorageError> {
+        // Both read through the partial indexes on pending rows, so a scrape stays cheap
+        // however much history the database holds.
+        let pending: Vec<(String, i64, i64)> = sqlx::query_as(
+            "SELECT agent, COUNT(*), MIN(created_at) FROM confirmations
+             WHERE status = 'pending' GROUP BY agent",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let (backlog,): (i64,) =
+            sqlx::query_as("SELECT COUNT(*) FROM webhook_outbox WHERE state = 'pending'")
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(Gauges {
+            oldest_pending_since: pending
+                .iter()
+                .map(|(_, _, since)| *since)
+                .min()
+                .and_then(from_ms),
+            pending_by_agent: pending
+                .into_iter()
+                .map(|(agent, n, _)| (agent, u64::try_from(n).unwrap_or(0)))
+                .collect(),
+            webhook_backlog: u64::try_from(backlog).unwrap_or(0),
+        })
     }
 
     async fn close(&self) {

@@ -1,7 +1,8 @@
 //! Talking to the Bot API: sending questions, showing outcomes, answering taps, and
 //! riding out Telegram's faults on the way.
 //!
-//! Every call goes through `retrying`, which sorts each failure (`classify`):
+//! Every call goes through `retrying_observed`, which counts it in the metrics and
+//! sorts each failure (`classify`):
 //! - transient (flood control, network and I/O errors, an unreadable answer, Telegram's
 //!   own "Bad Gateway" and friends): tried again, after exactly `retry_after` for flood
 //!   control, otherwise after an exponential backoff with jitter (250 ms doubling up to
@@ -39,6 +40,7 @@ use super::ratelimit::{Limits, RateLimiter};
 use super::render;
 use crate::domain::confirmation::Confirmation;
 use crate::domain::interaction::InteractionType;
+use crate::metrics::Metrics;
 use crate::service::{CommandReply, DeliveryError, Messenger, View};
 
 /// How long an outcome edit keeps being retried. Long, because a question left with live
@@ -95,6 +97,8 @@ pub fn build_bot(token: &str, api_url: reqwest::Url, poll_timeout_seconds: u32) 
 pub struct TelegramMessenger {
     bot: Bot,
     limiter: Arc<RateLimiter>,
+    /// Where every Bot API attempt is counted and timed.
+    metrics: Arc<Metrics>,
 }
 
 impl TelegramMessenger {
@@ -106,7 +110,30 @@ impl TelegramMessenger {
     /// A messenger pacing its calls with `limiter`. Telegram counts per bot token, so
     /// everything that sends through one token must share one limiter.
     pub fn with_limiter(bot: Bot, limiter: Arc<RateLimiter>) -> Self {
-        TelegramMessenger { bot, limiter }
+        TelegramMessenger {
+            bot,
+            limiter,
+            metrics: Arc::new(Metrics::new()),
+        }
+    }
+
+    /// Counts its Bot API calls into `metrics` (the application's) instead of a set of
+    /// its own.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+}
+
+/// What kind of failure a Bot API error is, as the metrics label it: `rate_limited` (a
+/// 429), `network` (no answer), `invalid_response` (an answer that is not the Bot API's
+/// JSON, such as a proxy's error page) or `api` (Telegram refused).
+pub fn error_kind(e: &RequestError) -> &'static str {
+    match e {
+        RequestError::RetryAfter(_) => "rate_limited",
+        RequestError::Network(_) | RequestError::Io(_) => "network",
+        RequestError::InvalidJson { .. } => "invalid_response",
+        RequestError::Api(_) | RequestError::MigrateToChatId(_) => "api",
     }
 }
 
@@ -258,11 +285,31 @@ impl Backoff {
     }
 }
 
+/// [`retrying_observed`] without metrics, for the tests of the retry logic.
+#[cfg(test)]
+async fn retrying<T, F, Fut>(
+    limiter: &RateLimiter,
+    method: Method,
+    chat: Option<i64>,
+    deadline: Instant,
+    attempt: F,
+) -> Result<Option<T>, GaveUp>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, RequestError>>,
+{
+    retrying_observed(limiter, None, method, chat, deadline, attempt).await
+}
+
 /// Runs `attempt` until it succeeds (`Some`), turns out harmless (`None`), fails for
 /// good, or the next try could not start before `deadline`. With `chat`, every attempt
 /// first waits for that chat's slot in `limiter`, and a 429 holds the chat back.
-async fn retrying<T, F, Fut>(
+///
+/// Every Bot API call but `getUpdates` is made here, so this is where `metrics` counts
+/// and times each attempt (retries included: each one is a call Telegram sees).
+async fn retrying_observed<T, F, Fut>(
     limiter: &RateLimiter,
+    metrics: Option<&Metrics>,
     method: Method,
     chat: Option<i64>,
     deadline: Instant,
@@ -290,7 +337,13 @@ where
             }
         }
         attempts += 1;
-        let error = match attempt().await {
+        let started = Instant::now();
+        let result = attempt().await;
+        if let Some(metrics) = metrics {
+            let error = result.as_ref().err().map(error_kind);
+            metrics.telegram_call(method.name(), Some(started.elapsed()), error);
+        }
+        let error = match result {
             Ok(v) => return Ok(Some(v)),
             Err(e) => e,
         };
@@ -354,8 +407,9 @@ impl Messenger for TelegramMessenger {
             render::Markup::None => None,
         };
         let deadline = instant_of(r.expires_at);
-        let sent = retrying(
+        let sent = retrying_observed(
             &self.limiter,
+            Some(&self.metrics),
             Method::SendMessage,
             Some(chat_id),
             deadline,
@@ -405,8 +459,9 @@ impl Messenger for TelegramMessenger {
             render::Markup::Keyboard(k) => k,
             render::Markup::ForceReply | render::Markup::None => InlineKeyboardMarkup::default(),
         };
-        retrying(
+        retrying_observed(
             &self.limiter,
+            Some(&self.metrics),
             Method::EditMessageText,
             Some(chat_id),
             Instant::now() + EDIT_PATIENCE,
@@ -429,8 +484,9 @@ impl Messenger for TelegramMessenger {
 
     async fn send_text(&self, chat_id: i64, text: &str) -> Result<i32, DeliveryError> {
         let text = format!("🔔 {}", teloxide::utils::html::escape(text));
-        let sent = retrying(
+        let sent = retrying_observed(
             &self.limiter,
+            Some(&self.metrics),
             Method::SendMessage,
             Some(chat_id),
             Instant::now() + NOTIFY_PATIENCE,
@@ -456,8 +512,9 @@ impl Messenger for TelegramMessenger {
         let text = super::commands::render(reply, crate::service::now());
         // The command may be deleted meanwhile; the answer is worth sending anyway.
         let reply_to = ReplyParameters::new(MessageId(reply_to)).allow_sending_without_reply();
-        let sent = retrying(
+        let sent = retrying_observed(
             &self.limiter,
+            Some(&self.metrics),
             Method::SendMessage,
             Some(chat_id),
             Instant::now() + NOTIFY_PATIENCE,
@@ -482,8 +539,9 @@ impl Messenger for TelegramMessenger {
         alert: bool,
     ) -> Result<(), DeliveryError> {
         // Callback answers do not count against Telegram's message limits: no chat slot.
-        retrying(
+        retrying_observed(
             &self.limiter,
+            Some(&self.metrics),
             Method::AnswerCallbackQuery,
             None,
             Instant::now() + ANSWER_PATIENCE,

@@ -7,7 +7,6 @@
 //! (`crate::service::commands`); this module only knows Telegram's side.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use teloxide::prelude::*;
 use teloxide::types::BotCommand;
@@ -142,11 +141,11 @@ fn cut(s: &str, n: usize) -> String {
 }
 
 /// Asks Telegram for the bot's username (commands addressed `/cmd@<bot>` need it) and
-/// registers [`COMMANDS`] for the clients' menu. Telegram being down at start must not
-/// stop the service: each call is retried in the background, with a growing pause,
-/// until it succeeds or `stop` fires.
+/// registers [`COMMANDS`] for the clients' menu, each call retried until it succeeds
+/// or `stop` fires ([`super::startup::until_ok`]).
 pub async fn register(bot: Bot, service: Arc<Service>, stop: CancellationToken) {
-    let me = retry(&stop, "getMe", || bot.get_me().send()).await;
+    let metrics = service.metrics();
+    let me = super::startup::until_ok(&stop, metrics, "getMe", || bot.get_me().send()).await;
     let Some(me) = me else { return };
     match me.user.username {
         Some(username) => service.set_bot_username(username),
@@ -156,48 +155,13 @@ pub async fn register(bot: Bot, service: Arc<Service>, stop: CancellationToken) 
         .iter()
         .map(|(name, description, _)| BotCommand::new(*name, *description))
         .collect();
-    if retry(&stop, "setMyCommands", || {
+    if super::startup::until_ok(&stop, metrics, "setMyCommands", || {
         bot.set_my_commands(commands.clone()).send()
     })
     .await
     .is_some()
     {
         tracing::info!("operator commands registered with Telegram");
-    }
-}
-
-/// First and longest pause between attempts of a startup call.
-const FIRST_PAUSE: Duration = Duration::from_secs(1);
-const LONGEST_PAUSE: Duration = Duration::from_secs(60);
-
-/// Runs `call` until it succeeds (`Some`) or `stop` fires (`None`).
-async fn retry<T, F, Fut>(stop: &CancellationToken, method: &'static str, mut call: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, teloxide::RequestError>>,
-{
-    let mut pause = FIRST_PAUSE;
-    loop {
-        let result = tokio::select! {
-            _ = stop.cancelled() => return None,
-            r = call() => r,
-        };
-        let error = match result {
-            Ok(v) => return Some(v),
-            Err(e) => e,
-        };
-        // Flood control says how long to wait; anything else waits the growing pause.
-        let wait = match &error {
-            teloxide::RequestError::RetryAfter(s) => s.duration().max(pause),
-            _ => pause,
-        };
-        tracing::warn!(method, error = %error, retry_in_s = wait.as_secs(),
-            "a startup call to Telegram failed; retrying");
-        tokio::select! {
-            _ = stop.cancelled() => return None,
-            _ = tokio::time::sleep(wait) => {}
-        }
-        pause = (pause * 2).min(LONGEST_PAUSE);
     }
 }
 

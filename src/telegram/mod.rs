@@ -7,6 +7,7 @@ pub mod commands;
 pub mod polling;
 pub mod ratelimit;
 pub mod render;
+pub mod startup;
 pub mod updates;
 pub mod webhook;
 

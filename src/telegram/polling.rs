@@ -38,6 +38,9 @@ pub async fn run(
             _ = stop.cancelled() => break,
             r = request.send() => r,
         };
+        // Counted, not timed: a long poll lasts as long as Telegram has nothing to say.
+        let error = updates.as_ref().err().map(super::client::error_kind);
+        service.metrics().telegram_call("getUpdates", None, error);
         match updates {
             Ok(updates) => {
                 backoff = MIN_BACKOFF;
@@ -62,6 +65,8 @@ pub async fn run(
                         _ = stop.cancelled() => break,
                         r = bot.delete_webhook().send() => r,
                     };
+                    let error = delete.as_ref().err().map(super::client::error_kind);
+                    service.metrics().telegram_call("deleteWebhook", None, error);
                     match delete {
                         Ok(_) => {
                             webhook_deleted = true;

@@ -11,7 +11,6 @@
 //! instance deaf. teloxide's own webhook helpers delete it, which is why they are not used.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -29,14 +28,11 @@ use tokio_util::sync::CancellationToken;
 use crate::api::MAX_BODY_BYTES;
 use crate::api::error::ApiError;
 use crate::config::WebhookMode;
+use crate::metrics::Metrics;
 use crate::service::Service;
 
 /// The header Telegram puts the `secret_token` of `setWebhook` in.
 pub const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
-
-/// Backoff bounds while `setWebhook` fails.
-const MIN_BACKOFF: Duration = Duration::from_secs(1);
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 #[derive(Clone)]
 struct RouteState {
@@ -99,41 +95,25 @@ async fn receive(
 }
 
 /// Calls `setWebhook` (url, secret, the update kinds the service handles) until Telegram
-/// accepts it or `stop` fires, backing off from 1 s to 60 s between failures.
+/// accepts it or `stop` fires ([`super::startup::until_ok`]).
 ///
 /// Always called at start, even if the webhook is already set: `setWebhook` is idempotent
 /// on Telegram's side, and the secret cannot be read back (`getWebhookInfo` does not show
 /// it) to tell whether the one set is ours.
-pub async fn register(bot: Bot, webhook: WebhookMode, stop: CancellationToken) {
-    let mut backoff = MIN_BACKOFF;
-    loop {
-        let request = bot
-            .set_webhook(webhook.url.clone())
+pub async fn register(
+    bot: Bot,
+    webhook: WebhookMode,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
+    let set = super::startup::until_ok(&stop, &metrics, "setWebhook", || {
+        bot.set_webhook(webhook.url.clone())
             .secret_token(webhook.secret.expose_secret().to_owned())
-            .allowed_updates(super::updates::allowed());
-        let result = tokio::select! {
-            _ = stop.cancelled() => return,
-            r = request.send() => r,
-        };
-        match result {
-            Ok(_) => {
-                tracing::info!(url = %webhook.url, "Telegram webhook set");
-                return;
-            }
-            // teloxide's errors carry neither the secret nor the bot token: API errors
-            // are Telegram's description, and network errors have the token cut out of
-            // their URL (teloxide-core's `hide_token`).
-            Err(e) => tracing::warn!(
-                error = %e,
-                url = %webhook.url,
-                retry_in_s = backoff.as_secs(),
-                "setWebhook failed"
-            ),
-        }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+            .allowed_updates(super::updates::allowed())
+            .send()
+    })
+    .await;
+    if set.is_some() {
+        tracing::info!(url = %webhook.url, "Telegram webhook set");
     }
 }

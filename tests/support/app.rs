@@ -56,6 +56,8 @@ pub fn with_webhook_mode(toml: &str, addr: SocketAddr) -> String {
         1,
     )
 }
+/// The `GET /metrics` token, in `METRICS_TOKEN`, for tests that set `[metrics] token_env`.
+pub const METRICS_TOKEN: &str = "metrics-token-0123456789";
 /// Where agent-a's callbacks may go unless a test says otherwise.
 pub const DEFAULT_CALLBACK_PREFIX: &str = "http://127.0.0.1:9/hooks";
 
@@ -141,6 +143,7 @@ pub fn test_env() -> HashMap<String, String> {
             "TELEGRAM_WEBHOOK_SECRET".to_owned(),
             TELEGRAM_WEBHOOK_SECRET.to_owned(),
         ),
+        ("METRICS_TOKEN".to_owned(), METRICS_TOKEN.to_owned()),
     ])
 }
 

@@ -1,0 +1,454 @@
+//! Prometheus metrics: what the service counts, and the text `GET /metrics` serves.
+//!
+//! One [`Metrics`] per application, owning its own [`Registry`] (no global recorder):
+//! several applications in one process, as in the tests, must not share counters. The
+//! service, the Telegram adapter and the webhook worker hold it as an `Arc` and count
+//! where things happen; the gauges that describe stored state (pending requests, the
+//! webhook outbox) are read from the database at scrape time instead, so they are right
+//! after a restart and cannot drift.
+//!
+//! Label values come from the configuration (agent, route) or from fixed sets (status,
+//! Telegram method), except the tool name, which agents choose: [`ToolLabels`] bounds
+//! how many distinct tool labels an agent can create, so a hostile or buggy agent cannot
+//! grow the exposition without limit. No label ever carries a parameter value.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Registry, Unit};
+use time::OffsetDateTime;
+
+use crate::domain::confirmation::{Confirmation, Via};
+use crate::storage::Gauges;
+
+/// The content type of the exposition: OpenMetrics text, which `prometheus-client`
+/// writes and Prometheus scrapes natively.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// How many distinct tool labels one agent may create; later tools count as
+/// [`OTHER_TOOL`]. Generous for real agents (a few dozen tools), small enough that a
+/// flood of made-up names costs a bounded number of series.
+pub const MAX_TOOLS_PER_AGENT: usize = 50;
+/// The tool label of every tool beyond [`MAX_TOOLS_PER_AGENT`].
+pub const OTHER_TOOL: &str = "other";
+/// Longest tool label, in characters; longer names are cut (tool names may be 128).
+pub const MAX_TOOL_LABEL_CHARS: usize = 64;
+
+/// Decision latency buckets (seconds): a human answers in seconds to hours, and a
+/// timeout can be as long as a day.
+const DECISION_BUCKETS: [f64; 16] = [
+    0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0,
+    21600.0, 86400.0,
+];
+/// Bot API call buckets (seconds): tens of milliseconds when healthy, up to the HTTP
+/// client's timeout when not.
+const TELEGRAM_BUCKETS: [f64; 11] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CreatedLabels {
+    agent: String,
+    route: String,
+    tool: String,
+    /// `confirmation` or `interaction`.
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecidedLabels {
+    agent: String,
+    route: String,
+    tool: String,
+    kind: &'static str,
+    /// The stored status: confirmed, cancelled, timeout, completed.
+    status: &'static str,
+    /// What decided it: operator, window, timeout, withdrawn, fail_closed.
+    via: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AgentLabels {
+    agent: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LatencyLabels {
+    agent: String,
+    /// `operator` (a human decided) or `timeout` (nobody did in time).
+    via: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AgentToolLabels {
+    agent: String,
+    tool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodLabels {
+    method: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TelegramErrorLabels {
+    method: &'static str,
+    /// `rate_limited` (429), `network`, `invalid_response`, `api`.
+    kind: &'static str,
+}
+
+/// Every metric of one application, and the registry that exposes them.
+pub struct Metrics {
+    registry: Registry,
+    requests_created: Family<CreatedLabels, Counter>,
+    requests_decided: Family<DecidedLabels, Counter>,
+    decision_latency: Family<LatencyLabels, Histogram>,
+    window_hits: Family<AgentToolLabels, Counter>,
+    pending: Family<AgentLabels, Gauge>,
+    oldest_pending_age: Gauge<f64, std::sync::atomic::AtomicU64>,
+    telegram_requests: Family<MethodLabels, Counter>,
+    telegram_errors: Family<TelegramErrorLabels, Counter>,
+    telegram_duration: Family<MethodLabels, Histogram>,
+    webhook_backlog: Gauge,
+    webhook_delivered: Family<AgentLabels, Counter>,
+    webhook_failures: Family<AgentLabels, Counter>,
+    webhook_given_up: Family<AgentLabels, Counter>,
+    tools: ToolLabels,
+    /// Held while the scrape-time gauges are set and the registry encoded, so two
+    /// concurrent scrapes cannot interleave a reset with an encoding.
+    scrape: Mutex<()>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh set of metrics in a registry of its own, every name prefixed `hitl_`.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("hitl");
+        registry.register(
+            "build",
+            "The running version (value 1)",
+            Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
+        );
+
+        let requests_created = Family::<CreatedLabels, Counter>::default();
+        registry.register(
+            "requests_created",
+            "Requests stored (confirmations and interactions), window hits included",
+            requests_created.clone(),
+        );
+        let requests_decided = Family::<DecidedLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Requests that reached their outcome, by status and by what decided them",
+            requests_decided.clone(),
+        );
+        let decision_latency =
+            Family::<LatencyLabels, Histogram>::new_with_constructor(decision_histogram as _);
+        registry.register_with_unit(
+            "decision_latency",
+            "Time from a request's creation to its decision by an operator or its timeout",
+            Unit::Seconds,
+            decision_latency.clone(),
+        );
+        let window_hits = Family::<AgentToolLabels, Counter>::default();
+        registry.register(
+            "window_hits",
+            "Requests confirmed at once by a live confirmation window",
+            window_hits.clone(),
+        );
+        let pending = Family::<AgentLabels, Gauge>::default();
+        registry.register(
+            "pending_requests",
+            "Requests waiting for a human now (read from the database at scrape time)",
+            pending.clone(),
+        );
+        let oldest_pending_age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register_with_unit(
+            "oldest_pending_age",
+            "Age of the oldest pending request (0 when none is pending)",
+            Unit::Seconds,
+            oldest_pending_age.clone(),
+        );
+
+        let telegram_requests = Family::<MethodLabels, Counter>::default();
+        registry.register(
+            "telegram_requests",
+            "Bot API calls made, retries included",
+            telegram_requests.clone(),
+        );
+        let telegram_errors = Family::<TelegramErrorLabels, Counter>::default();
+        registry.register(
+            "telegram_errors",
+            "Bot API calls that failed, by kind (rate_limited is a 429)",
+            telegram_errors.clone(),
+        );
+        let telegram_duration =
+            Family::<MethodLabels, Histogram>::new_with_constructor(telegram_histogram as _);
+        registry.register_with_unit(
+            "telegram_request_duration",
+            "Duration of Bot API calls (getUpdates, a long poll, is not observed)",
+            Unit::Seconds,
+            telegram_duration.clone(),
+        );
+
+        let webhook_backlog = Gauge::default();
+        registry.register(
+            "webhook_outbox_backlog",
+            "Agent webhooks waiting for delivery (read from the database at scrape time)",
+            webhook_backlog.clone(),
+        );
+        let webhook_delivered = Family::<AgentLabels, Counter>::default();
+        registry.register(
+            "webhook_deliveries",
+            "Agent webhooks delivered (a 2xx answer)",
+            webhook_delivered.clone(),
+        );
+        let webhook_failures = Family::<AgentLabels, Counter>::default();
+        registry.register(
+            "webhook_delivery_failures",
+            "Agent webhook attempts that failed (each retry counts)",
+            webhook_failures.clone(),
+        );
+        let webhook_given_up = Family::<AgentLabels, Counter>::default();
+        registry.register(
+            "webhook_given_up",
+            "Agent webhooks abandoned after webhooks.give_up_after_seconds",
+            webhook_given_up.clone(),
+        );
+
+        Metrics {
+            registry,
+            requests_created,
+            requests_decided,
+            decision_latency,
+            window_hits,
+            pending,
+            oldest_pending_age,
+            telegram_requests,
+            telegram_errors,
+            telegram_duration,
+            webhook_backlog,
+            webhook_delivered,
+            webhook_failures,
+            webhook_given_up,
+            tools: ToolLabels::default(),
+            scrape: Mutex::new(()),
+        }
+    }
+
+    /// A request was stored.
+    pub fn request_created(&self, r: &Confirmation) {
+        self.requests_created
+            .get_or_create(&CreatedLabels {
+                agent: r.agent.clone(),
+                route: r.route.clone(),
+                tool: self.tools.label(&r.agent, r.tool.as_str()),
+                kind: kind(r),
+            })
+            .inc();
+    }
+
+    /// A request reached its outcome (`r` is the stored, terminal record). Called once
+    /// per request: only by the decision that was applied.
+    pub fn request_decided(&self, r: &Confirmation) {
+        let tool = self.tools.label(&r.agent, r.tool.as_str());
+        let via = r.via.map(Via::as_str).unwrap_or("unknown");
+        self.requests_decided
+            .get_or_create(&DecidedLabels {
+                agent: r.agent.clone(),
+                route: r.route.clone(),
+                tool: tool.clone(),
+                kind: kind(r),
+                status: r.status.as_str(),
+                via,
+            })
+            .inc();
+        match r.via {
+            Some(Via::Operator | Via::Timeout) => {
+                let decided = r.decided_at.unwrap_or(r.created_at);
+                let took = (decided - r.created_at).as_seconds_f64().max(0.0);
+                self.decision_latency
+                    .get_or_create(&LatencyLabels {
+                        agent: r.agent.clone(),
+                        via,
+                    })
+                    .observe(took);
+            }
+            Some(Via::Window) => {
+                self.window_hits
+                    .get_or_create(&AgentToolLabels {
+                        agent: r.agent.clone(),
+                        tool,
+                    })
+                    .inc();
+            }
+            _ => {}
+        }
+    }
+
+    /// One Bot API call ended: `error` is the failure's kind (see
+    /// [`crate::telegram::client::error_kind`]), `took` its duration when worth
+    /// observing.
+    pub fn telegram_call(
+        &self,
+        method: &'static str,
+        took: Option<Duration>,
+        error: Option<&'static str>,
+    ) {
+        let labels = MethodLabels { method };
+        self.telegram_requests.get_or_create(&labels).inc();
+        if let Some(took) = took {
+            self.telegram_duration
+                .get_or_create(&labels)
+                .observe(took.as_secs_f64());
+        }
+        if let Some(kind) = error {
+            self.telegram_errors
+                .get_or_create(&TelegramErrorLabels { method, kind })
+                .inc();
+        }
+    }
+
+    /// A webhook attempt for `agent` got a 2xx.
+    pub fn webhook_delivered(&self, agent: &str) {
+        self.webhook_delivered
+            .get_or_create(&agent_labels(agent))
+            .inc();
+    }
+
+    /// A webhook attempt for `agent` failed; `final_attempt` when it was given up.
+    pub fn webhook_failed(&self, agent: &str, final_attempt: bool) {
+        let labels = agent_labels(agent);
+        self.webhook_failures.get_or_create(&labels).inc();
+        if final_attempt {
+            self.webhook_given_up.get_or_create(&labels).inc();
+        }
+    }
+
+    /// The exposition, with the stored-state gauges set from `gauges` (read at `now`);
+    /// `agents` (the configured ones) show a pending count of 0 when they have none.
+    pub fn render<'a>(
+        &self,
+        gauges: &Gauges,
+        agents: impl IntoIterator<Item = &'a str>,
+        now: OffsetDateTime,
+    ) -> String {
+        let _scrape = self.scrape.lock().unwrap_or_else(|e| e.into_inner());
+        // Reset first: an agent removed from the config with nothing pending drops out.
+        self.pending.clear();
+        for agent in agents {
+            self.pending.get_or_create(&agent_labels(agent)).set(0);
+        }
+        for (agent, n) in &gauges.pending_by_agent {
+            self.pending
+                .get_or_create(&agent_labels(agent))
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
+        let oldest = gauges
+            .oldest_pending_since
+            .map(|at| (now - at).as_seconds_f64().max(0.0))
+            .unwrap_or(0.0);
+        self.oldest_pending_age.set(oldest);
+        self.webhook_backlog
+            .set(i64::try_from(gauges.webhook_backlog).unwrap_or(i64::MAX));
+        let mut text = String::new();
+        // Writing to a String cannot fail; the encoder's own errors are for other writers.
+        if prometheus_client::encoding::text::encode(&mut text, &self.registry).is_err() {
+            tracing::error!("could not encode the metrics");
+        }
+        text
+    }
+}
+
+fn decision_histogram() -> Histogram {
+    Histogram::new(DECISION_BUCKETS)
+}
+
+fn telegram_histogram() -> Histogram {
+    Histogram::new(TELEGRAM_BUCKETS)
+}
+
+fn agent_labels(agent: &str) -> AgentLabels {
+    AgentLabels {
+        agent: agent.to_owned(),
+    }
+}
+
+fn kind(r: &Confirmation) -> &'static str {
+    if r.interaction.is_some() {
+        "interaction"
+    } else {
+        "confirmation"
+    }
+}
+
+/// The tool labels each agent has used so far, at most [`MAX_TOOLS_PER_AGENT`] each.
+#[derive(Default)]
+pub struct ToolLabels {
+    seen: Mutex<HashMap<String, HashSet<String>>>,
+}
+
+impl ToolLabels {
+    /// The label for `tool` of `agent`: the name (cut to [`MAX_TOOL_LABEL_CHARS`]) while
+    /// the agent has labels left or already used it, else [`OTHER_TOOL`]. Agents come
+    /// from the configuration, so the outer map is bounded by it.
+    pub fn label(&self, agent: &str, tool: &str) -> String {
+        let label: String = tool.chars().take(MAX_TOOL_LABEL_CHARS).collect();
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let tools = seen.entry(agent.to_owned()).or_default();
+        if tools.contains(&label) {
+            return label;
+        }
+        if tools.len() < MAX_TOOLS_PER_AGENT {
+            tools.insert(label.clone());
+            return label;
+        }
+        OTHER_TOOL.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_agent_gets_a_bounded_number_of_tool_labels_then_other() {
+        let tools = ToolLabels::default();
+        for i in 0..MAX_TOOLS_PER_AGENT {
+            assert_eq!(tools.label("a", &format!("t{i}")), format!("t{i}"));
+        }
+        assert_eq!(tools.label("a", "one-too-many"), OTHER_TOOL);
+        // Tools seen before keep their label; other agents have their own allowance.
+        assert_eq!(tools.label("a", "t0"), "t0");
+        assert_eq!(tools.label("b", "one-too-many"), "one-too-many");
+    }
+
+    #[test]
+    fn long_tool_names_are_cut_on_a_character_boundary() {
+        let tools = ToolLabels::default();
+        let label = tools.label("a", &"é".repeat(128));
+        assert_eq!(label.chars().count(), MAX_TOOL_LABEL_CHARS);
+    }
+
+    #[test]
+    fn an_empty_application_still_exposes_its_version_and_ends_with_eof() {
+        let m = Metrics::new();
+        let text = m.render(&Gauges::default(), ["agent-a"], OffsetDateTime::now_utc());
+        assert!(text.contains(&format!(
+            "hitl_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        )));
+        assert!(text.contains("hitl_pending_requests{agent=\"agent-a\"} 0"));
+        assert!(text.ends_with("# EOF\n"));
+    }
+}
