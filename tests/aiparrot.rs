@@ -20,7 +20,7 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +29,7 @@ use reqwest::StatusCode;
 use serde_json::{Map, Value, json};
 use support::app::*;
 use support::fake_telegram::{SentMessage, TgUser};
+use support::parrot_driver::parrot_python;
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
@@ -611,29 +612,6 @@ async fn our_responses_have_the_shapes_of_ai_parrots() {
     }
     let all_types: BTreeSet<String> = value_kinds.keys().cloned().collect();
     assert_eq!(types_seen, all_types, "every response type was answered");
-}
-
-/// The interpreter with ai-parrot: `$HITL_AIPARROT_PYTHON`.
-fn parrot_python() -> Option<PathBuf> {
-    let Some(path) = std::env::var_os("HITL_AIPARROT_PYTHON").filter(|p| !p.is_empty()) else {
-        assert!(
-            std::env::var("HITL_REQUIRE_AIPARROT").as_deref() != Ok("1"),
-            "HITL_REQUIRE_AIPARROT=1 but HITL_AIPARROT_PYTHON is not set: point it at a \
-             python with ai-parrot 1.2.4 (.ci/run installs one in .ci/.venv-parrot)"
-        );
-        eprintln!(
-            "skipped: HITL_AIPARROT_PYTHON is not set (a python with ai-parrot 1.2.4; \
-             .ci/run installs one)"
-        );
-        return None;
-    };
-    let path = PathBuf::from(path);
-    assert!(
-        path.is_file(),
-        "HITL_AIPARROT_PYTHON={} is not a file",
-        path.display()
-    );
-    Some(path)
 }
 
 /// Runs the validator on `items`; returns its exit code and its JSON report.

@@ -10,19 +10,6 @@ use serde_json::{Value, json};
 use support::app::*;
 use tokio::process::Command;
 
-async fn events(app: &TestApp, id: &str) -> Vec<Value> {
-    let r = app
-        .client
-        .get(app.url(&format!("/v1/confirmations/{id}/events")))
-        .bearer_auth(TOKEN_A)
-        .send()
-        .await
-        .unwrap();
-    let (s, b) = json_of(r).await;
-    assert_eq!(s, StatusCode::OK, "{b}");
-    b["events"].as_array().unwrap().clone()
-}
-
 fn kinds(events: &[Value]) -> Vec<&str> {
     events.iter().map(|e| e["kind"].as_str().unwrap()).collect()
 }
@@ -69,7 +56,7 @@ async fn a_requests_life_is_recorded_step_by_step_and_readable_by_its_agent() {
         .tap(OPS_CHAT, message_id, "✅ Approve", alice());
     app.wait_status(id, "confirmed").await;
 
-    let ev = events(&app, id).await;
+    let ev = app.audit_events(id).await;
     assert_eq!(
         kinds(&ev),
         vec![
@@ -143,14 +130,14 @@ async fn timeouts_withdrawals_fail_closed_and_window_hits_are_recorded() {
         .await;
 
     assert_eq!(
-        kinds(&events(&app, t["id"].as_str().unwrap()).await),
+        kinds(&app.audit_events(t["id"].as_str().unwrap()).await),
         vec!["requested", "delivered", "timeout"]
     );
     assert_eq!(
-        kinds(&events(&app, w["id"].as_str().unwrap()).await),
+        kinds(&app.audit_events(w["id"].as_str().unwrap()).await),
         vec!["requested", "delivered", "withdrawn"]
     );
-    let fev = events(&app, f["id"].as_str().unwrap()).await;
+    let fev = app.audit_events(f["id"].as_str().unwrap()).await;
     assert_eq!(kinds(&fev), vec!["requested", "fail_closed"]);
     assert!(
         fev[1]["detail"]["reason"]
@@ -159,7 +146,7 @@ async fn timeouts_withdrawals_fail_closed_and_window_hits_are_recorded() {
             .contains("bot was blocked")
     );
     assert_eq!(
-        kinds(&events(&app, hit["id"].as_str().unwrap()).await),
+        kinds(&app.audit_events(hit["id"].as_str().unwrap()).await),
         vec!["window_hit"]
     );
 }

@@ -86,19 +86,6 @@ async fn ask_free_text(app: &TestApp, id: &str, question: &str) {
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
 }
 
-async fn events(app: &TestApp, id: &str) -> Vec<Value> {
-    let r = app
-        .client
-        .get(app.url(&format!("/v1/confirmations/{id}/events")))
-        .bearer_auth(TOKEN_A)
-        .send()
-        .await
-        .unwrap();
-    let (s, b) = json_of(r).await;
-    assert_eq!(s, StatusCode::OK, "{b}");
-    b["events"].as_array().unwrap().clone()
-}
-
 #[tokio::test]
 async fn the_four_commands_are_registered_with_telegram_at_start() {
     let app = TestApp::spawn().await;
@@ -285,7 +272,7 @@ async fn revoke_closes_a_window_records_who_did_it_and_the_next_identical_call_a
         "{text}"
     );
 
-    let trail = events(&app, id).await;
+    let trail = app.audit_events(id).await;
     let revoked = trail
         .iter()
         .find(|e| e["kind"] == "window_revoked")
@@ -337,7 +324,7 @@ async fn revoke_refuses_another_routes_window_and_names_what_is_wrong_with_an_id
         "still open"
     );
     assert!(
-        !events(&app, id)
+        !app.audit_events(id)
             .await
             .iter()
             .any(|e| e["kind"] == "window_revoked")

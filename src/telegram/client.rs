@@ -123,6 +123,37 @@ impl TelegramMessenger {
         self.metrics = metrics;
         self
     }
+
+    /// Sends a message of our own (not a question) as HTML, within the flood limits,
+    /// retrying for [`NOTIFY_PATIENCE`]; `reply_to` threads it under another message.
+    async fn send_html(
+        &self,
+        chat_id: i64,
+        text: String,
+        reply_to: Option<ReplyParameters>,
+    ) -> Result<i32, DeliveryError> {
+        let sent = retrying_observed(
+            &self.limiter,
+            Some(&self.metrics),
+            Method::SendMessage,
+            Some(chat_id),
+            Instant::now() + NOTIFY_PATIENCE,
+            || {
+                let request = self
+                    .bot
+                    .send_message(ChatId(chat_id), text.clone())
+                    .parse_mode(ParseMode::Html)
+                    .link_preview_options(no_preview());
+                match &reply_to {
+                    Some(r) => request.reply_parameters(r.clone()).send(),
+                    None => request.send(),
+                }
+            },
+        )
+        .await?;
+        sent.map(|m| m.id.0)
+            .ok_or_else(|| DeliveryError::new("Telegram did not return the sent message"))
+    }
 }
 
 /// What kind of failure a Bot API error is, as the metrics label it: `rate_limited` (a
@@ -484,23 +515,7 @@ impl Messenger for TelegramMessenger {
 
     async fn send_text(&self, chat_id: i64, text: &str) -> Result<i32, DeliveryError> {
         let text = format!("🔔 {}", teloxide::utils::html::escape(text));
-        let sent = retrying_observed(
-            &self.limiter,
-            Some(&self.metrics),
-            Method::SendMessage,
-            Some(chat_id),
-            Instant::now() + NOTIFY_PATIENCE,
-            || {
-                self.bot
-                    .send_message(ChatId(chat_id), text.clone())
-                    .parse_mode(ParseMode::Html)
-                    .link_preview_options(no_preview())
-                    .send()
-            },
-        )
-        .await?;
-        sent.map(|m| m.id.0)
-            .ok_or_else(|| DeliveryError::new("Telegram did not return the sent message"))
+        self.send_html(chat_id, text, None).await
     }
 
     async fn send_command_reply(
@@ -512,24 +527,7 @@ impl Messenger for TelegramMessenger {
         let text = super::commands::render(reply, crate::service::now());
         // The command may be deleted meanwhile; the answer is worth sending anyway.
         let reply_to = ReplyParameters::new(MessageId(reply_to)).allow_sending_without_reply();
-        let sent = retrying_observed(
-            &self.limiter,
-            Some(&self.metrics),
-            Method::SendMessage,
-            Some(chat_id),
-            Instant::now() + NOTIFY_PATIENCE,
-            || {
-                self.bot
-                    .send_message(ChatId(chat_id), text.clone())
-                    .parse_mode(ParseMode::Html)
-                    .link_preview_options(no_preview())
-                    .reply_parameters(reply_to.clone())
-                    .send()
-            },
-        )
-        .await?;
-        sent.map(|m| m.id.0)
-            .ok_or_else(|| DeliveryError::new("Telegram did not return the sent message"))
+        self.send_html(chat_id, text, Some(reply_to)).await
     }
 
     async fn answer_tap(

@@ -66,7 +66,9 @@ pub async fn run(
                         r = bot.delete_webhook().send() => r,
                     };
                     let error = delete.as_ref().err().map(super::client::error_kind);
-                    service.metrics().telegram_call("deleteWebhook", None, error);
+                    service
+                        .metrics()
+                        .telegram_call("deleteWebhook", None, error);
                     match delete {
                         Ok(_) => {
                             webhook_deleted = true;

@@ -402,6 +402,21 @@ impl TestApp {
     }
 
     /// Reads a confirmation until it reaches `status` (long-poll), failing after 10 s.
+    /// The audit trail of question `id`, as agent-a sees it
+    /// (`GET /v1/confirmations/{id}/events`).
+    pub async fn audit_events(&self, id: &str) -> Vec<Value> {
+        let r = self
+            .client
+            .get(self.url(&format!("/v1/confirmations/{id}/events")))
+            .bearer_auth(TOKEN_A)
+            .send()
+            .await
+            .expect("GET events");
+        let (s, b) = json_of(r).await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+        b["events"].as_array().expect("events").clone()
+    }
+
     pub async fn wait_status(&self, id: &str, status: &str) -> Value {
         for _ in 0..20 {
             let (code, r) = self.get_as(TOKEN_A, id, Some("1")).await;
