@@ -1,7 +1,9 @@
 //! The SQLite backend: one file in WAL mode, migrations embedded in the binary.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -30,6 +32,14 @@ pub struct SqliteStore {
     /// Serialises the transactions that append to the audit trail: each append reads the
     /// last row's hash, so two must not interleave. Held across the whole transaction.
     audit: tokio::sync::Mutex<()>,
+    /// Every stored confirmation window, by key: a window hit is decided from memory
+    /// without touching SQLite (a lookup is the hot path of a busy agent). `None` until
+    /// [`Store::migrate`] has loaded the table, and lookups go to SQLite meanwhile (the
+    /// CLI tools open a store without migrating). Written only after the transaction
+    /// that changed the table has committed, under the audit lock like every window
+    /// write, so it never shows a window the database does not hold. Only the service
+    /// process writes windows, so no other process can make it stale.
+    windows: RwLock<Option<HashMap<WindowKey, Window>>>,
 }
 
 impl SqliteStore {
@@ -71,6 +81,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             pool,
             audit: tokio::sync::Mutex::new(()),
+            windows: RwLock::new(None),
         })
     }
 }
@@ -355,6 +366,67 @@ macro_rules! select_where {
 }
 
 impl SqliteStore {
+    /// Replaces the in-memory window index with the `windows` table. The one helper to
+    /// call after anything deletes or rewrites windows other than a decision (which
+    /// writes through itself): call it after that transaction commits, with the audit
+    /// lock still held, so no decision's window slips in between the read and the swap.
+    pub(crate) async fn reload_windows(&self) -> Result<(), StorageError> {
+        let rows: Vec<(String, String, String, String, i64, String)> = sqlx::query_as(
+            "SELECT agent, owner_id, tool, args_hash, expires_at, opened_by FROM windows",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut map = HashMap::with_capacity(rows.len());
+        for (agent, owner_id, tool, args_hash, expires_at, opened_by) in rows {
+            let corrupt = |what: &str| StorageError::Corrupt {
+                id: opened_by.clone(),
+                what: format!("window {what}"),
+            };
+            let key = WindowKey {
+                agent,
+                owner_id: OwnerId::parse(&owner_id).map_err(|_| corrupt("owner_id"))?,
+                tool: ToolName::parse(&tool).map_err(|_| corrupt("tool"))?,
+                args_hash: ArgsHash::parse(&args_hash).map_err(|_| corrupt("args_hash"))?,
+            };
+            let window = Window {
+                key: key.clone(),
+                expires_at: from_ms(expires_at).ok_or_else(|| corrupt("expiry"))?,
+                opened_by: ConfirmationId::parse(&opened_by).map_err(|_| corrupt("opened_by"))?,
+            };
+            map.insert(key, window);
+        }
+        *self.windows.write().unwrap_or_else(PoisonError::into_inner) = Some(map);
+        Ok(())
+    }
+
+    /// Mirrors, after its commit, the window a decision opened (the same rule as the
+    /// SQL upsert: a later expiry replaces an earlier one, never the reverse).
+    fn remember_window(&self, record: &Confirmation) {
+        let Some(until) = record.window_until() else {
+            return;
+        };
+        let mut guard = self.windows.write().unwrap_or_else(PoisonError::into_inner);
+        let Some(map) = guard.as_mut() else {
+            return;
+        };
+        let key = record.window_key();
+        // Stored at millisecond precision, as SQLite holds it.
+        let expires_at = from_ms(ms(until)).unwrap_or(until);
+        match map.get(&key) {
+            Some(w) if w.expires_at >= expires_at => {}
+            _ => {
+                map.insert(
+                    key.clone(),
+                    Window {
+                        key,
+                        expires_at,
+                        opened_by: record.id.clone(),
+                    },
+                );
+            }
+        }
+    }
+
     /// A transaction that takes the write lock at once (`BEGIN IMMEDIATE`). A deferred
     /// one that reads first and writes later fails with SQLITE_BUSY, without waiting,
     /// when another connection wrote in between; an immediate one queues (busy_timeout).
@@ -603,7 +675,8 @@ async fn apply_decision(
 impl Store for SqliteStore {
     async fn migrate(&self) -> Result<(), StorageError> {
         MIGRATOR.run(&self.pool).await?;
-        Ok(())
+        let _audit = self.audit.lock().await;
+        self.reload_windows().await
     }
 
     async fn ping(&self) -> Result<(), StorageError> {
@@ -763,8 +836,9 @@ impl Store for SqliteStore {
         let _audit = self.audit.lock().await;
         let mut tx = self.write_tx().await?;
         let decided = apply_decision(&mut tx, id, d).await?;
-        if matches!(decided, Decided::Applied(_)) {
+        if let Decided::Applied(record) = &decided {
             tx.commit().await?;
+            self.remember_window(record);
         }
         Ok(decided)
     }
@@ -774,6 +848,14 @@ impl Store for SqliteStore {
         key: &WindowKey,
         now: OffsetDateTime,
     ) -> Result<Option<Window>, StorageError> {
+        if let Some(map) = self
+            .windows
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            return Ok(map.get(key).filter(|w| w.is_live(now)).cloned());
+        }
         let row: Option<(i64, String)> = sqlx::query_as(
             "SELECT expires_at, opened_by FROM windows
              WHERE agent = ? AND owner_id = ? AND tool = ? AND args_hash = ? AND expires_at > ?",
@@ -859,11 +941,21 @@ impl Store for SqliteStore {
     }
 
     async fn purge_expired_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError> {
-        Ok(sqlx::query("DELETE FROM windows WHERE expires_at <= ?")
+        let _audit = self.audit.lock().await;
+        let purged = sqlx::query("DELETE FROM windows WHERE expires_at <= ?")
             .bind(ms(now))
             .execute(&self.pool)
             .await?
-            .rows_affected())
+            .rows_affected();
+        if let Some(map) = self
+            .windows
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+        {
+            map.retain(|_, w| w.is_live(now));
+        }
+        Ok(purged)
     }
 
     async fn due_webhooks(
@@ -1202,6 +1294,9 @@ impl Store for SqliteStore {
             }
         };
         tx.commit().await?;
+        if settles.is_some() {
+            self.remember_window(&record);
+        }
         Ok(Answered::Added(record))
     }
 
