@@ -43,7 +43,8 @@ impl Setup {
             self.telegram_url
         ));
         c.push_str(
-            "[confirmation]\ndefault_timeout_seconds = 3600\nmax_timeout_seconds = 86400\n\n",
+            "[confirmation]\ndefault_timeout_seconds = 3600\nmax_timeout_seconds = 86400\n\
+             default_window_seconds = 0\n\n",
         );
         let mut routes = Vec::new();
         for (i, chat) in self.chats.iter().enumerate() {
