@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hitl_telegram::domain::args_hash::ArgsHash;
 use hitl_telegram::domain::confirmation::{
-    Confirmation, Operator, Outcome, PENDING_REASON, Status,
+    Confirmation, Operator, Outcome, PENDING_REASON, Status, Via,
 };
 use hitl_telegram::domain::ids::{
     CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName,
@@ -214,6 +214,34 @@ async fn windows_are_found_again_by_a_store_reopened_on_the_same_file() {
                 .unwrap()
                 .is_none()
         );
+    }
+}
+
+#[tokio::test]
+async fn concurrent_window_hits_are_each_stored_with_their_audit_event() {
+    let (s, _dir) = store().await;
+    let hits: Vec<Confirmation> = (0..64)
+        .map(|_| Confirmation {
+            status: Status::Confirmed,
+            via: Some(Via::Window),
+            reason: "confirmed by a window".into(),
+            decided_at: Some(now()),
+            ..pending(None)
+        })
+        .collect();
+    let stored = futures_util::future::join_all(hits.iter().map(|h| {
+        let s = s.clone();
+        async move { s.insert(h, now()).await }
+    }))
+    .await;
+    for (hit, result) in hits.iter().zip(stored) {
+        match result.unwrap() {
+            Inserted::New(r) => assert_eq!(r.id, hit.id),
+            Inserted::Existing(_) => panic!("a window hit is a new record"),
+        }
+        let back = s.get(&hit.id).await.unwrap().expect("stored");
+        assert_eq!(back.status, Status::Confirmed);
+        assert_eq!(s.events_for(&hit.id).await.unwrap().len(), 1);
     }
 }
 

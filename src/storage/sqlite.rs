@@ -40,6 +40,15 @@ pub struct SqliteStore {
     /// write, so it never shows a window the database does not hold. Only the service
     /// process writes windows, so no other process can make it stale.
     windows: RwLock<Option<HashMap<WindowKey, Window>>>,
+    /// Window hits waiting to be written; see [`SqliteStore::insert_window_hit`].
+    hits: std::sync::Mutex<Vec<QueuedHit>>,
+}
+
+/// A window hit waiting for the next group commit, and where its caller waits.
+struct QueuedHit {
+    record: Confirmation,
+    now: OffsetDateTime,
+    reply: tokio::sync::oneshot::Sender<Result<Inserted, StorageError>>,
 }
 
 impl SqliteStore {
@@ -82,6 +91,7 @@ impl SqliteStore {
             pool,
             audit: tokio::sync::Mutex::new(()),
             windows: RwLock::new(None),
+            hits: std::sync::Mutex::new(Vec::new()),
         })
     }
 }
@@ -427,6 +437,100 @@ impl SqliteStore {
         }
     }
 
+    /// Stores one request in a transaction of its own (the caller holds the audit lock).
+    async fn insert_alone(
+        &self,
+        r: &Confirmation,
+        now: OffsetDateTime,
+    ) -> Result<Inserted, StorageError> {
+        let mut tx = self.write_tx().await?;
+        let inserted = insert_in(&mut tx, r, now).await?;
+        tx.commit().await?;
+        Ok(inserted)
+    }
+
+    /// Stores a window hit by group commit. Each hit is a transaction of its own in
+    /// effect (a savepoint), but the hits that arrive while one commit is in progress
+    /// share the next commit and its fsync, so concurrent agents are not each held to
+    /// one fsync's pace. Every caller is answered only after the commit that holds its
+    /// hit, so `synchronous = FULL` still means what it says. No writer task: whoever
+    /// takes the audit lock writes everything queued (a "leader"), and a caller whose
+    /// hit someone else wrote finds its answer waiting when its turn comes.
+    ///
+    /// Only window hits (terminal records) go this way: a caller that hangs up after
+    /// queueing leaves its hit to be written by the next leader, which is harmless for a
+    /// record that is already final, but would leave a pending request without its
+    /// delivery and deadline.
+    async fn insert_window_hit(
+        &self,
+        r: &Confirmation,
+        now: OffsetDateTime,
+    ) -> Result<Inserted, StorageError> {
+        use tokio::sync::oneshot::error::TryRecvError;
+        let (reply, mut answer) = tokio::sync::oneshot::channel();
+        self.queued_hits().push(QueuedHit {
+            record: r.clone(),
+            now,
+            reply,
+        });
+        let _audit = self.audit.lock().await;
+        match answer.try_recv() {
+            Ok(done) => return done,
+            // A leader took the hit and was cancelled before committing it.
+            Err(TryRecvError::Closed) => return self.insert_alone(r, now).await,
+            Err(TryRecvError::Empty) => {}
+        }
+        let batch = std::mem::take(&mut *self.queued_hits());
+        self.write_hits(batch).await;
+        match answer.try_recv() {
+            Ok(done) => done,
+            Err(_) => self.insert_alone(r, now).await,
+        }
+    }
+
+    fn queued_hits(&self) -> std::sync::MutexGuard<'_, Vec<QueuedHit>> {
+        self.hits.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Writes `batch` in one transaction, each hit under its own savepoint (one that
+    /// fails is rolled back alone), and answers every caller after the commit.
+    async fn write_hits(&self, batch: Vec<QueuedHit>) {
+        let mut results = Vec::with_capacity(batch.len());
+        let written: Result<(), StorageError> = async {
+            let mut tx = self.write_tx().await?;
+            for hit in &batch {
+                let mut savepoint = sqlx::Acquire::begin(&mut tx).await?;
+                match insert_in(&mut savepoint, &hit.record, hit.now).await {
+                    Ok(inserted) => {
+                        savepoint.commit().await?;
+                        results.push(Ok(inserted));
+                    }
+                    Err(e) => {
+                        savepoint.rollback().await?;
+                        results.push(Err(e));
+                    }
+                }
+            }
+            tx.commit().await?;
+            Ok(())
+        }
+        .await;
+        match written {
+            Ok(()) => {
+                for (hit, result) in batch.into_iter().zip(results) {
+                    // The caller may have hung up; its hit is stored all the same.
+                    let _ = hit.reply.send(result);
+                }
+            }
+            Err(e) => {
+                let why = e.to_string();
+                for hit in batch {
+                    let _ = hit.reply.send(Err(StorageError::Batch(why.clone())));
+                }
+            }
+        }
+    }
+
     /// A transaction that takes the write lock at once (`BEGIN IMMEDIATE`). A deferred
     /// one that reads first and writes later fails with SQLITE_BUSY, without waiting,
     /// when another connection wrote in between; an immediate one queues (busy_timeout).
@@ -671,6 +775,101 @@ async fn apply_decision(
     Ok(Decided::Applied(record))
 }
 
+/// Stores a new request inside `tx` (the caller holds the audit lock and commits); see
+/// [`Store::insert`].
+async fn insert_in(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    r: &Confirmation,
+    now: OffsetDateTime,
+) -> Result<Inserted, StorageError> {
+    if let Some(key) = &r.idempotency_key {
+        // Release the key if its request is older than the TTL, so it can be reused.
+        sqlx::query(
+            "UPDATE confirmations SET idempotency_key = NULL
+             WHERE agent = ? AND idempotency_key = ? AND created_at <= ?",
+        )
+        .bind(&r.agent)
+        .bind(key.as_str())
+        .bind(ms(now - IDEMPOTENCY_TTL))
+        .execute(&mut **tx)
+        .await?;
+    }
+    let (by_id, by_username, by_name) = operator_columns(&r.decided_by);
+    let done = sqlx::query(
+        "INSERT INTO confirmations (id, agent, route, chat_id, tool, owner_id, args_hash,
+            params_json, briefing, context, allow_edit, window_seconds, idempotency_key,
+            callback_token, callback_url, message_id, status, via, reason, decided_by_id,
+            decided_by_username, decided_by_name, created_at, expires_at, decided_at,
+            interaction_id, interaction_json)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(r.id.as_str())
+    .bind(&r.agent)
+    .bind(&r.route)
+    .bind(r.chat_id)
+    .bind(r.tool.as_str())
+    .bind(r.owner_id.as_str())
+    .bind(r.args_hash.as_str())
+    .bind(&r.params_json)
+    .bind(&r.briefing)
+    .bind(r.context.as_deref())
+    .bind(r.allow_edit)
+    .bind(i64::try_from(r.window_seconds).unwrap_or(i64::MAX))
+    .bind(r.idempotency_key.as_ref().map(|k| k.as_str()))
+    .bind(r.callback_token.as_str())
+    .bind(r.callback_url.as_deref())
+    .bind(r.message_id.map(i64::from))
+    .bind(r.status.as_str())
+    .bind(r.via.map(Via::as_str))
+    .bind(&r.reason)
+    .bind(by_id)
+    .bind(by_username)
+    .bind(by_name)
+    .bind(ms(r.created_at))
+    .bind(ms(r.expires_at))
+    .bind(r.decided_at.map(ms))
+    .bind(r.interaction.as_ref().map(|i| i.interaction_id.as_str()))
+    .bind(
+        r.interaction
+            .as_ref()
+            .map(|i| serde_json::Value::Object(i.raw.clone()).to_string()),
+    )
+    .execute(&mut **tx)
+    .await?;
+    if done.rows_affected() == 1 {
+        if r.is_terminal() {
+            append_event(tx, &audit::window_hit(r)).await?;
+            enqueue_webhook(tx, r, ms(now)).await?;
+        } else {
+            append_event(tx, &audit::requested(r)).await?;
+        }
+        push_agent_event(tx, r, "status", &r.status_event(), now).await?;
+        return Ok(Inserted::New(r.clone()));
+    }
+    // Another question holds the idempotency key or the interaction id (the only
+    // unique columns an agent chooses).
+    let existing = match (&r.idempotency_key, &r.interaction) {
+        (Some(key), _) => {
+            sqlx::query_as::<_, Row>(select_where!("agent = ? AND idempotency_key = ?"))
+                .bind(&r.agent)
+                .bind(key.as_str())
+                .fetch_one(&mut **tx)
+                .await?
+        }
+        (None, Some(i)) => {
+            sqlx::query_as::<_, Row>(select_where!("agent = ? AND interaction_id = ?"))
+                .bind(&r.agent)
+                .bind(i.interaction_id.as_str())
+                .fetch_one(&mut **tx)
+                .await?
+        }
+        (None, None) => return Err(sqlx::Error::RowNotFound.into()),
+    };
+    let existing = hydrate(&mut *tx, existing.into_domain()?).await?;
+    Ok(Inserted::Existing(existing))
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     async fn migrate(&self) -> Result<(), StorageError> {
@@ -689,96 +888,11 @@ impl Store for SqliteStore {
         r: &Confirmation,
         now: OffsetDateTime,
     ) -> Result<Inserted, StorageError> {
+        if r.is_terminal() {
+            return self.insert_window_hit(r, now).await;
+        }
         let _audit = self.audit.lock().await;
-        let mut tx = self.write_tx().await?;
-        if let Some(key) = &r.idempotency_key {
-            // Release the key if its request is older than the TTL, so it can be reused.
-            sqlx::query(
-                "UPDATE confirmations SET idempotency_key = NULL
-                 WHERE agent = ? AND idempotency_key = ? AND created_at <= ?",
-            )
-            .bind(&r.agent)
-            .bind(key.as_str())
-            .bind(ms(now - IDEMPOTENCY_TTL))
-            .execute(&mut *tx)
-            .await?;
-        }
-        let (by_id, by_username, by_name) = operator_columns(&r.decided_by);
-        let done = sqlx::query(
-            "INSERT INTO confirmations (id, agent, route, chat_id, tool, owner_id, args_hash,
-                params_json, briefing, context, allow_edit, window_seconds, idempotency_key,
-                callback_token, callback_url, message_id, status, via, reason, decided_by_id,
-                decided_by_username, decided_by_name, created_at, expires_at, decided_at,
-                interaction_id, interaction_json)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(r.id.as_str())
-        .bind(&r.agent)
-        .bind(&r.route)
-        .bind(r.chat_id)
-        .bind(r.tool.as_str())
-        .bind(r.owner_id.as_str())
-        .bind(r.args_hash.as_str())
-        .bind(&r.params_json)
-        .bind(&r.briefing)
-        .bind(r.context.as_deref())
-        .bind(r.allow_edit)
-        .bind(i64::try_from(r.window_seconds).unwrap_or(i64::MAX))
-        .bind(r.idempotency_key.as_ref().map(|k| k.as_str()))
-        .bind(r.callback_token.as_str())
-        .bind(r.callback_url.as_deref())
-        .bind(r.message_id.map(i64::from))
-        .bind(r.status.as_str())
-        .bind(r.via.map(Via::as_str))
-        .bind(&r.reason)
-        .bind(by_id)
-        .bind(by_username)
-        .bind(by_name)
-        .bind(ms(r.created_at))
-        .bind(ms(r.expires_at))
-        .bind(r.decided_at.map(ms))
-        .bind(r.interaction.as_ref().map(|i| i.interaction_id.as_str()))
-        .bind(
-            r.interaction
-                .as_ref()
-                .map(|i| serde_json::Value::Object(i.raw.clone()).to_string()),
-        )
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 1 {
-            if r.is_terminal() {
-                append_event(&mut tx, &audit::window_hit(r)).await?;
-                enqueue_webhook(&mut tx, r, ms(now)).await?;
-            } else {
-                append_event(&mut tx, &audit::requested(r)).await?;
-            }
-            push_agent_event(&mut tx, r, "status", &r.status_event(), now).await?;
-            tx.commit().await?;
-            return Ok(Inserted::New(r.clone()));
-        }
-        // Another question holds the idempotency key or the interaction id (the only
-        // unique columns an agent chooses).
-        let existing = match (&r.idempotency_key, &r.interaction) {
-            (Some(key), _) => {
-                sqlx::query_as::<_, Row>(select_where!("agent = ? AND idempotency_key = ?"))
-                    .bind(&r.agent)
-                    .bind(key.as_str())
-                    .fetch_one(&mut *tx)
-                    .await?
-            }
-            (None, Some(i)) => {
-                sqlx::query_as::<_, Row>(select_where!("agent = ? AND interaction_id = ?"))
-                    .bind(&r.agent)
-                    .bind(i.interaction_id.as_str())
-                    .fetch_one(&mut *tx)
-                    .await?
-            }
-            (None, None) => return Err(sqlx::Error::RowNotFound.into()),
-        };
-        let existing = hydrate(&mut tx, existing.into_domain()?).await?;
-        tx.commit().await?;
-        Ok(Inserted::Existing(existing))
+        self.insert_alone(r, now).await
     }
 
     async fn get(&self, id: &ConfirmationId) -> Result<Option<Confirmation>, StorageError> {
