@@ -132,9 +132,9 @@ fn main() -> anyhow::Result<()> {
 async fn start(
     args: &Args,
     chats: usize,
-) -> anyhow::Result<(Fake, Setup, service::Running, tempfile::TempDir)> {
+) -> anyhow::Result<(Fake, Setup, service::Running, service::TempDir)> {
     let fake = Fake::start().await?;
-    let dir = tempfile::tempdir()?;
+    let dir = service::TempDir::new()?;
     let setup = Setup {
         dir: dir.path().to_owned(),
         port: service::free_port()?,
