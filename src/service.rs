@@ -347,24 +347,21 @@ impl Service {
         let pending = self.store.pending().await?;
         let now = now();
         let n = pending.len();
+        let mut undelivered = Vec::new();
         for entry in pending {
             if !entry.delivered && entry.expires_at > now {
-                let Some(record) = self.store.get(&entry.id).await? else {
-                    continue;
-                };
-                tracing::info!(id = %record.id, "delivering a question cut short by a restart");
-                for copy in record.copies.iter().filter(|c| c.message_id.is_none()) {
-                    let (me, r, chat) = (self.clone(), record.clone(), copy.chat_id);
-                    self.tasks
-                        .spawn(async move { me.deliver_copy(r, chat).await });
-                }
-                if record.message_id.is_none() {
-                    let me = self.clone();
-                    self.tasks.spawn(async move { me.deliver(record).await });
-                }
+                undelivered.push(entry.id.clone());
             }
             self.deadlines
                 .schedule(entry.id, instant_at(entry.expires_at, now));
+        }
+        // Reloaded and handed to delivery in the background, in their order: serving
+        // (and every deadline) must not wait for thousands of reads, and Telegram's 30
+        // messages a second pace the deliveries anyway.
+        if !undelivered.is_empty() {
+            let me = self.clone();
+            self.tasks
+                .spawn(async move { me.redeliver(undelivered).await });
         }
         for record in self.store.unshown_outcomes().await? {
             tracing::info!(id = %record.id, "showing an outcome a restart interrupted");
@@ -374,6 +371,33 @@ impl Service {
             self.webhook_wake.notify_one();
         }
         Ok(n)
+    }
+
+    /// Delivers again the questions whose delivery a restart cut short (see [`recover`]).
+    /// One that cannot be read now is left to its deadline, which fails it closed.
+    ///
+    /// [`recover`]: Service::recover
+    async fn redeliver(self: Arc<Self>, ids: Vec<ConfirmationId>) {
+        for id in ids {
+            let record = match self.store.get(&id).await {
+                Ok(Some(record)) if !record.is_terminal() => record,
+                Ok(_) => continue,
+                Err(e) => {
+                    tracing::warn!(id = %id, error = %e, "cannot reload a question to deliver it again");
+                    continue;
+                }
+            };
+            tracing::info!(id = %record.id, "delivering a question cut short by a restart");
+            for copy in record.copies.iter().filter(|c| c.message_id.is_none()) {
+                let (me, r, chat) = (self.clone(), record.clone(), copy.chat_id);
+                self.tasks
+                    .spawn(async move { me.deliver_copy(r, chat).await });
+            }
+            if record.message_id.is_none() {
+                let me = self.clone();
+                self.tasks.spawn(async move { me.deliver(record).await });
+            }
+        }
     }
 
     /// Runs the deadline task until `stop`.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hitl_telegram::domain::args_hash::ArgsHash;
 use hitl_telegram::domain::confirmation::{
-    Confirmation, Operator, Outcome, PENDING_REASON, Status,
+    Confirmation, Operator, Outcome, PENDING_REASON, Status, Via,
 };
 use hitl_telegram::domain::ids::{
     CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName,
@@ -156,6 +156,93 @@ async fn an_operator_confirmation_opens_a_window_in_the_same_transaction() {
             .unwrap(),
         1
     );
+}
+
+#[tokio::test]
+async fn a_shorter_window_never_cuts_a_longer_one_short() {
+    let (s, _dir) = store().await;
+    let long = Confirmation {
+        window_seconds: 3600,
+        ..pending(None)
+    };
+    let short = Confirmation {
+        window_seconds: 60,
+        ..pending(None)
+    };
+    for r in [&long, &short] {
+        s.insert(r, now()).await.unwrap();
+        s.decide(&r.id, &Outcome::Approved(op(1)).decide(now()))
+            .await
+            .unwrap();
+    }
+    let w = s
+        .live_window(&long.window_key(), now() + Duration::from_secs(120))
+        .await
+        .unwrap()
+        .expect("the hour-long window is still open after the short one ended");
+    assert_eq!(w.opened_by, long.id);
+}
+
+#[tokio::test]
+async fn windows_are_found_again_by_a_store_reopened_on_the_same_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/t.db", dir.path().display());
+    let r = pending(None);
+    {
+        let s = SqliteStore::connect(&url).await.unwrap();
+        s.migrate().await.unwrap();
+        s.insert(&r, now()).await.unwrap();
+        s.decide(&r.id, &Outcome::Approved(op(1)).decide(now()))
+            .await
+            .unwrap();
+        s.close().await;
+    }
+    // Migrated (the service), and not (a CLI tool): both see the window.
+    let migrated = SqliteStore::connect(&url).await.unwrap();
+    migrated.migrate().await.unwrap();
+    let plain = SqliteStore::connect(&url).await.unwrap();
+    for s in [&migrated, &plain] {
+        let w = s
+            .live_window(&r.window_key(), now())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(w.opened_by, r.id);
+        assert!(
+            s.live_window(&r.window_key(), now() + Duration::from_secs(61))
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+}
+
+#[tokio::test]
+async fn concurrent_window_hits_are_each_stored_with_their_audit_event() {
+    let (s, _dir) = store().await;
+    let hits: Vec<Confirmation> = (0..64)
+        .map(|_| Confirmation {
+            status: Status::Confirmed,
+            via: Some(Via::Window),
+            reason: "confirmed by a window".into(),
+            decided_at: Some(now()),
+            ..pending(None)
+        })
+        .collect();
+    let stored = futures_util::future::join_all(hits.iter().map(|h| {
+        let s = s.clone();
+        async move { s.insert(h, now()).await }
+    }))
+    .await;
+    for (hit, result) in hits.iter().zip(stored) {
+        match result.unwrap() {
+            Inserted::New(r) => assert_eq!(r.id, hit.id),
+            Inserted::Existing(_) => panic!("a window hit is a new record"),
+        }
+        let back = s.get(&hit.id).await.unwrap().expect("stored");
+        assert_eq!(back.status, Status::Confirmed);
+        assert_eq!(s.events_for(&hit.id).await.unwrap().len(), 1);
+    }
 }
 
 #[tokio::test]

@@ -30,6 +30,9 @@ pub enum StorageError {
     Corrupt { id: String, what: String },
     #[error("cannot prepare the database location: {0}")]
     Io(#[from] std::io::Error),
+    /// A group commit (several window hits in one transaction) failed as a whole.
+    #[error("database error in a batched write: {0}")]
+    Batch(String),
 }
 
 /// Result of inserting a new request.

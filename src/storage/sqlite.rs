@@ -1,7 +1,9 @@
 //! The SQLite backend: one file in WAL mode, migrations embedded in the binary.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -30,6 +32,23 @@ pub struct SqliteStore {
     /// Serialises the transactions that append to the audit trail: each append reads the
     /// last row's hash, so two must not interleave. Held across the whole transaction.
     audit: tokio::sync::Mutex<()>,
+    /// Every stored confirmation window, by key: a window hit is decided from memory
+    /// without touching SQLite (a lookup is the hot path of a busy agent). `None` until
+    /// [`Store::migrate`] has loaded the table, and lookups go to SQLite meanwhile (the
+    /// CLI tools open a store without migrating). Written only after the transaction
+    /// that changed the table has committed, under the audit lock like every window
+    /// write, so it never shows a window the database does not hold. Only the service
+    /// process writes windows, so no other process can make it stale.
+    windows: RwLock<Option<HashMap<WindowKey, Window>>>,
+    /// Window hits waiting to be written; see [`SqliteStore::insert_window_hit`].
+    hits: std::sync::Mutex<Vec<QueuedHit>>,
+}
+
+/// A window hit waiting for the next group commit, and where its caller waits.
+struct QueuedHit {
+    record: Confirmation,
+    now: OffsetDateTime,
+    reply: tokio::sync::oneshot::Sender<Result<Inserted, StorageError>>,
 }
 
 impl SqliteStore {
@@ -71,6 +90,8 @@ impl SqliteStore {
         Ok(SqliteStore {
             pool,
             audit: tokio::sync::Mutex::new(()),
+            windows: RwLock::new(None),
+            hits: std::sync::Mutex::new(Vec::new()),
         })
     }
 }
@@ -367,6 +388,152 @@ macro_rules! select_where {
 }
 
 impl SqliteStore {
+    /// Replaces the in-memory window index with the `windows` table. The one helper to
+    /// call after anything deletes or rewrites windows other than a decision (which
+    /// writes through itself): call it after that transaction commits, with the audit
+    /// lock still held, so no decision's window slips in between the read and the swap.
+    pub(crate) async fn reload_windows(&self) -> Result<(), StorageError> {
+        let rows: Vec<(String, String, String, String, i64, String)> = sqlx::query_as(
+            "SELECT agent, owner_id, tool, args_hash, expires_at, opened_by FROM windows",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut map = HashMap::with_capacity(rows.len());
+        for (agent, owner_id, tool, args_hash, expires_at, opened_by) in rows {
+            let corrupt = |what: &str| StorageError::Corrupt {
+                id: opened_by.clone(),
+                what: format!("window {what}"),
+            };
+            let key = WindowKey {
+                agent,
+                owner_id: OwnerId::parse(&owner_id).map_err(|_| corrupt("owner_id"))?,
+                tool: ToolName::parse(&tool).map_err(|_| corrupt("tool"))?,
+                args_hash: ArgsHash::parse(&args_hash).map_err(|_| corrupt("args_hash"))?,
+            };
+            let window = Window {
+                key: key.clone(),
+                expires_at: from_ms(expires_at).ok_or_else(|| corrupt("expiry"))?,
+                opened_by: ConfirmationId::parse(&opened_by).map_err(|_| corrupt("opened_by"))?,
+            };
+            map.insert(key, window);
+        }
+        *self.windows.write().unwrap_or_else(PoisonError::into_inner) = Some(map);
+        Ok(())
+    }
+
+    /// Mirrors, after its commit, the window a decision opened (the same rule as the
+    /// SQL upsert: a later expiry replaces an earlier one, never the reverse).
+    fn remember_window(&self, record: &Confirmation) {
+        let Some(until) = record.window_until() else {
+            return;
+        };
+        let mut guard = self.windows.write().unwrap_or_else(PoisonError::into_inner);
+        let Some(map) = guard.as_mut() else {
+            return;
+        };
+        let key = record.window_key();
+        // Stored at millisecond precision, as SQLite holds it.
+        let expires_at = from_ms(ms(until)).unwrap_or(until);
+        match map.get(&key) {
+            Some(w) if w.expires_at >= expires_at => {}
+            _ => {
+                map.insert(
+                    key.clone(),
+                    Window {
+                        key,
+                        expires_at,
+                        opened_by: record.id.clone(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// Stores one request in a transaction of its own (the caller holds the audit lock).
+    async fn insert_alone(
+        &self,
+        r: &Confirmation,
+        now: OffsetDateTime,
+    ) -> Result<Inserted, StorageError> {
+        let mut tx = self.write_tx().await?;
+        let inserted = insert_in(&mut tx, r, now).await?;
+        tx.commit().await?;
+        Ok(inserted)
+    }
+
+    /// Stores a window hit by group commit: the hits that arrive while one commit is in
+    /// progress share the next commit and its fsync, so concurrent agents are not each held to
+    /// one fsync's pace. Every caller is answered only after the commit that holds its
+    /// hit, so `synchronous = FULL` still means what it says. No writer task: whoever
+    /// takes the audit lock writes everything queued (a "leader"), and a caller whose
+    /// hit someone else wrote finds its answer waiting when its turn comes.
+    ///
+    /// Only window hits (terminal records) go this way: a caller that hangs up after
+    /// queueing leaves its hit to be written by the next leader, which is harmless for a
+    /// record that is already final, but would leave a pending request without its
+    /// delivery and deadline.
+    async fn insert_window_hit(
+        &self,
+        r: &Confirmation,
+        now: OffsetDateTime,
+    ) -> Result<Inserted, StorageError> {
+        use tokio::sync::oneshot::error::TryRecvError;
+        let (reply, mut answer) = tokio::sync::oneshot::channel();
+        self.queued_hits().push(QueuedHit {
+            record: r.clone(),
+            now,
+            reply,
+        });
+        let _audit = self.audit.lock().await;
+        match answer.try_recv() {
+            Ok(done) => return done,
+            // A leader took the hit and was cancelled before committing it.
+            Err(TryRecvError::Closed) => return self.insert_alone(r, now).await,
+            Err(TryRecvError::Empty) => {}
+        }
+        let batch = std::mem::take(&mut *self.queued_hits());
+        self.write_hits(batch).await;
+        match answer.try_recv() {
+            Ok(done) => done,
+            Err(_) => self.insert_alone(r, now).await,
+        }
+    }
+
+    fn queued_hits(&self) -> std::sync::MutexGuard<'_, Vec<QueuedHit>> {
+        self.hits.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Writes `batch` in one transaction and answers every caller after the commit. A
+    /// failure fails the whole batch (nothing of it is stored, every caller gets the
+    /// error): the only errors here are the database's own, which would fail the others
+    /// too, and a savepoint per hit would add two statements to the four a hit costs.
+    async fn write_hits(&self, batch: Vec<QueuedHit>) {
+        let mut results = Vec::with_capacity(batch.len());
+        let written: Result<(), StorageError> = async {
+            let mut tx = self.write_tx().await?;
+            for hit in &batch {
+                results.push(insert_in(&mut tx, &hit.record, hit.now).await?);
+            }
+            tx.commit().await?;
+            Ok(())
+        }
+        .await;
+        match written {
+            Ok(()) => {
+                for (hit, inserted) in batch.into_iter().zip(results) {
+                    // The caller may have hung up; its hit is stored all the same.
+                    let _ = hit.reply.send(Ok(inserted));
+                }
+            }
+            Err(e) => {
+                let why = e.to_string();
+                for hit in batch {
+                    let _ = hit.reply.send(Err(StorageError::Batch(why.clone())));
+                }
+            }
+        }
+    }
+
     /// A transaction that takes the write lock at once (`BEGIN IMMEDIATE`). A deferred
     /// one that reads first and writes later fails with SQLITE_BUSY, without waiting,
     /// when another connection wrote in between; an immediate one queues (busy_timeout).
@@ -663,11 +830,107 @@ async fn apply_decision(
     Ok(Decided::Applied(record))
 }
 
+/// Stores a new request inside `tx` (the caller holds the audit lock and commits); see
+/// [`Store::insert`].
+async fn insert_in(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    r: &Confirmation,
+    now: OffsetDateTime,
+) -> Result<Inserted, StorageError> {
+    if let Some(key) = &r.idempotency_key {
+        // Release the key if its request is older than the TTL, so it can be reused.
+        sqlx::query(
+            "UPDATE confirmations SET idempotency_key = NULL
+             WHERE agent = ? AND idempotency_key = ? AND created_at <= ?",
+        )
+        .bind(&r.agent)
+        .bind(key.as_str())
+        .bind(ms(now - IDEMPOTENCY_TTL))
+        .execute(&mut **tx)
+        .await?;
+    }
+    let (by_id, by_username, by_name) = operator_columns(&r.decided_by);
+    let done = sqlx::query(
+        "INSERT INTO confirmations (id, agent, route, chat_id, tool, owner_id, args_hash,
+            params_json, briefing, context, allow_edit, window_seconds, idempotency_key,
+            callback_token, callback_url, message_id, status, via, reason, decided_by_id,
+            decided_by_username, decided_by_name, created_at, expires_at, decided_at,
+            interaction_id, interaction_json)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(r.id.as_str())
+    .bind(&r.agent)
+    .bind(&r.route)
+    .bind(r.chat_id)
+    .bind(r.tool.as_str())
+    .bind(r.owner_id.as_str())
+    .bind(r.args_hash.as_str())
+    .bind(&r.params_json)
+    .bind(&r.briefing)
+    .bind(r.context.as_deref())
+    .bind(r.allow_edit)
+    .bind(i64::try_from(r.window_seconds).unwrap_or(i64::MAX))
+    .bind(r.idempotency_key.as_ref().map(|k| k.as_str()))
+    .bind(r.callback_token.as_str())
+    .bind(r.callback_url.as_deref())
+    .bind(r.message_id.map(i64::from))
+    .bind(r.status.as_str())
+    .bind(r.via.map(Via::as_str))
+    .bind(&r.reason)
+    .bind(by_id)
+    .bind(by_username)
+    .bind(by_name)
+    .bind(ms(r.created_at))
+    .bind(ms(r.expires_at))
+    .bind(r.decided_at.map(ms))
+    .bind(r.interaction.as_ref().map(|i| i.interaction_id.as_str()))
+    .bind(
+        r.interaction
+            .as_ref()
+            .map(|i| serde_json::Value::Object(i.raw.clone()).to_string()),
+    )
+    .execute(&mut **tx)
+    .await?;
+    if done.rows_affected() == 1 {
+        if r.is_terminal() {
+            append_event(tx, &audit::window_hit(r)).await?;
+            enqueue_webhook(tx, r, ms(now)).await?;
+        } else {
+            append_event(tx, &audit::requested(r)).await?;
+        }
+        push_agent_event(tx, r, "status", &r.status_event(), now).await?;
+        return Ok(Inserted::New(r.clone()));
+    }
+    // Another question holds the idempotency key or the interaction id (the only
+    // unique columns an agent chooses).
+    let existing = match (&r.idempotency_key, &r.interaction) {
+        (Some(key), _) => {
+            sqlx::query_as::<_, Row>(select_where!("agent = ? AND idempotency_key = ?"))
+                .bind(&r.agent)
+                .bind(key.as_str())
+                .fetch_one(&mut **tx)
+                .await?
+        }
+        (None, Some(i)) => {
+            sqlx::query_as::<_, Row>(select_where!("agent = ? AND interaction_id = ?"))
+                .bind(&r.agent)
+                .bind(i.interaction_id.as_str())
+                .fetch_one(&mut **tx)
+                .await?
+        }
+        (None, None) => return Err(sqlx::Error::RowNotFound.into()),
+    };
+    let existing = hydrate(&mut *tx, existing.into_domain()?).await?;
+    Ok(Inserted::Existing(existing))
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     async fn migrate(&self) -> Result<(), StorageError> {
         MIGRATOR.run(&self.pool).await?;
-        Ok(())
+        let _audit = self.audit.lock().await;
+        self.reload_windows().await
     }
 
     async fn ping(&self) -> Result<(), StorageError> {
@@ -680,96 +943,11 @@ impl Store for SqliteStore {
         r: &Confirmation,
         now: OffsetDateTime,
     ) -> Result<Inserted, StorageError> {
+        if r.is_terminal() {
+            return self.insert_window_hit(r, now).await;
+        }
         let _audit = self.audit.lock().await;
-        let mut tx = self.write_tx().await?;
-        if let Some(key) = &r.idempotency_key {
-            // Release the key if its request is older than the TTL, so it can be reused.
-            sqlx::query(
-                "UPDATE confirmations SET idempotency_key = NULL
-                 WHERE agent = ? AND idempotency_key = ? AND created_at <= ?",
-            )
-            .bind(&r.agent)
-            .bind(key.as_str())
-            .bind(ms(now - IDEMPOTENCY_TTL))
-            .execute(&mut *tx)
-            .await?;
-        }
-        let (by_id, by_username, by_name) = operator_columns(&r.decided_by);
-        let done = sqlx::query(
-            "INSERT INTO confirmations (id, agent, route, chat_id, tool, owner_id, args_hash,
-                params_json, briefing, context, allow_edit, window_seconds, idempotency_key,
-                callback_token, callback_url, message_id, status, via, reason, decided_by_id,
-                decided_by_username, decided_by_name, created_at, expires_at, decided_at,
-                interaction_id, interaction_json)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(r.id.as_str())
-        .bind(&r.agent)
-        .bind(&r.route)
-        .bind(r.chat_id)
-        .bind(r.tool.as_str())
-        .bind(r.owner_id.as_str())
-        .bind(r.args_hash.as_str())
-        .bind(&r.params_json)
-        .bind(&r.briefing)
-        .bind(r.context.as_deref())
-        .bind(r.allow_edit)
-        .bind(i64::try_from(r.window_seconds).unwrap_or(i64::MAX))
-        .bind(r.idempotency_key.as_ref().map(|k| k.as_str()))
-        .bind(r.callback_token.as_str())
-        .bind(r.callback_url.as_deref())
-        .bind(r.message_id.map(i64::from))
-        .bind(r.status.as_str())
-        .bind(r.via.map(Via::as_str))
-        .bind(&r.reason)
-        .bind(by_id)
-        .bind(by_username)
-        .bind(by_name)
-        .bind(ms(r.created_at))
-        .bind(ms(r.expires_at))
-        .bind(r.decided_at.map(ms))
-        .bind(r.interaction.as_ref().map(|i| i.interaction_id.as_str()))
-        .bind(
-            r.interaction
-                .as_ref()
-                .map(|i| serde_json::Value::Object(i.raw.clone()).to_string()),
-        )
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 1 {
-            if r.is_terminal() {
-                append_event(&mut tx, &audit::window_hit(r)).await?;
-                enqueue_webhook(&mut tx, r, ms(now)).await?;
-            } else {
-                append_event(&mut tx, &audit::requested(r)).await?;
-            }
-            push_agent_event(&mut tx, r, "status", &r.status_event(), now).await?;
-            tx.commit().await?;
-            return Ok(Inserted::New(r.clone()));
-        }
-        // Another question holds the idempotency key or the interaction id (the only
-        // unique columns an agent chooses).
-        let existing = match (&r.idempotency_key, &r.interaction) {
-            (Some(key), _) => {
-                sqlx::query_as::<_, Row>(select_where!("agent = ? AND idempotency_key = ?"))
-                    .bind(&r.agent)
-                    .bind(key.as_str())
-                    .fetch_one(&mut *tx)
-                    .await?
-            }
-            (None, Some(i)) => {
-                sqlx::query_as::<_, Row>(select_where!("agent = ? AND interaction_id = ?"))
-                    .bind(&r.agent)
-                    .bind(i.interaction_id.as_str())
-                    .fetch_one(&mut *tx)
-                    .await?
-            }
-            (None, None) => return Err(sqlx::Error::RowNotFound.into()),
-        };
-        let existing = hydrate(&mut tx, existing.into_domain()?).await?;
-        tx.commit().await?;
-        Ok(Inserted::Existing(existing))
+        self.insert_alone(r, now).await
     }
 
     async fn get(&self, id: &ConfirmationId) -> Result<Option<Confirmation>, StorageError> {
@@ -827,8 +1005,9 @@ impl Store for SqliteStore {
         let _audit = self.audit.lock().await;
         let mut tx = self.write_tx().await?;
         let decided = apply_decision(&mut tx, id, d).await?;
-        if matches!(decided, Decided::Applied(_)) {
+        if let Decided::Applied(record) = &decided {
             tx.commit().await?;
+            self.remember_window(record);
         }
         Ok(decided)
     }
@@ -838,6 +1017,14 @@ impl Store for SqliteStore {
         key: &WindowKey,
         now: OffsetDateTime,
     ) -> Result<Option<Window>, StorageError> {
+        if let Some(map) = self
+            .windows
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            return Ok(map.get(key).filter(|w| w.is_live(now)).cloned());
+        }
         let row: Option<(i64, String)> = sqlx::query_as(
             "SELECT expires_at, opened_by FROM windows
              WHERE agent = ? AND owner_id = ? AND tool = ? AND args_hash = ? AND expires_at > ?",
@@ -919,11 +1106,21 @@ impl Store for SqliteStore {
     }
 
     async fn purge_expired_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError> {
-        Ok(sqlx::query("DELETE FROM windows WHERE expires_at <= ?")
+        let _audit = self.audit.lock().await;
+        let purged = sqlx::query("DELETE FROM windows WHERE expires_at <= ?")
             .bind(ms(now))
             .execute(&self.pool)
             .await?
-            .rows_affected())
+            .rows_affected();
+        if let Some(map) = self
+            .windows
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+        {
+            map.retain(|_, w| w.is_live(now));
+        }
+        Ok(purged)
     }
 
     async fn due_webhooks(
@@ -1262,6 +1459,9 @@ impl Store for SqliteStore {
             }
         };
         tx.commit().await?;
+        if settles.is_some() {
+            self.remember_window(&record);
+        }
         Ok(Answered::Added(record))
     }
 
@@ -1416,6 +1616,19 @@ impl Store for SqliteStore {
         let event = audit::window_revoked(&live.window, &live.route, by, chat_id, now);
         append_event(&mut tx, &event).await?;
         tx.commit().await?;
+        // The in-memory index follows the commit (the audit lock is still held, so no
+        // decision's window slips in between): window hits stop at once.
+        if let Some(map) = self
+            .windows
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+            && map
+                .get(&live.window.key)
+                .is_some_and(|w| w.opened_by == *opened_by)
+        {
+            map.remove(&live.window.key);
+        }
         Ok(Some(live))
     }
 

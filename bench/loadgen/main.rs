@@ -1,0 +1,657 @@
+//! `hitl-loadgen`: the HTTP-level benchmarks (B2 to B6 of BENCHMARKS.md).
+//!
+//! Drives the real release binary as a separate process against a fake Bot API on
+//! loopback and prints one `ROW` line per figure (tab-separated: id, name, figure,
+//! target, verdict) for `bench/run` to tabulate; progress goes to stderr. `--smoke` runs
+//! every scenario with tiny counts and never judges speed (CI), so it fails only when
+//! something does not work (a wrong answer, a service that does not start).
+//!
+//! ```text
+//! hitl-loadgen --service-bin target/release/hitl-telegram [--only b2,b5] [--smoke]
+//! hitl-loadgen bare-server   # the bare axum handler B2 compares against
+//! ```
+
+mod client;
+mod fake;
+mod service;
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail, ensure};
+use clap::Parser;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use client::Conn;
+use fake::Fake;
+use service::{AGENT_TOKEN, Setup};
+
+#[derive(Parser)]
+struct Args {
+    /// The service binary to drive.
+    #[arg(long, default_value = "target/release/hitl-telegram")]
+    service_bin: PathBuf,
+    /// Comma-separated scenarios (b2,b3,b4,b5,b6); all by default.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Tiny counts, no verdicts on speed (for CI).
+    #[arg(long)]
+    smoke: bool,
+    /// B2: concurrent keep-alive clients.
+    #[arg(long, default_value_t = 64)]
+    clients: usize,
+    /// B2: seconds of measurement per server.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// B3: agents blocked at once; B4: pending requests across the restart.
+    #[arg(long, default_value_t = 10_000)]
+    agents: usize,
+    /// B3: private chats the questions are spread over (Telegram allows 1 message/s per
+    /// chat and 30/s overall, so 30 or more keep the overall limit the only bound).
+    #[arg(long, default_value_t = 64)]
+    chats: usize,
+    /// B3: taps in flight at once (a tap is in flight until its agent has its answer).
+    #[arg(long, default_value_t = 4)]
+    taps_in_flight: usize,
+    /// B5: requests spread over 4 private chats.
+    #[arg(long, default_value_t = 120)]
+    b5_requests: usize,
+    #[command(subcommand)]
+    command: Option<Sub>,
+}
+
+#[derive(clap::Subcommand)]
+enum Sub {
+    /// Serve a bare axum handler on 127.0.0.1:0 and print its port (B2's yardstick).
+    BareServer,
+}
+
+/// One line of the final table.
+fn row(id: &str, name: &str, figure: String, target: &str, pass: Option<bool>, smoke: bool) {
+    let verdict = match (smoke, pass) {
+        (true, _) => "smoke",
+        (false, Some(true)) => "pass",
+        (false, Some(false)) => "MISS",
+        (false, None) => "report",
+    };
+    println!("ROW\t{id}\t{name}\t{figure}\t{target}\t{verdict}");
+    let _ = std::io::stdout().flush();
+}
+
+fn percentile(sorted: &[u32], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i] as f64 / 1000.0
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        if let Some(Sub::BareServer) = args.command {
+            return bare_server().await;
+        }
+        let want = |s: &str| args.only.is_empty() || args.only.iter().any(|o| o == s);
+        ensure!(
+            args.service_bin.exists(),
+            "no service binary at {} (cargo build --release)",
+            args.service_bin.display()
+        );
+        if want("b2") {
+            b2(&args).await.context("B2")?;
+        }
+        if want("b3") {
+            b3(&args).await.context("B3")?;
+        }
+        if want("b4") {
+            b4(&args).await.context("B4")?;
+        }
+        if want("b5") {
+            b5(&args).await.context("B5")?;
+        }
+        if want("b6") {
+            b6(&args).await.context("B6")?;
+        }
+        Ok(())
+    })
+}
+
+/// A fresh service (own folder and database) with `chats` private chats.
+async fn start(
+    args: &Args,
+    chats: usize,
+) -> anyhow::Result<(Fake, Setup, service::Running, service::TempDir)> {
+    let fake = Fake::start().await?;
+    let dir = service::TempDir::new()?;
+    let setup = Setup {
+        dir: dir.path().to_owned(),
+        port: service::free_port()?,
+        telegram_url: fake.url(),
+        chats: (0..chats).map(|i| 1_000 + i as i64).collect(),
+    };
+    let mut running = setup.spawn(&args.service_bin)?;
+    running.wait_serving(Duration::from_secs(30)).await?;
+    Ok((fake, setup, running, dir))
+}
+
+fn confirmation_body(tool: &str, params: &str, route: &str, extra: &str) -> Vec<u8> {
+    format!(
+        r#"{{"tool":"{tool}","params":{params},"owner_id":"alice","route":"{route}","timeout_seconds":3600{extra}}}"#
+    )
+    .into_bytes()
+}
+
+async fn post(conn: &mut Conn, body: &[u8]) -> anyhow::Result<serde_json::Value> {
+    let (status, resp) = conn
+        .request("POST", "/v1/confirmations", Some(AGENT_TOKEN), body)
+        .await?;
+    ensure!(
+        status == 200 || status == 202,
+        "POST /v1/confirmations answered {status}: {}",
+        String::from_utf8_lossy(&resp)
+    );
+    Ok(serde_json::from_slice(&resp)?)
+}
+
+/// Runs `clients` keep-alive loops of `body` for `seconds`; (requests/s, latencies µs
+/// sorted, errors).
+async fn hammer(
+    addr: SocketAddr,
+    path: &'static str,
+    body: Vec<u8>,
+    clients: usize,
+    seconds: f64,
+) -> anyhow::Result<(f64, Vec<u32>, u64)> {
+    let body = Arc::new(body);
+    let warmup = Duration::from_millis(500);
+    let start = Instant::now() + warmup;
+    let end = start + Duration::from_secs_f64(seconds);
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let body = body.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut conn = Conn::connect(addr).await?;
+            let mut lat = Vec::with_capacity(1 << 16);
+            let mut errors = 0u64;
+            loop {
+                let t = Instant::now();
+                if t >= end {
+                    break;
+                }
+                let (status, _) = conn.request("POST", path, Some(AGENT_TOKEN), &body).await?;
+                let done = Instant::now();
+                if t >= start {
+                    if status == 200 {
+                        lat.push((done - t).as_micros().min(u32::MAX as u128) as u32);
+                    } else {
+                        errors += 1;
+                    }
+                }
+            }
+            anyhow::Ok((lat, errors))
+        }));
+    }
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (lat, e) = t.await??;
+        all.extend(lat);
+        errors += e;
+    }
+    all.sort_unstable();
+    Ok((all.len() as f64 / seconds, all, errors))
+}
+
+/// B2: window hits over HTTP, beside a bare axum handler.
+async fn b2(args: &Args) -> anyhow::Result<()> {
+    let seconds = if args.smoke { 0.5 } else { args.seconds };
+    let clients = if args.smoke { 4 } else { args.clients };
+    let (fake, setup, running, _dir) = start(args, 1).await?;
+    let params = r#"{"path":"/srv/app/config.toml","lines":[1,50],"follow":false}"#;
+    let body = confirmation_body("read_file", params, "chat0", r#","window_seconds":3600"#);
+    // Open the window: one request, approved by the operator.
+    let opener = {
+        let body = body.clone();
+        let addr = setup.addr();
+        tokio::spawn(async move {
+            let mut c = Conn::connect(addr).await?;
+            post(&mut c, &body).await
+        })
+    };
+    ensure!(
+        fake.wait_for_sent(1, Duration::from_secs(10)).await >= 1,
+        "no question"
+    );
+    let question = fake.sent().remove(0);
+    fake.tap(&question, setup.chats[0], 0);
+    let opened = opener.await??;
+    ensure!(
+        opened["status"] == "confirmed",
+        "the opener was {}",
+        opened["status"]
+    );
+    // Every further identical call is a window hit.
+    let mut c = Conn::connect(setup.addr()).await?;
+    let hit = post(&mut c, &body).await?;
+    ensure!(hit["status"] == "confirmed", "not a window hit: {hit}");
+    drop(c);
+
+    eprintln!("B2: {clients} clients x {seconds} s against the service...");
+    let (svc_rate, svc_lat, svc_err) = hammer(
+        setup.addr(),
+        "/v1/confirmations",
+        body.clone(),
+        clients,
+        seconds,
+    )
+    .await?;
+    running.kill()?;
+    ensure!(svc_err == 0, "{svc_err} window hits did not answer 200");
+
+    eprintln!("B2: the same against a bare axum handler...");
+    let bare_bin = std::env::current_exe()?;
+    let mut bare = std::process::Command::new(bare_bin)
+        .arg("bare-server")
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let mut line = String::new();
+    {
+        use std::io::BufRead;
+        let out = bare.stdout.take().context("bare server stdout")?;
+        std::io::BufReader::new(out).read_line(&mut line)?;
+    }
+    let port: u16 = line.trim().parse().context("bare server port")?;
+    let (bare_rate, bare_lat, _) = hammer(
+        SocketAddr::from(([127, 0, 0, 1], port)),
+        "/v1/confirmations",
+        body,
+        clients,
+        seconds,
+    )
+    .await?;
+    let _ = bare.kill();
+    let _ = bare.wait();
+
+    let p50 = percentile(&svc_lat, 0.50);
+    let p99 = percentile(&svc_lat, 0.99);
+    let smoke = args.smoke;
+    row(
+        "B2",
+        &format!("window hits over HTTP, {clients} keep-alive clients"),
+        format!("{svc_rate:.0}/s"),
+        ">= 20,000/s",
+        Some(svc_rate >= 20_000.0),
+        smoke,
+    );
+    row(
+        "B2",
+        "  latency p50 / p99",
+        format!("{p50:.2} ms / {p99:.2} ms"),
+        "p99 < 5 ms",
+        Some(p99 < 5.0),
+        smoke,
+    );
+    row(
+        "B2",
+        "  bare axum handler, same client",
+        format!(
+            "{bare_rate:.0}/s (p99 {:.2} ms)",
+            percentile(&bare_lat, 0.99)
+        ),
+        "(yardstick)",
+        None,
+        smoke,
+    );
+    let ratio = svc_rate / bare_rate;
+    row(
+        "B2",
+        "  service / bare axum",
+        format!("{ratio:.2}"),
+        ">= 0.50",
+        Some(ratio >= 0.5),
+        smoke,
+    );
+    Ok(())
+}
+
+/// The bare axum handler: reads the JSON body and answers a fixed record of the
+/// service's size, so the HTTP work matches and only the decision is missing.
+async fn bare_server() -> anyhow::Result<()> {
+    use axum::routing::post;
+    let record = serde_json::json!({
+        "id": "c_0123456789abcdef0123456789abcdef", "status": "confirmed", "allowed": true,
+        "reason": "confirmed by the window opened by c_0123456789abcdef (until 2026-11-30T15:00:00Z)",
+        "tool": "read_file", "owner_id": "alice", "args_hash": "0".repeat(64),
+        "parameters": {"path": "/srv/app/config.toml", "lines": [1, 50], "follow": false},
+        "created_at": "2026-11-30T14:00:00Z", "decided_at": "2026-11-30T14:00:00Z",
+    });
+    let app = axum::Router::new().route(
+        "/v1/confirmations",
+        post(move |body: axum::body::Bytes| {
+            let record = record.clone();
+            async move {
+                let _: serde_json::Value =
+                    serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+                axum::Json(record)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    println!("{}", listener.local_addr()?.port());
+    std::io::stdout().flush()?;
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+/// Finds `agent_no=N` in a question's text.
+fn agent_no(text: &str) -> Option<usize> {
+    let rest = &text[text.find("agent_no=")? + "agent_no=".len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// B3: `agents` agents blocked at once; then every question is tapped.
+async fn b3(args: &Args) -> anyhow::Result<()> {
+    let n = if args.smoke { 20 } else { args.agents };
+    let chats = if args.smoke { 4 } else { args.chats };
+    let (fake, setup, running, _dir) = start(args, chats).await?;
+    let addr = setup.addr();
+    let (_, base_hwm) = running.memory()?;
+    eprintln!("B3: {n} agents block on a question each...");
+    // Connections are opened a few hundred at a time (the listen backlog is finite);
+    // each then stays blocked until its answer.
+    let connecting = Arc::new(Semaphore::new(256));
+    let answered_at: Arc<std::sync::Mutex<Vec<Option<Instant>>>> =
+        Arc::new(std::sync::Mutex::new(vec![None; n]));
+    // A tap is in flight from the moment it is queued until its agent has the answer.
+    let in_flight = Arc::new(Semaphore::new(args.taps_in_flight));
+    let mut agents = Vec::with_capacity(n);
+    let t0 = Instant::now();
+    for i in 0..n {
+        let permit = connecting.clone().acquire_owned().await?;
+        let answered_at = answered_at.clone();
+        let in_flight = in_flight.clone();
+        agents.push(tokio::spawn(async move {
+            let mut conn = Conn::connect(addr).await?;
+            let body = confirmation_body(
+                "deploy",
+                &format!(r#"{{"agent_no":{i}}}"#),
+                &Setup::route(i % chats),
+                "",
+            );
+            let request = conn.request("POST", "/v1/confirmations", Some(AGENT_TOKEN), &body);
+            tokio::pin!(request);
+            // Released once the request is on its way (and the server has begun reading
+            // it), not when it is answered.
+            let first = tokio::time::timeout(Duration::from_millis(50), &mut request).await;
+            drop(permit);
+            let (status, resp) = match first {
+                Ok(r) => r?,
+                Err(_) => request.await?,
+            };
+            let now = Instant::now();
+            answered_at.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(now);
+            in_flight.add_permits(1);
+            ensure!(
+                status == 200,
+                "agent {i}: {status} {}",
+                String::from_utf8_lossy(&resp)
+            );
+            let v: serde_json::Value = serde_json::from_slice(&resp)?;
+            ensure!(v["status"] == "confirmed", "agent {i}: {}", v["status"]);
+            anyhow::Ok(())
+        }));
+    }
+    // Telegram lets the bot post 30 messages a second: all questions take n/30 s to
+    // arrive, and every agent stays blocked meanwhile.
+    let expect = Duration::from_secs_f64(n as f64 / 30.0 * 1.5 + 30.0);
+    let mut last_report = Instant::now();
+    loop {
+        let have = fake.wait_for_sent(n, Duration::from_secs(5)).await;
+        if have >= n {
+            break;
+        }
+        ensure!(
+            t0.elapsed() < expect,
+            "only {have} of {n} questions arrived"
+        );
+        if last_report.elapsed() > Duration::from_secs(30) {
+            eprintln!(
+                "B3: {have}/{n} questions delivered ({:.0} s)",
+                t0.elapsed().as_secs_f64()
+            );
+            last_report = Instant::now();
+        }
+    }
+    let delivered_in = t0.elapsed();
+    let (rss_blocked, _) = running.memory()?;
+    eprintln!(
+        "B3: all {n} delivered in {:.0} s; RSS {:.1} MiB; tapping...",
+        delivered_in.as_secs_f64(),
+        mib(rss_blocked)
+    );
+    let taps_start = Instant::now();
+    let mut tagged = Vec::with_capacity(n);
+    for m in fake.sent() {
+        let no = agent_no(&m.text).with_context(|| format!("no agent_no in {:?}", m.text))?;
+        tagged.push((no, m));
+    }
+    for (no, m) in &tagged {
+        // Each answer returns the permit its tap took.
+        in_flight.acquire().await?.forget();
+        fake.tap(m, m.chat_id, *no);
+    }
+    for a in agents {
+        a.await??;
+    }
+    let taps_took = taps_start.elapsed();
+    let (_, hwm) = running.memory()?;
+    running.kill()?;
+    let answered = answered_at
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let mut lat: Vec<u32> = Vec::with_capacity(n);
+    for (no, _) in &tagged {
+        let (Some(done), Some(handed)) = (answered[*no], fake.handed_at(*no)) else {
+            bail!("agent {no} has no tap or no answer");
+        };
+        lat.push(done.saturating_duration_since(handed).as_micros() as u32);
+    }
+    lat.sort_unstable();
+    let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
+    let smoke = args.smoke;
+    row(
+        "B3",
+        &format!("{n} agents blocked at once: peak RSS"),
+        format!("{:.1} MiB (idle {:.1} MiB)", mib(hwm), mib(base_hwm)),
+        "< 100 MiB",
+        Some(mib(hwm) < 100.0),
+        smoke,
+    );
+    row(
+        "B3",
+        "  questions delivered (Telegram: 30/s)",
+        format!(
+            "{n} in {:.0} s, {} x 429",
+            delivered_in.as_secs_f64(),
+            fake.too_many_requests()
+        ),
+        "(paced by the limit)",
+        None,
+        smoke,
+    );
+    row(
+        "B3",
+        &format!(
+            "  tap-to-response p50 / p99 ({} taps in flight)",
+            args.taps_in_flight
+        ),
+        format!("{p50:.2} ms / {p99:.2} ms"),
+        "p50 < 5 ms, p99 < 50 ms",
+        Some(p50 < 5.0 && p99 < 50.0),
+        smoke,
+    );
+    row(
+        "B3",
+        "  all taps decided",
+        format!("{n} in {:.1} s", taps_took.as_secs_f64()),
+        "(report)",
+        None,
+        smoke,
+    );
+    Ok(())
+}
+
+/// Creates `n` pending requests (not waiting for them) over 64 connections.
+async fn create_pending(addr: SocketAddr, n: usize, routes: usize) -> anyhow::Result<()> {
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..64.min(n) {
+        let next = next.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut conn = Conn::connect(addr).await?;
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= n {
+                    return anyhow::Ok(());
+                }
+                let body = confirmation_body(
+                    "deploy",
+                    &format!(r#"{{"agent_no":{i}}}"#),
+                    &Setup::route(i % routes),
+                    r#","wait":"suspend""#,
+                );
+                let v = post(&mut conn, &body).await?;
+                ensure!(v["status"] == "pending", "request {i}: {}", v["status"]);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(())
+}
+
+/// B4: restart with `agents` pending requests.
+async fn b4(args: &Args) -> anyhow::Result<()> {
+    let n = if args.smoke { 20 } else { args.agents };
+    let chats = if args.smoke { 4 } else { args.chats };
+    let (_fake, setup, running, _dir) = start(args, chats).await?;
+    eprintln!("B4: creating {n} pending requests...");
+    let t = Instant::now();
+    create_pending(setup.addr(), n, chats).await?;
+    eprintln!(
+        "B4: created in {:.1} s; kill -9 and restart",
+        t.elapsed().as_secs_f64()
+    );
+    running.kill()?;
+    let mut again = setup.spawn(&args.service_bin)?;
+    let spawned = again.started;
+    let health = tokio::spawn({
+        let addr = setup.addr();
+        async move {
+            loop {
+                if let Ok(mut c) = Conn::connect(addr).await
+                    && let Ok((200, _)) = c.request("GET", "/healthz", None, b"").await
+                {
+                    return Instant::now();
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+    });
+    let (serving_at, pending) = again.wait_serving(Duration::from_secs(120)).await?;
+    let healthy_at = tokio::time::timeout(Duration::from_secs(60), health).await??;
+    again.kill()?;
+    ensure!(
+        pending == n as u64,
+        "recovered {pending} pending, expected {n}"
+    );
+    let ready = healthy_at.max(serving_at) - spawned;
+    row(
+        "B4",
+        &format!("restart with {n} pending: /healthz 200, all deadlines armed"),
+        format!(
+            "{:.0} ms (serving line {:.0} ms)",
+            ready.as_secs_f64() * 1e3,
+            (serving_at - spawned).as_secs_f64() * 1e3
+        ),
+        "< 1 s",
+        Some(ready < Duration::from_secs(1)),
+        args.smoke,
+    );
+    Ok(())
+}
+
+/// B5: 120 questions over 4 private chats against the enforced limits.
+async fn b5(args: &Args) -> anyhow::Result<()> {
+    let n = if args.smoke { 8 } else { args.b5_requests };
+    let (fake, setup, running, _dir) = start(args, 4).await?;
+    let t0 = Instant::now();
+    create_pending(setup.addr(), n, 4).await?;
+    let bound = Duration::from_secs_f64(n as f64 / 4.0 + 30.0);
+    let have = fake.wait_for_sent(n, bound).await;
+    running.kill()?;
+    ensure!(have >= n, "only {have} of {n} questions were delivered");
+    let last = fake
+        .sent()
+        .iter()
+        .map(|s| s.at)
+        .max()
+        .context("no message")?;
+    let took = last - t0;
+    let too_many = fake.too_many_requests();
+    let limit = n as f64 / 4.0 + 2.0;
+    row(
+        "B5",
+        &format!("{n} questions over 4 private chats (1/s per chat, 30/s)"),
+        format!("all in {:.1} s, {too_many} x 429", took.as_secs_f64()),
+        &format!("0 x 429, <= {limit:.0} s"),
+        Some(too_many == 0 && took.as_secs_f64() <= limit),
+        args.smoke,
+    );
+    Ok(())
+}
+
+/// B6: idle footprint and sizes.
+async fn b6(args: &Args) -> anyhow::Result<()> {
+    let (_fake, _setup, running, _dir) = start(args, 1).await?;
+    tokio::time::sleep(Duration::from_secs(if args.smoke { 1 } else { 3 })).await;
+    let (rss, _) = running.memory()?;
+    running.kill()?;
+    row(
+        "B6",
+        "idle RSS",
+        format!("{:.1} MiB", mib(rss)),
+        "< 20 MiB",
+        Some(mib(rss) < 20.0),
+        args.smoke,
+    );
+    let size = std::fs::metadata(&args.service_bin)?.len();
+    row(
+        "B6",
+        "  binary size",
+        format!(
+            "{:.1} MiB ({})",
+            size as f64 / 1048576.0,
+            args.service_bin.display()
+        ),
+        "(report)",
+        None,
+        args.smoke,
+    );
+    Ok(())
+}

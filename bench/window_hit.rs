@@ -1,0 +1,131 @@
+//! B1: the window-hit decision in process, on one thread.
+//!
+//! A window hit is what a busy agent repeating an approved call costs us: canonicalise
+//! the parameters as AI-Parrot does (parse, sort keys, Python's `json.dumps`), hash them,
+//! and look the key up among the live windows. This bench runs exactly those public
+//! functions against a real SQLite store holding one open window, once through the
+//! store's in-memory window index (what the service uses) and once through a store that
+//! has not loaded the index and so asks SQLite (what every lookup cost before the index
+//! existed), so one run shows both. `bench/run` turns the means into decisions per
+//! second and sets them beside AI-Parrot's own `ConfirmationGuard.confirm()`.
+
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use hitl_telegram::domain::args_hash::ArgsHash;
+use hitl_telegram::domain::confirmation::{
+    Confirmation, Operator, Outcome, PENDING_REASON, Status, WindowKey,
+};
+use hitl_telegram::domain::ids::{CallbackToken, ConfirmationId, OwnerId, ToolName};
+use hitl_telegram::domain::pyjson;
+use hitl_telegram::storage::{Decided, SqliteStore, Store};
+use time::OffsetDateTime;
+
+/// A typical tool call: a handful of keys, nested values, a float.
+const PARAMS: &str = r#"{"path": "/srv/app/releases/2026-11-30", "recursive": true,
+    "exclude": ["*.log", "cache/"], "retries": 3, "timeout": 2.5, "owner": "deploy"}"#;
+
+const AGENT: &str = "bench-agent";
+
+/// One window-hit decision: canonicalise, hash, look up. Returns whether it hit.
+async fn decide(store: &dyn Store, tool: &ToolName, owner: &OwnerId) -> bool {
+    // The parameters are valid JSON by construction; a parse error would be a bug here.
+    let params = pyjson::parse_object(PARAMS).expect("the bench parameters are a JSON object");
+    let key = WindowKey {
+        agent: AGENT.to_owned(),
+        owner_id: owner.clone(),
+        tool: tool.clone(),
+        args_hash: ArgsHash::of(&params),
+    };
+    let now = OffsetDateTime::now_utc();
+    matches!(store.live_window(&key, now).await, Ok(Some(_)))
+}
+
+/// Stores one request for `PARAMS` and has an operator approve it with a one-hour
+/// window, through the store's own write path.
+async fn open_window(store: &SqliteStore, tool: &ToolName, owner: &OwnerId) {
+    let now = OffsetDateTime::now_utc();
+    let params = pyjson::parse_object(PARAMS).expect("the bench parameters are a JSON object");
+    let record = Confirmation {
+        id: ConfirmationId::generate(),
+        agent: AGENT.to_owned(),
+        route: "ops".to_owned(),
+        chat_id: 1,
+        tool: tool.clone(),
+        owner_id: owner.clone(),
+        args_hash: ArgsHash::of(&params),
+        params_json: PARAMS.to_owned(),
+        briefing: "bench".to_owned(),
+        context: None,
+        allow_edit: false,
+        window_seconds: 3600,
+        idempotency_key: None,
+        callback_token: CallbackToken::generate(),
+        callback_url: None,
+        message_id: None,
+        status: Status::Pending,
+        via: None,
+        reason: PENDING_REASON.to_owned(),
+        decided_by: None,
+        created_at: now,
+        expires_at: now + Duration::from_secs(3600),
+        decided_at: None,
+        interaction: None,
+        result: None,
+        timeout_action: None,
+        answers: Vec::new(),
+        copies: Vec::new(),
+    };
+    store.insert(&record, now).await.expect("insert");
+    let operator = Operator {
+        id: 1,
+        username: None,
+        name: "Bench".to_owned(),
+    };
+    let decided = store
+        .decide(&record.id, &Outcome::Approved(operator).decide(now))
+        .await
+        .expect("decide");
+    assert!(matches!(decided, Decided::Applied(_)), "the window opens");
+}
+
+fn window_hit(c: &mut Criterion) {
+    // One thread: the figure is per core.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime");
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+    let tool = ToolName::parse("deploy_release").expect("a valid tool name");
+    let owner = OwnerId::parse("alice@example.com").expect("a valid owner id");
+    let (indexed, unindexed) = rt.block_on(async {
+        let store = SqliteStore::connect(&url).await.expect("connect");
+        store.migrate().await.expect("migrate");
+        open_window(&store, &tool, &owner).await;
+        // A second store on the same file that never loads the index: SQLite answers.
+        let plain = SqliteStore::connect(&url).await.expect("connect");
+        (store, plain)
+    });
+    assert!(rt.block_on(decide(&indexed, &tool, &owner)), "indexed hit");
+    assert!(rt.block_on(decide(&unindexed, &tool, &owner)), "SQLite hit");
+
+    let mut group = c.benchmark_group("b1");
+    group.bench_function("window_hit_decision", |b| {
+        b.iter(|| rt.block_on(decide(&indexed, &tool, &owner)))
+    });
+    group.bench_function("window_hit_decision_sqlite", |b| {
+        b.iter(|| rt.block_on(decide(&unindexed, &tool, &owner)))
+    });
+    group.bench_function("canonicalise_and_hash_only", |b| {
+        b.iter(|| {
+            let params = pyjson::parse_object(std::hint::black_box(PARAMS))
+                .expect("the bench parameters are a JSON object");
+            ArgsHash::of(&params)
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, window_hit);
+criterion_main!(benches);
