@@ -307,6 +307,15 @@ impl Parser<'_> {
                 }
                 self.pos += 1;
             }
+            // No escape at all (the usual key or value): one copy of the slice, without
+            // the byte buffer and its second UTF-8 check.
+            if out.is_empty()
+                && self.peek() == Some(b'"')
+                && let Some(plain) = self.text.get(start..self.pos)
+            {
+                self.pos += 1;
+                return Ok(plain.to_owned());
+            }
             out.extend_from_slice(self.bytes.get(start..self.pos).unwrap_or_default());
             match self.peek() {
                 None => return Err(JsonError::new(JsonErrorKind::UnterminatedString, start)),
@@ -503,7 +512,8 @@ pub fn dumps_sorted(v: &PyValue) -> String {
 
 /// [`dumps_sorted`] of `PyValue::Dict(dict)`, without cloning the dict to wrap it.
 pub fn dumps_sorted_dict(dict: &PyDict) -> String {
-    let mut out = String::new();
+    // Room for a typical tool call's parameters without regrowing.
+    let mut out = String::with_capacity(256);
     write_sorted_dict(&mut out, dict);
     out
 }
@@ -549,9 +559,15 @@ fn write_scalar(out: &mut String, v: &PyValue) {
         PyValue::None => out.push_str("null"),
         PyValue::Bool(true) => out.push_str("true"),
         PyValue::Bool(false) => out.push_str("false"),
-        PyValue::Int(i) => {
-            let _ = write!(out, "{i}");
-        }
+        // Small integers skip BigInt's general radix conversion.
+        PyValue::Int(i) => match i64::try_from(i) {
+            Ok(small) => {
+                let _ = write!(out, "{small}");
+            }
+            Err(_) => {
+                let _ = write!(out, "{i}");
+            }
+        },
         PyValue::Float(f) => write_json_float(out, *f),
         // Containers and strings are handled by the callers.
         PyValue::Str(_) | PyValue::List(_) | PyValue::Dict(_) => {}
@@ -573,6 +589,14 @@ fn write_json_float(out: &mut String, f: f64) {
 /// `ensure_ascii=True` string escaping (`py_encode_basestring_ascii`).
 fn write_str_ascii(out: &mut String, s: &str) {
     out.push('"');
+    // The common case, printable ASCII only, is copied in one go.
+    if s.bytes()
+        .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\')
+    {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -883,6 +907,23 @@ mod tests {
         );
         // An escaped spelling of the same key is the same key.
         assert_eq!(canonical(r#"{"é":1,"\u00e9":2}"#), r#"{"\u00e9": 2}"#);
+    }
+
+    #[test]
+    fn repeated_keys_in_a_large_object_behave_as_in_a_small_one() {
+        // Past 16 keys the dict indexes its keys instead of scanning them: a key repeated
+        // on either side of that point still keeps its first position and last value.
+        let mut members: Vec<String> = (0..40).map(|i| format!("\"k{i}\":{i}")).collect();
+        members.push("\"k3\":\"late\"".into());
+        members.push("\"k30\":\"later\"".into());
+        let dict = parse_object(&format!("{{{}}}", members.join(","))).expect("object");
+        assert_eq!(dict.len(), 40);
+        let keys: Vec<&str> = dict.iter().map(|(k, _)| k).collect();
+        assert_eq!(keys[3], "k3");
+        assert_eq!(keys[30], "k30");
+        assert_eq!(dict.get("k3"), Some(&PyValue::Str("late".into())));
+        assert_eq!(dict.get("k30"), Some(&PyValue::Str("later".into())));
+        assert_eq!(dict.get("k39"), Some(&PyValue::Int(39.into())));
     }
 
     #[test]

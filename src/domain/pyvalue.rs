@@ -88,14 +88,33 @@ impl PyDict {
 /// key of a hostile object with 100 000 members would take tens of seconds.
 impl FromIterator<(String, PyValue)> for PyDict {
     fn from_iter<I: IntoIterator<Item = (String, PyValue)>>(pairs: I) -> Self {
-        let mut positions: std::collections::HashMap<String, usize> =
-            std::collections::HashMap::new();
-        let mut entries: Vec<(String, PyValue)> = Vec::new();
+        let pairs = pairs.into_iter();
+        let mut entries: Vec<(String, PyValue)> = Vec::with_capacity(pairs.size_hint().0);
+        // Tool parameters are a handful of keys: a linear scan beats hashing every key
+        // (it is most of the window-hit decision's cost otherwise). Past this size, an
+        // index keeps repeated-key handling linear.
+        const SCAN_UP_TO: usize = 16;
+        let mut positions: Option<std::collections::HashMap<String, usize>> = None;
         for (key, value) in pairs {
-            match positions.get(&key) {
-                Some(&at) => entries[at].1 = value,
+            if entries.len() == SCAN_UP_TO && positions.is_none() {
+                positions = Some(
+                    entries
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (k, _))| (k.clone(), i))
+                        .collect(),
+                );
+            }
+            let found = match &positions {
+                Some(index) => index.get(&key).copied(),
+                None => entries.iter().position(|(k, _)| *k == key),
+            };
+            match found {
+                Some(at) => entries[at].1 = value,
                 None => {
-                    positions.insert(key.clone(), entries.len());
+                    if let Some(index) = positions.as_mut() {
+                        index.insert(key.clone(), entries.len());
+                    }
                     entries.push((key, value));
                 }
             }
