@@ -41,53 +41,21 @@ directory, points SITE_ROOT at it and chdirs there before importing parrot.
 
 import argparse
 import asyncio
-import atexit
 import importlib.metadata
 import importlib.util
 import json
-import os
-import shutil
 import sys
-import tempfile
 import uuid
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-VENV_PYTHON = REPO / ".ci" / ".venv-parrot" / "bin" / "python"
+from _parrot_env import REPO, ensure_parrot_python, enter_parrot_scaffold
+
 OUT_DIR = REPO / "tests" / "fixtures" / "aiparrot"
 INTERACTIONS = OUT_DIR / "interactions.json"
 RESPONSES = OUT_DIR / "responses.json"
 
 
-def ensure_parrot_python():
-    """Re-exec with the venv python when this interpreter has no `parrot`."""
-    if importlib.util.find_spec("parrot") is not None:
-        return
-    if VENV_PYTHON.exists() and Path(sys.prefix).resolve() != VENV_PYTHON.parent.parent.resolve():
-        os.execv(str(VENV_PYTHON), [str(VENV_PYTHON), str(Path(__file__).resolve()), *sys.argv[1:]])
-    sys.exit(
-        "ai-parrot is not importable. Install it:\n"
-        f"  python3 -m venv {VENV_PYTHON.parent.parent}\n"
-        f"  {VENV_PYTHON} -m pip install ai-parrot==1.2.4"
-    )
-
-
-def enter_parrot_scaffold():
-    """Create env/dev/.env + etc/config.ini in a temp dir; SITE_ROOT + cwd point there."""
-    root = Path(tempfile.mkdtemp(prefix="aiparrot-site-"))
-    (root / "env" / "dev").mkdir(parents=True)
-    (root / "env" / "dev" / ".env").write_text("")
-    (root / "etc").mkdir()
-    (root / "etc" / "config.ini").write_text("[general]\n")
-    os.environ["SITE_ROOT"] = str(root)
-    os.environ.setdefault("ENV", "dev")
-    os.chdir(root)
-    atexit.register(shutil.rmtree, root, ignore_errors=True)
-    return root
-
-
-ensure_parrot_python()
+ensure_parrot_python(__file__)
 SCAFFOLD = enter_parrot_scaffold()
 
 import logging  # noqa: E402

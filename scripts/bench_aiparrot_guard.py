@@ -20,46 +20,13 @@ Run (any cwd; uses the pinned venv, as scripts/aiparrot_fixtures.py does):
 
 import argparse
 import asyncio
-import atexit
-import importlib.util
-import os
-import shutil
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-VENV_PYTHON = REPO / ".ci" / ".venv-parrot" / "bin" / "python"
+from _parrot_env import ensure_parrot_python, enter_parrot_scaffold
 
 
-def ensure_parrot_python():
-    """Re-exec with the venv python when this interpreter has no `parrot`."""
-    if importlib.util.find_spec("parrot") is not None:
-        return
-    if VENV_PYTHON.exists() and Path(sys.prefix).resolve() != VENV_PYTHON.parent.parent.resolve():
-        os.execv(str(VENV_PYTHON), [str(VENV_PYTHON), str(Path(__file__).resolve()), *sys.argv[1:]])
-    sys.exit(
-        "ai-parrot is not importable. Install it:\n"
-        f"  python3 -m venv {VENV_PYTHON.parent.parent}\n"
-        f"  {VENV_PYTHON} -m pip install ai-parrot==1.2.4"
-    )
-
-
-def enter_parrot_scaffold():
-    """navconfig refuses to import without env/dev/.env and etc/config.ini under SITE_ROOT."""
-    root = Path(tempfile.mkdtemp(prefix="aiparrot-site-"))
-    (root / "env" / "dev").mkdir(parents=True)
-    (root / "env" / "dev" / ".env").write_text("")
-    (root / "etc").mkdir()
-    (root / "etc" / "config.ini").write_text("[general]\n")
-    os.environ["SITE_ROOT"] = str(root)
-    os.environ.setdefault("ENV", "dev")
-    os.chdir(root)
-    atexit.register(shutil.rmtree, root, ignore_errors=True)
-
-
-ensure_parrot_python()
+ensure_parrot_python(__file__)
 enter_parrot_scaffold()
 
 from parrot.auth.confirmation import (  # noqa: E402

@@ -36,43 +36,12 @@ points SITE_ROOT at it and chdirs there before importing parrot. stdin is read b
 """
 
 import asyncio
-import atexit
 import importlib.metadata
 import importlib.util
 import json
-import os
-import shutil
 import sys
-import tempfile
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-VENV_PYTHON = REPO / ".ci" / ".venv-parrot" / "bin" / "python"
-
-
-def ensure_parrot_python():
-    """Re-exec with the venv python when this interpreter has no `parrot`."""
-    if importlib.util.find_spec("parrot") is not None:
-        return
-    if VENV_PYTHON.exists() and Path(sys.prefix).resolve() != VENV_PYTHON.parent.parent.resolve():
-        os.execv(str(VENV_PYTHON), [str(VENV_PYTHON), str(Path(__file__).resolve()), *sys.argv[1:]])
-    print(json.dumps({"error": "ai-parrot is not importable; install it with "
-                      f"{VENV_PYTHON} -m pip install ai-parrot==1.2.4"}))
-    sys.exit(2)
-
-
-def enter_parrot_scaffold():
-    """Create env/dev/.env + etc/config.ini in a temp dir; SITE_ROOT + cwd point there."""
-    root = Path(tempfile.mkdtemp(prefix="aiparrot-site-"))
-    (root / "env" / "dev").mkdir(parents=True)
-    (root / "env" / "dev" / ".env").write_text("")
-    (root / "etc").mkdir()
-    (root / "etc" / "config.ini").write_text("[general]\n")
-    os.environ["SITE_ROOT"] = str(root)
-    os.environ.setdefault("ENV", "dev")
-    os.chdir(root)
-    atexit.register(shutil.rmtree, root, ignore_errors=True)
-    return root
+from _parrot_env import VENV_PYTHON, ensure_parrot_python, enter_parrot_scaffold
 
 
 def fail_input(message):
@@ -80,7 +49,8 @@ def fail_input(message):
     sys.exit(2)
 
 
-ensure_parrot_python()
+ensure_parrot_python(__file__, lambda: fail_input(
+    f"ai-parrot is not importable; install it with {VENV_PYTHON} -m pip install ai-parrot==1.2.4"))
 RAW = sys.stdin.read()  # before the chdir, in case stdin is a relative-path redirect
 enter_parrot_scaffold()
 
