@@ -134,7 +134,7 @@ impl TelegramMessenger {
     ) -> Result<i32, DeliveryError> {
         let sent = retrying_observed(
             &self.limiter,
-            Some(&self.metrics),
+            &self.metrics,
             Method::SendMessage,
             Some(chat_id),
             Instant::now() + NOTIFY_PATIENCE,
@@ -329,18 +329,19 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, RequestError>>,
 {
-    retrying_observed(limiter, None, method, chat, deadline, attempt).await
+    retrying_observed(limiter, &Metrics::new(), method, chat, deadline, attempt).await
 }
 
 /// Runs `attempt` until it succeeds (`Some`), turns out harmless (`None`), fails for
 /// good, or the next try could not start before `deadline`. With `chat`, every attempt
 /// first waits for that chat's slot in `limiter`, and a 429 holds the chat back.
 ///
-/// Every Bot API call but `getUpdates` is made here, so this is where `metrics` counts
-/// and times each attempt (retries included: each one is a call Telegram sees).
+/// Every Bot API call but `getUpdates` and the startup calls (`super::startup`) is made
+/// here, so this is where `metrics` counts and times each attempt (retries included:
+/// each one is a call Telegram sees).
 async fn retrying_observed<T, F, Fut>(
     limiter: &RateLimiter,
-    metrics: Option<&Metrics>,
+    metrics: &Metrics,
     method: Method,
     chat: Option<i64>,
     deadline: Instant,
@@ -370,10 +371,8 @@ where
         attempts += 1;
         let started = Instant::now();
         let result = attempt().await;
-        if let Some(metrics) = metrics {
-            let error = result.as_ref().err().map(error_kind);
-            metrics.telegram_call(method.name(), Some(started.elapsed()), error);
-        }
+        let error = result.as_ref().err().map(error_kind);
+        metrics.telegram_call(method.name(), Some(started.elapsed()), error);
         let error = match result {
             Ok(v) => return Ok(Some(v)),
             Err(e) => e,
@@ -440,7 +439,7 @@ impl Messenger for TelegramMessenger {
         let deadline = instant_of(r.expires_at);
         let sent = retrying_observed(
             &self.limiter,
-            Some(&self.metrics),
+            &self.metrics,
             Method::SendMessage,
             Some(chat_id),
             deadline,
@@ -492,7 +491,7 @@ impl Messenger for TelegramMessenger {
         };
         retrying_observed(
             &self.limiter,
-            Some(&self.metrics),
+            &self.metrics,
             Method::EditMessageText,
             Some(chat_id),
             Instant::now() + EDIT_PATIENCE,
@@ -539,7 +538,7 @@ impl Messenger for TelegramMessenger {
         // Callback answers do not count against Telegram's message limits: no chat slot.
         retrying_observed(
             &self.limiter,
-            Some(&self.metrics),
+            &self.metrics,
             Method::AnswerCallbackQuery,
             None,
             Instant::now() + ANSWER_PATIENCE,
