@@ -3,7 +3,8 @@
 //! `pyvalue`/`pyjson` see parameters as Python sees them; `args_hash` is AI-Parrot's
 //! `compute_args_hash`; `pyformat`/`briefing` are Python's `str.format` over those
 //! values; `confirmation` is the request's state machine and its windows; `audit` is
-//! the hash chain of the audit trail.
+//! the hash chain of the audit trail; `text` makes what operators read show every
+//! character that is there.
 
 pub mod args_hash;
 pub mod audit;
@@ -14,3 +15,4 @@ pub mod interaction;
 pub mod pyformat;
 pub mod pyjson;
 pub mod pyvalue;
+pub mod text;

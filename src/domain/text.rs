@@ -1,0 +1,173 @@
+//! What an operator is shown must be what is there: characters that are invisible or
+//! change the layout (bidi overrides, zero-width characters, line and paragraph
+//! separators, control characters, private-use code points) are turned into visible
+//! escapes such as `\u202e`, and words that mix scripts (a Latin word with a Cyrillic
+//! look-alike letter) are flagged.
+//!
+//! Pure functions over `&str`; the renderer applies them to every agent-supplied text
+//! before HTML-escaping it, and the API refuses such characters outright where a value
+//! is an identifier (`tool`, `owner_id`).
+
+use std::fmt::Write as _;
+
+use unicode_properties::{GeneralCategory, UnicodeEmoji, UnicodeGeneralCategory};
+use unicode_security::MixedScript;
+
+/// True for the characters no operator can see or that change how the text around them
+/// is laid out: Unicode categories Cc (controls, including tab, newline and NEL), Cf
+/// (format: bidi controls, zero-width characters, soft hyphen), Zl and Zp (line and
+/// paragraph separators) and Co (private use).
+pub fn is_invisible(c: char) -> bool {
+    matches!(
+        c.general_category(),
+        GeneralCategory::Control
+            | GeneralCategory::Format
+            | GeneralCategory::LineSeparator
+            | GeneralCategory::ParagraphSeparator
+            | GeneralCategory::PrivateUse
+    )
+}
+
+/// The first invisible character of `s`, if any (see [`is_invisible`]).
+pub fn first_invisible(s: &str) -> Option<char> {
+    s.chars().find(|&c| is_invisible(c))
+}
+
+/// `\u202e` for U+202E: the escape an operator sees in place of an invisible character.
+/// Python's spelling (`\xNN`, `\uNNNN`, `\UNNNNNNNN`), so it reads like the agent's own
+/// `repr`; a tab and a newline read as `\t` and `\n`.
+pub fn escape_char(c: char) -> String {
+    match c {
+        '\t' => "\\t".to_owned(),
+        '\n' => "\\n".to_owned(),
+        '\r' => "\\r".to_owned(),
+        _ => {
+            let code = u32::from(c);
+            let mut out = String::with_capacity(10);
+            let _ = match code {
+                0..=0xff => write!(out, "\\x{code:02x}"),
+                0x100..=0xffff => write!(out, "\\u{code:04x}"),
+                _ => write!(out, "\\U{code:08x}"),
+            };
+            out
+        }
+    }
+}
+
+/// Where a text is shown, which decides whether a plain newline may stay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// A line of the service's own layout (a header field, a parameter value, a button):
+    /// every invisible character is escaped, newlines too.
+    Line,
+    /// Inside the agent's own quote block: plain newlines stay (the block shows where
+    /// the agent's text starts and ends); everything else invisible is escaped.
+    Quoted,
+}
+
+/// `s` with every invisible character replaced by its visible escape (see
+/// [`escape_char`]); in [`Layout::Quoted`] a plain `\n` stays. A zero-width joiner
+/// between two pictographs stays too: it draws one emoji (👨‍👩‍👧) and hides nothing.
+pub fn visible(s: &str, layout: Layout) -> String {
+    if !s.chars().any(is_invisible) {
+        return s.to_owned();
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    let chars: Vec<char> = s.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        let joins_emoji = c == ZWJ
+            && i > 0
+            && chars.get(i + 1).is_some_and(|&next| is_pictograph(next))
+            && is_pictograph_or_modifier(chars[i - 1]);
+        if (c == '\n' && layout == Layout::Quoted) || joins_emoji || !is_invisible(c) {
+            out.push(c);
+        } else {
+            out.push_str(&escape_char(c));
+        }
+    }
+    out
+}
+
+const ZWJ: char = '\u{200d}';
+
+/// An emoji proper: not the ASCII digits, `#` and `*` that Unicode also counts.
+fn is_pictograph(c: char) -> bool {
+    !c.is_ascii() && c.is_emoji_char()
+}
+
+/// What may end the emoji before a joiner: a pictograph, or a variation selector or
+/// skin-tone modifier after one.
+fn is_pictograph_or_modifier(c: char) -> bool {
+    is_pictograph(c) || c == '\u{fe0f}' || c.is_emoji_component() && !c.is_ascii()
+}
+
+/// True when `s` holds NUL or ESC. Free text (a context, a template, a question, a
+/// notification) may hold other invisible characters, which operators are shown as
+/// escapes; these two are refused outright because they act on whatever else prints or
+/// stores the text: a C string ends at NUL, and a terminal reading a log obeys ESC
+/// sequences.
+pub fn has_nul_or_esc(s: &str) -> bool {
+    s.contains(['\0', '\u{1b}'])
+}
+
+/// True when a word of `s` mixes scripts in a way that lets one letter pose as another
+/// (UTS #39 mixed-script detection, per whitespace-separated word): `pаypal` with a
+/// Cyrillic `а` is flagged, a sentence with a Russian word beside an English one is not.
+pub fn mixes_scripts(s: &str) -> bool {
+    s.split(|c: char| c.is_whitespace() || is_invisible(c))
+        .filter(|w| !w.is_empty())
+        .any(|w| !w.is_single_script())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_class_of_invisible_character_is_escaped() {
+        let cases = [
+            ("\u{202e}", "\\u202e"), // bidi override (Cf)
+            ("\u{200b}", "\\u200b"), // zero-width space (Cf)
+            ("\u{2028}", "\\u2028"), // line separator (Zl)
+            ("\u{2029}", "\\u2029"), // paragraph separator (Zp)
+            ("\u{85}", "\\x85"),     // NEL (Cc)
+            ("\u{0}", "\\x00"),      // NUL (Cc)
+            ("\u{1b}", "\\x1b"),     // ESC (Cc)
+            ("\u{e000}", "\\ue000"), // private use (Co)
+            ("\u{e0001}", "\\U000e0001"),
+            ("\t", "\\t"),
+            ("\n", "\\n"),
+        ];
+        for (raw, shown) in cases {
+            assert!(is_invisible(raw.chars().next().unwrap()), "{raw:?}");
+            assert_eq!(
+                visible(&format!("a{raw}b"), Layout::Line),
+                format!("a{shown}b")
+            );
+        }
+    }
+
+    #[test]
+    fn a_quote_keeps_plain_newlines_and_nothing_else() {
+        assert_eq!(visible("a\nb\u{2028}c", Layout::Quoted), "a\nb\\u2028c");
+        assert_eq!(visible("a\nb", Layout::Line), "a\\nb");
+        assert_eq!(visible("plain é 🔧", Layout::Line), "plain é 🔧");
+        // A family emoji keeps its joiners; a joiner between letters does not.
+        assert_eq!(
+            visible("👨\u{200d}👩\u{200d}👧", Layout::Line),
+            "👨\u{200d}👩\u{200d}👧"
+        );
+        assert_eq!(visible("a\u{200d}b", Layout::Line), "a\\u200db");
+        assert_eq!(visible("1\u{200d}2", Layout::Line), "1\\u200d2");
+    }
+
+    #[test]
+    fn look_alike_letters_from_another_script_are_flagged() {
+        assert!(mixes_scripts("p\u{0430}ypal")); // Cyrillic а in a Latin word
+        assert!(mixes_scripts("ACME \u{03bf}k")); // Greek ο beside k
+        assert!(!mixes_scripts("paypal"));
+        assert!(!mixes_scripts("Москва and Moscow, 2026"));
+        assert!(!mixes_scripts("DE89 3704 0044 0532 0130 00"));
+        assert!(!mixes_scripts("日本語のテキスト"));
+    }
+}
