@@ -33,6 +33,7 @@ async fn decide(store: &dyn Store, tool: &ToolName, owner: &OwnerId) -> bool {
     let params = pyjson::parse_object(PARAMS).expect("the bench parameters are a JSON object");
     let key = WindowKey {
         agent: AGENT.to_owned(),
+        route: "ops".to_owned(),
         owner_id: owner.clone(),
         tool: tool.clone(),
         args_hash: ArgsHash::of(&params),
@@ -59,6 +60,9 @@ async fn open_window(store: &SqliteStore, tool: &ToolName, owner: &OwnerId) {
         context: None,
         allow_edit: false,
         window_seconds: 3600,
+        window_requested_seconds: None,
+        approved_once: false,
+        has_call: false,
         idempotency_key: None,
         callback_token: CallbackToken::generate(),
         callback_url: None,
@@ -83,7 +87,14 @@ async fn open_window(store: &SqliteStore, tool: &ToolName, owner: &OwnerId) {
         name: "Bench".to_owned(),
     };
     let decided = store
-        .decide(&record.id, &Outcome::Approved(operator).decide(now))
+        .decide(
+            &record.id,
+            &Outcome::Approved {
+                by: operator,
+                once: false,
+            }
+            .decide(now),
+        )
         .await
         .expect("decide");
     assert!(matches!(decided, Decided::Applied(_)), "the window opens");

@@ -33,6 +33,7 @@ pub fn demo_settings(mut s: Settings, operator_id: Option<String>) -> anyhow::Re
         approvers: vec![operator],
         forbid_self_approval: false,
         quorum: None,
+        max_window_seconds: crate::config::DEFAULT_MAX_WINDOW_SECONDS,
     }];
     s.agents = vec![AgentSettings {
         name: "demo".into(),

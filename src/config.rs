@@ -164,6 +164,18 @@ pub struct RouteSettings {
     /// does not say (`policy.quorum`).
     #[serde(default)]
     pub quorum: Option<u32>,
+    /// The longest window one Approve tap here may open; a longer one asked for is cut
+    /// to it (and the cut is shown). An hour by default: a standing approval for longer
+    /// is a decision for whoever configures the route, not for an agent's request.
+    #[serde(default = "default_max_window_seconds")]
+    pub max_window_seconds: u64,
+}
+
+/// See [`RouteSettings::max_window_seconds`].
+pub const DEFAULT_MAX_WINDOW_SECONDS: u64 = 3600;
+
+fn default_max_window_seconds() -> u64 {
+    DEFAULT_MAX_WINDOW_SECONDS
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -210,6 +222,11 @@ pub struct RedisBridgeSettings {
     /// A group route (one of the agent's) to ask in instead of each recipient's private
     /// chat.
     pub route: Option<String>,
+    /// The confirmation window of the AI-Parrot agents behind the bridge
+    /// (`ConfirmationConfig.window_seconds`): their guard keeps it itself and its
+    /// questions do not say so, so the operator is told from here. 0: none.
+    #[serde(default)]
+    pub agent_window_seconds: u64,
 }
 
 fn default_redis_url() -> String {
@@ -278,6 +295,8 @@ pub struct Route {
     pub approvers: HashSet<u64>,
     pub forbid_self_approval: bool,
     pub quorum: Option<u32>,
+    /// The longest window an approval on this route opens.
+    pub max_window_seconds: u64,
 }
 
 impl Route {
@@ -355,6 +374,8 @@ pub struct RedisBridge {
     pub recipients: Vec<String>,
     /// One of the agent's routes.
     pub route: Option<String>,
+    /// What an approval lets through in the agents' own guard (disclosed, not enforced).
+    pub agent_window_seconds: u64,
 }
 
 impl std::fmt::Debug for RedisBridge {
@@ -365,6 +386,7 @@ impl std::fmt::Debug for RedisBridge {
             .field("agent", &self.agent)
             .field("recipients", &self.recipients)
             .field("route", &self.route)
+            .field("agent_window_seconds", &self.agent_window_seconds)
             .finish()
     }
 }
@@ -610,6 +632,7 @@ fn redis_bridge(
         agent: agent_name,
         recipients: b.recipients,
         route: b.route,
+        agent_window_seconds: b.agent_window_seconds,
     })
 }
 
@@ -709,7 +732,17 @@ impl Config {
                 approvers: r.approvers.into_iter().collect(),
                 forbid_self_approval: r.forbid_self_approval,
                 quorum: r.quorum,
+                max_window_seconds: r.max_window_seconds,
             };
+            if r.max_window_seconds > crate::api::confirmations::MAX_WINDOW_SECONDS {
+                return Err(invalid(
+                    format!("{key}.max_window_seconds"),
+                    format!(
+                        "must be at most {} (366 days)",
+                        crate::api::confirmations::MAX_WINDOW_SECONDS
+                    ),
+                ));
+            }
             if r.quorum == Some(0) {
                 return Err(invalid(format!("{key}.quorum"), "must be at least 1"));
             }

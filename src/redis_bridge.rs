@@ -59,6 +59,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Agent, RedisBridge};
 use crate::domain::ids::ConfirmationId;
 use crate::domain::interaction::{self, Interaction};
+use crate::domain::pyjson;
 use crate::service::{NewInteraction, Service, ServiceError};
 use crate::storage::AgentEvent;
 
@@ -151,6 +152,8 @@ struct Bridge {
     keys: Keys,
     recipients: Vec<String>,
     route: Option<String>,
+    /// The agents' own confirmation window, disclosed on their approvals.
+    agent_window_seconds: u64,
     /// Lifetime of the `asked` and `cancelled` markers, in seconds.
     marker_ttl: u64,
 }
@@ -234,6 +237,7 @@ impl Bridge {
             keys: Keys::new(settings.prefix.clone()),
             recipients: settings.recipients.clone(),
             route: settings.route.clone(),
+            agent_window_seconds: settings.agent_window_seconds,
             marker_ttl,
             service,
         })
@@ -414,6 +418,10 @@ impl Bridge {
                 route: self.route.clone(),
                 recipient: Some(recipient.to_owned()),
                 callback_url: None,
+                // AI-Parrot's CLIDaemonHumanChannel carries only the rendered question:
+                // the message says the agent sent no parameters.
+                call: None,
+                agent_window_seconds: self.agent_window_seconds,
             };
             match self.service.create_interaction(&self.agent, new).await {
                 Ok((record, is_new)) => {
@@ -471,6 +479,22 @@ impl Bridge {
                 ));
             }
         };
+        // Refused as `POST /v1/interactions` refuses it: a repeated key has whichever
+        // value a reader keeps (serde_json the last), so the humans could be asked
+        // something other than what the agent meant. Nesting deeper than the strict
+        // reader goes is refused too, rather than asked unchecked.
+        match std::str::from_utf8(item).map(pyjson::repeated_key) {
+            Ok(Ok(None)) => {}
+            Ok(Ok(Some(r))) => {
+                return Taken::Refuse(format!(
+                    "not a valid HumanInteraction: {}: {}",
+                    r.path_below("interaction"),
+                    r.reason()
+                ));
+            }
+            Ok(Err(e)) => return Taken::Refuse(format!("not a valid HumanInteraction: {e}")),
+            Err(e) => return Taken::Refuse(format!("not UTF-8 ({e})")),
+        }
         match interaction::parse(&value, self.service.config().max_timeout_seconds) {
             Ok(i) => Taken::Ask(Box::new(i)),
             Err(e) => Taken::Refuse(format!(

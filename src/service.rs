@@ -76,8 +76,22 @@ pub trait Messenger: Send + Sync + 'static {
         message_id: i32,
         view: &View,
     ) -> Result<(), DeliveryError>;
-    /// Sends a one-way message (a notification); returns its message id.
-    async fn send_text(&self, chat_id: i64, text: &str) -> Result<i32, DeliveryError>;
+    /// Sends a one-way message (a notification) from `agent`, framed as its words;
+    /// returns its message id.
+    async fn send_notification(
+        &self,
+        chat_id: i64,
+        agent: &str,
+        text: &str,
+    ) -> Result<i32, DeliveryError>;
+    /// When the question's message had to cut something, sends the full parameters as a
+    /// file replying to it (`reply_to`); `Ok(false)` when nothing was cut.
+    async fn send_attachment(
+        &self,
+        record: &Confirmation,
+        chat_id: i64,
+        reply_to: i32,
+    ) -> Result<bool, DeliveryError>;
     /// Answers a button tap with a toast (or an alert the operator must dismiss).
     async fn answer_tap(
         &self,
@@ -114,6 +128,25 @@ pub struct NewInteraction {
     pub recipient: Option<String>,
     /// Already checked against the agent's allow-list.
     pub callback_url: Option<String>,
+    /// The tool call an approval is about, when the agent sent it (AI-Parrot's guard
+    /// through our Python package): shown like a confirmation's.
+    pub call: Option<Call>,
+    /// Without a call: the window the asking agent's own guard opens on approval, when
+    /// known from the configuration (the Redis bridge's `agent_window_seconds`). Shown
+    /// to the operator as it is: the agent enforces it, so no cap here can shorten it.
+    pub agent_window_seconds: u64,
+}
+
+/// A tool call attached to an interaction.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub tool: ToolName,
+    pub params: PyDict,
+    /// The `params` object exactly as the agent sent it.
+    pub params_json: String,
+    pub owner_id: OwnerId,
+    /// The window the agent's guard records on approval (before the route's cap).
+    pub window_seconds: u64,
 }
 
 /// A message sent in reply to one of the bot's messages (a free-text answer).
@@ -157,8 +190,11 @@ pub struct NewConfirmation {
 /// What a button means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TapAction {
-    /// Approve (approval, form).
+    /// Approve (approval, form); "Approve once" when the question offers a window.
     Approve,
+    /// "Approve for <window>": approve and open the question's window (confirmations
+    /// and calls that ask for one).
+    ApproveWindow,
     /// Cancel or Reject.
     Cancel,
     /// Pick option `n` (single choice, poll).
@@ -453,6 +489,10 @@ impl Service {
         };
         let now = now();
         let args_hash = ArgsHash::of(&new.params);
+        // The route caps what one tap may allow; the cut is kept and shown.
+        let window_seconds = new.window_seconds.min(route.max_window_seconds);
+        let window_requested_seconds =
+            (window_seconds < new.window_seconds).then_some(new.window_seconds);
 
         if let Some(key) = &new.idempotency_key
             && let Some(existing) = self
@@ -476,7 +516,10 @@ impl Service {
                 .text,
             context: new.context.clone(),
             allow_edit: new.allow_edit,
-            window_seconds: new.window_seconds,
+            window_seconds,
+            window_requested_seconds,
+            approved_once: false,
+            has_call: false,
             idempotency_key: new.idempotency_key.clone(),
             callback_token: CallbackToken::generate(),
             callback_url: new.callback_url.clone(),
@@ -570,6 +613,8 @@ impl Service {
                     tracing::error!(id = %record.id, error = %e, "could not record the message id");
                 }
                 self.changed(&record.id);
+                self.attach_or_fail_closed(&record, record.chat_id, message_id)
+                    .await;
                 self.after_delivery(&record.id).await;
             }
             Err(e) => {
@@ -587,6 +632,29 @@ impl Service {
         }
     }
 
+    /// Sends the full parameters along when the question's message had to cut them. An
+    /// operator told "attached below" who finds nothing cannot judge the call: if the
+    /// file cannot be sent, the question fails closed (its buttons then go).
+    async fn attach_or_fail_closed(&self, record: &Confirmation, chat_id: i64, message_id: i32) {
+        let Err(e) = self
+            .messenger
+            .send_attachment(record, chat_id, message_id)
+            .await
+        else {
+            return;
+        };
+        tracing::warn!(id = %record.id, reason = %e.reason, "the full parameters could not be attached: failing closed");
+        let outcome = Outcome::FailedClosed {
+            reason: format!(
+                "the full parameters could not be attached in Telegram: {}",
+                e.reason
+            ),
+        };
+        if let Err(e) = self.decide(&record.id, outcome).await {
+            tracing::error!(id = %record.id, error = %e, "could not store the fail-closed outcome");
+        }
+    }
+
     /// Posts a further copy of a question in a person's private chat. A copy that cannot
     /// be delivered is logged and audited; the question stays open for the others.
     async fn deliver_copy(self: Arc<Self>, record: Confirmation, chat_id: i64) {
@@ -599,6 +667,20 @@ impl Service {
                     .await
                 {
                     tracing::error!(id = %record.id, error = %e, "could not record a copy's message id");
+                }
+                // The others may still decide in full knowledge: a copy's missing file
+                // is audited, not a reason to end the question for everyone.
+                if let Err(e) = self
+                    .messenger
+                    .send_attachment(&record, chat_id, message_id)
+                    .await
+                {
+                    tracing::warn!(id = %record.id, chat_id, reason = %e.reason, "a copy's parameters could not be attached");
+                    let why = format!("the full parameters could not be attached: {}", e.reason);
+                    let event = audit::copy_failed(record.id.as_str(), chat_id, &why, now());
+                    if let Err(e) = self.store.record_event(event).await {
+                        tracing::error!(id = %record.id, error = %e, "could not audit a failed copy");
+                    }
                 }
                 self.after_delivery(&record.id).await;
             }
@@ -971,19 +1053,47 @@ impl Service {
             }
         };
         let now = now();
+        let max_window = match &dest {
+            Destination::Route(r) => r.max_window_seconds,
+            Destination::Person { .. } => crate::config::DEFAULT_MAX_WINDOW_SECONDS,
+        };
+        let (tool, owner_id, params, params_json, asked_window) = match &new.call {
+            Some(c) => (
+                c.tool.clone(),
+                c.owner_id.clone(),
+                c.params.clone(),
+                c.params_json.clone(),
+                c.window_seconds,
+            ),
+            None => (
+                ToolName::parse(INTERACTION_TOOL).map_err(|_| ServiceError::NotFound)?,
+                OwnerId::anonymous(),
+                PyDict::new(),
+                "{}".to_owned(),
+                0,
+            ),
+        };
+        let window_seconds = match &new.call {
+            Some(_) => asked_window.min(max_window),
+            None if i.kind == InteractionType::Approval => new.agent_window_seconds,
+            None => 0,
+        };
         let record = Confirmation {
             id: ConfirmationId::generate(),
             agent: agent.name.clone(),
             route: route_name,
             chat_id,
-            tool: ToolName::parse(INTERACTION_TOOL).map_err(|_| ServiceError::NotFound)?,
-            owner_id: OwnerId::anonymous(),
-            args_hash: ArgsHash::of(&PyDict::new()),
-            params_json: "{}".to_owned(),
+            tool,
+            owner_id,
+            args_hash: ArgsHash::of(&params),
+            params_json,
             briefing: i.question.clone(),
             context: i.context.clone(),
             allow_edit: i.kind == InteractionType::Form,
-            window_seconds: 0,
+            window_seconds,
+            window_requested_seconds: (window_seconds < asked_window).then_some(asked_window),
+            approved_once: false,
+            has_call: new.call.is_some(),
             idempotency_key: None,
             callback_token: CallbackToken::generate(),
             callback_url: new.callback_url.clone(),
@@ -1077,7 +1187,7 @@ impl Service {
         };
         let message_id = self
             .messenger
-            .send_text(chat_id, message)
+            .send_notification(chat_id, &agent.name, message)
             .await
             .map_err(|e| ServiceError::Undeliverable(e.reason))?;
         tracing::info!(agent = %agent.name, chat_id, "notification sent");
@@ -1099,7 +1209,20 @@ impl Service {
         if let Some(i) = &record.interaction
             && !i.target_humans.is_empty()
         {
-            return i.target_humans.len();
+            // One person named twice (`alice` twice, or `alice` and her id) answers once,
+            // so targets count by the Telegram user they resolve to, as `is_target`
+            // resolves them; a name that resolves to nobody counts by itself.
+            let people: std::collections::HashSet<Result<u64, &str>> = i
+                .target_humans
+                .iter()
+                .map(|t| {
+                    self.config
+                        .person(t)
+                        .or_else(|| t.parse::<u64>().ok().filter(|id| id.to_string() == *t))
+                        .ok_or(t.as_str())
+                })
+                .collect();
+            return people.len();
         }
         match self.config.route(&record.route) {
             Some(route) => route.approvers.len(),
@@ -1293,10 +1416,22 @@ impl Service {
             ));
         }
         let kind = record.kind();
+        // The button decides, never the values: a form approved with `{}` is approved.
+        // "Approve for" on a question that offers no window is a plain approval.
+        let verdict = match action {
+            TapAction::Approve => Some(Verdict::Approve { once: true }),
+            TapAction::ApproveWindow => Some(Verdict::Approve { once: false }),
+            TapAction::Cancel => Some(Verdict::Deny),
+            _ => None,
+        };
         let value = match (kind, action) {
-            (InteractionType::Approval, TapAction::Approve) => json!(true),
+            (InteractionType::Approval, TapAction::Approve | TapAction::ApproveWindow) => {
+                json!(true)
+            }
             (InteractionType::Approval, TapAction::Cancel) => json!(false),
-            (InteractionType::Form, TapAction::Approve) => record.form_values(),
+            (InteractionType::Form, TapAction::Approve | TapAction::ApproveWindow) => {
+                record.form_values()
+            }
             (InteractionType::Form, TapAction::Cancel) => Value::Null,
             (InteractionType::SingleChoice | InteractionType::Poll, TapAction::Choose(n)) => {
                 match option_key(&record, n) {
@@ -1360,7 +1495,7 @@ impl Service {
                 .await;
             }
         };
-        self.answer(record, &tap.from, value).await
+        self.answer(record, &tap.from, value, verdict).await
     }
 
     /// Someone replied to one of the bot's messages: a free-text answer when it is an
@@ -1402,22 +1537,28 @@ impl Service {
             .chars()
             .take(interaction::MAX_FREE_TEXT_CHARS)
             .collect();
-        let (_, _, after) = self.answer(record, &reply.from, json!(text)).await?;
+        let (_, _, after) = self.answer(record, &reply.from, json!(text), None).await?;
         Ok(after)
     }
 
     /// Stores one person's answer and settles the question when the answers so far do.
+    /// `verdict` is the button an approve/cancel question was answered with.
     async fn answer(
         self: &Arc<Self>,
         record: Confirmation,
         from: &Operator,
         value: Value,
+        verdict: Option<Verdict>,
     ) -> Result<(String, bool, After), StorageError> {
+        // "Once" only means something where a window was offered.
+        let once =
+            matches!(verdict, Some(Verdict::Approve { once: true })) && record.window_seconds > 0;
         let answer = Answer {
             respondent: self.respondent(&record, from.id),
             by: Some(from.clone()),
             value,
             is_default: false,
+            once,
             at: now(),
         };
         // A confirmation or a first-response question is settled by this very answer:
@@ -1429,8 +1570,15 @@ impl Service {
                 by: Some(from.clone()),
                 reason: format!("answered by {from}"),
             }),
-            None if truthy(&answer.value) => Some(Outcome::Approved(from.clone())),
-            None => Some(Outcome::Cancelled(from.clone())),
+            // A confirmation is decided by its button alone; anything else (which no
+            // button of a confirmation produces) fails closed.
+            None => Some(match verdict {
+                Some(Verdict::Approve { .. }) => Outcome::Approved {
+                    by: from.clone(),
+                    once,
+                },
+                Some(Verdict::Deny) | None => Outcome::Cancelled(from.clone()),
+            }),
         };
         let decision = settles.map(|o| o.decide(answer.at));
         let record = match self
@@ -1520,16 +1668,14 @@ enum After {
     },
 }
 
-/// Python's truthiness, for a confirmation answered through the general pipeline.
-fn truthy(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
-    }
+/// Which of an approve/cancel question's buttons was tapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Approve; `once`: without the window the question offered.
+    Approve {
+        once: bool,
+    },
+    Deny,
 }
 
 fn option_key(record: &Confirmation, n: u8) -> Option<String> {

@@ -122,7 +122,7 @@ async fn timeouts_withdrawals_fail_closed_and_window_hits_are_recorded() {
     let (win, m) = app
         .ask_suspended(json!({"tool": "win", "params": {}, "window_seconds": 60}))
         .await;
-    app.telegram.tap(OPS_CHAT, m, "✅ Approve", bob());
+    app.telegram.tap(OPS_CHAT, m, "✅ Approve for 1 min", bob());
     app.wait_status(win["id"].as_str().unwrap(), "confirmed")
         .await;
     let (_, hit) = app

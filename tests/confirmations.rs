@@ -536,10 +536,31 @@ async fn huge_parameters_are_cut_to_fit_telegram_with_a_visible_note() {
     let m = app.telegram.message(OPS_CHAT, message_id);
     assert!(m.text.encode_utf16().count() <= 4096);
     assert!(
+        m.visible_text.contains("✂️ 20000 chars, sha256 ")
+            && m.visible_text.contains("attached below as a file"),
+        "{}",
+        m.visible_text
+    );
+    // Hundreds of keys cannot all fit: what does not is counted, and the file has it all.
+    let many: serde_json::Map<String, serde_json::Value> = (0..900)
+        .map(|i| (format!("key_{i:03}"), json!(i)))
+        .collect();
+    let (_, message_id) = app
+        .ask_suspended(json!({"tool": "bulk", "params": many}))
+        .await;
+    let m = app.telegram.message(OPS_CHAT, message_id);
+    assert!(m.text.encode_utf16().count() <= 4096);
+    assert!(
         m.visible_text
             .contains("more characters of parameters not shown"),
         "{}",
         m.visible_text
+    );
+    let file = app.telegram.wait_for_document(OPS_CHAT, message_id).await;
+    assert!(
+        file.content.contains("\"key_899\": 899"),
+        "{}",
+        file.content
     );
 }
 

@@ -1494,7 +1494,11 @@ async fn a_notification_to_a_route_is_posted_in_its_group_with_a_bell() {
     let msg = app
         .telegram
         .message(OTHER_CHAT, sent["message_id"].as_i64().unwrap() as i32);
-    assert_eq!(msg.visible_text, "🔔 Deployed <billing> & done.");
+    // The agent's words, framed as its message (never a line of the service's own).
+    assert_eq!(
+        msg.visible_text,
+        "🔔 Message from agent-a:\nDeployed <billing> & done."
+    );
     assert!(!msg.has_buttons());
     assert!(!msg.force_reply);
 }
@@ -1512,7 +1516,10 @@ async fn a_notification_to_a_person_goes_to_their_private_chat() {
     let msg = app
         .telegram
         .message(BOB as i64, sent["message_id"].as_i64().unwrap() as i32);
-    assert_eq!(msg.visible_text, "🔔 Your report is ready");
+    assert_eq!(
+        msg.visible_text,
+        "🔔 Message from agent-a:\nYour report is ready"
+    );
 }
 
 #[tokio::test]

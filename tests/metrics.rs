@@ -310,7 +310,7 @@ async fn a_window_hit_is_counted_as_a_hit_and_as_an_outcome() {
         "window_seconds": 60});
     let (record, message_id) = app.ask_suspended(call.clone()).await;
     app.telegram
-        .tap(OPS_CHAT, message_id, "✅ Approve", alice());
+        .tap(OPS_CHAT, message_id, "✅ Approve for 1 min", alice());
     app.wait_status(record["id"].as_str().unwrap(), "confirmed")
         .await;
 

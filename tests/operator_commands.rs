@@ -64,7 +64,8 @@ fn call(tool: &str, owner: &str, window: u64) -> Value {
 /// Asks `body` as agent-a, has `user` approve it in `chat`, and returns the record.
 async fn approved(app: &TestApp, body: Value, chat: i64, user: TgUser) -> Value {
     let (record, message_id) = app.ask_suspended(body).await;
-    app.telegram.tap(chat, message_id, "✅ Approve", user);
+    let label = approve_label(record["window_seconds"].as_u64().unwrap());
+    app.telegram.tap(chat, message_id, label.as_str(), user);
     app.wait_status(record["id"].as_str().unwrap(), "confirmed")
         .await
 }

@@ -792,3 +792,63 @@ async fn connect_to(url: &str) -> MultiplexedConnection {
         .await
         .expect("connect to the test's own redis-server")
 }
+
+#[tokio::test]
+async fn a_bridge_approval_says_the_agent_sent_no_parameters_and_discloses_the_agents_window() {
+    let Some(mut parrot) = Parrot::connect("nocall").await else {
+        return;
+    };
+    let settings = with_bridge(&parrot.prefix, None);
+    let app = TestApp::spawn_with_settings(move |toml| {
+        settings(toml).replace(
+            "recipients = [\"alice\", \"bob\"]",
+            "recipients = [\"alice\", \"bob\"]\nagent_window_seconds = 600",
+        )
+    })
+    .await;
+    let a = guard_approval("Wire the payment?");
+    parrot.send_interaction("alice", &a).await;
+    wait_delivered(&app, &id_of(&a)).await;
+    let msg = message_with(&app, ALICE_CHAT, "Wire the payment?");
+    let v = &msg.visible_text;
+    assert!(v.contains("The agent sent no parameters"), "{v}");
+    assert!(
+        v.contains("Approving also lets identical calls through for 10 min"),
+        "{v}"
+    );
+    // The agent's own window cannot be narrowed from here: no "Approve once" is offered.
+    assert_eq!(msg.button_texts(), ["✅ Approve", "❌ Reject"]);
+    parrot.clean().await;
+}
+
+#[tokio::test]
+async fn the_redis_bridge_never_asks_an_interaction_that_repeats_a_key() {
+    let Some(mut parrot) = Parrot::connect("repeat").await else {
+        return;
+    };
+    let app = TestApp::spawn_with_settings(with_bridge(&parrot.prefix, None)).await;
+    // As AI-Parrot's `CLIDaemonHumanChannel` queues a question, twice: one that repeats a
+    // key (a first-wins reader and a last-wins reader see different questions), then a
+    // sound one, taken after it.
+    let repeated = r#"{"interaction_id": "rep-1", "interaction_type": "approval",
+        "question": "Restart the staging cache?", "question": "Drop the production database?"}"#;
+    let sound = guard_approval("Renew the TLS certificate?");
+    let pending = parrot.key("alice", "pending");
+    parrot.lpush(&pending, repeated.as_bytes()).await;
+    parrot.send_interaction("alice", &sound).await;
+    wait_delivered(&app, &id_of(&sound)).await;
+
+    let dead = parrot.lrange(&parrot.key("alice", "dead")).await;
+    assert_eq!(dead, vec![repeated.as_bytes().to_vec()], "kept as it was");
+    let (status, _) = record(&app, "rep-1").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "never stored");
+    let shown: Vec<String> = app
+        .telegram
+        .sent_messages()
+        .into_iter()
+        .map(|m| m.visible_text)
+        .collect();
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert!(shown[0].contains("Renew the TLS certificate?"), "{shown:?}");
+    parrot.clean().await;
+}

@@ -101,10 +101,12 @@ async fn too_many_keys_or_too_deep_params_are_refused_naming_the_limit() {
 async fn unicode_of_every_kind_is_shown_or_refused_cleanly() {
     let app = TestApp::spawn().await;
     let tricky = "\u{202E}evil\u{200B}\u{200D}👨‍👩‍👧 \u{FEFF}مرحبا 𝔘𝔫𝔦";
+    // Identifiers take every visible character but no invisible one (see
+    // tests/input_refusals.rs): no bidi override, no zero-width joiner.
     let (s, r) = app
         .create(json!({
-            "tool": format!("tool{tricky}"),
-            "owner_id": tricky,
+            "tool": "tool👩 مرحبا 𝔘𝔫𝔦",
+            "owner_id": "مرحبا 𝔘𝔫𝔦",
             "context": tricky,
             "template": "{name} {name!r}",
             "params": {"name": tricky, tricky: "key"},
@@ -113,7 +115,11 @@ async fn unicode_of_every_kind_is_shown_or_refused_cleanly() {
         .await;
     assert_eq!(s, StatusCode::ACCEPTED, "{r}");
     let m = app.telegram.wait_for_messages(1).await.remove(0);
-    assert!(m.visible_text.contains(tricky), "{}", m.visible_text);
+    // Every visible character as sent; the invisible ones (bidi override, zero-width
+    // space, BOM) as escapes, the joiners inside the family emoji kept.
+    let shown = "\\u202eevil\\u200b\\u200d👨\u{200d}👩\u{200d}👧 \\ufeffمرحبا 𝔘𝔫𝔦";
+    assert!(m.visible_text.contains(shown), "{}", m.visible_text);
+    assert!(!m.visible_text.contains('\u{202e}'), "{}", m.visible_text);
 
     // Lone surrogates and control characters: refused with a 4xx, never a 500.
     for raw in [

@@ -43,6 +43,9 @@ fn pending(key: Option<&str>) -> Confirmation {
         context: Some("ctx".into()),
         allow_edit: true,
         window_seconds: 60,
+        window_requested_seconds: None,
+        approved_once: false,
+        has_call: false,
         idempotency_key: key.map(|k| IdempotencyKey::parse(k).unwrap()),
         callback_token: CallbackToken::generate(),
         callback_url: None,
@@ -96,7 +99,10 @@ async fn of_many_concurrent_decisions_exactly_one_is_applied() {
         let id = r.id.clone();
         tasks.push(tokio::spawn(async move {
             let outcome = match i % 3 {
-                0 => Outcome::Approved(op(i)),
+                0 => Outcome::Approved {
+                    by: op(i),
+                    once: false,
+                },
                 1 => Outcome::Cancelled(op(i)),
                 _ => Outcome::TimedOut {
                     after: Duration::from_secs(1),
@@ -135,9 +141,16 @@ async fn an_operator_confirmation_opens_a_window_in_the_same_transaction() {
             .unwrap()
             .is_none()
     );
-    s.decide(&r.id, &Outcome::Approved(op(1)).decide(now()))
-        .await
-        .unwrap();
+    s.decide(
+        &r.id,
+        &Outcome::Approved {
+            by: op(1),
+            once: false,
+        }
+        .decide(now()),
+    )
+    .await
+    .unwrap();
     let w = s
         .live_window(&r.window_key(), now())
         .await
@@ -171,9 +184,16 @@ async fn a_shorter_window_never_cuts_a_longer_one_short() {
     };
     for r in [&long, &short] {
         s.insert(r, now()).await.unwrap();
-        s.decide(&r.id, &Outcome::Approved(op(1)).decide(now()))
-            .await
-            .unwrap();
+        s.decide(
+            &r.id,
+            &Outcome::Approved {
+                by: op(1),
+                once: false,
+            }
+            .decide(now()),
+        )
+        .await
+        .unwrap();
     }
     let w = s
         .live_window(&long.window_key(), now() + Duration::from_secs(120))
@@ -192,9 +212,16 @@ async fn windows_are_found_again_by_a_store_reopened_on_the_same_file() {
         let s = SqliteStore::connect(&url).await.unwrap();
         s.migrate().await.unwrap();
         s.insert(&r, now()).await.unwrap();
-        s.decide(&r.id, &Outcome::Approved(op(1)).decide(now()))
-            .await
-            .unwrap();
+        s.decide(
+            &r.id,
+            &Outcome::Approved {
+                by: op(1),
+                once: false,
+            }
+            .decide(now()),
+        )
+        .await
+        .unwrap();
         s.close().await;
     }
     // Migrated (the service), and not (a CLI tool): both see the window.
@@ -319,9 +346,16 @@ async fn revoking_a_window_closes_only_that_live_window_and_chains_its_audit_eve
     theirs.owner_id = OwnerId::parse("someone-else").unwrap();
     for r in [&mine, &theirs] {
         s.insert(r, now()).await.unwrap();
-        s.decide(&r.id, &Outcome::Approved(op(1)).decide(now()))
-            .await
-            .unwrap();
+        s.decide(
+            &r.id,
+            &Outcome::Approved {
+                by: op(1),
+                once: false,
+            }
+            .decide(now()),
+        )
+        .await
+        .unwrap();
     }
     let listed = s.live_windows("ops", now()).await.unwrap();
     assert_eq!(listed.len(), 1);

@@ -184,7 +184,8 @@ async fn every_kind_of_ending_is_posted() {
             json!({"tool": "win", "params": {}, "window_seconds": 60, "callback_url": hook}),
         )
         .await;
-    app.telegram.tap(OPS_CHAT, m, "✅ Approve", alice());
+    app.telegram
+        .tap(OPS_CHAT, m, "✅ Approve for 1 min", alice());
     receiver.wait_accepted(5).await;
     let (s, hit) = app
         .create(json!({"tool": "win", "params": {}, "window_seconds": 60, "callback_url": hook}))

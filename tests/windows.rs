@@ -12,8 +12,9 @@ use support::app::*;
 /// Asks, has Alice approve, and returns the decided record.
 async fn approve_once(app: &TestApp, body: Value) -> Value {
     let (record, message_id) = app.ask_suspended(body).await;
+    let label = approve_label(record["window_seconds"].as_u64().unwrap());
     app.telegram
-        .tap(OPS_CHAT, message_id, "✅ Approve", alice());
+        .tap(OPS_CHAT, message_id, label.as_str(), alice());
     app.wait_status(record["id"].as_str().unwrap(), "confirmed")
         .await
 }

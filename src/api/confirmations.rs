@@ -17,7 +17,7 @@ use super::record::RecordView;
 use crate::config::{Agent, Config};
 use crate::domain::confirmation::Confirmation;
 use crate::domain::ids::{ConfirmationId, IdempotencyKey, OwnerId, ToolName};
-use crate::domain::pyjson;
+use crate::domain::{pyjson, text};
 use crate::service::NewConfirmation;
 
 /// Longest `?wait=` a long-poll may ask for.
@@ -82,6 +82,45 @@ fn bounded_text(value: Option<String>, name: &str, max: usize) -> Result<Option<
     }
 }
 
+/// Free text shown to the operator: other invisible characters are shown as escapes, NUL
+/// and ESC are refused (see [`text::has_nul_or_esc`]).
+pub(super) fn free_text(value: Option<String>, name: &str) -> Result<Option<String>, ApiError> {
+    match value {
+        Some(v) if text::has_nul_or_esc(&v) => Err(ApiError::field(
+            name,
+            "must not contain NUL or ESC characters",
+        )),
+        v => Ok(v),
+    }
+}
+
+/// An optional string field of at most `max` characters that the operator is shown.
+fn shown_text(
+    body: &BTreeMap<String, Box<RawValue>>,
+    name: &str,
+    max: usize,
+) -> Result<Option<String>, ApiError> {
+    free_text(
+        bounded_text(field(body, name, "a string")?, name, max)?,
+        name,
+    )
+}
+
+/// The 422 for a body that repeats an object key: the field is the path of the object
+/// that repeats it, from the body's root (`params.to: repeats key "iban"`; `body` for the
+/// body itself). Readers disagree on which value a repeated key has (serde_json and
+/// Python keep the last, others the first), so what the operator is shown could differ
+/// from what the tool gets: such a body is refused rather than read either way.
+pub(super) fn repeated_key_error(r: &pyjson::RepeatedKey) -> ApiError {
+    let path = r.path();
+    let field = if path.is_empty() {
+        "body".to_owned()
+    } else {
+        path
+    };
+    ApiError::field(field, r.reason())
+}
+
 /// Parses and checks a create body for `agent`, naming the first field at fault.
 pub fn parse_create(
     bytes: &[u8],
@@ -95,6 +134,11 @@ pub fn parse_create(
             ApiError::MalformedJson(e.to_string())
         }
     })?;
+    // A body the strict reader refuses is left to the checks below: every value in it is
+    // read strictly (`params` by the same reader), and they name the field at fault.
+    if let Ok(Ok(Some(r))) = std::str::from_utf8(bytes).map(pyjson::repeated_key) {
+        return Err(repeated_key_error(&r));
+    }
     if let Some(unknown) = body.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(ApiError::field(
             unknown.as_str(),
@@ -124,11 +168,7 @@ pub fn parse_create(
         Some(o) => OwnerId::parse(&o).map_err(|e| ApiError::field("owner_id", e.0))?,
         None => OwnerId::anonymous(),
     };
-    let template = bounded_text(
-        field(&body, "template", "a string")?,
-        "template",
-        MAX_TEMPLATE_CHARS,
-    )?;
+    let template = shown_text(&body, "template", MAX_TEMPLATE_CHARS)?;
     // Read as a number so `600.0` (what Python's json.dumps writes for a float that
     // holds a whole number) counts as the integer it is, as JSON Schema says.
     let window_seconds = match field::<f64>(&body, "window_seconds", "an integer >= 0")? {
@@ -171,11 +211,7 @@ pub fn parse_create(
     let idempotency_key = field::<String>(&body, "idempotency_key", "a string")?
         .map(|k| IdempotencyKey::parse(&k).map_err(|e| ApiError::field("idempotency_key", e.0)))
         .transpose()?;
-    let context = bounded_text(
-        field(&body, "context", "a string")?,
-        "context",
-        MAX_CONTEXT_CHARS,
-    )?;
+    let context = shown_text(&body, "context", MAX_CONTEXT_CHARS)?;
 
     let callback_url = bounded_text(
         field(&body, "callback_url", "a string")?,

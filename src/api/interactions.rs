@@ -15,15 +15,19 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::confirmations::{
-    MAX_CALLBACK_URL_CHARS, MAX_LONG_POLL_SECONDS, MAX_ROUTE_CHARS, allowed_callback_url,
-    rate_limit,
+    MAX_CALLBACK_URL_CHARS, MAX_LONG_POLL_SECONDS, MAX_PARAM_KEYS, MAX_ROUTE_CHARS,
+    MAX_WINDOW_SECONDS, allowed_callback_url, free_text, rate_limit, repeated_key_error,
 };
 use super::error::ApiError;
 use super::extract::{AuthAgent, Body};
 use super::record::InteractionView;
 use crate::config::{Agent, Config};
+use crate::domain::ids::{OwnerId, ToolName};
+use crate::domain::interaction::InteractionType;
 use crate::domain::interaction::{self, MAX_INTERACTION_ID_CHARS};
-use crate::service::NewInteraction;
+use crate::domain::pyjson;
+use crate::service::{Call, NewInteraction};
+use serde_json::value::RawValue;
 
 /// Longest `recipient` (a `[people]` name).
 pub const MAX_RECIPIENT_CHARS: usize = 200;
@@ -31,7 +35,9 @@ pub const MAX_RECIPIENT_CHARS: usize = 200;
 pub const MAX_NOTIFICATION_CHARS: usize = 4000;
 
 /// The fields of a `POST /v1/interactions` body.
-pub const FIELDS: &[&str] = &["interaction", "route", "recipient", "callback_url"];
+pub const FIELDS: &[&str] = &["interaction", "route", "recipient", "callback_url", "call"];
+/// The fields of a `call` (the tool call an approval is about).
+pub const CALL_FIELDS: &[&str] = &["tool", "params", "owner_id", "window_seconds"];
 /// The fields of a `POST /v1/notifications` body.
 pub const NOTIFICATION_FIELDS: &[&str] = &["message", "route", "recipient"];
 
@@ -52,7 +58,8 @@ pub struct NotificationSent {
     pub message_id: i32,
 }
 
-/// The body as a JSON object whose keys are all in `known`.
+/// The body as a JSON object whose keys are all in `known`, repeating no key anywhere
+/// (see [`repeated_key_error`]: serde_json would silently keep the last value).
 fn object(bytes: &[u8], known: &[&str]) -> Result<Map<String, Value>, ApiError> {
     let body: Map<String, Value> = serde_json::from_slice(bytes).map_err(|e| {
         if e.is_data() {
@@ -61,6 +68,15 @@ fn object(bytes: &[u8], known: &[&str]) -> Result<Map<String, Value>, ApiError> 
             ApiError::MalformedJson(e.to_string())
         }
     })?;
+    let text = std::str::from_utf8(bytes).map_err(|e| ApiError::MalformedJson(e.to_string()))?;
+    match pyjson::repeated_key(text) {
+        Ok(None) => {}
+        Ok(Some(r)) => return Err(repeated_key_error(&r)),
+        // What serde_json takes and the strict reader does not is nesting past
+        // `pyjson::MAX_DEPTH` (serde_json allows 128): refused, as the README promises
+        // for every body, rather than read without the check.
+        Err(e) => return Err(ApiError::field("body", e.to_string())),
+    }
     if let Some(unknown) = body.keys().find(|k| !known.contains(&k.as_str())) {
         return Err(ApiError::field(
             unknown.as_str(),
@@ -120,18 +136,104 @@ pub fn parse_create(
         })?;
     let interaction = interaction::parse(raw, config.max_timeout_seconds)
         .map_err(|e| ApiError::field(e.field, e.reason))?;
+    let call = call(bytes, &interaction)?;
     Ok(NewInteraction {
         interaction,
         route: text(&body, "route", MAX_ROUTE_CHARS)?,
         recipient: recipient(&body)?,
         callback_url: callback_url(&body, agent)?,
+        call,
+        // An agent over HTTP that keeps a window of its own sends it in `call`.
+        agent_window_seconds: 0,
     })
+}
+
+/// `call`: the tool call an `approval` (or `form`) is about, so the operator sees the
+/// tool and its exact parameters as a confirmation shows them. Read from the raw body:
+/// the parameters are kept byte for byte, as `POST /v1/confirmations` keeps them.
+fn call(bytes: &[u8], interaction: &interaction::Interaction) -> Result<Option<Call>, ApiError> {
+    type Raw = std::collections::BTreeMap<String, Box<RawValue>>;
+    let body: Raw = serde_json::from_slice(bytes)
+        .map_err(|_| ApiError::field("body", "must be a JSON object"))?;
+    let Some(raw) = body.get("call").filter(|r| r.get() != "null") else {
+        return Ok(None);
+    };
+    if !matches!(
+        interaction.kind,
+        InteractionType::Approval | InteractionType::Form
+    ) {
+        return Err(ApiError::field(
+            "call",
+            "goes only with an approval or form interaction",
+        ));
+    }
+    let fields: Raw = serde_json::from_str(raw.get())
+        .map_err(|_| ApiError::field("call", "must be a JSON object"))?;
+    if let Some(unknown) = fields.keys().find(|k| !CALL_FIELDS.contains(&k.as_str())) {
+        return Err(ApiError::field(
+            format!("call.{unknown}"),
+            format!("is not a known field (known: {})", CALL_FIELDS.join(", ")),
+        ));
+    }
+    let string = |name: &str| -> Result<Option<String>, ApiError> {
+        match fields.get(name).filter(|r| r.get() != "null") {
+            None => Ok(None),
+            Some(r) => serde_json::from_str(r.get())
+                .map(Some)
+                .map_err(|_| ApiError::field(format!("call.{name}"), "must be a string")),
+        }
+    };
+    let tool = string("tool")?.ok_or_else(|| ApiError::field("call.tool", "is required"))?;
+    let tool = ToolName::parse(&tool).map_err(|e| ApiError::field("call.tool", e.0))?;
+    let owner_id = match string("owner_id")? {
+        Some(o) => OwnerId::parse(&o).map_err(|e| ApiError::field("call.owner_id", e.0))?,
+        None => OwnerId::anonymous(),
+    };
+    let raw_params = fields
+        .get("params")
+        .filter(|r| r.get() != "null")
+        .ok_or_else(|| ApiError::field("call.params", "is required (a JSON object)"))?;
+    let params = pyjson::parse_object(raw_params.get())
+        .map_err(|e| ApiError::field("call.params", format!("must be a JSON object: {e}")))?;
+    let keys = params.count_keys();
+    if keys > MAX_PARAM_KEYS {
+        return Err(ApiError::field(
+            "call.params",
+            format!("has {keys} keys; the limit is {MAX_PARAM_KEYS}"),
+        ));
+    }
+    let window_seconds = match fields.get("window_seconds").filter(|r| r.get() != "null") {
+        None => 0,
+        Some(r) => match serde_json::from_str::<f64>(r.get()) {
+            Ok(w)
+                if w.is_finite()
+                    && w >= 0.0
+                    && w.fract() == 0.0
+                    && w <= MAX_WINDOW_SECONDS as f64 =>
+            {
+                w as u64
+            }
+            _ => {
+                return Err(ApiError::field(
+                    "call.window_seconds",
+                    format!("must be an integer from 0 to {MAX_WINDOW_SECONDS} (366 days)"),
+                ));
+            }
+        },
+    };
+    Ok(Some(Call {
+        tool,
+        params,
+        params_json: raw_params.get().to_owned(),
+        owner_id,
+        window_seconds,
+    }))
 }
 
 /// Parses and checks a `POST /v1/notifications` body.
 pub fn parse_notification(bytes: &[u8]) -> Result<Notification, ApiError> {
     let body = object(bytes, NOTIFICATION_FIELDS)?;
-    let message = text(&body, "message", MAX_NOTIFICATION_CHARS)?
+    let message = free_text(text(&body, "message", MAX_NOTIFICATION_CHARS)?, "message")?
         .ok_or_else(|| ApiError::field("message", "is required (a string)"))?;
     if message.trim().is_empty() {
         return Err(ApiError::field("message", "must not be blank"));

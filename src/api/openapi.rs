@@ -227,6 +227,67 @@ pub fn via_schema() -> Object {
         .build()
 }
 
+/// `once` or `window`: how an operator approved; null unless one did.
+pub fn approved_scope_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(nullable(Type::String))
+        .enum_values(Some([json!("once"), json!("window"), Value::Null]))
+        .description(Some(
+            "How an operator approved: `once` (no window opened) or `window`; null unless \
+             an operator approved.",
+        ))
+        .build()
+}
+
+/// The `call` of a `POST /v1/interactions` body.
+fn call_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(nullable(Type::Object))
+        .property(
+            "tool",
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(1))
+                .max_length(Some(crate::domain::ids::ToolName::MAX_CHARS))
+                .description(Some(
+                    "The tool's name: not blank, no invisible or layout-changing characters.",
+                )),
+        )
+        .required("tool")
+        .property(
+            "params",
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .description(Some("The call's exact parameters; no repeated keys.")),
+        )
+        .required("params")
+        .property(
+            "owner_id",
+            ObjectBuilder::new()
+                .schema_type(nullable(Type::String))
+                .min_length(Some(1))
+                .max_length(Some(crate::domain::ids::OwnerId::MAX_CHARS))
+                .description(Some("On whose behalf the agent acts; default `anonymous`.")),
+        )
+        .property(
+            "window_seconds",
+            ObjectBuilder::new()
+                .schema_type(nullable(Type::Integer))
+                .minimum(Some(0))
+                .maximum(Some(MAX_WINDOW_SECONDS))
+                .description(Some(
+                    "The window the agent's guard records on approval; cut to the route's \
+                     `max_window_seconds` and disclosed to the operator.",
+                )),
+        )
+        .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+        .description(Some(
+            "The tool call an `approval` or `form` is about (AI-Parrot's ConfirmationGuard \
+             through the Python package): the operator sees the tool and every parameter.",
+        ))
+        .build()
+}
+
 fn nullable(t: Type) -> SchemaType {
     [t, Type::Null].into_iter().collect()
 }
@@ -256,7 +317,10 @@ impl PartialSchema for CreateConfirmationBody {
             .schema_type(Type::String)
             .min_length(Some(1))
             .max_length(Some(ToolName::MAX_CHARS))
-            .description(Some("The tool's name: not blank, no control characters."))
+            .description(Some(
+                "The tool's name: not blank, no invisible or layout-changing characters \
+                 (Unicode Cc, Cf, Zl, Zp, Co).",
+            ))
             .build();
         let params = ObjectBuilder::new()
             .schema_type(Type::Object)
@@ -264,7 +328,7 @@ impl PartialSchema for CreateConfirmationBody {
             .description(Some(format!(
                 "The exact call parameters, returned byte for byte when allowed. At most \
                  {MAX_PARAM_KEYS} object keys counted at every depth, nesting at most {} \
-                 levels, integers at most {} digits.",
+                 levels, integers at most {} digits; no object may repeat a key.",
                 pyjson::MAX_DEPTH,
                 pyjson::MAX_INT_DIGITS
             )))
@@ -275,7 +339,8 @@ impl PartialSchema for CreateConfirmationBody {
             .max_length(Some(OwnerId::MAX_CHARS))
             .default(Some("anonymous".into()))
             .description(Some(
-                "The human on whose behalf the agent acts: not blank, no control characters.",
+                "The human on whose behalf the agent acts: not blank, no invisible or \
+                 layout-changing characters (Unicode Cc, Cf, Zl, Zp, Co).",
             ))
             .build();
         let window_seconds = ObjectBuilder::new()
@@ -323,7 +388,7 @@ impl PartialSchema for CreateConfirmationBody {
                 optional_text(
                     0,
                     MAX_TEMPLATE_CHARS,
-                    "A Python `str.format` briefing template.",
+                    "A Python `str.format` briefing template: no NUL or ESC characters.",
                 ),
             )
             .property("window_seconds", window_seconds)
@@ -350,7 +415,11 @@ impl PartialSchema for CreateConfirmationBody {
             )
             .property(
                 "context",
-                optional_text(0, MAX_CONTEXT_CHARS, "Extra text shown to the operator."),
+                optional_text(
+                    0,
+                    MAX_CONTEXT_CHARS,
+                    "Extra text shown to the operator: no NUL or ESC characters.",
+                ),
             )
             .property("callback_url", callback_url_schema())
             .examples([
@@ -368,7 +437,8 @@ impl PartialSchema for CreateConfirmationBody {
             // Unknown fields are refused, so a typo cannot silently change behaviour.
             .additional_properties(Some(AdditionalProperties::FreeForm(false)))
             .description(Some(
-                "A tool call to confirm. `null` counts as absent; unknown fields are refused.",
+                "A tool call to confirm. `null` counts as absent; unknown fields and repeated \
+                 keys (at any depth) are refused.",
             ))
             .into()
     }
@@ -613,12 +683,18 @@ impl PartialSchema for HumanInteraction {
                     .schema_type(Type::String)
                     .min_length(Some(1))
                     .max_length(Some(MAX_QUESTION_CHARS))
-                    .description(Some("What the humans are asked: not blank.")),
+                    .description(Some(
+                        "What the humans are asked: not blank, no NUL or ESC characters.",
+                    )),
             )
             .required("question")
             .property(
                 "context",
-                optional_text(0, MAX_INTERACTION_CONTEXT_CHARS, "Shown with the question."),
+                optional_text(
+                    0,
+                    MAX_INTERACTION_CONTEXT_CHARS,
+                    "Shown with the question: no NUL or ESC characters.",
+                ),
             )
             .property(
                 "interaction_type",
@@ -657,7 +733,14 @@ impl PartialSchema for HumanInteraction {
                 "severity",
                 nullable_enum(Severity::ALL, "Default: `normal`."),
             )
-            .property("source_agent", optional_text(0, 200, "Shown to the humans."))
+            .property(
+                "source_agent",
+                optional_text(
+                    0,
+                    200,
+                    "Shown to the humans: no invisible or layout-changing characters.",
+                ),
+            )
             .additional_properties(Some(AdditionalProperties::FreeForm(true)))
             .description(Some(
                 "AI-Parrot's `HumanInteraction`. Other fields are kept and echoed back; \
@@ -706,6 +789,7 @@ impl PartialSchema for CreateInteractionBody {
                 ),
             )
             .property("callback_url", callback_url_schema())
+            .property("call", call_schema())
             .examples([json!({
                 "interaction": {
                     "interaction_id": "deploy-42", "question": "Deploy billing to production?",
@@ -714,9 +798,11 @@ impl PartialSchema for CreateInteractionBody {
                 "route": "ops"
             })])
             .additional_properties(Some(AdditionalProperties::FreeForm(false)))
-            .description(Some(
-                "An interaction to ask. `null` counts as absent; unknown fields are refused.",
-            ))
+            .description(Some(format!(
+                "An interaction to ask. `null` counts as absent; unknown fields, repeated keys \
+                 (at any depth) and nesting deeper than {} levels are refused.",
+                pyjson::MAX_DEPTH
+            )))
             .into()
     }
 }
@@ -737,7 +823,9 @@ impl PartialSchema for NotificationBody {
                     .schema_type(Type::String)
                     .min_length(Some(1))
                     .max_length(Some(MAX_NOTIFICATION_CHARS))
-                    .description(Some("The text to post, as plain text: not blank.")),
+                    .description(Some(
+                        "The text to post, as plain text: not blank, no NUL or ESC characters.",
+                    )),
             )
             .required("message")
             .property(
@@ -761,7 +849,8 @@ impl PartialSchema for NotificationBody {
             .examples([json!({"message": "Deployed billing to production.", "route": "ops"})])
             .additional_properties(Some(AdditionalProperties::FreeForm(false)))
             .description(Some(
-                "A one-way message. `null` counts as absent; unknown fields are refused.",
+                "A one-way message. `null` counts as absent; unknown fields and repeated keys \
+                 are refused.",
             ))
             .into()
     }

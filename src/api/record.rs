@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::domain::confirmation::{Confirmation, rfc3339};
-use crate::domain::interaction::TimeoutAction;
+use crate::domain::interaction::{Scope, TimeoutAction};
 
 /// The operator who tapped the button.
 #[derive(Debug, Serialize, ToSchema)]
@@ -50,6 +50,27 @@ pub struct RecordView {
     pub expires_at: String,
     #[schema(format = DateTime, required = true)]
     pub decided_at: Option<String>,
+    /// The effective window, in seconds: what the agent asked for, cut to the route's
+    /// `max_window_seconds`; 0 once an operator chose "Approve once".
+    pub window_seconds: u64,
+    /// What the agent asked for when the route's cap cut it; null when as asked.
+    #[schema(required = true)]
+    pub window_requested_seconds: Option<u64>,
+    /// How an operator approved: `once`, or `window` (identical calls pass until
+    /// `window_until`); null unless an operator approved.
+    #[schema(schema_with = super::openapi::approved_scope_schema, required = true)]
+    pub approved_scope: Option<&'static str>,
+    /// Until when identical calls pass without asking; null when no window opened.
+    #[schema(format = DateTime, required = true)]
+    pub window_until: Option<String>,
+}
+
+/// `once` or `window`, as the API names an approval's scope.
+pub fn scope_name(scope: Scope) -> &'static str {
+    match scope {
+        Scope::Once => "once",
+        Scope::Window(_) => "window",
+    }
 }
 
 impl From<&Confirmation> for RecordView {
@@ -78,8 +99,27 @@ impl From<&Confirmation> for RecordView {
             created_at: rfc3339(r.created_at),
             expires_at: rfc3339(r.expires_at),
             decided_at: r.decided_at.map(rfc3339),
+            window_seconds: r.window_granted_seconds(),
+            window_requested_seconds: r.window_requested_seconds,
+            approved_scope: r.approved_scope().map(scope_name),
+            window_until: r.window_until().map(rfc3339),
         }
     }
+}
+
+/// The tool call an interaction carries (see `POST /v1/interactions`' `call`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CallView {
+    pub tool: String,
+    pub owner_id: String,
+    /// The call's argument hash (AI-Parrot's `compute_args_hash`).
+    pub args_hash: String,
+    /// The effective window: what the agent asked for, cut to the route's
+    /// `max_window_seconds`.
+    pub window_seconds: u64,
+    /// What the agent asked for when the route's cap cut it; null when as asked.
+    #[schema(required = true)]
+    pub window_requested_seconds: Option<u64>,
 }
 
 /// An interaction (AI-Parrot's `HumanInteraction`) as agents see it: `{"id",
@@ -122,6 +162,9 @@ pub struct InteractionView {
     /// The `HumanInteraction` exactly as the agent sent it.
     #[schema(value_type = Object)]
     pub interaction: Map<String, Value>,
+    /// The tool call the question is about, when the agent sent one; else null.
+    #[schema(required = true)]
+    pub call: Option<CallView>,
 }
 
 impl From<&Confirmation> for InteractionView {
@@ -156,6 +199,13 @@ impl From<&Confirmation> for InteractionView {
                 .as_ref()
                 .map(|i| i.raw.clone())
                 .unwrap_or_default(),
+            call: r.has_call.then(|| CallView {
+                tool: r.tool.to_string(),
+                owner_id: r.owner_id.to_string(),
+                args_hash: r.args_hash.to_string(),
+                window_seconds: r.window_seconds,
+                window_requested_seconds: r.window_requested_seconds,
+            }),
         }
     }
 }

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::args_hash::ArgsHash;
 use super::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
-use super::interaction::{Answer, Interaction, InteractionType, TimeoutAction};
+use super::interaction::{Answer, Interaction, InteractionType, Scope, TimeoutAction};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -123,7 +123,16 @@ pub struct Confirmation {
     pub briefing: String,
     pub context: Option<String>,
     pub allow_edit: bool,
+    /// The effective window an approval may open: what the agent asked for, cut to the
+    /// route's `max_window_seconds`. What the question offers and discloses.
     pub window_seconds: u64,
+    /// What the agent asked for when the route's cap cut it (`None`: as asked).
+    pub window_requested_seconds: Option<u64>,
+    /// The operator chose "Approve once": confirmed, and no window opens.
+    pub approved_once: bool,
+    /// An interaction that carries a tool call (`tool`, `owner_id`, `params_json`,
+    /// `args_hash` are the call's), shown like a confirmation.
+    pub has_call: bool,
     pub idempotency_key: Option<IdempotencyKey>,
     pub callback_token: CallbackToken,
     /// Where the outcome is POSTed (signed) when the request ends; checked against the
@@ -199,7 +208,14 @@ impl Confirmation {
     pub fn human_responses(&self) -> Vec<Value> {
         self.answers
             .iter()
-            .map(|a| super::interaction::human_response(self.interaction_id(), self.kind(), a))
+            .map(|a| {
+                super::interaction::human_response(
+                    self.interaction_id(),
+                    self.kind(),
+                    a,
+                    self.answer_scope(a),
+                )
+            })
             .collect()
     }
 
@@ -215,12 +231,32 @@ impl Confirmation {
         })
     }
 
+    /// What an approving answer to an interaction's call allowed (see [`Scope`]).
+    fn answer_scope(&self, a: &Answer) -> Option<Scope> {
+        if !self.has_call
+            || self.kind() != InteractionType::Approval
+            || a.value != Value::Bool(true)
+        {
+            return None;
+        }
+        Some(if a.once || self.window_seconds == 0 {
+            Scope::Once
+        } else {
+            Scope::Window(self.window_seconds)
+        })
+    }
+
     /// What `GET /v1/events` streams when someone answers.
     pub fn response_event(&self, answer: &Answer) -> Value {
         serde_json::json!({
             "id": self.id.as_str(),
             "interaction_id": self.interaction.as_ref().map(|i| i.interaction_id.as_str()),
-            "response": super::interaction::human_response(self.interaction_id(), self.kind(), answer),
+            "response": super::interaction::human_response(
+                self.interaction_id(),
+                self.kind(),
+                answer,
+                self.answer_scope(answer),
+            ),
         })
     }
 
@@ -251,17 +287,51 @@ impl Confirmation {
     pub fn window_key(&self) -> WindowKey {
         WindowKey {
             agent: self.agent.clone(),
+            route: self.route.clone(),
             owner_id: self.owner_id.clone(),
             tool: self.tool.clone(),
             args_hash: self.args_hash.clone(),
         }
     }
 
-    /// Until when this request, once confirmed, lets identical calls through.
+    /// Until when this request, once confirmed, lets identical calls through: only when
+    /// an operator approved it for its window (not "once"). An interaction's call opens
+    /// no window here: its agent (AI-Parrot's guard) keeps its own.
     pub fn window_until(&self) -> Option<OffsetDateTime> {
         match (self.status, self.via, self.decided_at) {
-            (Status::Confirmed, Some(Via::Operator), Some(at)) if self.window_seconds > 0 => {
+            (Status::Confirmed, Some(Via::Operator), Some(at))
+                if self.window_seconds > 0 && !self.approved_once =>
+            {
                 Some(at + Duration::from_secs(self.window_seconds))
+            }
+            _ => None,
+        }
+    }
+
+    /// The window an approval granted, in seconds: 0 while undecided, after "Approve
+    /// once", or for a request without a window.
+    pub fn window_granted_seconds(&self) -> u64 {
+        if self.approved_once {
+            0
+        } else {
+            self.window_seconds
+        }
+    }
+
+    /// What an operator's approval allowed: `once`, or the window. `None` unless an
+    /// operator approved (a confirmation, or an interaction's call; for an interaction
+    /// the first approving answer is the one that settled it).
+    pub fn approved_scope(&self) -> Option<Scope> {
+        match (&self.interaction, self.status, self.via) {
+            (None, Status::Confirmed, Some(Via::Operator)) => {
+                Some(if self.approved_once || self.window_seconds == 0 {
+                    Scope::Once
+                } else {
+                    Scope::Window(self.window_seconds)
+                })
+            }
+            (Some(_), Status::Completed, Some(Via::Operator)) => {
+                self.answers.iter().find_map(|a| self.answer_scope(a))
             }
             _ => None,
         }
@@ -273,7 +343,11 @@ pub const PENDING_REASON: &str = "waiting for an operator's decision";
 /// What ended a request. Each maps to exactly one (status, via) pair.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    Approved(Operator),
+    /// An operator approved; `once`: without opening the request's window.
+    Approved {
+        by: Operator,
+        once: bool,
+    },
     Cancelled(Operator),
     TimedOut {
         after: Duration,
@@ -311,19 +385,26 @@ pub struct Decision {
     pub decided_at: OffsetDateTime,
     pub result: Option<Value>,
     pub timeout_action: Option<TimeoutAction>,
+    /// "Approve once": the approval opens no window.
+    pub once: bool,
 }
 
 impl Outcome {
     pub fn decide(self, at: OffsetDateTime) -> Decision {
         let mut result = None;
         let mut timeout_action = None;
+        let mut approved_once = false;
         let (status, via, reason, decided_by) = match self {
-            Outcome::Approved(op) => (
-                Status::Confirmed,
-                Via::Operator,
-                format!("approved by {op}"),
-                Some(op),
-            ),
+            Outcome::Approved { by, once } => {
+                approved_once = once;
+                let scope = if once { " once" } else { "" };
+                (
+                    Status::Confirmed,
+                    Via::Operator,
+                    format!("approved{scope} by {by}"),
+                    Some(by),
+                )
+            }
             Outcome::Cancelled(op) => (
                 Status::Cancelled,
                 Via::Operator,
@@ -389,15 +470,18 @@ impl Outcome {
             decided_at: at,
             result,
             timeout_action,
+            once: approved_once,
         }
     }
 }
 
 /// The key of a confirmation window: identical calls are the same agent, owner, tool and
-/// argument hash.
+/// argument hash, asked on the same route (whose approvers opened the window: another
+/// route may have other approvers, so a window never crosses to it).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct WindowKey {
     pub agent: String,
+    pub route: String,
     pub owner_id: OwnerId,
     pub tool: ToolName,
     pub args_hash: ArgsHash,
@@ -466,7 +550,11 @@ mod tests {
     #[test]
     fn each_outcome_maps_to_one_status_and_via() {
         let at = OffsetDateTime::UNIX_EPOCH;
-        let d = Outcome::Approved(op()).decide(at);
+        let d = Outcome::Approved {
+            by: op(),
+            once: false,
+        }
+        .decide(at);
         assert_eq!((d.status, d.via), (Status::Confirmed, Via::Operator));
         assert_eq!(d.reason, "approved by Alice (@alice)");
         let d = Outcome::Cancelled(op()).decide(at);

@@ -5,6 +5,8 @@ use std::fmt;
 
 use rand::RngCore;
 
+use super::text;
+
 /// Why a value was refused; the API layer names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -100,13 +102,33 @@ impl fmt::Debug for CallbackToken {
     }
 }
 
-fn has_control(s: &str) -> bool {
-    s.chars().any(char::is_control)
+/// Refuses control characters (Unicode Cc): the rule every bounded name was accepted
+/// under before invisible characters were refused as well.
+fn no_control(s: &str) -> Result<(), InvalidValue> {
+    if s.chars().any(char::is_control) {
+        Err(InvalidValue("must not contain control characters".into()))
+    } else {
+        Ok(())
+    }
 }
 
-/// Declares a bounded, non-empty, single-line string type.
+/// Refuses every invisible or layout-changing character ([`text::is_invisible`]): a name
+/// an operator approves must read as what it is, and a bidi override or a zero-width
+/// space would let `deploy` and `dep\u200bloy` (or a reversed name) look the same.
+pub(crate) fn all_visible(s: &str) -> Result<(), InvalidValue> {
+    match text::first_invisible(s) {
+        Some(c) => Err(InvalidValue(format!(
+            "must not contain invisible or layout-changing characters (found {})",
+            text::escape_char(c)
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Declares a bounded, non-empty, single-line string type whose characters `$check`
+/// accepts.
 macro_rules! bounded_name {
-    ($(#[$doc:meta])* $name:ident, $max:expr) => {
+    ($(#[$doc:meta])* $name:ident, $max:expr, $check:expr) => {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq, Eq, Hash)]
         pub struct $name(String);
@@ -115,6 +137,22 @@ macro_rules! bounded_name {
             pub const MAX_CHARS: usize = $max;
 
             pub fn parse(s: &str) -> Result<Self, InvalidValue> {
+                Self::bounded(s)?;
+                $check(s)?;
+                Ok($name(s.to_owned()))
+            }
+
+            /// A value read back from storage, checked by the rules every stored value
+            /// was accepted under (bounded, not blank, no control characters) rather than
+            /// by [`Self::parse`]'s: a row written before the rules grew stricter must
+            /// still load, or one old window would keep the service from starting.
+            pub fn from_stored(s: &str) -> Result<Self, InvalidValue> {
+                Self::bounded(s)?;
+                no_control(s)?;
+                Ok($name(s.to_owned()))
+            }
+
+            fn bounded(s: &str) -> Result<(), InvalidValue> {
                 let n = s.chars().count();
                 if s.trim().is_empty() {
                     Err(InvalidValue("must not be empty".into()))
@@ -123,10 +161,8 @@ macro_rules! bounded_name {
                         "must be at most {} characters (got {n})",
                         Self::MAX_CHARS
                     )))
-                } else if has_control(s) {
-                    Err(InvalidValue("must not contain control characters".into()))
                 } else {
-                    Ok($name(s.to_owned()))
+                    Ok(())
                 }
             }
 
@@ -144,19 +180,25 @@ macro_rules! bounded_name {
 }
 
 bounded_name!(
-    /// The name of the tool the agent wants to run.
+    /// The name of the tool the agent wants to run: every character visible.
     ToolName,
-    128
+    128,
+    all_visible
 );
 bounded_name!(
-    /// The human on whose behalf the agent acts (`"anonymous"` when the agent says nothing).
+    /// The human on whose behalf the agent acts (`"anonymous"` when the agent says
+    /// nothing): every character visible.
     OwnerId,
-    256
+    256,
+    all_visible
 );
 bounded_name!(
-    /// A key under which the same agent's retries find the same request.
+    /// A key under which the same agent's retries find the same request. Never shown to
+    /// an operator, so only control characters are refused: a stricter rule would turn
+    /// a retry with a key accepted before into a 422.
     IdempotencyKey,
-    128
+    128,
+    no_control
 );
 
 impl OwnerId {
@@ -188,6 +230,39 @@ mod tests {
         assert!(ToolName::parse("a\nb").is_err());
         assert!(ToolName::parse(&"é".repeat(128)).is_ok());
         assert!(ToolName::parse(&"é".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn a_name_refuses_every_class_of_invisible_character_and_names_it() {
+        for (c, shown) in [
+            ('\u{0}', "\\x00"),      // Cc
+            ('\u{85}', "\\x85"),     // Cc (NEL)
+            ('\u{202e}', "\\u202e"), // Cf: bidi override
+            ('\u{200b}', "\\u200b"), // Cf: zero-width space
+            ('\u{feff}', "\\ufeff"), // Cf: byte order mark
+            ('\u{2028}', "\\u2028"), // Zl
+            ('\u{2029}', "\\u2029"), // Zp
+            ('\u{e000}', "\\ue000"), // Co
+        ] {
+            let s = format!("dep{c}loy");
+            let expected =
+                format!("must not contain invisible or layout-changing characters (found {shown})");
+            assert_eq!(ToolName::parse(&s), Err(InvalidValue(expected.clone())));
+            assert_eq!(OwnerId::parse(&s), Err(InvalidValue(expected)));
+        }
+        assert!(ToolName::parse("déploy 🔧 Москва").is_ok());
+    }
+
+    #[test]
+    fn an_idempotency_key_and_a_stored_name_keep_the_control_character_rule() {
+        assert!(IdempotencyKey::parse("key\u{200b}").is_ok());
+        assert!(IdempotencyKey::parse("key\n").is_err());
+        assert_eq!(
+            ToolName::from_stored("dep\u{200b}loy").map(|t| t.to_string()),
+            Ok("dep\u{200b}loy".to_owned())
+        );
+        assert!(OwnerId::from_stored("a\nb").is_err());
+        assert!(ToolName::from_stored(&"é".repeat(129)).is_err());
     }
 
     #[test]

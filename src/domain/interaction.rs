@@ -13,6 +13,8 @@ use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 
 use super::confirmation::Operator;
+use super::ids::all_visible;
+use super::text;
 
 /// Bounds on what an agent may ask, so one interaction cannot flood a chat or the database.
 pub const MAX_INTERACTION_ID_CHARS: usize = 200;
@@ -187,10 +189,10 @@ pub fn parse(v: &Value, max_timeout_seconds: f64) -> Result<Interaction, FieldEr
             "must be non-empty and free of control characters",
         ));
     }
-    let question = opt_str(o, "question", MAX_QUESTION_CHARS)?
+    let question = free_text(opt_str(o, "question", MAX_QUESTION_CHARS)?, "question")?
         .filter(|q| !q.trim().is_empty())
         .ok_or_else(|| err("question", "is required (a non-empty string)"))?;
-    let context = opt_str(o, "context", MAX_CONTEXT_CHARS)?;
+    let context = free_text(opt_str(o, "context", MAX_CONTEXT_CHARS)?, "context")?;
     let kind = enum_field(
         o,
         "interaction_type",
@@ -280,9 +282,30 @@ pub fn parse(v: &Value, max_timeout_seconds: f64) -> Result<Interaction, FieldEr
         timeout,
         timeout_action,
         severity,
-        source_agent: opt_str(o, "source_agent", 200)?,
+        source_agent: source_agent(o)?,
         raw: o.clone(),
     })
+}
+
+/// Text shown to the humans: other invisible characters are shown to them as escapes;
+/// NUL and ESC are refused (see [`text::has_nul_or_esc`]).
+fn free_text(value: Option<String>, name: &str) -> Result<Option<String>, FieldError> {
+    match value {
+        Some(v) if text::has_nul_or_esc(&v) => {
+            Err(err(name, "must not contain NUL or ESC characters"))
+        }
+        v => Ok(v),
+    }
+}
+
+/// `source_agent`: the name the humans are told is asking, so every character of it must
+/// be visible (a bidi override could make one agent's name read as another's).
+fn source_agent(o: &Map<String, Value>) -> Result<Option<String>, FieldError> {
+    let name = opt_str(o, "source_agent", 200)?;
+    if let Some(n) = &name {
+        all_visible(n).map_err(|e| err("source_agent", e.0))?;
+    }
+    Ok(name)
 }
 
 fn parse_options(v: Option<&Value>) -> Result<Vec<ChoiceOption>, FieldError> {
@@ -406,14 +429,41 @@ pub struct Answer {
     pub value: Value,
     /// True for a `default_response` applied on timeout.
     pub is_default: bool,
+    /// An approval given with "Approve once" (only offered for a call with a window).
+    pub once: bool,
     pub at: OffsetDateTime,
+}
+
+/// What an approving answer to an interaction's call allowed: `once`, or the window
+/// for this many seconds. AI-Parrot's guard over our Python package reads it from the
+/// response's metadata to record (or not) its own window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Once,
+    Window(u64),
 }
 
 /// The `HumanResponse` JSON for `answer`: exactly AI-Parrot's fields, since its model
 /// forbids extra ones.
-pub fn human_response(interaction_id: &str, kind: InteractionType, answer: &Answer) -> Value {
+pub fn human_response(
+    interaction_id: &str,
+    kind: InteractionType,
+    answer: &Answer,
+    scope: Option<Scope>,
+) -> Value {
     let mut metadata = Map::new();
     metadata.insert("channel".into(), json!("telegram"));
+    match scope {
+        Some(Scope::Once) => {
+            metadata.insert("approved_scope".into(), json!("once"));
+            metadata.insert("window_seconds".into(), json!(0));
+        }
+        Some(Scope::Window(seconds)) => {
+            metadata.insert("approved_scope".into(), json!("window"));
+            metadata.insert("window_seconds".into(), json!(seconds));
+        }
+        None => {}
+    }
     if let Some(by) = &answer.by {
         metadata.insert("telegram_user_id".into(), json!(by.id));
         metadata.insert("telegram_name".into(), json!(by.name));
@@ -673,9 +723,10 @@ mod tests {
             }),
             value: json!(true),
             is_default: false,
+            once: false,
             at,
         };
-        let r = human_response("i-1", InteractionType::Approval, &a);
+        let r = human_response("i-1", InteractionType::Approval, &a, None);
         let keys: Vec<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(
             keys,

@@ -11,12 +11,19 @@
 //! business relying on: `NaN`/`Infinity` literals and lone surrogates are refused, and so
 //! is nesting deeper than [`MAX_DEPTH`], so hostile input can neither smuggle values that
 //! have no faithful representation nor exhaust the stack.
+//!
+//! [`repeated_key`] is the strict reading of the same grammar: Python keeps the last value
+//! of a repeated key, while another reader of the same text may keep the first, so a
+//! document that repeats one can mean one thing to the operator and another to the tool.
+//! The API refuses such documents instead of choosing.
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
 
 use num_bigint::BigInt;
 
 use crate::domain::pyvalue::{PyDict, PyValue};
+use crate::domain::text::{Layout, visible};
 
 /// Deepest nesting of arrays and objects [`parse`] accepts; the top-level container is
 /// level 1. Tool parameters are shallow in practice, and the bound keeps every recursive
@@ -92,22 +99,125 @@ pub enum JsonErrorKind {
     TooDeep,
     #[error("top-level value is {0}, expected an object")]
     NotAnObject(&'static str),
+    /// Only from [`repeated_key`], which reports the key and where it is.
+    #[error("an object repeats a key")]
+    RepeatedKey,
+}
+
+/// One step from a document's top-level value down to a nested one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// Longest key, in characters as shown, that a [`RepeatedKey`] quotes; the rest is cut.
+const MAX_SHOWN_KEY_CHARS: usize = 64;
+
+/// An object key that appears twice in the same object, and where that object is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepeatedKey {
+    /// From the top-level value down to the object that repeats the key.
+    path: Vec<Step>,
+    key: String,
+}
+
+impl RepeatedKey {
+    /// The key that appears twice, as decoded (`"\u00e9"` and `"é"` are the same key).
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Where the object that repeats the key sits, from the top-level value:
+    /// `params.items[2]`, empty for the top-level object itself. Keys that are not plain
+    /// words are quoted (`params["a.b"]`), and shown as [`RepeatedKey::reason`] shows them.
+    pub fn path(&self) -> String {
+        let mut out = String::new();
+        for step in &self.path {
+            match step {
+                Step::Index(i) => {
+                    let _ = write!(out, "[{i}]");
+                }
+                Step::Key(k) if is_plain_key(k) => {
+                    if !out.is_empty() {
+                        out.push('.');
+                    }
+                    out.push_str(k);
+                }
+                Step::Key(k) => {
+                    let _ = write!(out, "[{}]", shown_key(k));
+                }
+            }
+        }
+        out
+    }
+
+    /// [`RepeatedKey::path`] below `root`, the name the caller gives the top-level value:
+    /// `root` alone for the top-level object, else `root.params`.
+    pub fn path_below(&self, root: &str) -> String {
+        let path = self.path();
+        match (root, path.as_str()) {
+            (_, "") => root.to_owned(),
+            ("", _) => path,
+            _ if path.starts_with('[') => format!("{root}{path}"),
+            _ => format!("{root}.{path}"),
+        }
+    }
+
+    /// `repeats key "amount"`. The key is agent text: invisible characters show as
+    /// escapes (see [`text::visible`](crate::domain::text::visible)) and a long key is
+    /// cut, so the message can be returned and logged as it is.
+    pub fn reason(&self) -> String {
+        format!("repeats key {}", shown_key(&self.key))
+    }
+}
+
+/// A key that reads unambiguously after a `.` in a path.
+fn is_plain_key(k: &str) -> bool {
+    !k.is_empty()
+        && k.chars().count() <= MAX_SHOWN_KEY_CHARS
+        && k.chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '-')
+}
+
+/// `k` in double quotes, with quotes, backslashes and invisible characters escaped and
+/// at most [`MAX_SHOWN_KEY_CHARS`] characters of it shown (`…` marks a cut).
+fn shown_key(k: &str) -> String {
+    let mut out = String::from("\"");
+    let mut shown = 0;
+    for c in k.chars() {
+        let piece = match c {
+            '"' => "\\\"".to_owned(),
+            '\\' => "\\\\".to_owned(),
+            c => visible(c.encode_utf8(&mut [0; 4]), Layout::Line),
+        };
+        let width = piece.chars().count();
+        if shown + width > MAX_SHOWN_KEY_CHARS {
+            out.push('…');
+            break;
+        }
+        shown += width;
+        out.push_str(&piece);
+    }
+    out.push('"');
+    out
 }
 
 /// Decode `text` as Python's `json.loads` would, refusing what this module's header says
 /// we refuse.
 pub fn parse(text: &str) -> Result<PyValue, JsonError> {
-    let mut parser = Parser {
-        bytes: text.as_bytes(),
-        text,
-        pos: 0,
-    };
-    parser.skip_ws();
-    let value = parser.value(0)?;
-    parser.skip_ws();
-    match parser.peek_char() {
-        None => Ok(value),
-        Some(c) => Err(parser.err(JsonErrorKind::TrailingData(c))),
+    Parser::new(text, false).document()
+}
+
+/// The first repeated object key of `text` in document order, at any depth, if there is
+/// one; `Err` when `text` is not JSON that [`parse`] accepts. Keys compare as decoded, as
+/// Python compares them.
+pub fn repeated_key(text: &str) -> Result<Option<RepeatedKey>, JsonError> {
+    let mut parser = Parser::new(text, true);
+    match parser.document() {
+        Ok(_) => Ok(None),
+        Err(e) if e.kind == JsonErrorKind::RepeatedKey => Ok(parser.repeat.take()),
+        Err(e) => Err(e),
     }
 }
 
@@ -146,11 +256,50 @@ struct Parser<'a> {
     /// offending character (not just its first byte) in errors.
     text: &'a str,
     pos: usize,
+    /// `Some` only in [`repeated_key`]'s strict reading: the path to the value being read,
+    /// so a repeat can say where it is. `None` costs the Python-compatible parse nothing.
+    path: Option<Vec<Step>>,
+    /// The repeat that stopped the strict reading.
+    repeat: Option<RepeatedKey>,
 }
 
-impl Parser<'_> {
+impl<'a> Parser<'a> {
+    fn new(text: &'a str, strict: bool) -> Self {
+        Parser {
+            bytes: text.as_bytes(),
+            text,
+            pos: 0,
+            path: strict.then(Vec::new),
+            repeat: None,
+        }
+    }
+
+    /// The whole input as one value, surrounded by nothing but whitespace.
+    fn document(&mut self) -> Result<PyValue, JsonError> {
+        self.skip_ws();
+        let value = self.value(0)?;
+        self.skip_ws();
+        match self.peek_char() {
+            None => Ok(value),
+            Some(c) => Err(self.err(JsonErrorKind::TrailingData(c))),
+        }
+    }
+
     fn err(&self, kind: JsonErrorKind) -> JsonError {
         JsonError::new(kind, self.pos)
+    }
+
+    /// Enters `step` of the path (strict reading only).
+    fn push_step(&mut self, step: impl FnOnce() -> Step) {
+        if let Some(path) = &mut self.path {
+            path.push(step());
+        }
+    }
+
+    fn pop_step(&mut self) {
+        if let Some(path) = &mut self.path {
+            path.pop();
+        }
     }
 
     fn rest(&self) -> &[u8] {
@@ -234,7 +383,10 @@ impl Parser<'_> {
             if self.peek() == Some(b']') && !items.is_empty() {
                 return Err(self.err(JsonErrorKind::TrailingComma(']')));
             }
+            let index = items.len();
+            self.push_step(|| Step::Index(index));
             items.push(self.value(depth)?);
+            self.pop_step();
             self.skip_ws();
             match self.peek() {
                 Some(b',') => self.pos += 1,
@@ -257,6 +409,8 @@ impl Parser<'_> {
         // Python's semantics for repeated keys (first position, last value) in linear
         // time, where inserting one by one would be quadratic in the number of keys.
         let mut members: Vec<(String, PyValue)> = Vec::new();
+        // The strict reading's keys so far, to spot a repeat where it is written.
+        let mut seen: Option<HashSet<String>> = self.path.is_some().then(HashSet::new);
         self.skip_ws();
         if self.peek() == Some(b'}') {
             self.pos += 1;
@@ -271,14 +425,27 @@ impl Parser<'_> {
                 }
                 _ => return Err(self.unexpected(JsonErrorKind::ExpectedKey)),
             }
+            let key_at = self.pos;
             let key = self.string()?;
+            if let Some(seen) = &mut seen
+                && !seen.insert(key.clone())
+            {
+                self.repeat = Some(RepeatedKey {
+                    path: self.path.clone().unwrap_or_default(),
+                    key,
+                });
+                return Err(JsonError::new(JsonErrorKind::RepeatedKey, key_at));
+            }
             self.skip_ws();
             match self.peek() {
                 Some(b':') => self.pos += 1,
                 _ => return Err(self.unexpected(JsonErrorKind::ExpectedColon)),
             }
             self.skip_ws();
-            members.push((key, self.value(depth)?));
+            self.push_step(|| Step::Key(key.clone()));
+            let value = self.value(depth)?;
+            self.pop_step();
+            members.push((key, value));
             self.skip_ws();
             match self.peek() {
                 Some(b',') => self.pos += 1,
@@ -907,6 +1074,112 @@ mod tests {
         );
         // An escaped spelling of the same key is the same key.
         assert_eq!(canonical(r#"{"é":1,"\u00e9":2}"#), r#"{"\u00e9": 2}"#);
+    }
+
+    /// `repeated_key` as (path, reason), for JSON it accepts.
+    fn repeat(text: &str) -> Option<(String, String)> {
+        repeated_key(text)
+            .expect("JSON the parser accepts")
+            .map(|r| (r.path(), r.reason()))
+    }
+
+    fn at(path: &str, key: &str) -> Option<(String, String)> {
+        Some((path.to_owned(), format!("repeats key \"{key}\"")))
+    }
+
+    #[test]
+    fn the_strict_reading_finds_a_repeated_key_at_any_depth_and_names_its_object() {
+        assert_eq!(repeat(r#"{"to":"ACME","amount":1}"#), None);
+        assert_eq!(
+            repeat(r#"{"amount":1,"to":"x","amount":2}"#),
+            at("", "amount")
+        );
+        assert_eq!(
+            repeat(r#"{"params":{"to":{"iban":"A","bic":"B","iban":"C"}}}"#),
+            at("params.to", "iban")
+        );
+        assert_eq!(
+            repeat(r#"{"params":{"items":[1,{},{"sku":1,"sku":2}]}}"#),
+            at("params.items[2]", "sku")
+        );
+        assert_eq!(repeat(r#"[[{"a":1}],[{"b":1,"b":1}]]"#), at("[1][0]", "b"));
+        // The same key in two objects is no repeat.
+        assert_eq!(
+            repeat(r#"{"a":{"x":1},"b":{"x":1},"c":[{"x":1},{"x":2}]}"#),
+            None
+        );
+        // Escaped or not, the same decoded key is the same key, as Python sees it.
+        assert_eq!(repeat(r#"{"é":1,"\u00e9":2}"#), at("", "é"));
+        // A key with a dot, or any other non-word, is quoted in the path.
+        assert_eq!(repeat(r#"{"a.b":{"c":1,"c":2}}"#), at(r#"["a.b"]"#, "c"));
+    }
+
+    #[test]
+    fn the_first_repeat_in_document_order_is_the_one_reported() {
+        assert_eq!(repeat(r#"{"a":1,"a":{"b":1,"b":2}}"#), at("", "a"));
+        assert_eq!(repeat(r#"{"a":{"b":1,"b":2},"a":1}"#), at("a", "b"));
+        let mut members: Vec<String> = (0..40).map(|i| format!("\"k{i}\":{i}")).collect();
+        members.push("\"k30\":0".into());
+        assert_eq!(repeat(&format!("{{{}}}", members.join(","))), at("", "k30"));
+    }
+
+    #[test]
+    fn a_repeated_key_is_shown_with_its_invisible_characters_escaped_and_cut() {
+        let r = repeated_key("{\"a\u{202e}b\":1,\"a\\u202eb\":2}")
+            .unwrap()
+            .expect("a repeat");
+        assert_eq!(r.key(), "a\u{202e}b");
+        assert_eq!(r.reason(), r#"repeats key "a\u202eb""#);
+        assert_eq!(
+            repeat(r#"{"x\u200by":{"q\"\\":1,"q\"\\":2}}"#),
+            Some((r#"["x\u200by"]"#.into(), r#"repeats key "q\"\\""#.into()))
+        );
+        let long = "k".repeat(100);
+        assert_eq!(
+            repeat(&format!(r#"{{"{long}":1,"{long}":2}}"#)),
+            Some((
+                String::new(),
+                format!("repeats key \"{}…\"", "k".repeat(64))
+            ))
+        );
+        // An escape is never cut in half.
+        let bidi = "\\u202e".repeat(20);
+        let shown = repeat(&format!(r#"{{"{bidi}":1,"{bidi}":2}}"#)).unwrap().1;
+        assert_eq!(shown, format!("repeats key \"{}…\"", "\\u202e".repeat(10)));
+    }
+
+    #[test]
+    fn a_repeat_path_reads_below_the_callers_root() {
+        let r = |text: &str| repeated_key(text).unwrap().expect("a repeat");
+        assert_eq!(
+            r(r#"{"a":1,"a":2}"#).path_below("interaction"),
+            "interaction"
+        );
+        assert_eq!(
+            r(r#"{"form_schema":{"a":1,"a":2}}"#).path_below("interaction"),
+            "interaction.form_schema"
+        );
+        assert_eq!(r(r#"[{"a":1,"a":2}]"#).path_below("body"), "body[0]");
+        assert_eq!(r(r#"{"p":{"a":1,"a":2}}"#).path_below(""), "p");
+    }
+
+    #[test]
+    fn the_strict_reading_refuses_what_parse_refuses_and_parse_still_keeps_the_last_value() {
+        assert_eq!(
+            repeated_key(r#"{"a":1,}"#).unwrap_err().kind(),
+            &JsonErrorKind::TrailingComma('}')
+        );
+        let deep = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
+        assert_eq!(
+            repeated_key(&deep).unwrap_err().kind(),
+            &JsonErrorKind::TooDeep
+        );
+        assert_eq!(
+            repeated_key("NaN").unwrap_err().kind(),
+            &JsonErrorKind::NonStandardLiteral("NaN")
+        );
+        assert_eq!(repeated_key(r#"{"a":1}"#), Ok(None));
+        assert_eq!(canonical(r#"{"a":1,"a":2}"#), r#"{"a": 2}"#);
     }
 
     #[test]

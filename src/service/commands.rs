@@ -40,7 +40,8 @@ pub enum CommandReply {
     Windows(Vec<LiveWindow>),
     /// A window was closed.
     Revoked {
-        window: LiveWindow,
+        /// Boxed: a window (with its key) dwarfs the other answers.
+        window: Box<LiveWindow>,
         by: Operator,
     },
     Help,
@@ -192,7 +193,7 @@ impl Service {
                                 tracing::info!(id = %id, user_id = m.from.id, route = %window.route,
                                     "confirmation window revoked");
                                 CommandReply::Revoked {
-                                    window,
+                                    window: Box::new(window),
                                     by: m.from.clone(),
                                 }
                             }

@@ -158,6 +158,9 @@ struct Row {
     context: Option<String>,
     allow_edit: bool,
     window_seconds: i64,
+    window_requested_seconds: Option<i64>,
+    approved_once: bool,
+    has_call: bool,
     idempotency_key: Option<String>,
     callback_token: String,
     callback_url: Option<String>,
@@ -197,8 +200,8 @@ impl Row {
             agent: self.agent,
             route: self.route,
             chat_id: self.chat_id,
-            tool: ToolName::parse(&self.tool).map_err(|_| corrupt("tool"))?,
-            owner_id: OwnerId::parse(&self.owner_id).map_err(|_| corrupt("owner_id"))?,
+            tool: ToolName::from_stored(&self.tool).map_err(|_| corrupt("tool"))?,
+            owner_id: OwnerId::from_stored(&self.owner_id).map_err(|_| corrupt("owner_id"))?,
             args_hash: ArgsHash::parse(&self.args_hash).map_err(|_| corrupt("args_hash"))?,
             params_json: self.params_json,
             briefing: self.briefing,
@@ -206,6 +209,13 @@ impl Row {
             allow_edit: self.allow_edit,
             window_seconds: u64::try_from(self.window_seconds)
                 .map_err(|_| corrupt("window_seconds"))?,
+            window_requested_seconds: self
+                .window_requested_seconds
+                .map(u64::try_from)
+                .transpose()
+                .map_err(|_| corrupt("window_requested_seconds"))?,
+            approved_once: self.approved_once,
+            has_call: self.has_call,
             idempotency_key: self
                 .idempotency_key
                 .map(|k| IdempotencyKey::parse(&k))
@@ -263,6 +273,7 @@ struct AnswerRow {
     name: Option<String>,
     value_json: String,
     is_default: bool,
+    once: bool,
     at: i64,
 }
 
@@ -288,7 +299,7 @@ async fn hydrate(
         what: what.to_owned(),
     };
     let answers: Vec<AnswerRow> = sqlx::query_as(
-        "SELECT respondent, user_id, username, name, value_json, is_default, at
+        "SELECT respondent, user_id, username, name, value_json, is_default, once, at
          FROM answers WHERE question_id = ? ORDER BY seq",
     )
     .bind(r.id.as_str())
@@ -308,6 +319,7 @@ async fn hydrate(
             },
             value: serde_json::from_str(&a.value_json).map_err(|_| corrupt("answer value"))?,
             is_default: a.is_default,
+            once: a.once,
             at: from_ms(a.at).ok_or_else(|| corrupt("answer time"))?,
         });
     }
@@ -362,8 +374,8 @@ async fn insert_answer(
     let (uid, username, name) = operator_columns(&a.by);
     let done = sqlx::query(
         "INSERT INTO answers (question_id, respondent, user_id, username, name, value_json,
-            is_default, at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            is_default, once, at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (question_id, user_id) WHERE user_id IS NOT NULL DO NOTHING",
     )
     .bind(id.as_str())
@@ -373,6 +385,7 @@ async fn insert_answer(
     .bind(name)
     .bind(a.value.to_string())
     .bind(a.is_default)
+    .bind(a.once)
     .bind(ms(a.at))
     .execute(&mut **tx)
     .await?;
@@ -393,21 +406,22 @@ impl SqliteStore {
     /// writes through itself): call it after that transaction commits, with the audit
     /// lock still held, so no decision's window slips in between the read and the swap.
     pub(crate) async fn reload_windows(&self) -> Result<(), StorageError> {
-        let rows: Vec<(String, String, String, String, i64, String)> = sqlx::query_as(
-            "SELECT agent, owner_id, tool, args_hash, expires_at, opened_by FROM windows",
+        let rows: Vec<(String, String, String, String, String, i64, String)> = sqlx::query_as(
+            "SELECT agent, route, owner_id, tool, args_hash, expires_at, opened_by FROM windows",
         )
         .fetch_all(&self.pool)
         .await?;
         let mut map = HashMap::with_capacity(rows.len());
-        for (agent, owner_id, tool, args_hash, expires_at, opened_by) in rows {
+        for (agent, route, owner_id, tool, args_hash, expires_at, opened_by) in rows {
             let corrupt = |what: &str| StorageError::Corrupt {
                 id: opened_by.clone(),
                 what: format!("window {what}"),
             };
             let key = WindowKey {
                 agent,
-                owner_id: OwnerId::parse(&owner_id).map_err(|_| corrupt("owner_id"))?,
-                tool: ToolName::parse(&tool).map_err(|_| corrupt("tool"))?,
+                route,
+                owner_id: OwnerId::from_stored(&owner_id).map_err(|_| corrupt("owner_id"))?,
+                tool: ToolName::from_stored(&tool).map_err(|_| corrupt("tool"))?,
                 args_hash: ArgsHash::parse(&args_hash).map_err(|_| corrupt("args_hash"))?,
             };
             let window = Window {
@@ -677,6 +691,7 @@ impl AuditRow {
 #[derive(FromRow)]
 struct WindowRow {
     agent: String,
+    window_route: String,
     owner_id: String,
     tool: String,
     args_hash: String,
@@ -690,8 +705,8 @@ struct WindowRow {
 macro_rules! select_windows_where {
     ($clause:literal) => {
         concat!(
-            "SELECT w.agent, w.owner_id, w.tool, w.args_hash, w.expires_at, w.opened_by,
-                    c.route, c.chat_id
+            "SELECT w.agent, w.route AS window_route, w.owner_id, w.tool, w.args_hash,
+                    w.expires_at, w.opened_by, c.route, c.chat_id
              FROM windows w JOIN confirmations c ON c.id = w.opened_by
              WHERE ",
             $clause
@@ -708,12 +723,13 @@ impl WindowRow {
         Ok(LiveWindow {
             window: Window {
                 key: WindowKey {
-                    owner_id: OwnerId::parse(&self.owner_id)
+                    owner_id: OwnerId::from_stored(&self.owner_id)
                         .map_err(|_| corrupt("window owner_id"))?,
-                    tool: ToolName::parse(&self.tool).map_err(|_| corrupt("window tool"))?,
+                    tool: ToolName::from_stored(&self.tool).map_err(|_| corrupt("window tool"))?,
                     args_hash: ArgsHash::parse(&self.args_hash)
                         .map_err(|_| corrupt("window args_hash"))?,
                     agent: self.agent.clone(),
+                    route: self.window_route.clone(),
                 },
                 expires_at: from_ms(self.expires_at).ok_or_else(|| corrupt("window expiry"))?,
                 opened_by: ConfirmationId::parse(&self.opened_by)
@@ -753,7 +769,7 @@ async fn apply_decision(
     let changed = sqlx::query(
         "UPDATE confirmations SET status = ?, via = ?, reason = ?, decided_by_id = ?,
                 decided_by_username = ?, decided_by_name = ?, decided_at = ?, result_json = ?,
-                timeout_action = ?
+                timeout_action = ?, approved_once = ?
              WHERE id = ? AND status = 'pending'",
     )
     .bind(d.status.as_str())
@@ -765,6 +781,7 @@ async fn apply_decision(
     .bind(ms(d.decided_at))
     .bind(d.result.as_ref().map(|v| v.to_string()))
     .bind(d.timeout_action.map(TimeoutAction::as_str))
+    .bind(d.once)
     .bind(id.as_str())
     .execute(&mut **tx)
     .await?
@@ -778,6 +795,7 @@ async fn apply_decision(
             by: None,
             value: value.clone(),
             is_default: true,
+            once: false,
             at: d.decided_at,
         }),
         _ => None,
@@ -812,13 +830,14 @@ async fn apply_decision(
     enqueue_webhook(tx, &record, ms(d.decided_at)).await?;
     if let Some(until) = record.window_until() {
         sqlx::query(
-            "INSERT INTO windows (agent, owner_id, tool, args_hash, expires_at, opened_by)
-                 VALUES (?, ?, ?, ?, ?, ?)
-                 ON CONFLICT (agent, owner_id, tool, args_hash)
+            "INSERT INTO windows (agent, route, owner_id, tool, args_hash, expires_at, opened_by)
+                 VALUES (?, ?, ?, ?, ?, ?, ?)
+                 ON CONFLICT (agent, route, owner_id, tool, args_hash)
                  DO UPDATE SET expires_at = excluded.expires_at, opened_by = excluded.opened_by
                  WHERE excluded.expires_at > windows.expires_at",
         )
         .bind(&record.agent)
+        .bind(&record.route)
         .bind(record.owner_id.as_str())
         .bind(record.tool.as_str())
         .bind(record.args_hash.as_str())
@@ -855,8 +874,10 @@ async fn insert_in(
             params_json, briefing, context, allow_edit, window_seconds, idempotency_key,
             callback_token, callback_url, message_id, status, via, reason, decided_by_id,
             decided_by_username, decided_by_name, created_at, expires_at, decided_at,
-            interaction_id, interaction_json)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            interaction_id, interaction_json, window_requested_seconds, approved_once,
+            has_call)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+            ?, ?, ?)
          ON CONFLICT DO NOTHING",
     )
     .bind(r.id.as_str())
@@ -890,6 +911,12 @@ async fn insert_in(
             .as_ref()
             .map(|i| serde_json::Value::Object(i.raw.clone()).to_string()),
     )
+    .bind(
+        r.window_requested_seconds
+            .map(|w| i64::try_from(w).unwrap_or(i64::MAX)),
+    )
+    .bind(r.approved_once)
+    .bind(r.has_call)
     .execute(&mut **tx)
     .await?;
     if done.rows_affected() == 1 {
@@ -1027,9 +1054,11 @@ impl Store for SqliteStore {
         }
         let row: Option<(i64, String)> = sqlx::query_as(
             "SELECT expires_at, opened_by FROM windows
-             WHERE agent = ? AND owner_id = ? AND tool = ? AND args_hash = ? AND expires_at > ?",
+             WHERE agent = ? AND route = ? AND owner_id = ? AND tool = ? AND args_hash = ?
+               AND expires_at > ?",
         )
         .bind(&key.agent)
+        .bind(&key.route)
         .bind(key.owner_id.as_str())
         .bind(key.tool.as_str())
         .bind(key.args_hash.as_str())
@@ -1603,10 +1632,11 @@ impl Store for SqliteStore {
         // since the read, so this deletes exactly the row just read.
         sqlx::query(
             "DELETE FROM windows
-             WHERE agent = ?1 AND owner_id = ?2 AND tool = ?3 AND args_hash = ?4
-               AND opened_by = ?5",
+             WHERE agent = ?1 AND route = ?2 AND owner_id = ?3 AND tool = ?4
+               AND args_hash = ?5 AND opened_by = ?6",
         )
         .bind(&live.window.key.agent)
+        .bind(&live.window.key.route)
         .bind(live.window.key.owner_id.as_str())
         .bind(live.window.key.tool.as_str())
         .bind(live.window.key.args_hash.as_str())

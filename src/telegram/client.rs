@@ -29,8 +29,8 @@ use async_trait::async_trait;
 use rand::Rng;
 use teloxide::prelude::*;
 use teloxide::types::{
-    CallbackQueryId, ForceReply, InlineKeyboardMarkup, LinkPreviewOptions, MessageId, ParseMode,
-    ReplyMarkup, ReplyParameters,
+    CallbackQueryId, ForceReply, InlineKeyboardMarkup, InputFile, LinkPreviewOptions, MessageId,
+    ParseMode, ReplyMarkup, ReplyParameters,
 };
 use teloxide::{ApiError, RequestError};
 use time::OffsetDateTime;
@@ -182,6 +182,7 @@ fn no_preview() -> LinkPreviewOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Method {
     SendMessage,
+    SendDocument,
     EditMessageText,
     AnswerCallbackQuery,
 }
@@ -190,6 +191,7 @@ impl Method {
     fn name(self) -> &'static str {
         match self {
             Method::SendMessage => "sendMessage",
+            Method::SendDocument => "sendDocument",
             Method::EditMessageText => "editMessageText",
             Method::AnswerCallbackQuery => "answerCallbackQuery",
         }
@@ -512,9 +514,51 @@ impl Messenger for TelegramMessenger {
         Ok(())
     }
 
-    async fn send_text(&self, chat_id: i64, text: &str) -> Result<i32, DeliveryError> {
-        let text = format!("🔔 {}", teloxide::utils::html::escape(text));
-        self.send_html(chat_id, text, None).await
+    async fn send_notification(
+        &self,
+        chat_id: i64,
+        agent: &str,
+        text: &str,
+    ) -> Result<i32, DeliveryError> {
+        self.send_html(chat_id, render::notification_text(agent, text), None)
+            .await
+    }
+
+    async fn send_attachment(
+        &self,
+        r: &Confirmation,
+        chat_id: i64,
+        reply_to: i32,
+    ) -> Result<bool, DeliveryError> {
+        let Some(file) = render::attachment(r) else {
+            return Ok(false);
+        };
+        // Within the question's own deadline: a question whose parameters cannot be
+        // shown in full is one the operator cannot judge.
+        let sent = retrying_observed(
+            &self.limiter,
+            &self.metrics,
+            Method::SendDocument,
+            Some(chat_id),
+            instant_of(r.expires_at),
+            || {
+                self.bot
+                    .send_document(
+                        ChatId(chat_id),
+                        InputFile::memory(file.content.clone()).file_name(file.file_name.clone()),
+                    )
+                    .caption(file.caption.clone())
+                    .reply_parameters(ReplyParameters::new(MessageId(reply_to)))
+                    .send()
+            },
+        )
+        .await?;
+        match sent {
+            Some(_) => Ok(true),
+            None => Err(DeliveryError::new(
+                "Telegram did not return the sent document",
+            )),
+        }
     }
 
     async fn send_command_reply(

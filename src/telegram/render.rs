@@ -1,36 +1,67 @@
 //! What operators see: the question's text (HTML parse mode), its buttons, and the line
 //! that records the outcome.
 //!
-//! Everything that came from an agent is escaped, so `<b>` in a parameter shows as `<b>`.
-//! Telegram refuses messages over 4096 characters, so every variable part has a budget
-//! and is cut with a visible note saying how much was left out: an operator must never
-//! approve a call believing they saw all of it when they did not.
+//! What is shown is what is there. Everything that came from an agent is HTML-escaped
+//! (`<b>` shows as `<b>`), and every invisible or layout-changing character in it is
+//! shown as a visible escape (`\u202e`; see [`crate::domain::text`]); words that mix
+//! scripts are flagged with ⚠️. The agent's own words (its briefing, context, question)
+//! sit in quote blocks under a label, so nothing in them can pose as a line of the
+//! service's own layout.
+//!
+//! Nothing is hidden by length. Telegram refuses messages over 4096 characters, so long
+//! parameter values are cut one by one, each with its length and a short hash, keeping
+//! every key and every short value in sight; whenever anything is cut, the full
+//! parameters go along as a file replying to the question ([`attachment`]), and the
+//! message says so and names the argument hash.
 
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup};
 use teloxide::utils::html::escape;
 use time::OffsetDateTime;
 
 use crate::domain::confirmation::{Confirmation, Status, Via};
 use crate::domain::ids::CallbackToken;
-use crate::domain::interaction::{Interaction, InteractionType, Severity};
+use crate::domain::interaction::{Interaction, InteractionType, Scope, Severity, TimeoutAction};
 use crate::domain::pyjson;
+use crate::domain::pyvalue::PyValue;
+use crate::domain::text::{self, Layout};
 use crate::service::{TapAction, View};
 
 /// Telegram's limit on a message's text.
 pub const TELEGRAM_MAX_CHARS: usize = 4096;
 /// Room kept free for the outcome line appended when the request ends.
-const OUTCOME_RESERVE: usize = 300;
+const OUTCOME_RESERVE: usize = 400;
 const BRIEFING_BUDGET: usize = 1200;
 const CONTEXT_BUDGET: usize = 800;
+/// Longer agent texts go in an expandable quote: the message stays readable on a
+/// phone, and a tap shows the rest.
+const EXPANDABLE_FROM: usize = 400;
+/// The widest a parameter value is shown before it is cut; narrower caps are tried in
+/// turn until every key fits.
+const VALUE_CAPS: [usize; 5] = [200, 80, 32, 12, 0];
 
 /// Telegram counts message length in UTF-16 code units.
 fn units(s: &str) -> usize {
     s.encode_utf16().count()
 }
 
+/// Agent text for one line of our layout: invisible characters as escapes, then HTML.
+fn shown(s: &str) -> String {
+    escape(&text::visible(s, Layout::Line))
+}
+
+/// A ⚠️ after a value whose words mix scripts (a Cyrillic `а` in a Latin word).
+fn flag(s: &str) -> &'static str {
+    if text::mixes_scripts(s) {
+        " ⚠️ <i>mixed scripts</i>"
+    } else {
+        ""
+    }
+}
+
 /// Escapes `s`, keeping at most `budget` UTF-16 units of escaped output; returns the text
-/// and how many characters were left out.
+/// and how many characters were left out. `s` is already made visible.
 fn escape_within(s: &str, budget: usize) -> (String, usize) {
     let mut out = String::new();
     let mut used = 0;
@@ -46,8 +77,31 @@ fn escape_within(s: &str, budget: usize) -> (String, usize) {
     (out, 0)
 }
 
+/// [`shown`] within a budget (see [`escape_within`]).
+fn shown_within(s: &str, budget: usize) -> (String, usize) {
+    escape_within(&text::visible(s, Layout::Line), budget)
+}
+
 fn cut_note(omitted: usize, what: &str) -> String {
     format!("\n✂️ <i>{omitted} more characters of {what} not shown.</i>")
+}
+
+/// The agent's own words, in a quote block under `label`: plain newlines stay inside
+/// the block, everything else invisible is escaped, and a long text is cut with a note
+/// (the flag says so).
+fn quoted(label: &str, s: &str, budget: usize, what: &str) -> (String, bool) {
+    let visible = text::visible(s, Layout::Quoted);
+    let (body, omitted) = escape_within(&visible, budget);
+    let open = if visible.chars().count() > EXPANDABLE_FROM || visible.lines().count() > 6 {
+        "<blockquote expandable>"
+    } else {
+        "<blockquote>"
+    };
+    let mut out = format!("{label}{}\n{open}{body}</blockquote>", flag(s));
+    if omitted > 0 {
+        out.push_str(&cut_note(omitted, what));
+    }
+    (out, omitted > 0)
 }
 
 fn clock(t: OffsetDateTime) -> String {
@@ -60,56 +114,285 @@ fn date_time(t: OffsetDateTime) -> String {
     t.format(&f).unwrap_or_default()
 }
 
+/// "10 min", "2 h", "1 day 6 h": a window's length as an operator reads it.
+pub fn window_duration(seconds: u64) -> String {
+    let (d, h, m, s) = (
+        seconds / 86_400,
+        seconds % 86_400 / 3600,
+        seconds % 3600 / 60,
+        seconds % 60,
+    );
+    let mut parts = Vec::new();
+    if d > 0 {
+        parts.push(format!("{d} day{}", if d == 1 { "" } else { "s" }));
+    }
+    if h > 0 {
+        parts.push(format!("{h} h"));
+    }
+    if m > 0 {
+        parts.push(format!("{m} min"));
+    }
+    if s > 0 || parts.is_empty() {
+        parts.push(format!("{s} s"));
+    }
+    parts.join(" ")
+}
+
+/// The label of the button that approves with the window.
+pub fn approve_for_label(seconds: u64) -> String {
+    format!("✅ Approve for {}", window_duration(seconds))
+}
+
+/// The parameters as shown: pretty JSON (insertion order, as the agent sent them) with
+/// every string, number and key longer than `cap` characters cut to its head, followed
+/// by its length and the start of its SHA-256. Returns the text (made visible, not yet
+/// HTML-escaped) and whether anything was cut.
+fn params_view(v: &PyValue, cap: usize) -> (String, bool) {
+    let mut out = String::new();
+    let mut cut = false;
+    write_value(&mut out, v, 0, cap, &mut cut);
+    (out, cut)
+}
+
+fn indent(out: &mut String, level: usize) {
+    out.push('\n');
+    for _ in 0..level {
+        out.push_str("  ");
+    }
+}
+
+/// Room the cut marker takes: a value at most this much longer than the cap is shown
+/// whole, since cutting it would not make the message shorter.
+const MARKER_CHARS: usize = 40;
+
+/// `literal` (a JSON string's inside, or a number) made visible, in quotes when
+/// `quoted_str`, cut to `cap` characters when it is much longer, with the length and the
+/// start of the SHA-256 of `raw` (the value itself, UTF-8) so the operator can tell
+/// values apart and check them against the attached file.
+fn write_cut(
+    out: &mut String,
+    literal: &str,
+    raw: &str,
+    quoted_str: bool,
+    cap: usize,
+    cut: &mut bool,
+) {
+    let open = if quoted_str { "\"" } else { "" };
+    let visible = text::visible(literal, Layout::Line);
+    let n = raw.chars().count();
+    out.push_str(open);
+    if visible.chars().count() <= cap + MARKER_CHARS {
+        out.push_str(&visible);
+        out.push_str(open);
+        return;
+    }
+    *cut = true;
+    let head: String = visible.chars().take(cap).collect();
+    let digest = hex::encode(Sha256::digest(raw.as_bytes()));
+    out.push_str(&head);
+    out.push('…');
+    out.push_str(open);
+    out.push_str(&format!(" ✂️ {n} chars, sha256 {}", &digest[..8]));
+}
+
+/// A string as JSON shows it (quotes and backslashes escaped), without the quotes.
+fn json_inner(s: &str) -> String {
+    let quoted = serde_json::to_string(s).unwrap_or_default();
+    quoted[1..quoted.len().saturating_sub(1)].to_owned()
+}
+
+fn write_value(out: &mut String, v: &PyValue, level: usize, cap: usize, cut: &mut bool) {
+    match v {
+        PyValue::List(items) if items.is_empty() => out.push_str("[]"),
+        PyValue::Dict(dict) if dict.is_empty() => out.push_str("{}"),
+        PyValue::List(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                indent(out, level + 1);
+                write_value(out, item, level + 1, cap, cut);
+            }
+            indent(out, level);
+            out.push(']');
+        }
+        PyValue::Dict(dict) => {
+            out.push('{');
+            for (i, (key, value)) in dict.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                indent(out, level + 1);
+                // Keys stay readable longer than values: they say what a value is.
+                write_cut(out, &json_inner(key), key, true, cap.max(24), cut);
+                out.push_str(": ");
+                write_value(out, value, level + 1, cap, cut);
+            }
+            indent(out, level);
+            out.push('}');
+        }
+        PyValue::Str(s) => write_cut(out, &json_inner(s), s, true, cap, cut),
+        scalar => {
+            // A lone scalar prints as it does inside a document.
+            let literal = pyjson::to_pretty_json(scalar);
+            write_cut(out, &literal, &literal, false, cap, cut);
+        }
+    }
+}
+
+/// The parameters block: `<pre>` with the widest values that let the message fit in
+/// `budget` UTF-16 units; whether anything was cut (then the file goes along).
+fn params_block(params_json: &str, budget: usize) -> (String, bool) {
+    let Ok(value) = pyjson::parse(params_json) else {
+        // Stored text was checked JSON; if not, show it raw (visible, cut) and attach.
+        let (shown, omitted) = shown_within(params_json, budget.saturating_sub(20));
+        return (format!("<pre>{shown}</pre>"), omitted > 0);
+    };
+    let mut last = String::new();
+    for cap in VALUE_CAPS {
+        let (view, cut) = params_view(&value, cap);
+        let block = format!("<pre>{}</pre>", escape(&view));
+        if units(&block) <= budget {
+            return (block, cut);
+        }
+        last = view;
+    }
+    // Even with every value cut to its length and hash the keys do not fit (hundreds
+    // of them): show what fits, say how much is left, and the file has it all.
+    let note = cut_note(usize::MAX, "parameters");
+    let (head, omitted) = escape_within(&last, budget.saturating_sub(units(&note) + 11));
+    (
+        format!("<pre>{head}</pre>{}", cut_note(omitted, "parameters")),
+        true,
+    )
+}
+
+/// The full parameters an operator can check: `json.dumps(params, sort_keys=True)`,
+/// the exact text whose SHA-256 is the argument hash, ASCII-escaped so every character
+/// is visible. Attached when the message had to cut something.
+pub struct Attachment {
+    pub file_name: String,
+    pub content: Vec<u8>,
+    pub caption: String,
+}
+
+/// The file to attach to `r`'s question, if its message cut anything.
+pub fn attachment(r: &Confirmation) -> Option<Attachment> {
+    let cut = match r.interaction.as_deref() {
+        None => question_parts(r).cut,
+        Some(i) if r.has_call => interaction_parts(r, i, &View::default()).cut,
+        Some(_) => false,
+    };
+    if !cut {
+        return None;
+    }
+    let canonical = pyjson::parse_object(&r.params_json)
+        .map(|d| pyjson::dumps_sorted_dict(&d))
+        .unwrap_or_else(|_| r.params_json.clone());
+    Some(Attachment {
+        file_name: format!("{}-params.json", r.id),
+        content: canonical.into_bytes(),
+        caption: format!(
+            "Full parameters of {} ({}), exactly as they will execute. SHA-256 of this file = args hash {}",
+            r.id,
+            text::visible(r.tool.as_str(), Layout::Line),
+            r.args_hash
+        ),
+    })
+}
+
+/// Said under parameters that were cut: where the rest is, and the hash to check it by.
+fn attached_note(r: &Confirmation) -> String {
+    format!(
+        "\n📎 <i>Long values are shortened (each with its length and hash). The full parameters are attached below as a file.</i>\n🔑 Args hash: <code>{}</code>",
+        r.args_hash
+    )
+}
+
+/// The question's text and whether anything in it was cut.
+struct Parts {
+    text: String,
+    cut: bool,
+}
+
 /// The question as first posted. Deterministic for a given record, so the outcome edit
 /// can rebuild it and append one line.
 pub fn question_text(r: &Confirmation) -> String {
-    let mut head = format!(
-        "🛂 <b>Confirmation required</b>\n🔧 Tool: <code>{}</code>\n🤖 Agent: <code>{}</code>\n👤 Owner: <code>{}</code>\n\n",
-        escape(r.tool.as_str()),
-        escape(&r.agent),
-        escape(r.owner_id.as_str()),
-    );
-    let (briefing, omitted) = escape_within(&r.briefing, BRIEFING_BUDGET);
-    head.push_str(&briefing);
-    if omitted > 0 {
-        head.push_str(&cut_note(omitted, "the briefing"));
+    question_parts(r).text
+}
+
+/// The window disclosure: what Approve also allows, with the duration and the latest
+/// absolute end time (a window runs from the tap, and the tap comes before the deadline).
+fn window_disclosure(r: &Confirmation) -> String {
+    if r.window_seconds == 0 {
+        return String::new();
     }
+    let duration = window_duration(r.window_seconds);
+    let latest = r.expires_at + std::time::Duration::from_secs(r.window_seconds);
+    let mut out = format!(
+        "\n\n🪟 <b>Approve for {duration}</b> also lets identical calls (same tool, owner and arguments) through without asking, for {duration} after your tap: until {} at the latest. <b>Approve once</b> allows this call only.",
+        date_time(latest)
+    );
+    if let Some(asked) = r.window_requested_seconds {
+        out.push_str(&format!(
+            "\n<i>The agent asked for {}; this route allows at most {duration}.</i>",
+            window_duration(asked)
+        ));
+    }
+    out
+}
+
+fn question_parts(r: &Confirmation) -> Parts {
+    let mut head = format!(
+        "🛂 <b>Confirmation required</b>\n🔧 Tool: <code>{}</code>{}\n🤖 Agent: <code>{}</code>{}\n👤 Owner: <code>{}</code>{}\n\n",
+        shown(r.tool.as_str()),
+        flag(r.tool.as_str()),
+        shown(&r.agent),
+        flag(&r.agent),
+        shown(r.owner_id.as_str()),
+        flag(r.owner_id.as_str()),
+    );
+    let (briefing, briefing_cut) = quoted(
+        "💬 <i>The agent describes the call:</i>",
+        &r.briefing,
+        BRIEFING_BUDGET,
+        "the briefing",
+    );
+    head.push_str(&briefing);
     if let Some(context) = r.context.as_deref().filter(|c| !c.trim().is_empty()) {
-        let (context, omitted) = escape_within(context, CONTEXT_BUDGET);
-        head.push_str("\n\n📝 ");
-        head.push_str(&context);
-        if omitted > 0 {
-            head.push_str(&cut_note(omitted, "context"));
-        }
+        head.push_str("\n\n");
+        head.push_str(
+            &quoted(
+                "📝 <i>Context from the agent:</i>",
+                context,
+                CONTEXT_BUDGET,
+                "context",
+            )
+            .0,
+        );
     }
     if r.allow_edit {
         head.push_str(
             "\n\n✏️ <i>Editing is not available in Telegram: this call can only be approved or cancelled exactly as shown.</i>",
         );
     }
-    head.push_str("\n\n<b>Parameters</b>\n<pre>");
-    let deadline = format!("\n\n⏳ Deadline: {}", date_time(r.expires_at));
-
-    // The parameters get whatever room is left, less space for a cut note.
-    let pretty = pyjson::parse(&r.params_json)
-        .map(|v| pyjson::to_pretty_json(&v))
-        .unwrap_or_else(|_| r.params_json.clone());
-    let fixed = units(&head) + units("</pre>") + units(&deadline) + OUTCOME_RESERVE;
-    let full = escape(&pretty);
+    head.push_str("\n\n<b>Parameters</b>\n");
+    let mut tail = window_disclosure(r);
+    tail.push_str(&format!("\n\n⏳ Deadline: {}", date_time(r.expires_at)));
+    let attached = attached_note(r);
+    // The parameters get whatever room is left, less the note that they were cut.
+    let fixed = units(&head) + units(&tail) + units(&attached) + OUTCOME_RESERVE;
+    let (block, cut) = params_block(&r.params_json, TELEGRAM_MAX_CHARS.saturating_sub(fixed));
+    // A cut briefing (it renders parameters) sends the file along too.
+    let cut = cut || briefing_cut;
     let mut text = head;
-    if fixed + units(&full) <= TELEGRAM_MAX_CHARS {
-        text.push_str(&full);
-        text.push_str("</pre>");
-    } else {
-        let note_room = units(&cut_note(usize::MAX, "parameters"));
-        let budget = TELEGRAM_MAX_CHARS.saturating_sub(fixed + note_room);
-        let (shown, omitted) = escape_within(&pretty, budget);
-        text.push_str(&shown);
-        text.push_str("</pre>");
-        text.push_str(&cut_note(omitted, "parameters"));
+    text.push_str(&block);
+    if cut {
+        text.push_str(&attached);
     }
-    text.push_str(&deadline);
-    text
+    text.push_str(&tail);
+    Parts { text, cut }
 }
 
 /// The line appended when the request ends, or `None` while it is pending.
@@ -118,16 +401,27 @@ pub fn outcome_line(r: &Confirmation) -> Option<String> {
     let by = r
         .decided_by
         .as_ref()
-        .map(|op| escape(&op.to_string()))
+        .map(|op| shown(&op.to_string()))
         .unwrap_or_default();
     Some(match (r.status, r.via) {
         (Status::Pending, _) => return None,
-        (Status::Confirmed, Some(Via::Operator)) => format!("✅ <b>Approved by {by}</b> at {at}"),
+        (Status::Confirmed, Some(Via::Operator)) => match (r.approved_scope(), r.window_until()) {
+            (Some(Scope::Window(seconds)), Some(until)) => format!(
+                "✅ <b>Approved by {by} for {}</b> at {at}: identical calls pass until {}. Close it early with /revoke {}",
+                window_duration(seconds),
+                date_time(until),
+                r.id
+            ),
+            _ if r.window_seconds > 0 => {
+                format!("✅ <b>Approved once by {by}</b> at {at}: no window opened")
+            }
+            _ => format!("✅ <b>Approved by {by}</b> at {at}"),
+        },
         (Status::Confirmed, _) => format!("✅ <b>Confirmed</b> at {at}"),
         (Status::Cancelled, Some(Via::Operator)) => format!("❌ <b>Cancelled by {by}</b> at {at}"),
         (Status::Cancelled, Some(Via::Withdrawn)) => "↩ <b>Withdrawn by the agent</b>".to_owned(),
         (Status::Cancelled, _) => {
-            let (reason, _) = escape_within(&r.reason, OUTCOME_RESERVE - 40);
+            let (reason, _) = shown_within(&r.reason, OUTCOME_RESERVE - 60);
             format!("❌ <b>Cancelled</b>: {reason}")
         }
         (Status::Timeout, _) if r.interaction.is_some() => match r.timeout_action {
@@ -154,9 +448,14 @@ pub fn outcome_line(r: &Confirmation) -> Option<String> {
                         | (InteractionType::Form, Value::Null)
                 );
                 let mark = if no { "❌" } else { "✅" };
+                let scope = match r.approved_scope() {
+                    Some(Scope::Once) if r.window_seconds > 0 => " once".to_owned(),
+                    Some(Scope::Window(s)) => format!(" for {}", window_duration(s)),
+                    _ => String::new(),
+                };
                 match r.decided_by {
-                    Some(_) => format!("{mark} <b>{}</b> — {by} at {at}", summary(r, value)),
-                    None => format!("{mark} <b>{}</b> at {at}", summary(r, value)),
+                    Some(_) => format!("{mark} <b>{}{scope}</b> — {by} at {at}", summary(r, value)),
+                    None => format!("{mark} <b>{}{scope}</b> at {at}", summary(r, value)),
                 }
             }
         }
@@ -186,7 +485,7 @@ fn summary(r: &Confirmation, value: &Value) -> String {
         (_, Value::Null) => "no answer".to_owned(),
         (_, other) => other.to_string(),
     };
-    escape_within(&text, 200).0
+    shown_within(&text, 200).0
 }
 
 /// The message after the request ended: the question, then its outcome.
@@ -199,12 +498,35 @@ pub fn decided_text(r: &Confirmation) -> String {
     text
 }
 
-/// `a:<token>`, `c:<token>`, `d:<token>`, `o:<token>:<n>` or `t:<token>:<n>`: at most
-/// 38 bytes, within Telegram's 64, and nothing in it says anything about the question.
+/// A notification (`POST /v1/notifications`): framed as the agent's words, in a quote
+/// under its name, so it cannot pose as a question or an outcome of the service.
+pub fn notification_text(agent: &str, message: &str) -> String {
+    let visible = text::visible(message, Layout::Quoted);
+    let (body, omitted) = escape_within(&visible, TELEGRAM_MAX_CHARS - 200);
+    let open = if visible.chars().count() > EXPANDABLE_FROM {
+        "<blockquote expandable>"
+    } else {
+        "<blockquote>"
+    };
+    let mut out = format!(
+        "🔔 <i>Message from</i> <code>{}</code>:{}\n{open}{body}</blockquote>",
+        shown(agent),
+        flag(message)
+    );
+    if omitted > 0 {
+        out.push_str(&cut_note(omitted, "the message"));
+    }
+    out
+}
+
+/// `a:<token>`, `w:<token>`, `c:<token>`, `d:<token>`, `o:<token>:<n>` or
+/// `t:<token>:<n>`: at most 38 bytes, within Telegram's 64, and nothing in it says
+/// anything about the question.
 pub fn callback_data(action: TapAction, token: &CallbackToken) -> String {
     let token = token.as_str();
     match action {
         TapAction::Approve => format!("a:{token}"),
+        TapAction::ApproveWindow => format!("w:{token}"),
         TapAction::Cancel => format!("c:{token}"),
         TapAction::Done => format!("d:{token}"),
         TapAction::Choose(n) => format!("o:{token}:{n}"),
@@ -223,6 +545,7 @@ pub fn parse_callback_data(data: &str) -> Option<(TapAction, CallbackToken)> {
     };
     let (action, token) = match tag {
         "a" => (TapAction::Approve, CallbackToken::parse(rest).ok()?),
+        "w" => (TapAction::ApproveWindow, CallbackToken::parse(rest).ok()?),
         "c" => (TapAction::Cancel, CallbackToken::parse(rest).ok()?),
         "d" => (TapAction::Done, CallbackToken::parse(rest).ok()?),
         "o" => option(rest).map(|(n, t)| (TapAction::Choose(n), t))?,
@@ -233,20 +556,36 @@ pub fn parse_callback_data(data: &str) -> Option<(TapAction, CallbackToken)> {
 }
 
 pub const APPROVE_LABEL: &str = "✅ Approve";
+pub const APPROVE_ONCE_LABEL: &str = "✅ Approve once";
 pub const CANCEL_LABEL: &str = "❌ Cancel";
 
 pub const REJECT_LABEL: &str = "❌ Reject";
 pub const DONE_LABEL: &str = "✔️ Done";
 
-pub fn keyboard(token: &CallbackToken) -> InlineKeyboardMarkup {
-    approve_keyboard(token, CANCEL_LABEL)
-}
-
-fn approve_keyboard(token: &CallbackToken, no: &str) -> InlineKeyboardMarkup {
-    InlineKeyboardMarkup::new(vec![vec![
-        InlineKeyboardButton::callback(APPROVE_LABEL, callback_data(TapAction::Approve, token)),
-        InlineKeyboardButton::callback(no, callback_data(TapAction::Cancel, token)),
-    ]])
+/// Approve and `no` (Cancel or Reject). A question that offers a window has two approve
+/// buttons, so the scope is the operator's explicit choice: "Approve once" beside
+/// "Approve for 10 min", with the refusal on a row of its own.
+fn approve_keyboard(token: &CallbackToken, no: &str, window_seconds: u64) -> InlineKeyboardMarkup {
+    let no = InlineKeyboardButton::callback(no, callback_data(TapAction::Cancel, token));
+    if window_seconds == 0 {
+        return InlineKeyboardMarkup::new(vec![vec![
+            InlineKeyboardButton::callback(APPROVE_LABEL, callback_data(TapAction::Approve, token)),
+            no,
+        ]]);
+    }
+    InlineKeyboardMarkup::new(vec![
+        vec![
+            InlineKeyboardButton::callback(
+                APPROVE_ONCE_LABEL,
+                callback_data(TapAction::Approve, token),
+            ),
+            InlineKeyboardButton::callback(
+                approve_for_label(window_seconds),
+                callback_data(TapAction::ApproveWindow, token),
+            ),
+        ],
+        vec![no],
+    ])
 }
 
 /// What goes under a message.
@@ -265,7 +604,11 @@ pub fn render(r: &Confirmation, view: &View) -> (String, Markup) {
         let markup = if r.is_terminal() {
             Markup::None
         } else {
-            Markup::Keyboard(keyboard(&r.callback_token))
+            Markup::Keyboard(approve_keyboard(
+                &r.callback_token,
+                CANCEL_LABEL,
+                r.window_seconds,
+            ))
         };
         return (decided_text(r), markup);
     };
@@ -276,9 +619,13 @@ pub fn render(r: &Confirmation, view: &View) -> (String, Markup) {
         return (text, Markup::None);
     }
     let token = &r.callback_token;
+    // Only a call's approval offers the window: AI-Parrot's guard records it.
+    let window = if r.has_call { r.window_seconds } else { 0 };
     let markup = match i.kind {
-        InteractionType::Approval => Markup::Keyboard(approve_keyboard(token, REJECT_LABEL)),
-        InteractionType::Form => Markup::Keyboard(approve_keyboard(token, CANCEL_LABEL)),
+        InteractionType::Approval => {
+            Markup::Keyboard(approve_keyboard(token, REJECT_LABEL, window))
+        }
+        InteractionType::Form => Markup::Keyboard(approve_keyboard(token, CANCEL_LABEL, 0)),
         InteractionType::FreeText => Markup::ForceReply,
         InteractionType::SingleChoice | InteractionType::Poll => {
             let buttons = i
@@ -287,7 +634,7 @@ pub fn render(r: &Confirmation, view: &View) -> (String, Markup) {
                 .enumerate()
                 .map(|(n, o)| {
                     InlineKeyboardButton::callback(
-                        o.label.clone(),
+                        button_label(&o.label),
                         callback_data(TapAction::Choose(n as u8), token),
                     )
                 })
@@ -306,7 +653,7 @@ pub fn render(r: &Confirmation, view: &View) -> (String, Markup) {
                         "☐"
                     };
                     vec![InlineKeyboardButton::callback(
-                        format!("{mark} {}", o.label),
+                        format!("{mark} {}", button_label(&o.label)),
                         callback_data(TapAction::Toggle(n as u8), token),
                     )]
                 })
@@ -319,6 +666,17 @@ pub fn render(r: &Confirmation, view: &View) -> (String, Markup) {
         }
     };
     (text, markup)
+}
+
+/// An option's label on a button (plain text, no HTML): invisible characters as escapes,
+/// and a ⚠ in front when its words mix scripts.
+fn button_label(label: &str) -> String {
+    let shown = text::visible(label, Layout::Line);
+    if text::mixes_scripts(label) {
+        format!("⚠ {shown}")
+    } else {
+        shown
+    }
 }
 
 /// Option buttons in rows that fit a phone: three short labels, two medium, else one.
@@ -337,31 +695,122 @@ fn rows(i: &Interaction, buttons: Vec<InlineKeyboardButton>) -> Vec<Vec<InlineKe
     buttons.chunks(per_row).map(<[_]>::to_vec).collect()
 }
 
+/// What happens when nobody answers by the deadline, when that is not simply "nothing":
+/// silence must never be a hidden yes.
+fn timeout_disclosure(r: &Confirmation, i: &Interaction) -> String {
+    let deadline = date_time(r.expires_at);
+    match i.timeout_action {
+        TimeoutAction::Default => {
+            let value = &i.default_response;
+            let approves = match (i.kind, value) {
+                (InteractionType::Approval, Value::Bool(b)) => *b,
+                (InteractionType::Approval, _) => false,
+                // A form's default is its values: silence approves them.
+                (InteractionType::Form, v) => !v.is_null(),
+                _ => false,
+            };
+            let shown_value = match (i.kind, value) {
+                (InteractionType::Approval, Value::Bool(true)) => "Approve".to_owned(),
+                (InteractionType::Approval, _) => "Reject".to_owned(),
+                _ => summary(r, value),
+            };
+            let warn = if approves { "⚠️ " } else { "" };
+            format!(
+                "\n\n{warn}<b>If nobody answers by {deadline}: {shown_value}</b>{}",
+                if approves { " (silence approves)" } else { "" }
+            )
+        }
+        TimeoutAction::Escalate => {
+            format!("\n\n<i>If nobody answers by {deadline}, the agent escalates.</i>")
+        }
+        TimeoutAction::Retry => {
+            format!("\n\n<i>If nobody answers by {deadline}, the agent asks again.</i>")
+        }
+        TimeoutAction::Cancel => String::new(),
+    }
+}
+
+/// The call an interaction carries, shown as a confirmation shows it: tool, owner,
+/// every parameter and the window disclosure. Returns the block and whether it cut
+/// anything (then the file goes along).
+fn call_block(r: &Confirmation, budget: usize) -> (String, bool) {
+    let mut out = format!(
+        "\n\n🔧 Tool: <code>{}</code>{}\n👤 Owner: <code>{}</code>{}\n<b>Parameters</b>\n",
+        shown(r.tool.as_str()),
+        flag(r.tool.as_str()),
+        shown(r.owner_id.as_str()),
+        flag(r.owner_id.as_str()),
+    );
+    let attached = attached_note(r);
+    let disclosure = if r.interaction.as_ref().map(|i| i.kind) == Some(InteractionType::Approval) {
+        window_disclosure(r)
+    } else {
+        String::new()
+    };
+    let room = budget.saturating_sub(units(&out) + units(&attached) + units(&disclosure));
+    let (block, cut) = params_block(&r.params_json, room);
+    out.push_str(&block);
+    if cut {
+        out.push_str(&attached);
+    }
+    out.push_str(&disclosure);
+    (out, cut)
+}
+
 /// The text of an interaction: question, context, options, progress and deadline.
 fn interaction_text(r: &Confirmation, i: &Interaction, view: &View) -> String {
+    interaction_parts(r, i, view).text
+}
+
+fn interaction_parts(r: &Confirmation, i: &Interaction, view: &View) -> Parts {
     let badge = match i.severity {
         Severity::Critical => "🚨 ",
         Severity::High => "⚠️ ",
         Severity::Low | Severity::Normal => "",
     };
-    let (question, omitted) = escape_within(&i.question, BRIEFING_BUDGET);
-    let mut text = format!("{badge}❓ <b>{question}</b>");
-    if omitted > 0 {
-        text.push_str(&cut_note(omitted, "the question"));
-    }
+    let from = i.source_agent.as_deref().unwrap_or(&r.agent);
+    let (question, question_cut) = quoted(
+        &format!(
+            "{badge}❓ <b>Question</b> from <code>{}</code>{}",
+            shown_within(from, 200).0,
+            flag(from)
+        ),
+        &i.question,
+        BRIEFING_BUDGET,
+        "the question",
+    );
+    let mut text = question;
     if let Some(context) = i.context.as_deref().filter(|c| !c.trim().is_empty()) {
-        let (context, omitted) = escape_within(context, CONTEXT_BUDGET);
-        text.push_str("\n\n📝 ");
-        text.push_str(&context);
-        if omitted > 0 {
-            text.push_str(&cut_note(omitted, "context"));
+        text.push_str("\n\n");
+        text.push_str(
+            &quoted(
+                "📝 <i>Context from the agent:</i>",
+                context,
+                CONTEXT_BUDGET,
+                "context",
+            )
+            .0,
+        );
+    }
+    let mut cut = false;
+    if r.has_call {
+        let (block, call_cut) = call_block(
+            r,
+            TELEGRAM_MAX_CHARS.saturating_sub(units(&text) + OUTCOME_RESERVE + 600),
+        );
+        text.push_str(&block);
+        cut = call_cut || question_cut;
+    } else if i.kind == InteractionType::Approval {
+        text.push_str(
+            "\n\nℹ️ <i>The agent sent no parameters: only its question is shown. Approve only what the question itself says.</i>",
+        );
+        if r.window_seconds > 0 {
+            let duration = window_duration(r.window_seconds);
+            text.push_str(&format!(
+                "\n\n🪟 <b>Approving also lets identical calls through for {duration}</b> after your tap: the agent keeps this window itself, so it cannot be shortened or revoked from here."
+            ));
         }
     }
-    let from = i.source_agent.as_deref().unwrap_or(&r.agent);
-    text.push_str(&format!(
-        "\n\n🤖 From: <code>{}</code>",
-        escape_within(from, 200).0
-    ));
     match i.kind {
         InteractionType::SingleChoice | InteractionType::MultiChoice | InteractionType::Poll => {
             let described: Vec<String> = i
@@ -370,9 +819,10 @@ fn interaction_text(r: &Confirmation, i: &Interaction, view: &View) -> String {
                 .filter_map(|o| {
                     let d = o.description.as_deref()?;
                     Some(format!(
-                        "• <b>{}</b>: {}",
-                        escape_within(&o.label, 100).0,
-                        escape_within(d, 200).0
+                        "• <b>{}</b>{}: {}",
+                        shown_within(&o.label, 100).0,
+                        flag(&o.label),
+                        shown_within(d, 200).0
                     ))
                 })
                 .collect();
@@ -390,7 +840,7 @@ fn interaction_text(r: &Confirmation, i: &Interaction, view: &View) -> String {
         InteractionType::Form => {
             let values = Value::Object(i.form_values.clone());
             let pretty = serde_json::to_string_pretty(&values).unwrap_or_default();
-            let (shown, omitted) = escape_within(&pretty, 1500);
+            let (shown, omitted) = shown_within(&pretty, 1500);
             text.push_str("\n\n<b>Values</b>\n<pre>");
             text.push_str(&shown);
             text.push_str("</pre>");
@@ -419,14 +869,15 @@ fn interaction_text(r: &Confirmation, i: &Interaction, view: &View) -> String {
                         .iter()
                         .filter(|a| a.value.as_str() == Some(o.key.as_str()))
                         .count();
-                    format!("{}: {n}", escape_within(&o.label, 60).0)
+                    format!("{}: {n}", shown_within(&o.label, 60).0)
                 })
                 .collect();
             text.push_str(&tally.join(" · "));
         }
     }
+    text.push_str(&timeout_disclosure(r, i));
     text.push_str(&format!("\n\n⏳ Deadline: {}", date_time(r.expires_at)));
-    text
+    Parts { text, cut }
 }
 
 #[cfg(test)]
@@ -452,6 +903,9 @@ mod tests {
             context: Some("</pre> context".into()),
             allow_edit: false,
             window_seconds: 0,
+            window_requested_seconds: None,
+            approved_once: false,
+            has_call: false,
             idempotency_key: None,
             callback_token: CallbackToken::generate(),
             callback_url: None,
@@ -483,8 +937,11 @@ mod tests {
     }
 
     #[test]
-    fn huge_parameters_are_cut_with_a_note_and_the_decided_message_fits() {
-        let big = format!(r#"{{"blob": "{}"}}"#, "<&>".repeat(5000));
+    fn a_huge_value_is_cut_alone_with_its_length_and_hash_and_the_decided_message_fits() {
+        let big = format!(
+            r#"{{"blob": "{}", "amount": 1000000, "to": "ACME"}}"#,
+            "<&>".repeat(5000)
+        );
         let mut r = record(&big);
         let text = question_text(&r);
         assert!(
@@ -492,10 +949,25 @@ mod tests {
             "{}",
             units(&text)
         );
-        assert!(
-            text.contains("more characters of parameters not shown"),
-            "{text}"
+        let digest = hex::encode(Sha256::digest("<&>".repeat(5000).as_bytes()));
+        for needle in [
+            "\"amount\": 1000000",
+            "\"to\": \"ACME\"",
+            &format!("✂️ 15000 chars, sha256 {}", &digest[..8]),
+            "attached below",
+            r.args_hash.as_str(),
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in {text}");
+        }
+        let file = attachment(&r).expect("a cut message sends the parameters along");
+        let canonical = pyjson::dumps_sorted_dict(&pyjson::parse_object(&big).unwrap());
+        assert_eq!(file.content, canonical.as_bytes());
+        assert_eq!(
+            hex::encode(Sha256::digest(&file.content)),
+            r.args_hash.as_str(),
+            "the file is exactly what the args hash covers"
         );
+        assert!(attachment(&record(r#"{"a": 1}"#)).is_none());
         r.status = Status::Confirmed;
         r.via = Some(Via::Operator);
         r.decided_at = Some(r.created_at);

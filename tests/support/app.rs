@@ -14,6 +14,19 @@ use std::time::Duration;
 
 use hitl_telegram::Application;
 use hitl_telegram::config::{Config, Settings};
+/// The label of the button that approves with a question's window ("✅ Approve for 1 min").
+use hitl_telegram::telegram::render::approve_for_label;
+
+/// The button that approves a request with its window: "✅ Approve for 1 min", or
+/// plain "✅ Approve" when it has none.
+#[allow(dead_code)] // each test binary compiles this module; not all of them tap one
+pub fn approve_label(window_seconds: u64) -> String {
+    if window_seconds == 0 {
+        "✅ Approve".to_owned()
+    } else {
+        approve_for_label(window_seconds)
+    }
+}
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;

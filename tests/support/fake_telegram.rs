@@ -254,6 +254,19 @@ impl SentMessage {
     }
 }
 
+/// A file the bot sent with `sendDocument`, as the operator would download it.
+#[derive(Clone, Debug)]
+pub struct SentDocument {
+    pub chat_id: i64,
+    pub message_id: i32,
+    /// The message it replies to (`reply_parameters.message_id`).
+    pub reply_to: Option<i32>,
+    pub file_name: Option<String>,
+    /// The file's bytes (as text: the bot sends JSON).
+    pub content: String,
+    pub caption: Option<String>,
+}
+
 /// One request the fake received.
 #[derive(Clone, Debug)]
 pub struct RecordedRequest {
@@ -434,6 +447,32 @@ impl FakeTelegram {
     /// Messages the bot sent in `chat_id`, in the order it sent them, as they stand now.
     pub fn messages_in(&self, chat_id: i64) -> Vec<SentMessage> {
         self.shared.lock().bot_messages_in(chat_id)
+    }
+
+    /// Every file the bot sent in `chat_id`, in order.
+    pub fn documents_in(&self, chat_id: i64) -> Vec<SentDocument> {
+        let state = self.shared.lock();
+        state
+            .documents
+            .iter()
+            .filter(|d| d.chat_id == chat_id)
+            .cloned()
+            .collect()
+    }
+
+    /// Waits until the bot has sent a file replying to `message_id` in `chat_id`.
+    pub async fn wait_for_document(&self, chat_id: i64, message_id: i32) -> SentDocument {
+        self.wait_until(
+            format!("a document replying to message {message_id} in chat {chat_id}"),
+            |state| {
+                state
+                    .documents
+                    .iter()
+                    .find(|d| d.chat_id == chat_id && d.reply_to == Some(message_id))
+                    .cloned()
+            },
+        )
+        .await
     }
 
     /// Waits until the bot has sent at least `n` messages in `chat_id` and returns
@@ -849,6 +888,8 @@ struct State {
     webhook: Option<Webhook>,
     /// Every POST of an update to the webhook, in order.
     webhook_deliveries: Vec<WebhookDelivery>,
+    /// Files the bot sent (`sendDocument`), in order.
+    documents: Vec<SentDocument>,
 }
 
 /// A webhook as `setWebhook` set it.
@@ -994,6 +1035,7 @@ impl State {
             injected: Vec::new(),
             webhook: None,
             webhook_deliveries: Vec::new(),
+            documents: Vec::new(),
         }
     }
 
@@ -1255,6 +1297,59 @@ impl State {
             allowed_updates,
         });
         Ok(Value::Bool(true))
+    }
+
+    /// `sendDocument` (multipart, as teloxide sends it): stored apart from text messages,
+    /// so tests counting a chat's messages count questions and replies only.
+    fn send_document(&mut self, body: &Value) -> ApiResult {
+        let chat_id = chat_id_param(body)?;
+        // teloxide names the file part at random and points to it: `attach://<name>`.
+        let (content, part) = match str_param(body, "document") {
+            Some(reference) if reference.starts_with("attach://") => {
+                let part = reference.trim_start_matches("attach://").to_owned();
+                (str_param(body, &part), part)
+            }
+            other => (other, "document".to_owned()),
+        };
+        let content = content
+            .ok_or_else(|| ApiFailure::bad_request("there is no document in the request"))?;
+        let reply_to = match body.get("reply_parameters") {
+            Some(Value::String(text)) => serde_json::from_str::<Value>(text).ok(),
+            Some(other) => Some(other.clone()),
+            None => None,
+        }
+        .and_then(|r| r.get("message_id").and_then(Value::as_i64))
+        .and_then(|id| i32::try_from(id).ok());
+        if let Some(id) = reply_to
+            && self.find(chat_id, id).is_none()
+        {
+            return Err(ApiFailure::bad_request("message to be replied not found"));
+        }
+        let message_id = self.next_message_id(chat_id);
+        let file_name = str_param(body, &format!("{part}_file_name"));
+        let caption = str_param(body, "caption");
+        let json = json!({
+            "message_id": message_id,
+            "from": self.bot_user_json(),
+            "chat": self.chat_json(chat_id),
+            "date": unix_now(),
+            "document": {
+                "file_id": format!("doc-{chat_id}-{message_id}"),
+                "file_unique_id": format!("u-{chat_id}-{message_id}"),
+                "file_size": content.len(),
+                "file_name": file_name,
+            },
+            "caption": caption,
+        });
+        self.documents.push(SentDocument {
+            chat_id,
+            message_id,
+            reply_to,
+            file_name,
+            content,
+            caption,
+        });
+        Ok(json)
     }
 
     fn send_message(&mut self, body: &Value) -> ApiResult {
@@ -1579,6 +1674,7 @@ async fn call_method(shared: &Shared, method: &str, body: &Value) -> ApiResult {
         // Recorded like every request; `my_commands` reads the last one back.
         "setmycommands" => Ok(Value::Bool(true)),
         "sendmessage" => shared.mutate(|state| state.send_message(body)),
+        "senddocument" => shared.mutate(|state| state.send_document(body)),
         "editmessagetext" => shared.mutate(|state| state.edit_message(body, true)),
         "editmessagereplymarkup" => shared.mutate(|state| state.edit_message(body, false)),
         "answercallbackquery" => shared.mutate(|state| state.answer_callback_query(body)),
@@ -1749,7 +1845,7 @@ fn multipart_boundary(content_type: &str) -> Option<String> {
 }
 
 /// A multipart body as a JSON object of its text fields (file parts are kept as their
-/// lossy text; the bot sends none). Values stay strings, as a form-encoded client's do:
+/// lossy text, with their file name beside them). Values stay strings, as a form-encoded client's do:
 /// the parameter readers accept both spellings.
 fn parse_multipart(body: &[u8], boundary: &str) -> Value {
     let text = String::from_utf8_lossy(body);
@@ -1767,6 +1863,18 @@ fn parse_multipart(body: &[u8], boundary: &str) -> Value {
         if let Some(name) = name {
             let value = value.strip_suffix("\r\n").unwrap_or(value);
             fields.insert(name.to_owned(), Value::String(value.to_owned()));
+            // A file part also names the file: kept beside it as `<name>_file_name`.
+            let file_name = head.split(';').find_map(|p| {
+                p.trim()
+                    .strip_prefix("filename=")
+                    .map(|n| n.split(['\r', '\n']).next().unwrap_or(n).trim_matches('"'))
+            });
+            if let Some(file_name) = file_name {
+                fields.insert(
+                    format!("{name}_file_name"),
+                    Value::String(file_name.to_owned()),
+                );
+            }
         }
     }
     Value::Object(fields)
