@@ -23,6 +23,14 @@
 //! time, or that the question could not be delivered. When the service cannot be asked
 //! at all it denies (fail closed), or with `--fallback ask` prints nothing.
 //!
+//! The tool input is sent whole, byte for byte as Claude Code gave it, and nothing in
+//! it is shortened or rewritten here: the service shows every key, cuts a long value
+//! visibly (its length and a hash) and then attaches the whole input, and shows
+//! invisible characters as escapes. What the approvers see is therefore the call that
+//! runs, never a head whose tail (`; rm -rf ...`) was dropped. An input too large for
+//! one request to the service is denied before anything is posted, saying its size
+//! and the limit, whatever `--fallback` says.
+//!
 //! Never approved twice by accident: a retried hook finds its request again through an
 //! idempotency key derived from the event, but a decision taken *before* this run
 //! started is never reused for a later identical call in the same session; that call is
@@ -39,22 +47,19 @@ use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use crate::api::MAX_BODY_BYTES;
 use crate::api::confirmations::MAX_PARAM_KEYS;
 use crate::domain::pyjson;
 
-/// Largest event read from stdin; anything longer is denied unread.
+/// Largest event read from stdin; anything longer is denied unread. Well above what a
+/// request to the service may hold ([`MAX_BODY_BYTES`]), so that an event carrying an
+/// input that is merely too large is read and denied with its exact size.
 pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
 /// How long the operator gets by default (`--timeout`).
 pub const DEFAULT_TIMEOUT_SECONDS: f64 = 120.0;
 /// The event Claude Code names in `hook_event_name` and expects back in `hookEventName`.
 pub const EVENT_NAME: &str = "PermissionRequest";
 
-/// Room for `params` in a create body (the service takes at most 64 KiB in all).
-const PARAMS_BUDGET_BYTES: usize = 48 * 1024;
-/// Strings longer than this are shortened when the input is too large to send whole.
-const LONG_STRING_CHARS: usize = 2000;
-const KEPT_STRING_CHARS: usize = 1000;
-const PREVIEW_CHARS: usize = 3000;
 /// Longest long-poll the service allows.
 const LONG_POLL_SECONDS: u32 = 60;
 /// How many earlier, already decided identical requests a run steps over before it
@@ -178,8 +183,10 @@ pub fn read_event(input: impl Read) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("cannot read stdin: {e}"))?;
     if buf.len() > MAX_EVENT_BYTES {
         return Err(format!(
-            "the event on stdin is larger than {} KiB",
-            MAX_EVENT_BYTES / 1024
+            "the event on stdin is larger than {} KiB, far over the {} KiB one request \
+             to the service may hold",
+            MAX_EVENT_BYTES / 1024,
+            MAX_BODY_BYTES / 1024
         ));
     }
     Ok(buf)
@@ -235,6 +242,14 @@ pub async fn run(
             exit_code: 2,
         };
     }
+    // Before anything else can fail: an input the service cannot take whole is denied
+    // the same way whatever the environment or `--fallback` say, since no retry and no
+    // other prompt would make it fit, and sending it shortened would ask the approvers
+    // about less than what runs.
+    let request = match Request::new(opts, &event, &bytes, env) {
+        Ok(r) => r,
+        Err(why) => return HookResult::deny(why),
+    };
     let token = match env(&opts.token_env).filter(|t| !t.trim().is_empty()) {
         Some(t) => t,
         None => {
@@ -251,7 +266,6 @@ pub async fn run(
         Ok(api) => api,
         Err(e) => return failure(opts, e),
     };
-    let request = Request::new(opts, &event, &bytes, env);
     let pending: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
     tokio::select! {
         outcome = decide(&api, &request, event.tool_use_id.is_some(), opts.timeout_seconds, pending.clone()) => {
@@ -345,8 +359,12 @@ fn seconds(s: f64) -> String {
     }
 }
 
-/// Control characters become spaces; trimmed; at most `max` characters (an ellipsis
-/// marks a cut).
+/// For what the hook itself writes (Claude Code's deny message, stderr) and for the
+/// owner id: control characters become spaces, so a reason or name from elsewhere
+/// cannot break the one line of JSON or the terminal, and the service does not refuse
+/// the owner (it takes no control characters in an identifier); trimmed; at most `max`
+/// characters (an ellipsis marks a cut). Never applied to what the approvers are asked
+/// about: see [`clip`].
 fn clean(s: &str, max: usize) -> String {
     let s: String = s
         .chars()
@@ -362,9 +380,28 @@ fn clean(s: &str, max: usize) -> String {
     }
 }
 
-/// Like [`clean`], but keeps the end of a long path (its most specific part).
-fn clean_tail(s: &str, max: usize) -> String {
-    let s = clean(s, usize::MAX);
+/// At most `max` characters, an ellipsis marking the cut, and every character kept as
+/// it is: for the context line the approvers read. The service shows invisible
+/// characters (controls, bidi overrides) as visible escapes, which it can only do if
+/// they reach it; a newline turned into a space here would show a directory that is
+/// not the one Claude Code runs in. The two exceptions are NUL and ESC, which the
+/// service refuses in free text (they act on the logs and terminals that print it):
+/// they are written as the escapes it shows for the others (`\x00`, `\x1b`), so the
+/// approvers still see them and a directory name cannot make every call fail.
+fn clip(s: &str, max: usize) -> String {
+    let s = nul_and_esc_escaped(s);
+    if s.chars().count() <= max {
+        s
+    } else {
+        let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+        out.push('…');
+        out
+    }
+}
+
+/// Like [`clip`], but keeps the end of a long path (its most specific part).
+fn clip_tail(s: &str, max: usize) -> String {
+    let s = nul_and_esc_escaped(s);
     let n = s.chars().count();
     if n <= max {
         s
@@ -372,6 +409,11 @@ fn clean_tail(s: &str, max: usize) -> String {
         let tail: String = s.chars().skip(n - max.saturating_sub(1)).collect();
         format!("…{tail}")
     }
+}
+
+/// `s` with NUL and ESC written as `\x00` and `\x1b`, everything else as it is.
+fn nul_and_esc_escaped(s: &str) -> String {
+    s.replace('\0', "\\x00").replace('\u{1b}', "\\x1b")
 }
 
 fn last_component(path: &str) -> Option<String> {
@@ -406,37 +448,49 @@ pub fn owner_id(
     owner.filter(|o| !o.is_empty())
 }
 
-/// The line shown to the operator under the question.
-fn context_line(event: &HookEvent, shortened: bool) -> String {
+/// The line shown to the operator under the question. Each part is bounded (so the
+/// line stays well under the service's 2048 characters for `context`) but its
+/// characters are Claude Code's own (see [`clip`]).
+fn context_line(event: &HookEvent) -> String {
+    let present = |s: &&str| !s.trim().is_empty();
     let mut parts = vec![format!(
         "Claude Code in {}",
         event
             .cwd
             .as_deref()
-            .map(|c| clean_tail(c, 300))
-            .filter(|c| !c.is_empty())
+            .filter(present)
+            .map(|c| clip_tail(c, 300))
             .unwrap_or_else(|| "an unknown directory".into())
     )];
-    if let Some(s) = event.session_id.as_deref().map(|s| clean(s, 100)) {
-        parts.push(format!("session {s}"));
+    if let Some(s) = event.session_id.as_deref().filter(present) {
+        parts.push(format!("session {}", clip(s, 100)));
     }
     if let Some(m) = event
         .permission_mode
         .as_deref()
-        .map(|m| clean(m, 40))
-        .filter(|m| !m.is_empty() && m != "default")
+        .filter(|m| present(m) && *m != "default")
     {
-        parts.push(format!("mode {m}"));
+        parts.push(format!("mode {}", clip(m, 40)));
     }
     if event.agent_id.is_some()
-        && let Some(a) = event.agent_type.as_deref().map(|a| clean(a, 60))
+        && let Some(a) = event.agent_type.as_deref().filter(present)
     {
-        parts.push(format!("subagent {a}"));
-    }
-    if shortened {
-        parts.push("long values shortened, with their SHA-256".into());
+        parts.push(format!("subagent {}", clip(a, 60)));
     }
     parts.join(" · ")
+}
+
+/// The briefing, the line the approvers read above the parameters. It names the tool
+/// and repeats no value of the input: the service cuts a long briefing to its head, so
+/// a briefing that quoted the command would show a long command's head alone, as if
+/// it were all of it. The parameters block is the one place the call is shown, every
+/// key visible and every cut marked. (A template, so braces in the tool's name are
+/// doubled to stay literal. An input with a key named `tool` or `params` makes the
+/// service fall back to its own `<tool> with: k=v` briefing, as Python's `str.format`
+/// would; nothing here can change that without changing the input.)
+fn briefing_template(tool: &str) -> String {
+    let tool = tool.replace('{', "{{").replace('}', "}}");
+    format!("Claude Code asks to use {tool} with the parameters below.")
 }
 
 fn sha256_hex(parts: &[&[u8]]) -> String {
@@ -486,82 +540,18 @@ fn random_key() -> String {
     )
 }
 
-/// `params` for the request: `tool_input` verbatim when the service takes it as it is
-/// (a non-object is wrapped as `{"input": ...}`); otherwise a faithful preview with long
-/// strings shortened and their SHA-256, or, failing that, a digest and a preview of the
-/// whole input. The bool says whether anything was shortened.
-pub fn params_for(tool_input: &RawValue) -> (Box<RawValue>, bool) {
+/// `params` for the request: `tool_input` exactly as Claude Code wrote it, byte for
+/// byte (key order, number spelling and escapes included), so what the approvers see
+/// and what `args_hash` covers is the call that runs. A non-object, which the API does
+/// not take as `params`, is wrapped as `{"input": ...}`, its text unchanged.
+pub fn params_for(tool_input: &RawValue) -> Result<Box<RawValue>, String> {
     let raw = tool_input.get().trim();
     let whole = if raw.starts_with('{') {
         raw.to_owned()
     } else {
         format!("{{\"input\": {raw}}}")
     };
-    if fits(&whole)
-        && let Ok(v) = RawValue::from_string(whole)
-    {
-        return (v, false);
-    }
-    if let Ok(value) = serde_json::from_str::<Value>(raw) {
-        let value = if value.is_object() {
-            value
-        } else {
-            json!({ "input": value })
-        };
-        let short = shorten(value).to_string();
-        if fits(&short)
-            && let Ok(v) = RawValue::from_string(short)
-        {
-            return (v, true);
-        }
-    }
-    let summary = json!({
-        "note": "the tool input is too large to show: compare its size and SHA-256",
-        "input_bytes": raw.len(),
-        "input_sha256": sha256_hex(&[raw.as_bytes()]),
-        "preview": clean_keep_lines(raw, PREVIEW_CHARS),
-    });
-    let text = summary.to_string();
-    let v = RawValue::from_string(text).unwrap_or_else(|_| {
-        RawValue::from_string("{}".to_owned()).expect("an empty object is JSON")
-    });
-    (v, true)
-}
-
-/// Whether the service takes `params` as they are (its own parser and key limit).
-fn fits(params: &str) -> bool {
-    params.len() <= PARAMS_BUDGET_BYTES
-        && pyjson::parse_object(params)
-            .map(|p| p.count_keys() <= MAX_PARAM_KEYS)
-            .unwrap_or(false)
-}
-
-fn clean_keep_lines(s: &str, max: usize) -> String {
-    let mut out: String = s.chars().take(max).collect();
-    if s.chars().count() > max {
-        out.push('…');
-    }
-    out
-}
-
-/// Every string longer than [`LONG_STRING_CHARS`] becomes its start, its length and its
-/// SHA-256.
-fn shorten(v: Value) -> Value {
-    match v {
-        Value::String(s) if s.chars().count() > LONG_STRING_CHARS => {
-            let head: String = s.chars().take(KEPT_STRING_CHARS).collect();
-            Value::String(format!(
-                "{head}… [shortened by hitl-telegram: {} characters in all, sha256 {}]",
-                s.chars().count(),
-                sha256_hex(&[s.as_bytes()])
-            ))
-        }
-        Value::Array(items) => Value::Array(items.into_iter().map(shorten).collect()),
-        Value::Object(map) => {
-            Value::Object(map.into_iter().map(|(k, v)| (k, shorten(v))).collect())
-        }
-        other => other,
-    }
+    RawValue::from_string(whole).map_err(|e| format!("the tool input is not valid JSON: {e}"))
 }
 
 /// Everything of the create body but the idempotency key.
@@ -569,6 +559,7 @@ struct Request {
     tool: String,
     params: Box<RawValue>,
     owner_id: Option<String>,
+    template: String,
     context: String,
     timeout_seconds: f64,
     route: Option<String>,
@@ -581,6 +572,7 @@ struct CreateBody<'a> {
     params: &'a RawValue,
     #[serde(skip_serializing_if = "Option::is_none")]
     owner_id: Option<&'a str>,
+    template: &'a str,
     context: &'a str,
     timeout_seconds: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -590,23 +582,66 @@ struct CreateBody<'a> {
 }
 
 impl Request {
+    /// The request for `event`, or the deny message when the service could not take
+    /// its input whole.
+    ///
+    /// Checked here, before anything is sent, against the service's own limits (the
+    /// body size and the key count, with its own parser), so Claude Code is told the
+    /// size and the limit rather than a bare 413, and so the question is never posted
+    /// shortened: an approval of a head would run the tail unseen.
     fn new(
         opts: &HookOptions,
         event: &HookEvent,
         raw_event: &[u8],
         env: &(dyn Fn(&str) -> Option<String> + Sync),
-    ) -> Request {
+    ) -> Result<Request, String> {
+        let tool_name = clean(&event.tool_name, 128);
+        let params = params_for(&event.tool_input).map_err(|e| {
+            format!("Permission denied: hitl-telegram cannot send this {tool_name} call for approval ({e}).")
+        })?;
         let owner_id = owner_id(opts.owner_from, event, env);
-        let (params, shortened) = params_for(&event.tool_input);
-        Request {
+        let request = Request {
             tool: event.tool_name.clone(),
             params,
-            context: context_line(event, shortened),
+            template: briefing_template(&event.tool_name),
+            context: context_line(event),
             timeout_seconds: opts.timeout_seconds,
             route: opts.route.clone(),
             base_key: base_key(event, raw_event, owner_id.as_deref(), opts.route.as_deref()),
             owner_id,
+        };
+        // Every later key (`next_key`, `random_key`) is no longer than the first, so
+        // this is the largest body the run sends.
+        let body_bytes = request.body(&request.base_key).len();
+        if body_bytes > MAX_BODY_BYTES {
+            return Err(format!(
+                "Permission denied: this {tool_name} call is too large to ask about on \
+                 Telegram: its input is {} bytes, and the request carrying it would be \
+                 {body_bytes} bytes, over the {MAX_BODY_BYTES} bytes ({} KiB) the \
+                 hitl-telegram service takes. The input is never shortened for approval, \
+                 so nothing was asked. Split the work into smaller calls.",
+                event.tool_input.get().len(),
+                MAX_BODY_BYTES / 1024
+            ));
         }
+        let keys = pyjson::parse_object(request.params.get())
+            .map_err(|e| {
+                format!(
+                    "Permission denied: the hitl-telegram service cannot take this \
+                     {tool_name} call's input as it is ({}), so nothing was asked.",
+                    clean(&e.to_string(), 300)
+                )
+            })?
+            .count_keys();
+        if keys > MAX_PARAM_KEYS {
+            return Err(format!(
+                "Permission denied: this {tool_name} call's input has {keys} keys, more \
+                 than the {MAX_PARAM_KEYS} the hitl-telegram service takes, so it cannot \
+                 be shown whole on Telegram and nothing was asked. Split the work into \
+                 smaller calls."
+            ));
+        }
+        Ok(request)
     }
 
     fn body(&self, key: &str) -> String {
@@ -614,6 +649,7 @@ impl Request {
             tool: &self.tool,
             params: &self.params,
             owner_id: self.owner_id.as_deref(),
+            template: &self.template,
             context: &self.context,
             timeout_seconds: self.timeout_seconds,
             route: self.route.as_deref(),
@@ -994,40 +1030,126 @@ mod tests {
     #[test]
     fn params_are_the_tool_input_verbatim_and_non_objects_are_wrapped() {
         let e = event(BASH);
-        let (p, short) = params_for(&e.tool_input);
+        let p = params_for(&e.tool_input).unwrap();
         assert_eq!(p.get(), r#"{"command":"rm -rf build","timeout":120000}"#);
-        assert!(!short);
         let raw = RawValue::from_string("[1, 123456789012345678901234567890]".into()).unwrap();
-        let (p, short) = params_for(&raw);
-        assert_eq!(p.get(), r#"{"input": [1, 123456789012345678901234567890]}"#);
-        assert!(!short);
+        assert_eq!(
+            params_for(&raw).unwrap().get(),
+            r#"{"input": [1, 123456789012345678901234567890]}"#
+        );
         let raw = RawValue::from_string("\"ls\"".into()).unwrap();
-        assert_eq!(params_for(&raw).0.get(), r#"{"input": "ls"}"#);
+        assert_eq!(params_for(&raw).unwrap().get(), r#"{"input": "ls"}"#);
+        // Nothing is normalised: spacing, key order, escapes, a bidi override, a
+        // newline and a number's spelling reach the service as Claude Code wrote them.
+        let odd = "{ \"z\" : 1.50, \"command\": \"cat a\u{202e}txt.sh\\n\\u0007echo \\u00e9\" }";
+        let raw = RawValue::from_string(odd.into()).unwrap();
+        assert_eq!(params_for(&raw).unwrap().get(), odd);
+    }
+
+    fn options() -> HookOptions {
+        HookOptions {
+            url: "http://127.0.0.1:9".into(),
+            token_env: "T".into(),
+            route: None,
+            timeout_seconds: 120.0,
+            fallback: Fallback::Ask,
+            owner_from: OwnerFrom::User,
+        }
+    }
+
+    /// A Write event whose content is `n` ASCII characters.
+    fn write_event(n: usize) -> String {
+        json!({"session_id": "s1", "cwd": "/p", "hook_event_name": "PermissionRequest",
+               "tool_name": "Write",
+               "tool_input": {"file_path": "/p/a.txt", "content": "x".repeat(n)}})
+        .to_string()
+    }
+
+    fn request_for(json: &str) -> Result<Request, String> {
+        Request::new(&options(), &event(json), json.as_bytes(), &no_env)
     }
 
     #[test]
-    fn oversized_inputs_are_shortened_with_a_digest_and_always_fit() {
-        let content = "x".repeat(200_000);
-        let raw =
-            RawValue::from_string(json!({"file_path": "/a/b.txt", "content": content}).to_string())
-                .unwrap();
-        let (p, short) = params_for(&raw);
-        assert!(short);
-        assert!(fits(p.get()));
-        let v: Value = serde_json::from_str(p.get()).unwrap();
-        assert_eq!(v["file_path"], "/a/b.txt");
-        let c = v["content"].as_str().unwrap();
-        assert!(c.contains("200000 characters in all"), "{c}");
-        assert!(c.contains(&sha256_hex(&[content.as_bytes()])));
+    fn an_input_is_sent_whole_up_to_the_services_body_limit_and_denied_past_it() {
+        // Find the content length whose request body is exactly the limit.
+        let probe = request_for(&write_event(1000)).unwrap();
+        let overhead = probe.body(&probe.base_key).len() - 1000;
+        let at_limit = MAX_BODY_BYTES - overhead;
+        let fits = request_for(&write_event(at_limit)).expect("a body of exactly 64 KiB");
+        assert_eq!(fits.body(&fits.base_key).len(), MAX_BODY_BYTES);
+        let v: Value = serde_json::from_str(fits.params.get()).unwrap();
+        assert_eq!(v["content"].as_str().unwrap().len(), at_limit);
 
-        // Too many keys even when every string is short: a summary.
+        let over = write_event(at_limit + 1);
+        let message = request_for(&over).err().expect("one byte over is denied");
+        let input_bytes = event(&over).tool_input.get().len();
+        assert!(message.starts_with("Permission denied: this Write call is too large"));
+        assert!(
+            message.contains(&format!("its input is {input_bytes} bytes"))
+                && message.contains(&format!("would be {} bytes", MAX_BODY_BYTES + 1))
+                && message.contains("over the 65536 bytes (64 KiB)")
+                && message.contains("never shortened"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn every_later_key_is_no_longer_than_the_first() {
+        // The size check measures the body with the first key; a longer later key
+        // could push a body that passed it over the limit.
+        let e = event(BASH);
+        let first = base_key(&e, BASH.as_bytes(), None, None);
+        assert!(next_key(&first, "cf_1").len() <= first.len());
+        assert!(random_key().len() <= first.len());
+    }
+
+    #[test]
+    fn inputs_the_service_would_refuse_are_denied_naming_why() {
+        // Too many keys even when every value is short.
         let many: serde_json::Map<String, Value> =
-            (0..5000).map(|i| (format!("k{i}"), json!(i))).collect();
-        let raw = RawValue::from_string(Value::Object(many).to_string()).unwrap();
-        let (p, short) = params_for(&raw);
-        assert!(short);
-        assert!(fits(p.get()));
-        assert!(p.get().contains("input_sha256"));
+            (0..1001).map(|i| (format!("k{i}"), json!(i))).collect();
+        let e = json!({"tool_name": "mcp__x__y", "tool_input": many}).to_string();
+        let message = request_for(&e).err().expect("too many keys");
+        assert!(
+            message.contains("has 1001 keys, more than the 1000"),
+            "{message}"
+        );
+        // Deeper than the service's parser goes (serde_json alone would take it).
+        let deep = format!(
+            "{{\"tool_name\": \"Bash\", \"tool_input\": {{\"a\": {}{}}}}}",
+            "[".repeat(70),
+            "]".repeat(70)
+        );
+        let message = request_for(&deep).err().expect("too deep");
+        assert!(
+            message.contains("nesting deeper than 64 levels"),
+            "{message}"
+        );
+        // At the key limit: asked.
+        let ok: serde_json::Map<String, Value> =
+            (0..1000).map(|i| (format!("k{i}"), json!(i))).collect();
+        assert!(request_for(&json!({"tool_name": "t", "tool_input": ok}).to_string()).is_ok());
+    }
+
+    #[test]
+    fn the_briefing_names_the_tool_and_repeats_no_value() {
+        let long = format!("{}; rm -rf /tmp/x", "echo a && ".repeat(600));
+        let e = json!({"tool_name": "Bash", "tool_input": {"command": long}}).to_string();
+        let r = request_for(&e).unwrap();
+        let params = pyjson::parse_object(r.params.get()).unwrap();
+        let shown = crate::domain::briefing::render(Some(&r.template), "Bash", &params);
+        assert_eq!(shown.fallback_reason, None);
+        assert_eq!(
+            shown.text,
+            "Claude Code asks to use Bash with the parameters below."
+        );
+        // Braces in a tool's name stay literal.
+        let t = briefing_template("mcp__a{b}__c{{");
+        let shown = crate::domain::briefing::render(Some(&t), "mcp__a{b}__c{{", &params);
+        assert_eq!(
+            shown.text,
+            "Claude Code asks to use mcp__a{b}__c{{ with the parameters below."
+        );
     }
 
     #[test]
@@ -1070,21 +1192,28 @@ mod tests {
     fn the_context_names_directory_session_and_unusual_modes() {
         let e = event(BASH);
         assert_eq!(
-            context_line(&e, false),
+            context_line(&e),
             "Claude Code in /home/alice/billing-api · session s1"
         );
         let e = event(
             r#"{"cwd": "/p", "session_id": "s", "permission_mode": "acceptEdits", "agent_id": "a1", "agent_type": "Explore", "tool_name": "Bash", "tool_input": {}}"#,
         );
         assert_eq!(
-            context_line(&e, true),
-            "Claude Code in /p · session s · mode acceptEdits · subagent Explore · long values shortened, with their SHA-256"
+            context_line(&e),
+            "Claude Code in /p · session s · mode acceptEdits · subagent Explore"
         );
         let long = format!(
-            r#"{{"cwd": "/{}", "tool_name": "Bash", "tool_input": {{}}}}"#,
+            r#"{{"cwd": "/{}x", "tool_name": "Bash", "tool_input": {{}}}}"#,
             "d".repeat(5000)
         );
-        assert!(context_line(&event(&long), false).chars().count() < 400);
+        let line = context_line(&event(&long));
+        assert!(line.chars().count() < 400 && line.ends_with("dx"), "{line}");
+        // The directory's own characters, for the service to show as escapes: not a
+        // space where Claude Code has a newline, nor a stripped bidi override.
+        let odd = event(
+            r#"{"cwd": "/srv/a\nb\u202e/", "session_id": " ", "tool_name": "Bash", "tool_input": {}}"#,
+        );
+        assert_eq!(context_line(&odd), "Claude Code in /srv/a\nb\u{202e}/");
     }
 
     #[test]
@@ -1092,6 +1221,9 @@ mod tests {
         let e = event(BASH);
         let k = base_key(&e, BASH.as_bytes(), Some("alice"), None);
         assert!(k.starts_with("claude-") && k.len() <= 128);
+        // Pinned: a rerun by a newer hook must find the question an older one posted,
+        // so the key's derivation does not change with how the input is sent.
+        assert_eq!(k, "claude-5b52464ed8ff694357f1a81f885efc191a84713d");
         assert_eq!(k, base_key(&e, BASH.as_bytes(), Some("alice"), None));
         assert_ne!(k, base_key(&e, BASH.as_bytes(), Some("bob"), None));
         assert_ne!(k, base_key(&e, BASH.as_bytes(), Some("alice"), Some("ops")));
@@ -1213,10 +1345,14 @@ mod tests {
     }
 
     #[test]
-    fn clean_removes_controls_and_cuts_visibly() {
+    fn clean_removes_controls_clip_keeps_them_and_both_cut_visibly() {
         assert_eq!(clean(" a\u{0}b\nc ", 10), "a b c");
         assert_eq!(clean("abcdef", 4), "abc…");
-        assert_eq!(clean_tail("/very/long/path", 6), "…/path");
+        assert_eq!(clip_tail("/very/long/path", 6), "…/path");
+        assert_eq!(clip(" a\u{7}b\nc ", 10), " a\u{7}b\nc ");
+        assert_eq!(clip("abcdef", 4), "abc…");
+        assert_eq!(clip("a\u{1b}[2J\u{0}b", 20), "a\\x1b[2J\\x00b");
+        assert_eq!(clip_tail("/p/\u{1b}", 20), "/p/\\x1b");
         assert_eq!(last_component("/home/alice/proj/"), Some("proj".into()));
         assert_eq!(last_component("C:\\work\\proj"), Some("proj".into()));
         assert_eq!(last_component("/"), None);

@@ -86,6 +86,80 @@ fn denial(stdout: &str, stderr: &str) -> String {
     d["message"].as_str().expect("a deny message").to_owned()
 }
 
+/// `fixture` with its `tool_input` replaced by `raw_input`, written as it is, so a test
+/// knows the exact bytes Claude Code sent.
+fn with_input(fixture_name: &str, raw_input: &str) -> Vec<u8> {
+    event_with_input(
+        serde_json::from_slice(&fixture(fixture_name)).unwrap(),
+        raw_input,
+    )
+}
+
+/// `event` with its `tool_input` replaced by `raw_input`, written as it is.
+fn event_with_input(mut event: Value, raw_input: &str) -> Vec<u8> {
+    event["tool_input"] = json!("__TOOL_INPUT__");
+    let text = event.to_string();
+    assert_eq!(text.matches("\"__TOOL_INPUT__\"").count(), 1);
+    let text = text.replace("\"__TOOL_INPUT__\"", raw_input);
+    serde_json::from_str::<Value>(&text).expect("still one JSON event");
+    text.into_bytes()
+}
+
+/// One confirmation as the service stored it.
+struct Stored {
+    id: String,
+    params_json: String,
+    context: Option<String>,
+}
+
+/// Every confirmation the service stored, oldest first.
+async fn stored(app: &TestApp) -> Vec<Stored> {
+    let pool = sqlx::SqlitePool::connect(&app.db_url).await.expect("db");
+    let rows: Vec<(String, String, Option<String>)> =
+        sqlx::query_as("SELECT id, params_json, context FROM confirmations ORDER BY created_at")
+            .fetch_all(&pool)
+            .await
+            .expect("query");
+    pool.close().await;
+    rows.into_iter()
+        .map(|(id, params_json, context)| Stored {
+            id,
+            params_json,
+            context,
+        })
+        .collect()
+}
+
+/// Asks with `event`, checks the service stored `raw_input` byte for byte as the
+/// request's parameters, approves, and returns the record the agent reads back.
+async fn ask_approve_and_read_back(app: &TestApp, event: Vec<u8>, raw_input: &str) -> Value {
+    let child = hook(&app.base, Some(TOKEN_A), event, &[]);
+    let msg = app
+        .telegram
+        .wait_for_message_in(OPS_CHAT, 1)
+        .await
+        .remove(0);
+    let rows = stored(app).await;
+    assert_eq!(rows.len(), 1);
+    // Compared as text, not as parsed JSON: nothing re-spaced, re-escaped, re-ordered
+    // or cut on the way.
+    assert!(
+        rows[0].params_json == raw_input,
+        "the service received other parameters ({} bytes, {} sent)",
+        rows[0].params_json.len(),
+        raw_input.len()
+    );
+    app.telegram
+        .tap(OPS_CHAT, msg.message_id, "✅ Approve", alice());
+    let (code, out, err) = finish(child).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(decision(&out, &err), json!({"behavior": "allow"}));
+    let (status, record) = app.get(&rows[0].id).await;
+    assert_eq!(status.as_u16(), 200, "{record}");
+    assert_eq!(record["status"], "confirmed", "{record}");
+    record
+}
+
 /// A loopback URL nothing listens on.
 async fn closed_port_url() -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -105,6 +179,10 @@ async fn approving_on_telegram_allows_the_command() {
         .remove(0);
     let text = &msg.visible_text;
     assert!(text.contains("Tool: Bash"), "{text}");
+    assert!(
+        text.contains("Claude Code asks to use Bash with the parameters below."),
+        "{text}"
+    );
     assert!(
         text.contains("rm -rf build && cargo build --release"),
         "{text}"
@@ -219,39 +297,92 @@ async fn a_question_telegram_refuses_denies_fail_closed() {
 }
 
 #[tokio::test]
-async fn a_large_write_is_shown_shortened_with_its_digest() {
+async fn a_long_bash_command_reaches_the_service_whole_tail_included() {
     let app = TestApp::spawn().await;
-    let mut event: Value = serde_json::from_slice(&fixture("write_config.json")).unwrap();
-    event["tool_input"]["content"] = json!("# generated\n".repeat(20_000));
-    let child = hook(
-        &app.base,
-        Some(TOKEN_A),
-        serde_json::to_vec(&event).unwrap(),
-        &[],
+    let mut command = String::from("cd /srv/app");
+    while command.len() < 6000 - "; rm -rf /tmp/x".len() {
+        command.push_str(" && echo step");
+    }
+    command.truncate(6000 - "; rm -rf /tmp/x".len());
+    command.push_str("; rm -rf /tmp/x");
+    assert_eq!(command.chars().count(), 6000);
+    // Spaced and ordered as no serializer here would write it.
+    let raw = format!(
+        r#"{{"description": "Run the release steps",  "command": {}, "timeout":120000}}"#,
+        serde_json::to_string(&command).unwrap()
     );
-    let msg = app
-        .telegram
-        .wait_for_message_in(OPS_CHAT, 1)
-        .await
-        .remove(0);
-    let text = &msg.visible_text;
+    let record =
+        ask_approve_and_read_back(&app, with_input("bash_rm_build.json", &raw), &raw).await;
+    let sent = record["parameters"]["command"].as_str().expect("a command");
     assert!(
-        text.contains("shortened by hitl-telegram: 240000 characters in all, sha256 "),
-        "{text}"
+        sent.ends_with("; rm -rf /tmp/x"),
+        "…{}",
+        &sent[sent.len() - 40..]
     );
+    assert_eq!(sent, command);
+    assert_eq!(record["parameters"]["timeout"], 120000);
+}
+
+#[tokio::test]
+async fn a_write_of_nearly_64_kib_is_sent_whole() {
+    // Larger than the 48 KiB beyond which the hook used to cut every long string to
+    // its head; it fits one request, so it is asked about exactly as it is.
+    let app = TestApp::spawn().await;
+    let content = "# generated\nretry_limit = 5\n".repeat(2000);
+    let raw = json!({"file_path": "/home/alice/billing-api/config/production.toml",
+                     "content": content})
+    .to_string();
+    assert!((60_000..63_000).contains(&raw.len()), "{}", raw.len());
+    let record = ask_approve_and_read_back(&app, with_input("write_config.json", &raw), &raw).await;
+    assert_eq!(record["parameters"]["content"].as_str(), Some(&content[..]));
+}
+
+#[tokio::test]
+async fn a_bidi_override_and_newlines_reach_the_service_unchanged() {
+    let app = TestApp::spawn().await;
+    // U+202E written as the character itself (as Claude Code's JSON.stringify does),
+    // U+2066 and the newline as JSON escapes: each must arrive as written.
+    let raw = "{\"command\": \"cat notes\u{202e}txt.sh\\nrm -rf ~/.ssh \\u2066#\", \"description\": \"Show the notes\"}";
+    let mut event: Value = serde_json::from_slice(&fixture("bash_rm_build.json")).unwrap();
+    // In the directory, an ESC too: the service refuses it in free text, so the hook
+    // writes it as the escape the service shows for the others, and still asks.
+    event["cwd"] = json!("/home/alice/evil\u{202e}ipa-gnillib\u{1b}[2J");
+    let record = ask_approve_and_read_back(&app, event_with_input(event, raw), raw).await;
+    assert_eq!(
+        record["parameters"]["command"],
+        "cat notes\u{202e}txt.sh\nrm -rf ~/.ssh \u{2066}#"
+    );
+    // The context line keeps the directory's own characters too.
+    let context = stored(&app).await.remove(0).context.unwrap_or_default();
     assert!(
-        text.contains("long values shortened, with their SHA-256"),
-        "{text}"
+        context.contains("Claude Code in /home/alice/evil\u{202e}ipa-gnillib\\x1b[2J"),
+        "{context:?}"
     );
-    assert!(
-        text.contains("/home/alice/billing-api/config/production.toml"),
-        "{text}"
-    );
-    app.telegram
-        .tap(OPS_CHAT, msg.message_id, "✅ Approve", alice());
-    let (code, out, err) = finish(child).await;
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(decision(&out, &err), json!({"behavior": "allow"}));
+}
+
+#[tokio::test]
+async fn an_input_over_the_body_limit_is_denied_with_its_size_never_shortened() {
+    let app = TestApp::spawn().await;
+    let raw = json!({"file_path": "/home/alice/billing-api/config/production.toml",
+                     "content": "# generated\n".repeat(20_000)})
+    .to_string();
+    let event = with_input("write_config.json", &raw);
+    // Denied whatever --fallback says: no retry and no other prompt makes it fit.
+    for extra in [&[][..], &["--fallback", "ask"][..]] {
+        let child = hook(&app.base, Some(TOKEN_A), event.clone(), extra);
+        let (code, out, err) = finish(child).await;
+        assert_eq!(code, 0, "{err}");
+        let message = denial(&out, &err);
+        assert!(
+            message.starts_with("Permission denied: this Write call is too large")
+                && message.contains(&format!("its input is {} bytes", raw.len()))
+                && message.contains("over the 65536 bytes (64 KiB)")
+                && message.contains("Split the work into smaller calls"),
+            "{message}"
+        );
+    }
+    assert!(app.telegram.sent_messages().is_empty(), "nothing was asked");
+    assert!(stored(&app).await.is_empty(), "nothing reached the service");
 }
 
 #[tokio::test]
