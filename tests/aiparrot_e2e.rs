@@ -11,11 +11,14 @@
 //! What must hold: an approval tap yields `confirmed` with the parameters exactly as
 //! sent; a reject or cancel tap yields `cancelled`; silence yields `timeout` after the
 //! guard's `approval_timeout`; a guard with `allow_edit` asks a `form` and proceeds with
-//! the original parameters; a second identical call inside the window is `confirmed`
-//! by the guard itself without a new Telegram message; a question the service refuses
-//! is `cancelled` at once (fail closed); notifications and withdrawals reach Telegram;
-//! and an answer given while the service restarts still reaches the agent (the event
-//! stream resumes with `Last-Event-ID`).
+//! the original parameters; the guard's question shows the tool and every parameter,
+//! even those its briefing template leaves out, as a confirmation shows them; a call
+//! with a window offers "Approve once" (the identical call is asked again) and "Approve
+//! for <window>" (the window the route allows is recorded, and a second identical call
+//! inside it is `confirmed` by the guard itself without a new Telegram message); a
+//! question the service refuses is `cancelled` at once (fail closed); notifications and
+//! withdrawals reach Telegram; and an answer given while the service restarts still
+//! reaches the agent (the event stream resumes with `Last-Event-ID`).
 //!
 //! Needs a Python with ai-parrot (`HITL_AIPARROT_PYTHON`, e.g.
 //! `.ci/.venv-parrot/bin/python`) and Redis (`HITL_REDIS_URL`, default
@@ -39,12 +42,20 @@ const DRIVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python/e2e/dr
 /// The longest the driver may stay silent (its longest wait is a 3 s timeout, plus
 /// importing ai-parrot, which takes a few seconds).
 const EVENT_WAIT: Duration = Duration::from_secs(90);
+/// The other route's `max_window_seconds` in this test (the call and window scenarios
+/// ask there): the driver's window tools ask for 600 s, so the route's cap is what an
+/// "Approve for" grants.
+const OTHER_MAX_WINDOW: u64 = 120;
+/// The button that grants the window, for the capped 120 s.
+const APPROVE_FOR: &str = "✅ Approve for 2 min";
+const APPROVE_ONCE: &str = "✅ Approve once";
 
 /// Which Telegram chat a question for `target` (the request's route/recipient fields)
 /// lands in.
 fn chat_of(target: &Value) -> i64 {
     match (target["route"].as_str(), target["recipient"].as_str()) {
         (Some("ops"), _) => OPS_CHAT,
+        (Some("other"), _) => OTHER_CHAT,
         (None, Some("alice")) => ALICE as i64,
         _ => panic!("no chat for target {target}"),
     }
@@ -58,9 +69,12 @@ enum Act {
 
 fn act_for(scenario: &str) -> Act {
     match scenario {
-        "approve" | "window_first" | "window_other_args" | "restart" => {
-            Act::Tap("✅ Approve", alice())
-        }
+        "approve" | "restart" => Act::Tap("✅ Approve", alice()),
+        // In the other route, whose approver is bob.
+        "call_shown" => Act::Tap("✅ Approve", bob()),
+        "once_first" => Act::Tap(APPROVE_ONCE, bob()),
+        "once_second" => Act::Tap("❌ Reject", bob()),
+        "window_first" | "window_other_args" => Act::Tap(APPROVE_FOR, bob()),
         "reject" => Act::Tap("❌ Reject", alice()),
         "edit_form_approved" => Act::Tap("✅ Approve", bob()),
         "edit_form_cancelled" => Act::Tap("❌ Cancel", alice()),
@@ -83,6 +97,30 @@ fn free_port() -> u16 {
         .local_addr()
         .expect("addr")
         .port()
+}
+
+/// Every parameter of `params` (a JSON object), as the message's parameters block shows
+/// it (pretty JSON, one key per line): each `"key": value` for a scalar, each key and
+/// element for a list.
+fn assert_shows_every_parameter(text: &str, params: &Value) {
+    let params = params.as_object().expect("parameters are an object");
+    assert!(!params.is_empty());
+    for (key, value) in params {
+        match value {
+            Value::Array(items) => {
+                let open = format!("\"{key}\": [");
+                assert!(text.contains(&open), "{open} is not shown:\n{text}");
+                for item in items {
+                    let item = item.to_string();
+                    assert!(text.contains(&item), "{key}: {item} is not shown:\n{text}");
+                }
+            }
+            scalar => {
+                let line = format!("\"{key}\": {scalar}");
+                assert!(text.contains(&line), "{line} is not shown:\n{text}");
+            }
+        }
+    }
 }
 
 /// What happened to one question the driver posted.
@@ -109,11 +147,22 @@ async fn ai_parrot_confirmation_guard_asks_through_the_python_channel() {
         toml.contains("bind = \"127.0.0.1:0\""),
         "the base settings changed"
     );
+    // The other route caps windows, so "Approve for" grants less than the tool asks.
+    let other_route = "name = \"other\"\n";
+    assert_eq!(
+        toml.matches(other_route).count(),
+        1,
+        "the base settings changed"
+    );
     std::fs::write(
         &config,
         toml.replace(
             "bind = \"127.0.0.1:0\"",
             &format!("bind = \"127.0.0.1:{port}\""),
+        )
+        .replace(
+            other_route,
+            &format!("{other_route}max_window_seconds = {OTHER_MAX_WINDOW}\n"),
         ),
     )
     .unwrap();
@@ -239,6 +288,10 @@ async fn ai_parrot_confirmation_guard_asks_through_the_python_channel() {
     let approve = one_question("approve");
     assert_eq!(approve.event["interaction_type"], "approval");
     assert_eq!(approve.event["target_humans"], json!([]));
+    assert_eq!(
+        approve.event["call"]["params"],
+        result("approve")["sent_parameters"]
+    );
     let msg = approve.message.as_ref().unwrap();
     assert_eq!(msg.chat_id, OPS_CHAT);
     assert_eq!(msg.button_texts(), ["✅ Approve", "❌ Reject"]);
@@ -292,9 +345,15 @@ async fn ai_parrot_confirmation_guard_asks_through_the_python_channel() {
     assert_confirmed_with_original("edit_form_approved", result("edit_form_approved"));
     let form = one_question("edit_form_approved");
     assert_eq!(form.event["interaction_type"], "form");
+    // A form offers no choice of scope: its call announces no window.
+    assert_eq!(form.event["call"]["window_seconds"], 0);
     let msg = form.message.as_ref().unwrap();
     assert_eq!(msg.button_texts(), ["✅ Approve", "❌ Cancel"]);
     assert!(msg.visible_text.contains("ledger"), "{}", msg.visible_text);
+    assert_shows_every_parameter(
+        &msg.visible_text,
+        &result("edit_form_approved")["sent_parameters"],
+    );
     let view = stored_view(
         &client,
         &base,
@@ -312,10 +371,108 @@ async fn ai_parrot_confirmation_guard_asks_through_the_python_channel() {
         "form"
     );
 
-    // The window: the first call is asked and approved; the identical second one is
-    // confirmed by the guard itself, with no question and no Telegram message.
+    // The guard's question carries the call: its briefing names only the service, yet
+    // the message shows the tool, the owner and every parameter, as a confirmation
+    // does; the service's argument hash is the guard's.
+    assert_confirmed_with_original("call_shown", result("call_shown"));
+    let shown = one_question("call_shown");
+    let sent = &result("call_shown")["sent_parameters"];
+    assert_eq!(shown.event["target"], json!({"route": "other"}));
+    assert_eq!(shown.event["question"], "Deploy ledger-eu?");
+    assert_eq!(
+        shown.event["call"],
+        json!({"tool": "deploy", "params": sent, "owner_id": "anonymous", "window_seconds": 0})
+    );
+    let msg = shown.message.as_ref().unwrap();
+    let text = &msg.visible_text;
+    assert!(text.contains("Deploy ledger-eu?"), "{text}");
+    assert!(text.contains("Tool: deploy"), "{text}");
+    assert!(text.contains("Owner: anonymous"), "{text}");
+    assert_shows_every_parameter(text, sent);
+    assert!(!text.contains("sent no parameters"), "{text}");
+    assert_eq!(msg.button_texts(), ["✅ Approve", "❌ Reject"]);
+    let view = stored_view(
+        &client,
+        &base,
+        shown.event["interaction_id"].as_str().unwrap(),
+    )
+    .await;
+    // The record's call, field by field (the service may add more).
+    let expected = json!({"tool": "deploy", "owner_id": "anonymous",
+                          "args_hash": result("call_shown")["args_hash"], "window_seconds": 0});
+    for (field, value) in expected.as_object().unwrap() {
+        assert_eq!(&view["call"][field], value, "call.{field}: {view}");
+    }
+    assert_eq!(result("call_shown")["recorded"], json!([]));
+
+    // A call with a window offers both scopes, the window cut to what the route allows.
+    let window_buttons = [APPROVE_ONCE, APPROVE_FOR, "❌ Reject"];
+    // "Approve once": confirmed, no window recorded, so the identical call is asked
+    // again (and rejected this time).
+    assert_confirmed_with_original("once_first", result("once_first"));
+    let once = one_question("once_first");
+    assert_eq!(once.event["call"]["window_seconds"], 600);
+    let msg = once.message.as_ref().unwrap();
+    assert_eq!(msg.button_texts(), window_buttons);
+    assert!(
+        msg.visible_text.contains("this route allows at most 2 min"),
+        "{}",
+        msg.visible_text
+    );
+    assert_shows_every_parameter(&msg.visible_text, &result("once_first")["sent_parameters"]);
+    let view = stored_view(
+        &client,
+        &base,
+        once.event["interaction_id"].as_str().unwrap(),
+    )
+    .await;
+    assert_eq!(view["call"]["window_seconds"], OTHER_MAX_WINDOW, "{view}");
+    assert_eq!(
+        view["call"]["args_hash"],
+        result("once_first")["args_hash"],
+        "{view}"
+    );
+    let metadata = &view["responses"][0]["metadata"];
+    assert_eq!(metadata["approved_scope"], "once", "{view}");
+    assert_eq!(metadata["window_seconds"], 0, "{view}");
+    assert_eq!(result("once_first")["recorded"], json!([]));
+    telegram
+        .wait_for_message(OTHER_CHAT, msg.message_id, "approved once", |m| {
+            m.visible_text.contains("Approved once — Bob") && !m.has_buttons()
+        })
+        .await;
+    let d = decision("once_second");
+    assert_eq!(d["status"], "cancelled", "{d}");
+    let again = one_question("once_second");
+    assert_ne!(again.event["interaction_id"], once.event["interaction_id"]);
+    assert_ne!(again.message.as_ref().unwrap().message_id, msg.message_id);
+
+    // "Approve for": the first call is asked and approved with the route's window; the
+    // guard records that window (not the 600 s the tool asked for), and the identical
+    // second call is confirmed by the guard itself, with no question and no Telegram
+    // message.
     assert_confirmed_with_original("window_first", result("window_first"));
-    one_question("window_first");
+    let first = one_question("window_first");
+    let msg = first.message.as_ref().unwrap();
+    assert_eq!(msg.button_texts(), window_buttons);
+    let view = stored_view(
+        &client,
+        &base,
+        first.event["interaction_id"].as_str().unwrap(),
+    )
+    .await;
+    let metadata = &view["responses"][0]["metadata"];
+    assert_eq!(metadata["approved_scope"], "window", "{view}");
+    assert_eq!(metadata["window_seconds"], OTHER_MAX_WINDOW, "{view}");
+    assert_eq!(
+        result("window_first")["recorded"],
+        json!([OTHER_MAX_WINDOW])
+    );
+    telegram
+        .wait_for_message(OTHER_CHAT, msg.message_id, "approved for the window", |m| {
+            m.visible_text.contains("Approved for 2 min — Bob") && !m.has_buttons()
+        })
+        .await;
     assert_confirmed_with_original("window_second", result("window_second"));
     assert_eq!(
         decision("window_second")["reason"],
@@ -330,9 +487,14 @@ async fn ai_parrot_confirmation_guard_asks_through_the_python_channel() {
         sent_at_result["window_second"], sent_at_result["window_first"],
         "no Telegram message for the window hit"
     );
+    assert_eq!(result("window_second")["recorded"], json!([]));
     // The same tool with other arguments is asked again.
     assert_confirmed_with_original("window_other_args", result("window_other_args"));
     one_question("window_other_args");
+    assert_eq!(
+        result("window_other_args")["recorded"],
+        json!([OTHER_MAX_WINDOW])
+    );
 
     // A question the service refuses (a route agent-a may not use): the channel says
     // it was not delivered and the guard is cancelled at once, not after its 30 s.

@@ -6,6 +6,7 @@ import json
 import time
 from typing import List
 
+from parrot.auth.confirmation import compute_args_hash
 from pydantic import BaseModel, Field
 
 from _protocol import emit
@@ -32,11 +33,15 @@ class DeployTool:
         self.routing_meta = routing_meta
 
 
-def deploy_tool(*, allow_edit=False, window=0):
+#: The briefing every scenario's tool renders unless it names another.
+FULL_TEMPLATE = "Deploy {service} with {replicas} replicas ({params})?"
+
+
+def deploy_tool(*, allow_edit=False, window=0, template=FULL_TEMPLATE):
     return DeployTool(
         routing_meta={
             "requires_confirmation": True,
-            "confirm_template": "Deploy {service} with {replicas} replicas ({params})?",
+            "confirm_template": template,
             "confirm_window_seconds": window,
             "allow_edit": allow_edit,
         }
@@ -59,8 +64,9 @@ def decision_json(d):
     return json.loads(d.model_dump_json())
 
 
-async def confirm(scenario, guard, tool, call_params):
-    """Runs one guard decision and reports it as the scenario's ``result``."""
+async def confirm(scenario, guard, tool, call_params, report=None):
+    """Runs one guard decision and reports it as the scenario's ``result``, with the
+    guard's argument hash of the call and whatever ``report()`` adds."""
     Current.scenario = scenario
     t0 = time.monotonic()
     decision = await guard.confirm(tool=tool, parameters=call_params)
@@ -69,5 +75,7 @@ async def confirm(scenario, guard, tool, call_params):
         "scenario": scenario,
         "decision": decision_json(decision),
         "sent_parameters": call_params,
+        "args_hash": compute_args_hash(call_params),
         "elapsed": round(time.monotonic() - t0, 3),
+        **(report() if report else {}),
     })

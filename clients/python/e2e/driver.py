@@ -13,10 +13,13 @@ Protocol: one JSON object per line on stdout (anything else the process prints g
 stderr):
     {"event": "ready"}                         the guards are wired, the event stream is up
     {"event": "asked", "scenario", "interaction_id", "interaction_type", "question",
-     "accepted", "target"}                     the channel posted a question (the test
-                                               acts in Telegram when accepted is true)
+     "accepted", "target", "call"}             the channel posted a question (the test
+                                               acts in Telegram when accepted is true);
+                                               "call" is the tool call it carried, or null
     {"event": "result", "scenario", ...}       a scenario's outcome (the guard's decision
-                                               as "decision", elapsed seconds, ...)
+                                               as "decision", its "args_hash", elapsed
+                                               seconds, and for the other guard "recorded":
+                                               the windows its store recorded meanwhile)
     {"event": "done"}                          every scenario ran
     {"event": "skip", "reason"}                Redis is not reachable (exit 4)
     {"event": "fatal", "error"}                the driver itself failed (exit 3)
@@ -54,12 +57,12 @@ logging.basicConfig(
 from _scenario import Current, confirm, deploy_tool, params  # noqa: E402
 from parrot.auth.confirmation import (  # noqa: E402
     ConfirmationConfig,
-    ConfirmationGuard,
     InMemoryConfirmationWindowStore,
 )
 from parrot.human.models import HumanInteraction, InteractionType  # noqa: E402
 
 from hitl_telegram_channel import (  # noqa: E402
+    HitlConfirmationGuard,
     HitlInteractionManager,
     HitlTelegramChannel,
     close_confirmation_guard,
@@ -74,6 +77,7 @@ class AnnouncingChannel(HitlTelegramChannel):
 
     async def send_interaction(self, interaction, recipient):
         accepted = await super().send_interaction(interaction, recipient)
+        call = self.call_for(interaction.interaction_id)
         emit({
             "event": "asked",
             "scenario": Current.scenario,
@@ -83,8 +87,27 @@ class AnnouncingChannel(HitlTelegramChannel):
             "target_humans": list(interaction.target_humans),
             "accepted": accepted,
             "target": self.target_for(recipient),
+            "call": call.body() if call is not None else None,
         })
         return accepted
+
+
+class RecordingStore(InMemoryConfirmationWindowStore):
+    """AI-Parrot's in-memory window store, noting the windows it is told to record
+    (what the operator's choice let through OperatorWindowStore)."""
+
+    def __init__(self):
+        super().__init__()
+        self.recorded = []
+
+    async def record(self, owner_id, tool_name, args_hash, *, window_seconds):
+        self.recorded.append(window_seconds)
+        await super().record(owner_id, tool_name, args_hash, window_seconds=window_seconds)
+
+    def take(self):
+        """What was recorded since the last call, for a scenario's result."""
+        taken, self.recorded = self.recorded, []
+        return {"recorded": taken}
 
 
 async def wait_status(interaction_id, status, within=20.0):
@@ -127,13 +150,21 @@ async def main():
         BASE_URL, TOKEN, channel=channel(route="ops"), redis_url=REDIS_URL,
         config=ConfirmationConfig(approval_timeout=60),
     )
+    # In the other group (bob approves; the test caps its windows at 120 s): the
+    # scenarios about the call and its window, in a chat of their own so that Telegram's
+    # twenty messages a minute per group do not slow the ops scenarios down.
+    other_store = RecordingStore()
+    other = await make_confirmation_guard(
+        BASE_URL, TOKEN, channel=channel(route="other"), redis_url=REDIS_URL,
+        config=ConfirmationConfig(approval_timeout=60), store=other_store,
+    )
     # In alice's private chat with the bot (no route: default_recipient).
     private = await make_confirmation_guard(
         BASE_URL, TOKEN, channel=channel(default_recipient="alice"), redis_url=REDIS_URL,
         config=ConfirmationConfig(approval_timeout=60),
     )
     # The ops guard's manager and channel, with a 3 s approval_timeout.
-    short = ConfirmationGuard(
+    short = HitlConfirmationGuard(
         InMemoryConfirmationWindowStore(), human_manager=ops.human_manager,
         config=ConfirmationConfig(approval_timeout=3),
     )
@@ -142,7 +173,7 @@ async def main():
         BASE_URL, TOKEN, channel=channel(route="not-a-route"), redis_url=REDIS_URL,
         config=ConfirmationConfig(approval_timeout=30),
     )
-    guards = [ops, private, refused]
+    guards = [ops, other, private, refused]
     ops_channel = ops.human_manager.channels["telegram"]
     private_channel = private.human_manager.channels["telegram"]
     for g in guards:
@@ -165,12 +196,26 @@ async def main():
     async def edit_form_cancelled():
         await confirm("edit_form_cancelled", ops, deploy_tool(allow_edit=True), params("mailer"))
 
+    async def call_shown():
+        # A briefing that names only the service: the message must still show the tool
+        # and every parameter.
+        tool = deploy_tool(template="Deploy {service}?")
+        await confirm("call_shown", other, tool, params("ledger-eu"), other_store.take)
+
+    async def once():
+        # The tool asks for a 600 s window (the route allows 120 s): "Approve once"
+        # records none, so the identical call is asked again.
+        tool = deploy_tool(window=600)
+        await confirm("once_first", other, tool, params("search-eu"), other_store.take)
+        await confirm("once_second", other, tool, params("search-eu"), other_store.take)
+
     async def window():
-        tool = deploy_tool(window=60)
-        await confirm("window_first", ops, tool, params("cache"))
-        await confirm("window_second", ops, tool, params("cache"))
+        # "Approve for" records the window the route allows (120 s, not the 600 asked).
+        tool = deploy_tool(window=600)
+        await confirm("window_first", other, tool, params("cache"), other_store.take)
+        await confirm("window_second", other, tool, params("cache"), other_store.take)
         # Another call of the same tool with other arguments is asked again.
-        await confirm("window_other_args", ops, tool, params("cache-eu"))
+        await confirm("window_other_args", other, tool, params("cache-eu"), other_store.take)
 
     async def fail_closed():
         await confirm("fail_closed", refused, deploy_tool(), params("vault"))
@@ -209,6 +254,8 @@ async def main():
         "timeout": timeout,
         "edit_form_approved": edit_form_approved,
         "edit_form_cancelled": edit_form_cancelled,
+        "call_shown": call_shown,
+        "once": once,
         "window": window,
         "fail_closed": fail_closed,
         "notify": notify,

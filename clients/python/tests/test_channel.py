@@ -1,4 +1,4 @@
-"""Unit tests of the channel against a stub of the service's API (aiohttp).
+"""Unit tests of the channel and the guard against a stub of the service's API (aiohttp).
 
 Run with the python that has ai-parrot (stdlib unittest, nothing else needed):
 
@@ -10,12 +10,15 @@ redis://127.0.0.1:6379/13) and skip without it.
 
 import asyncio
 import json
+import math
 import os
 import sys
 import tempfile
 import time
 import unittest
+from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE.parent / "src"))
@@ -32,15 +35,25 @@ if "SITE_ROOT" not in os.environ:
     os.chdir(_root)
 
 from aiohttp import web  # noqa: E402
-from parrot.auth.confirmation import ConfirmationConfig  # noqa: E402
-from parrot.human.models import HumanInteraction, InteractionType  # noqa: E402
+from parrot.auth.confirmation import (  # noqa: E402
+    ConfirmationConfig,
+    ConfirmationGuard,
+    InMemoryConfirmationWindowStore,
+    compute_args_hash,
+)
+from parrot.core.exceptions import HumanInteractionInterrupt  # noqa: E402
+from parrot.human.models import HumanInteraction, HumanResponse, InteractionType  # noqa: E402
 
 from hitl_telegram_channel import (  # noqa: E402
+    HitlConfirmationGuard,
     HitlTelegramChannel,
+    OperatorWindowStore,
     SseParser,
+    ToolCall,
     close_confirmation_guard,
     make_confirmation_guard,
 )
+from hitl_telegram_channel.call import asking, granted_window  # noqa: E402
 
 TOKEN = "token-0123456789"
 REDIS_URL = os.environ.get("HITL_REDIS_URL", "redis://127.0.0.1:6379/13")
@@ -52,15 +65,25 @@ def approval(question="Ship it?"):
     )
 
 
-def response_for(iid, value=True, respondent="111111"):
+def response_for(iid, value=True, respondent="111111", **metadata):
     return {
         "interaction_id": iid,
         "respondent": respondent,
         "response_type": "approval",
         "value": value,
         "timestamp": "2026-01-02T03:04:05.678901Z",
-        "metadata": {"channel": "telegram"},
+        "metadata": {"channel": "telegram", **metadata},
     }
+
+
+def approved_once(iid):
+    """An "Approve once" tap, as the service reports it."""
+    return response_for(iid, approved_scope="once", window_seconds=0)
+
+
+def approved_for(iid, seconds):
+    """An "Approve for <window>" tap granting ``seconds``."""
+    return response_for(iid, approved_scope="window", window_seconds=seconds)
 
 
 class StubService:
@@ -75,6 +98,10 @@ class StubService:
         self.event_headers = []
         self.delete_status = 200
         self.events_open = asyncio.Event()
+        # The route's max_window_seconds: the effective window of a call.
+        self.max_window = 3600
+        # False: a service from before `call` (its record has none).
+        self.echo_call = True
 
     def app(self):
         app = web.Application()
@@ -105,8 +132,27 @@ class StubService:
                 status=self.create_status,
             )
         iid = body["interaction"]["interaction_id"]
-        view = self.create_body or {"interaction_id": iid, "status": "pending", "route": "ops"}
+        view = dict(self.create_body or {"interaction_id": iid, "status": "pending", "route": "ops"})
+        call = body.get("call")
+        if call is not None:
+            # The contract's shape: tool and params required, nothing else but
+            # owner_id and window_seconds.
+            if (not isinstance(call.get("tool"), str) or not isinstance(call.get("params"), dict)
+                    or set(call) - {"tool", "params", "owner_id", "window_seconds"}):
+                return web.json_response(
+                    {"error": {"code": "invalid_field", "message": f"call: {call!r}"}}, status=422)
+        if self.echo_call:
+            view["call"] = call and {
+                "tool": call["tool"],
+                "owner_id": call.get("owner_id", "anonymous"),
+                "args_hash": compute_args_hash(call["params"]),
+                "window_seconds": min(call.get("window_seconds", 0), self.max_window),
+            }
         return web.json_response(view, status=self.create_status)
+
+    def posted(self):
+        """The bodies of every POST /v1/interactions, oldest first."""
+        return [b for m, p, b in self.requests if m == "POST" and p == "/v1/interactions"]
 
     async def delete(self, request):
         self.requests.append(("DELETE", request.path, None))
@@ -371,6 +417,124 @@ class ListenTest(ServiceTestCase):
                                       "hitl_telegram:Forbidden: bot was blocked by the user")])
 
 
+class CallTest(ServiceTestCase):
+    """The tool call attached to a question travels as the request's `call`."""
+
+    async def test_an_attached_call_is_sent_with_the_interaction(self):
+        c = self.channel(route="ops")
+        i = approval("Deploy billing?")
+        params = {"service": "billing", "replicas": 3, "ratio": 0.1, "force": False,
+                  "tags": ["blue", "café"], "big": 10 ** 20, "at": datetime(2026, 1, 2, 3, 4, 5)}
+        c.attach_call(i.interaction_id, ToolCall("deploy", params, "alice", 600))
+        self.assertTrue(await c.send_interaction(i, ""))
+        body = self.stub.posted()[-1]
+        self.assertEqual(body["interaction"], json.loads(i.model_dump_json()))
+        self.assertEqual(body["call"], {
+            "tool": "deploy",
+            "params": {"service": "billing", "replicas": 3, "ratio": 0.1, "force": False,
+                       "tags": ["blue", "café"], "big": 10 ** 20, "at": "2026-01-02 03:04:05"},
+            "owner_id": "alice",
+            "window_seconds": 600,
+        })
+        # In the order the agent gave, and hashed by the service as the guard hashes.
+        self.assertEqual(list(body["call"]["params"]), list(params))
+        self.assertEqual(compute_args_hash(body["call"]["params"]), compute_args_hash(params))
+        # The same question sent again (another recipient) carries it again.
+        self.assertTrue(await c.send_interaction(i, "bob"))
+        self.assertEqual(self.stub.posted()[-1]["call"]["tool"], "deploy")
+        # A question with no call attached has no `call` field.
+        self.assertTrue(await c.send_interaction(approval(), ""))
+        self.assertNotIn("call", self.stub.posted()[-1])
+
+    async def test_a_record_without_the_call_is_not_accepted(self):
+        # A service that does not show the call: the operator would see a bare
+        # question, so the channel says it was not asked (the guard fails closed).
+        self.stub.echo_call = False
+        c = self.channel(route="ops")
+        i = approval()
+        c.attach_call(i.interaction_id, ToolCall("deploy", {"a": 1}))
+        with self.assertLogs("hitl_telegram_channel", "WARNING") as logs:
+            self.assertFalse(await c.send_interaction(i, ""))
+        self.assertIn("does not show the tool call", "\n".join(logs.output))
+        self.assertFalse(c.was_accepted(i.interaction_id))
+        # Questions without a call are not affected.
+        self.assertTrue(await c.send_interaction(approval(), ""))
+
+    async def test_parameters_json_cannot_carry_are_not_sent(self):
+        c = self.channel(route="ops")
+        i = approval()
+        c.attach_call(i.interaction_id, ToolCall("deploy", {"ratio": math.nan}))
+        with self.assertLogs("hitl_telegram_channel", "WARNING") as logs:
+            self.assertFalse(await c.send_interaction(i, ""))
+        self.assertIn("not delivered", "\n".join(logs.output))
+        self.assertEqual(self.stub.posted(), [])
+
+    async def test_the_call_is_forgotten_when_the_question_ends(self):
+        c = self.channel(route="ops")
+        a, b = approval("A?"), approval("B?")
+        for i in (a, b):
+            c.attach_call(i.interaction_id, ToolCall("deploy", {"q": i.question}))
+            self.assertTrue(await c.send_interaction(i, ""))
+        self.stub.event_batches = [[
+            (1, "status", {"interaction_id": a.interaction_id, "status": "delivered"}),
+            (2, "status", {"interaction_id": b.interaction_id, "status": "completed"}),
+        ]]
+        await c.start()
+        for _ in range(60):
+            if c.last_event_id == "2":
+                break
+            await asyncio.sleep(0.05)
+        self.assertEqual(c.call_for(a.interaction_id).params, {"q": "A?"})
+        self.assertIsNone(c.call_for(b.interaction_id))
+
+
+class WindowScopeTest(unittest.IsolatedAsyncioTestCase):
+    """What the operator granted, and what the window store records of it."""
+
+    def test_the_granted_window_is_what_every_approving_answer_allows(self):
+        r = HumanResponse.model_validate
+        self.assertEqual(granted_window([r(approved_once("q"))]), 0)
+        self.assertEqual(granted_window([r(approved_for("q", 600))]), 600)
+        # An answer that does not say (a service from before scopes): once.
+        self.assertEqual(granted_window([r(response_for("q"))]), 0)
+        # A refusal grants nothing, whatever its metadata says.
+        self.assertEqual(granted_window([r(response_for(
+            "q", False, approved_scope="window", window_seconds=600))]), 0)
+        self.assertEqual(granted_window([]), 0)
+        # Several approvers: the narrowest grant.
+        self.assertEqual(granted_window([
+            r(approved_for("q", 600)), r(dict(approved_for("q", 60), respondent="2"))]), 60)
+        self.assertEqual(granted_window([
+            r(approved_for("q", 600)), r(dict(approved_once("q"), respondent="2"))]), 0)
+        # Only a positive integer is a window.
+        for bad in (True, "600", 60.5, -5, None):
+            self.assertEqual(granted_window([r(response_for(
+                "q", approved_scope="window", window_seconds=bad))]), 0, bad)
+
+    async def test_the_store_records_only_what_the_operator_granted(self):
+        inner = SpyStore()
+        store = OperatorWindowStore(inner)
+        # Outside a guard's question: nothing.
+        await store.record("o", "deploy", "h", window_seconds=600)
+        call = ToolCall("deploy", {}, "o", 600)
+        token = asking.set(call)
+        try:
+            await store.record("o", "deploy", "h", window_seconds=600)  # scope unknown
+            call.granted_window_seconds = 0  # "Approve once"
+            await store.record("o", "deploy", "h", window_seconds=600)
+            self.assertEqual(inner.recorded, [])
+            self.assertFalse(await store.is_confirmed("o", "deploy", "h"))
+            call.granted_window_seconds = 120  # "Approve for", cut by the route
+            await store.record("o", "deploy", "h", window_seconds=600)
+            call.granted_window_seconds = 900  # more than the guard asked: its own
+            await store.record("o", "deploy", "h2", window_seconds=600)
+            await store.record("o", "other-tool", "h3", window_seconds=600)
+        finally:
+            asking.reset(token)
+        self.assertEqual(inner.recorded, [("o", "deploy", "h", 120), ("o", "deploy", "h2", 600)])
+        self.assertTrue(await store.is_confirmed("o", "deploy", "h"))
+
+
 async def _redis_up():
     try:
         import redis.asyncio as aioredis
@@ -387,8 +551,23 @@ class Tool:
     name = "deploy"
     args_schema = None
 
+    def __init__(self, **routing_meta):
+        self.routing_meta = {"requires_confirmation": True, **routing_meta}
+
+
+class SpyStore(InMemoryConfirmationWindowStore):
+    """AI-Parrot's in-memory store, noting each window it is asked to record."""
+
     def __init__(self):
-        self.routing_meta = {"requires_confirmation": True}
+        super().__init__()
+        self.recorded = []
+
+    async def record(self, owner_id, tool_name, args_hash, *, window_seconds):
+        self.recorded.append((owner_id, tool_name, args_hash, window_seconds))
+        await super().record(owner_id, tool_name, args_hash, window_seconds=window_seconds)
+
+
+PARAMS = {"service": "billing", "replicas": 3, "ratio": 0.1, "force": False, "tags": ["blue", "café"]}
 
 
 class GuardTest(ServiceTestCase):
@@ -396,6 +575,201 @@ class GuardTest(ServiceTestCase):
         await super().asyncSetUp()
         if not await _redis_up():
             self.skipTest(f"Redis at {REDIS_URL} is not reachable")
+
+    async def guard(self, **kw):
+        kw.setdefault("config", ConfirmationConfig(approval_timeout=20))
+        guard = await make_confirmation_guard(
+            self.base, TOKEN, route="ops", redis_url=REDIS_URL, **kw)
+        self.addAsyncCleanup(close_confirmation_guard, guard)
+        return guard
+
+    async def answer(self, guard, n, response):
+        """Waits for the n-th question posted, answers it with ``response(iid)`` as the
+        event stream would hand it on, and returns the posted body."""
+        for _ in range(100):
+            if len(self.stub.posted()) >= n:
+                break
+            await asyncio.sleep(0.05)
+        posted = self.stub.posted()
+        self.assertGreaterEqual(len(posted), n, "the question was not posted")
+        body = posted[n - 1]
+        channel = guard.human_manager.channels["telegram"]
+        await channel._handle("response", json.dumps(
+            {"response": response(body["interaction"]["interaction_id"])}))
+        return body
+
+    async def confirm(self, guard, response, n, tool=None, params=None, ctx=None):
+        task = asyncio.create_task(guard.confirm(
+            tool=tool or Tool(), parameters=dict(params or PARAMS), permission_context=ctx))
+        body = await self.answer(guard, n, response)
+        return await asyncio.wait_for(task, 5), body
+
+    async def test_the_question_carries_the_tool_and_every_parameter(self):
+        guard = await self.guard(config=ConfirmationConfig(approval_timeout=20, window_seconds=300))
+        self.assertIsInstance(guard, HitlConfirmationGuard)
+        # A template that leaves out every argument but one.
+        tool = Tool(confirm_template="Deploy {service}?")
+        d, body = await self.confirm(guard, approved_once, 1, tool=tool,
+                                     ctx=SimpleNamespace(user_id="alice", channel=None))
+        self.assertEqual((d.status, d.parameters), ("confirmed", PARAMS))
+        self.assertEqual(body["interaction"]["question"], "Deploy billing?")
+        self.assertEqual(body["call"], {"tool": "deploy", "params": PARAMS,
+                                        "owner_id": "alice", "window_seconds": 300})
+        self.assertEqual(list(body["call"]["params"]), list(PARAMS))
+        # The tool's own window wins over the config's, as in the stock guard; no
+        # permission context: anonymous.
+        d, body = await self.confirm(guard, approved_once, 2, tool=Tool(confirm_window_seconds=45))
+        self.assertEqual((body["call"]["owner_id"], body["call"]["window_seconds"]), ("anonymous", 45))
+        # Nothing is left behind in this task.
+        self.assertIsNone(asking.get())
+
+    async def test_approve_once_records_no_window(self):
+        inner = SpyStore()
+        guard = await self.guard(store=inner)
+        tool = Tool(confirm_window_seconds=600)
+        d, body = await self.confirm(guard, approved_once, 1, tool=tool)
+        self.assertEqual((d.status, d.parameters), ("confirmed", PARAMS))
+        self.assertEqual(body["call"]["window_seconds"], 600)
+        self.assertEqual(inner.recorded, [])
+        # The identical call is asked again.
+        d, _ = await self.confirm(guard, lambda iid: response_for(iid, False), 2, tool=tool)
+        self.assertEqual(d.status, "cancelled")
+        self.assertEqual(len(self.stub.posted()), 2)
+
+    async def test_approve_for_records_the_window_the_service_granted(self):
+        # The route caps the window at 120 s; the tool asks for 600.
+        self.stub.max_window = 120
+        inner = SpyStore()
+        guard = await self.guard(store=inner)
+        tool = Tool(confirm_window_seconds=600)
+        d, body = await self.confirm(guard, lambda iid: approved_for(iid, 120), 1, tool=tool,
+                                     ctx=SimpleNamespace(user_id="alice", channel=None))
+        self.assertEqual(d.status, "confirmed")
+        self.assertEqual(inner.recorded, [("alice", "deploy", compute_args_hash(PARAMS), 120)])
+        # The identical call is let through without a question.
+        d = await guard.confirm(tool=tool, parameters=dict(PARAMS),
+                                permission_context=SimpleNamespace(user_id="alice", channel=None))
+        self.assertEqual((d.status, d.reason), ("confirmed", "within confirmation window"))
+        self.assertEqual(len(self.stub.posted()), 1)
+        # Another owner is asked.
+        task = asyncio.create_task(guard.confirm(tool=tool, parameters=dict(PARAMS)))
+        await self.answer(guard, 2, lambda iid: response_for(iid, False))
+        self.assertEqual((await asyncio.wait_for(task, 5)).status, "cancelled")
+
+    async def test_a_grant_never_exceeds_the_guards_window(self):
+        inner = SpyStore()
+        guard = await self.guard(store=inner)
+        await self.confirm(guard, lambda iid: approved_for(iid, 3600), 1,
+                           tool=Tool(confirm_window_seconds=60))
+        self.assertEqual([w for *_, w in inner.recorded], [60])
+
+    async def test_an_approval_that_does_not_say_its_scope_records_no_window(self):
+        inner = SpyStore()
+        guard = await self.guard(store=inner)
+        d, _ = await self.confirm(guard, response_for, 1, tool=Tool(confirm_window_seconds=600))
+        self.assertEqual(d.status, "confirmed")
+        self.assertEqual(inner.recorded, [])
+
+    async def test_concurrent_questions_each_carry_their_own_call(self):
+        guard = await self.guard()
+        tasks = [asyncio.create_task(guard.confirm(
+            tool=Tool(confirm_template="Deploy?"), parameters={"service": name}))
+            for name in ("a", "b", "c")]
+        for _ in range(100):
+            if len(self.stub.posted()) == 3:
+                break
+            await asyncio.sleep(0.05)
+        channel = guard.human_manager.channels["telegram"]
+        by_service = {}
+        for body in self.stub.posted():
+            by_service[body["call"]["params"]["service"]] = body["interaction"]["interaction_id"]
+        self.assertEqual(sorted(by_service), ["a", "b", "c"])
+        # Approve b only; reject the others.
+        for name, iid in by_service.items():
+            r = approved_once(iid) if name == "b" else response_for(iid, False)
+            await channel._handle("response", json.dumps({"response": r}))
+        decisions = await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        self.assertEqual([(d.status, d.parameters) for d in decisions],
+                         [("cancelled", None), ("confirmed", {"service": "b"}), ("cancelled", None)])
+
+    async def test_the_tasks_the_manager_starts_do_not_inherit_the_call(self):
+        # Its timeout timer is created while the guard asks; it must not see the call
+        # (a task it starts could otherwise attach it to another question).
+        guard = await self.guard()
+        manager = guard.human_manager
+        seen = []
+        original = manager._handle_timeout
+
+        async def spy(interaction, channel):
+            seen.append(asking.get())
+            return await original(interaction, channel)
+
+        manager._handle_timeout = spy
+        d, body = await self.confirm(guard, approved_once, 1)
+        self.assertEqual(d.status, "confirmed")
+        self.assertIn("call", body)
+        self.assertEqual(seen, [None])
+
+    async def test_a_stock_guard_on_the_same_manager_sends_no_call(self):
+        guard = await self.guard()
+        stock = ConfirmationGuard(InMemoryConfirmationWindowStore(),
+                                  human_manager=guard.human_manager,
+                                  config=ConfirmationConfig(approval_timeout=20))
+        await self.confirm(guard, approved_once, 1)
+        d, body = await self.confirm(stock, response_for, 2)
+        self.assertEqual(d.status, "confirmed")
+        self.assertNotIn("call", body)
+
+    async def test_an_edit_form_carries_the_values_it_would_run_with(self):
+        tool = Tool(allow_edit=True, confirm_window_seconds=600)
+
+        def form_approved(iid):
+            return dict(response_for(iid), response_type="form", value=dict(PARAMS))
+
+        inner = SpyStore()
+        guard = await self.guard(store=inner)
+        d, body = await self.confirm(guard, form_approved, 1, tool=tool)
+        self.assertEqual(body["interaction"]["interaction_type"], "form")
+        # A form offers no choice of scope: no window announced, none recorded.
+        self.assertEqual(body["call"], {"tool": "deploy", "params": PARAMS,
+                                        "owner_id": "anonymous", "window_seconds": 0})
+        self.assertEqual((d.status, d.parameters), ("confirmed", PARAMS))
+        self.assertEqual(inner.recorded, [])
+
+        # An edit that fails validation is asked again: that form's call shows the
+        # edited values, which its Approve would run with.
+        class Strict(Tool):
+            args_schema = type("Args", (__import__("pydantic").BaseModel,), {
+                "__annotations__": {"service": str, "replicas": int}})
+
+        def edited(iid):
+            return dict(response_for(iid), response_type="form",
+                        value={"service": "billing", "replicas": "many"})
+
+        task = asyncio.create_task(guard.confirm(
+            tool=Strict(allow_edit=True), parameters={"service": "billing", "replicas": 3}))
+        await self.answer(guard, 2, edited)
+        await self.answer(guard, 3, lambda iid: dict(response_for(iid), response_type="free_text",
+                                                     value=None))
+        d = await asyncio.wait_for(task, 5)
+        self.assertEqual(d.status, "cancelled")
+        posted = self.stub.posted()
+        self.assertEqual(posted[1]["call"]["params"], {"service": "billing", "replicas": 3})
+        self.assertEqual(posted[2]["call"]["params"], {"service": "billing", "replicas": "many"})
+
+    async def test_a_suspended_question_carries_the_call_until_it_ends(self):
+        guard = await self.guard()
+        with self.assertRaises(HumanInteractionInterrupt) as raised:
+            await guard.confirm(tool=Tool(wait_strategy="suspend"), parameters=dict(PARAMS))
+        iid = raised.exception.interaction_id
+        body = self.stub.posted()[-1]
+        self.assertEqual(body["interaction"]["interaction_id"], iid)
+        self.assertEqual(body["call"]["params"], PARAMS)
+        channel = guard.human_manager.channels["telegram"]
+        self.assertEqual(channel.call_for(iid).tool, "deploy")
+        await channel._on_status(iid, "completed", None)
+        self.assertIsNone(channel.call_for(iid))
+        self.assertIsNone(asking.get())
 
     async def test_a_refused_question_is_cancelled_at_once(self):
         self.stub.create_status = 403

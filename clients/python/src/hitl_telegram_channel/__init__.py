@@ -9,10 +9,13 @@ AI-Parrot's configuration layer must be importable first (``env/<ENV>/.env`` and
 ``etc/config.ini`` under ``SITE_ROOT``), as for any use of ``parrot``.
 """
 
+from .call import ToolCall
 from .channel import HitlTelegramChannel, Target
 from .guard import (
     DEFAULT_CHANNEL_NAME,
+    HitlConfirmationGuard,
     HitlInteractionManager,
+    OperatorWindowStore,
     close_confirmation_guard,
     make_confirmation_guard,
     wire,
@@ -21,11 +24,14 @@ from .sse import SseEvent, SseParser
 
 __all__ = [
     "DEFAULT_CHANNEL_NAME",
+    "HitlConfirmationGuard",
     "HitlInteractionManager",
     "HitlTelegramChannel",
+    "OperatorWindowStore",
     "SseEvent",
     "SseParser",
     "Target",
+    "ToolCall",
     "close_confirmation_guard",
     "make_confirmation_guard",
     "wire",

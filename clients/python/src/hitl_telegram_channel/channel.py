@@ -4,7 +4,9 @@ service's HTTP API.
 Outbound, each call is one HTTP request:
 
 - ``send_interaction`` → ``POST /v1/interactions`` (the ``HumanInteraction`` exactly as
-  ``model_dump_json()`` wrote it);
+  ``model_dump_json()`` wrote it, and the tool call it is about as ``call`` when one was
+  attached with :meth:`HitlTelegramChannel.attach_call`: the service then shows the
+  tool, the owner and every parameter, rendered as for ``POST /v1/confirmations``);
 - ``send_notification`` → ``POST /v1/notifications``;
 - ``cancel_interaction`` → ``DELETE /v1/interactions/{interaction_id}``.
 
@@ -38,6 +40,7 @@ import aiohttp
 from parrot.human.channels.base import HumanChannel
 from parrot.human.models import HumanInteraction, HumanResponse
 
+from .call import ToolCall
 from .sse import SseParser
 
 logger = logging.getLogger("hitl_telegram_channel")
@@ -129,6 +132,8 @@ class HitlTelegramChannel(HumanChannel):
         self._accepted: "OrderedDict[str, bool]" = OrderedDict()
         # Interactions we asked that have not ended and that we did not withdraw.
         self._open: "OrderedDict[str, None]" = OrderedDict()
+        # interaction_id -> the tool call it asks about (sent as the request's `call`).
+        self._calls: "OrderedDict[str, ToolCall]" = OrderedDict()
 
     def __repr__(self) -> str:
         return (
@@ -159,6 +164,29 @@ class HitlTelegramChannel(HumanChannel):
         """Whether the service accepted this interaction for at least one recipient."""
         return self._accepted.get(interaction_id, False)
 
+    # ── The tool call a question is about ─────────────────────────────────
+
+    def attach_call(self, interaction_id: str, call: ToolCall) -> None:
+        """Every send of ``interaction_id`` from now on carries ``call``: the operator
+        sees the tool, the owner and the exact parameters, whatever the question says.
+
+        :class:`~hitl_telegram_channel.guard.HitlInteractionManager` does this for the
+        questions of a :class:`~hitl_telegram_channel.guard.HitlConfirmationGuard`; call
+        it yourself for a question of your own about a tool call. Forgotten when the
+        service reports the question ended, or with :meth:`detach_call`.
+        """
+        self._calls[interaction_id] = call
+        self._calls.move_to_end(interaction_id)
+        _trim(self._calls)
+
+    def detach_call(self, interaction_id: str) -> Optional[ToolCall]:
+        """Forgets the call attached to ``interaction_id`` and returns it."""
+        return self._calls.pop(interaction_id, None)
+
+    def call_for(self, interaction_id: str) -> Optional[ToolCall]:
+        """The call attached to ``interaction_id``, if any."""
+        return self._calls.get(interaction_id)
+
     # ── HumanChannel: outbound ────────────────────────────────────────────
 
     async def send_interaction(
@@ -166,8 +194,11 @@ class HitlTelegramChannel(HumanChannel):
     ) -> bool:
         """Ask through the service; ``True`` only when it accepted the question."""
         iid = interaction.interaction_id
+        call = self._calls.get(iid)
         try:
             body: Dict[str, Any] = {"interaction": json.loads(interaction.model_dump_json())}
+            if call is not None:
+                body["call"] = call.body()
             body.update(self.target_for(recipient))
             status, payload = await self._request("POST", "/v1/interactions", body)
         except Exception as exc:  # noqa: BLE001 - fail closed on anything
@@ -189,6 +220,19 @@ class HitlTelegramChannel(HumanChannel):
             logger.warning(
                 "interaction %s already ended on the service: %s (%s)",
                 iid, state, payload.get("reason"),
+            )
+            self._remember(iid, accepted=False)
+            return False
+        if call is not None and not (
+            isinstance(payload, dict) and isinstance(payload.get("call"), dict)
+        ):
+            # A record without the call (a service from before `call`, or the id stored
+            # earlier without one): the operator would see the bare question, without
+            # the parameters it is about. Not asked, so the guard fails closed.
+            logger.warning(
+                "interaction %s not asked: the service's record does not show the tool "
+                "call %r (it answered %s without a `call`)",
+                iid, call.tool, status,
             )
             self._remember(iid, accepted=False)
             return False
@@ -450,6 +494,9 @@ class HitlTelegramChannel(HumanChannel):
             return
         was_open = iid in self._open
         self._open.pop(iid, None)
+        # Ended: it is not asked again (the service refuses a further send of an ended
+        # question anyway), so its call need not be kept.
+        self._calls.pop(iid, None)
         if status != "cancelled" or not was_open:
             # completed: the answers came as response events; timeout: the manager's
             # own timer ends it with the same deadline.

@@ -1,6 +1,6 @@
 """Wiring the channel into AI-Parrot's ``HumanInteractionManager`` and ``ConfirmationGuard``.
 
-Two things the stock manager (ai-parrot 1.2.4) does not do, and that a confirmation
+What the stock manager and guard (ai-parrot 1.2.4) do not do, and that a confirmation
 gate over this channel needs:
 
 1. **Questions with no ``target_humans`` are never sent.** The manager calls
@@ -13,6 +13,16 @@ gate over this channel needs:
    deliver to any recipient (the service refused it or was unreachable),
    :class:`HitlInteractionManager` cancels it at once (``cancel_pending``), so the guard
    answers ``cancelled`` (fail closed) instead of ``timeout`` much later.
+3. **The operator does not see the call.** The stock guard asks with the rendered
+   briefing only, so a ``confirm_template`` that leaves an argument out hides it.
+   :class:`HitlConfirmationGuard` hands the tool, the exact parameters, the owner and
+   the window to the manager, which attaches them to the question on the channel (see
+   :mod:`hitl_telegram_channel.call`); the service shows them as it shows any
+   confirmation, and offers "Approve once" or "Approve for <window>".
+4. **The window ignores the operator's choice.** The stock guard records its window on
+   any approval. :class:`HitlConfirmationGuard` records through
+   :class:`OperatorWindowStore`, which records nothing for "Approve once" and at most
+   the window the service granted (a route may cap it) for "Approve for".
 
 Everything else (Redis persistence, futures, timeouts, consensus, escalation) is the
 stock manager's code, unchanged; other channels registered on it behave as before.
@@ -21,7 +31,8 @@ stock manager's code, unchanged; other channels registered on it behave as befor
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Mapping, Optional
+from dataclasses import replace
+from typing import Any, Iterable, Mapping, Optional, Tuple
 
 from parrot.auth.confirmation import (
     ConfirmationConfig,
@@ -30,8 +41,9 @@ from parrot.auth.confirmation import (
     InMemoryConfirmationWindowStore,
 )
 from parrot.human.manager import HumanInteractionManager
-from parrot.human.models import HumanInteraction, InteractionStatus
+from parrot.human.models import HumanInteraction, InteractionStatus, InteractionType
 
+from .call import ToolCall, asking, granted_window
 from .channel import HitlTelegramChannel, Target
 
 logger = logging.getLogger("hitl_telegram_channel")
@@ -42,7 +54,56 @@ DEFAULT_CHANNEL_NAME = "telegram"
 
 class HitlInteractionManager(HumanInteractionManager):
     """``HumanInteractionManager`` that also sends questions without ``target_humans``
-    through a :class:`HitlTelegramChannel`, and fails undeliverable ones closed."""
+    through a :class:`HitlTelegramChannel`, fails undeliverable ones closed, and
+    attaches the tool call a :class:`HitlConfirmationGuard` is asking about to its
+    question."""
+
+    async def request_human_input(
+        self,
+        interaction: HumanInteraction,
+        channel: str = "telegram",
+    ):
+        call, token, impl = self._bind_call(interaction, channel)
+        try:
+            result = await super().request_human_input(interaction, channel=channel)
+        finally:
+            if token is not None:
+                asking.reset(token)
+            if impl is not None:
+                # The blocking path is over: nothing sends this question again.
+                impl.detach_call(interaction.interaction_id)
+        if call is not None:
+            # What the operator chose, from the answers the manager consolidated (so an
+            # answer it refused grants nothing); OperatorWindowStore records by it.
+            call.granted_window_seconds = granted_window(result.responses)
+        return result
+
+    def _bind_call(
+        self, interaction: HumanInteraction, channel: str
+    ) -> Tuple[Optional[ToolCall], Any, Optional[HitlTelegramChannel]]:
+        """Takes the call the guard is asking about in this task, if any, and attaches
+        it to ``interaction`` on the channel. The context variable is cleared until the
+        caller resets it (the returned token), so the tasks the stock manager starts
+        meanwhile (timeout timers) do not carry it to other questions."""
+        call = asking.get()
+        if call is None:
+            return None, None, None
+        token = asking.set(None)
+        call.granted_window_seconds = None
+        impl = self.channels.get(channel)
+        if not isinstance(impl, HitlTelegramChannel):
+            logger.warning(
+                "the call %r is asked on channel %r, not a HitlTelegramChannel: the "
+                "question goes without it",
+                call.tool, channel,
+            )
+            return call, token, None
+        if interaction.interaction_type == InteractionType.FORM:
+            bound = call.for_form((interaction.form_schema or {}).get("current_values"))
+        else:
+            bound = replace(call, granted_window_seconds=None)
+        impl.attach_call(interaction.interaction_id, bound)
+        return call, token, impl
 
     async def _dispatch_to_channel(self, interaction: HumanInteraction, channel: str) -> None:
         impl = self.channels.get(channel)
@@ -64,9 +125,16 @@ class HitlInteractionManager(HumanInteractionManager):
         channel: str = "telegram",
         schedule_timeout: bool = True,
     ) -> str:
-        interaction_id = await super().request_human_input_async(
-            interaction, channel=channel, schedule_timeout=schedule_timeout
-        )
+        _call, token, _bound = self._bind_call(interaction, channel)
+        try:
+            interaction_id = await super().request_human_input_async(
+                interaction, channel=channel, schedule_timeout=schedule_timeout
+            )
+        finally:
+            if token is not None:
+                asking.reset(token)
+        # The call stays attached: a suspended question is answered later; the channel
+        # forgets it when the service reports the question ended.
         impl = self.channels.get(channel)
         if not isinstance(impl, HitlTelegramChannel):
             return interaction_id
@@ -86,7 +154,106 @@ class HitlInteractionManager(HumanInteractionManager):
             "interaction %s reached nobody through hitl-telegram: cancelled (fail closed)",
             interaction.interaction_id,
         )
+        impl.detach_call(interaction.interaction_id)
         await self.cancel_pending(interaction.interaction_id, "hitl_telegram:undeliverable")
+
+
+class OperatorWindowStore(ConfirmationWindowStore):
+    """A window store that records only the window the operator granted.
+
+    The stock guard calls ``record(..., window_seconds=<its window>)`` after any
+    approval. Inside a :class:`HitlConfirmationGuard` confirmation this store looks at
+    what the operator chose (the call's ``granted_window_seconds``, from the answer's
+    ``metadata``): "Approve once" records nothing; "Approve for" records the smaller of
+    the guard's window and the one the service granted (a route's
+    ``max_window_seconds`` may cut it). Anything it cannot attribute to an operator's
+    choice (a ``record`` outside a guard's question, an answer that does not say) records
+    nothing: a missing window only means asking again. Lookups go to ``inner``.
+    """
+
+    def __init__(self, inner: ConfirmationWindowStore) -> None:
+        self.inner = inner
+
+    async def is_confirmed(self, owner_id: str, tool_name: str, args_hash: str) -> bool:
+        return await self.inner.is_confirmed(owner_id, tool_name, args_hash)
+
+    async def record(
+        self,
+        owner_id: str,
+        tool_name: str,
+        args_hash: str,
+        *,
+        window_seconds: int,
+    ) -> None:
+        call = asking.get()
+        if call is None or call.tool != tool_name:
+            logger.warning(
+                "window for %r not recorded: not the answer to a question of a "
+                "HitlConfirmationGuard", tool_name,
+            )
+            return
+        granted = call.granted_window_seconds
+        if granted is None:
+            logger.warning("window for %r not recorded: the answer's scope is unknown", tool_name)
+            return
+        seconds = min(int(window_seconds), granted)
+        if seconds <= 0:
+            logger.info("approved once: no window recorded for %r (owner %s)", tool_name, owner_id)
+            return
+        logger.info(
+            "approved for %d s: window recorded for %r (owner %s; the guard asked for %d s)",
+            seconds, tool_name, owner_id, window_seconds,
+        )
+        await self.inner.record(owner_id, tool_name, args_hash, window_seconds=seconds)
+
+
+class HitlConfirmationGuard(ConfirmationGuard):
+    """``ConfirmationGuard`` whose questions show the tool call, and whose window
+    follows the operator's choice.
+
+    Overrides one method of the stock guard, ``_request_confirmation``, the step after
+    the window check that has everything the call is (tool, parameters, owner, the
+    window in force: the tool's ``confirm_window_seconds``, else
+    ``config.window_seconds``). It publishes that call for the duration of the question
+    (:data:`hitl_telegram_channel.call.asking`) and runs the stock code unchanged, so
+    briefing, approval or form, BLOCK or SUSPEND and the decisions stay AI-Parrot's.
+    Needs a :class:`HitlInteractionManager` (which attaches the call to the question)
+    and records windows through :class:`OperatorWindowStore` (``store`` is wrapped in
+    one unless it is one).
+    """
+
+    def __init__(
+        self,
+        store: ConfirmationWindowStore,
+        human_manager: Optional[HumanInteractionManager] = None,
+        config: Optional[ConfirmationConfig] = None,
+    ) -> None:
+        if not isinstance(store, OperatorWindowStore):
+            store = OperatorWindowStore(store)
+        super().__init__(store, human_manager=human_manager, config=config)
+        if human_manager is not None and not isinstance(human_manager, HitlInteractionManager):
+            logger.warning(
+                "%s is not a HitlInteractionManager: the guard's questions will not show "
+                "the tool call, and no window will be recorded",
+                type(human_manager).__name__,
+            )
+
+    async def _request_confirmation(self, **kwargs: Any):
+        # Keyword arguments passed through as they came, so a later ai-parrot that adds
+        # one still works; the ones read here are those of 1.2.4's signature.
+        tool = kwargs["tool"]
+        owner = kwargs.get("owner")
+        call = ToolCall(
+            tool=str(tool.name),
+            params=kwargs["parameters"],
+            owner_id=owner if isinstance(owner, str) and owner else "anonymous",
+            window_seconds=max(0, int(kwargs.get("window_seconds") or 0)),
+        )
+        token = asking.set(call)
+        try:
+            return await super()._request_confirmation(**kwargs)
+        finally:
+            asking.reset(token)
 
 
 def wire(
@@ -126,15 +293,18 @@ async def make_confirmation_guard(
     timeout: float = 10.0,
     channel: Optional[HitlTelegramChannel] = None,
     start: bool = True,
-) -> ConfirmationGuard:
+) -> HitlConfirmationGuard:
     """A ``ConfirmationGuard`` that asks on Telegram through the service.
 
     Builds a :class:`HitlTelegramChannel` (unless ``channel`` is given), a
     :class:`HitlInteractionManager` (unless ``manager`` is given; it keeps its state in
     Redis at ``redis_url``, AI-Parrot's ``REDIS_URL`` by default) with the channel
     registered as ``"telegram"`` (and as ``config.default_channel`` if that differs),
-    and the guard over them. With ``start`` (the default) it also registers the
-    manager's handlers and starts the channel's event listener.
+    and a :class:`HitlConfirmationGuard` over them: its questions show the tool and its
+    exact parameters, and an approval with a window offers "Approve once" and "Approve
+    for <window>"; the window is recorded only for the latter (``store``, in memory by
+    default, wrapped in an :class:`OperatorWindowStore`). With ``start`` (the default)
+    it also registers the manager's handlers and starts the channel's event listener.
 
     The guard's questions name no ``target_humans``: they go to ``route`` if given, else
     ``default_recipient`` (a ``[people]`` name: their private chat), else the agent's
@@ -156,7 +326,7 @@ async def make_confirmation_guard(
     if config.default_channel not in names:
         names.append(config.default_channel)
     wire(manager, channel, names)
-    guard = ConfirmationGuard(
+    guard = HitlConfirmationGuard(
         store or InMemoryConfirmationWindowStore(), human_manager=manager, config=config
     )
     if start:

@@ -1,0 +1,105 @@
+"""The tool call a question is about, and how it travels from the guard to the channel.
+
+``ConfirmationGuard`` (ai-parrot 1.2.4) builds its ``HumanInteraction`` inside
+``_ask_approval``/``_ask_form`` from the rendered briefing alone: the interaction has no
+field for the tool, its parameters or the window, so a template that leaves an argument
+out would hide it from the operator. :class:`~hitl_telegram_channel.guard.HitlConfirmationGuard`
+puts a :class:`ToolCall` in a context variable for the duration of one confirmation;
+:class:`~hitl_telegram_channel.guard.HitlInteractionManager` takes it at its entry point,
+where it holds the very interaction object the guard built, and attaches it to that
+``interaction_id`` on the channel, which sends it as the request's ``call``.
+
+Why a context variable and a registry keyed by ``interaction_id`` rather than something
+on the interaction object: the interaction is a pydantic model whose JSON is posted as
+is (an extra field would be sent inside ``interaction``, and the manager persists and
+reloads interactions through Redis, where a private attribute would be lost); and one
+manager serves many guards and many concurrent calls, so an attribute on the guard or
+the manager would race, whereas a context variable is per task. The manager clears the
+variable while it runs, so the tasks it starts (its timeout timers) do not inherit it.
+"""
+
+from __future__ import annotations
+
+import json
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, Iterable, Optional
+
+#: The call :class:`HitlConfirmationGuard` is asking about in this task, if any.
+asking: ContextVar[Optional["ToolCall"]] = ContextVar("hitl_telegram_asking", default=None)
+
+
+@dataclass
+class ToolCall:
+    """A tool call as the service shows it: ``POST /v1/interactions``' ``call``.
+
+    Attributes:
+        tool: The tool's name.
+        params: The exact parameters (sent as they are; values JSON cannot carry are
+            sent as ``str(value)``, as ``compute_args_hash`` hashes them).
+        owner_id: On whose behalf the agent acts (the guard's window key).
+        window_seconds: The window an approval may open (0: none). The service offers
+            "Approve once" and "Approve for <window>" for an approval when it is > 0,
+            cut to the route's ``max_window_seconds``.
+        granted_window_seconds: Set once the question is answered: the window the
+            operator granted (0 for "Approve once" or a refusal); ``None`` while unknown.
+    """
+
+    tool: str
+    params: Dict[str, Any]
+    owner_id: str = "anonymous"
+    window_seconds: int = 0
+    granted_window_seconds: Optional[int] = field(default=None, compare=False)
+
+    def body(self) -> Dict[str, Any]:
+        """The request's ``call`` field.
+
+        ``default=str`` turns values JSON cannot carry (a ``datetime``) into the text
+        ``compute_args_hash`` hashes for them, so the service's argument hash is the
+        guard's. NaN and infinities have no JSON form: ``ValueError``, and the question
+        is not sent (fail closed) rather than shown with a value that is not the one
+        that would run.
+        """
+        params = json.loads(json.dumps(self.params, default=str, allow_nan=False))
+        return {
+            "tool": self.tool,
+            "params": params,
+            "owner_id": self.owner_id,
+            "window_seconds": int(self.window_seconds),
+        }
+
+    def for_form(self, current_values: Any) -> "ToolCall":
+        """The call a ``form`` interaction (``allow_edit``) asks about.
+
+        Its parameters are the form's ``current_values``: what its Approve returns and
+        the tool then runs with (after an invalid edit the guard asks again with the
+        edited values, not the original ones). Its window is 0: Telegram shows a form
+        with one Approve and no choice of scope, so its approval grants no window (and
+        :class:`~hitl_telegram_channel.guard.OperatorWindowStore` records none), and the
+        question must not announce one.
+        """
+        params = current_values if isinstance(current_values, dict) else self.params
+        return replace(self, params=params, window_seconds=0, granted_window_seconds=None)
+
+
+def granted_window(responses: Iterable[Any]) -> int:
+    """The window the answers grant: the smallest over the approving answers of the
+    ``window_seconds`` the service put in ``metadata`` when the operator chose "Approve
+    for" (``approved_scope: "window"``), and 0 for "Approve once", for an answer that
+    says nothing about its scope, or when nobody approved."""
+    grants = []
+    for response in responses:
+        if not getattr(response, "value", None):
+            continue
+        metadata = getattr(response, "metadata", None) or {}
+        seconds = metadata.get("window_seconds")
+        if (
+            metadata.get("approved_scope") == "window"
+            and isinstance(seconds, int)
+            and not isinstance(seconds, bool)
+            and seconds > 0
+        ):
+            grants.append(seconds)
+        else:
+            grants.append(0)
+    return min(grants) if grants else 0
