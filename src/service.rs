@@ -1720,10 +1720,12 @@ fn tap_ack(r: &Confirmation) -> String {
     }
 }
 
-/// Telegram shows at most 200 characters in a tap's answer.
+/// Telegram shows at most 200 characters in a tap's answer; names and labels in it are
+/// shown with their invisible characters as escapes, as everywhere operators read.
 fn cut_for_toast(text: &str) -> String {
+    let text = crate::domain::text::visible(text, crate::domain::text::Layout::Line);
     if text.chars().count() <= 200 {
-        text.to_owned()
+        text
     } else {
         text.chars().take(199).collect::<String>() + "…"
     }
@@ -1747,10 +1749,5 @@ fn same_request(
 
 /// The text a late tap gets: the stored outcome, within Telegram's 200-character limit.
 fn already_decided(r: &Confirmation) -> String {
-    let text = format!("Already decided: {}", r.reason);
-    if text.chars().count() <= 200 {
-        text
-    } else {
-        text.chars().take(199).collect::<String>() + "…"
-    }
+    cut_for_toast(&format!("Already decided: {}", r.reason))
 }

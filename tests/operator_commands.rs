@@ -408,3 +408,29 @@ async fn a_free_text_answer_that_starts_with_a_slash_is_still_an_answer() {
         .wait_for_message_text_containing(OPS_CHAT, question.message_id, "/var/log")
         .await;
 }
+
+#[tokio::test]
+async fn pending_shows_a_questions_invisible_characters_as_escapes() {
+    let app = TestApp::spawn().await;
+    registered(&app).await;
+    let r = app
+        .client
+        .post(app.url("/v1/interactions"))
+        .bearer_auth(TOKEN_A)
+        .json(
+            &json!({"interaction": {"interaction_id": "bidi", "interaction_type": "approval",
+            "question": "Drop \u{202e}prod\u{200b}"}}),
+        )
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    app.telegram.wait_for_message_in(OPS_CHAT, 1).await;
+    let answer = command(&app, OPS_CHAT, alice(), "/pending").await;
+    assert!(
+        answer.visible_text.contains("Drop \\u202eprod\\u200b"),
+        "{}",
+        answer.visible_text
+    );
+    assert!(!answer.text.contains('\u{202e}'), "{}", answer.text);
+}

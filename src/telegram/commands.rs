@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::confirmation::Confirmation;
 use crate::domain::ids::ConfirmationId;
+use crate::domain::text::{self, Layout};
 use crate::service::{CommandReply, Service};
 use crate::storage::LiveWindow;
 
@@ -132,12 +133,20 @@ pub fn parse(text: &str, me: Option<&str>) -> Parsed {
 }
 
 /// At most `n` characters of `s`, marked when cut (an operator's typo is echoed back).
+/// Agent text as operators must see it (invisible characters as escapes, see
+/// [`crate::domain::text`]), cut to `n` characters with a visible "…".
 fn cut(s: &str, n: usize) -> String {
+    let s = text::visible(s, Layout::Line);
     if s.chars().count() <= n {
-        s.to_owned()
+        s
     } else {
         s.chars().take(n).collect::<String>() + "…"
     }
+}
+
+/// [`cut`] at a length no name reaches, then HTML-escaped.
+fn shown(s: &str) -> String {
+    escape(&cut(s, 256))
 }
 
 /// Asks Telegram for the bot's username (commands addressed `/cmd@<bot>` need it) and
@@ -199,10 +208,10 @@ pub fn render(reply: &CommandReply, now: OffsetDateTime) -> String {
             "🔒 Window <code>{}</code> closed by {}: {} for owner <code>{}</code> (agent {}) \
              would have run without asking until {}. The next identical call asks again.",
             escape(window.window.opened_by.as_str()),
-            escape(&by.to_string()),
+            shown(&by.to_string()),
             tool(window.window.key.tool.as_str()),
-            escape(window.window.key.owner_id.as_str()),
-            escape(&window.window.key.agent),
+            shown(window.window.key.owner_id.as_str()),
+            shown(&window.window.key.agent),
             date_time(window.window.expires_at),
         ),
         CommandReply::Help => help(),
@@ -264,7 +273,7 @@ fn pending_entry(r: &Confirmation, now: OffsetDateTime) -> String {
     };
     format!(
         "• {what} · agent {} · {} left · {}",
-        escape(&r.agent),
+        shown(&r.agent),
         left(r.expires_at - now),
         link(r.chat_id, r.message_id)
     )
@@ -276,7 +285,7 @@ fn window_entry(w: &LiveWindow, now: OffsetDateTime) -> String {
         escape(w.window.opened_by.as_str()),
         tool(w.window.key.tool.as_str()),
         escape(&cut(w.window.key.owner_id.as_str(), 60)),
-        escape(&w.window.key.agent),
+        shown(&w.window.key.agent),
         date_time(w.window.expires_at),
         left(w.window.expires_at - now),
     )
