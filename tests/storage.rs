@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hitl_telegram::domain::args_hash::ArgsHash;
 use hitl_telegram::domain::confirmation::{
-    Confirmation, Operator, Outcome, PENDING_REASON, Status, Via,
+    Confirmation, Decision, Operator, Outcome, PENDING_REASON, Status, Via,
 };
 use hitl_telegram::domain::ids::{
     CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName,
@@ -71,6 +71,15 @@ fn op(id: u64) -> Operator {
         username: None,
         name: format!("op{id}"),
     }
+}
+
+/// Operator `id` approving now, with the request's window.
+fn approved(id: u64) -> Decision {
+    Outcome::Approved {
+        by: op(id),
+        once: false,
+    }
+    .decide(now())
 }
 
 #[tokio::test]
@@ -141,16 +150,7 @@ async fn an_operator_confirmation_opens_a_window_in_the_same_transaction() {
             .unwrap()
             .is_none()
     );
-    s.decide(
-        &r.id,
-        &Outcome::Approved {
-            by: op(1),
-            once: false,
-        }
-        .decide(now()),
-    )
-    .await
-    .unwrap();
+    s.decide(&r.id, &approved(1)).await.unwrap();
     let w = s
         .live_window(&r.window_key(), now())
         .await
@@ -184,16 +184,7 @@ async fn a_shorter_window_never_cuts_a_longer_one_short() {
     };
     for r in [&long, &short] {
         s.insert(r, now()).await.unwrap();
-        s.decide(
-            &r.id,
-            &Outcome::Approved {
-                by: op(1),
-                once: false,
-            }
-            .decide(now()),
-        )
-        .await
-        .unwrap();
+        s.decide(&r.id, &approved(1)).await.unwrap();
     }
     let w = s
         .live_window(&long.window_key(), now() + Duration::from_secs(120))
@@ -212,16 +203,7 @@ async fn windows_are_found_again_by_a_store_reopened_on_the_same_file() {
         let s = SqliteStore::connect(&url).await.unwrap();
         s.migrate().await.unwrap();
         s.insert(&r, now()).await.unwrap();
-        s.decide(
-            &r.id,
-            &Outcome::Approved {
-                by: op(1),
-                once: false,
-            }
-            .decide(now()),
-        )
-        .await
-        .unwrap();
+        s.decide(&r.id, &approved(1)).await.unwrap();
         s.close().await;
     }
     // Migrated (the service), and not (a CLI tool): both see the window.
@@ -346,16 +328,7 @@ async fn revoking_a_window_closes_only_that_live_window_and_chains_its_audit_eve
     theirs.owner_id = OwnerId::parse("someone-else").unwrap();
     for r in [&mine, &theirs] {
         s.insert(r, now()).await.unwrap();
-        s.decide(
-            &r.id,
-            &Outcome::Approved {
-                by: op(1),
-                once: false,
-            }
-            .decide(now()),
-        )
-        .await
-        .unwrap();
+        s.decide(&r.id, &approved(1)).await.unwrap();
     }
     let listed = s.live_windows("ops", now()).await.unwrap();
     assert_eq!(listed.len(), 1);

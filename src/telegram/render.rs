@@ -302,6 +302,22 @@ pub fn attachment(r: &Confirmation) -> Option<Attachment> {
     })
 }
 
+/// The agent's context, quoted under its label; nothing when there is none.
+fn context_block(context: Option<&str>) -> String {
+    match context.filter(|c| !c.trim().is_empty()) {
+        Some(c) => {
+            let (block, _) = quoted(
+                "📝 <i>Context from the agent:</i>",
+                c,
+                CONTEXT_BUDGET,
+                "context",
+            );
+            format!("\n\n{block}")
+        }
+        None => String::new(),
+    }
+}
+
 /// Said under parameters that were cut: where the rest is, and the hash to check it by.
 fn attached_note(r: &Confirmation) -> String {
     format!(
@@ -360,18 +376,7 @@ fn question_parts(r: &Confirmation) -> Parts {
         "the briefing",
     );
     head.push_str(&briefing);
-    if let Some(context) = r.context.as_deref().filter(|c| !c.trim().is_empty()) {
-        head.push_str("\n\n");
-        head.push_str(
-            &quoted(
-                "📝 <i>Context from the agent:</i>",
-                context,
-                CONTEXT_BUDGET,
-                "context",
-            )
-            .0,
-        );
-    }
+    head.push_str(&context_block(r.context.as_deref()));
     if r.allow_edit {
         head.push_str(
             "\n\n✏️ <i>Editing is not available in Telegram: this call can only be approved or cancelled exactly as shown.</i>",
@@ -780,18 +785,7 @@ fn interaction_parts(r: &Confirmation, i: &Interaction, view: &View) -> Parts {
         "the question",
     );
     let mut text = question;
-    if let Some(context) = i.context.as_deref().filter(|c| !c.trim().is_empty()) {
-        text.push_str("\n\n");
-        text.push_str(
-            &quoted(
-                "📝 <i>Context from the agent:</i>",
-                context,
-                CONTEXT_BUDGET,
-                "context",
-            )
-            .0,
-        );
-    }
+    text.push_str(&context_block(i.context.as_deref()));
     let mut cut = false;
     if r.has_call {
         let (block, call_cut) = call_block(
