@@ -36,7 +36,7 @@ pub struct Sent {
     pub chat_id: i64,
     pub message_id: i32,
     pub text: String,
-    /// The first inline button's callback data (Approve).
+    /// The approve button's callback data (with the window, when one is offered).
     pub approve: Option<String>,
     pub at: Instant,
 }
@@ -138,7 +138,7 @@ impl Fake {
         }
     }
 
-    /// The operator `user_id` taps the first button (Approve) of `message`.
+    /// The operator `user_id` taps the approve button of `message`.
     pub fn tap(&self, message: &Sent, user_id: i64, tag: usize) {
         let Some(data) = &message.approve else {
             return;
@@ -272,9 +272,21 @@ async fn method(
         "sendmessage" => {
             let chat_id = body["chat_id"].as_i64().unwrap_or(0);
             let text = body["text"].as_str().unwrap_or_default().to_owned();
-            let approve = body["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
-                .as_str()
-                .map(str::to_owned);
+            // The approve button: "Approve for <window>" (`w:`) when the question offers
+            // a window (the benchmarks want it opened), else the first button.
+            let buttons: Vec<String> = body["reply_markup"]["inline_keyboard"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_array)
+                .flatten()
+                .filter_map(|b| b["callback_data"].as_str().map(str::to_owned))
+                .collect();
+            let approve = buttons
+                .iter()
+                .find(|d| d.starts_with("w:"))
+                .or(buttons.first())
+                .cloned();
             let mut st = lock();
             let now = Instant::now();
             if !take_slot(&mut st, chat_id, now) {
