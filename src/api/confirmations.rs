@@ -17,6 +17,7 @@ use super::record::RecordView;
 use crate::config::{Agent, Config};
 use crate::domain::confirmation::Confirmation;
 use crate::domain::ids::{ConfirmationId, IdempotencyKey, OwnerId, ToolName};
+use crate::domain::pyvalue::PyDict;
 use crate::domain::{pyjson, text};
 use crate::service::NewConfirmation;
 
@@ -57,9 +58,23 @@ const FIELDS: &[&str] = &[
     "callback_url",
 ];
 
+/// A JSON object's members as raw JSON, read as sent.
+pub type RawObject = BTreeMap<String, Box<RawValue>>;
+
 /// One field's raw JSON, typed; `null` counts as absent.
 fn field<T: DeserializeOwned>(
-    body: &BTreeMap<String, Box<RawValue>>,
+    body: &RawObject,
+    name: &str,
+    expected: &str,
+) -> Result<Option<T>, ApiError> {
+    field_at(body, "", name, expected)
+}
+
+/// [`field`] of an object found at `at` (`""` at the body's root, `"call."` inside
+/// `call`), which errors name.
+fn field_at<T: DeserializeOwned>(
+    body: &RawObject,
+    at: &str,
     name: &str,
     expected: &str,
 ) -> Result<Option<T>, ApiError> {
@@ -68,8 +83,75 @@ fn field<T: DeserializeOwned>(
         Some(raw) if raw.get() == "null" => Ok(None),
         Some(raw) => serde_json::from_str(raw.get())
             .map(Some)
-            .map_err(|_| ApiError::field(name, format!("must be {expected}"))),
+            .map_err(|_| ApiError::field(format!("{at}{name}"), format!("must be {expected}"))),
     }
+}
+
+/// The parts of a tool call, as `POST /v1/confirmations` and an interaction's `call`
+/// both carry them.
+pub struct CallFields {
+    pub tool: ToolName,
+    pub params: PyDict,
+    /// The `params` object exactly as the agent sent it.
+    pub params_json: String,
+    pub owner_id: OwnerId,
+    /// `None` when absent: the caller's default applies.
+    pub window_seconds: Option<u64>,
+}
+
+/// Reads `tool`, `params`, `owner_id` and `window_seconds` of an object found at `at`
+/// (see [`field_at`]), naming the first field at fault.
+pub fn call_fields(body: &RawObject, at: &str) -> Result<CallFields, ApiError> {
+    let named = |name: &str| format!("{at}{name}");
+    let tool: String = field_at(body, at, "tool", "a string")?
+        .ok_or_else(|| ApiError::field(named("tool"), "is required"))?;
+    let tool = ToolName::parse(&tool).map_err(|e| ApiError::field(named("tool"), e.0))?;
+
+    let raw_params = body
+        .get("params")
+        .filter(|r| r.get() != "null")
+        .ok_or_else(|| ApiError::field(named("params"), "is required (a JSON object)"))?;
+    let params = pyjson::parse_object(raw_params.get())
+        .map_err(|e| ApiError::field(named("params"), format!("must be a JSON object: {e}")))?;
+    let keys = params.count_keys();
+    if keys > MAX_PARAM_KEYS {
+        return Err(ApiError::field(
+            named("params"),
+            format!("has {keys} keys; the limit is {MAX_PARAM_KEYS}"),
+        ));
+    }
+
+    let owner_id = match field_at::<String>(body, at, "owner_id", "a string")? {
+        Some(o) => OwnerId::parse(&o).map_err(|e| ApiError::field(named("owner_id"), e.0))?,
+        None => OwnerId::anonymous(),
+    };
+    // Read as a number so `600.0` (what Python's json.dumps writes for a float that
+    // holds a whole number) counts as the integer it is, as JSON Schema says.
+    let window_seconds = match field_at::<f64>(body, at, "window_seconds", "an integer >= 0")? {
+        None => None,
+        Some(w) if w.is_finite() && w >= 0.0 && w.fract() == 0.0 => {
+            if w > MAX_WINDOW_SECONDS as f64 {
+                return Err(ApiError::field(
+                    named("window_seconds"),
+                    format!("must be at most {MAX_WINDOW_SECONDS} (366 days)"),
+                ));
+            }
+            Some(w as u64)
+        }
+        Some(_) => {
+            return Err(ApiError::field(
+                named("window_seconds"),
+                "must be an integer >= 0",
+            ));
+        }
+    };
+    Ok(CallFields {
+        tool,
+        params,
+        params_json: raw_params.get().to_owned(),
+        owner_id,
+        window_seconds,
+    })
 }
 
 fn bounded_text(value: Option<String>, name: &str, max: usize) -> Result<Option<String>, ApiError> {
@@ -146,47 +228,15 @@ pub fn parse_create(
         ));
     }
 
-    let tool: String =
-        field(&body, "tool", "a string")?.ok_or_else(|| ApiError::field("tool", "is required"))?;
-    let tool = ToolName::parse(&tool).map_err(|e| ApiError::field("tool", e.0))?;
-
-    let raw_params = body
-        .get("params")
-        .filter(|r| r.get() != "null")
-        .ok_or_else(|| ApiError::field("params", "is required (a JSON object)"))?;
-    let params = pyjson::parse_object(raw_params.get())
-        .map_err(|e| ApiError::field("params", format!("must be a JSON object: {e}")))?;
-    let keys = params.count_keys();
-    if keys > MAX_PARAM_KEYS {
-        return Err(ApiError::field(
-            "params",
-            format!("has {keys} keys; the limit is {MAX_PARAM_KEYS}"),
-        ));
-    }
-
-    let owner_id = match field::<String>(&body, "owner_id", "a string")? {
-        Some(o) => OwnerId::parse(&o).map_err(|e| ApiError::field("owner_id", e.0))?,
-        None => OwnerId::anonymous(),
-    };
+    let CallFields {
+        tool,
+        params,
+        params_json,
+        owner_id,
+        window_seconds,
+    } = call_fields(&body, "")?;
+    let window_seconds = window_seconds.unwrap_or(config.default_window_seconds);
     let template = shown_text(&body, "template", MAX_TEMPLATE_CHARS)?;
-    // Read as a number so `600.0` (what Python's json.dumps writes for a float that
-    // holds a whole number) counts as the integer it is, as JSON Schema says.
-    let window_seconds = match field::<f64>(&body, "window_seconds", "an integer >= 0")? {
-        None => config.default_window_seconds,
-        Some(w)
-            if w.is_finite() && w >= 0.0 && w.fract() == 0.0 && w <= MAX_WINDOW_SECONDS as f64 =>
-        {
-            w as u64
-        }
-        Some(w) if w.is_finite() && w >= 0.0 && w.fract() == 0.0 => MAX_WINDOW_SECONDS + 1,
-        Some(_) => return Err(ApiError::field("window_seconds", "must be an integer >= 0")),
-    };
-    if window_seconds > MAX_WINDOW_SECONDS {
-        return Err(ApiError::field(
-            "window_seconds",
-            format!("must be at most {MAX_WINDOW_SECONDS} (366 days)"),
-        ));
-    }
     let allow_edit = field(&body, "allow_edit", "true or false")?.unwrap_or(false);
     let max = config.max_timeout_seconds;
     let timeout_seconds = field::<f64>(&body, "timeout_seconds", "a number")?
@@ -225,7 +275,7 @@ pub fn parse_create(
         NewConfirmation {
             tool,
             params,
-            params_json: raw_params.get().to_owned(),
+            params_json,
             owner_id,
             template,
             window_seconds,

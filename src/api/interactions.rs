@@ -15,19 +15,17 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::confirmations::{
-    MAX_CALLBACK_URL_CHARS, MAX_LONG_POLL_SECONDS, MAX_PARAM_KEYS, MAX_ROUTE_CHARS,
-    MAX_WINDOW_SECONDS, allowed_callback_url, free_text, rate_limit, repeated_key_error,
+    MAX_CALLBACK_URL_CHARS, MAX_LONG_POLL_SECONDS, MAX_ROUTE_CHARS, RawObject,
+    allowed_callback_url, call_fields, free_text, rate_limit, repeated_key_error,
 };
 use super::error::ApiError;
 use super::extract::{AuthAgent, Body};
 use super::record::InteractionView;
 use crate::config::{Agent, Config};
-use crate::domain::ids::{OwnerId, ToolName};
 use crate::domain::interaction::InteractionType;
 use crate::domain::interaction::{self, MAX_INTERACTION_ID_CHARS};
 use crate::domain::pyjson;
 use crate::service::{Call, NewInteraction};
-use serde_json::value::RawValue;
 
 /// Longest `recipient` (a `[people]` name).
 pub const MAX_RECIPIENT_CHARS: usize = 200;
@@ -152,8 +150,7 @@ pub fn parse_create(
 /// tool and its exact parameters as a confirmation shows them. Read from the raw body:
 /// the parameters are kept byte for byte, as `POST /v1/confirmations` keeps them.
 fn call(bytes: &[u8], interaction: &interaction::Interaction) -> Result<Option<Call>, ApiError> {
-    type Raw = std::collections::BTreeMap<String, Box<RawValue>>;
-    let body: Raw = serde_json::from_slice(bytes)
+    let body: RawObject = serde_json::from_slice(bytes)
         .map_err(|_| ApiError::field("body", "must be a JSON object"))?;
     let Some(raw) = body.get("call").filter(|r| r.get() != "null") else {
         return Ok(None);
@@ -167,7 +164,7 @@ fn call(bytes: &[u8], interaction: &interaction::Interaction) -> Result<Option<C
             "goes only with an approval or form interaction",
         ));
     }
-    let fields: Raw = serde_json::from_str(raw.get())
+    let fields: RawObject = serde_json::from_str(raw.get())
         .map_err(|_| ApiError::field("call", "must be a JSON object"))?;
     if let Some(unknown) = fields.keys().find(|k| !CALL_FIELDS.contains(&k.as_str())) {
         return Err(ApiError::field(
@@ -175,58 +172,14 @@ fn call(bytes: &[u8], interaction: &interaction::Interaction) -> Result<Option<C
             format!("is not a known field (known: {})", CALL_FIELDS.join(", ")),
         ));
     }
-    let string = |name: &str| -> Result<Option<String>, ApiError> {
-        match fields.get(name).filter(|r| r.get() != "null") {
-            None => Ok(None),
-            Some(r) => serde_json::from_str(r.get())
-                .map(Some)
-                .map_err(|_| ApiError::field(format!("call.{name}"), "must be a string")),
-        }
-    };
-    let tool = string("tool")?.ok_or_else(|| ApiError::field("call.tool", "is required"))?;
-    let tool = ToolName::parse(&tool).map_err(|e| ApiError::field("call.tool", e.0))?;
-    let owner_id = match string("owner_id")? {
-        Some(o) => OwnerId::parse(&o).map_err(|e| ApiError::field("call.owner_id", e.0))?,
-        None => OwnerId::anonymous(),
-    };
-    let raw_params = fields
-        .get("params")
-        .filter(|r| r.get() != "null")
-        .ok_or_else(|| ApiError::field("call.params", "is required (a JSON object)"))?;
-    let params = pyjson::parse_object(raw_params.get())
-        .map_err(|e| ApiError::field("call.params", format!("must be a JSON object: {e}")))?;
-    let keys = params.count_keys();
-    if keys > MAX_PARAM_KEYS {
-        return Err(ApiError::field(
-            "call.params",
-            format!("has {keys} keys; the limit is {MAX_PARAM_KEYS}"),
-        ));
-    }
-    let window_seconds = match fields.get("window_seconds").filter(|r| r.get() != "null") {
-        None => 0,
-        Some(r) => match serde_json::from_str::<f64>(r.get()) {
-            Ok(w)
-                if w.is_finite()
-                    && w >= 0.0
-                    && w.fract() == 0.0
-                    && w <= MAX_WINDOW_SECONDS as f64 =>
-            {
-                w as u64
-            }
-            _ => {
-                return Err(ApiError::field(
-                    "call.window_seconds",
-                    format!("must be an integer from 0 to {MAX_WINDOW_SECONDS} (366 days)"),
-                ));
-            }
-        },
-    };
+    let c = call_fields(&fields, "call.")?;
     Ok(Some(Call {
-        tool,
-        params,
-        params_json: raw_params.get().to_owned(),
-        owner_id,
-        window_seconds,
+        tool: c.tool,
+        params: c.params,
+        params_json: c.params_json,
+        owner_id: c.owner_id,
+        // An agent that keeps no window says nothing: none.
+        window_seconds: c.window_seconds.unwrap_or(0),
     }))
 }
 
