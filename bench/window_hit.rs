@@ -79,6 +79,7 @@ async fn open_window(store: &SqliteStore, tool: &ToolName, owner: &OwnerId) {
         timeout_action: None,
         answers: Vec::new(),
         copies: Vec::new(),
+        strays: Vec::new(),
     };
     store.insert(&record, now).await.expect("insert");
     let operator = Operator {

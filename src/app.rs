@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, AppState};
-use crate::config::{Config, TelegramMode};
+use crate::config::{Config, HttpLimits, TelegramMode};
 use crate::metrics::Metrics;
 use crate::service::Service;
 use crate::storage::{SqliteStore, Store};
@@ -29,6 +29,8 @@ pub struct Application {
     bot: teloxide::Bot,
     poll_timeout_seconds: u32,
     telegram_mode: TelegramMode,
+    /// `[server]`: the HTTP server's timeouts and connection limit.
+    http: HttpLimits,
 }
 
 /// Opens the database and applies migrations.
@@ -36,6 +38,7 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let store = SqliteStore::connect(&config.database_url)
         .await
         .with_context(|| "cannot open the database (database.url)".to_owned())?;
+    store.set_webhook_backlog_bound(config.webhooks.max_backlog_per_agent);
     store
         .migrate()
         .await
@@ -74,6 +77,7 @@ impl Application {
             bot,
             poll_timeout_seconds: config.poll_timeout_seconds,
             telegram_mode: config.telegram_mode.clone(),
+            http: config.http,
         })
     }
 
@@ -93,6 +97,7 @@ impl Application {
             bot,
             poll_timeout_seconds,
             telegram_mode,
+            http,
         } = self;
         let recovered = service
             .recover()
@@ -111,6 +116,12 @@ impl Application {
                 .clone()
                 .run_window_purge(WINDOW_PURGE_EVERY, shutdown.clone()),
         );
+        // The audit chain's head in the log (at start, hourly), so a truncated trail shows.
+        service.tasks().spawn(crate::audit_head::log_audit_head(
+            service.store().clone(),
+            crate::audit_head::EVERY,
+            shutdown.clone(),
+        ));
         // Returns at once unless [redis_bridge] is enabled.
         let bridge = tokio::spawn(crate::redis_bridge::run(service.clone(), shutdown.clone()));
         // getMe (for /cmd@bot) and setMyCommands, retried in the background.
@@ -125,6 +136,7 @@ impl Application {
             service: service.clone(),
             stop: shutdown.clone(),
             rate: Arc::new(api::limits::AgentRateLimiter::default()),
+            slots: Arc::new(api::limits::AgentSlots::default()),
         });
         let polling = match telegram_mode {
             TelegramMode::Polling => tokio::spawn(telegram::polling::run(
@@ -143,18 +155,14 @@ impl Application {
                 ))
             }
         };
-        let stop = shutdown.clone();
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(stop.cancelled_owned())
-                .await
-        });
+        // Header-read and idle timeouts, a connection limit, idle connections closed
+        // first when it is reached (src/api/serve.rs).
+        let server = tokio::spawn(api::serve::serve(listener, app, http, shutdown.clone()));
 
         shutdown.cancelled().await;
         tracing::info!("shutting down");
         match tokio::time::timeout(HTTP_DRAIN, server).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => tracing::error!(error = %e, "HTTP server error"),
+            Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::error!(error = %e, "HTTP server task failed"),
             Err(_) => tracing::warn!("in-flight HTTP requests did not finish in time"),
         }
@@ -177,6 +185,8 @@ impl Application {
         {
             tracing::warn!("background Telegram work did not finish in time");
         }
+        // Everything that writes has stopped: this is the trail's final head.
+        crate::audit_head::log_head(service.store().as_ref(), "shutdown").await;
         service.store().close().await;
         tracing::info!("stopped");
         Ok(())

@@ -44,6 +44,8 @@ pub fn demo_settings(mut s: Settings, operator_id: Option<String>) -> anyhow::Re
         callback_url_prefixes: Vec::new(),
         requests_per_minute: 120,
         max_pending: 100,
+        max_streams: crate::config::DEFAULT_MAX_STREAMS,
+        max_long_polls: crate::config::DEFAULT_MAX_LONG_POLLS,
     }];
     Ok(s)
 }

@@ -69,6 +69,79 @@ pub struct MetricsSettings {
 #[serde(deny_unknown_fields)]
 pub struct ServerSettings {
     pub bind: String,
+    /// Seconds a new connection has to send the headers of its first request.
+    #[serde(default = "default_header_read_timeout_seconds")]
+    pub header_read_timeout_seconds: f64,
+    /// Seconds a kept-alive connection may wait, after a response, for the headers of
+    /// its next request.
+    #[serde(default = "default_idle_timeout_seconds")]
+    pub idle_timeout_seconds: f64,
+    /// Most connections open at once (fewer when the open-file limit is lower).
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u32,
+}
+
+/// See [`ServerSettings::header_read_timeout_seconds`]: a client sends its headers in
+/// one go; 10 s is ample even for a phone on a poor network.
+pub const DEFAULT_HEADER_READ_TIMEOUT_SECONDS: f64 = 10.0;
+/// See [`ServerSettings::idle_timeout_seconds`]: longer than the keep-alive of common
+/// HTTP clients' pools, so they rarely reuse a connection the service is closing.
+pub const DEFAULT_IDLE_TIMEOUT_SECONDS: f64 = 60.0;
+/// See [`ServerSettings::max_connections`]: room for 10,000 blocked agents (benchmark
+/// B3) and more.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 16_384;
+/// The longest `header_read_timeout_seconds` / `idle_timeout_seconds` accepted.
+pub const MAX_HTTP_TIMEOUT_SECONDS: f64 = 3600.0;
+
+fn default_header_read_timeout_seconds() -> f64 {
+    DEFAULT_HEADER_READ_TIMEOUT_SECONDS
+}
+
+fn default_idle_timeout_seconds() -> f64 {
+    DEFAULT_IDLE_TIMEOUT_SECONDS
+}
+
+fn default_max_connections() -> u32 {
+    DEFAULT_MAX_CONNECTIONS
+}
+
+/// The checked `[server]` limits the HTTP server runs with (see `api::serve`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HttpLimits {
+    pub header_read_timeout: std::time::Duration,
+    pub idle_timeout: std::time::Duration,
+    /// As configured; the server lowers it to what the open-file limit allows.
+    pub max_connections: usize,
+}
+
+impl HttpLimits {
+    /// Checks the `[server]` limits, naming the key at fault.
+    fn from_settings(s: &ServerSettings) -> Result<HttpLimits, ConfigError> {
+        let seconds = |key: &str, v: f64| {
+            if v.is_finite() && v > 0.0 && v <= MAX_HTTP_TIMEOUT_SECONDS {
+                Ok(std::time::Duration::from_secs_f64(v))
+            } else {
+                Err(invalid(
+                    format!("server.{key}"),
+                    format!(
+                        "must be a number of seconds greater than 0 and at most \
+                         {MAX_HTTP_TIMEOUT_SECONDS}"
+                    ),
+                ))
+            }
+        };
+        if s.max_connections == 0 {
+            return Err(invalid("server.max_connections", "must be at least 1"));
+        }
+        Ok(HttpLimits {
+            header_read_timeout: seconds(
+                "header_read_timeout_seconds",
+                s.header_read_timeout_seconds,
+            )?,
+            idle_timeout: seconds("idle_timeout_seconds", s.idle_timeout_seconds)?,
+            max_connections: s.max_connections as usize,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -129,7 +202,7 @@ pub struct ConfirmationSettings {
     pub default_window_seconds: u64,
 }
 
-/// How webhooks to agents are retried.
+/// How webhooks to agents are retried, and how many run at once.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WebhookSettings {
@@ -137,6 +210,23 @@ pub struct WebhookSettings {
     pub initial_backoff_seconds: f64,
     pub max_backoff_seconds: f64,
     pub give_up_after_seconds: f64,
+    /// Seconds to wait for the receiver's connection (TCP and TLS), within
+    /// `timeout_seconds`: short, because a receiver that does not even accept is down,
+    /// and waiting longer only holds one of its agent's slots.
+    pub connect_timeout_seconds: f64,
+    /// Most attempts in flight at once, all agents together.
+    pub max_in_flight: u32,
+    /// Most attempts in flight at once for one agent: a receiver that hangs holds only
+    /// its own agent's slots, never another agent's.
+    pub max_in_flight_per_agent: u32,
+    /// Most attempts in flight at once to one receiving origin (scheme, host and port),
+    /// whichever agents they are for, so a receiver shared by many agents is not hit by
+    /// all of them at once.
+    pub max_in_flight_per_host: u32,
+    /// Most undelivered (queued, not yet delivered nor given up) deliveries one agent may
+    /// have. When an outcome would exceed it, its delivery is dropped instead of queued,
+    /// with a `webhook_dropped` audit event (see the README's "Webhooks").
+    pub max_backlog_per_agent: u32,
 }
 
 impl Default for WebhookSettings {
@@ -146,8 +236,44 @@ impl Default for WebhookSettings {
             initial_backoff_seconds: 1.0,
             max_backoff_seconds: 600.0,
             give_up_after_seconds: 86400.0,
+            connect_timeout_seconds: 3.0,
+            max_in_flight: 32,
+            max_in_flight_per_agent: 2,
+            max_in_flight_per_host: 4,
+            max_backlog_per_agent: 1000,
         }
     }
+}
+
+/// The first percent-encoded `/`, `\` or `.` (`%2F`, `%5C`, `%2E`, in any case) in
+/// `path`, as written. A callback URL's path must hold none: the prefix check compares
+/// the encoded path, but a receiver (or a proxy in front of it) that decodes before
+/// routing would see another path, such as `/hooks/..%2Fadmin` becoming `/admin`.
+pub fn encoded_separator(path: &str) -> Option<&str> {
+    path.as_bytes().windows(3).enumerate().find_map(|(i, w)| {
+        let code = [w[1].to_ascii_uppercase(), w[2].to_ascii_uppercase()];
+        (w[0] == b'%' && matches!(&code, b"2F" | b"5C" | b"2E")).then(|| &path[i..i + 3])
+    })
+}
+
+/// Why the callback URL `raw` (parsed as `url`) is refused for what its path holds, if
+/// it is: a percent-encoded `/`, `\` or `.` (see [`encoded_separator`]). The text as
+/// written is checked as well as the parsed path, because parsing resolves encoded dot
+/// segments (`/hooks/%2e%2e/x` parses as `/x`).
+pub fn callback_path_refusal(raw: &str, url: &reqwest::Url) -> Option<String> {
+    let code = encoded_separator(raw_path(raw)).or_else(|| encoded_separator(url.path()))?;
+    Some(format!(
+        "must not hold {code} in its path: percent-encoded '/', '\\' and '.' (%2F, %5C, \
+         %2E, in any case) are refused, because a receiver that decodes them would route \
+         the delivery to another path than the one the agent's callback_url_prefixes allow"
+    ))
+}
+
+/// The path of a URL as written: after the scheme and authority, before `?` or `#`.
+fn raw_path(raw: &str) -> &str {
+    let rest = raw.split_once("://").map_or(raw, |(_, rest)| rest);
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    rest.find(['/', '\\']).map_or("", |at| &rest[at..])
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -198,6 +324,29 @@ pub struct AgentSettings {
     /// Most requests pending at once; more get 429.
     #[serde(default = "default_max_pending")]
     pub max_pending: u32,
+    /// Most `GET /v1/events` streams open at once; more get 429 with `Retry-After`.
+    #[serde(default = "default_max_streams")]
+    pub max_streams: u32,
+    /// Most long-polls (`GET /v1/confirmations/{id}?wait=N`,
+    /// `GET /v1/interactions/{id}?wait=N`) waiting at once; more get 429 with
+    /// `Retry-After`.
+    #[serde(default = "default_max_long_polls")]
+    pub max_long_polls: u32,
+}
+
+/// See [`AgentSettings::max_streams`]: one stream per agent process is the usual use;
+/// eight leaves room for replicas and a reconnect overlapping its old stream.
+pub const DEFAULT_MAX_STREAMS: u32 = 8;
+/// See [`AgentSettings::max_long_polls`]: one long-poll per pending request at the
+/// default `max_pending`.
+pub const DEFAULT_MAX_LONG_POLLS: u32 = 100;
+
+fn default_max_streams() -> u32 {
+    DEFAULT_MAX_STREAMS
+}
+
+fn default_max_long_polls() -> u32 {
+    DEFAULT_MAX_LONG_POLLS
 }
 
 /// `[redis_bridge]`: serve AI-Parrot's `CLIDaemonHumanChannel` queues
@@ -318,6 +467,10 @@ pub struct Agent {
     pub callback_url_prefixes: Vec<reqwest::Url>,
     pub requests_per_minute: u32,
     pub max_pending: u32,
+    /// Most event streams open at once.
+    pub max_streams: u32,
+    /// Most long-polls waiting at once.
+    pub max_long_polls: u32,
 }
 
 impl Agent {
@@ -327,6 +480,9 @@ impl Agent {
     /// `https://a.example/hooks-evil`.
     pub fn allows_callback(&self, url: &reqwest::Url) -> bool {
         if !url.username().is_empty() || url.password().is_some() {
+            return false;
+        }
+        if encoded_separator(url.path()).is_some() {
             return false;
         }
         self.callback_url_prefixes.iter().any(|p| {
@@ -552,6 +708,8 @@ pub struct Config {
     pub redis_bridge: Option<RedisBridge>,
     /// The bearer token `GET /metrics` requires, if it requires one.
     pub metrics_token: Option<TokenDigest>,
+    /// `[server]`: timeouts and the connection limit of the HTTP server.
+    pub http: HttpLimits,
 }
 
 /// A bearer token's SHA-256, the form it is checked in. Never printed: a digest of a
@@ -676,6 +834,7 @@ impl Config {
                 "must be between 1 and 15",
             ));
         }
+        let http = HttpLimits::from_settings(&s.server)?;
         let telegram_mode = telegram_mode(&s.telegram, env)?;
         let c = &s.confirmation;
         if !(c.max_timeout_seconds.is_finite() && c.max_timeout_seconds > 0.0) {
@@ -829,6 +988,15 @@ impl Config {
             if a.max_pending == 0 {
                 return Err(invalid(format!("{key}.max_pending"), "must be at least 1"));
             }
+            if a.max_streams == 0 {
+                return Err(invalid(format!("{key}.max_streams"), "must be at least 1"));
+            }
+            if a.max_long_polls == 0 {
+                return Err(invalid(
+                    format!("{key}.max_long_polls"),
+                    "must be at least 1",
+                ));
+            }
             let mut callback_url_prefixes = Vec::new();
             for p in &a.callback_url_prefixes {
                 let url = reqwest::Url::parse(p)
@@ -840,6 +1008,12 @@ impl Config {
                             format!("'{p}' is not an http(s) URL"),
                         )
                     })?;
+                if let Some(reason) = callback_path_refusal(p, &url) {
+                    return Err(invalid(
+                        format!("{key}.callback_url_prefixes"),
+                        format!("'{p}' {reason}"),
+                    ));
+                }
                 callback_url_prefixes.push(url);
             }
             let webhook_secret = match &a.webhook_secret_env {
@@ -877,6 +1051,8 @@ impl Config {
                 callback_url_prefixes,
                 requests_per_minute: a.requests_per_minute,
                 max_pending: a.max_pending,
+                max_streams: a.max_streams,
+                max_long_polls: a.max_long_polls,
             }));
         }
         let w = &s.webhooks;
@@ -888,9 +1064,26 @@ impl Config {
             ),
             ("webhooks.max_backoff_seconds", w.max_backoff_seconds),
             ("webhooks.give_up_after_seconds", w.give_up_after_seconds),
+            (
+                "webhooks.connect_timeout_seconds",
+                w.connect_timeout_seconds,
+            ),
         ] {
             if !(v.is_finite() && v > 0.0 && v <= MAX_TIMEOUT_LIMIT) {
                 return Err(invalid(name, "must be a number of seconds greater than 0"));
+            }
+        }
+        for (name, v) in [
+            ("webhooks.max_in_flight", w.max_in_flight),
+            (
+                "webhooks.max_in_flight_per_agent",
+                w.max_in_flight_per_agent,
+            ),
+            ("webhooks.max_in_flight_per_host", w.max_in_flight_per_host),
+            ("webhooks.max_backlog_per_agent", w.max_backlog_per_agent),
+        ] {
+            if v == 0 {
+                return Err(invalid(name, "must be at least 1"));
             }
         }
         if agents.is_empty() {
@@ -940,6 +1133,7 @@ impl Config {
             agents,
             redis_bridge,
             metrics_token,
+            http,
         })
     }
 
@@ -1111,6 +1305,97 @@ routes = ["ops"]
         assert!(e.contains("agents[0].webhook_secret_env"), "{e}");
     }
 
+    #[test]
+    fn encoded_slashes_backslashes_and_dots_in_a_callback_path_are_refused_in_any_case() {
+        let refused = |raw: &str| {
+            let url = reqwest::Url::parse(raw).unwrap();
+            callback_path_refusal(raw, &url)
+        };
+        for raw in [
+            "https://a.example/hooks/..%2fadmin",
+            "https://a.example/hooks/..%2Fadmin",
+            "https://a.example/hooks/..%5cadmin",
+            "https://a.example/hooks/..%5Cadmin",
+            "https://a.example/hooks/a%2ejson",
+            "https://a.example/hooks/%2E%2E/admin",
+            "https://a.example/hooks/%2e./admin",
+        ] {
+            let reason = refused(raw).unwrap_or_else(|| panic!("{raw} was accepted"));
+            assert!(reason.starts_with("must not hold %"), "{reason}");
+        }
+        // Parsing resolves the encoded dot segment: only the text as written shows it.
+        assert_eq!(
+            reqwest::Url::parse("https://a.example/hooks/%2E%2E/admin")
+                .unwrap()
+                .path(),
+            "/admin"
+        );
+        // Elsewhere than the path, and other encodings, are the receiver's business.
+        for raw in [
+            "https://a.example/hooks/x?next=%2Fadmin",
+            "https://a.example/hooks/x#%2e",
+            "https://a.example/hooks/a%20b",
+            "https://a.example/hooks/%252f",
+            "https://a.example/hooks",
+        ] {
+            assert_eq!(refused(raw), None, "{raw}");
+        }
+
+        let toml = BASE.replace(
+            r#"routes = ["ops"]"#,
+            "routes = [\"ops\"]\nwebhook_secret_env = \"HOOK\"\ncallback_url_prefixes = [\"https://a.example/hooks\"]",
+        );
+        let env = |k: &str| {
+            if k == "HOOK" {
+                Some("s".to_owned())
+            } else {
+                env(k)
+            }
+        };
+        let c = Config::from_settings(Settings::from_toml(&toml).unwrap(), &env).unwrap();
+        let ok = |u: &str| c.agents[0].allows_callback(&reqwest::Url::parse(u).unwrap());
+        assert!(ok("https://a.example/hooks/x"));
+        assert!(!ok("https://a.example/hooks/..%2Fadmin"));
+
+        let with_prefix = |p: &str| {
+            let toml = BASE.replace(
+                r#"routes = ["ops"]"#,
+                &format!(
+                    "routes = [\"ops\"]\nwebhook_secret_env = \"HOOK\"\ncallback_url_prefixes = [\"{p}\"]"
+                ),
+            );
+            Config::from_settings(Settings::from_toml(&toml).unwrap(), &env)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        let e = with_prefix("https://a.example/hooks%2Fx").unwrap_err();
+        assert!(
+            e.contains("agents[0].callback_url_prefixes") && e.contains("%2F"),
+            "{e}"
+        );
+        assert!(with_prefix("https://a.example/hooks?x=%2F").is_ok());
+    }
+
+    #[test]
+    fn webhook_concurrency_and_backlog_bounds_must_be_at_least_one() {
+        for key in [
+            "max_in_flight",
+            "max_in_flight_per_agent",
+            "max_in_flight_per_host",
+            "max_backlog_per_agent",
+        ] {
+            let e = err_of(&format!("{BASE}\n[webhooks]\n{key} = 0\n"));
+            assert!(
+                e.contains(&format!("webhooks.{key}: must be at least 1")),
+                "{e}"
+            );
+        }
+        let e = err_of(&format!(
+            "{BASE}\n[webhooks]\nconnect_timeout_seconds = 0\n"
+        ));
+        assert!(e.contains("webhooks.connect_timeout_seconds"), "{e}");
+    }
+
     fn with_bridge(section: &str) -> String {
         format!("{BASE}\n[people]\nalice = 1\nbob = 2\n\n[redis_bridge]\n{section}\n")
     }
@@ -1214,5 +1499,53 @@ routes = ["ops"]
         );
         let shared = err_of(&format!("{BASE}\n[metrics]\ntoken_env = \"AGENT_TOKEN\"\n"));
         assert!(shared.contains("must differ"), "{shared}");
+    }
+
+    #[test]
+    fn the_http_limits_and_the_agents_caps_have_defaults_and_refuse_nonsense() {
+        let c = Config::from_settings(Settings::from_toml(BASE).unwrap(), &env).unwrap();
+        assert_eq!(
+            c.http,
+            HttpLimits {
+                header_read_timeout: std::time::Duration::from_secs(10),
+                idle_timeout: std::time::Duration::from_secs(60),
+                max_connections: 16_384,
+            }
+        );
+        assert_eq!(c.agents[0].max_streams, DEFAULT_MAX_STREAMS);
+        assert_eq!(c.agents[0].max_long_polls, DEFAULT_MAX_LONG_POLLS);
+
+        let server = |line: &str| BASE.replace("[server]\n", &format!("[server]\n{line}\n"));
+        let c = Config::from_settings(
+            Settings::from_toml(&server("header_read_timeout_seconds = 0.5")).unwrap(),
+            &env,
+        )
+        .unwrap();
+        assert_eq!(
+            c.http.header_read_timeout,
+            std::time::Duration::from_millis(500)
+        );
+        for (line, key) in [
+            (
+                "header_read_timeout_seconds = 0",
+                "server.header_read_timeout_seconds",
+            ),
+            (
+                "header_read_timeout_seconds = -1",
+                "server.header_read_timeout_seconds",
+            ),
+            ("idle_timeout_seconds = 3601", "server.idle_timeout_seconds"),
+            ("max_connections = 0", "server.max_connections"),
+        ] {
+            let e = err_of(&server(line));
+            assert!(e.contains(key), "{line}: {e}");
+        }
+        for key in ["max_streams", "max_long_polls"] {
+            let e = err_of(&BASE.replace(
+                r#"routes = ["ops"]"#,
+                &format!("routes = [\"ops\"]\n{key} = 0"),
+            ));
+            assert!(e.contains(&format!("agents[0].{key}")), "{e}");
+        }
     }
 }

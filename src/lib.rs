@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod app;
+pub mod audit_head;
 pub mod claude_hook;
 pub mod cli;
 pub mod config;

@@ -73,8 +73,15 @@ enum AuditCommand {
         #[arg(long)]
         since: Option<String>,
     },
-    /// Check the hash chain; exit 1 naming the first broken event.
-    Verify,
+    /// Check the hash chain, and every ended request's status against its decision
+    /// event; print the chain's head (`head: SEQ:HASH`). Exit 0 when all holds, 1
+    /// naming every problem found.
+    Verify {
+        /// A head printed (or logged) earlier: fail unless the trail still holds that
+        /// event with that hash, i.e. was neither truncated nor rewritten since.
+        #[arg(long, value_name = "SEQ:HASH")]
+        expect_head: Option<hitl_telegram::domain::audit::Head>,
+    },
 }
 
 #[derive(Args)]
@@ -144,6 +151,18 @@ fn load_config(path: &std::path::Path, demo: bool) -> anyhow::Result<Config> {
 }
 
 async fn serve(path: &std::path::Path, demo: bool) -> anyhow::Result<()> {
+    // Before binding: the connection limit is fitted to the open-file limit.
+    match hitl_telegram::api::serve::raise_open_file_limit() {
+        Ok(files) if files.before != files.now => {
+            tracing::info!(
+                from = ?files.before,
+                to = ?files.now,
+                "open-file limit raised to the hard limit"
+            );
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+    }
     let config = load_config(path, demo)?;
     let app = Application::build(config).await?;
     let shutdown = CancellationToken::new();
@@ -190,16 +209,35 @@ async fn audit(path: &std::path::Path, command: AuditCommand) -> anyhow::Result<
             out.flush()?;
             Ok(())
         }
-        AuditCommand::Verify => {
-            let rows = store.audit_rows(None).await?;
+        AuditCommand::Verify { expect_head } => {
+            let (rows, statuses) = store.audit_snapshot().await?;
             store.close().await;
-            match audit::verify(rows) {
-                Ok(n) => {
-                    println!("audit chain OK: {n} events");
-                    Ok(())
+            let report = audit::check(&rows, &statuses, expect_head.as_ref());
+            if !report.problems.is_empty() {
+                let mut text = format!(
+                    "audit trail failed verification ({} problem(s)):",
+                    report.problems.len()
+                );
+                for p in &report.problems {
+                    text.push_str(&format!("\n  {p}"));
                 }
-                Err(broken) => Err(anyhow::anyhow!(broken)),
+                anyhow::bail!(text);
             }
+            println!("audit chain OK: {} events", report.events);
+            println!(
+                "statuses OK: {} ended request(s), each as its decision event records",
+                report.ended
+            );
+            if let (Some(expected), Some(head)) = (&expect_head, &report.head) {
+                println!(
+                    "expected head {expected} is in the trail ({} event(s) since)",
+                    head.seq() - expected.seq()
+                );
+            }
+            if let Some(head) = &report.head {
+                println!("head: {head}");
+            }
+            Ok(())
         }
     }
 }

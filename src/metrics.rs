@@ -85,6 +85,12 @@ struct LatencyLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    agent: String,
+    route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AgentToolLabels {
     agent: String,
     tool: String,
@@ -118,6 +124,10 @@ pub struct Metrics {
     webhook_delivered: Family<AgentLabels, Counter>,
     webhook_failures: Family<AgentLabels, Counter>,
     webhook_given_up: Family<AgentLabels, Counter>,
+    /// Synced at scrape time to the stored count of dropped deliveries (see
+    /// [`Metrics::render`]): a true counter that also survives restarts.
+    webhook_dropped: Family<AgentLabels, Counter>,
+    questions_missed_deadline: Family<RouteLabels, Counter>,
     tools: ToolLabels,
     /// Held while the scrape-time gauges are set and the registry encoded, so two
     /// concurrent scrapes cannot interleave a reset with an encoding.
@@ -225,6 +235,20 @@ impl Metrics {
             "Agent webhooks abandoned after webhooks.give_up_after_seconds",
             webhook_given_up.clone(),
         );
+        let webhook_dropped = Family::<AgentLabels, Counter>::default();
+        registry.register(
+            "webhook_dropped",
+            "Agent webhooks never queued because the agent already had \
+             webhooks.max_backlog_per_agent undelivered ones (read from the database)",
+            webhook_dropped.clone(),
+        );
+        let questions_missed_deadline = Family::<RouteLabels, Counter>::default();
+        registry.register(
+            "questions_missed_deadline",
+            "Questions that could not reach their chat before their deadline (the chat's \
+             queue under Telegram's limits, a retry_after or an outage past it), ended timeout",
+            questions_missed_deadline.clone(),
+        );
 
         Metrics {
             registry,
@@ -241,6 +265,8 @@ impl Metrics {
             webhook_delivered,
             webhook_failures,
             webhook_given_up,
+            webhook_dropped,
+            questions_missed_deadline,
             tools: ToolLabels::default(),
             scrape: Mutex::new(()),
         }
@@ -319,6 +345,17 @@ impl Metrics {
         }
     }
 
+    /// A question (`r`) ended `timeout` because it could not reach its chat before its
+    /// deadline.
+    pub fn question_missed_deadline(&self, r: &Confirmation) {
+        self.questions_missed_deadline
+            .get_or_create(&RouteLabels {
+                agent: r.agent.clone(),
+                route: r.route.clone(),
+            })
+            .inc();
+    }
+
     /// A webhook attempt for `agent` got a 2xx.
     pub fn webhook_delivered(&self, agent: &str) {
         self.webhook_delivered
@@ -361,6 +398,15 @@ impl Metrics {
         self.oldest_pending_age.set(oldest);
         self.webhook_backlog
             .set(i64::try_from(gauges.webhook_backlog).unwrap_or(i64::MAX));
+        // Dropped rows are never deleted, so the stored count only grows: the counter is
+        // moved up to it (never down, should the database be swapped underneath).
+        for (agent, stored) in &gauges.webhook_dropped_by_agent {
+            let counter = self.webhook_dropped.get_or_create(&agent_labels(agent));
+            let shown = counter.get();
+            if *stored > shown {
+                counter.inc_by(stored - shown);
+            }
+        }
         let mut text = String::new();
         // Writing to a String cannot fail; the encoder's own errors are for other writers.
         if prometheus_client::encoding::text::encode(&mut text, &self.registry).is_err() {

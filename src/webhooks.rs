@@ -7,11 +7,25 @@
 //! at-least-once, and `X-Hitl-Delivery` stays the same on every retry so receivers can
 //! drop duplicates.
 //!
-//! Signature: `X-Hitl-Signature: sha256=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`
-//! where `<timestamp>` is the `X-Hitl-Timestamp` header (Unix seconds) and `<body>` the
+//! Signature: `X-Hitl-Signature: sha256=<hex HMAC-SHA256(secret,
+//! "<timestamp>.<delivery_id>.<body>")>` where `<timestamp>` is the `X-Hitl-Timestamp`
+//! header (Unix seconds), `<delivery_id>` the `X-Hitl-Delivery` header and `<body>` the
 //! raw request body. Binding the timestamp lets a receiver refuse replays of old
-//! deliveries.
+//! deliveries; binding the delivery id means a replay cannot pass as a new delivery
+//! under a fresh id (receivers de-duplicate on it). Delivery ids are `wh_` and hex, so
+//! the dots separate the three parts unambiguously.
+//!
+//! Fairness: one dispatcher runs every attempt as its own task, at most
+//! `max_in_flight` at once, `max_in_flight_per_agent` for one agent and
+//! `max_in_flight_per_host` to one receiving origin ([`Slots`]). It starts the next due
+//! delivery as soon as a slot is free (never waiting for a batch), and reads due rows
+//! in turns across agents, so a receiver that hangs holds only its own agent's slots
+//! (and its host's) for one attempt's timeout, and one agent's backlog never hides
+//! another agent's due delivery. The backlog itself is bounded where outcomes are
+//! stored: past `max_backlog_per_agent` undelivered webhooks, an agent's next delivery
+//! is dropped (audited as `webhook_dropped`) instead of queued.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,29 +34,37 @@ use rand::Rng;
 use secrecy::ExposeSecret;
 use sha2::Sha256;
 use time::OffsetDateTime;
-use tokio::task::JoinSet;
+use tokio::task::{Id as TaskId, JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::record::RecordView;
 use crate::config::WebhookSettings;
+use crate::domain::ids::DeliveryId;
 use crate::service::{Service, now};
 use crate::storage::{OutboxEntry, WebhookAttempt};
 
-/// How many deliveries are attempted at once.
-const BATCH: u32 = 16;
+/// How many of one agent's due rows each read considers, per attempt slot the agent
+/// has: when its oldest wait for a receiving host that is full, a few more let the
+/// worker find one for another host, while a read stays small however long the
+/// agent's backlog is.
+const LOOKAHEAD_PER_SLOT: u32 = 4;
+/// How long to wait before reading the outbox again after it could not be read.
+const READ_RETRY: Duration = Duration::from_secs(1);
 
 pub const SIGNATURE_HEADER: &str = "X-Hitl-Signature";
 pub const TIMESTAMP_HEADER: &str = "X-Hitl-Timestamp";
 pub const DELIVERY_HEADER: &str = "X-Hitl-Delivery";
 
-/// `sha256=<hex>` of `"<timestamp>.<body>"` under `secret`.
-pub fn sign(secret: &[u8], timestamp: i64, body: &[u8]) -> String {
+/// `sha256=<hex>` of `"<timestamp>.<delivery_id>.<body>"` under `secret`.
+pub fn sign(secret: &[u8], timestamp: i64, delivery_id: &str, body: &[u8]) -> String {
     // HMAC accepts keys of any length; `new_from_slice` cannot fail for it.
     let mut mac = match Hmac::<Sha256>::new_from_slice(secret) {
         Ok(m) => m,
         Err(_) => unreachable!("HMAC takes keys of any length"),
     };
     mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(delivery_id.as_bytes());
     mac.update(b".");
     mac.update(body);
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
@@ -62,6 +84,9 @@ pub fn backoff(settings: &WebhookSettings, attempt: u32) -> Duration {
 fn client(settings: &WebhookSettings) -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs_f64(settings.timeout_seconds))
+        // A receiver that does not even accept is down: do not hold a slot for the
+        // whole attempt timeout finding that out.
+        .connect_timeout(Duration::from_secs_f64(settings.connect_timeout_seconds))
         // A redirect could lead outside the agent's allowed prefixes.
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("hitl-telegram/", env!("CARGO_PKG_VERSION")))
@@ -69,38 +94,171 @@ fn client(settings: &WebhookSettings) -> reqwest::Client {
         .unwrap_or_default()
 }
 
-/// Runs until `stop`. An attempt in progress when `stop` fires is finished and recorded.
+/// The receiving host a delivery counts against: the URL's origin (scheme, host and
+/// port), so two ports on one machine are two receivers.
+fn receiver_of(url: &str) -> String {
+    reqwest::Url::parse(url)
+        .map(|u| u.origin().ascii_serialization())
+        .unwrap_or_else(|_| url.to_owned())
+}
+
+/// The attempt slots: which deliveries are in flight (by the key of the task running
+/// each, `K`), and how many per agent and per receiving host, against the caps of
+/// `[webhooks]`. Pure bookkeeping, so the rules are unit-tested without tasks or a
+/// network.
+#[derive(Debug)]
+struct Slots<K = TaskId> {
+    max_total: usize,
+    max_per_agent: usize,
+    max_per_host: usize,
+    running: HashMap<K, Running>,
+    /// The deliveries of `running`: a due row that is already in flight is skipped.
+    deliveries: HashSet<DeliveryId>,
+    per_agent: HashMap<String, usize>,
+    per_host: HashMap<String, usize>,
+}
+
+#[derive(Debug)]
+struct Running {
+    delivery: DeliveryId,
+    agent: String,
+    host: String,
+}
+
+impl<K: std::hash::Hash + Eq> Slots<K> {
+    fn new(settings: &WebhookSettings) -> Slots<K> {
+        let cap = |n: u32| usize::try_from(n.max(1)).unwrap_or(usize::MAX);
+        Slots {
+            max_total: cap(settings.max_in_flight),
+            max_per_agent: cap(settings.max_in_flight_per_agent),
+            max_per_host: cap(settings.max_in_flight_per_host),
+            running: HashMap::new(),
+            deliveries: HashSet::new(),
+            per_agent: HashMap::new(),
+            per_host: HashMap::new(),
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.running.len() >= self.max_total
+    }
+
+    /// Whether `entry` (to `host`) may start now: not in flight already, and the
+    /// worker, its agent and its host all below their caps.
+    fn admits(&self, entry: &OutboxEntry, host: &str) -> bool {
+        !self.is_full()
+            && !self.deliveries.contains(&entry.delivery_id)
+            && self.per_agent.get(&entry.agent).copied().unwrap_or(0) < self.max_per_agent
+            && self.per_host.get(host).copied().unwrap_or(0) < self.max_per_host
+    }
+
+    fn take(&mut self, task: K, entry: &OutboxEntry, host: String) {
+        *self.per_agent.entry(entry.agent.clone()).or_default() += 1;
+        *self.per_host.entry(host.clone()).or_default() += 1;
+        self.deliveries.insert(entry.delivery_id.clone());
+        self.running.insert(
+            task,
+            Running {
+                delivery: entry.delivery_id.clone(),
+                agent: entry.agent.clone(),
+                host,
+            },
+        );
+    }
+
+    fn release(&mut self, task: K) {
+        let Some(r) = self.running.remove(&task) else {
+            return;
+        };
+        self.deliveries.remove(&r.delivery);
+        for (map, key) in [(&mut self.per_agent, r.agent), (&mut self.per_host, r.host)] {
+            if let Some(n) = map.get_mut(&key) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+/// Runs until `stop`. Attempts in progress when `stop` fires are finished and recorded.
 pub async fn run(service: Arc<Service>, stop: CancellationToken) {
     let settings = service.config().webhooks.clone();
     let http = client(&settings);
-    loop {
-        let due = match service.store().due_webhooks(now(), BATCH).await {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot read the webhook outbox");
-                Vec::new()
-            }
+    let mut slots: Slots = Slots::new(&settings);
+    let mut attempts: JoinSet<()> = JoinSet::new();
+    let lookahead = settings
+        .max_in_flight_per_agent
+        .saturating_mul(LOOKAHEAD_PER_SLOT)
+        .max(1);
+    while !stop.is_cancelled() {
+        // Every due row left waiting waits for a slot that an attempt in flight holds,
+        // so the end of an attempt (below) is what starts it; the sleep is only for
+        // rows not due yet.
+        let sleep = if slots.is_full() {
+            None
+        } else {
+            start_due(&service, &http, &mut slots, &mut attempts, lookahead).await
         };
-        if !due.is_empty() {
-            let mut attempts = JoinSet::new();
-            for entry in due {
-                attempts.spawn(attempt(service.clone(), http.clone(), entry));
-            }
-            while attempts.join_next().await.is_some() {}
-            if stop.is_cancelled() {
-                return;
-            }
-            continue;
-        }
-        let next = service.store().next_webhook_due().await.ok().flatten();
-        let sleep = next.map(|at| {
-            let left: Duration = (at - now()).try_into().unwrap_or(Duration::ZERO);
-            left.max(Duration::from_millis(10))
-        });
         tokio::select! {
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => {}
+            Some(done) = attempts.join_next_with_id(), if !attempts.is_empty() => {
+                slots.release(finished(done));
+                while let Some(done) = attempts.try_join_next_with_id() {
+                    slots.release(finished(done));
+                }
+            }
             _ = service.webhook_wake().notified() => {}
             _ = sleep_or_forever(sleep) => {}
+        }
+    }
+    while attempts.join_next().await.is_some() {}
+}
+
+/// The task that ended, whether it returned or panicked (its slot is freed either way).
+fn finished(done: Result<(TaskId, ()), JoinError>) -> TaskId {
+    match done {
+        Ok((id, ())) => id,
+        Err(e) => {
+            tracing::error!(error = %e, "a webhook attempt failed unexpectedly");
+            e.id()
+        }
+    }
+}
+
+/// Starts every due delivery the slots admit, each agent's oldest first and agents in
+/// turns; returns how long until the next row not due yet is due (`None`: none).
+async fn start_due(
+    service: &Arc<Service>,
+    http: &reqwest::Client,
+    slots: &mut Slots,
+    attempts: &mut JoinSet<()>,
+    lookahead: u32,
+) -> Option<Duration> {
+    let at = now();
+    let due = match service.store().due_webhooks_by_agent(at, lookahead).await {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read the webhook outbox");
+            return Some(READ_RETRY);
+        }
+    };
+    for entry in due {
+        if slots.is_full() {
+            break;
+        }
+        let host = receiver_of(&entry.url);
+        if slots.admits(&entry, &host) {
+            let task = attempts.spawn(attempt(service.clone(), http.clone(), entry.clone()));
+            slots.take(task.id(), &entry, host);
+        }
+    }
+    match service.store().next_webhook_due_after(at).await {
+        Ok(next) => next.map(|due| (due - now()).try_into().unwrap_or(Duration::ZERO)),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read the webhook outbox");
+            Some(READ_RETRY)
         }
     }
 }
@@ -180,7 +338,12 @@ async fn send(
         .ok_or("the agent has no webhook secret configured")?;
     let body = serde_json::to_vec(&RecordView::from(&record)).map_err(|e| e.to_string())?;
     let timestamp = now().unix_timestamp();
-    let signature = sign(secret.expose_secret().as_bytes(), timestamp, &body);
+    let signature = sign(
+        secret.expose_secret().as_bytes(),
+        timestamp,
+        entry.delivery_id.as_str(),
+        &body,
+    );
     let response = http
         .post(&entry.url)
         .header("content-type", "application/json")
@@ -207,13 +370,102 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_signature_is_hmac_sha256_of_timestamp_dot_body() {
+    fn the_signature_is_hmac_sha256_of_timestamp_dot_delivery_id_dot_body() {
         // Computed independently with Python:
-        // hmac.new(b"secret", b"1700000000.{}", hashlib.sha256).hexdigest()
+        // hmac.new(b"secret", b"1700000000.wh_0123456789abcdef0123456789abcdef.{}",
+        //          hashlib.sha256).hexdigest()
+        let id = "wh_0123456789abcdef0123456789abcdef";
         assert_eq!(
-            sign(b"secret", 1_700_000_000, b"{}"),
-            "sha256=b8569b78799ff9e3cbff0fc2d63a33a2b57f3282abd07c37ae5e8e7d79a5f163"
+            sign(b"secret", 1_700_000_000, id, b"{}"),
+            "sha256=aeec0715ce139d6800149881a67862085f45b3f82eee335374c9c32ecd379e20"
         );
+        assert_ne!(
+            sign(b"secret", 1_700_000_000, id, b"{}"),
+            sign(
+                b"secret",
+                1_700_000_000,
+                "wh_ffffffffffffffffffffffffffffffff",
+                b"{}"
+            ),
+            "another delivery id, another signature"
+        );
+    }
+
+    fn entry(agent: &str, url: &str) -> OutboxEntry {
+        OutboxEntry {
+            delivery_id: DeliveryId::generate(),
+            confirmation_id: crate::domain::ids::ConfirmationId::generate(),
+            agent: agent.to_owned(),
+            url: url.to_owned(),
+            created_at: OffsetDateTime::UNIX_EPOCH,
+            attempts: 0,
+        }
+    }
+
+    fn slots(total: u32, per_agent: u32, per_host: u32) -> Slots<u32> {
+        Slots::new(&WebhookSettings {
+            max_in_flight: total,
+            max_in_flight_per_agent: per_agent,
+            max_in_flight_per_host: per_host,
+            ..WebhookSettings::default()
+        })
+    }
+
+    /// Starts `e` under `key` if the slots admit it; whether they did.
+    fn start(s: &mut Slots<u32>, key: u32, e: &OutboxEntry) -> bool {
+        let host = receiver_of(&e.url);
+        let admitted = s.admits(e, &host);
+        if admitted {
+            s.take(key, e, host);
+        }
+        admitted
+    }
+
+    #[test]
+    fn an_agent_with_its_slots_taken_does_not_hold_back_another_agent() {
+        let mut s = slots(8, 2, 8);
+        let a: Vec<_> = (0..3).map(|_| entry("a", "http://a.example/h")).collect();
+        assert!(start(&mut s, 1, &a[0]));
+        assert!(start(&mut s, 2, &a[1]));
+        assert!(
+            !start(&mut s, 3, &a[2]),
+            "a's third waits for one of its two slots"
+        );
+        assert!(start(&mut s, 4, &entry("b", "http://b.example/h")));
+        s.release(1);
+        assert!(start(&mut s, 3, &a[2]), "a slot freed is a's again");
+    }
+
+    #[test]
+    fn a_receiving_host_is_capped_across_agents_and_counted_by_origin() {
+        let mut s = slots(8, 8, 2);
+        assert!(start(&mut s, 1, &entry("a", "http://shared.example/x")));
+        assert!(start(&mut s, 2, &entry("b", "http://shared.example:80/y")));
+        assert!(
+            !start(&mut s, 3, &entry("c", "http://shared.example/z")),
+            "the host's two slots are taken, whoever holds them"
+        );
+        assert!(
+            start(&mut s, 4, &entry("c", "http://shared.example:8080/z")),
+            "another port is another receiver"
+        );
+        assert!(start(&mut s, 5, &entry("c", "https://shared.example/z")));
+    }
+
+    #[test]
+    fn the_worker_cap_holds_and_a_delivery_in_flight_is_not_started_twice() {
+        let mut s = slots(2, 2, 2);
+        let e = entry("a", "http://a.example/h");
+        assert!(start(&mut s, 1, &e));
+        assert!(!start(&mut s, 2, &e), "already in flight");
+        assert!(start(&mut s, 3, &entry("b", "http://b.example/h")));
+        assert!(s.is_full());
+        assert!(!start(&mut s, 4, &entry("c", "http://c.example/h")));
+        s.release(1);
+        s.release(1); // a second release of the same task changes nothing
+        assert!(!s.is_full());
+        assert!(start(&mut s, 5, &e), "retried once its attempt ended");
+        assert!(s.is_full());
     }
 
     #[test]
@@ -223,6 +475,7 @@ mod tests {
             initial_backoff_seconds: 1.0,
             max_backoff_seconds: 8.0,
             give_up_after_seconds: 100.0,
+            ..WebhookSettings::default()
         };
         for (attempt, full) in [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (5, 8.0), (40, 8.0)] {
             let d = backoff(&s, attempt).as_secs_f64();

@@ -1,5 +1,7 @@
 //! The audit trail: every step of a request is recorded, an agent can read its own
-//! request's events, and the hash chain exposes any edit or deletion.
+//! request's events, and the hash chain exposes any edit or deletion; a head kept from
+//! earlier exposes a cut tail, and a request whose stored status no longer matches its
+//! decision event is named.
 
 mod support;
 
@@ -104,9 +106,19 @@ async fn a_requests_life_is_recorded_step_by_step_and_readable_by_its_agent() {
     );
 }
 
-#[tokio::test]
-async fn timeouts_withdrawals_fail_closed_and_window_hits_are_recorded() {
-    let app = TestApp::spawn().await;
+/// The requests [`end_requests_without_a_cancel_tap`] ended, by id.
+struct Endings {
+    timeout: String,
+    withdrawn: String,
+    failed_closed: String,
+    approved: String,
+    window_hit: String,
+}
+
+/// Ends five requests: one times out, one is withdrawn, one fails closed (the bot is
+/// blocked), one is approved for a window by a tap, and one is confirmed by that window.
+async fn end_requests_without_a_cancel_tap(app: &TestApp) -> Endings {
+    let id = |v: &Value| v["id"].as_str().unwrap().to_owned();
     let (_, t) = app
         .create(json!({"tool": "t", "params": {}, "timeout_seconds": 0.2}))
         .await;
@@ -128,16 +140,30 @@ async fn timeouts_withdrawals_fail_closed_and_window_hits_are_recorded() {
     let (_, hit) = app
         .create(json!({"tool": "win", "params": {}, "window_seconds": 60}))
         .await;
+    app.wait_status(t["id"].as_str().unwrap(), "timeout").await;
+    Endings {
+        timeout: id(&t),
+        withdrawn: id(&w),
+        failed_closed: id(&f),
+        approved: id(&win),
+        window_hit: id(&hit),
+    }
+}
+
+#[tokio::test]
+async fn timeouts_withdrawals_fail_closed_and_window_hits_are_recorded() {
+    let app = TestApp::spawn().await;
+    let ended = end_requests_without_a_cancel_tap(&app).await;
 
     assert_eq!(
-        kinds(&app.audit_events(t["id"].as_str().unwrap()).await),
+        kinds(&app.audit_events(&ended.timeout).await),
         vec!["requested", "delivered", "timeout"]
     );
     assert_eq!(
-        kinds(&app.audit_events(w["id"].as_str().unwrap()).await),
+        kinds(&app.audit_events(&ended.withdrawn).await),
         vec!["requested", "delivered", "withdrawn"]
     );
-    let fev = app.audit_events(f["id"].as_str().unwrap()).await;
+    let fev = app.audit_events(&ended.failed_closed).await;
     assert_eq!(kinds(&fev), vec!["requested", "fail_closed"]);
     assert!(
         fev[1]["detail"]["reason"]
@@ -146,9 +172,24 @@ async fn timeouts_withdrawals_fail_closed_and_window_hits_are_recorded() {
             .contains("bot was blocked")
     );
     assert_eq!(
-        kinds(&app.audit_events(hit["id"].as_str().unwrap()).await),
+        kinds(&app.audit_events(&ended.window_hit).await),
         vec!["window_hit"]
     );
+    // Each decision event names the status it stored.
+    for (id, status) in [
+        (&ended.timeout, "timeout"),
+        (&ended.withdrawn, "cancelled"),
+        (&ended.failed_closed, "cancelled"),
+        (&ended.approved, "confirmed"),
+        (&ended.window_hit, "confirmed"),
+    ] {
+        let events = app.audit_events(id).await;
+        assert_eq!(
+            events.last().unwrap()["detail"]["status"],
+            status,
+            "{events:?}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -345,4 +386,330 @@ async fn a_backup_taken_while_serving_holds_every_request_and_an_intact_audit_ch
         !out.path().join("nothing-here.db").exists(),
         "no empty database created"
     );
+}
+
+/// The head `audit verify` printed (`head: SEQ:HASH`), ready for `--expect-head`.
+fn printed_head(out: &str) -> String {
+    out.lines()
+        .find_map(|l| l.strip_prefix("head: "))
+        .unwrap_or_else(|| panic!("no head line in:\n{out}"))
+        .to_owned()
+}
+
+/// Removes audit events after `seq`, as someone with write access to the database file
+/// can: the table's triggers are dropped first.
+async fn cut_trail_after(db_url: &str, seq: i64) -> u64 {
+    let pool = sqlx::SqlitePool::connect(db_url).await.unwrap();
+    sqlx::query("DROP TRIGGER IF EXISTS audit_events_no_delete")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let gone = sqlx::query("DELETE FROM audit_events WHERE seq > ?")
+        .bind(seq)
+        .execute(&pool)
+        .await
+        .unwrap()
+        .rows_affected();
+    pool.close().await;
+    gone
+}
+
+#[tokio::test]
+async fn audit_verify_expect_head_catches_a_truncated_tail() {
+    let app = TestApp::spawn().await;
+    let (r, m) = app.ask_suspended(json!({"tool": "t", "params": {}})).await;
+    app.telegram.tap(OPS_CHAT, m, "❌ Cancel", alice());
+    app.wait_status(r["id"].as_str().unwrap(), "cancelled")
+        .await;
+    let (code, out, err) = audit_cli(&app, &["verify"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let earlier = printed_head(&out);
+
+    // Forged taps: each is recorded, and someone with the file wants them gone.
+    for i in 0..3 {
+        let q = app
+            .telegram
+            .tap_with_data(OPS_CHAT, m, &format!("a:{i:032x}"), mallory());
+        app.telegram.wait_for_callback_answer(&q).await;
+    }
+    let (code, out, err) = audit_cli(&app, &["verify", "--expect-head", &earlier]).await;
+    assert_eq!(
+        code, 0,
+        "a head of an intact trail that grew since: {out}{err}"
+    );
+    assert!(
+        out.contains(&format!(
+            "expected head {earlier} is in the trail (3 event(s) since)"
+        )),
+        "{out}"
+    );
+    let head = printed_head(&out);
+    let (seq, hash) = head.split_once(':').unwrap();
+    let seq: i64 = seq.parse().unwrap();
+
+    assert_eq!(cut_trail_after(&app.db_url, seq - 3).await, 3);
+    // What is left is a perfectly good chain: only the head kept outside shows the cut.
+    let (code, out, err) = audit_cli(&app, &["verify"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(printed_head(&out), earlier);
+    let (code, out, err) = audit_cli(&app, &["verify", "--expect-head", &head]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        !out.contains("head: "),
+        "no head to keep from a failed check: {out}"
+    );
+    assert!(
+        err.contains(&format!(
+            "audit trail truncated: it ends at event {}, but event {seq} was recorded earlier",
+            seq - 3
+        )),
+        "{err}"
+    );
+    // The older head still holds: the cut was after it.
+    let (code, out, err) = audit_cli(&app, &["verify", "--expect-head", &earlier]).await;
+    assert_eq!(code, 0, "{out}{err}");
+
+    // A head whose hash is not the event's: the trail was rewritten up to there.
+    let earlier_seq = earlier.split_once(':').unwrap().0;
+    let other = format!("{earlier_seq}:{hash}");
+    let (code, _, err) = audit_cli(&app, &["verify", "--expect-head", &other]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(&format!(
+            "audit trail rewritten: event {earlier_seq} has hash"
+        )),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_status_changed_behind_the_trails_back_is_reported() {
+    let app = TestApp::spawn().await;
+    let (cancelled, m) = app
+        .ask_suspended(json!({"tool": "pay", "params": {}}))
+        .await;
+    let cancelled = cancelled["id"].as_str().unwrap();
+    app.telegram.tap(OPS_CHAT, m, "❌ Cancel", alice());
+    app.wait_status(cancelled, "cancelled").await;
+    let (_, timed_out) = app
+        .create(json!({"tool": "late", "params": {}, "timeout_seconds": 0.2}))
+        .await;
+    let timed_out = timed_out["id"].as_str().unwrap();
+    app.wait_status(timed_out, "timeout").await;
+    let (code, out, err) = audit_cli(&app, &["verify"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("statuses OK: 2 ended request(s), each as its decision event records"),
+        "{out}"
+    );
+
+    // The requests table has no triggers and no hashes: anyone with the file can
+    // turn a cancellation into an approval, or reopen a timed-out question.
+    let pool = sqlx::SqlitePool::connect(&app.db_url).await.unwrap();
+    sqlx::query("UPDATE confirmations SET status = 'confirmed' WHERE id = ?")
+        .bind(cancelled)
+        .execute(&pool)
+        .await
+        .unwrap();
+    // A pending row has no outcome columns (a CHECK says so): clear them too.
+    sqlx::query(
+        "UPDATE confirmations SET status = 'pending', via = NULL, decided_at = NULL WHERE id = ?",
+    )
+    .bind(timed_out)
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    let (code, out, err) = audit_cli(&app, &["verify"]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(err.contains("(2 problem(s))"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "request {cancelled}: stored status 'confirmed', but its decision (event "
+        )) && err.contains("decided) says 'cancelled'"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "request {timed_out}: stored status 'pending', but its decision (event "
+        )) && err.contains("timeout) says 'timeout'"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn every_way_a_request_ends_agrees_with_its_decision_event() {
+    let app = TestApp::spawn().await;
+    end_requests_without_a_cancel_tap(&app).await;
+    let (no, m) = app.ask_suspended(json!({"tool": "no", "params": {}})).await;
+    app.telegram.tap(OPS_CHAT, m, "❌ Cancel", alice());
+    app.wait_status(no["id"].as_str().unwrap(), "cancelled")
+        .await;
+    // Interactions: answered by a tap, and completed with the default on timeout.
+    let post = |body: Value| {
+        app.client
+            .post(app.url("/v1/interactions"))
+            .bearer_auth(TOKEN_A)
+            .json(&body)
+            .send()
+    };
+    let before = app.telegram.messages_in(OPS_CHAT).len();
+    let r = post(json!({"interaction": {
+        "interaction_id": "ask-1", "question": "Go?", "interaction_type": "approval"
+    }}))
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let m = app
+        .telegram
+        .wait_for_message_in(OPS_CHAT, before + 1)
+        .await
+        .remove(before);
+    app.telegram.tap(OPS_CHAT, m.message_id, "❌ Reject", bob());
+    // In a chat of its own: the ops chat's pacing (a message a second) would keep it
+    // from reaching the chat before its deadline.
+    let r = post(json!({"route": "other", "interaction": {
+        "interaction_id": "ask-2", "question": "Colour?", "interaction_type": "single_choice",
+        "timeout": 0.5, "timeout_action": "default", "default_response": "blue",
+        "options": [{"key": "blue", "label": "Blue"}, {"key": "red", "label": "Red"}]
+    }}))
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    for (id, status) in [("ask-1", "completed"), ("ask-2", "completed")] {
+        let mut seen = Value::Null;
+        for _ in 0..15 {
+            let r = app
+                .client
+                .get(app.url(&format!("/v1/interactions/{id}?wait=1")))
+                .bearer_auth(TOKEN_A)
+                .send()
+                .await
+                .unwrap();
+            seen = r.json().await.unwrap();
+            if seen["status"] == status {
+                break;
+            }
+        }
+        assert_eq!(seen["status"], status, "{seen}");
+    }
+
+    let (code, out, err) = audit_cli(&app, &["verify"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("statuses OK: 8 ended request(s), each as its decision event records"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_expected_head_is_refused_with_the_form_it_needs() {
+    let app = TestApp::spawn().await;
+    for (bad, says) in [
+        ("latest", "SEQ:HASH"),
+        ("x:abc", "'x' is not an event number"),
+        ("7:abc", "64 hexadecimal digits, got 3 characters"),
+        (
+            &format!("7:{}", "z".repeat(64)) as &str,
+            "64 hexadecimal digits, found 'z'",
+        ),
+    ] {
+        let (code, out, err) = audit_cli(&app, &["verify", "--expect-head", bad]).await;
+        assert_eq!(code, 2, "{bad}: {out}{err}");
+        assert!(
+            err.contains("--expect-head") && err.contains(says),
+            "{bad}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+/// Collects what a tracing subscriber writes.
+#[derive(Clone, Default)]
+struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogBuffer {
+    /// The `audit chain head` lines so far, as JSON.
+    fn heads(&self) -> Vec<Value> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["message"] == hitl_telegram::audit_head::MESSAGE)
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn the_head_is_logged_at_start_and_then_periodically_as_the_trail_grows() {
+    let app = TestApp::spawn().await;
+    let logs = LogBuffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_writer(move || writer.clone())
+        .finish();
+    // This test's runtime runs on one thread, so everything it awaits logs here.
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let store: std::sync::Arc<dyn hitl_telegram::storage::Store> = std::sync::Arc::new(
+        hitl_telegram::storage::SqliteStore::connect(&app.db_url)
+            .await
+            .unwrap(),
+    );
+    let stop = tokio_util::sync::CancellationToken::new();
+    let logger = tokio::spawn(hitl_telegram::audit_head::log_audit_head(
+        store,
+        Duration::from_millis(100),
+        stop.clone(),
+    ));
+    let mut start = None;
+    for _ in 0..200 {
+        if let Some(l) = logs.heads().into_iter().find(|l| l["when"] == "start") {
+            start = Some(l);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let start = start.expect("a head line at start");
+    assert_eq!(start["head"], format!("0:{}", "0".repeat(64)), "{start}");
+
+    let (r, m) = app.ask_suspended(json!({"tool": "t", "params": {}})).await;
+    app.telegram.tap(OPS_CHAT, m, "✅ Approve", alice());
+    app.wait_status(r["id"].as_str().unwrap(), "confirmed")
+        .await;
+    let (_, out, _) = audit_cli(&app, &["verify"]).await;
+    let head = printed_head(&out);
+    let mut seen = Vec::new();
+    for _ in 0..200 {
+        seen = logs.heads();
+        if seen
+            .iter()
+            .any(|l| l["when"] == "periodic" && l["head"] == head.as_str())
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let line = seen
+        .iter()
+        .find(|l| l["when"] == "periodic" && l["head"] == head.as_str())
+        .unwrap_or_else(|| panic!("no periodic line with head {head}: {seen:?}"));
+    let (seq, hash) = head.split_once(':').unwrap();
+    assert_eq!(line["seq"].to_string(), seq);
+    assert_eq!(line["hash"], hash);
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(5), logger)
+        .await
+        .expect("the logger stops when told")
+        .unwrap();
 }

@@ -241,3 +241,64 @@ async fn check_config_shows_webhook_mode_and_refuses_it_without_the_secret() {
         "{err}"
     );
 }
+
+/// The `head` field of the service's `audit chain head` log lines logged `when`.
+fn logged_heads(log: &str, when: &str) -> Vec<String> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["message"] == "audit chain head" && v["when"] == when)
+        .map(|v| v["head"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn serve_logs_the_audit_head_at_shutdown_and_verify_accepts_it() {
+    use support::fake_telegram::FakeTelegram;
+    use support::process::{ServiceProcess, write_config};
+
+    let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db_url = format!("sqlite://{}/data/hitl.db", dir.path().display());
+    let config = write_config(dir.path(), &telegram, &db_url);
+    let mut service = ServiceProcess::start(&config).await;
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let record: Value = client
+        .post(format!("{}/v1/confirmations", service.base))
+        .bearer_auth(TOKEN_A)
+        .json(&serde_json::json!({"tool": "t", "params": {}, "timeout_seconds": 0.2}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(record["status"], "timeout", "{record}");
+    assert!(service.terminate().await.success());
+    // Let the log reader drain the last lines.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let log = service.log_text();
+
+    assert_eq!(
+        logged_heads(&log, "start"),
+        vec![format!("0:{}", "0".repeat(64))],
+        "a fresh database starts empty:\n{log}"
+    );
+    let shutdown = logged_heads(&log, "shutdown");
+    assert_eq!(shutdown.len(), 1, "{log}");
+    let out = Command::new(BIN)
+        .args(["--config", config.to_str().unwrap()])
+        .args(["audit", "verify", "--expect-head", &shutdown[0]])
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("head: {}", shutdown[0])),
+        "the logged head is the trail's final head: {stdout}"
+    );
+}

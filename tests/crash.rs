@@ -64,15 +64,53 @@ async fn message_recorded(db_url: &str, id: &str) -> bool {
     matches!(row, Some((Some(_),)))
 }
 
+/// A fake Telegram, a database folder and the config of a service process against them.
+struct Setup {
+    telegram: FakeTelegram,
+    dir: tempfile::TempDir,
+    db_url: String,
+    config: std::path::PathBuf,
+    agent: Agent,
+}
+
+impl Setup {
+    async fn new() -> Setup {
+        let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
+        let dir = tempfile::tempdir().unwrap();
+        let db_url = format!("sqlite://{}/hitl.db", dir.path().display());
+        let config = write_config(dir.path(), &telegram, &db_url);
+        let agent = Agent {
+            client: reqwest::Client::builder().no_proxy().build().unwrap(),
+        };
+        Setup {
+            telegram,
+            dir,
+            db_url,
+            config,
+            agent,
+        }
+    }
+}
+
+/// Waits (up to 2 s) until the service stored the message id of `id`.
+async fn wait_until_recorded(db_url: &str, id: &str) {
+    for _ in 0..200 {
+        if message_recorded(db_url, id).await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test]
 async fn after_sigkill_every_request_is_still_there_taps_decide_and_missed_deadlines_time_out() {
-    let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
-    let dir = tempfile::tempdir().unwrap();
-    let db_url = format!("sqlite://{}/hitl.db", dir.path().display());
-    let config = write_config(dir.path(), &telegram, &db_url);
-    let agent = Agent {
-        client: reqwest::Client::builder().no_proxy().build().unwrap(),
-    };
+    let Setup {
+        telegram,
+        dir: _dir,
+        db_url,
+        config,
+        agent,
+    } = Setup::new().await;
 
     let mut service = ServiceProcess::start(&config).await;
     let approve_me = agent
@@ -93,12 +131,7 @@ async fn after_sigkill_every_request_is_still_there_taps_decide_and_missed_deadl
     let messages = telegram.wait_for_messages(3).await;
     for r in [&approve_me, &cancel_me, &expire_me] {
         let id = r["id"].as_str().unwrap();
-        for _ in 0..200 {
-            if message_recorded(&db_url, id).await {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        wait_until_recorded(&db_url, id).await;
     }
     // A decision whose message edit is held back by flood control when the crash comes.
     let decided_unshown = agent
@@ -109,12 +142,7 @@ async fn after_sigkill_every_request_is_still_there_taps_decide_and_missed_deadl
         .await;
     let e_id = decided_unshown["id"].as_str().unwrap();
     let e_msg = telegram.wait_for_messages(4).await.remove(3);
-    for _ in 0..200 {
-        if message_recorded(&db_url, e_id).await {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until_recorded(&db_url, e_id).await;
     telegram.fail_next_with_retry_after("editMessageText", 1, 60);
     telegram.tap(OTHER_CHAT, e_msg.message_id, "✅ Approve", bob());
     agent.wait_status(&service.base, e_id, "confirmed").await;
@@ -215,4 +243,138 @@ async fn after_sigkill_every_request_is_still_there_taps_decide_and_missed_deadl
         .expect("question d delivered after the restart");
     telegram.tap(OPS_CHAT, latest_d.message_id, "✅ Approve", alice());
     agent.wait_status(base, cut_id, "confirmed").await;
+}
+
+#[tokio::test]
+async fn a_tap_handed_to_the_service_just_before_a_sigkill_is_decided_after_the_restart() {
+    use sqlx::Connection;
+    let Setup {
+        telegram,
+        dir: _dir,
+        db_url,
+        config,
+        agent,
+    } = Setup::new().await;
+    let mut service = ServiceProcess::start(&config).await;
+    let asked = agent
+        .create(
+            &service.base,
+            json!({"tool": "a", "params": {}, "wait": "suspend", "timeout_seconds": 120}),
+        )
+        .await;
+    let id = asked["id"].as_str().unwrap();
+    let message = telegram.wait_for_messages(1).await.remove(0);
+    wait_until_recorded(&db_url, id).await;
+
+    // The database is slow to take the decision (another writer holds it), so the tap
+    // is in the service's hands, not yet stored, when the process dies.
+    let mut writer = sqlx::SqliteConnection::connect(&db_url).await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut writer)
+        .await
+        .unwrap();
+    let polls_before = telegram.requests("getUpdates").len();
+    telegram.tap(OPS_CHAT, message.message_id, "✅ Approve", alice());
+    // Fetched by the next poll (they last 1 s); then the service waits on the lock.
+    for _ in 0..100 {
+        if telegram.requests("getUpdates").len() > polls_before + 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    service.kill9().await;
+    sqlx::query("ROLLBACK").execute(&mut writer).await.unwrap();
+    writer.close().await.unwrap();
+    assert_eq!(
+        telegram.pending_updates(),
+        1,
+        "Telegram was told the tap was handled before it was stored"
+    );
+
+    let service = ServiceProcess::start(&config).await;
+    let decided = agent.wait_status(&service.base, id, "confirmed").await;
+    assert_eq!(decided["decided_by"]["id"], ALICE, "{decided}");
+}
+
+#[tokio::test]
+async fn a_question_posted_just_before_a_sigkill_and_again_after_it_is_decided_from_either_copy() {
+    let Setup {
+        telegram,
+        dir: _dir,
+        db_url,
+        config,
+        agent,
+    } = Setup::new().await;
+    let mut service = ServiceProcess::start(&config).await;
+    // Telegram posts the message but its answer is slow: the process dies in between,
+    // so the message id is never stored and the restart posts the question again.
+    telegram.delay_next("sendMessage", 1, Duration::from_secs(5));
+    let asked = agent
+        .create(
+            &service.base,
+            json!({"tool": "a", "params": {}, "wait": "suspend", "timeout_seconds": 120}),
+        )
+        .await;
+    let id = asked["id"].as_str().unwrap();
+    let first = telegram.wait_for_message_in(OPS_CHAT, 1).await.remove(0);
+    assert!(!message_recorded(&db_url, id).await);
+    service.kill9().await;
+
+    let service = ServiceProcess::start(&config).await;
+    let copies = telegram.wait_for_message_in(OPS_CHAT, 2).await;
+    assert_ne!(copies[1].message_id, first.message_id);
+    telegram.tap(OPS_CHAT, first.message_id, "❌ Cancel", bob());
+    let decided = agent.wait_status(&service.base, id, "cancelled").await;
+    assert_eq!(decided["decided_by"]["id"], BOB, "{decided}");
+    for copy in [&copies[0], &copies[1]] {
+        let shown = telegram
+            .wait_for_message(OPS_CHAT, copy.message_id, "outcome on every copy", |m| {
+                !m.has_buttons()
+            })
+            .await;
+        assert!(
+            shown.visible_text.contains("Cancelled by Bob"),
+            "{}",
+            shown.visible_text
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_question_whose_file_a_sigkill_kept_from_being_sent_gets_it_after_the_restart() {
+    let Setup {
+        telegram,
+        dir: _dir,
+        db_url: _,
+        config,
+        agent,
+    } = Setup::new().await;
+    let mut service = ServiceProcess::start(&config).await;
+    // The file waits out a long flood-control pause; the process dies meanwhile.
+    telegram.fail_next_with_retry_after("sendDocument", 1, 60);
+    let memo = "x".repeat(3000);
+    let asked = agent
+        .create(
+            &service.base,
+            json!({"tool": "pay", "params": {"memo": memo}, "wait": "suspend", "timeout_seconds": 120}),
+        )
+        .await;
+    let id = asked["id"].as_str().unwrap();
+    let message = telegram.wait_for_message_in(OPS_CHAT, 1).await.remove(0);
+    assert!(
+        message.visible_text.contains("attached"),
+        "{}",
+        message.visible_text
+    );
+    telegram.wait_for_requests("sendDocument", 1).await;
+    service.kill9().await;
+    assert!(telegram.documents_in(OPS_CHAT).is_empty());
+
+    let service = ServiceProcess::start(&config).await;
+    let file = telegram
+        .wait_for_document(OPS_CHAT, message.message_id)
+        .await;
+    assert!(file.content.contains(&memo));
+    assert_eq!(agent.get(&service.base, id, "0").await["status"], "pending");
 }

@@ -1,10 +1,14 @@
 //! Signed webhooks: every ending is POSTed to the agent's callback URL, retried until
-//! the receiver takes it, across restarts, with a signature the receiver can check.
+//! the receiver takes it, across restarts, with a signature the receiver can check
+//! (the README's recipe, run as written); one agent's hanging receiver or backlog does
+//! not hold back another agent's deliveries.
 
 mod support;
 
+use std::io::Write;
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -103,15 +107,198 @@ async fn receive(
     }
 }
 
-/// The documented check: HMAC-SHA256 over "<X-Hitl-Timestamp>.<raw body>".
+/// The documented check, exactly as the README's recipe does it: HMAC-SHA256 over
+/// "<X-Hitl-Timestamp>.<X-Hitl-Delivery>.<raw body>", compared with X-Hitl-Signature.
+/// (The age check is left to the tests that run the recipe itself.)
 fn signature_is_valid(r: &Received, secret: &str) -> bool {
-    let ts = r.headers["x-hitl-timestamp"].to_str().unwrap();
-    let sig = r.headers["x-hitl-signature"].to_str().unwrap();
+    let header = |name: &str| r.headers[name].to_str().unwrap();
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
-    mac.update(ts.as_bytes());
+    mac.update(header("x-hitl-timestamp").as_bytes());
+    mac.update(b".");
+    mac.update(header("x-hitl-delivery").as_bytes());
     mac.update(b".");
     mac.update(&r.body);
-    sig == format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+    header("x-hitl-signature") == format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// `r` as a replay would present it: the same signature and timestamp, other headers
+/// or body.
+fn tampered(r: &Received, header: &str, value: &str, body: Option<&[u8]>) -> Received {
+    let mut headers = r.headers.clone();
+    headers.insert(
+        axum::http::HeaderName::from_bytes(header.as_bytes()).unwrap(),
+        value.parse().unwrap(),
+    );
+    Received {
+        headers,
+        body: body.map_or_else(|| r.body.clone(), Bytes::copy_from_slice),
+    }
+}
+
+/// The receiver recipe from the README's "Webhooks" section: its first `python` block.
+fn readme_recipe() -> String {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let section = &readme[readme.find("\n## Webhooks\n").expect("a Webhooks section")..];
+    let code = &section[section.find("```python\n").expect("a python recipe") + 10..];
+    code[..code.find("```").expect("the recipe's end")].to_owned()
+}
+
+/// Runs the README's `valid(secret, headers, raw_body)` with python3 on each delivery;
+/// `None` when python3 is not installed.
+fn readme_recipe_says(secret: &str, deliveries: &[&Received]) -> Option<Vec<bool>> {
+    let cases: Vec<Value> = deliveries
+        .iter()
+        .map(|r| {
+            let header = |name: &str| r.headers[name].to_str().unwrap().to_owned();
+            json!({
+                // Header names as the README writes them.
+                "headers": {
+                    "X-Hitl-Timestamp": header("x-hitl-timestamp"),
+                    "X-Hitl-Delivery": header("x-hitl-delivery"),
+                    "X-Hitl-Signature": header("x-hitl-signature"),
+                },
+                "body": hex::encode(&r.body),
+            })
+        })
+        .collect();
+    let script = format!(
+        "{}\nimport json, sys\nsecret = sys.argv[1].encode()\n\
+         for c in json.load(sys.stdin):\n    \
+         print(valid(secret, c['headers'], bytes.fromhex(c['body'])))\n",
+        readme_recipe()
+    );
+    let mut child = match Command::new("python3")
+        .args(["-c", &script, secret])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("skipping the README recipe run: python3 is not on PATH");
+            return None;
+        }
+        Err(e) => panic!("could not run python3: {e}"),
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(Value::Array(cases).to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the README recipe failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| match l {
+                "True" => true,
+                "False" => false,
+                other => panic!("the recipe printed {other:?}"),
+            })
+            .collect(),
+    )
+}
+
+/// A receiver that accepts connections and never answers (a tarpit): every attempt to
+/// it lasts the whole attempt timeout.
+struct Tarpit {
+    url: String,
+    accepted: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl Tarpit {
+    async fn start() -> Tarpit {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hooks", listener.local_addr().unwrap());
+        let accepted = Arc::new(Mutex::new(Vec::new()));
+        let log = accepted.clone();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                log.lock().unwrap().push(Instant::now());
+                held.push(socket); // open, unread, unanswered
+            }
+        });
+        Tarpit { url, accepted }
+    }
+
+    /// Waits until `n` connections are held; returns when the first was accepted.
+    async fn wait_accepted(&self, n: usize) -> Instant {
+        for _ in 0..400 {
+            let accepted = self.accepted.lock().unwrap().clone();
+            if accepted.len() >= n {
+                return accepted[0];
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!(
+            "the tarpit held only {} connections",
+            self.accepted.lock().unwrap().len()
+        );
+    }
+}
+
+/// The value of one sample of `GET /metrics` (0 when absent).
+async fn metric(app: &TestApp, sample: &str) -> f64 {
+    let text = app.metrics_text().await;
+    text.lines()
+        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Waits until `sample` reads `value`.
+async fn wait_metric(app: &TestApp, sample: &str, value: f64) {
+    for _ in 0..400 {
+        if metric(app, sample).await == value {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!(
+        "{sample} never reached {value}: {}",
+        metric(app, sample).await
+    );
+}
+
+/// The settings with `[webhooks]` keys added (or replaced: `timeout_seconds`).
+fn with_webhook_keys(toml: String, keys: &str) -> String {
+    let section = "[webhooks]\ntimeout_seconds = 2\n";
+    assert!(toml.contains(section), "the test settings changed: {toml}");
+    toml.replace(section, &format!("[webhooks]\n{keys}\n"))
+}
+
+/// The service with agent-a's callbacks going to `receiver`, and a webhook backlog bound
+/// of `bound` per agent.
+async fn spawn_with_backlog_bound(receiver: &Receiver, bound: u32) -> TestApp {
+    TestApp::spawn_with_settings(|toml| {
+        with_webhook_keys(
+            toml.replace(DEFAULT_CALLBACK_PREFIX, &receiver.url),
+            &format!("timeout_seconds = 2\nmax_backlog_per_agent = {bound}"),
+        )
+    })
+    .await
+}
+
+/// The settings with agent-b allowed to send webhooks under `prefix` (signed with the
+/// same secret as agent-a's, which the tests know).
+fn agent_b_with_callbacks(toml: String, prefix: &str) -> String {
+    let agent_b = "name = \"agent-b\"\ntoken_env = \"TOKEN_B\"\n";
+    assert!(toml.contains(agent_b), "the test settings changed: {toml}");
+    toml.replace(
+        agent_b,
+        &format!(
+            "name = \"agent-b\"\ntoken_env = \"TOKEN_B\"\nwebhook_secret_env = \"HOOK_A\"\n\
+             callback_url_prefixes = [\"{prefix}\"]\n"
+        ),
+    )
 }
 
 fn body(r: &Received) -> Value {
@@ -312,4 +499,276 @@ async fn a_callback_url_outside_the_agents_prefixes_is_refused() {
         .create_as(TOKEN_B, json!({"tool": "t", "params": {}, "route": "other", "callback_url": format!("{}/b", receiver.url)}))
         .await;
     assert_eq!(s, reqwest::StatusCode::UNPROCESSABLE_ENTITY);
+}
+
+#[tokio::test]
+async fn a_hanging_webhook_receiver_for_one_agent_does_not_delay_another_agents_delivery() {
+    const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(8);
+    let tarpit = Tarpit::start().await;
+    let receiver_b = Receiver::start(0).await;
+    let app = TestApp::spawn_with_settings(|toml| {
+        let toml = toml.replace(DEFAULT_CALLBACK_PREFIX, &tarpit.url);
+        let toml = agent_b_with_callbacks(toml, &receiver_b.url);
+        with_webhook_keys(
+            toml,
+            &format!(
+                "timeout_seconds = {}\nmax_in_flight_per_agent = 2",
+                ATTEMPT_TIMEOUT.as_secs()
+            ),
+        )
+    })
+    .await;
+
+    // Twenty of agent-a's requests end at once; their deliveries go to the tarpit,
+    // which holds both of agent-a's slots. The other eighteen are due and waiting: more
+    // than one read of the outbox takes of one agent, so agent-b's delivery is found
+    // only if reads take agents in turns.
+    let ends: Vec<_> = (0..20)
+        .map(|i| {
+            app.create_blocking(
+                json!({"tool": format!("a{i}"), "params": {}, "timeout_seconds": 0.05,
+                    "callback_url": format!("{}/a", tarpit.url)}),
+            )
+        })
+        .collect();
+    for end in ends {
+        let (s, r) = end.await.unwrap();
+        assert_eq!(r["status"], "timeout", "{s}: {r}");
+    }
+    let first_hang = tarpit.wait_accepted(2).await;
+
+    let (s, r) = app
+        .create_as(
+            TOKEN_B,
+            json!({"tool": "b", "params": {}, "route": "other", "timeout_seconds": 0.05,
+                "callback_url": format!("{}/b", receiver_b.url)}),
+        )
+        .await;
+    assert_eq!(r["status"], "timeout", "{s}: {r}");
+    let seen = receiver_b.wait_accepted(1).await;
+    let arrived = first_hang.elapsed();
+    assert_eq!(body(&seen[0])["id"], r["id"]);
+    assert!(signature_is_valid(&seen[0], HOOK_SECRET_A));
+    assert!(
+        arrived < ATTEMPT_TIMEOUT,
+        "agent-b's delivery came {arrived:?} after agent-a's receiver started hanging, \
+         not within one attempt's timeout ({ATTEMPT_TIMEOUT:?})"
+    );
+    assert_eq!(
+        tarpit.accepted.lock().unwrap().len(),
+        2,
+        "agent-a never has more than its two attempts in flight"
+    );
+}
+
+#[tokio::test]
+async fn a_replayed_delivery_with_a_changed_delivery_id_fails_verification_with_the_documented_recipe()
+ {
+    let receiver = Receiver::start(0).await;
+    let app = TestApp::spawn_with_callback_prefix(&receiver.url).await;
+    app.create(json!({"tool": "t", "params": {}, "timeout_seconds": 0.05,
+        "callback_url": format!("{}/r", receiver.url)}))
+        .await;
+    let genuine = receiver.wait_accepted(1).await.remove(0);
+    let other_id = "wh_0123456789abcdef0123456789abcdef";
+    assert_ne!(genuine.headers["x-hitl-delivery"], other_id);
+    let new_id = tampered(&genuine, "x-hitl-delivery", other_id, None);
+    let new_body = tampered(&genuine, "x-hitl-delivery", other_id, Some(b"{}"));
+    let ts: i64 = genuine.headers["x-hitl-timestamp"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let new_ts = tampered(&genuine, "x-hitl-timestamp", &(ts + 1).to_string(), None);
+
+    // The recipe as implemented here, and the README's own Python, agree on all four.
+    let cases = [&genuine, &new_id, &new_body, &new_ts];
+    let expected = vec![true, false, false, false];
+    let here: Vec<bool> = cases
+        .iter()
+        .map(|r| signature_is_valid(r, HOOK_SECRET_A))
+        .collect();
+    assert_eq!(here, expected);
+    if let Some(readme) = readme_recipe_says(HOOK_SECRET_A, &cases) {
+        assert_eq!(readme, expected, "the README's recipe");
+        assert_eq!(
+            readme_recipe_says("another-secret", &[&genuine]),
+            Some(vec![false])
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_agent_at_its_webhook_backlog_bound_has_the_next_delivery_dropped_and_audited() {
+    let receiver = Receiver::start(usize::MAX).await;
+    let app = spawn_with_backlog_bound(&receiver, 2).await;
+    let hook = format!("{}/x", receiver.url);
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let (_, r) = app
+            .create(
+                json!({"tool": format!("t{i}"), "params": {}, "timeout_seconds": 0.05,
+                "callback_url": hook}),
+            )
+            .await;
+        assert_eq!(r["status"], "timeout", "{r}");
+        ids.push(r["id"].as_str().unwrap().to_owned());
+    }
+
+    // The two oldest stay queued (the receiver keeps failing); the third is dropped,
+    // and says so in its own audit trail, which its agent can read.
+    let kinds = |events: &[Value]| -> Vec<String> {
+        events
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    for id in &ids[..2] {
+        assert!(!kinds(&app.audit_events(id).await).contains(&"webhook_dropped".to_owned()));
+    }
+    let events = app.audit_events(&ids[2]).await;
+    let dropped = events
+        .iter()
+        .find(|e| e["kind"] == "webhook_dropped")
+        .unwrap_or_else(|| panic!("no webhook_dropped in {events:?}"));
+    assert_eq!(dropped["actor"], "system");
+    assert_eq!(dropped["detail"]["agent"], "agent-a");
+    assert_eq!(dropped["detail"]["backlog"], 2);
+    assert!(
+        dropped["detail"]["delivery_id"]
+            .as_str()
+            .unwrap()
+            .starts_with("wh_")
+    );
+    assert_eq!(
+        app.get(&ids[2]).await.1["status"],
+        "timeout",
+        "only the delivery is dropped, not the outcome"
+    );
+    assert_eq!(
+        metric(&app, r#"hitl_webhook_dropped_total{agent="agent-a"}"#).await,
+        1.0
+    );
+    assert_eq!(metric(&app, "hitl_webhook_outbox_backlog").await, 2.0);
+
+    // The receiver recovers: the two queued deliveries arrive, the dropped one never.
+    receiver.set_failing(0);
+    receiver.wait_accepted(2).await;
+    wait_metric(&app, "hitl_webhook_outbox_backlog", 0.0).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let delivered: Vec<Value> = receiver
+        .seen()
+        .iter()
+        .filter(|r| !r.headers.contains_key("x-test-failed"))
+        .map(|r| body(r)["id"].clone())
+        .collect();
+    assert_eq!(delivered.len(), 2, "{delivered:?}");
+    assert!(!delivered.contains(&json!(ids[2])), "{delivered:?}");
+
+    // The bound counts undelivered deliveries only: with the backlog drained, the next
+    // outcome is queued and delivered again.
+    let (_, r) = app
+        .create(json!({"tool": "t3", "params": {}, "timeout_seconds": 0.05, "callback_url": hook}))
+        .await;
+    let seen = receiver.wait_accepted(3).await;
+    assert_eq!(body(seen.last().unwrap())["id"], r["id"]);
+    assert_eq!(
+        metric(&app, r#"hitl_webhook_dropped_total{agent="agent-a"}"#).await,
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn a_callback_url_with_an_encoded_slash_backslash_or_dot_in_its_path_is_refused() {
+    let receiver = Receiver::start(0).await;
+    let app = TestApp::spawn_with_callback_prefix(&receiver.url).await;
+    for encoded in ["%2f", "%2F", "%5c", "%5C", "%2e", "%2E"] {
+        for url in [
+            format!("{}/a{encoded}b", receiver.url),
+            format!("{}/..{encoded}..{encoded}admin", receiver.url),
+        ] {
+            let (s, b) = app
+                .create(json!({"tool": "t", "params": {}, "callback_url": url}))
+                .await;
+            assert_eq!(s, reqwest::StatusCode::UNPROCESSABLE_ENTITY, "{url}: {b}");
+            let message = b["error"]["message"].as_str().unwrap();
+            assert!(
+                message.starts_with("callback_url: must not hold %"),
+                "{url}: {message}"
+            );
+            assert!(message.contains(encoded), "as written: {message}");
+        }
+    }
+    // An encoded dot segment that parsing would resolve is refused for what was written.
+    let (s, b) = app
+        .create(json!({"tool": "t", "params": {},
+            "callback_url": format!("{}/%2E%2E/hooks/x", receiver.url)}))
+        .await;
+    assert_eq!(s, reqwest::StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("must not hold %2E"),
+        "{b}"
+    );
+    // Interactions take their callback_url through the same check.
+    let r = app
+        .client
+        .post(app.url("/v1/interactions"))
+        .bearer_auth(TOKEN_A)
+        .json(&json!({
+            "interaction": {"interaction_id": "enc-1", "question": "ok?", "interaction_type": "approval"},
+            "callback_url": format!("{}/a%2Fb", receiver.url),
+        }))
+        .send()
+        .await
+        .unwrap();
+    let (s, b) = json_of(r).await;
+    assert_eq!(s, reqwest::StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("callback_url: must not hold %2F"),
+        "{b}"
+    );
+    // Encoded characters elsewhere in the URL are the receiver's business.
+    let (s, b) = app
+        .create(json!({"tool": "t", "params": {}, "wait": "suspend",
+            "callback_url": format!("{}/ok%20path?next=%2Fadmin", receiver.url)}))
+        .await;
+    assert_eq!(s, reqwest::StatusCode::ACCEPTED, "{b}");
+}
+
+#[tokio::test]
+async fn the_webhook_backlog_bound_holds_exactly_when_many_requests_end_at_once() {
+    let receiver = Receiver::start(usize::MAX).await;
+    let app = spawn_with_backlog_bound(&receiver, 3).await;
+    let ends: Vec<_> = (0..12)
+        .map(|i| {
+            app.create_blocking(json!({"tool": format!("t{i}"), "params": {},
+                "timeout_seconds": 0.3, "callback_url": format!("{}/x", receiver.url)}))
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for end in ends {
+        let (_, r) = end.await.unwrap();
+        assert_eq!(r["status"], "timeout", "{r}");
+        ids.push(r["id"].as_str().unwrap().to_owned());
+    }
+    let mut dropped = 0;
+    for id in &ids {
+        let events = app.audit_events(id).await;
+        dropped += events
+            .iter()
+            .filter(|e| e["kind"] == "webhook_dropped")
+            .count();
+    }
+    assert_eq!(dropped, 9, "12 outcomes, 3 queued, 9 dropped");
+    assert_eq!(metric(&app, "hitl_webhook_outbox_backlog").await, 3.0);
+    assert_eq!(
+        metric(&app, r#"hitl_webhook_dropped_total{agent="agent-a"}"#).await,
+        9.0
+    );
 }

@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{AuthAgent, Body};
+use super::limits::Held;
 use super::record::RecordView;
 use crate::config::{Agent, Config};
 use crate::domain::confirmation::Confirmation;
@@ -355,6 +356,9 @@ pub(super) fn allowed_callback_url(u: &str, agent: &Agent) -> Result<String, Api
         .ok()
         .filter(|p| matches!(p.scheme(), "http" | "https"))
         .ok_or_else(|| ApiError::field("callback_url", "must be an http(s) URL"))?;
+    if let Some(reason) = crate::config::callback_path_refusal(u, &url) {
+        return Err(ApiError::field("callback_url", reason));
+    }
     if agent.allows_callback(&url) {
         Ok(url.to_string())
     } else {
@@ -397,6 +401,8 @@ fn parse_id(id: &str) -> Result<ConfirmationId, ApiError> {
             headers(("WWW-Authenticate" = String))),
         (status = 404, description = "`not_found`: unknown id, or another agent's.", body = crate::api::error::ErrorBody),
         (status = 422, description = "`invalid_field`: `wait` is not a number of seconds in range.", body = crate::api::error::ErrorBody),
+        (status = 429, description = "`too_many_streams`: with `wait`, this agent already has `max_long_polls` long-polls waiting.", body = crate::api::error::ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying."))),
         (status = 503, description = "`unavailable`: shutting down during a long-poll.", body = crate::api::error::ErrorBody),
     ),
     security(("bearer" = [])),
@@ -424,6 +430,9 @@ pub async fn get(
     };
     let record = match wait {
         Some(d) if !d.is_zero() => {
+            let _slot = state
+                .slots
+                .take(&agent.name, Held::LongPoll, agent.max_long_polls)?;
             state
                 .service
                 .wait(&agent, &id, Some(d), &state.stop)

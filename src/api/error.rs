@@ -43,6 +43,12 @@ pub enum ApiError {
         message: String,
         retry_after_secs: u64,
     },
+    /// 429, with `Retry-After` in whole seconds: the agent already holds as many event
+    /// streams or long-polls as it may (`max_streams`, `max_long_polls`).
+    TooManyStreams {
+        message: String,
+        retry_after_secs: u64,
+    },
     /// 502: Telegram refused the message or could not be reached.
     Undeliverable(String),
     /// 503
@@ -77,6 +83,8 @@ pub enum ErrorCode {
     PayloadTooLarge,
     InvalidField,
     RateLimited,
+    /// Over the agent's `max_streams` or `max_long_polls`.
+    TooManyStreams,
     Undeliverable,
     Unavailable,
     Internal,
@@ -126,6 +134,16 @@ impl ApiError {
 fn body(status: StatusCode, code: ErrorCode, message: String) -> Response {
     let error = ErrorDetail { code, message };
     (status, Json(ErrorBody { error })).into_response()
+}
+
+/// A 429 with `Retry-After` in whole seconds.
+fn too_many(code: ErrorCode, message: String, retry_after_secs: u64) -> Response {
+    let mut r = body(StatusCode::TOO_MANY_REQUESTS, code, message);
+    r.headers_mut().insert(
+        header::RETRY_AFTER,
+        header::HeaderValue::from(retry_after_secs),
+    );
+    r
 }
 
 impl IntoResponse for ApiError {
@@ -200,18 +218,11 @@ impl IntoResponse for ApiError {
             ApiError::TooManyRequests {
                 message,
                 retry_after_secs,
-            } => {
-                let mut r = body(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    ErrorCode::RateLimited,
-                    message,
-                );
-                r.headers_mut().insert(
-                    header::RETRY_AFTER,
-                    header::HeaderValue::from(retry_after_secs),
-                );
-                r
-            }
+            } => too_many(ErrorCode::RateLimited, message, retry_after_secs),
+            ApiError::TooManyStreams {
+                message,
+                retry_after_secs,
+            } => too_many(ErrorCode::TooManyStreams, message, retry_after_secs),
             ApiError::Undeliverable(m) => {
                 tracing::warn!(reason = %m, "Telegram did not take a message");
                 body(StatusCode::BAD_GATEWAY, ErrorCode::Undeliverable, m)

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::AppState;
 use super::error::ApiError;
 use super::extract::AuthAgent;
+use super::limits::{Held, Slot};
 use crate::service::Service;
 use crate::storage::AgentEvent;
 
@@ -85,6 +86,8 @@ fn seq(text: &str) -> Option<i64> {
         (status = 401, description = "`unauthorized`: missing or unknown bearer token.", body = crate::api::error::ErrorBody,
             headers(("WWW-Authenticate" = String))),
         (status = 422, description = "`invalid_field`: `Last-Event-ID` or `after` is not a non-negative integer.", body = crate::api::error::ErrorBody),
+        (status = 429, description = "`too_many_streams`: this agent already has `max_streams` event streams open.", body = crate::api::error::ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying."))),
     ),
     security(("bearer" = [])),
 )]
@@ -96,6 +99,10 @@ pub async fn stream(
 ) -> Result<Response, ApiError> {
     let query = query.map(|Query(q)| q).unwrap_or_default();
     let requested = resume_after(&headers, &query)?;
+    // Held by the stream until its client goes away or the service stops.
+    let slot = state
+        .slots
+        .take(&agent.name, Held::Stream, agent.max_streams)?;
     // Subscribed before the first read, so nothing written in between is missed.
     let ticks = state.service.subscribe_events();
     let newest = state.service.store().last_agent_event(&agent.name).await?;
@@ -110,6 +117,7 @@ pub async fn stream(
         ticks,
         stop: state.stop.clone(),
         greeted: false,
+        _slot: slot,
     };
     let events = futures_util::stream::unfold(cursor, Cursor::next);
     Ok(Sse::new(events)
@@ -129,6 +137,8 @@ struct Cursor {
     stop: CancellationToken,
     /// The `retry:` line went out.
     greeted: bool,
+    /// Counts this stream against the agent's `max_streams` while it lives.
+    _slot: Slot,
 }
 
 impl Cursor {

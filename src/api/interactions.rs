@@ -20,6 +20,7 @@ use super::confirmations::{
 };
 use super::error::ApiError;
 use super::extract::{AuthAgent, Body};
+use super::limits::Held;
 use super::record::InteractionView;
 use crate::config::{Agent, Config};
 use crate::domain::interaction::InteractionType;
@@ -305,6 +306,8 @@ pub async fn create(
             headers(("WWW-Authenticate" = String))),
         (status = 404, description = "`not_found`: unknown `interaction_id`, or another agent's.", body = crate::api::error::ErrorBody),
         (status = 422, description = "`invalid_field`: `wait` is not a number of seconds in range.", body = crate::api::error::ErrorBody),
+        (status = 429, description = "`too_many_streams`: with `wait`, this agent already has `max_long_polls` long-polls waiting.", body = crate::api::error::ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying."))),
         (status = 503, description = "`unavailable`: shutting down during a long-poll.", body = crate::api::error::ErrorBody),
     ),
     security(("bearer" = [])),
@@ -319,6 +322,9 @@ pub async fn get(
     let wait = long_poll(query)?;
     let record = match wait {
         Some(d) => {
+            let _slot = state
+                .slots
+                .take(&agent.name, Held::LongPoll, agent.max_long_polls)?;
             state
                 .service
                 .wait_for_change(&agent, &id, d, &state.stop)

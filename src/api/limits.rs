@@ -1,12 +1,20 @@
-//! Per-agent request rate: a token bucket per agent, so a runaway agent cannot flood
-//! the operators' chat. A bucket holds `requests_per_minute` tokens (the burst) and
-//! refills at that many per minute.
+//! Per-agent limits of the API.
+//!
+//! - Request rate: a token bucket per agent, so a runaway agent cannot flood the
+//!   operators' chat. A bucket holds `requests_per_minute` tokens (the burst) and
+//!   refills at that many per minute.
+//! - Held connections: an agent may keep at most `max_streams` event streams and
+//!   `max_long_polls` long-polls open at once, so no agent can hold the server's
+//!   connections (see `api::serve`) and keep others, `/healthz` and the Telegram webhook
+//!   route out.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use super::error::ApiError;
 
 #[derive(Default)]
 pub struct AgentRateLimiter {
@@ -41,6 +49,78 @@ impl AgentRateLimiter {
     }
 }
 
+/// What an agent holds a connection open for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Held {
+    /// `GET /v1/events`.
+    Stream,
+    /// `GET /v1/confirmations/{id}?wait=N`, `GET /v1/interactions/{id}?wait=N`.
+    LongPoll,
+}
+
+/// How long a refused client is told to wait. A slot frees when a stream's client goes
+/// away (hyper notices the closed socket at once) or a long-poll answers, so a short
+/// wait is enough; retrying at once would only be refused again.
+pub const HELD_RETRY_AFTER_SECS: u64 = 5;
+
+/// Counts, per agent, the streams and long-polls open now.
+#[derive(Default)]
+pub struct AgentSlots {
+    held: Mutex<HashMap<(String, Held), u32>>,
+}
+
+/// One stream or long-poll counted against its agent, until dropped.
+pub struct Slot {
+    slots: Arc<AgentSlots>,
+    key: (String, Held),
+}
+
+impl AgentSlots {
+    /// Counts one more `kind` for `agent`, or refuses with 429 when it already holds
+    /// `max` of them.
+    pub fn take(self: &Arc<Self>, agent: &str, kind: Held, max: u32) -> Result<Slot, ApiError> {
+        let key = (agent.to_owned(), kind);
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let n = held.entry(key.clone()).or_insert(0);
+        if *n >= max {
+            let (what, setting) = match kind {
+                Held::Stream => ("event streams", "max_streams"),
+                Held::LongPoll => ("long-polls", "max_long_polls"),
+            };
+            return Err(ApiError::TooManyStreams {
+                message: format!(
+                    "this agent already has {max} {what} open (its {setting}); close one or \
+                     retry later"
+                ),
+                retry_after_secs: HELD_RETRY_AFTER_SECS,
+            });
+        }
+        *n += 1;
+        Ok(Slot {
+            slots: self.clone(),
+            key,
+        })
+    }
+
+    /// How many `kind` `agent` holds now.
+    pub fn held(&self, agent: &str, kind: Held) -> u32 {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.get(&(agent.to_owned(), kind)).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut held = self.slots.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.remove(&self.key);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,5 +140,30 @@ mod tests {
         tokio::time::advance(Duration::from_secs(20)).await;
         assert!(l.check("a", 3).is_ok());
         assert!(l.check("a", 3).is_err());
+    }
+
+    #[test]
+    fn slots_are_counted_per_agent_and_kind_and_freed_on_drop() {
+        let slots = Arc::new(AgentSlots::default());
+        let a = slots.take("a", Held::Stream, 2).expect("first");
+        let _b = slots.take("a", Held::Stream, 2).expect("second");
+        match slots.take("a", Held::Stream, 2) {
+            Err(ApiError::TooManyStreams {
+                message,
+                retry_after_secs,
+            }) => {
+                assert!(message.contains("max_streams"), "{message}");
+                assert_eq!(retry_after_secs, HELD_RETRY_AFTER_SECS);
+            }
+            _ => panic!("a third stream must be refused"),
+        }
+        assert!(slots.take("a", Held::LongPoll, 2).is_ok(), "another kind");
+        assert!(slots.take("b", Held::Stream, 2).is_ok(), "another agent");
+        drop(a);
+        assert_eq!(slots.held("a", Held::Stream), 1);
+        assert!(
+            slots.take("a", Held::Stream, 2).is_ok(),
+            "freed by the drop"
+        );
     }
 }

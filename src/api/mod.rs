@@ -9,6 +9,7 @@ pub mod limits;
 pub mod metrics;
 pub mod openapi;
 pub mod record;
+pub mod serve;
 pub mod trace;
 
 use std::sync::Arc;
@@ -34,6 +35,9 @@ pub struct AppState {
     /// and event streams end.
     pub stop: CancellationToken,
     pub rate: Arc<limits::AgentRateLimiter>,
+    /// Each agent's open event streams and long-polls, against its `max_streams` and
+    /// `max_long_polls`.
+    pub slots: Arc<limits::AgentSlots>,
 }
 
 pub fn router(state: AppState) -> Router {

@@ -451,7 +451,8 @@ fn callback_url_schema() -> Object {
         .format(Some(SchemaFormat::Custom("uri".into())))
         .max_length(Some(MAX_CALLBACK_URL_CHARS))
         .description(Some(
-            "An http(s) URL under one of the agent's `callback_url_prefixes`; the \
+            "An http(s) URL under one of the agent's `callback_url_prefixes`, with no \
+             percent-encoded `/`, `\\` or `.` (`%2F`, `%5C`, `%2E`) in its path; the \
              outcome is POSTed there, signed.",
         ))
         .build()

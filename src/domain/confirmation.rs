@@ -157,6 +157,17 @@ pub struct Confirmation {
     pub answers: Vec<Answer>,
     /// Further messages of the question (one per further private chat).
     pub copies: Vec<Copy>,
+    /// Messages of the question the service learned of only from a tap on them: posted
+    /// before a crash (or a lost connection) kept their id from being stored.
+    pub strays: Vec<Stray>,
+}
+
+/// A message carrying the question that the service did not know it had sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stray {
+    pub chat_id: i64,
+    pub message_id: i32,
+    pub outcome_shown: bool,
 }
 
 /// A further message carrying the same question, in another chat.
@@ -352,6 +363,12 @@ pub enum Outcome {
     TimedOut {
         after: Duration,
     },
+    /// Nothing refused the question, but it could not reach its chat before its deadline
+    /// (the chat's fair queue under Telegram's limits, a `retry_after` past it): a
+    /// timeout, saying why.
+    Unreachable {
+        why: String,
+    },
     Withdrawn,
     FailedClosed {
         reason: String,
@@ -417,6 +434,14 @@ impl Outcome {
                 format!(
                     "no operator decided within {}: not executed",
                     human_duration(after)
+                ),
+                None,
+            ),
+            Outcome::Unreachable { why } => (
+                Status::Timeout,
+                Via::Timeout,
+                format!(
+                    "the question could not reach the chat before its deadline ({why}): not executed"
                 ),
                 None,
             ),

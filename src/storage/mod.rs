@@ -10,7 +10,7 @@ mod sqlite;
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
-use crate::domain::audit::{AuditEvent, NewEvent, StoredRow};
+use crate::domain::audit::{AuditEvent, Head, NewEvent, StoredRow, StoredStatus};
 use crate::domain::confirmation::{Confirmation, Decision, Operator, Window, WindowKey};
 use crate::domain::ids::{CallbackToken, ConfirmationId, DeliveryId, IdempotencyKey};
 use crate::domain::interaction::Answer;
@@ -85,6 +85,9 @@ pub struct PendingEntry {
     /// False when the process stopped between storing the request and recording its
     /// Telegram message: the question may never have reached the chat.
     pub delivered: bool,
+    /// False until the first message's file with the full parameters was sent (or was
+    /// found not needed): a crash may have come in between.
+    pub attached: bool,
 }
 
 /// A live confirmation window with where the request that opened it was asked: windows
@@ -107,6 +110,9 @@ pub struct Gauges {
     pub oldest_pending_since: Option<OffsetDateTime>,
     /// Webhooks not yet delivered nor given up.
     pub webhook_backlog: u64,
+    /// Deliveries dropped because their agent's backlog was full, per agent (agents with
+    /// none are absent). Dropped rows are kept, so this only grows.
+    pub webhook_dropped_by_agent: Vec<(String, u64)>,
 }
 
 /// A webhook waiting in the outbox.
@@ -174,6 +180,9 @@ pub trait Store: Send + Sync + 'static {
         message_id: i32,
     ) -> Result<(), StorageError>;
 
+    /// Records that the first message's file was sent or was not needed.
+    async fn mark_attached(&self, id: &ConfirmationId) -> Result<(), StorageError>;
+
     /// Moves a pending request to its outcome with one conditional update. In the same
     /// transaction it opens the confirmation window (when an operator confirmed a request
     /// with `window_seconds > 0`) and queues the webhook (when it has a `callback_url`).
@@ -224,6 +233,22 @@ pub trait Store: Send + Sync + 'static {
         now: OffsetDateTime,
     ) -> Result<(), StorageError>;
 
+    /// Outbox entries due at `now`, at most `per_agent` of each agent (its oldest due),
+    /// in turns: every agent's first, then every agent's second, and so on. An agent with
+    /// a long backlog thus never hides another agent's due delivery from the worker.
+    async fn due_webhooks_by_agent(
+        &self,
+        now: OffsetDateTime,
+        per_agent: u32,
+    ) -> Result<Vec<OutboxEntry>, StorageError>;
+
+    /// When the next pending webhook not yet due at `after` is due, if any. (Rows due
+    /// already are the worker's to start, or in flight.)
+    async fn next_webhook_due_after(
+        &self,
+        after: OffsetDateTime,
+    ) -> Result<Option<OffsetDateTime>, StorageError>;
+
     /// Appends an event to the audit trail. State changes append theirs inside their own
     /// transaction; this is for events that change nothing else (a refused tap).
     async fn record_event(&self, event: NewEvent) -> Result<(), StorageError>;
@@ -236,6 +261,16 @@ pub trait Store: Send + Sync + 'static {
         &self,
         since: Option<OffsetDateTime>,
     ) -> Result<Vec<StoredRow>, StorageError>;
+
+    /// The whole trail (in sequence order) and every request's stored status (pending
+    /// ones too, so a decided request set back to pending shows), read in one
+    /// transaction: while the service keeps deciding, the two still agree, so
+    /// `audit verify` reports no drift that is only a race.
+    async fn audit_snapshot(&self) -> Result<(Vec<StoredRow>, Vec<StoredStatus>), StorageError>;
+
+    /// The newest event's sequence number and hash (the genesis head for an empty
+    /// trail), for the log.
+    async fn audit_head(&self) -> Result<Head, StorageError>;
 
     /// Routes whose chat moved (a group upgraded to a supergroup), with the new chat.
     async fn route_chats(&self) -> Result<Vec<(String, i64)>, StorageError>;
@@ -284,6 +319,24 @@ pub trait Store: Send + Sync + 'static {
 
     /// Records that a copy's message shows the outcome.
     async fn mark_copy_shown(&self, id: &ConfirmationId, chat_id: i64) -> Result<(), StorageError>;
+
+    /// Records (audited) a message of the question learned from a tap on it, unless it
+    /// is known already; returns the record as it is then (`None`: no such question).
+    async fn add_stray(
+        &self,
+        id: &ConfirmationId,
+        chat_id: i64,
+        message_id: i32,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError>;
+
+    /// Records that a learned message shows the outcome.
+    async fn mark_stray_shown(
+        &self,
+        id: &ConfirmationId,
+        chat_id: i64,
+        message_id: i32,
+    ) -> Result<(), StorageError>;
 
     /// Stores one person's answer to a pending question, with its audit and stream
     /// events, unless they already answered or the question ended. With `settles`, the

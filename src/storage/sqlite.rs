@@ -18,7 +18,7 @@ use super::{
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit::{self, AuditEvent, GENESIS_HASH, NewEvent, StoredRow};
 use crate::domain::confirmation::{
-    Confirmation, Copy, Decision, Operator, Status, Via, Window, WindowKey,
+    Confirmation, Copy, Decision, Operator, Status, Stray, Via, Window, WindowKey,
 };
 use crate::domain::ids::{
     CallbackToken, ConfirmationId, DeliveryId, IdempotencyKey, OwnerId, ToolName,
@@ -42,6 +42,11 @@ pub struct SqliteStore {
     windows: RwLock<Option<HashMap<WindowKey, Window>>>,
     /// Window hits waiting to be written; see [`SqliteStore::insert_window_hit`].
     hits: std::sync::Mutex<Vec<QueuedHit>>,
+    /// `webhooks.max_backlog_per_agent`: an outcome whose agent already has this many
+    /// undelivered webhooks gets its delivery dropped (audited) instead of queued. Set by
+    /// the service at start ([`SqliteStore::set_webhook_backlog_bound`]); the CLI tools,
+    /// which decide nothing, keep the default.
+    webhook_backlog_bound: std::sync::atomic::AtomicU32,
 }
 
 /// A window hit waiting for the next group commit, and where its caller waits.
@@ -92,7 +97,21 @@ impl SqliteStore {
             audit: tokio::sync::Mutex::new(()),
             windows: RwLock::new(None),
             hits: std::sync::Mutex::new(Vec::new()),
+            webhook_backlog_bound: std::sync::atomic::AtomicU32::new(
+                crate::config::WebhookSettings::default().max_backlog_per_agent,
+            ),
         })
+    }
+
+    /// Sets `webhooks.max_backlog_per_agent` (see the field's comment); at least 1.
+    pub fn set_webhook_backlog_bound(&self, bound: u32) {
+        self.webhook_backlog_bound
+            .store(bound.max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn webhook_backlog_bound(&self) -> u32 {
+        self.webhook_backlog_bound
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -261,6 +280,7 @@ impl Row {
                 .transpose()?,
             answers: Vec::new(),
             copies: Vec::new(),
+            strays: Vec::new(),
         })
     }
 }
@@ -337,6 +357,23 @@ async fn hydrate(
             chat_id,
             message_id: message_id.and_then(|m| i32::try_from(m).ok()),
             outcome_shown,
+        })
+        .collect();
+    let strays: Vec<(i64, i64, bool)> = sqlx::query_as(
+        "SELECT chat_id, message_id, outcome_shown FROM strays
+         WHERE question_id = ? ORDER BY rowid",
+    )
+    .bind(r.id.as_str())
+    .fetch_all(&mut *conn)
+    .await?;
+    r.strays = strays
+        .into_iter()
+        .filter_map(|(chat_id, message_id, outcome_shown)| {
+            Some(Stray {
+                chat_id,
+                message_id: i32::try_from(message_id).ok()?,
+                outcome_shown,
+            })
         })
         .collect();
     r.answers = out;
@@ -470,7 +507,7 @@ impl SqliteStore {
         now: OffsetDateTime,
     ) -> Result<Inserted, StorageError> {
         let mut tx = self.write_tx().await?;
-        let inserted = insert_in(&mut tx, r, now).await?;
+        let inserted = insert_in(&mut tx, r, now, self.webhook_backlog_bound()).await?;
         tx.commit().await?;
         Ok(inserted)
     }
@@ -525,8 +562,9 @@ impl SqliteStore {
         let mut results = Vec::with_capacity(batch.len());
         let written: Result<(), StorageError> = async {
             let mut tx = self.write_tx().await?;
+            let bound = self.webhook_backlog_bound();
             for hit in &batch {
-                results.push(insert_in(&mut tx, &hit.record, hit.now).await?);
+                results.push(insert_in(&mut tx, &hit.record, hit.now, bound).await?);
             }
             tx.commit().await?;
             Ok(())
@@ -592,26 +630,61 @@ impl SqliteStore {
     }
 }
 
-/// Queues the webhook of a request that just ended, inside the caller's transaction: the
-/// outcome and its delivery commit together or not at all.
+/// Queues the webhook of a request that just ended, inside the caller's transaction (the
+/// caller holds the audit lock): the outcome and its delivery commit together or not at
+/// all. When the agent already has `max_backlog` undelivered webhooks, the delivery is
+/// stored as `dropped` with a `webhook_dropped` event instead: the oldest are kept (they
+/// have waited longest, and a delivery once queued is never withdrawn), and the bound
+/// holds exactly, because the count is read under the write lock of this transaction.
 async fn enqueue_webhook(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
     r: &Confirmation,
-    now_ms: i64,
+    now: OffsetDateTime,
+    max_backlog: u32,
 ) -> Result<(), StorageError> {
     let Some(url) = &r.callback_url else {
         return Ok(());
     };
+    // Through the partial index on pending rows: at most `max_backlog` entries to count.
+    let (backlog,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM webhook_outbox WHERE agent = ? AND state = 'pending'")
+            .bind(&r.agent)
+            .fetch_one(&mut **tx)
+            .await?;
+    let backlog = u64::try_from(backlog).unwrap_or(0);
+    let delivery_id = DeliveryId::generate();
+    if backlog >= u64::from(max_backlog) {
+        sqlx::query(
+            "INSERT INTO webhook_outbox (delivery_id, confirmation_id, agent, url, created_at,
+                 next_attempt_at, state, last_error, finished_at)
+             VALUES (?, ?, ?, ?, ?, ?, 'dropped', ?, ?)",
+        )
+        .bind(delivery_id.as_str())
+        .bind(r.id.as_str())
+        .bind(&r.agent)
+        .bind(url)
+        .bind(ms(now))
+        .bind(ms(now))
+        .bind(format!(
+            "dropped: the agent already had {backlog} undelivered webhooks"
+        ))
+        .bind(ms(now))
+        .execute(&mut **tx)
+        .await?;
+        let event =
+            audit::webhook_dropped(r.id.as_str(), delivery_id.as_str(), &r.agent, backlog, now);
+        return append_event(tx, &event).await;
+    }
     sqlx::query(
         "INSERT INTO webhook_outbox (delivery_id, confirmation_id, agent, url, created_at, next_attempt_at)
          VALUES (?, ?, ?, ?, ?, ?)",
     )
-    .bind(DeliveryId::generate().as_str())
+    .bind(delivery_id.as_str())
     .bind(r.id.as_str())
     .bind(&r.agent)
     .bind(url)
-    .bind(now_ms)
-    .bind(now_ms)
+    .bind(ms(now))
+    .bind(ms(now))
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -755,6 +828,25 @@ struct OutboxRow {
     attempts: i64,
 }
 
+impl OutboxRow {
+    fn into_entry(self) -> Result<OutboxEntry, StorageError> {
+        let corrupt = |what: &str| StorageError::Corrupt {
+            id: self.delivery_id.clone(),
+            what: what.to_owned(),
+        };
+        Ok(OutboxEntry {
+            delivery_id: DeliveryId::parse(&self.delivery_id)
+                .map_err(|_| corrupt("delivery_id"))?,
+            confirmation_id: ConfirmationId::parse(&self.confirmation_id)
+                .map_err(|_| corrupt("confirmation_id"))?,
+            created_at: from_ms(self.created_at).ok_or_else(|| corrupt("created_at"))?,
+            attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
+            agent: self.agent,
+            url: self.url,
+        })
+    }
+}
+
 /// Moves a pending question to its outcome inside `tx` (the caller holds the audit lock):
 /// one conditional update, then, when it applied, the default answer (if any), the stream
 /// and audit events, the webhook and the confirmation window, all in the same transaction.
@@ -762,6 +854,7 @@ async fn apply_decision(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
     id: &ConfirmationId,
     d: &Decision,
+    max_backlog: u32,
 ) -> Result<Decided, StorageError> {
     let (by_id, by_username, by_name) = operator_columns(&d.decided_by);
     // The `status = 'pending'` guard is the whole exactly-once story: of any number of
@@ -827,7 +920,7 @@ async fn apply_decision(
     }
     push_agent_event(tx, &record, "status", &record.status_event(), d.decided_at).await?;
     append_event(tx, &audit::decided(&record)).await?;
-    enqueue_webhook(tx, &record, ms(d.decided_at)).await?;
+    enqueue_webhook(tx, &record, d.decided_at, max_backlog).await?;
     if let Some(until) = record.window_until() {
         sqlx::query(
             "INSERT INTO windows (agent, route, owner_id, tool, args_hash, expires_at, opened_by)
@@ -855,6 +948,7 @@ async fn insert_in(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
     r: &Confirmation,
     now: OffsetDateTime,
+    max_backlog: u32,
 ) -> Result<Inserted, StorageError> {
     if let Some(key) = &r.idempotency_key {
         // Release the key if its request is older than the TTL, so it can be reused.
@@ -922,7 +1016,7 @@ async fn insert_in(
     if done.rows_affected() == 1 {
         if r.is_terminal() {
             append_event(tx, &audit::window_hit(r)).await?;
-            enqueue_webhook(tx, r, ms(now)).await?;
+            enqueue_webhook(tx, r, now, max_backlog).await?;
         } else {
             append_event(tx, &audit::requested(r)).await?;
         }
@@ -1031,7 +1125,7 @@ impl Store for SqliteStore {
     async fn decide(&self, id: &ConfirmationId, d: &Decision) -> Result<Decided, StorageError> {
         let _audit = self.audit.lock().await;
         let mut tx = self.write_tx().await?;
-        let decided = apply_decision(&mut tx, id, d).await?;
+        let decided = apply_decision(&mut tx, id, d, self.webhook_backlog_bound()).await?;
         if let Decided::Applied(record) = &decided {
             tx.commit().await?;
             self.remember_window(record);
@@ -1092,7 +1186,9 @@ impl Store for SqliteStore {
         let rows: Vec<Row> = sqlx::query_as(select_where!(
             "status <> 'pending' AND ((outcome_shown = 0 AND message_id IS NOT NULL)
              OR EXISTS (SELECT 1 FROM copies c WHERE c.question_id = confirmations.id
-                        AND c.outcome_shown = 0 AND c.message_id IS NOT NULL))
+                        AND c.outcome_shown = 0 AND c.message_id IS NOT NULL)
+             OR EXISTS (SELECT 1 FROM strays s WHERE s.question_id = confirmations.id
+                        AND s.outcome_shown = 0))
              ORDER BY decided_at"
         ))
         .fetch_all(&mut *conn)
@@ -1111,16 +1207,16 @@ impl Store for SqliteStore {
     }
 
     async fn pending(&self) -> Result<Vec<PendingEntry>, StorageError> {
-        let rows: Vec<(String, i64, bool)> = sqlx::query_as(
+        let rows: Vec<(String, i64, bool, bool)> = sqlx::query_as(
             "SELECT id, expires_at, message_id IS NOT NULL AND NOT EXISTS (
                 SELECT 1 FROM copies c WHERE c.question_id = confirmations.id
-                AND c.message_id IS NULL)
+                AND c.message_id IS NULL), attached
              FROM confirmations WHERE status = 'pending' ORDER BY expires_at",
         )
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
-            .map(|(id, at, delivered)| {
+            .map(|(id, at, delivered, attached)| {
                 let corrupt = |what: &str| StorageError::Corrupt {
                     id: id.clone(),
                     what: what.to_owned(),
@@ -1129,6 +1225,7 @@ impl Store for SqliteStore {
                     id: ConfirmationId::parse(&id).map_err(|_| corrupt("id"))?,
                     expires_at: from_ms(at).ok_or_else(|| corrupt("expires_at"))?,
                     delivered,
+                    attached,
                 })
             })
             .collect()
@@ -1255,6 +1352,45 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    async fn due_webhooks_by_agent(
+        &self,
+        now: OffsetDateTime,
+        per_agent: u32,
+    ) -> Result<Vec<OutboxEntry>, StorageError> {
+        // Each agent's rows ranked by when they are due (then by when they were queued),
+        // and served rank by rank: one agent's thousand due rows come after every other
+        // agent's first.
+        let rows: Vec<OutboxRow> = sqlx::query_as(
+            "SELECT delivery_id, confirmation_id, agent, url, created_at, attempts FROM (
+                 SELECT delivery_id, confirmation_id, agent, url, created_at, attempts,
+                        next_attempt_at,
+                        ROW_NUMBER() OVER (
+                            PARTITION BY agent ORDER BY next_attempt_at, created_at, delivery_id
+                        ) AS turn
+                 FROM webhook_outbox WHERE state = 'pending' AND next_attempt_at <= ?
+             ) WHERE turn <= ? ORDER BY turn, next_attempt_at, delivery_id",
+        )
+        .bind(ms(now))
+        .bind(i64::from(per_agent))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(OutboxRow::into_entry).collect()
+    }
+
+    async fn next_webhook_due_after(
+        &self,
+        after: OffsetDateTime,
+    ) -> Result<Option<OffsetDateTime>, StorageError> {
+        let row: Option<(Option<i64>,)> = sqlx::query_as(
+            "SELECT MIN(next_attempt_at) FROM webhook_outbox
+             WHERE state = 'pending' AND next_attempt_at > ?",
+        )
+        .bind(ms(after))
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.and_then(|(v,)| v).and_then(from_ms))
+    }
+
     async fn record_event(&self, event: NewEvent) -> Result<(), StorageError> {
         let _audit = self.audit.lock().await;
         let mut tx = self.write_tx().await?;
@@ -1296,6 +1432,45 @@ impl Store for SqliteStore {
                 .fetch_all(&self.pool)
                 .await?;
         rows.into_iter().map(AuditRow::into_stored).collect()
+    }
+
+    async fn audit_snapshot(
+        &self,
+    ) -> Result<(Vec<StoredRow>, Vec<audit::StoredStatus>), StorageError> {
+        // One read transaction is one WAL snapshot: a decision committed between the two
+        // queries is in both or in neither.
+        let mut tx = self.pool.begin().await?;
+        let rows: Vec<AuditRow> = sqlx::query_as("SELECT * FROM audit_events ORDER BY seq")
+            .fetch_all(&mut *tx)
+            .await?;
+        let statuses: Vec<(String, String)> =
+            sqlx::query_as("SELECT id, status FROM confirmations ORDER BY created_at, id")
+                .fetch_all(&mut *tx)
+                .await?;
+        tx.rollback().await?;
+        let rows = rows
+            .into_iter()
+            .map(AuditRow::into_stored)
+            .collect::<Result<_, _>>()?;
+        let statuses = statuses
+            .into_iter()
+            .map(|(id, status)| audit::StoredStatus { id, status })
+            .collect();
+        Ok((rows, statuses))
+    }
+
+    async fn audit_head(&self) -> Result<audit::Head, StorageError> {
+        let last: Option<(i64, String)> =
+            sqlx::query_as("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1")
+                .fetch_optional(&self.pool)
+                .await?;
+        match last {
+            None => Ok(audit::Head::genesis()),
+            Some((seq, hash)) => audit::Head::new(seq, &hash).map_err(|e| StorageError::Corrupt {
+                id: format!("audit event {seq}"),
+                what: format!("hash: {e}"),
+            }),
+        }
     }
 
     async fn route_chats(&self) -> Result<Vec<(String, i64)>, StorageError> {
@@ -1358,6 +1533,8 @@ impl Store for SqliteStore {
             select_where!(
                 "(chat_id = CAST(?1 AS INTEGER) AND message_id = CAST(?2 AS INTEGER))
                  OR id = (SELECT question_id FROM copies
+                          WHERE chat_id = CAST(?1 AS INTEGER) AND message_id = CAST(?2 AS INTEGER))
+                 OR id = (SELECT question_id FROM strays
                           WHERE chat_id = CAST(?1 AS INTEGER) AND message_id = CAST(?2 AS INTEGER))"
             ),
             &[&chat, &message],
@@ -1431,6 +1608,70 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    async fn add_stray(
+        &self,
+        id: &ConfirmationId,
+        chat_id: i64,
+        message_id: i32,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let _audit = self.audit.lock().await;
+        let mut tx = self.write_tx().await?;
+        // Not a stray when it is the question's own message or a copy's (a tap that
+        // raced the storing of the id).
+        let added = sqlx::query(
+            "INSERT INTO strays (question_id, chat_id, message_id)
+             SELECT id, ?2, ?3 FROM confirmations
+             WHERE id = ?1 AND NOT (chat_id = ?2 AND message_id IS ?3)
+               AND NOT EXISTS (SELECT 1 FROM copies c WHERE c.question_id = ?1
+                               AND c.chat_id = ?2 AND c.message_id IS ?3)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(id.as_str())
+        .bind(chat_id)
+        .bind(i64::from(message_id))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if added {
+            append_event(
+                &mut tx,
+                &audit::copy_found(id.as_str(), chat_id, message_id, now),
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        drop(_audit);
+        self.get(id).await
+    }
+
+    async fn mark_attached(&self, id: &ConfirmationId) -> Result<(), StorageError> {
+        sqlx::query("UPDATE confirmations SET attached = 1 WHERE id = ?")
+            .bind(id.as_str())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn mark_stray_shown(
+        &self,
+        id: &ConfirmationId,
+        chat_id: i64,
+        message_id: i32,
+    ) -> Result<(), StorageError> {
+        sqlx::query(
+            "UPDATE strays SET outcome_shown = 1
+             WHERE question_id = ? AND chat_id = ? AND message_id = ?",
+        )
+        .bind(id.as_str())
+        .bind(chat_id)
+        .bind(i64::from(message_id))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     async fn add_answer(
         &self,
         id: &ConfirmationId,
@@ -1468,7 +1709,7 @@ impl Store for SqliteStore {
         let record = match settles {
             // The answer decides the question: both commit together, so no one ever sees
             // the answer stored and the question still open.
-            Some(d) => match apply_decision(&mut tx, id, d).await? {
+            Some(d) => match apply_decision(&mut tx, id, d, self.webhook_backlog_bound()).await? {
                 Decided::Applied(r) => r,
                 Decided::AlreadyTerminal(r) => return Ok(Answered::Closed(r)),
                 Decided::NotFound => return Ok(Answered::NotFound),
@@ -1691,8 +1932,8 @@ impl Store for SqliteStore {
     }
 
     async fn gauges(&self) -> Result<Gauges, StorageError> {
-        // Both read through the partial indexes on pending rows, so a scrape stays cheap
-        // however much history the database holds.
+        // All read through partial indexes (pending rows, dropped deliveries), so a
+        // scrape stays cheap however much history the database holds.
         let pending: Vec<(String, i64, i64)> = sqlx::query_as(
             "SELECT agent, COUNT(*), MIN(created_at) FROM confirmations
              WHERE status = 'pending' GROUP BY agent",
@@ -1703,6 +1944,11 @@ impl Store for SqliteStore {
             sqlx::query_as("SELECT COUNT(*) FROM webhook_outbox WHERE state = 'pending'")
                 .fetch_one(&self.pool)
                 .await?;
+        let dropped: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT agent, COUNT(*) FROM webhook_outbox WHERE state = 'dropped' GROUP BY agent",
+        )
+        .fetch_all(&self.pool)
+        .await?;
         Ok(Gauges {
             oldest_pending_since: pending
                 .iter()
@@ -1714,6 +1960,10 @@ impl Store for SqliteStore {
                 .map(|(agent, n, _)| (agent, u64::try_from(n).unwrap_or(0)))
                 .collect(),
             webhook_backlog: u64::try_from(backlog).unwrap_or(0),
+            webhook_dropped_by_agent: dropped
+                .into_iter()
+                .map(|(agent, n)| (agent, u64::try_from(n).unwrap_or(0)))
+                .collect(),
         })
     }
 

@@ -15,11 +15,15 @@
 //!   question that cannot be delivered fails closed quickly.
 //!
 //! Deadlines follow what each call is for. A question is worth sending until its request
-//! expires: one that cannot reach a human before then simply times out. An outcome edit
-//! is worth ten minutes of trying (an operator may look at the chat later). A tap answer
-//! gets twelve seconds, since Telegram refuses answers about fifteen seconds after the
-//! tap. Messages and edits take a slot from the [`RateLimiter`] before each attempt, so
-//! the bot stays under Telegram's limits instead of collecting 429s.
+//! expires: one that cannot reach a human before then times out, and says so as soon as
+//! that is known (no slot of the chat's queue before the deadline, a `retry_after` or a
+//! backoff past it). An outcome edit is worth ten minutes of trying (an operator may look
+//! at the chat later). A tap answer gets twelve seconds, since Telegram refuses answers
+//! about fifteen seconds after the tap. Messages and edits take a slot from the
+//! [`RateLimiter`] before each attempt, so the bot stays under Telegram's limits instead
+//! of collecting 429s: questions and notifications in their agent's [`Share`] of the
+//! chat, edits, attached files and command replies in the service's, so one agent's
+//! backlog neither holds back another agent's questions nor the outcomes shown.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -36,7 +40,7 @@ use teloxide::{ApiError, RequestError};
 use time::OffsetDateTime;
 use tokio::time::Instant;
 
-use super::ratelimit::{Limits, RateLimiter};
+use super::ratelimit::{Limits, NoSlot, RateLimiter, Share};
 use super::render;
 use crate::domain::confirmation::Confirmation;
 use crate::domain::interaction::InteractionType;
@@ -52,11 +56,6 @@ const EDIT_PATIENCE: Duration = Duration::from_secs(10 * 60);
 const ANSWER_PATIENCE: Duration = Duration::from_secs(12);
 /// How long a notification may keep its caller waiting on retries.
 const NOTIFY_PATIENCE: Duration = Duration::from_secs(8);
-/// How long after its request's deadline a question that could not be sent reports
-/// failure. The scheduler times the request out at the deadline; reporting later lets
-/// that timeout be what the agent hears, as for any question nobody answered in time,
-/// instead of a fail-closed that depends on which write reached the database first.
-const REPORT_AFTER_DEADLINE: Duration = Duration::from_secs(1);
 /// The first backoff step after a transient failure; each failure doubles it.
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 /// The largest backoff step: long enough to let a Telegram outage pass without hammering
@@ -124,11 +123,13 @@ impl TelegramMessenger {
         self
     }
 
-    /// Sends a message of our own (not a question) as HTML, within the flood limits,
-    /// retrying for [`NOTIFY_PATIENCE`]; `reply_to` threads it under another message.
+    /// Sends a message that is not a question as HTML, within the flood limits and in
+    /// `share`'s turn, retrying for [`NOTIFY_PATIENCE`]; `reply_to` threads it under
+    /// another message.
     async fn send_html(
         &self,
         chat_id: i64,
+        share: Share,
         text: String,
         reply_to: Option<ReplyParameters>,
     ) -> Result<i32, DeliveryError> {
@@ -136,7 +137,7 @@ impl TelegramMessenger {
             &self.limiter,
             &self.metrics,
             Method::SendMessage,
-            Some(chat_id),
+            Some((chat_id, share)),
             Instant::now() + NOTIFY_PATIENCE,
             || {
                 let request = self
@@ -271,18 +272,18 @@ struct GaveUp {
     attempts: u32,
     /// The deadline ended it (another try could not start before it), not a refusal.
     out_of_time: bool,
+    /// What the chat's queue said when it had no slot before the deadline.
+    no_slot: Option<NoSlot>,
 }
 
 impl From<GaveUp> for DeliveryError {
     fn from(g: GaveUp) -> Self {
-        match g.last {
+        let mut error = match g.last {
             // Every failed attempt leaves its error, so nothing was sent at all.
-            None => DeliveryError::new(
-                "no slot under Telegram's rate limits for this chat came free before the deadline",
-            ),
+            None => DeliveryError::new(no_slot_reason(g.no_slot)),
             Some(RequestError::MigrateToChatId(to)) => DeliveryError {
-                reason: describe(&RequestError::MigrateToChatId(to)),
                 migrated_to: Some(to.0),
+                ..DeliveryError::new(describe(&RequestError::MigrateToChatId(to)))
             },
             Some(e) if g.attempts > 1 => DeliveryError::new(format!(
                 "{} (still failing after {} attempts)",
@@ -290,7 +291,25 @@ impl From<GaveUp> for DeliveryError {
                 g.attempts
             )),
             Some(e) => DeliveryError::new(describe(&e)),
+        };
+        error.missed_deadline = g.out_of_time;
+        error
+    }
+}
+
+/// Why a call never started: the chat's queue had no slot before the deadline, and how
+/// far off the first free one was (a backlog in the chat, or a 429's `retry_after`).
+fn no_slot_reason(no_slot: Option<NoSlot>) -> String {
+    let base = "Telegram's rate limits left this chat no free slot before the deadline";
+    match no_slot {
+        Some(NoSlot { earliest }) => {
+            let away = earliest.saturating_duration_since(Instant::now());
+            format!(
+                "{base} (the first was {} s away)",
+                away.as_secs() + u64::from(away.subsec_nanos() > 0)
+            )
         }
+        None => base.to_owned(),
     }
 }
 
@@ -323,7 +342,7 @@ impl Backoff {
 async fn retrying<T, F, Fut>(
     limiter: &RateLimiter,
     method: Method,
-    chat: Option<i64>,
+    chat: Option<(i64, Share)>,
     deadline: Instant,
     attempt: F,
 ) -> Result<Option<T>, GaveUp>
@@ -336,7 +355,8 @@ where
 
 /// Runs `attempt` until it succeeds (`Some`), turns out harmless (`None`), fails for
 /// good, or the next try could not start before `deadline`. With `chat`, every attempt
-/// first waits for that chat's slot in `limiter`, and a 429 holds the chat back.
+/// first waits for a slot of that chat in `limiter`, in the given share's turn, and a
+/// 429 holds the chat back.
 ///
 /// Every Bot API call but `getUpdates` and the startup calls (`super::startup`) is made
 /// here, so this is where `metrics` counts and times each attempt (retries included:
@@ -345,7 +365,7 @@ async fn retrying_observed<T, F, Fut>(
     limiter: &RateLimiter,
     metrics: &Metrics,
     method: Method,
-    chat: Option<i64>,
+    chat: Option<(i64, Share)>,
     deadline: Instant,
     mut attempt: F,
 ) -> Result<Option<T>, GaveUp>
@@ -357,16 +377,15 @@ where
     let mut attempts = 0;
     let mut last = None;
     loop {
-        if let Some(chat_id) = chat {
-            // A slot after the deadline is no slot; dropping the wait gives it back.
-            if tokio::time::timeout_at(deadline, limiter.acquire(chat_id))
-                .await
-                .is_err()
-            {
+        if let Some((chat_id, share)) = &chat {
+            // A slot after the deadline is no slot: the limiter says so as soon as it
+            // knows, and gives the place back.
+            if let Err(no_slot) = limiter.acquire(*chat_id, share, deadline).await {
                 return Err(GaveUp {
                     last,
                     attempts,
                     out_of_time: true,
+                    no_slot: Some(no_slot),
                 });
             }
         }
@@ -391,6 +410,7 @@ where
                     last: Some(error),
                     attempts,
                     out_of_time: false,
+                    no_slot: None,
                 });
             }
             Class::RetryAfter(wait) => wait,
@@ -401,15 +421,16 @@ where
                 last: Some(error),
                 attempts,
                 out_of_time: true,
+                no_slot: None,
             });
         }
         tracing::debug!(method = method.name(), attempt = attempts,
             retry_in_ms = wait.as_millis() as u64, error = %describe(&error),
             "retrying a Telegram call");
-        match (class, chat) {
+        match (class, &chat) {
             // The limiter holds the whole chat back instead of a sleep here, so the calls
-            // already queued for that chat wait too; this one queues again behind them.
-            (Class::RetryAfter(wait), Some(chat_id)) => limiter.penalize(chat_id, wait),
+            // already queued for that chat wait too; this one queues again in its share.
+            (Class::RetryAfter(wait), Some((chat_id, _))) => limiter.penalize(*chat_id, wait),
             _ => tokio::time::sleep(wait).await,
         }
         last = Some(error);
@@ -438,13 +459,12 @@ impl Messenger for TelegramMessenger {
             )),
             render::Markup::None => None,
         };
-        let deadline = instant_of(r.expires_at);
         let sent = retrying_observed(
             &self.limiter,
             &self.metrics,
             Method::SendMessage,
-            Some(chat_id),
-            deadline,
+            Some((chat_id, Share::agent(&r.agent))),
+            instant_of(r.expires_at),
             || {
                 let mut request = self
                     .bot
@@ -457,17 +477,9 @@ impl Messenger for TelegramMessenger {
                 request.send()
             },
         )
-        .await;
-        let sent = match sent {
-            Ok(sent) => sent,
-            // A refusal fails closed at once; a question that ran out of time times out.
-            Err(gave_up) => {
-                if gave_up.out_of_time {
-                    tokio::time::sleep_until(deadline + REPORT_AFTER_DEADLINE).await;
-                }
-                return Err(gave_up.into());
-            }
-        };
+        // A refusal fails closed; a question that cannot get through before its deadline
+        // reports it (`missed_deadline`) as soon as that is known, to end as a timeout.
+        .await?;
         match sent {
             Some(message) => Ok(message.id.0),
             // `classify` calls no sendMessage failure harmless; kept total all the same.
@@ -495,7 +507,7 @@ impl Messenger for TelegramMessenger {
             &self.limiter,
             &self.metrics,
             Method::EditMessageText,
-            Some(chat_id),
+            Some((chat_id, Share::Service)),
             Instant::now() + EDIT_PATIENCE,
             || {
                 let request = self
@@ -520,7 +532,8 @@ impl Messenger for TelegramMessenger {
         agent: &str,
         text: &str,
     ) -> Result<i32, DeliveryError> {
-        self.send_html(chat_id, render::notification_text(agent, text), None)
+        let text = render::notification_text(agent, text);
+        self.send_html(chat_id, Share::agent(agent), text, None)
             .await
     }
 
@@ -534,12 +547,14 @@ impl Messenger for TelegramMessenger {
             return Ok(false);
         };
         // Within the question's own deadline: a question whose parameters cannot be
-        // shown in full is one the operator cannot judge.
+        // shown in full is one the operator cannot judge. In the service's share, not
+        // the agent's: the file completes a question already in the chat, and must not
+        // wait behind the agent's next questions.
         let sent = retrying_observed(
             &self.limiter,
             &self.metrics,
             Method::SendDocument,
-            Some(chat_id),
+            Some((chat_id, Share::Service)),
             instant_of(r.expires_at),
             || {
                 self.bot
@@ -570,7 +585,8 @@ impl Messenger for TelegramMessenger {
         let text = super::commands::render(reply, crate::service::now());
         // The command may be deleted meanwhile; the answer is worth sending anyway.
         let reply_to = ReplyParameters::new(MessageId(reply_to)).allow_sending_without_reply();
-        self.send_html(chat_id, text, Some(reply_to)).await
+        self.send_html(chat_id, Share::Service, text, Some(reply_to))
+            .await
     }
 
     async fn answer_tap(
@@ -653,6 +669,7 @@ mod tests {
         script: &Script,
     ) -> Result<Option<u32>, GaveUp> {
         let limiter = RateLimiter::new(Limits::TELEGRAM);
+        let chat = chat.map(|c| (c, Share::Service));
         retrying(&limiter, method, chat, Instant::now() + patience, || {
             script.call()
         })
@@ -824,7 +841,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_question_gives_up_when_its_chat_has_no_slot_before_the_deadline() {
+    async fn a_question_gives_up_at_once_when_its_chat_has_no_slot_before_the_deadline() {
         let start = Instant::now();
         let limiter = RateLimiter::new(Limits::TELEGRAM);
         limiter.penalize(-5, Duration::from_secs(300));
@@ -832,7 +849,7 @@ mod tests {
         let gave_up = retrying(
             &limiter,
             Method::SendMessage,
-            Some(-5),
+            Some((-5, Share::agent("a"))),
             start + Duration::from_secs(5),
             || script.call(),
         )
@@ -840,9 +857,39 @@ mod tests {
         .unwrap_err();
         assert!(script.calls().is_empty());
         assert!(gave_up.out_of_time);
-        let waited = Instant::now() - start;
-        assert!(waited >= Duration::from_secs(5) && waited < Duration::from_millis(5002));
-        assert!(DeliveryError::from(gave_up).reason.contains("rate limits"));
+        // Known at once: slots only ever move later, so waiting could not help.
+        assert_eq!(Instant::now(), start);
+        let e = DeliveryError::from(gave_up);
+        assert!(e.missed_deadline);
+        assert!(
+            e.reason.contains("rate limits") && e.reason.contains("300 s away"),
+            "{}",
+            e.reason
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_question_that_runs_out_of_time_is_told_apart_from_a_refusal() {
+        let script = Script::new(vec![Err(retry_after(90))]);
+        let late = run(
+            Method::SendMessage,
+            Some(3),
+            Duration::from_secs(60),
+            &script,
+        )
+        .await
+        .unwrap_err();
+        assert!(DeliveryError::from(late).missed_deadline);
+        let script = Script::new(vec![Err(RequestError::Api(ApiError::BotBlocked))]);
+        let refused = run(
+            Method::SendMessage,
+            Some(3),
+            Duration::from_secs(60),
+            &script,
+        )
+        .await
+        .unwrap_err();
+        assert!(!DeliveryError::from(refused).missed_deadline);
     }
 
     #[tokio::test(start_paused = true)]
@@ -851,7 +898,8 @@ mod tests {
         let script = Script::new(vec![]);
         let deadline = Instant::now() + Duration::from_secs(60);
         for _ in 0..2 {
-            retrying(&limiter, Method::SendMessage, Some(1), deadline, || {
+            let chat = Some((1, Share::agent("a")));
+            retrying(&limiter, Method::SendMessage, chat, deadline, || {
                 script.call()
             })
             .await

@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod commands;
+pub mod inbox;
 pub mod polling;
 pub mod ratelimit;
 pub mod render;

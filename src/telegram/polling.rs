@@ -4,7 +4,13 @@
 //! service needs two kinds of update (button taps, and replies as free-text answers),
 //! wants shutdown driven by its own [`CancellationToken`] (the dispatcher's shutdown token can hang before dispatch has
 //! started), and must acknowledge what it handled on the way out so Telegram does not
-//! resend it. Each tap is handled in its own task; exactly-once is the database's job.
+//! resend it.
+//!
+//! The offset passed to Telegram only ever covers updates whose handling is finished
+//! (see [`super::inbox`]): a batch is handed over in order, and the next `getUpdates`
+//! waits until every update of it is handled. A `kill -9` at any moment therefore loses
+//! nothing Telegram delivered; what it redelivers is harmless, since exactly-once is the
+//! database's job.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +18,7 @@ use std::time::Duration;
 use teloxide::prelude::*;
 use tokio_util::sync::CancellationToken;
 
+use super::inbox::{Handled, Inbox};
 use crate::service::Service;
 
 /// Backoff bounds after a failed `getUpdates`.
@@ -25,6 +32,7 @@ pub async fn run(
     poll_timeout_seconds: u32,
     stop: CancellationToken,
 ) {
+    let inbox = Inbox::new(service.clone(), Duration::ZERO);
     let mut offset: i32 = 0;
     let mut backoff = MIN_BACKOFF;
     let mut webhook_deleted = false;
@@ -43,10 +51,36 @@ pub async fn run(
         service.metrics().telegram_call("getUpdates", None, error);
         match updates {
             Ok(updates) => {
-                backoff = MIN_BACKOFF;
-                for update in updates {
-                    offset = offset.max(update.id.0 as i32 + 1);
-                    super::updates::dispatch(&service, update);
+                // Queued in Telegram's order, then waited for: updates about different
+                // questions are handled in parallel meanwhile.
+                let queued: Vec<_> = updates
+                    .into_iter()
+                    .map(|u| (u.id.0 as i32, inbox.submit(u)))
+                    .collect();
+                let mut retry_from: Option<i32> = None;
+                for (id, handled) in queued {
+                    if handled.await == Handled::Retry {
+                        retry_from = Some(retry_from.map_or(id, |r| r.min(id)));
+                    } else if retry_from.is_none() {
+                        offset = offset.max(id + 1);
+                    }
+                }
+                match retry_from {
+                    None => backoff = MIN_BACKOFF,
+                    // The offset stays before it, so Telegram sends it (and the ones after
+                    // it, handled again harmlessly) once more, after a pause.
+                    Some(id) => {
+                        tracing::warn!(
+                            update_id = id,
+                            retry_in_s = backoff.as_secs(),
+                            "an update could not be stored; asking Telegram for it again"
+                        );
+                        tokio::select! {
+                            _ = stop.cancelled() => break,
+                            _ = tokio::time::sleep(backoff) => {}
+                        }
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                    }
                 }
             }
             Err(e) => {

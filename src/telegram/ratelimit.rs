@@ -1,14 +1,33 @@
-//! Telegram's flood limits, kept on our side so we rarely meet its 429s.
+//! Telegram's flood limits, kept on our side so we rarely meet its 429s, and each chat's
+//! slots shared fairly between those who post there.
 //!
 //! Telegram lets a bot send about one message per second to a chat, twenty per minute
 //! to a group, and thirty per second overall; past that it answers 429 with
-//! `retry_after`, and a bot that keeps pushing earns longer bans. Every `sendMessage`
-//! and `editMessageText` therefore takes a slot here first ([`RateLimiter::acquire`]).
+//! `retry_after`, and a bot that keeps pushing earns longer bans. Every `sendMessage`,
+//! `sendDocument` and `editMessageText` therefore takes a slot here first
+//! ([`RateLimiter::acquire`]).
 //!
 //! Slots are reservations: a caller computes the earliest instant the limits allow,
-//! writes it down and sleeps until then. Callers for one chat queue in arrival order and
-//! nobody polls. A 429 for a chat ([`RateLimiter::penalize`]) moves that chat's waiting
-//! reservations back as a block, so calls already queued wait too and keep their order.
+//! writes it down and sleeps until then; nobody polls. A 429 for a chat
+//! ([`RateLimiter::penalize`]) moves that chat's waiting reservations back as a block, so
+//! calls already queued wait too and keep their order.
+//!
+//! A chat's slots are served in turns between [`Share`]s: each agent posting there is
+//! one, the service's own messages about questions already in the chat are another. A
+//! reservation belongs to the turn being served, or to the next one if its share already
+//! had a slot in it, and in any case to the turn after its share's latest waiting
+//! reservation; the book is kept in turn order, arrival order within a turn. (Start-time
+//! fair queueing, one message as the unit.) So an agent with a backlog of thirty
+//! questions gets one slot per turn like everyone else, and another agent's question goes
+//! next instead of after the thirty; within a share, calls keep their arrival order.
+//! Placing a newcomer ahead of a backlog moves the reservations behind it, like a 429
+//! does: only ever later, with their spacing kept, so a caller that wakes finds its slot
+//! either due or further on, and sleeps again.
+//!
+//! Every reservation has a deadline. One whose earliest slot is after it is refused at
+//! once ([`NoSlot`]) and takes no place; one that a newcomer's turn or a 429 pushes past
+//! it gives up when its caller wakes (still before the deadline) and gives its place
+//! back. Since slots only ever move later, a refused call could not have gone in time.
 //!
 //! The overall limit is a gate passed when a chat slot comes due rather than a second
 //! reservation: slots for different chats are not reserved in time order (one chat's
@@ -17,10 +36,10 @@
 //!
 //! Memory follows the chats in use: a chat whose slots no longer constrain anything
 //! (one second after its last message for a private chat, one minute for a group) is
-//! forgotten.
+//! forgotten, and with it whose turn it was.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -57,13 +76,42 @@ impl Default for Limits {
     }
 }
 
+/// Whose turn a message is sent in: a chat serves its shares in turns (see the module
+/// docs), one slot each per turn.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Share {
+    /// The service's messages about questions already in the chat (outcome and progress
+    /// edits, the attached parameters) and its answers to operator commands. One share
+    /// of their own rather than strict priority: a backlog timing out at once must not
+    /// take a group's twenty slots a minute for its outcome edits, and no question
+    /// backlog can hold an outcome back by more than a turn.
+    Service,
+    /// An agent's questions and notifications, by agent name.
+    Agent(Arc<str>),
+}
+
+impl Share {
+    pub fn agent(name: &str) -> Share {
+        Share::Agent(name.into())
+    }
+}
+
+/// No slot of the chat came free for the call before its deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoSlot {
+    /// The earliest instant the call could have gone, as things stood (they only get
+    /// later).
+    pub earliest: Instant,
+}
+
 /// Groups, supergroups and channels have negative ids in the Bot API.
 fn is_group(chat_id: i64) -> bool {
     chat_id < 0
 }
 
-/// Paces calls to Telegram per chat and overall; see the module docs. One per bot
-/// token: Telegram counts per bot, so every sender through a token must share it.
+/// Paces calls to Telegram per chat and overall, and shares each chat fairly; see the
+/// module docs. One per bot token: Telegram counts per bot, so every sender through a
+/// token must share it.
 pub struct RateLimiter {
     limits: Limits,
     state: Mutex<State>,
@@ -71,7 +119,8 @@ pub struct RateLimiter {
 
 struct State {
     chats: HashMap<i64, ChatQueue>,
-    /// Identifies a reservation while its caller sleeps, since 429s move reservations.
+    /// Identifies a reservation while its caller sleeps, since 429s and turns move
+    /// reservations.
     next_ticket: u64,
     /// The overall gate: no message starts before this.
     overall_free_at: Instant,
@@ -80,13 +129,18 @@ struct State {
 #[derive(Default)]
 struct ChatQueue {
     /// Slots used recently and slots reserved, in time order (each at least
-    /// `per_chat_interval` after the one before). Used slots stay only while they still
-    /// constrain a new one: the last, and for groups the last `group_messages` within
-    /// `group_window`.
+    /// `per_chat_interval` after the one before); the reserved ones in turn order. Used
+    /// slots stay only while they still constrain a new one: the last, and for groups
+    /// the last `group_messages` within `group_window`.
     slots: VecDeque<Slot>,
     /// Set by a 429: no slot of this chat may start before it, including slots reserved
     /// after the 429 arrived.
     not_before: Option<Instant>,
+    /// The latest turn a slot of this chat started in.
+    turn: u64,
+    /// The shares that started a slot in `turn`: their next reservation belongs to the
+    /// next turn. At most one entry per share that posted in the latest turn.
+    served: HashSet<Share>,
 }
 
 struct Slot {
@@ -94,19 +148,22 @@ struct Slot {
     at: Instant,
     /// The caller went ahead; the slot now only spaces out the ones after it.
     used: bool,
+    share: Share,
+    turn: u64,
 }
 
 impl ChatQueue {
-    /// The earliest instant a new slot may take.
-    fn next_free(&self, now: Instant, group: bool, limits: &Limits) -> Instant {
+    /// The earliest instant a slot placed at index `j` may take, the slots now at `j`
+    /// and after moving behind it.
+    fn earliest_at(&self, j: usize, now: Instant, group: bool, limits: &Limits) -> Instant {
         let mut at = now;
         if let Some(not_before) = self.not_before {
             at = at.max(not_before);
         }
-        if let Some(last) = self.slots.back() {
-            at = at.max(last.at + limits.per_chat_interval);
+        if let Some(before) = j.checked_sub(1).and_then(|i| self.slots.get(i)) {
+            at = at.max(before.at + limits.per_chat_interval);
         }
-        if let Some(oldest) = self.window_start(self.slots.len(), group, limits) {
+        if let Some(oldest) = self.window_start(j, group, limits) {
             at = at.max(oldest + limits.group_window);
         }
         at
@@ -122,10 +179,37 @@ impl ChatQueue {
         self.slots.get(i).map(|s| s.at)
     }
 
-    /// After the slot before `from` moved later, moves every later slot as far as the
-    /// limits require. Slots only ever move later, so the order holds. A used slot that
-    /// follows (its caller woke before an earlier one) moves too: it then pretends to
-    /// have gone later than it did, which can only space the next ones out more.
+    /// The turn a new reservation of `share` belongs to: the one being served, or the
+    /// next if `share` already had its slot in it; after its own latest waiting
+    /// reservation in any case, so a share's calls keep their order.
+    fn turn_for(&self, share: &Share) -> u64 {
+        let mut turn = self.turn + u64::from(self.served.contains(share));
+        if let Some(last) = self
+            .slots
+            .iter()
+            .rev()
+            .find(|s| !s.used && s.share == *share)
+        {
+            turn = turn.max(last.turn + 1);
+        }
+        turn
+    }
+
+    /// Where a reservation of `turn` goes: after every used slot and every waiting one
+    /// of an earlier or the same turn.
+    fn place_for(&self, turn: u64) -> usize {
+        let mut j = self.slots.len();
+        while j > 0 && !self.slots[j - 1].used && self.slots[j - 1].turn > turn {
+            j -= 1;
+        }
+        j
+    }
+
+    /// After the slot before `from` moved later (or a slot was placed there), moves
+    /// every later slot as far as the limits require. Slots only ever move later, so
+    /// the order holds. A used slot that follows (its caller woke before an earlier
+    /// one) moves too: it then pretends to have gone later than it did, which can only
+    /// space the next ones out more.
     fn respace(&mut self, from: usize, group: bool, limits: &Limits) {
         for j in from.max(1)..self.slots.len() {
             let mut at = self.slots[j]
@@ -142,6 +226,20 @@ impl ChatQueue {
         self.slots.iter().position(|s| s.ticket == ticket)
     }
 
+    /// The slot at `j` starts: the chat's turn moves on to it. A slot of an earlier
+    /// turn starting late (its caller woke after a later one) changes nothing.
+    fn start(&mut self, j: usize) {
+        let slot = &mut self.slots[j];
+        slot.used = true;
+        if slot.turn > self.turn {
+            self.turn = slot.turn;
+            self.served.clear();
+        }
+        if slot.turn == self.turn {
+            self.served.insert(slot.share.clone());
+        }
+    }
+
     /// Drops used slots that no longer constrain a new one; true when nothing is left,
     /// so the chat can be forgotten.
     fn prune(&mut self, now: Instant, group: bool, limits: &Limits) -> bool {
@@ -155,16 +253,22 @@ impl ChatQueue {
         } else {
             limits.per_chat_interval
         };
+        // Counted among the used slots, not all: a reservation may be placed right
+        // after the used ones (another share's turn), so they must still space it out.
+        let mut used = self.slots.iter().take_while(|s| s.used).count();
         while let Some(front) = self.slots.front() {
-            let spent = front.used && (self.slots.len() > keep || front.at + horizon <= now);
+            let spent = front.used && (used > keep || front.at + horizon <= now);
             if !spent {
                 break;
             }
             self.slots.pop_front();
+            used -= 1;
         }
         if self.not_before.is_some_and(|t| t <= now) {
             self.not_before = None;
         }
+        // With nothing waiting or constraining, whose turn it was no longer matters:
+        // the next caller would go at once whatever its turn.
         self.slots.is_empty() && self.not_before.is_none()
     }
 }
@@ -187,10 +291,17 @@ impl RateLimiter {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Waits until a message to `chat_id` may go. Returns when the caller should send;
-    /// dropping the future before then gives the slot back.
-    pub async fn acquire(&self, chat_id: i64) {
-        let ticket = self.reserve(chat_id);
+    /// Waits until a message to `chat_id` may go, in `share`'s turn. Returns `Ok` when
+    /// the caller should send, or [`NoSlot`] (at once, or when the caller wakes, always
+    /// by `deadline`) when the chat cannot take it before `deadline`. Dropping the
+    /// future before then gives the slot back.
+    pub async fn acquire(
+        &self,
+        chat_id: i64,
+        share: &Share,
+        deadline: Instant,
+    ) -> Result<(), NoSlot> {
+        let ticket = self.reserve(chat_id, share, deadline)?;
         let mut place = Place {
             limiter: self,
             chat_id,
@@ -202,9 +313,12 @@ impl RateLimiter {
                 Ok(go) => {
                     place.taken = true;
                     tokio::time::sleep_until(go).await;
-                    return;
+                    return Ok(());
                 }
-                // Not due (yet, or any more: a 429 moved it): sleep until it is.
+                // Moved past the deadline by a 429 or another share's turn: the slot
+                // goes back (dropping `place`) for those who can still use it.
+                Err(due) if due > deadline => return Err(NoSlot { earliest: due }),
+                // Not due (yet, or any more: it moved): sleep until it is.
                 Err(due) => tokio::time::sleep_until(due).await,
             }
         }
@@ -233,21 +347,35 @@ impl RateLimiter {
         state.chats.len()
     }
 
-    fn reserve(&self, chat_id: i64) -> u64 {
+    /// Places a reservation for `share` in `chat_id`'s book at its turn, or refuses it
+    /// when that place is after `deadline` (then nothing moves).
+    fn reserve(&self, chat_id: i64, share: &Share, deadline: Instant) -> Result<u64, NoSlot> {
         let now = Instant::now();
+        let group = is_group(chat_id);
         let mut guard = self.lock();
         let state = &mut *guard;
         state.sweep(now, &self.limits);
+        let queue = state.chats.entry(chat_id).or_default();
+        let turn = queue.turn_for(share);
+        let j = queue.place_for(turn);
+        let at = queue.earliest_at(j, now, group, &self.limits);
+        if at > deadline {
+            return Err(NoSlot { earliest: at });
+        }
         let ticket = state.next_ticket;
         state.next_ticket += 1;
-        let queue = state.chats.entry(chat_id).or_default();
-        let at = queue.next_free(now, is_group(chat_id), &self.limits);
-        queue.slots.push_back(Slot {
-            ticket,
-            at,
-            used: false,
-        });
-        ticket
+        queue.slots.insert(
+            j,
+            Slot {
+                ticket,
+                at,
+                used: false,
+                share: share.clone(),
+                turn,
+            },
+        );
+        queue.respace(j + 1, group, &self.limits);
+        Ok(ticket)
     }
 
     /// If the reservation is due, marks it used and passes the overall gate: `Ok` with
@@ -271,7 +399,7 @@ impl RateLimiter {
         // A reservation always exists while its caller waits (chats with waiting slots
         // are never forgotten); without one, the overall gate is still honoured.
         if let (Some(queue), Some(j)) = (queue, j) {
-            queue.slots[j].used = true;
+            queue.start(j);
             // Woken late or held at the gate: the chat's next slots count from when
             // this one really goes.
             if queue.slots[j].at < go {
@@ -289,7 +417,9 @@ impl RateLimiter {
             && !queue.slots[j].used
         {
             // Later slots keep their times: moving them earlier would buy little and
-            // could break the spacing from slots already used.
+            // could break the spacing from slots already used. The share's turns are
+            // read from the book, so a share whose calls gave up is not held back for
+            // the turns they would have had.
             queue.slots.remove(j);
         }
     }
@@ -337,24 +467,61 @@ mod tests {
         );
     }
 
-    /// Starts `acquire` for each chat in order (reservations are made in that order)
-    /// and returns when each one was let through, in the same order.
-    async fn let_through(limiter: &Arc<RateLimiter>, chats: &[i64]) -> Vec<Instant> {
+    /// A deadline no test reaches.
+    fn never() -> Instant {
+        Instant::now() + Duration::from_secs(365 * 24 * 3600)
+    }
+
+    fn agent(name: &str) -> Share {
+        Share::agent(name)
+    }
+
+    /// Waits for a slot in the service's share, with no deadline to speak of.
+    async fn send(limiter: &RateLimiter, chat: i64) {
+        limiter
+            .acquire(chat, &Share::Service, never())
+            .await
+            .expect("a slot");
+    }
+
+    /// Starts `acquire` for `share` in `chat` and lets it take its reservation before
+    /// returning; the task ends with when the call was let through (or refused).
+    async fn start_acquire(
+        limiter: &Arc<RateLimiter>,
+        chat: i64,
+        share: &Share,
+        deadline: Instant,
+    ) -> tokio::task::JoinHandle<(Result<(), NoSlot>, Instant)> {
+        let limiter = limiter.clone();
+        let share = share.clone();
+        let task = tokio::spawn(async move {
+            let result = limiter.acquire(chat, &share, deadline).await;
+            (result, Instant::now())
+        });
+        tokio::task::yield_now().await;
+        task
+    }
+
+    /// Starts `acquire` for each (chat, share) in order (reservations are made in that
+    /// order) and returns when each one was let through, in the same order.
+    async fn let_through_as(limiter: &Arc<RateLimiter>, calls: &[(i64, Share)]) -> Vec<Instant> {
         let mut tasks = Vec::new();
-        for &chat in chats {
-            let limiter = limiter.clone();
-            tasks.push(tokio::spawn(async move {
-                limiter.acquire(chat).await;
-                Instant::now()
-            }));
-            // Let the task take its reservation before the next one starts.
-            tokio::task::yield_now().await;
+        for (chat, share) in calls {
+            tasks.push(start_acquire(limiter, *chat, share, never()).await);
         }
         let mut times = Vec::new();
         for task in tasks {
-            times.push(task.await.expect("acquire task"));
+            let (result, at) = task.await.expect("acquire task");
+            result.expect("a slot");
+            times.push(at);
         }
         times
+    }
+
+    /// [`let_through_as`], every call in the service's share.
+    async fn let_through(limiter: &Arc<RateLimiter>, chats: &[i64]) -> Vec<Instant> {
+        let calls: Vec<_> = chats.iter().map(|&c| (c, Share::Service)).collect();
+        let_through_as(limiter, &calls).await
     }
 
     fn limiter() -> Arc<RateLimiter> {
@@ -425,35 +592,23 @@ mod tests {
     async fn a_retry_after_moves_the_queued_calls_of_that_chat_back_in_order() {
         let limiter = limiter();
         let start = Instant::now();
-        limiter.acquire(5).await; // goes at 0 and, say, gets a 429
-        let queued: Vec<_> = (0..2)
-            .map(|_| {
-                let limiter = limiter.clone();
-                tokio::spawn(async move {
-                    limiter.acquire(5).await;
-                    Instant::now()
-                })
-            })
-            .collect();
-        tokio::task::yield_now().await;
+        send(&limiter, 5).await; // goes at 0 and, say, gets a 429
+        let mut queued = Vec::new();
+        for _ in 0..2 {
+            queued.push(start_acquire(&limiter, 5, &Share::Service, never()).await);
+        }
         limiter.penalize(5, Duration::from_secs(30));
-        let other = {
-            let limiter = limiter.clone();
-            tokio::spawn(async move {
-                limiter.acquire(6).await;
-                Instant::now()
-            })
-        };
+        let other = start_acquire(&limiter, 6, &Share::Service, never()).await;
         let mut times = Vec::new();
         for task in queued {
-            times.push(task.await.unwrap());
+            times.push(task.await.unwrap().1);
         }
         assert_at(start, times[0], Duration::from_secs(30));
         assert_at(start, times[1], Duration::from_secs(31));
         // Another chat is not penalised.
-        assert!(other.await.unwrap() - start < Duration::from_secs(1));
+        assert!(other.await.unwrap().1 - start < Duration::from_secs(1));
         // Nor is a call for the chat that arrives after the 429 let ahead of the queue.
-        limiter.acquire(5).await;
+        send(&limiter, 5).await;
         assert_at(start, Instant::now(), Duration::from_secs(32));
     }
 
@@ -462,7 +617,7 @@ mod tests {
         let limiter = limiter();
         let start = Instant::now();
         limiter.penalize(-5, Duration::from_secs(11));
-        limiter.acquire(-5).await;
+        send(&limiter, -5).await;
         assert_at(start, Instant::now(), Duration::from_secs(11));
     }
 
@@ -470,11 +625,15 @@ mod tests {
     async fn a_caller_that_stops_waiting_gives_its_slot_back() {
         let limiter = limiter();
         let start = Instant::now();
-        limiter.acquire(9).await;
-        let gave_up = tokio::time::timeout(Duration::from_millis(100), limiter.acquire(9)).await;
+        send(&limiter, 9).await;
+        let gave_up = tokio::time::timeout(
+            Duration::from_millis(100),
+            limiter.acquire(9, &Share::Service, never()),
+        )
+        .await;
         assert!(gave_up.is_err());
         // The abandoned slot (at 1 s) is free again.
-        limiter.acquire(9).await;
+        send(&limiter, 9).await;
         assert_at(start, Instant::now(), Duration::from_secs(1));
     }
 
@@ -500,9 +659,165 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_long_queue_for_one_group_keeps_only_what_it_needs() {
         let limiter = limiter();
-        let _ = let_through(&limiter, &[-1; 45]).await;
+        let calls: Vec<_> = (0..45)
+            .map(|i| (-1, agent(["a", "b", "c"][i % 3])))
+            .collect();
+        let _ = let_through_as(&limiter, &calls).await;
         assert_eq!(limiter.tracked_chats(), 1);
         let state = limiter.lock();
-        assert!(state.chats[&-1].slots.len() <= Limits::TELEGRAM.group_messages);
+        let queue = &state.chats[&-1];
+        assert!(queue.slots.len() <= Limits::TELEGRAM.group_messages);
+        // Whose turn it is takes one entry per share of the latest turn, not per message.
+        assert!(queue.served.len() <= 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_second_agent_goes_next_instead_of_behind_the_first_ones_backlog() {
+        let limiter = limiter();
+        let start = Instant::now();
+        let mut calls = vec![(42, agent("a")); 10];
+        calls.push((42, agent("b")));
+        let times = let_through_as(&limiter, &calls).await;
+        // B's one message takes the slot after A's first...
+        assert_at(start, times[10], Duration::from_secs(1));
+        // ...and A's backlog keeps its order, one slot later.
+        assert_at(start, times[0], Duration::ZERO);
+        for (i, at) in times.iter().enumerate().take(10).skip(1) {
+            assert_at(start, *at, Duration::from_secs(i as u64 + 1));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn agents_with_backlogs_take_turns() {
+        let limiter = limiter();
+        let start = Instant::now();
+        let mut calls = vec![(42, agent("a")); 4];
+        calls.extend(vec![(42, agent("b")); 4]);
+        let times = let_through_as(&limiter, &calls).await;
+        for i in 0..4 {
+            assert_at(start, times[i], Duration::from_secs(2 * i as u64));
+            assert_at(start, times[4 + i], Duration::from_secs(2 * i as u64 + 1));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn in_a_group_another_agents_question_is_not_held_past_the_minute_cap() {
+        let limiter = limiter();
+        let start = Instant::now();
+        let mut calls = vec![(-100, agent("a")); 30];
+        calls.push((-100, agent("b")));
+        let times = let_through_as(&limiter, &calls).await;
+        // Without turns B would be the 31st message, more than a minute away.
+        assert_at(start, times[30], Duration::from_secs(1));
+        let first_minute = times
+            .iter()
+            .filter(|t| **t - start < Duration::from_secs(60))
+            .count();
+        assert_eq!(first_minute, 20);
+        // A's 20th message is the one that moved into the next minute.
+        assert_at(start, times[19], Duration::from_secs(60));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_share_gets_one_slot_per_turn_edits_included() {
+        let limiter = limiter();
+        let start = Instant::now();
+        let mut calls = vec![(-100, agent("a")); 5];
+        calls.push((-100, agent("b")));
+        calls.push((-100, Share::Service));
+        let times = let_through_as(&limiter, &calls).await;
+        // A's first, then B's and the outcome edit in turn 0, then A's others.
+        assert_at(start, times[5], Duration::from_secs(1));
+        assert_at(start, times[6], Duration::from_secs(2));
+        assert_at(start, times[1], Duration::from_secs(3));
+        assert_at(start, times[4], Duration::from_secs(6));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_agent_posting_one_at_a_time_gets_one_slot_per_turn_and_no_more() {
+        let limiter = limiter();
+        let start = Instant::now();
+        let mut backlog = Vec::new();
+        for _ in 0..6 {
+            backlog.push(start_acquire(&limiter, 42, &agent("b"), never()).await);
+        }
+        // A asks again as soon as its last message went: it never has a backlog, and
+        // still only gets its turn.
+        let mut mine = Vec::new();
+        for _ in 0..3 {
+            limiter.acquire(42, &agent("a"), never()).await.unwrap();
+            mine.push(Instant::now());
+        }
+        for (i, at) in mine.into_iter().enumerate() {
+            assert_at(start, at, Duration::from_secs(2 * i as u64 + 1));
+        }
+        let mut last = start;
+        for task in backlog {
+            last = last.max(task.await.unwrap().1);
+        }
+        assert_at(start, last, Duration::from_secs(8));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_whose_slot_is_after_its_deadline_is_refused_at_once_and_takes_no_place() {
+        let limiter = limiter();
+        let start = Instant::now();
+        let a = agent("a");
+        let mut queued = Vec::new();
+        for _ in 0..3 {
+            queued.push(start_acquire(&limiter, 7, &a, never()).await);
+        }
+        let refused = limiter
+            .acquire(7, &a, start + Duration::from_millis(2500))
+            .await
+            .unwrap_err();
+        assert_eq!(Instant::now(), start, "refused without waiting");
+        assert_at(start, refused.earliest, Duration::from_secs(3));
+        // The refused call took no slot: the next one of A's goes at 3 s, not 4 s.
+        limiter.acquire(7, &a, never()).await.unwrap();
+        assert_at(start, Instant::now(), Duration::from_secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_pushed_past_its_deadline_by_another_agents_turn_gives_up_in_time() {
+        let limiter = limiter();
+        let start = Instant::now();
+        let a = agent("a");
+        let deadline = start + Duration::from_millis(2500);
+        let first = start_acquire(&limiter, 7, &a, never()).await;
+        let second = start_acquire(&limiter, 7, &a, never()).await;
+        let third = start_acquire(&limiter, 7, &a, deadline).await;
+        // B's turn comes before A's second and third: the third moves to 3 s.
+        let b = start_acquire(&limiter, 7, &agent("b"), never()).await;
+        let (result, at) = third.await.unwrap();
+        assert_at(start, result.unwrap_err().earliest, Duration::from_secs(3));
+        assert!(at <= deadline, "gave up at {:?}", at - start);
+        assert_at(start, b.await.unwrap().1, Duration::from_secs(1));
+        assert_at(start, second.await.unwrap().1, Duration::from_secs(2));
+        first.await.unwrap().0.unwrap();
+        // Its slot went back: the next call goes at 3 s.
+        send(&limiter, 7).await;
+        assert_at(start, Instant::now(), Duration::from_secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_after_moves_every_share_back_and_keeps_their_turns() {
+        let limiter = limiter();
+        let start = Instant::now();
+        let a = agent("a");
+        send(&limiter, 5).await;
+        let mut tasks = Vec::new();
+        for share in [&a, &a, &agent("b")] {
+            tasks.push(start_acquire(&limiter, 5, share, never()).await);
+        }
+        limiter.penalize(5, Duration::from_secs(30));
+        let mut times = Vec::new();
+        for task in tasks {
+            times.push(task.await.unwrap().1);
+        }
+        // The service had turn 0; A's first and B's share turn 0, A's second is turn 1.
+        assert_at(start, times[0], Duration::from_secs(30));
+        assert_at(start, times[2], Duration::from_secs(31));
+        assert_at(start, times[1], Duration::from_secs(32));
     }
 }

@@ -916,6 +916,7 @@ mod tests {
             timeout_action: None,
             answers: Vec::new(),
             copies: Vec::new(),
+            strays: Vec::new(),
         }
     }
 

@@ -1,12 +1,14 @@
 //! Turning Telegram updates into the service's inputs, whichever way they arrive (long
-//! polling or the webhook route): one place decides what the service reacts to.
+//! polling or the webhook route): one place decides what the service reacts to, and
+//! reads the callback data of a tap into a typed [`Button`] before the service sees it.
 
-use std::sync::Arc;
-
-use teloxide::types::{AllowedUpdate, CallbackQuery, Message, Update, UpdateKind};
+use teloxide::types::{
+    AllowedUpdate, CallbackQuery, InlineKeyboardButtonKind, MaybeInaccessibleMessage, Message,
+    Update, UpdateKind,
+};
 
 use crate::domain::confirmation::Operator;
-use crate::service::{CommandMessage, Reply, Service, Tap};
+use crate::service::{Button, CommandMessage, Reply, Tap};
 use crate::telegram::commands::{self, Parsed};
 
 /// The update kinds the service handles; Telegram is asked for these only.
@@ -14,49 +16,34 @@ pub fn allowed() -> Vec<AllowedUpdate> {
     vec![AllowedUpdate::CallbackQuery, AllowedUpdate::Message]
 }
 
-/// Hands one update to the service in its own task and returns at once; exactly-once is
-/// the database's job, so a redelivered update is harmless.
-pub fn dispatch(service: &Arc<Service>, update: Update) {
+/// What one update asks of the service.
+#[derive(Debug, Clone)]
+pub enum Input {
+    Tap(Tap),
+    Command(CommandMessage),
+    Reply(Reply),
+}
+
+/// The service's input in an update, if it is any of the service's business. `me` is
+/// the bot's username, once known (commands addressed to it, its own messages).
+pub fn input_from(update: Update, me: Option<&str>) -> Option<Input> {
     match update.kind {
-        UpdateKind::CallbackQuery(q) => {
-            let tap = tap_from(q);
-            let service = service.clone();
-            service
-                .tasks()
-                .clone()
-                .spawn(async move { service.handle_tap(tap).await });
-        }
-        UpdateKind::Message(m) => {
-            match command_from(&m, service.bot_username()) {
-                Some(Parsed::Ours(command)) => {
-                    if let Some(from) = m.from.as_ref() {
-                        let message = CommandMessage {
-                            chat_id: m.chat.id.0,
-                            message_id: m.id.0,
-                            from: operator(from),
-                            from_is_bot: from.is_bot,
-                            command,
-                        };
-                        let service = service.clone();
-                        service
-                            .tasks()
-                            .clone()
-                            .spawn(async move { service.handle_command(message).await });
-                    }
-                    return;
-                }
-                Some(Parsed::ForAnotherBot) => return,
-                Some(Parsed::NotACommand) | None => {}
+        UpdateKind::CallbackQuery(q) => Some(Input::Tap(tap_from(q, me))),
+        UpdateKind::Message(m) => match command_from(&m, me) {
+            Some(Parsed::Ours(command)) => {
+                let from = m.from.as_ref()?;
+                Some(Input::Command(CommandMessage {
+                    chat_id: m.chat.id.0,
+                    message_id: m.id.0,
+                    from: operator(from),
+                    from_is_bot: from.is_bot,
+                    command,
+                }))
             }
-            if let Some(reply) = reply_from(&m) {
-                let service = service.clone();
-                service
-                    .tasks()
-                    .clone()
-                    .spawn(async move { service.handle_reply(reply).await });
-            }
-        }
-        _ => {}
+            Some(Parsed::ForAnotherBot) => None,
+            Some(Parsed::NotACommand) | None => reply_from(&m).map(Input::Reply),
+        },
+        _ => None,
     }
 }
 
@@ -72,15 +59,46 @@ fn operator(user: &teloxide::types::User) -> Operator {
     }
 }
 
-pub fn tap_from(q: CallbackQuery) -> Tap {
+pub fn tap_from(q: CallbackQuery, me: Option<&str>) -> Tap {
+    let data = q.data.unwrap_or_default();
+    let carries_button = match &q.message {
+        Some(MaybeInaccessibleMessage::Regular(m)) => is_own(m, me) && has_button(m, &data),
+        // Too old for Telegram to show: what it carries cannot be told.
+        _ => false,
+    };
     Tap {
         from: operator(&q.from),
         from_is_bot: q.from.is_bot,
         query_id: q.id.0,
-        data: q.data.unwrap_or_default(),
+        button: super::render::parse_callback_data(&data)
+            .map(|(action, token)| Button { action, token }),
         chat_id: q.message.as_ref().map(|m| m.chat().id.0),
         message_id: q.message.as_ref().map(|m| m.id().0),
+        carries_button,
     }
+}
+
+/// A message the bot sent itself: from a bot with the bot's username, and not a forward
+/// (a forward keeps the buttons but is someone else's message).
+fn is_own(m: &Message, me: Option<&str>) -> bool {
+    let from_me = m
+        .from
+        .as_ref()
+        .is_some_and(|u| u.is_bot && me.is_some() && u.username.as_deref() == me);
+    from_me && m.forward_origin().is_none()
+}
+
+/// Whether the message's own keyboard, as Telegram reports it with the tap, has a button
+/// with exactly this callback data. A modified client can send any data with a tap, but
+/// not change the message it taps: this is what tells a real copy of a question from a
+/// token replayed under another of the bot's messages.
+fn has_button(m: &Message, data: &str) -> bool {
+    m.reply_markup().is_some_and(|k| {
+        k.inline_keyboard
+            .iter()
+            .flatten()
+            .any(|b| matches!(&b.kind, InlineKeyboardButtonKind::CallbackData(d) if d == data))
+    })
 }
 
 /// What a text message is as a command (`None` without text). Commands are read from

@@ -2,8 +2,9 @@
 //! instead of the service long-polling `getUpdates`.
 //!
 //! Two parts: [`router`], the update route (mounted by `app.rs` only in webhook mode),
-//! which checks Telegram's secret header and hands the update to
-//! [`super::updates::dispatch`], the same entry polling uses; and [`register`], which
+//! which checks Telegram's secret header and hands the update to the
+//! [`super::inbox::Inbox`], as polling does, answering only once it is handled; and
+//! [`register`], which
 //! calls `setWebhook` at start until Telegram accepts it.
 //!
 //! The webhook is never deleted at shutdown: in a rolling deploy the old instance stops
@@ -25,6 +26,7 @@ use teloxide::prelude::*;
 use teloxide::types::Update;
 use tokio_util::sync::CancellationToken;
 
+use super::inbox::{Handled, Inbox, WEBHOOK_GRACE};
 use crate::api::MAX_BODY_BYTES;
 use crate::api::error::ApiError;
 use crate::config::WebhookMode;
@@ -36,7 +38,7 @@ pub const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
 
 #[derive(Clone)]
 struct RouteState {
-    service: Arc<Service>,
+    inbox: Arc<Inbox>,
     /// SHA-256 of the secret: comparing digests keeps the comparison constant-time
     /// whatever the length of what a caller sends.
     secret_sha256: [u8; 32],
@@ -45,7 +47,7 @@ struct RouteState {
 /// The update route at `webhook.path`, to merge into the API router.
 pub fn router(service: Arc<Service>, webhook: &WebhookMode) -> Router {
     let state = RouteState {
-        service,
+        inbox: Inbox::new(service, WEBHOOK_GRACE),
         secret_sha256: Sha256::digest(webhook.secret.expose_secret().as_bytes()).into(),
     };
     Router::new()
@@ -54,9 +56,10 @@ pub fn router(service: Arc<Service>, webhook: &WebhookMode) -> Router {
         .with_state(state)
 }
 
-/// `POST {webhook_path}`: one update from Telegram. Answers at once; the update is
-/// handled in its own task, as with polling. A redelivery (Telegram retries until it gets
-/// a 2xx) is harmless, since exactly-once is the database's job.
+/// `POST {webhook_path}`: one update from Telegram. Answers once the update is handled
+/// (in order with the others about its question), so a crash before that makes Telegram
+/// send it again; a 503 when nothing could be stored asks for the same. A redelivery
+/// is harmless, since exactly-once is the database's job.
 async fn receive(
     State(state): State<RouteState>,
     headers: HeaderMap,
@@ -90,8 +93,12 @@ async fn receive(
     // retry it forever.
     let update: Update =
         serde_json::from_slice(&body).map_err(|e| ApiError::NotAnUpdate(e.to_string()))?;
-    super::updates::dispatch(&state.service, update);
-    Ok(StatusCode::OK)
+    match state.inbox.submit(update).await {
+        Handled::Done => Ok(StatusCode::OK),
+        Handled::Retry => Err(ApiError::Unavailable(
+            "the update could not be stored; send it again".to_owned(),
+        )),
+    }
 }
 
 /// Calls `setWebhook` (url, secret, the update kinds the service handles) until Telegram

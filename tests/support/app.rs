@@ -430,6 +430,18 @@ impl TestApp {
         b["events"].as_array().expect("events").clone()
     }
 
+    /// `GET /metrics` as text (the test config leaves it open on loopback).
+    pub async fn metrics_text(&self) -> String {
+        self.client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("metrics body")
+    }
+
     pub async fn wait_status(&self, id: &str, status: &str) -> Value {
         for _ in 0..20 {
             let (code, r) = self.get_as(TOKEN_A, id, Some("1")).await;

@@ -724,6 +724,31 @@ impl FakeTelegram {
         self.push_faults(method, n, Fault::Drop { carry_out: true });
     }
 
+    /// Holds back every update queued from now on until [`Self::release_updates`], so
+    /// that they reach the bot together: in one `getUpdates` batch, or (with
+    /// [`Self::set_webhook_connections`]) as concurrent webhook POSTs.
+    pub fn hold_updates(&self) {
+        self.shared.mutate(|state| state.held = true);
+    }
+
+    pub fn release_updates(&self) {
+        self.shared.mutate(|state| state.held = false);
+    }
+
+    /// Lets up to `n` webhook POSTs run at once, as Telegram's `max_connections` does.
+    pub fn set_webhook_connections(&self, n: usize) {
+        self.shared
+            .mutate(|state| state.webhook_connections = n.max(1));
+    }
+
+    /// Every `offset` the bot passed to `getUpdates`, in order (what it acknowledged).
+    pub fn get_updates_offsets(&self) -> Vec<i64> {
+        self.requests("getUpdates")
+            .iter()
+            .filter_map(|r| int_param(&r.body, "offset"))
+            .collect()
+    }
+
     /// Makes a random `share` (0 to 1) of the calls of each of `methods` fail, one of:
     /// a 429 with `retry_after` 1, an answer held back 1 to 2 s (the call is carried
     /// out), or a connection dropped before anything was done. Never a 5xx, on which
@@ -890,6 +915,11 @@ struct State {
     webhook_deliveries: Vec<WebhookDelivery>,
     /// Files the bot sent (`sendDocument`), in order.
     documents: Vec<SentDocument>,
+    /// While set, no update is handed out (`hold_updates`): what is queued meanwhile
+    /// goes out as one `getUpdates` batch, or as concurrent webhook POSTs.
+    held: bool,
+    /// How many webhook POSTs run at once (Telegram's `max_connections`); 1 by default.
+    webhook_connections: usize,
 }
 
 /// A webhook as `setWebhook` set it.
@@ -1036,6 +1066,8 @@ impl State {
             webhook: None,
             webhook_deliveries: Vec::new(),
             documents: Vec::new(),
+            held: false,
+            webhook_connections: 1,
         }
     }
 
@@ -1238,6 +1270,9 @@ impl State {
     }
 
     fn deliverable_updates(&mut self, limit: usize) -> Vec<Value> {
+        if self.held {
+            return Vec::new();
+        }
         // Telegram never stores an update the bot did not ask for; dropping them at
         // delivery is the closest the fake can get.
         let allowed = self.allowed_updates.clone();
@@ -1901,34 +1936,45 @@ async fn push_to_webhook(shared: Arc<Shared>) {
                 return;
             }
             match state.webhook.clone() {
-                Some(hook) => state
-                    .deliverable_updates(1)
-                    .pop()
-                    .map(|update| (hook, update)),
+                Some(hook) => {
+                    let n = state.webhook_connections;
+                    let updates = state.deliverable_updates(n);
+                    (!updates.is_empty()).then_some((hook, updates))
+                }
                 None => None,
             }
         };
-        let Some((hook, update)) = next else {
+        let Some((hook, updates)) = next else {
             if changes.changed().await.is_err() {
                 return;
             }
             continue;
         };
-        let update_id = update["update_id"].as_i64().unwrap_or_default();
-        let mut request = client.post(&hook.url).json(&update);
-        if let Some(secret) = &hook.secret_token {
-            request = request.header("X-Telegram-Bot-Api-Secret-Token", secret);
-        }
-        let status = request.send().await.ok().map(|r| r.status().as_u16());
-        let delivered = status.is_some_and(|s| (200..300).contains(&s));
+        let posts = updates.into_iter().map(|update| {
+            let update_id = update["update_id"].as_i64().unwrap_or_default();
+            let mut request = client.post(&hook.url).json(&update);
+            if let Some(secret) = &hook.secret_token {
+                request = request.header("X-Telegram-Bot-Api-Secret-Token", secret);
+            }
+            async move {
+                let status = request.send().await.ok().map(|r| r.status().as_u16());
+                (update_id, status)
+            }
+        });
+        let results = futures_util::future::join_all(posts).await;
+        let mut delivered = true;
         shared.mutate(|state| {
-            state.webhook_deliveries.push(WebhookDelivery {
-                update_id,
-                url: hook.url.clone(),
-                status,
-            });
-            if delivered {
-                state.updates.retain(|u| u.id != update_id);
+            for (update_id, status) in results {
+                let ok = status.is_some_and(|s| (200..300).contains(&s));
+                delivered &= ok;
+                state.webhook_deliveries.push(WebhookDelivery {
+                    update_id,
+                    url: hook.url.clone(),
+                    status,
+                });
+                if ok {
+                    state.updates.retain(|u| u.id != update_id);
+                }
             }
         });
         if delivered {

@@ -1,0 +1,596 @@
+//! An operator's tap or reply becomes an answer: who may answer, what the button means,
+//! and, once the answers settle the question, the decision.
+
+use super::*;
+
+impl Service {
+    /// Whether the Telegram user is one of the interaction's `target_humans` (by name
+    /// through `[people]`, or by numeric id); everyone is when it names none.
+    pub(super) fn is_target(&self, i: &Interaction, user_id: u64) -> bool {
+        i.target_humans.is_empty()
+            || i.target_humans
+                .iter()
+                .any(|t| self.config.person(t) == Some(user_id) || *t == user_id.to_string())
+    }
+
+    /// How many answers the question waits for: its target humans, else the route's
+    /// approvers, else the people it was sent to privately.
+    pub(super) fn expected_answers(&self, record: &Confirmation) -> usize {
+        if let Some(i) = &record.interaction
+            && !i.target_humans.is_empty()
+        {
+            // One person named twice (`alice` twice, or `alice` and her id) answers once,
+            // so targets count by the Telegram user they resolve to, as `is_target`
+            // resolves them; a name that resolves to nobody counts by itself.
+            let people: std::collections::HashSet<Result<u64, &str>> = i
+                .target_humans
+                .iter()
+                .map(|t| {
+                    self.config
+                        .person(t)
+                        .or_else(|| t.parse::<u64>().ok().filter(|id| id.to_string() == *t))
+                        .ok_or(t.as_str())
+                })
+                .collect();
+            return people.len();
+        }
+        match self.config.route(&record.route) {
+            Some(route) => route.approvers.len(),
+            None => 1 + record.copies.len(),
+        }
+    }
+
+    /// `respondent` as AI-Parrot expects it: the person's name when `target_humans` uses
+    /// names, else the Telegram user id in decimal.
+    pub(super) fn respondent(&self, record: &Confirmation, user_id: u64) -> String {
+        record
+            .interaction
+            .as_ref()
+            .and_then(|i| {
+                i.target_humans
+                    .iter()
+                    .find(|t| self.config.person(t) == Some(user_id))
+                    .cloned()
+            })
+            .unwrap_or_else(|| user_id.to_string())
+    }
+
+    /// Why `from` may not answer `record` in `chat_id`, if they may not.
+    pub(super) fn may_not_answer(
+        &self,
+        record: &Confirmation,
+        chat_id: i64,
+        from: &Operator,
+        from_is_bot: bool,
+    ) -> Option<(&'static str, &'static str)> {
+        const NOT_ALLOWED: &str = "You are not allowed to decide this request";
+        if from_is_bot {
+            return Some((NOT_ALLOWED, "a bot cannot answer"));
+        }
+        let allowed = match self.config.route(&record.route) {
+            Some(route) if chat_id == record.chat_id => route.may_decide(from.id),
+            // A private chat the question was sent to: only its person answers there.
+            _ => {
+                i64::try_from(from.id).ok() == Some(chat_id)
+                    && record.messages().any(|(chat, _)| chat == chat_id)
+            }
+        };
+        if !allowed {
+            return Some((NOT_ALLOWED, "not an approver of the route"));
+        }
+        if let Some(i) = &record.interaction
+            && !self.is_target(i, from.id)
+        {
+            return Some((
+                "This question is for other people.",
+                "not one of the interaction's target_humans",
+            ));
+        }
+        // Checked on every tap, including Cancel: an owner may not decide their own
+        // request either way when the route forbids it.
+        if record.interaction.is_none()
+            && self
+                .config
+                .route(&record.route)
+                .is_some_and(|r| r.forbid_self_approval)
+            && self.config.owner_telegram_id(record.owner_id.as_str()) == Some(from.id)
+        {
+            return Some((
+                "You cannot decide a request made on your own behalf.",
+                "self-approval is forbidden on this route",
+            ));
+        }
+        None
+    }
+
+    /// An operator tapped a button. Returns once the tap is decided (its answer or
+    /// decision committed, or its refusal audited): only then may Telegram be told the
+    /// update was handled. The tap is answered and the messages edited in the
+    /// background, so the operator's client never keeps spinning. An `Err` means
+    /// nothing was stored: the update is to be handled again (Telegram redelivers it).
+    pub async fn handle_tap(self: &Arc<Self>, tap: Tap) -> Result<(), StorageError> {
+        let (text, alert, after, result) = match self.judge_tap(&tap).await {
+            Ok((text, alert, after)) => (text, alert, after, Ok(())),
+            Err(e) => {
+                tracing::error!(error = %e, "could not process a tap; it is handled again when Telegram resends it");
+                (
+                    "This tap could not be recorded yet; it is being retried. The message shows the outcome once there is one.".to_owned(),
+                    true,
+                    After::Nothing,
+                    Err(e),
+                )
+            }
+        };
+        let me = self.clone();
+        self.tasks.spawn(async move {
+            if let Err(e) = me.messenger.answer_tap(&tap.query_id, &text, alert).await {
+                tracing::debug!(reason = %e.reason, "could not answer a tap");
+            }
+        });
+        self.then(after);
+        result
+    }
+
+    pub(super) fn then(self: &Arc<Self>, after: After) {
+        match after {
+            After::Nothing => {}
+            After::Finish(r) => self.finish(r),
+            After::Refresh(r) => self.refresh(r),
+            After::ShowSelection {
+                record,
+                chat_id,
+                message_id,
+                selection,
+            } => {
+                let me = self.clone();
+                self.tasks.spawn(async move {
+                    if !matches!(me.store.get(&record.id).await, Ok(Some(r)) if !r.is_terminal()) {
+                        return;
+                    }
+                    let mut view = me.view(&record, chat_id);
+                    view.selection = selection;
+                    if let Err(e) = me
+                        .messenger
+                        .update_message(&record, chat_id, message_id, &view)
+                        .await
+                    {
+                        tracing::debug!(id = %record.id, reason = %e.reason, "could not show a selection");
+                    }
+                });
+            }
+        }
+    }
+
+    /// Logs and audits a refused tap or reply; the operator gets `text` as an alert.
+    pub(super) async fn refuse(
+        &self,
+        from: &Operator,
+        chat_id: Option<i64>,
+        message_id: Option<i32>,
+        id: Option<&ConfirmationId>,
+        text: &str,
+        why: &'static str,
+    ) -> Result<(String, bool, After), StorageError> {
+        tracing::warn!(user_id = from.id, chat_id = ?chat_id, id = ?id.map(|i| i.as_str()), why, "answer refused");
+        let event = audit::refused_tap(
+            id.map(|i| i.as_str()),
+            from,
+            chat_id,
+            message_id,
+            why,
+            now(),
+        );
+        self.store.record_event(event).await?;
+        Ok((text.to_owned(), true, After::Nothing))
+    }
+
+    pub(super) async fn judge_tap(
+        self: &Arc<Self>,
+        tap: &Tap,
+    ) -> Result<(String, bool, After), StorageError> {
+        let refuse = |id: Option<ConfirmationId>, text: &'static str, why: &'static str| {
+            let id = id.clone();
+            async move {
+                self.refuse(
+                    &tap.from,
+                    tap.chat_id,
+                    tap.message_id,
+                    id.as_ref(),
+                    text,
+                    why,
+                )
+                .await
+            }
+        };
+        let Some(Button { action, token }) = tap.button.clone() else {
+            return refuse(None, "This button is not valid.", "malformed callback data").await;
+        };
+        let Some(mut record) = self.store.find_by_token(&token).await? else {
+            return refuse(None, "This request is unknown.", "unknown callback token").await;
+        };
+        // The token is bound to the chats the question was posted in; a token replayed in
+        // another chat is refused. Within them, a message of the bot's own the service
+        // has no id for is a copy it never heard of: a crash (or a connection lost after
+        // Telegram took the message) between posting and storing the message id, and the
+        // question posted again. It carries the question's buttons, so it is learned here
+        // and counts like any copy: its tap decides, and the outcome is shown on it.
+        let in_chat = record.messages().any(|(chat, _)| tap.chat_id == Some(chat));
+        let known = record.messages().any(|(chat, message)| {
+            tap.chat_id == Some(chat) && message.is_some() && message == tap.message_id
+        }) || record
+            .strays
+            .iter()
+            .any(|s| tap.chat_id == Some(s.chat_id) && tap.message_id == Some(s.message_id));
+        // While a delivery is in flight its message id is not stored yet.
+        let in_flight = record
+            .messages()
+            .any(|(chat, message)| tap.chat_id == Some(chat) && message.is_none());
+        let (Some(chat_id), Some(message_id)) = (tap.chat_id, tap.message_id) else {
+            return refuse(
+                Some(record.id.clone()),
+                "This button does not belong to this message.",
+                "callback data without a chat message",
+            )
+            .await;
+        };
+        if !in_chat || !(known || in_flight || tap.carries_button) {
+            return refuse(
+                Some(record.id.clone()),
+                "This button does not belong to this message.",
+                "callback data from another chat or message",
+            )
+            .await;
+        }
+        if !known && tap.carries_button {
+            tracing::warn!(id = %record.id, chat_id, message_id,
+                "a tap on a copy of the question the service had no id for: learning it");
+            if let Some(learned) = self
+                .store
+                .add_stray(&record.id, chat_id, message_id, now())
+                .await?
+            {
+                record = learned;
+            }
+            if record.is_terminal() {
+                // Ended while nobody knew of this copy: it gets the outcome now.
+                self.show_outcome_on(record.clone(), chat_id, message_id);
+            }
+        }
+        if let Some((text, why)) = self.may_not_answer(&record, chat_id, &tap.from, tap.from_is_bot)
+        {
+            return refuse(Some(record.id.clone()), text, why).await;
+        }
+        if record.is_terminal() {
+            // A late answer never overwrites the stored outcome; an interaction says so
+            // with an alert the operator must dismiss.
+            return Ok((
+                already_decided(&record),
+                record.interaction.is_some(),
+                After::Nothing,
+            ));
+        }
+        let kind = record.kind();
+        // The button decides, never the values: a form approved with `{}` is approved.
+        // "Approve for" on a question that offers no window is a plain approval.
+        let verdict = match action {
+            TapAction::Approve => Some(Verdict::Approve { once: true }),
+            TapAction::ApproveWindow => Some(Verdict::Approve { once: false }),
+            TapAction::Cancel => Some(Verdict::Deny),
+            _ => None,
+        };
+        let value = match (kind, action) {
+            (InteractionType::Approval, TapAction::Approve | TapAction::ApproveWindow) => {
+                json!(true)
+            }
+            (InteractionType::Approval, TapAction::Cancel) => json!(false),
+            (InteractionType::Form, TapAction::Approve | TapAction::ApproveWindow) => {
+                record.form_values()
+            }
+            (InteractionType::Form, TapAction::Cancel) => Value::Null,
+            (InteractionType::SingleChoice | InteractionType::Poll, TapAction::Choose(n)) => {
+                match option_key(&record, n) {
+                    Some(key) => json!(key),
+                    None => {
+                        return refuse(
+                            Some(record.id.clone()),
+                            "This button is not valid.",
+                            "no such option",
+                        )
+                        .await;
+                    }
+                }
+            }
+            (InteractionType::MultiChoice, TapAction::Toggle(n)) => {
+                let Some(key) = option_key(&record, n) else {
+                    return refuse(
+                        Some(record.id.clone()),
+                        "This button is not valid.",
+                        "no such option",
+                    )
+                    .await;
+                };
+                let mut selection = self.store.selection(&record.id, tap.from.id).await?;
+                match selection.iter().position(|k| *k == key) {
+                    Some(at) => {
+                        selection.remove(at);
+                    }
+                    None => selection.push(key),
+                }
+                let selection = in_option_order(&record, selection);
+                self.store
+                    .set_selection(&record.id, tap.from.id, &selection)
+                    .await?;
+                let text = if selection.is_empty() {
+                    "Nothing selected".to_owned()
+                } else {
+                    cut_for_toast(&format!("Selected: {}", labels_of(&record, &selection)))
+                };
+                return Ok((
+                    text,
+                    false,
+                    After::ShowSelection {
+                        record,
+                        chat_id,
+                        message_id,
+                        selection,
+                    },
+                ));
+            }
+            (InteractionType::MultiChoice, TapAction::Done) => {
+                let selection = self.store.selection(&record.id, tap.from.id).await?;
+                json!(in_option_order(&record, selection))
+            }
+            _ => {
+                return refuse(
+                    Some(record.id.clone()),
+                    "This button is not valid.",
+                    "button does not fit the question",
+                )
+                .await;
+            }
+        };
+        self.answer(record, &tap.from, value, verdict).await
+    }
+
+    /// Someone replied to one of the bot's messages: a free-text answer when it is an
+    /// open free-text question they may answer; anything else is ignored (groups chat).
+    /// An `Err` means nothing was stored: the update is to be handled again.
+    pub async fn handle_reply(self: &Arc<Self>, reply: Reply) -> Result<(), StorageError> {
+        let after = self.judge_reply(&reply).await.inspect_err(|e| {
+            tracing::error!(error = %e, "could not process a reply; it is handled again when Telegram resends it")
+        })?;
+        self.then(after);
+        Ok(())
+    }
+
+    pub(super) async fn judge_reply(
+        self: &Arc<Self>,
+        reply: &Reply,
+    ) -> Result<After, StorageError> {
+        let Some(record) = self
+            .store
+            .find_by_message(reply.chat_id, reply.reply_to)
+            .await?
+        else {
+            return Ok(After::Nothing);
+        };
+        if record.kind() != InteractionType::FreeText || record.is_terminal() {
+            return Ok(After::Nothing);
+        }
+        if let Some((text, why)) =
+            self.may_not_answer(&record, reply.chat_id, &reply.from, reply.from_is_bot)
+        {
+            self.refuse(
+                &reply.from,
+                Some(reply.chat_id),
+                Some(reply.reply_to),
+                Some(&record.id),
+                text,
+                why,
+            )
+            .await?;
+            return Ok(After::Nothing);
+        }
+        let text: String = reply
+            .text
+            .chars()
+            .take(interaction::MAX_FREE_TEXT_CHARS)
+            .collect();
+        let (_, _, after) = self.answer(record, &reply.from, json!(text), None).await?;
+        Ok(after)
+    }
+
+    /// Stores one person's answer and settles the question when the answers so far do.
+    /// `verdict` is the button an approve/cancel question was answered with.
+    pub(super) async fn answer(
+        self: &Arc<Self>,
+        record: Confirmation,
+        from: &Operator,
+        value: Value,
+        verdict: Option<Verdict>,
+    ) -> Result<(String, bool, After), StorageError> {
+        // "Once" only means something where a window was offered.
+        let once =
+            matches!(verdict, Some(Verdict::Approve { once: true })) && record.window_seconds > 0;
+        let answer = Answer {
+            respondent: self.respondent(&record, from.id),
+            by: Some(from.clone()),
+            value,
+            is_default: false,
+            once,
+            at: now(),
+        };
+        // A confirmation or a first-response question is settled by this very answer:
+        // stored together with its outcome, atomically.
+        let settles = match &record.interaction {
+            Some(i) if i.consensus != ConsensusMode::FirstResponse => None,
+            Some(_) => Some(Outcome::Completed {
+                value: answer.value.clone(),
+                by: Some(from.clone()),
+                reason: format!("answered by {from}"),
+            }),
+            // A confirmation is decided by its button alone; anything else (which no
+            // button of a confirmation produces) fails closed.
+            None => Some(match verdict {
+                Some(Verdict::Approve { .. }) => Outcome::Approved {
+                    by: from.clone(),
+                    once,
+                },
+                Some(Verdict::Deny) | None => Outcome::Cancelled(from.clone()),
+            }),
+        };
+        let decision = settles.map(|o| o.decide(answer.at));
+        let record = match self
+            .store
+            .add_answer(&record.id, &answer, decision.as_ref())
+            .await?
+        {
+            Answered::Added(r) => r,
+            Answered::AlreadyAnswered(r) | Answered::Closed(r) if r.is_terminal() => {
+                let alert = r.interaction.is_some();
+                return Ok((already_decided(&r), alert, After::Nothing));
+            }
+            Answered::AlreadyAnswered(_) | Answered::Closed(_) => {
+                return Ok(("You already answered.".to_owned(), true, After::Nothing));
+            }
+            Answered::NotFound => {
+                return Ok(("This request is unknown.".to_owned(), true, After::Nothing));
+            }
+        };
+        if record.is_terminal() {
+            self.on_decided(&record);
+            return Ok((tap_ack(&record), false, After::Finish(record)));
+        }
+        self.changed(&record.id);
+        let Some(outcome) = self.settle(&record) else {
+            let text = format!(
+                "Answer recorded ({} of {} answered)",
+                record.answers.len(),
+                self.expected_answers(&record)
+            );
+            return Ok((text, false, After::Refresh(record)));
+        };
+        Ok(match self.decide(&record.id, outcome).await? {
+            Decided::Applied(r) => (tap_ack(&r), false, After::Finish(r)),
+            Decided::AlreadyTerminal(r) => {
+                let alert = r.interaction.is_some();
+                (already_decided(&r), alert, After::Nothing)
+            }
+            Decided::NotFound => ("This request is unknown.".to_owned(), true, After::Nothing),
+        })
+    }
+
+    /// The outcome the answers so far settle a question asked of several people on, if
+    /// they do.
+    pub(super) fn settle(&self, record: &Confirmation) -> Option<Outcome> {
+        let i = record.interaction.as_ref()?;
+        let values: Vec<Value> = record.answers.iter().map(|a| a.value.clone()).collect();
+        let quorum = i
+            .quorum
+            .or_else(|| self.config.route(&record.route).and_then(|r| r.quorum));
+        let expected = self.expected_answers(record);
+        match interaction::consensus(i.consensus, &values, expected, quorum) {
+            Consensus::Open => None,
+            Consensus::Settled(value) => Some(Outcome::Completed {
+                reason: format!(
+                    "settled by {} of {} answers ({})",
+                    values.iter().filter(|v| **v == value).count(),
+                    values.len(),
+                    i.consensus.as_str()
+                ),
+                by: None,
+                value,
+            }),
+            Consensus::NoAgreement(why) => Some(Outcome::Completed {
+                // AI-Parrot's own shape for a conflict.
+                value: json!({"conflict": true, "responses": values}),
+                by: None,
+                reason: format!("no agreement: {why}"),
+            }),
+        }
+    }
+}
+
+/// What to do with the chat after a tap was answered.
+pub(super) enum After {
+    Nothing,
+    /// Show the outcome in every message.
+    Finish(Confirmation),
+    /// Show progress in every message.
+    Refresh(Confirmation),
+    /// Show one person's multi-choice selection on the message they tapped.
+    ShowSelection {
+        record: Confirmation,
+        chat_id: i64,
+        message_id: i32,
+        selection: Vec<String>,
+    },
+}
+
+/// Which of an approve/cancel question's buttons was tapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// Approve; `once`: without the window the question offered.
+    Approve {
+        once: bool,
+    },
+    Deny,
+}
+
+pub(super) fn option_key(record: &Confirmation, n: u8) -> Option<String> {
+    record
+        .interaction
+        .as_ref()?
+        .options
+        .get(usize::from(n))
+        .map(|o| o.key.clone())
+}
+
+/// `selection` in the order the options are listed (as AI-Parrot lists them back).
+pub(super) fn in_option_order(record: &Confirmation, selection: Vec<String>) -> Vec<String> {
+    let Some(i) = &record.interaction else {
+        return selection;
+    };
+    i.options
+        .iter()
+        .filter(|o| selection.contains(&o.key))
+        .map(|o| o.key.clone())
+        .collect()
+}
+
+pub(super) fn labels_of(record: &Confirmation, keys: &[String]) -> String {
+    let Some(i) = &record.interaction else {
+        return keys.join(", ");
+    };
+    i.options
+        .iter()
+        .filter(|o| keys.contains(&o.key))
+        .map(|o| o.label.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The toast after an answer that ended the question.
+pub(super) fn tap_ack(r: &Confirmation) -> String {
+    match (r.interaction.is_some(), r.status) {
+        (false, Status::Confirmed) => "✅ Approved".to_owned(),
+        (false, _) => "❌ Cancelled".to_owned(),
+        (true, _) => "✅ Answer recorded".to_owned(),
+    }
+}
+
+/// Telegram shows at most 200 characters in a tap's answer; names and labels in it are
+/// shown with their invisible characters as escapes, as everywhere operators read.
+pub(super) fn cut_for_toast(text: &str) -> String {
+    let text = crate::domain::text::visible(text, crate::domain::text::Layout::Line);
+    if text.chars().count() <= 200 {
+        text
+    } else {
+        text.chars().take(199).collect::<String>() + "…"
+    }
+}
+
+/// The text a late tap gets: the stored outcome, within Telegram's 200-character limit.
+pub(super) fn already_decided(r: &Confirmation) -> String {
+    cut_for_toast(&format!("Already decided: {}", r.reason))
+}

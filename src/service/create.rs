@@ -1,0 +1,328 @@
+//! The first stage: an agent's request becomes a stored question (or is confirmed at
+//! once by a live window, or found again by its idempotency key) and is handed to
+//! delivery.
+
+use super::*;
+
+impl Service {
+    /// Creates a request: an idempotent repeat returns the original, a live window
+    /// confirms at once, anything else is stored pending and handed to Telegram.
+    pub async fn create(
+        self: &Arc<Self>,
+        agent: &Agent,
+        new: NewConfirmation,
+    ) -> Result<Confirmation, ServiceError> {
+        let route_name = new
+            .route
+            .clone()
+            .unwrap_or_else(|| agent.default_route.clone());
+        let route = match self.config.route(&route_name) {
+            Some(r) if agent.routes.contains(&route_name) => r.clone(),
+            _ => return Err(ServiceError::RouteNotAllowed(route_name)),
+        };
+        let now = now();
+        let args_hash = ArgsHash::of(&new.params);
+        // The route caps what one tap may allow; the cut is kept and shown.
+        let window_seconds = new.window_seconds.min(route.max_window_seconds);
+        let window_requested_seconds =
+            (window_seconds < new.window_seconds).then_some(new.window_seconds);
+
+        if let Some(key) = &new.idempotency_key
+            && let Some(existing) = self
+                .store
+                .find_by_idempotency_key(&agent.name, key, now)
+                .await?
+        {
+            return same_request(existing, &new, &args_hash);
+        }
+
+        let mut record = Confirmation {
+            id: ConfirmationId::generate(),
+            agent: agent.name.clone(),
+            route: route.name.clone(),
+            chat_id: self.chat_of(&route.name, route.chat_id),
+            tool: new.tool.clone(),
+            owner_id: new.owner_id.clone(),
+            args_hash,
+            params_json: new.params_json.clone(),
+            briefing: briefing::render(new.template.as_deref(), new.tool.as_str(), &new.params)
+                .text,
+            context: new.context.clone(),
+            allow_edit: new.allow_edit,
+            window_seconds,
+            window_requested_seconds,
+            approved_once: false,
+            has_call: false,
+            idempotency_key: new.idempotency_key.clone(),
+            callback_token: CallbackToken::generate(),
+            callback_url: new.callback_url.clone(),
+            message_id: None,
+            status: Status::Pending,
+            via: None,
+            reason: PENDING_REASON.to_owned(),
+            decided_by: None,
+            created_at: now,
+            expires_at: now + new.timeout,
+            decided_at: None,
+            interaction: None,
+            result: None,
+            timeout_action: None,
+            answers: Vec::new(),
+            copies: Vec::new(),
+            strays: Vec::new(),
+        };
+
+        if let Some(window) = self.store.live_window(&record.window_key(), now).await? {
+            record.status = Status::Confirmed;
+            record.via = Some(Via::Window);
+            record.reason = window.reason();
+            record.decided_at = Some(now);
+            let stored = match self.store.insert(&record, now).await? {
+                Inserted::New(r) => r,
+                Inserted::Existing(e) => return same_request(e, &new, &record.args_hash),
+            };
+            tracing::info!(id = %stored.id, agent = %stored.agent, tool = %stored.tool,
+                "confirmed by a live window");
+            self.metrics.request_created(&stored);
+            self.metrics.request_decided(&stored);
+            if stored.callback_url.is_some() {
+                self.webhook_wake.notify_one();
+            }
+            self.changed(&stored.id);
+            return Ok(stored);
+        }
+
+        // Checked after the idempotency and window paths: retrying a request that exists,
+        // or a call a window confirms, never adds a pending one.
+        if self.store.count_pending(&agent.name).await? >= u64::from(agent.max_pending) {
+            return Err(ServiceError::TooManyPending(agent.max_pending));
+        }
+        let stored = match self.store.insert(&record, now).await? {
+            Inserted::New(r) => r,
+            Inserted::Existing(e) => return same_request(e, &new, &record.args_hash),
+        };
+        tracing::info!(id = %stored.id, agent = %stored.agent, tool = %stored.tool,
+            route = %stored.route, "confirmation requested");
+        self.metrics.request_created(&stored);
+        self.deadlines
+            .schedule(stored.id.clone(), instant_at(stored.expires_at, now));
+        // Delivery runs detached from the HTTP request: an agent that hangs up must not
+        // cancel the question halfway.
+        let me = self.clone();
+        let to_deliver = stored.clone();
+        self.tasks
+            .spawn(async move { me.deliver(to_deliver).await });
+        Ok(stored)
+    }
+
+    /// Where a question or notification goes: the route given, else the person named as
+    /// recipient (in their private chat), else the agent's default route.
+    pub(super) fn destination(
+        &self,
+        agent: &Agent,
+        route: Option<&str>,
+        recipient: Option<&str>,
+    ) -> Result<Destination, ServiceError> {
+        let route_name = match (route, recipient) {
+            (Some(r), _) => r.to_owned(),
+            (None, Some(person)) => {
+                return match self.config.person(person) {
+                    Some(user_id) => Ok(Destination::Person {
+                        name: person.to_owned(),
+                        user_id,
+                    }),
+                    None => Err(ServiceError::UnknownRecipient(person.to_owned())),
+                };
+            }
+            (None, None) => agent.default_route.clone(),
+        };
+        match self.config.route(&route_name) {
+            Some(r) if agent.routes.contains(&route_name) => Ok(Destination::Route(r.clone())),
+            _ => Err(ServiceError::RouteNotAllowed(route_name)),
+        }
+    }
+
+    /// Asks an interaction. The same `interaction_id` again (AI-Parrot sends one per
+    /// recipient) lands on the same record, adding a private-chat copy for a new person.
+    /// Returns the record and whether it is new.
+    pub async fn create_interaction(
+        self: &Arc<Self>,
+        agent: &Agent,
+        new: NewInteraction,
+    ) -> Result<(Confirmation, bool), ServiceError> {
+        let dest = self.destination(agent, new.route.as_deref(), new.recipient.as_deref())?;
+        if let Some(existing) = self
+            .store
+            .find_interaction(&agent.name, &new.interaction.interaction_id)
+            .await?
+        {
+            return self.add_recipient(existing, &new, dest).await;
+        }
+        let i = &new.interaction;
+        if let Destination::Route(route) = &dest
+            && !i.target_humans.is_empty()
+            && !route.approvers.iter().any(|uid| self.is_target(i, *uid))
+        {
+            return Err(ServiceError::NobodyMayAnswer(format!(
+                "none of target_humans is an approver of route '{}' (names map to Telegram ids through [people])",
+                route.name
+            )));
+        }
+        if self.store.count_pending(&agent.name).await? >= u64::from(agent.max_pending) {
+            return Err(ServiceError::TooManyPending(agent.max_pending));
+        }
+        let (route_name, chat_id) = match &dest {
+            Destination::Route(r) => (r.name.clone(), self.chat_of(&r.name, r.chat_id)),
+            Destination::Person { name, user_id } => {
+                (format!("@{name}"), i64::try_from(*user_id).unwrap_or(0))
+            }
+        };
+        let now = now();
+        let max_window = match &dest {
+            Destination::Route(r) => r.max_window_seconds,
+            Destination::Person { .. } => crate::config::DEFAULT_MAX_WINDOW_SECONDS,
+        };
+        let (tool, owner_id, params, params_json, asked_window) = match &new.call {
+            Some(c) => (
+                c.tool.clone(),
+                c.owner_id.clone(),
+                c.params.clone(),
+                c.params_json.clone(),
+                c.window_seconds,
+            ),
+            None => (
+                ToolName::parse(INTERACTION_TOOL).map_err(|_| ServiceError::NotFound)?,
+                OwnerId::anonymous(),
+                PyDict::new(),
+                "{}".to_owned(),
+                0,
+            ),
+        };
+        let window_seconds = match &new.call {
+            Some(_) => asked_window.min(max_window),
+            None if i.kind == InteractionType::Approval => new.agent_window_seconds,
+            None => 0,
+        };
+        let record = Confirmation {
+            id: ConfirmationId::generate(),
+            agent: agent.name.clone(),
+            route: route_name,
+            chat_id,
+            tool,
+            owner_id,
+            args_hash: ArgsHash::of(&params),
+            params_json,
+            briefing: i.question.clone(),
+            context: i.context.clone(),
+            allow_edit: i.kind == InteractionType::Form,
+            window_seconds,
+            window_requested_seconds: (window_seconds < asked_window).then_some(asked_window),
+            approved_once: false,
+            has_call: new.call.is_some(),
+            idempotency_key: None,
+            callback_token: CallbackToken::generate(),
+            callback_url: new.callback_url.clone(),
+            message_id: None,
+            status: Status::Pending,
+            via: None,
+            reason: "waiting for an answer".to_owned(),
+            decided_by: None,
+            created_at: now,
+            expires_at: now + i.timeout,
+            decided_at: None,
+            interaction: Some(Arc::new(i.clone())),
+            result: None,
+            timeout_action: None,
+            answers: Vec::new(),
+            copies: Vec::new(),
+            strays: Vec::new(),
+        };
+        let stored = match self.store.insert(&record, now).await? {
+            Inserted::New(r) => r,
+            Inserted::Existing(e) => return self.add_recipient(e, &new, dest).await,
+        };
+        tracing::info!(id = %stored.id, agent = %stored.agent, kind = i.kind.as_str(),
+            route = %stored.route, "interaction requested");
+        self.metrics.request_created(&stored);
+        self.changed(&stored.id);
+        self.deadlines
+            .schedule(stored.id.clone(), instant_at(stored.expires_at, now));
+        let me = self.clone();
+        let to_deliver = stored.clone();
+        self.tasks
+            .spawn(async move { me.deliver(to_deliver).await });
+        Ok((stored, true))
+    }
+
+    /// A repeat of an interaction already asked: the same question, perhaps for another
+    /// person, who then gets their own copy in a private chat.
+    pub(super) async fn add_recipient(
+        self: &Arc<Self>,
+        existing: Confirmation,
+        new: &NewInteraction,
+        dest: Destination,
+    ) -> Result<(Confirmation, bool), ServiceError> {
+        let same = existing.interaction.as_deref().is_some_and(|i| {
+            i.kind == new.interaction.kind && i.question == new.interaction.question
+        });
+        if !same {
+            return Err(ServiceError::InteractionMismatch(
+                new.interaction.interaction_id.clone(),
+            ));
+        }
+        if let Destination::Person { name, user_id } = dest
+            && !existing.is_terminal()
+        {
+            let chat_id = i64::try_from(user_id).unwrap_or(0);
+            if self
+                .store
+                .add_copy(&existing.id, &name, chat_id, now())
+                .await?
+            {
+                let me = self.clone();
+                let record = existing.clone();
+                self.tasks
+                    .spawn(async move { me.deliver_copy(record, chat_id).await });
+            }
+        }
+        let record = self.store.get(&existing.id).await?.unwrap_or(existing);
+        Ok((record, false))
+    }
+
+    /// Sends a one-way message (AI-Parrot's `send_notification`) to a route or a person.
+    pub async fn notify(
+        &self,
+        agent: &Agent,
+        route: Option<&str>,
+        recipient: Option<&str>,
+        message: &str,
+    ) -> Result<(i64, i32), ServiceError> {
+        let chat_id = match self.destination(agent, route, recipient)? {
+            Destination::Route(r) => self.chat_of(&r.name, r.chat_id),
+            Destination::Person { user_id, .. } => i64::try_from(user_id).unwrap_or(0),
+        };
+        let message_id = self
+            .messenger
+            .send_notification(chat_id, &agent.name, message)
+            .await
+            .map_err(|e| ServiceError::Undeliverable(e.reason))?;
+        tracing::info!(agent = %agent.name, chat_id, "notification sent");
+        Ok((chat_id, message_id))
+    }
+}
+
+/// An idempotent repeat must be the same call; anything else is the agent's mistake.
+pub(super) fn same_request(
+    existing: Confirmation,
+    new: &NewConfirmation,
+    args_hash: &ArgsHash,
+) -> Result<Confirmation, ServiceError> {
+    if existing.tool == new.tool
+        && existing.owner_id == new.owner_id
+        && existing.args_hash == *args_hash
+    {
+        Ok(existing)
+    } else {
+        Err(ServiceError::IdempotencyMismatch)
+    }
+}

@@ -1,0 +1,214 @@
+//! Ending a question: the one conditional update that decides it, then showing the
+//! outcome in every message of it; timeouts and withdrawals come through here too.
+
+use super::*;
+
+impl Service {
+    /// Applies an outcome; wakes waiting agents when it is the one that counts.
+    pub(super) async fn decide(
+        &self,
+        id: &ConfirmationId,
+        outcome: Outcome,
+    ) -> Result<Decided, StorageError> {
+        let decided = self.store.decide(id, &outcome.decide(now())).await?;
+        if let Decided::Applied(r) = &decided {
+            self.on_decided(r);
+        }
+        Ok(decided)
+    }
+
+    /// After a decision was stored: log it, wake waiting agents and the webhook outbox.
+    pub(super) fn on_decided(&self, r: &Confirmation) {
+        tracing::info!(id = %r.id, agent = %r.agent, tool = %r.tool,
+            status = r.status.as_str(), via = r.via.map(Via::as_str).unwrap_or(""),
+            "question decided");
+        self.metrics.request_decided(r);
+        self.changed(&r.id);
+        if r.callback_url.is_some() {
+            self.webhook_wake.notify_one();
+        }
+    }
+
+    /// Shows a decided request's outcome in every message of it, in the background, and
+    /// records that it did, so a restart can finish what a crash interrupted.
+    pub(super) fn finish(self: &Arc<Self>, record: Confirmation) {
+        let me = self.clone();
+        self.tasks.spawn(async move {
+            let mut shown = Vec::new();
+            for (chat_id, message_id) in record.messages().collect::<Vec<_>>() {
+                let Some(message_id) = message_id else {
+                    continue;
+                };
+                shown.push((chat_id, message_id));
+                if me.show_outcome(&record, chat_id, message_id).await {
+                    let marked = if chat_id == record.chat_id {
+                        me.store.mark_outcome_shown(&record.id).await
+                    } else {
+                        me.store.mark_copy_shown(&record.id, chat_id).await
+                    };
+                    if let Err(e) = marked {
+                        tracing::warn!(id = %record.id, error = %e, "could not record the shown outcome");
+                    }
+                }
+            }
+            for stray in record.strays.iter().filter(|s| !s.outcome_shown) {
+                // A tap that raced the storing of the id can make a known message a
+                // stray too: it is edited once, with the message it is.
+                if shown.contains(&(stray.chat_id, stray.message_id)) {
+                    let marked = me
+                        .store
+                        .mark_stray_shown(&record.id, stray.chat_id, stray.message_id)
+                        .await;
+                    if let Err(e) = marked {
+                        tracing::warn!(id = %record.id, error = %e, "could not record the shown outcome");
+                    }
+                } else {
+                    me.show_stray_outcome(&record, stray.chat_id, stray.message_id)
+                        .await;
+                }
+            }
+        });
+    }
+
+    /// Shows the outcome on one message learned from a tap after the question ended.
+    pub(super) fn show_outcome_on(
+        self: &Arc<Self>,
+        record: Confirmation,
+        chat_id: i64,
+        message_id: i32,
+    ) {
+        let me = self.clone();
+        self.tasks.spawn(async move {
+            me.show_stray_outcome(&record, chat_id, message_id).await;
+        });
+    }
+
+    async fn show_stray_outcome(&self, record: &Confirmation, chat_id: i64, message_id: i32) {
+        if self.show_outcome(record, chat_id, message_id).await
+            && let Err(e) = self
+                .store
+                .mark_stray_shown(&record.id, chat_id, message_id)
+                .await
+        {
+            tracing::warn!(id = %record.id, error = %e, "could not record the shown outcome");
+        }
+    }
+
+    /// Edits one message of a decided request to its outcome; whether it now shows it.
+    async fn show_outcome(&self, record: &Confirmation, chat_id: i64, message_id: i32) -> bool {
+        let view = self.view(record, chat_id);
+        match self
+            .messenger
+            .update_message(record, chat_id, message_id, &view)
+            .await
+        {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(id = %record.id, reason = %e.reason, "could not update the message");
+                false
+            }
+        }
+    }
+
+    /// Shows a pending question's progress (answers so far, a poll's tally) in every
+    /// message of it, in the background.
+    pub(super) fn refresh(self: &Arc<Self>, record: Confirmation) {
+        let me = self.clone();
+        self.tasks.spawn(async move {
+            // Edits run in the background: if the question ended meanwhile, showing
+            // progress now could put back the buttons the outcome edit removed.
+            let record = match me.store.get(&record.id).await {
+                Ok(Some(now)) if !now.is_terminal() => now,
+                _ => return,
+            };
+            let strays = record.strays.iter().map(|s| (s.chat_id, Some(s.message_id)));
+            let all: Vec<_> = record.messages().chain(strays).collect();
+            for (chat_id, message_id) in all {
+                if let Some(message_id) = message_id {
+                    let view = me.view(&record, chat_id);
+                    if let Err(e) = me
+                        .messenger
+                        .update_message(&record, chat_id, message_id, &view)
+                        .await
+                    {
+                        tracing::debug!(id = %record.id, reason = %e.reason, "could not show progress");
+                    }
+                }
+            }
+        });
+    }
+
+    /// The scheduler's callback: times the request out if it is still pending, applying
+    /// the interaction's `timeout_action`.
+    pub(super) async fn expire(self: &Arc<Self>, id: &ConfirmationId) {
+        let record = match self.store.get(id).await {
+            Ok(Some(r)) if !r.is_terminal() => r,
+            Ok(_) => return,
+            Err(e) => {
+                // Try again shortly rather than leave the request pending forever.
+                tracing::error!(id = %id, error = %e, "could not read a due request; retrying");
+                self.deadlines
+                    .schedule(id.clone(), Instant::now() + Duration::from_secs(1));
+                return;
+            }
+        };
+        let after = (record.expires_at - record.created_at)
+            .try_into()
+            .unwrap_or(Duration::ZERO);
+        let outcome = match record.interaction.as_deref().map(|i| i.timeout_action) {
+            None | Some(TimeoutAction::Cancel) => Outcome::TimedOut { after },
+            Some(TimeoutAction::Default) => Outcome::DefaultOnTimeout {
+                value: record
+                    .interaction
+                    .as_ref()
+                    .map(|i| i.default_response.clone())
+                    .unwrap_or(Value::Null),
+                after,
+            },
+            Some(action) => Outcome::TimedOutWithAction { after, action },
+        };
+        match self.decide(id, outcome).await {
+            Ok(Decided::Applied(r)) => self.finish(r),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(id = %id, error = %e, "could not store a timeout; retrying");
+                self.deadlines
+                    .schedule(id.clone(), Instant::now() + Duration::from_secs(1));
+            }
+        }
+    }
+
+    /// The agent takes its confirmation back.
+    pub async fn withdraw(
+        self: &Arc<Self>,
+        agent: &Agent,
+        id: &ConfirmationId,
+    ) -> Result<Confirmation, ServiceError> {
+        self.get(agent, id).await?;
+        self.withdraw_owned(id).await
+    }
+
+    pub(super) async fn withdraw_owned(
+        self: &Arc<Self>,
+        id: &ConfirmationId,
+    ) -> Result<Confirmation, ServiceError> {
+        match self.decide(id, Outcome::Withdrawn).await? {
+            Decided::Applied(r) => {
+                self.finish(r.clone());
+                Ok(r)
+            }
+            Decided::AlreadyTerminal(r) => Err(ServiceError::AlreadyDecided(Box::new(r))),
+            Decided::NotFound => Err(ServiceError::NotFound),
+        }
+    }
+
+    /// The agent takes its interaction back.
+    pub async fn withdraw_interaction(
+        self: &Arc<Self>,
+        agent: &Agent,
+        interaction_id: &str,
+    ) -> Result<Confirmation, ServiceError> {
+        let record = self.get_interaction(agent, interaction_id).await?;
+        self.withdraw_owned(&record.id).await
+    }
+}

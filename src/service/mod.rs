@@ -1,0 +1,429 @@
+//! The one pipeline every question goes through:
+//! create -> (window hit | deliver) -> answer -> decide -> notify.
+//!
+//! One file per stage: [`create`] (a request becomes a stored question), [`deliver`]
+//! (it is posted in Telegram), [`answer`] (a tap or reply becomes an answer), [`decide`]
+//! (the outcome is stored and shown), [`wait`] (what agents read and wait on) and
+//! [`recover`] (what a restart resumes). This file holds the types they share and the
+//! ports.
+//!
+//! The service owns no I/O of its own: storage is a [`Store`], Telegram is a
+//! [`Messenger`], deadlines are [`Deadlines`]. It decides *what* happens; every outcome is
+//! written by one conditional update ([`Store::decide`]), so a tap racing a timeout or a
+//! withdrawal ends in exactly one outcome, and each loser is shown the stored one.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use serde_json::{Value, json};
+
+use crate::config::{Agent, Config, Route};
+use crate::domain::args_hash::ArgsHash;
+use crate::domain::audit;
+use crate::domain::briefing;
+use crate::domain::confirmation::{Confirmation, Operator, Outcome, PENDING_REASON, Status, Via};
+use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
+use crate::domain::interaction::{
+    self, Answer, Consensus, ConsensusMode, Interaction, InteractionType, TimeoutAction,
+};
+use crate::domain::pyvalue::PyDict;
+use crate::metrics::Metrics;
+use crate::scheduler::Deadlines;
+use crate::storage::{Answered, Decided, Inserted, StorageError, Store};
+
+mod answer;
+mod commands;
+mod create;
+mod decide;
+mod deliver;
+mod recover;
+mod wait;
+pub use commands::{CommandMessage, CommandReply};
+
+/// Why Telegram could not carry a message.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{reason}")]
+pub struct DeliveryError {
+    /// A sentence for the agent and the logs; never contains the bot token.
+    pub reason: String,
+    /// Telegram says the group became a supergroup with this chat id: the message was
+    /// not sent, and should be sent again there.
+    pub migrated_to: Option<i64>,
+    /// Nothing was refused, but the message could not get through before its deadline
+    /// (the chat's queue under Telegram's limits, a `retry_after` or a backoff past it):
+    /// a question so ends `timeout`, not fail-closed.
+    pub missed_deadline: bool,
+}
+
+impl DeliveryError {
+    pub fn new(reason: impl Into<String>) -> Self {
+        DeliveryError {
+            reason: reason.into(),
+            migrated_to: None,
+            missed_deadline: false,
+        }
+    }
+}
+
+/// The port to the operators' chat. Implemented by the Telegram adapter; the service
+/// never sees a Telegram type.
+#[async_trait]
+pub trait Messenger: Send + Sync + 'static {
+    /// Posts the question with its buttons in `chat_id`; returns the message id.
+    async fn send_question(
+        &self,
+        record: &Confirmation,
+        chat_id: i64,
+        view: &View,
+    ) -> Result<i32, DeliveryError>;
+    /// Re-renders a message of the question as it stands: progress and live buttons while
+    /// it is pending, the outcome without buttons once it ended.
+    async fn update_message(
+        &self,
+        record: &Confirmation,
+        chat_id: i64,
+        message_id: i32,
+        view: &View,
+    ) -> Result<(), DeliveryError>;
+    /// Sends a one-way message (a notification) from `agent`, framed as its words;
+    /// returns its message id.
+    async fn send_notification(
+        &self,
+        chat_id: i64,
+        agent: &str,
+        text: &str,
+    ) -> Result<i32, DeliveryError>;
+    /// When the question's message had to cut something, sends the full parameters as a
+    /// file replying to it (`reply_to`); `Ok(false)` when nothing was cut.
+    async fn send_attachment(
+        &self,
+        record: &Confirmation,
+        chat_id: i64,
+        reply_to: i32,
+    ) -> Result<bool, DeliveryError>;
+    /// Answers a button tap with a toast (or an alert the operator must dismiss).
+    async fn answer_tap(
+        &self,
+        query_id: &str,
+        text: &str,
+        alert: bool,
+    ) -> Result<(), DeliveryError>;
+    /// Answers an operator command in `chat_id`, as a reply to its message.
+    async fn send_command_reply(
+        &self,
+        chat_id: i64,
+        reply_to: i32,
+        reply: &CommandReply,
+    ) -> Result<i32, DeliveryError>;
+}
+
+/// What a message shows besides the record itself.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct View {
+    /// How many answers the question waits for (for "2 of 3 answered").
+    pub expected: usize,
+    /// A multi-choice selection in progress, shown on the toggles.
+    pub selection: Vec<String>,
+    /// The chat is a group (poll tallies are shown there).
+    pub group: bool,
+}
+
+/// A validated interaction (AI-Parrot's `HumanInteraction`) to ask.
+#[derive(Debug, Clone)]
+pub struct NewInteraction {
+    pub interaction: Interaction,
+    pub route: Option<String>,
+    /// The person (a `[people]` name) AI-Parrot addressed this copy to.
+    pub recipient: Option<String>,
+    /// Already checked against the agent's allow-list.
+    pub callback_url: Option<String>,
+    /// The tool call an approval is about, when the agent sent it (AI-Parrot's guard
+    /// through our Python package): shown like a confirmation's.
+    pub call: Option<Call>,
+    /// Without a call: the window the asking agent's own guard opens on approval, when
+    /// known from the configuration (the Redis bridge's `agent_window_seconds`). Shown
+    /// to the operator as it is: the agent enforces it, so no cap here can shorten it.
+    pub agent_window_seconds: u64,
+}
+
+/// A tool call attached to an interaction.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub tool: ToolName,
+    pub params: PyDict,
+    /// The `params` object exactly as the agent sent it.
+    pub params_json: String,
+    pub owner_id: OwnerId,
+    /// The window the agent's guard records on approval (before the route's cap).
+    pub window_seconds: u64,
+}
+
+/// A message sent in reply to one of the bot's messages (a free-text answer).
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub chat_id: i64,
+    pub reply_to: i32,
+    pub from: Operator,
+    pub from_is_bot: bool,
+    pub text: String,
+}
+
+/// The `tool` column of an interaction (which has none).
+pub const INTERACTION_TOOL: &str = "human_interaction";
+
+/// Where a question is posted.
+enum Destination {
+    Route(Arc<Route>),
+    Person { name: String, user_id: u64 },
+}
+
+/// A validated request to ask a human.
+#[derive(Debug, Clone)]
+pub struct NewConfirmation {
+    pub tool: ToolName,
+    pub params: PyDict,
+    /// The `params` object exactly as the agent sent it.
+    pub params_json: String,
+    pub owner_id: OwnerId,
+    pub template: Option<String>,
+    pub window_seconds: u64,
+    pub allow_edit: bool,
+    pub timeout: Duration,
+    pub route: Option<String>,
+    pub idempotency_key: Option<IdempotencyKey>,
+    pub context: Option<String>,
+    /// Already checked against the agent's allow-list.
+    pub callback_url: Option<String>,
+}
+
+/// What a button means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TapAction {
+    /// Approve (approval, form); "Approve once" when the question offers a window.
+    Approve,
+    /// "Approve for <window>": approve and open the question's window (confirmations
+    /// and calls that ask for one).
+    ApproveWindow,
+    /// Cancel or Reject.
+    Cancel,
+    /// Pick option `n` (single choice, poll).
+    Choose(u8),
+    /// Toggle option `n` (multi choice).
+    Toggle(u8),
+    /// Send the multi-choice selection.
+    Done,
+}
+
+/// One of our buttons: what it means and which question it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Button {
+    pub action: TapAction,
+    pub token: CallbackToken,
+}
+
+/// A button tap as the chat reported it, its callback data already read by the adapter.
+#[derive(Debug, Clone)]
+pub struct Tap {
+    pub query_id: String,
+    /// `None` when the callback data is none the service produced (a modified client).
+    pub button: Option<Button>,
+    pub chat_id: Option<i64>,
+    pub message_id: Option<i32>,
+    /// The tapped message is one the bot itself sent (not a forward of it) and its own
+    /// keyboard, as Telegram reports it, holds this very button: only such a message can
+    /// be a copy of the question the service has not heard of yet.
+    pub carries_button: bool,
+    pub from: Operator,
+    pub from_is_bot: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("route '{0}' is not allowed for this agent")]
+    RouteNotAllowed(String),
+    #[error("no confirmation with this id")]
+    NotFound,
+    #[error("the confirmation is already decided")]
+    AlreadyDecided(Box<Confirmation>),
+    #[error(
+        "idempotency_key was already used for a different request (tool, owner_id or params differ)"
+    )]
+    IdempotencyMismatch,
+    #[error("the service is shutting down; retry with the same idempotency_key")]
+    ShuttingDown,
+    #[error("too many pending requests (max {0})")]
+    TooManyPending(u32),
+    #[error("recipient '{0}' is not in [people]; add them to the config or pass a route")]
+    UnknownRecipient(String),
+    #[error("interaction_id '{0}' already names a different interaction (question or type differ)")]
+    InteractionMismatch(String),
+    #[error("{0}")]
+    NobodyMayAnswer(String),
+    #[error("Telegram did not take the message: {0}")]
+    Undeliverable(String),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Current time, truncated to the millisecond precision that storage keeps, so a record
+/// reads back exactly as it was written.
+pub fn now() -> OffsetDateTime {
+    let t = OffsetDateTime::now_utc();
+    t.replace_nanosecond(t.nanosecond() / 1_000_000 * 1_000_000)
+        .unwrap_or(t)
+}
+
+/// Converts a wall-clock deadline to the monotonic clock the scheduler sleeps on.
+fn instant_at(at: OffsetDateTime, now: OffsetDateTime) -> Instant {
+    let left = at - now;
+    Instant::now() + left.try_into().unwrap_or(Duration::ZERO)
+}
+
+/// Parked agents waiting for a request to end. One watch channel per waited-on id; a
+/// decision fires it and removes it, so the map only holds requests someone is waiting
+/// on that are still pending.
+#[derive(Default)]
+struct Waiters {
+    map: Mutex<HashMap<ConfirmationId, watch::Sender<()>>>,
+}
+
+impl Waiters {
+    fn subscribe(&self, id: &ConfirmationId) -> watch::Receiver<()> {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(id.clone())
+            .or_insert_with(|| watch::channel(()).0)
+            .subscribe()
+    }
+
+    fn notify(&self, id: &ConfirmationId) {
+        let sender = self
+            .map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+        if let Some(s) = sender {
+            s.send_replace(());
+        }
+    }
+}
+
+/// How long `GET /v1/events` can resume from: a listener away for longer re-reads the
+/// interactions it cares about instead.
+pub const AGENT_EVENT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// How long past its deadline a waiting agent lets a request stay pending before it
+/// applies the timeout itself. The scheduler normally wins by far; this only guards
+/// against a stalled scheduler leaving an agent blocked forever.
+const WAITER_GRACE: Duration = Duration::from_secs(2);
+
+pub struct Service {
+    config: Arc<Config>,
+    store: Arc<dyn Store>,
+    messenger: Arc<dyn Messenger>,
+    deadlines: Deadlines,
+    waiters: Waiters,
+    /// Background work (deliveries, message edits) that shutdown waits for.
+    tasks: TaskTracker,
+    /// Wakes the webhook worker when a decision queued a delivery.
+    webhook_wake: Notify,
+    /// Routes whose chat moved (group upgraded to supergroup), over the config's chat.
+    moved_chats: Mutex<HashMap<String, i64>>,
+    /// Ticks after every change that may have written an agent event.
+    events: watch::Sender<u64>,
+    /// The bot's Telegram username, once known (operator commands addressed to it).
+    bot_username: std::sync::OnceLock<String>,
+    /// What `GET /metrics` reports; shared with the Telegram adapter.
+    metrics: Arc<Metrics>,
+}
+
+impl Service {
+    pub fn new(config: Arc<Config>, store: Arc<dyn Store>, messenger: Arc<dyn Messenger>) -> Self {
+        Service {
+            config,
+            store,
+            messenger,
+            deadlines: Deadlines::new(),
+            waiters: Waiters::default(),
+            tasks: TaskTracker::new(),
+            webhook_wake: Notify::new(),
+            moved_chats: Mutex::new(HashMap::new()),
+            events: watch::channel(0).0,
+            bot_username: std::sync::OnceLock::new(),
+            metrics: Arc::new(Metrics::new()),
+        }
+    }
+
+    /// Counts into `metrics` (the application's, shared with the Telegram adapter)
+    /// instead of a set of its own.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn tasks(&self) -> &TaskTracker {
+        &self.tasks
+    }
+
+    pub fn webhook_wake(&self) -> &Notify {
+        &self.webhook_wake
+    }
+
+    /// The chat a route posts to now: the config's, unless Telegram moved it.
+    fn chat_of(&self, route: &str, configured: i64) -> i64 {
+        self.moved_chats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(route)
+            .copied()
+            .unwrap_or(configured)
+    }
+
+    /// Wakes whoever waits on the question and the agents' event streams.
+    fn changed(&self, id: &ConfirmationId) {
+        self.waiters.notify(id);
+        self.events.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Ticks whenever an agent event may have been written (`GET /v1/events` listens).
+    pub fn subscribe_events(&self) -> watch::Receiver<u64> {
+        self.events.subscribe()
+    }
+
+    /// What a message of `record` in `chat_id` shows besides the record.
+    fn view(&self, record: &Confirmation, chat_id: i64) -> View {
+        // Progress is only worth showing when more than one answer is awaited.
+        let several = record
+            .interaction
+            .as_ref()
+            .is_some_and(|i| i.consensus != ConsensusMode::FirstResponse);
+        View {
+            expected: if several {
+                self.expected_answers(record)
+            } else {
+                1
+            },
+            selection: Vec::new(),
+            group: chat_id < 0,
+        }
+    }
+}

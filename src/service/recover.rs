@@ -1,0 +1,138 @@
+//! After a (re)start, and for as long as the service runs: re-arming deadlines,
+//! delivering again what a crash cut short, showing outcomes a crash kept from their
+//! messages, and the periodic purges.
+
+use super::*;
+
+impl Service {
+    /// After a (re)start: re-applies moved route chats, re-arms the deadline of every
+    /// pending request (deadlines that passed while the service was down fire at once),
+    /// delivers again the questions whose delivery was cut short, shows the outcomes a
+    /// crash kept from their messages, and wakes the webhook outbox.
+    pub async fn recover(self: &Arc<Self>) -> Result<usize, StorageError> {
+        {
+            let moved = self.store.route_chats().await?;
+            let mut map = self.moved_chats.lock().unwrap_or_else(|e| e.into_inner());
+            map.extend(moved);
+        }
+        let pending = self.store.pending().await?;
+        let now = now();
+        let n = pending.len();
+        let mut undelivered = Vec::new();
+        let mut unattached = Vec::new();
+        for entry in pending {
+            if !entry.delivered && entry.expires_at > now {
+                undelivered.push(entry.id.clone());
+            } else if !entry.attached && entry.expires_at > now {
+                unattached.push(entry.id.clone());
+            }
+            self.deadlines
+                .schedule(entry.id, instant_at(entry.expires_at, now));
+        }
+        // Reloaded and handed to delivery in the background, in their order: serving
+        // (and every deadline) must not wait for thousands of reads, and Telegram's 30
+        // messages a second pace the deliveries anyway.
+        if !undelivered.is_empty() {
+            let me = self.clone();
+            self.tasks
+                .spawn(async move { me.redeliver(undelivered).await });
+        }
+        if !unattached.is_empty() {
+            let me = self.clone();
+            self.tasks
+                .spawn(async move { me.reattach(unattached).await });
+        }
+        for record in self.store.unshown_outcomes().await? {
+            tracing::info!(id = %record.id, "showing an outcome a restart interrupted");
+            self.finish(record);
+        }
+        if self.store.next_webhook_due().await?.is_some() {
+            self.webhook_wake.notify_one();
+        }
+        Ok(n)
+    }
+
+    /// Delivers again the questions whose delivery a restart cut short (see [`recover`]).
+    /// One that cannot be read now is left to its deadline, which fails it closed.
+    ///
+    /// [`recover`]: Service::recover
+    pub(super) async fn redeliver(self: Arc<Self>, ids: Vec<ConfirmationId>) {
+        for id in ids {
+            let record = match self.store.get(&id).await {
+                Ok(Some(record)) if !record.is_terminal() => record,
+                Ok(_) => continue,
+                Err(e) => {
+                    tracing::warn!(id = %id, error = %e, "cannot reload a question to deliver it again");
+                    continue;
+                }
+            };
+            tracing::info!(id = %record.id, "delivering a question cut short by a restart");
+            for copy in record.copies.iter().filter(|c| c.message_id.is_none()) {
+                let (me, r, chat) = (self.clone(), record.clone(), copy.chat_id);
+                self.tasks
+                    .spawn(async move { me.deliver_copy(r, chat).await });
+            }
+            if record.message_id.is_none() {
+                let me = self.clone();
+                self.tasks.spawn(async move { me.deliver(record).await });
+            }
+        }
+    }
+
+    /// Sends the file with the full parameters for the questions a restart caught between
+    /// posting the message and sending its file: an operator told "attached below" must
+    /// find it below. For those whose message needed none this only records that; a file
+    /// that was sent just before the crash comes twice, which is harmless.
+    async fn reattach(self: Arc<Self>, ids: Vec<ConfirmationId>) {
+        for id in ids {
+            match self.store.get(&id).await {
+                Ok(Some(record)) if !record.is_terminal() => {
+                    if let Some(message_id) = record.message_id {
+                        self.attach_or_fail_closed(&record, record.chat_id, message_id)
+                            .await;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(id = %id, error = %e, "cannot reload a question to attach its file")
+                }
+            }
+        }
+    }
+
+    /// Runs the deadline task until `stop`.
+    pub async fn run_deadlines(self: Arc<Self>, stop: CancellationToken) {
+        let me = self.clone();
+        self.deadlines
+            .run(stop, move |id| {
+                let me = me.clone();
+                async move { me.expire(&id).await }
+            })
+            .await
+    }
+
+    /// Deletes expired confirmation windows now and then every `every`, until `stop`.
+    /// Expired windows are already ignored by lookups; this only keeps the table small.
+    pub async fn run_window_purge(self: Arc<Self>, every: Duration, stop: CancellationToken) {
+        loop {
+            match self.store.purge_expired_windows(now()).await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(purged = n, "expired confirmation windows deleted"),
+                Err(e) => tracing::warn!(error = %e, "could not purge expired windows"),
+            }
+            match self
+                .store
+                .purge_agent_events(now() - AGENT_EVENT_RETENTION)
+                .await
+            {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(purged = n, "old stream events deleted"),
+                Err(e) => tracing::warn!(error = %e, "could not purge old stream events"),
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+        }
+    }
+}
