@@ -461,8 +461,11 @@ impl Service {
             self.on_decided(&record);
             return Ok((tap_ack(&record), false, After::Finish(record)));
         }
-        self.changed(&record.id);
+        // Waiters are woken once: here when the question stays open, by the decision
+        // when this answer settles it (a long-poll must not wake on a "partial" that
+        // is already over).
         let Some(outcome) = self.settle(&record) else {
+            self.changed(&record.id);
             let text = format!(
                 "Answer recorded ({} of {} answered)",
                 record.answers.len(),
