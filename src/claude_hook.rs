@@ -906,7 +906,7 @@ impl Api {
             CallError::Retry(format!(
                 "cannot reach the service at {}: {}",
                 self.base,
-                error_chain(&e)
+                crate::telemetry::causes(&e)
             ))
         })?;
         let status = response.status();
@@ -918,7 +918,7 @@ impl Api {
         let text = response.text().await.map_err(|e| {
             CallError::Retry(format!(
                 "the service's answer was cut off: {}",
-                error_chain(&e)
+                crate::telemetry::causes(&e)
             ))
         })?;
         if status.is_success() {
@@ -947,21 +947,6 @@ impl Api {
             Err(CallError::Fatal(message))
         }
     }
-}
-
-/// An error and its causes, on one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }
 
 /// An HTTP `Date` header (IMF-fixdate, e.g. `Sun, 06 Nov 1994 08:49:37 GMT`).

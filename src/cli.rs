@@ -1,12 +1,13 @@
 //! Command-line pieces that are more than argument parsing: `ask` (gate a shell step on
-//! a human's tap) and the `--demo` configuration.
+//! a human's tap), the `--demo` configuration, `check-config --online`, and how the
+//! commands word their errors and read their arguments.
 
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use crate::config::{AgentSettings, RouteSettings, Settings};
+use crate::config::{AgentSettings, Config, RouteSettings, Settings};
 use crate::domain::pyjson;
 
 /// Variables the `--demo` mode reads.
@@ -25,6 +26,8 @@ pub fn demo_settings(mut s: Settings, operator_id: Option<String>) -> anyhow::Re
     let operator: u64 = raw
         .trim()
         .parse()
+        .ok()
+        .filter(|id| *id != 0)
         .with_context(|| format!("{DEMO_OPERATOR_ENV} must be a numeric Telegram user id"))?;
     s.routes = vec![RouteSettings {
         name: "demo".into(),
@@ -199,9 +202,272 @@ async fn ask_inner(req: &AskRequest) -> anyhow::Result<(u8, String)> {
     Ok((code, serde_json::to_string_pretty(&record)?))
 }
 
+/// An error and its causes, each said once: `a: b: c`, leaving out a cause whose text
+/// the message already holds (thiserror variants such as `"io error: {0}"` both show
+/// their source and return it as `source()`, which `{:#}` would print a second time).
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let cause = cause.to_string();
+        if cause.is_empty() || text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
+}
+
+/// Whether `e` is a write to a closed pipe (`audit export | head`): the reader has
+/// all it wanted, so the command ends normally.
+pub fn is_broken_pipe(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::BrokenPipe
+}
+
+/// `audit export --since`: an RFC 3339 time (`2026-12-01T08:30:00Z`) or a plain date
+/// (`2026-12-01`, midnight UTC).
+pub fn parse_since(s: &str) -> anyhow::Result<time::OffsetDateTime> {
+    use time::format_description::well_known::Rfc3339;
+    let s = s.trim();
+    if let Ok(t) = time::OffsetDateTime::parse(s, &Rfc3339) {
+        return Ok(t);
+    }
+    let date_format = time::macros::format_description!("[year]-[month]-[day]");
+    match time::Date::parse(s, &date_format) {
+        Ok(date) => Ok(date.midnight().assume_utc()),
+        Err(_) => bail!(
+            "--since '{s}' is neither a date (2026-12-01, meaning midnight UTC) nor an RFC 3339 time (2026-12-01T08:30:00Z)"
+        ),
+    }
+}
+
+/// What `check-config --online` found: `notes` are facts (and what could not be
+/// checked), `problems` what will fail; any problem makes the command fail.
+#[derive(Debug, Default)]
+pub struct OnlineReport {
+    pub notes: Vec<String>,
+    pub problems: Vec<String>,
+}
+
+/// Why a Bot API call gave no result.
+enum BotApiFailure {
+    /// No answer from the Bot API (DNS, refused, TLS, timeout), with the cause.
+    Unreachable(String),
+    /// Telegram answered with an error: its `description`.
+    Refused(String),
+}
+
+/// A Bot API answer: the `result`, or why there is none.
+async fn bot_api(
+    client: &reqwest::Client,
+    config: &Config,
+    method: &str,
+    params: Value,
+) -> Result<Value, BotApiFailure> {
+    let url = format!(
+        "{}/bot{}/{method}",
+        config.telegram_api_url.as_str().trim_end_matches('/'),
+        config.bot_token()
+    );
+    // `without_url`: the URL holds the bot token, which must not reach the terminal.
+    let response = client
+        .post(url)
+        .json(&params)
+        .send()
+        .await
+        .map_err(|e| BotApiFailure::Unreachable(error_text(&e.without_url().into())))?;
+    let status = response.status();
+    let body: Value = response.json().await.map_err(|_| {
+        BotApiFailure::Unreachable(format!("it answered {status} with a body that is not JSON"))
+    })?;
+    if body.get("ok") == Some(&Value::Bool(true)) {
+        return Ok(body.get("result").cloned().unwrap_or(Value::Null));
+    }
+    Err(BotApiFailure::Refused(
+        body.get("description")
+            .and_then(Value::as_str)
+            .map_or_else(|| format!("it answered {status}"), str::to_owned),
+    ))
+}
+
+/// `check-config --online`: asks Telegram (read-only calls only: `getMe`, `getChat`,
+/// `getChatMember`) whether what the configuration names exists and fits together.
+///
+/// What the Bot API can tell: whether the token is a bot's, whether the bot is in a
+/// group (`getChat` on a group it is not in says "chat not found"), whether each
+/// approver is a member of the route's group, and whether a private chat exists (a
+/// user's private chat is found only after they started the bot). What it cannot
+/// tell without sending a message: whether a user has blocked the bot since, or
+/// whether the bot may post in a group where it is a member.
+pub async fn check_online(config: &Config) -> OnlineReport {
+    let mut report = OnlineReport::default();
+    let client = match reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(30))
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            report
+                .problems
+                .push(format!("cannot build an HTTP client: {e}"));
+            return report;
+        }
+    };
+    let unreachable = |e: &str| {
+        format!(
+            "cannot reach the Bot API at {}: {e}",
+            config.telegram_api_url
+        )
+    };
+    let me = match bot_api(&client, config, "getMe", serde_json::json!({})).await {
+        Ok(me) => me,
+        Err(BotApiFailure::Unreachable(e)) => {
+            report.problems.push(unreachable(&e));
+            return report;
+        }
+        Err(BotApiFailure::Refused(e)) => {
+            report.problems.push(format!(
+                "Telegram does not accept {} as a bot token (getMe: {e})",
+                crate::config::BOT_TOKEN_ENV
+            ));
+            return report;
+        }
+    };
+    let username = me.get("username").and_then(Value::as_str).unwrap_or("?");
+    let bot_id = me.get("id").and_then(Value::as_u64);
+    report.notes.push(format!(
+        "bot: @{username} (id {})",
+        bot_id.map_or_else(|| "?".to_owned(), |id| id.to_string())
+    ));
+    let mut routes: Vec<_> = config.routes.values().collect();
+    routes.sort_by(|a, b| a.name.cmp(&b.name));
+    for route in routes {
+        let name = &route.name;
+        let chat_id = route.chat_id;
+        let mut approvers: Vec<u64> = route.approvers.iter().copied().collect();
+        approvers.sort_unstable();
+        let chat = bot_api(
+            &client,
+            config,
+            "getChat",
+            serde_json::json!({ "chat_id": chat_id }),
+        )
+        .await;
+        let chat = match chat {
+            Ok(chat) => chat,
+            Err(BotApiFailure::Unreachable(e)) => {
+                report.problems.push(unreachable(&e));
+                return report;
+            }
+            Err(BotApiFailure::Refused(e)) if e.contains("chat not found") && chat_id < 0 => {
+                report.problems.push(format!(
+                    "route '{name}': the bot is not a member of {chat_id}, or no such chat exists (Telegram: {e}); add @{username} to the group"
+                ));
+                continue;
+            }
+            Err(BotApiFailure::Refused(e)) if e.contains("chat not found") => {
+                report.problems.push(format!(
+                    "route '{name}': user {chat_id} has never started a chat with the bot (Telegram: {e}); they must open @{username} and send /start"
+                ));
+                continue;
+            }
+            Err(BotApiFailure::Refused(e)) => {
+                report
+                    .problems
+                    .push(format!("route '{name}': getChat {chat_id} failed: {e}"));
+                continue;
+            }
+        };
+        if chat.get("type").and_then(Value::as_str) == Some("private") {
+            report.notes.push(format!(
+                "route '{name}': the private chat of {chat_id} exists, so they started the bot; whether they have blocked it since cannot be checked without sending a message"
+            ));
+            for a in approvers
+                .iter()
+                .filter(|a| i64::try_from(**a) != Ok(chat_id))
+            {
+                report.problems.push(format!(
+                    "route '{name}': approver {a} cannot see the questions: {chat_id} is the private chat of user {chat_id}"
+                ));
+            }
+            continue;
+        }
+        let title = chat.get("title").and_then(Value::as_str).unwrap_or("?");
+        report.notes.push(format!(
+            "route '{name}': the bot is a member of {chat_id} ({title})"
+        ));
+        for a in approvers {
+            let member = bot_api(
+                &client,
+                config,
+                "getChatMember",
+                serde_json::json!({ "chat_id": chat_id, "user_id": a }),
+            )
+            .await;
+            match member {
+                Ok(m) => {
+                    let status = m.get("status").and_then(Value::as_str).unwrap_or("?");
+                    let is_member = match status {
+                        "creator" | "administrator" | "member" => true,
+                        "restricted" => m.get("is_member") == Some(&Value::Bool(true)),
+                        _ => false,
+                    };
+                    if !is_member {
+                        report.problems.push(format!(
+                            "route '{name}': approver {a} is not a member of {chat_id} (status: {status}), so they would not see the questions"
+                        ));
+                    }
+                }
+                Err(BotApiFailure::Unreachable(e)) => {
+                    report.problems.push(unreachable(&e));
+                    return report;
+                }
+                Err(BotApiFailure::Refused(e)) if e.contains("not found") => {
+                    report.problems.push(format!(
+                        "route '{name}': approver {a} is not a member of {chat_id} (Telegram: {e})"
+                    ));
+                }
+                Err(BotApiFailure::Refused(e)) => report.problems.push(format!(
+                    "route '{name}': getChatMember {a} in {chat_id} failed: {e}"
+                )),
+            }
+        }
+    }
+    report
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn since_takes_a_date_at_midnight_utc_or_an_rfc3339_time_and_says_why_not_once() {
+        use time::macros::datetime;
+        assert_eq!(
+            parse_since("2026-12-01").unwrap(),
+            datetime!(2026-12-01 0:00 UTC)
+        );
+        assert_eq!(
+            parse_since("2026-12-01T08:30:00+01:00").unwrap(),
+            datetime!(2026-12-01 7:30 UTC)
+        );
+        let e = error_text(&parse_since("yesterday").unwrap_err());
+        assert_eq!(e.matches("yesterday").count(), 1, "{e}");
+        assert!(parse_since("2026-13-01").is_err());
+    }
+
+    #[test]
+    fn an_error_text_says_each_cause_once() {
+        let io = std::io::Error::other("x already exists");
+        let e = anyhow::Error::new(crate::storage::StorageError::Io(io)).context("backup failed");
+        assert_eq!(
+            error_text(&e),
+            "backup failed: cannot prepare the database location: x already exists"
+        );
+    }
 
     #[test]
     fn params_keep_order_types_and_digits() {

@@ -27,6 +27,30 @@ pub const ENV_OVERRIDE_PREFIX: &str = "HITL__";
 /// The largest `confirmation.max_timeout_seconds` accepted.
 pub const MAX_TIMEOUT_LIMIT: f64 = 366.0 * 24.0 * 3600.0;
 
+/// The shortest agent bearer token accepted: a token is the agent's only credential,
+/// and a few characters can be guessed over the network.
+pub const MIN_AGENT_TOKEN_CHARS: usize = 16;
+
+/// The group chat id in the shipped example config (`config/default.toml`): a
+/// configuration still holding it has not been filled in yet.
+pub const EXAMPLE_CHAT_ID: i64 = -1_001_234_567_890;
+/// The user ids in the shipped example config (approvers, `[people]`,
+/// `[owner_telegram_ids]`).
+pub const EXAMPLE_USER_IDS: [u64; 2] = [11_111_111, 22_222_222];
+
+/// The bot's own user id: the digits before ':' of a well-formed bot token
+/// (`123456789:AA...`). `None` when the token does not have that shape.
+pub fn bot_id_of_token(token: &str) -> Option<u64> {
+    let (id, secret) = token.split_once(':')?;
+    let well_formed = !id.is_empty()
+        && id.bytes().all(|b| b.is_ascii_digit())
+        && !secret.is_empty()
+        && secret
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if well_formed { id.parse().ok() } else { None }
+}
+
 /// The file as written, after environment overrides.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -870,6 +894,8 @@ impl Config {
                 )
             })?;
 
+        let bot_id = bot_id_of_token(bot_token.trim());
+
         let mut routes = HashMap::new();
         for (i, r) in s.routes.into_iter().enumerate() {
             let key = format!("routes[{i}]");
@@ -884,6 +910,20 @@ impl Config {
             }
             if r.chat_id == 0 {
                 return Err(invalid(format!("{key}.chat_id"), "must not be 0"));
+            }
+            if r.approvers.contains(&0) {
+                return Err(invalid(
+                    format!("{key}.approvers"),
+                    "0 is not a Telegram user id",
+                ));
+            }
+            if let Some(bot) = bot_id.filter(|id| r.approvers.contains(id)) {
+                return Err(invalid(
+                    format!("{key}.approvers"),
+                    format!(
+                        "{bot} is the bot itself (the id in {BOT_TOKEN_ENV}): a bot cannot tap; list the people who decide"
+                    ),
+                ));
             }
             let route = Route {
                 name: r.name.clone(),
@@ -966,7 +1006,32 @@ impl Config {
                         ),
                     )
                 })?;
-            let token_sha256 = token_digest(token.trim());
+            let token = token.trim();
+            // Checked first: the bot token is refused for what it is, whatever its length.
+            if token == bot_token.trim() {
+                return Err(invalid(
+                    format!("{key}.token_env"),
+                    format!(
+                        "the token of agent '{}' (in {}) is the bot token ({BOT_TOKEN_ENV}): give the agent a token of its own",
+                        a.name, a.token_env
+                    ),
+                ));
+            }
+            if token.chars().count() < MIN_AGENT_TOKEN_CHARS {
+                return Err(invalid(
+                    format!("{key}.token_env"),
+                    format!(
+                        "the token of agent '{}' (in {}) is {} long; use at least {MIN_AGENT_TOKEN_CHARS} characters (e.g. from `openssl rand -hex 32`)",
+                        a.name,
+                        a.token_env,
+                        match token.chars().count() {
+                            1 => "1 character".to_owned(),
+                            n => format!("{n} characters"),
+                        }
+                    ),
+                ));
+            }
+            let token_sha256 = token_digest(token);
             if agents
                 .iter()
                 .any(|other| other.token_sha256 == token_sha256)
@@ -1137,6 +1202,67 @@ impl Config {
         })
     }
 
+    /// What is accepted but likely wrong: the example's placeholder ids, a bot token
+    /// not shaped like `digits:secret`, an open `GET /metrics` on a non-loopback
+    /// address. `check-config` prints these and `serve` logs them; neither refuses.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let mut routes: Vec<&Arc<Route>> = self.routes.values().collect();
+        routes.sort_by(|a, b| a.name.cmp(&b.name));
+        for r in routes {
+            if r.chat_id == EXAMPLE_CHAT_ID {
+                warnings.push(format!(
+                    "route '{}': chat_id {EXAMPLE_CHAT_ID} is the example's placeholder; put your group's id there (the bot logs it when someone writes in a group it does not know)",
+                    r.name
+                ));
+            }
+            let mut placeholders: Vec<u64> = EXAMPLE_USER_IDS
+                .into_iter()
+                .filter(|id| r.approvers.contains(id))
+                .collect();
+            placeholders.sort_unstable();
+            if !placeholders.is_empty() {
+                warnings.push(format!(
+                    "route '{}': approvers {placeholders:?} are the example's placeholder ids; put your operators' Telegram user ids there",
+                    r.name
+                ));
+            }
+        }
+        let mut named: Vec<(&str, &String, &u64)> = self
+            .people
+            .iter()
+            .map(|(k, v)| ("people", k, v))
+            .chain(
+                self.owner_telegram_ids
+                    .iter()
+                    .map(|(k, v)| ("owner_telegram_ids", k, v)),
+            )
+            .filter(|(_, _, id)| EXAMPLE_USER_IDS.contains(id))
+            .collect();
+        named.sort();
+        for (section, name, id) in named {
+            warnings.push(format!(
+                "[{section}] {name} = {id} is the example's placeholder id"
+            ));
+        }
+        if bot_id_of_token(self.bot_token()).is_none() {
+            warnings.push(format!(
+                "{BOT_TOKEN_ENV} does not look like a bot token (digits:secret, as @BotFather gives it)"
+            ));
+        }
+        let loopback = self
+            .bind
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|a| a.ip().is_loopback());
+        if !loopback && self.metrics_token.is_none() {
+            warnings.push(format!(
+                "server.bind {} is not a loopback address and [metrics] token_env is unset: anyone who can reach it may read GET /metrics",
+                self.bind
+            ));
+        }
+        warnings
+    }
+
     /// Reads everything from the process environment.
     pub fn from_settings_and_process_env(s: Settings) -> Result<Config, ConfigError> {
         Config::from_settings(s, &|k| std::env::var(k).ok())
@@ -1215,7 +1341,7 @@ routes = ["ops"]
     fn env(k: &str) -> Option<String> {
         match k {
             BOT_TOKEN_ENV => Some("123:abc".into()),
-            "AGENT_TOKEN" => Some("agent-secret".into()),
+            "AGENT_TOKEN" => Some("agent-secret-0123456789".into()),
             _ => None,
         }
     }
@@ -1229,7 +1355,7 @@ routes = ["ops"]
     fn a_valid_config_is_accepted_and_the_single_route_is_the_default() {
         let c = Config::from_settings(Settings::from_toml(BASE).unwrap(), &env).unwrap();
         assert_eq!(c.agents[0].default_route, "ops");
-        assert!(c.agent_for_token("agent-secret").is_some());
+        assert!(c.agent_for_token("agent-secret-0123456789").is_some());
         assert!(c.agent_for_token("agent-secreT").is_none());
     }
 
@@ -1483,7 +1609,7 @@ routes = ["ops"]
         let closed = Config::from_settings(Settings::from_toml(&toml).unwrap(), &env).unwrap();
         assert!(closed.metrics_token_accepted(Some("scrape-secret")));
         assert!(!closed.metrics_token_accepted(None));
-        assert!(!closed.metrics_token_accepted(Some("agent-secret")));
+        assert!(!closed.metrics_token_accepted(Some("agent-secret-0123456789")));
         let dbg = format!("{closed:?}");
         assert!(dbg.contains("TokenDigest([redacted])"), "{dbg}");
         let digest = format!("{:?}", token_digest("scrape-secret"));
@@ -1499,6 +1625,74 @@ routes = ["ops"]
         );
         let shared = err_of(&format!("{BASE}\n[metrics]\ntoken_env = \"AGENT_TOKEN\"\n"));
         assert!(shared.contains("must differ"), "{shared}");
+    }
+
+    #[test]
+    fn the_bot_id_is_the_digits_before_the_colon_of_a_well_formed_token() {
+        assert_eq!(bot_id_of_token("123456789:AAH-x_9"), Some(123_456_789));
+        for bad in [
+            "x", "123456", ":abc", "12a:abc", "123:", "123:a b", "123:a:b",
+        ] {
+            assert_eq!(bot_id_of_token(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn short_agent_tokens_the_bot_token_approver_0_and_the_bot_as_approver_are_refused() {
+        let with_env = |token: &'static str, toml: &str| {
+            let env = move |k: &str| match k {
+                "AGENT_TOKEN" => Some(token.to_owned()),
+                other => env(other),
+            };
+            Config::from_settings(Settings::from_toml(toml).unwrap(), &env)
+                .map(|_| ())
+                .unwrap_err()
+                .to_string()
+        };
+        let e = with_env("fifteen-chars-x", BASE);
+        assert!(
+            e.contains("agents[0].token_env")
+                && e.contains("15 characters")
+                && !e.contains("fifteen"),
+            "{e}"
+        );
+        let e = with_env("123:abc", BASE);
+        assert!(
+            e.contains("agents[0].token_env") && e.contains("is the bot token"),
+            "{e}"
+        );
+        let e = err_of(&BASE.replace("approvers = [1, 2]", "approvers = [1, 0]"));
+        assert!(
+            e.contains("routes[0].approvers: 0 is not a Telegram user id"),
+            "{e}"
+        );
+        let e = err_of(&BASE.replace("approvers = [1, 2]", "approvers = [1, 123]"));
+        assert!(
+            e.contains("routes[0].approvers: 123 is the bot itself"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn placeholders_an_odd_bot_token_and_open_metrics_off_loopback_are_warned_about() {
+        let c = Config::from_settings(Settings::from_toml(BASE).unwrap(), &env).unwrap();
+        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+        let toml = BASE
+            .replace("chat_id = -100123", "chat_id = -1001234567890")
+            .replace("approvers = [1, 2]", "approvers = [11111111, 2]")
+            .replace("127.0.0.1:8080", "0.0.0.0:8080");
+        let env = |k: &str| match k {
+            BOT_TOKEN_ENV => Some("x".into()),
+            other => env(other),
+        };
+        let w = Config::from_settings(Settings::from_toml(&toml).unwrap(), &env)
+            .unwrap()
+            .warnings();
+        assert_eq!(w.len(), 4, "{w:?}");
+        assert!(w[0].contains("chat_id -1001234567890 is the example's placeholder"));
+        assert!(w[1].contains("approvers [11111111] are the example's placeholder"));
+        assert!(w[2].contains("does not look like a bot token"));
+        assert!(w[3].contains("server.bind 0.0.0.0:8080 is not a loopback address"));
     }
 
     #[test]

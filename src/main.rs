@@ -26,8 +26,9 @@ struct Cli {
         default_value = "config/default.toml"
     )]
     config: PathBuf,
-    /// Log JSON lines instead of human-readable text.
-    #[arg(long, global = true)]
+    /// Log JSON lines instead of human-readable text (colour only on a terminal, never
+    /// with NO_COLOR set).
+    #[arg(long, global = true, env = "HITL_LOG_JSON")]
     log_json: bool,
     #[command(subcommand)]
     command: Option<Command>,
@@ -44,10 +45,15 @@ enum Command {
     },
     /// Apply database migrations and exit.
     Migrate,
-    /// Check the configuration (and that the token variables are set) and exit.
+    /// Check the configuration (and that the token variables are set) and exit; print a
+    /// warning for what is accepted but likely wrong.
     CheckConfig {
         #[arg(long)]
         demo: bool,
+        /// Also ask Telegram (getMe, getChat, getChatMember; nothing is sent) whether the
+        /// bot, its groups and the approvers are there.
+        #[arg(long)]
+        online: bool,
     },
     /// Ask through a running service; exit 0 confirmed, 1 cancelled, 2 timeout, 3 error.
     Ask(Box<AskArgs>),
@@ -68,7 +74,8 @@ enum Command {
 
 #[derive(Subcommand)]
 enum AuditCommand {
-    /// Write every event (from --since, an RFC 3339 time) as JSON lines to stdout.
+    /// Write every event (from --since: an RFC 3339 time, or a date meaning midnight
+    /// UTC) as JSON lines to stdout.
     Export {
         #[arg(long)]
         since: Option<String>,
@@ -164,6 +171,9 @@ async fn serve(path: &std::path::Path, demo: bool) -> anyhow::Result<()> {
         Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
     }
     let config = load_config(path, demo)?;
+    for warning in config.warnings() {
+        tracing::warn!("configuration: {warning}");
+    }
     let app = Application::build(config).await?;
     let shutdown = CancellationToken::new();
     let trigger = shutdown.clone();
@@ -185,12 +195,7 @@ async fn audit(path: &std::path::Path, command: AuditCommand) -> anyhow::Result<
     store.migrate().await?;
     match command {
         AuditCommand::Export { since } => {
-            let since = since
-                .map(|s| {
-                    time::OffsetDateTime::parse(&s, &time::format_description::well_known::Rfc3339)
-                        .with_context(|| format!("--since '{s}' is not an RFC 3339 time"))
-                })
-                .transpose()?;
+            let since = since.as_deref().map(cli::parse_since).transpose()?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             for row in store.audit_rows(since).await? {
                 let line = serde_json::json!({
@@ -204,10 +209,16 @@ async fn audit(path: &std::path::Path, command: AuditCommand) -> anyhow::Result<
                     "prev_hash": row.prev_hash,
                     "hash": row.hash,
                 });
-                writeln!(out, "{line}")?;
+                match writeln!(out, "{line}") {
+                    // The reader (`| head`) has all it wanted: a normal end.
+                    Err(e) if cli::is_broken_pipe(&e) => return Ok(()),
+                    other => other?,
+                }
             }
-            out.flush()?;
-            Ok(())
+            match out.flush() {
+                Err(e) if cli::is_broken_pipe(&e) => Ok(()),
+                other => Ok(other?),
+            }
         }
         AuditCommand::Verify { expect_head } => {
             let (rows, statuses) = store.audit_snapshot().await?;
@@ -242,6 +253,43 @@ async fn audit(path: &std::path::Path, command: AuditCommand) -> anyhow::Result<
     }
 }
 
+/// `check-config`: refusals fail it, warnings go to stderr, `--online` asks Telegram.
+async fn check_config(path: &std::path::Path, demo: bool, online: bool) -> anyhow::Result<()> {
+    let c = load_config(path, demo)?;
+    for warning in c.warnings() {
+        eprintln!("warning: {warning}");
+    }
+    println!(
+        "configuration OK: {} route(s), {} agent(s)",
+        c.routes.len(),
+        c.agents.len()
+    );
+    match &c.telegram_mode {
+        hitl_telegram::config::TelegramMode::Polling => {
+            println!("Telegram updates: long polling");
+        }
+        hitl_telegram::config::TelegramMode::Webhook(w) => {
+            println!("Telegram updates: webhook at {}", w.url);
+        }
+    }
+    if !online {
+        return Ok(());
+    }
+    let report = cli::check_online(&c).await;
+    for note in &report.notes {
+        println!("{note}");
+    }
+    if report.problems.is_empty() {
+        println!("online checks OK");
+        return Ok(());
+    }
+    let mut text = format!("online checks found {} problem(s):", report.problems.len());
+    for p in &report.problems {
+        text.push_str(&format!("\n  {p}"));
+    }
+    anyhow::bail!(text)
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -270,28 +318,14 @@ async fn main() -> ExitCode {
                         .context("cannot open the database (database.url)")?;
                 hitl_telegram::storage::Store::backup_to(&store, &file)
                     .await
-                    .with_context(|| format!("backup to {} failed", file.display()))?;
+                    .context("backup failed")?;
                 hitl_telegram::storage::Store::close(&store).await;
                 println!("backup written to {}", file.display());
                 Ok(())
             }
             .await
         }
-        Command::CheckConfig { demo } => load_config(&cli.config, demo).map(|c| {
-            println!(
-                "configuration OK: {} route(s), {} agent(s)",
-                c.routes.len(),
-                c.agents.len()
-            );
-            match &c.telegram_mode {
-                hitl_telegram::config::TelegramMode::Polling => {
-                    println!("Telegram updates: long polling");
-                }
-                hitl_telegram::config::TelegramMode::Webhook(w) => {
-                    println!("Telegram updates: webhook at {}", w.url);
-                }
-            }
-        }),
+        Command::CheckConfig { demo, online } => check_config(&cli.config, demo, online).await,
         Command::ClaudeHook(a) => {
             let opts = HookOptions {
                 url: a.url,
@@ -353,7 +387,7 @@ async fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", cli::error_text(&e));
             ExitCode::FAILURE
         }
     }

@@ -94,6 +94,16 @@ fn client(settings: &WebhookSettings) -> reqwest::Client {
         .unwrap_or_default()
 }
 
+/// Why a delivery's request got no answer, with its causes (DNS, refused, TLS, proxy):
+/// what an operator needs to fix it. Without the URL, which may carry the receiver's
+/// own secrets in its query.
+fn request_failed(e: reqwest::Error) -> String {
+    format!(
+        "request failed: {}",
+        crate::telemetry::causes(&e.without_url())
+    )
+}
+
 /// The receiving host a delivery counts against: the URL's origin (scheme, host and
 /// port), so two ports on one machine are two receivers.
 fn receiver_of(url: &str) -> String {
@@ -353,8 +363,7 @@ async fn send(
         .body(body)
         .send()
         .await
-        // The URL may carry the receiver's own secrets in its query; keep it out.
-        .map_err(|e| format!("request failed: {}", e.without_url()))?;
+        .map_err(request_failed)?;
     if response.status().is_success() {
         Ok(())
     } else {
@@ -368,6 +377,22 @@ async fn send(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_failed_request_names_its_cause_and_not_the_url() {
+        // Port 9 (discard) on loopback: nothing listens, so the connection is refused.
+        let e = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap()
+            .post("http://127.0.0.1:9/hook?key=receiver-secret")
+            .send()
+            .await
+            .expect_err("nothing listens on port 9");
+        let text = request_failed(e);
+        assert!(text.contains("Connection refused"), "{text}");
+        assert!(!text.contains("receiver-secret"), "{text}");
+    }
 
     #[test]
     fn the_signature_is_hmac_sha256_of_timestamp_dot_delivery_id_dot_body() {

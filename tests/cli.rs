@@ -88,6 +88,9 @@ async fn ask_exits_3_on_an_error_and_says_why() {
     assert!(err.contains("key=value"), "{err}");
 }
 
+/// An agent token long enough for `check-config` (16 characters or more).
+const WORKDAY_TOKEN: &str = "workday-token-0123456789";
+
 fn config_cmd(args: &[&str]) -> Command {
     let mut c = Command::new(BIN);
     c.args(args)
@@ -101,7 +104,7 @@ fn config_cmd(args: &[&str]) -> Command {
 async fn check_config_accepts_the_shipped_config_when_the_tokens_are_set() {
     let out = config_cmd(&["check-config"])
         .env("TELEGRAM_BOT_TOKEN", "1:x")
-        .env("HITL_AGENT_WORKDAY_TOKEN", "t")
+        .env("HITL_AGENT_WORKDAY_TOKEN", WORKDAY_TOKEN)
         .output()
         .await
         .unwrap();
@@ -111,6 +114,515 @@ async fn check_config_accepts_the_shipped_config_when_the_tokens_are_set() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("configuration OK"));
+}
+
+/// `check-config` of the shipped config with `edit` applied to it.
+async fn check_edited(
+    edit: impl FnOnce(String) -> String,
+    bot_token: &str,
+    agent_token: &str,
+) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let shipped =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml"))
+            .unwrap();
+    let path = dir.path().join("edited.toml");
+    std::fs::write(&path, edit(shipped)).unwrap();
+    config_cmd(&["--config", path.to_str().unwrap(), "check-config"])
+        .env("TELEGRAM_BOT_TOKEN", bot_token)
+        .env("HITL_AGENT_WORKDAY_TOKEN", agent_token)
+        .output()
+        .await
+        .unwrap()
+}
+
+fn refusal(out: &std::process::Output) -> String {
+    assert!(
+        !out.status.success(),
+        "accepted: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn check_config_refuses_an_agent_token_shorter_than_16_characters() {
+    let out = check_edited(|t| t, "1:x", "fifteen-chars-x").await;
+    let err = refusal(&out);
+    assert!(
+        err.contains("agents[0].token_env")
+            && err.contains("HITL_AGENT_WORKDAY_TOKEN")
+            && err.contains("15 characters long; use at least 16 characters"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("fifteen-chars-x"),
+        "the token is not shown: {err}"
+    );
+    let out = check_edited(|t| t, "1:x", "sixteen-chars-xx").await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn check_config_refuses_the_bot_token_as_an_agent_token() {
+    let bot = "123456789:AAbotsecret_0123456789";
+    let err = refusal(&check_edited(|t| t, bot, bot).await);
+    assert!(
+        err.contains("agents[0].token_env")
+            && err.contains("is the bot token (TELEGRAM_BOT_TOKEN)"),
+        "{err}"
+    );
+    assert!(!err.contains("AAbotsecret"), "{err}");
+}
+
+#[tokio::test]
+async fn check_config_refuses_approver_0_and_the_bot_itself_as_an_approver() {
+    let err = refusal(
+        &check_edited(
+            |t| {
+                t.replace(
+                    "approvers = [11111111, 22222222]",
+                    "approvers = [0, 424242]",
+                )
+            },
+            "1:x",
+            WORKDAY_TOKEN,
+        )
+        .await,
+    );
+    assert!(
+        err.contains("routes[0].approvers: 0 is not a Telegram user id"),
+        "{err}"
+    );
+    let err = refusal(
+        &check_edited(
+            |t| {
+                t.replace(
+                    "approvers = [11111111, 22222222]",
+                    "approvers = [424242, 7000]",
+                )
+            },
+            "7000:AAsecret",
+            WORKDAY_TOKEN,
+        )
+        .await,
+    );
+    assert!(
+        err.contains("routes[0].approvers: 7000 is the bot itself"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn serve_refuses_what_check_config_refuses() {
+    let out = config_cmd(&["serve"])
+        .env("TELEGRAM_BOT_TOKEN", "1:x")
+        .env("HITL_AGENT_WORKDAY_TOKEN", "short")
+        .env("HITL__SERVER__BIND", "127.0.0.1:0")
+        .output()
+        .await
+        .unwrap();
+    let err = refusal(&out);
+    assert!(
+        err.contains("agents[0].token_env") && err.contains("use at least 16"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn check_config_warns_about_the_examples_placeholders_but_accepts_them() {
+    let out = check_edited(|t| t, "123456789:AAsecret", WORKDAY_TOKEN).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: route 'ops': chat_id -1001234567890 is the example's placeholder"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "warning: route 'ops': approvers [11111111, 22222222] are the example's placeholder ids"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("bot token"), "a well-formed token: {err}");
+
+    let out = check_edited(
+        |t| {
+            t.replace("chat_id = -1001234567890", "chat_id = -1009876")
+                .replace("[11111111, 22222222]", "[424242]")
+        },
+        "123456789:AAsecret",
+        WORKDAY_TOKEN,
+    )
+    .await;
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "",
+        "nothing to warn about"
+    );
+}
+
+#[tokio::test]
+async fn check_config_warns_about_an_odd_bot_token_and_open_metrics_off_loopback() {
+    let out = check_edited(
+        |t| t.replace("bind = \"127.0.0.1:8080\"", "bind = \"0.0.0.0:8080\""),
+        "not-a-bot-token",
+        WORKDAY_TOKEN,
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: TELEGRAM_BOT_TOKEN does not look like a bot token (digits:secret"),
+        "{err}"
+    );
+    assert!(!err.contains("not-a-bot-token"), "{err}");
+    assert!(
+        err.contains("warning: server.bind 0.0.0.0:8080 is not a loopback address and [metrics] token_env is unset"),
+        "{err}"
+    );
+
+    // With a metrics token (read from its own variable) GET /metrics is closed.
+    let out = {
+        let dir = tempfile::tempdir().unwrap();
+        let shipped =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml"))
+                .unwrap()
+                .replace("bind = \"127.0.0.1:8080\"", "bind = \"0.0.0.0:8080\"")
+                .replace(
+                    "# token_env = \"HITL_METRICS_TOKEN\"",
+                    "token_env = \"HITL_METRICS_TOKEN\"",
+                );
+        let path = dir.path().join("metrics.toml");
+        std::fs::write(&path, shipped).unwrap();
+        config_cmd(&["--config", path.to_str().unwrap(), "check-config"])
+            .env("TELEGRAM_BOT_TOKEN", "123456789:AAsecret")
+            .env("HITL_AGENT_WORKDAY_TOKEN", WORKDAY_TOKEN)
+            .env("HITL_METRICS_TOKEN", "metrics-token-0123456789")
+            .output()
+            .await
+            .unwrap()
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("server.bind"),
+        "a metrics token closes GET /metrics"
+    );
+}
+
+#[tokio::test]
+async fn serve_logs_the_warnings_and_runs_anyway() {
+    use support::fake_telegram::FakeTelegram;
+    use support::process::{ServiceProcess, write_config};
+
+    let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db_url = format!("sqlite://{}/hitl.db", dir.path().display());
+    let config = write_config(dir.path(), &telegram, &db_url);
+    let toml = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        toml.replace(&format!("chat_id = {OPS_CHAT}"), "chat_id = -1001234567890"),
+    )
+    .unwrap();
+    let mut service = ServiceProcess::start(&config).await;
+    assert!(service.terminate().await.success());
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let log = service.log_text();
+    assert!(
+        log.lines().any(|l| l.contains("WARN")
+            && l.contains(
+                "configuration: route 'ops': chat_id -1001234567890 is the example's placeholder"
+            )),
+        "{log}"
+    );
+}
+
+/// `check-config --online` of the test config against `telegram`.
+async fn check_online(
+    telegram: &support::fake_telegram::FakeTelegram,
+    edit: impl FnOnce(String) -> String,
+) -> (bool, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let db_url = format!("sqlite://{}/hitl.db", dir.path().display());
+    let path = support::process::write_config(dir.path(), telegram, &db_url);
+    let toml = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, edit(toml)).unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "--config",
+            path.to_str().unwrap(),
+            "check-config",
+            "--online",
+        ])
+        .env("TELEGRAM_BOT_TOKEN", telegram.token())
+        .env("TOKEN_A", TOKEN_A)
+        .env("TOKEN_B", TOKEN_B)
+        .env("HOOK_A", HOOK_SECRET_A)
+        .env("NO_PROXY", "127.0.0.1")
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn check_config_online_passes_when_the_bot_and_every_approver_are_in_their_groups() {
+    let telegram = support::fake_telegram::FakeTelegram::start_with_token(BOT_TOKEN).await;
+    telegram.set_chat_members(OPS_CHAT, &[ALICE, BOB]);
+    telegram.set_chat_members(OTHER_CHAT, &[BOB]);
+    telegram.set_chat_members(COUNCIL_CHAT, &[ALICE, BOB, CAROL]);
+    let (ok, out, err) = check_online(&telegram, |t| t).await;
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("bot: @"), "{out}");
+    assert!(
+        out.contains(&format!("route 'ops': the bot is a member of {OPS_CHAT}")),
+        "{out}"
+    );
+    assert!(out.contains("online checks OK"), "{out}");
+    assert_eq!(telegram.requests("getchat").len(), 3);
+    assert_eq!(telegram.requests("getchatmember").len(), 6);
+    assert!(
+        telegram.requests("sendmessage").is_empty(),
+        "read-only calls only"
+    );
+}
+
+#[tokio::test]
+async fn check_config_online_says_in_plain_words_what_is_wrong() {
+    let telegram = support::fake_telegram::FakeTelegram::start_with_token(BOT_TOKEN).await;
+    // ops: bob is not in the group; other: the bot is not in it; council: a private
+    // chat whose user never started the bot.
+    telegram.set_chat_members(OPS_CHAT, &[ALICE]);
+    telegram.forbid_private_chat(CAROL);
+    let (ok, out, err) = check_online(&telegram, |t| {
+        t.replace(
+            &format!("chat_id = {COUNCIL_CHAT}"),
+            &format!("chat_id = {CAROL}"),
+        )
+        .replace(
+            &format!("approvers = [{ALICE}, {BOB}, {CAROL}]"),
+            &format!("approvers = [{CAROL}]"),
+        )
+    })
+    .await;
+    assert!(!ok, "{out}");
+    assert!(err.contains("online checks found 3 problem(s)"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "route 'ops': approver {BOB} is not a member of {OPS_CHAT} (Telegram: Bad Request: user not found)"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "route 'other': the bot is not a member of {OTHER_CHAT}, or no such chat exists (Telegram: Bad Request: chat not found)"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "route 'council': user {CAROL} has never started a chat with the bot"
+        )) && err.contains("send /start"),
+        "{err}"
+    );
+    assert!(
+        !err.contains(BOT_TOKEN) && !out.contains(BOT_TOKEN),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn check_config_online_says_which_private_chats_it_can_vouch_for_and_which_not() {
+    let telegram = support::fake_telegram::FakeTelegram::start_with_token(BOT_TOKEN).await;
+    telegram.set_chat_members(OPS_CHAT, &[ALICE, BOB]);
+    telegram.set_chat_members(COUNCIL_CHAT, &[ALICE, BOB, CAROL]);
+    let (ok, out, err) = check_online(&telegram, |t| {
+        t.replace(
+            &format!("chat_id = {OTHER_CHAT}"),
+            &format!("chat_id = {BOB}"),
+        )
+    })
+    .await;
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "route 'other': the private chat of {BOB} exists, so they started the bot; whether they have blocked it since cannot be checked without sending a message"
+        )),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn check_config_online_refuses_a_token_telegram_does_not_accept() {
+    let telegram = support::fake_telegram::FakeTelegram::start_with_token(BOT_TOKEN).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db_url = format!("sqlite://{}/hitl.db", dir.path().display());
+    let path = support::process::write_config(dir.path(), &telegram, &db_url);
+    let out = Command::new(BIN)
+        .args([
+            "--config",
+            path.to_str().unwrap(),
+            "check-config",
+            "--online",
+        ])
+        .env("TELEGRAM_BOT_TOKEN", "999:wrong-token")
+        .env("TOKEN_A", TOKEN_A)
+        .env("TOKEN_B", TOKEN_B)
+        .env("HOOK_A", HOOK_SECRET_A)
+        .env("NO_PROXY", "127.0.0.1")
+        .output()
+        .await
+        .unwrap();
+    let err = refusal(&out);
+    assert!(
+        err.contains(
+            "Telegram does not accept TELEGRAM_BOT_TOKEN as a bot token (getMe: Unauthorized)"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("wrong-token"), "{err}");
+}
+
+#[tokio::test]
+async fn check_config_online_names_why_the_bot_api_cannot_be_reached() {
+    let telegram = support::fake_telegram::FakeTelegram::start_with_token(BOT_TOKEN).await;
+    let (ok, out, err) = check_online(&telegram, |t| {
+        t.replace(&telegram.api_url(), "http://127.0.0.1:9")
+    })
+    .await;
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("cannot reach the Bot API at http://127.0.0.1:9/: ")
+            && err.contains("Connection refused"),
+        "{err}"
+    );
+    assert!(!err.contains(BOT_TOKEN), "{err}");
+}
+
+/// A running service whose audit trail holds one ended request.
+async fn audited_app() -> TestApp {
+    let app = TestApp::spawn().await;
+    ask_one_that_times_out(&app.client, &app.base).await;
+    app
+}
+
+/// Asks a question that times out at once (0.2 s): one ended request in the trail.
+async fn ask_one_that_times_out(client: &reqwest::Client, base: &str) {
+    let record: Value = client
+        .post(format!("{base}/v1/confirmations"))
+        .bearer_auth(TOKEN_A)
+        .json(&serde_json::json!({"tool": "t", "params": {}, "timeout_seconds": 0.2}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(record["status"], "timeout", "{record}");
+}
+
+fn db_cmd(app: &TestApp, args: &[&str]) -> Command {
+    let mut c = config_cmd(args);
+    c.env("HITL__DATABASE__URL", &app.db_url);
+    c
+}
+
+#[tokio::test]
+async fn audit_export_into_a_closed_pipe_ends_quietly() {
+    let app = audited_app().await;
+    let mut child = db_cmd(&app, &["audit", "export"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader is gone before the first line is written, as `| head` is after its
+    // lines: every write fails with EPIPE.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err, "", "no 'Broken pipe'");
+}
+
+#[tokio::test]
+async fn audit_export_since_takes_a_plain_date_meaning_midnight_utc() {
+    let app = audited_app().await;
+    let today = time::OffsetDateTime::now_utc().date();
+    let export = |since: String| {
+        let mut c = db_cmd(&app, &["audit", "export", "--since", &since]);
+        async move { c.output().await.unwrap() }
+    };
+    let out = export(today.to_string()).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = String::from_utf8_lossy(&out.stdout).lines().count();
+    assert!(
+        lines >= 2,
+        "today's events are after today's midnight: {lines}"
+    );
+    let tomorrow = today.next_day().unwrap().to_string();
+    let out = export(tomorrow).await;
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "",
+        "none after tomorrow's midnight"
+    );
+    let out = export(format!("{today}T00:00:00Z")).await;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().count(),
+        lines,
+        "an RFC 3339 time still works"
+    );
+
+    let out = export("2026-12-01 08:00".into()).await;
+    let err = refusal(&out);
+    assert_eq!(
+        err.trim_end(),
+        "error: --since '2026-12-01 08:00' is neither a date (2026-12-01, meaning midnight UTC) nor an RFC 3339 time (2026-12-01T08:30:00Z)",
+        "the cause, once"
+    );
+}
+
+#[tokio::test]
+async fn backup_onto_an_existing_file_is_refused_saying_why_once() {
+    let app = audited_app().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("copy.db");
+    std::fs::write(&file, "keep me").unwrap();
+    let out = db_cmd(&app, &["backup", file.to_str().unwrap()])
+        .output()
+        .await
+        .unwrap();
+    let err = refusal(&out);
+    assert_eq!(err.matches("already exists").count(), 1, "{err}");
+    assert!(err.contains("a backup never overwrites"), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
 }
 
 #[tokio::test]
@@ -142,7 +654,7 @@ async fn check_config_refuses_an_unknown_route_in_an_agent() {
     .unwrap();
     let out = config_cmd(&["--config", path.to_str().unwrap(), "check-config"])
         .env("TELEGRAM_BOT_TOKEN", "1:x")
-        .env("HITL_AGENT_WORKDAY_TOKEN", "t")
+        .env("HITL_AGENT_WORKDAY_TOKEN", WORKDAY_TOKEN)
         .output()
         .await
         .unwrap();
@@ -155,7 +667,7 @@ async fn check_config_refuses_an_unknown_route_in_an_agent() {
 async fn demo_mode_needs_only_the_operator_id_and_two_tokens() {
     let out = config_cmd(&["check-config", "--demo"])
         .env("TELEGRAM_BOT_TOKEN", "1:x")
-        .env("HITL_DEMO_AGENT_TOKEN", "t")
+        .env("HITL_DEMO_AGENT_TOKEN", WORKDAY_TOKEN)
         .env("HITL_DEMO_OPERATOR_ID", "424242")
         .output()
         .await
@@ -167,7 +679,7 @@ async fn demo_mode_needs_only_the_operator_id_and_two_tokens() {
     );
     let out = config_cmd(&["check-config", "--demo"])
         .env("TELEGRAM_BOT_TOKEN", "1:x")
-        .env("HITL_DEMO_AGENT_TOKEN", "t")
+        .env("HITL_DEMO_AGENT_TOKEN", WORKDAY_TOKEN)
         .env_remove("HITL_DEMO_OPERATOR_ID")
         .output()
         .await
@@ -180,7 +692,7 @@ async fn demo_mode_needs_only_the_operator_id_and_two_tokens() {
 async fn an_environment_variable_overrides_a_single_key() {
     let out = config_cmd(&["check-config"])
         .env("TELEGRAM_BOT_TOKEN", "1:x")
-        .env("HITL_AGENT_WORKDAY_TOKEN", "t")
+        .env("HITL_AGENT_WORKDAY_TOKEN", WORKDAY_TOKEN)
         .env("HITL__TELEGRAM__POLL_TIMEOUT_SECONDS", "99")
         .output()
         .await
@@ -211,7 +723,7 @@ async fn check_config_shows_webhook_mode_and_refuses_it_without_the_secret() {
     let webhook = |secret: Option<&str>| {
         let mut c = config_cmd(&["check-config"]);
         c.env("TELEGRAM_BOT_TOKEN", "1:x")
-            .env("HITL_AGENT_WORKDAY_TOKEN", "t")
+            .env("HITL_AGENT_WORKDAY_TOKEN", WORKDAY_TOKEN)
             .env("HITL__TELEGRAM__MODE", "webhook")
             .env("HITL__TELEGRAM__PUBLIC_URL", "https://hitl.example.com")
             .env_remove("TELEGRAM_WEBHOOK_SECRET");
@@ -262,17 +774,7 @@ async fn serve_logs_the_audit_head_at_shutdown_and_verify_accepts_it() {
     let config = write_config(dir.path(), &telegram, &db_url);
     let mut service = ServiceProcess::start(&config).await;
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
-    let record: Value = client
-        .post(format!("{}/v1/confirmations", service.base))
-        .bearer_auth(TOKEN_A)
-        .json(&serde_json::json!({"tool": "t", "params": {}, "timeout_seconds": 0.2}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(record["status"], "timeout", "{record}");
+    ask_one_that_times_out(&client, &service.base).await;
     assert!(service.terminate().await.success());
     // Let the log reader drain the last lines.
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;

@@ -1,4 +1,4 @@
-//! Operator commands in Telegram (`/pending`, `/windows`, `/revoke`, `/help`), driven
+//! Operator commands in Telegram (`/start`, `/pending`, `/windows`, `/revoke`, `/help`), driven
 //! as an operator would: typed into the fake Telegram's chats, answered in the chat, with
 //! their effects checked through the agents' HTTP API.
 
@@ -88,13 +88,18 @@ async fn ask_free_text(app: &TestApp, id: &str, question: &str) {
 }
 
 #[tokio::test]
-async fn the_four_commands_are_registered_with_telegram_at_start() {
+async fn the_five_commands_are_registered_with_telegram_at_start() {
     let app = TestApp::spawn().await;
     registered(&app).await;
     let commands = app.telegram.my_commands();
     let names: Vec<&str> = commands.iter().map(|(c, _)| c.as_str()).collect();
-    assert_eq!(names, ["pending", "windows", "revoke", "help"]);
+    assert_eq!(names, ["start", "pending", "windows", "revoke", "help"]);
     assert!(commands.iter().all(|(_, d)| d.len() >= 3 && d.len() <= 256));
+    // The menu shows no arguments, so a command that takes one says how in its description.
+    assert!(commands.contains(&(
+        "revoke".to_owned(),
+        "Close a confirmation window now: /revoke <window id>".to_owned()
+    )));
 }
 
 #[tokio::test]
@@ -117,7 +122,7 @@ async fn a_failed_registration_is_retried_while_the_service_keeps_serving() {
     assert_eq!(status, StatusCode::ACCEPTED, "{record}");
     app.telegram.wait_for_requests("setMyCommands", 2).await;
     assert_eq!(app.telegram.requests("getMe").len(), 2);
-    assert_eq!(app.telegram.my_commands().len(), 4);
+    assert_eq!(app.telegram.my_commands().len(), 5);
     let answer = command(&app, OPS_CHAT, alice(), "/pending@hitl_test_bot").await;
     assert!(
         answer.visible_text.contains("deploy"),
@@ -205,7 +210,10 @@ async fn commands_in_a_group_that_is_no_routes_chat_get_no_answer() {
     let app = TestApp::spawn().await;
     app.ask_suspended(call("deploy_billing", "emp-1", 0)).await;
     silence_after(&app, RANDOM_GROUP, alice(), "/pending").await;
-    silence_after(&app, RANDOM_GROUP, alice(), "/help").await;
+    silence_after(&app, RANDOM_GROUP, alice(), "/windows").await;
+    // Not even setting up answers another bot: two bots never keep each other talking.
+    silence_after(&app, RANDOM_GROUP, alice().bot(), "/start").await;
+    silence_after(&app, OPS_CHAT, alice().bot(), "/help").await;
     // In a private chat the person is told where commands work, and nothing else.
     let answer = command(&app, ALICE as i64, alice(), "/pending").await;
     assert!(
@@ -433,4 +441,115 @@ async fn pending_shows_a_questions_invisible_characters_as_escapes() {
         answer.visible_text
     );
     assert!(!answer.text.contains('\u{202e}'), "{}", answer.text);
+}
+
+#[tokio::test]
+async fn start_in_a_routes_group_names_the_route_the_chat_and_the_user() {
+    let app = TestApp::spawn().await;
+    let answer = command(&app, OPS_CHAT, alice(), "/start").await;
+    let text = &answer.visible_text;
+    assert!(text.contains(&format!("Chat id: {OPS_CHAT}")), "{text}");
+    assert!(text.contains(&format!("Your user id: {ALICE}")), "{text}");
+    assert!(
+        text.contains("This chat is the chat of route ops."),
+        "{text}"
+    );
+    assert!(!text.contains("not one of its approvers"), "{text}");
+    assert_eq!(answer.parse_mode.as_deref(), Some("HTML"));
+    assert!(
+        answer.text.contains(&format!("<code>{OPS_CHAT}</code>")),
+        "{}",
+        answer.text
+    );
+}
+
+#[tokio::test]
+async fn help_from_an_approver_lists_the_commands_and_what_the_chat_is() {
+    let app = TestApp::spawn().await;
+    let answer = command(&app, OTHER_CHAT, bob(), "/help").await;
+    let text = &answer.visible_text;
+    assert!(text.contains("/revoke <window id>"), "{text}");
+    assert!(text.contains(&format!("Chat id: {OTHER_CHAT}")), "{text}");
+    assert!(
+        text.contains("This chat is the chat of route other."),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("/revoke").count(),
+        1,
+        "usage said once: {text}"
+    );
+}
+
+#[tokio::test]
+async fn start_from_a_non_approver_in_a_routes_group_says_how_to_become_one_and_nothing_more() {
+    let app = TestApp::spawn().await;
+    app.ask_suspended(call("deploy_billing", "emp-1", 0)).await;
+    for typed in ["/start", "/help"] {
+        let answer = command(&app, OPS_CHAT, mallory(), typed).await;
+        let text = &answer.visible_text;
+        assert!(text.contains(&format!("Your user id: {MALLORY}")), "{text}");
+        assert!(
+            text.contains("This chat is the chat of route ops."),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "You are not one of its approvers: to make you one, add {MALLORY} to its approvers."
+            )),
+            "{text}"
+        );
+        // Neither what is pending nor the commands' list.
+        assert!(!text.contains("deploy_billing"), "{text}");
+        assert!(!text.contains("/revoke <window id>"), "{text}");
+    }
+}
+
+#[tokio::test]
+async fn start_in_a_group_that_is_no_route_says_which_line_to_add() {
+    let app = TestApp::spawn().await;
+    app.ask_suspended(call("deploy_billing", "emp-1", 0)).await;
+    registered(&app).await;
+    for typed in ["/start", "/help@hitl_test_bot"] {
+        let answer = command(&app, RANDOM_GROUP, alice(), typed).await;
+        let text = &answer.visible_text;
+        assert!(text.contains(&format!("Chat id: {RANDOM_GROUP}")), "{text}");
+        assert!(text.contains(&format!("Your user id: {ALICE}")), "{text}");
+        assert!(
+            text.contains(&format!(
+                "This chat is not a route: add chat_id = {RANDOM_GROUP} to a [[routes]] entry"
+            )),
+            "{text}"
+        );
+        // A stranger's group learns nothing about the routes or what is pending.
+        for secret in ["ops", "council", "deploy_billing", "approver of"] {
+            assert!(!text.contains(secret), "{secret}: {text}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn start_in_a_private_chat_says_which_routes_the_user_approves() {
+    let app = TestApp::spawn().await;
+    let private = ALICE as i64;
+    let answer = command(&app, private, alice(), "/start").await;
+    let text = &answer.visible_text;
+    assert!(text.contains(&format!("Chat id: {ALICE}")), "{text}");
+    assert!(text.contains(&format!("Your user id: {ALICE}")), "{text}");
+    assert!(text.contains("This chat is not a route"), "{text}");
+    assert!(
+        text.contains("You are an approver of routes council, ops."),
+        "{text}"
+    );
+
+    let private = MALLORY as i64;
+    let answer = command(&app, private, mallory(), "/start").await;
+    let text = &answer.visible_text;
+    assert!(
+        text.contains(&format!(
+            "You are not an approver of any route: to make you one, add {MALLORY} to a \
+             route's approvers."
+        )),
+        "{text}"
+    );
 }

@@ -812,7 +812,7 @@ static CONFIG: LazyLock<(Config, Arc<Agent>)> = LazyLock::new(|| {
     .expect("test settings parse");
     let env = |key: &str| match key {
         "TELEGRAM_BOT_TOKEN" => Some("123:telegram".to_owned()),
-        "BOT_TOKEN" => Some("agent-token".to_owned()),
+        "BOT_TOKEN" => Some("agent-token-0123456789".to_owned()),
         "BOT_SECRET" => Some("webhook-secret".to_owned()),
         _ => None,
     };

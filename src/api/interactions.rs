@@ -447,7 +447,7 @@ callback_url_prefixes = ["https://hooks.example/a"]
 "#;
         let settings = Settings::from_toml(toml).expect("settings");
         let env = |k: &str| match k {
-            "TELEGRAM_BOT_TOKEN" => Some("1:x".to_owned()),
+            "TELEGRAM_BOT_TOKEN" => Some("999:x".to_owned()),
             "TOKEN_A" => Some("token-a-0123456789".to_owned()),
             "HOOK_A" => Some("hook-secret".to_owned()),
             _ => None,

@@ -1,5 +1,5 @@
-//! Operator commands (`/pending`, `/windows`, `/revoke`, `/help`): who may use them and
-//! what they do. Telegram's syntax and how the answers read live in
+//! Operator commands (`/start`, `/pending`, `/windows`, `/revoke`, `/help`): who may use
+//! them and what they do. Telegram's syntax and how the answers read live in
 //! `crate::telegram::commands`.
 //!
 //! Fail closed: a command counts only in a chat that is some route's chat, and only from
@@ -9,6 +9,13 @@
 //! that is no route's it says where commands work; a non-approver in a route's chat
 //! gets a refusal that names nothing pending; other bots get no answer at all, so two
 //! bots can never keep each other talking.
+//!
+//! The exception is setting up: `/start` and `/help` from a person answer in any chat
+//! with what someone configuring the service needs and anyone there can see anyway,
+//! the chat's id, the person's own id and whether this chat is a route's (by name) or
+//! which line to add to make it one. In a private chat they also say which routes the
+//! person approves, which is about themselves only. Nothing pending, no window and no
+//! other chat is ever named.
 
 use std::sync::Arc;
 
@@ -44,11 +51,28 @@ pub enum CommandReply {
         window: Box<LiveWindow>,
         by: Operator,
     },
-    Help,
+    /// `/start` or `/help`: what this chat and this person are to the service.
+    Setup(Setup),
     /// Not allowed here or not for this person.
     Refused(String),
     /// Allowed, but it cannot be done as asked (a typo, an unknown or foreign window).
     Invalid(String),
+}
+
+/// What `/start` and `/help` tell: everything needed to make this chat a route's and
+/// this person its approver, and nothing that is not already theirs to see.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Setup {
+    /// `/help` from an approver of this chat's route: the operator commands come first.
+    pub commands: bool,
+    pub chat_id: i64,
+    pub user_id: u64,
+    /// The names of the routes whose chat this is, sorted; empty when it is no route's.
+    pub routes: Vec<String>,
+    /// Whether the person approves one of [`Setup::routes`].
+    pub approves_here: bool,
+    /// In a private chat only: the routes the person approves anywhere, sorted.
+    pub approver_of: Option<Vec<String>>,
 }
 
 const NOT_AN_APPROVER: &str = "Only approvers of this chat's route can use operator commands.";
@@ -114,6 +138,31 @@ impl Service {
         self.store.record_event(event).await
     }
 
+    /// The answer to `/start` or `/help` from a person in `m`'s chat, whose routes are
+    /// `routes` (by name, sorted) and of which the person approves one or not.
+    fn setup(&self, m: &CommandMessage, routes: Vec<String>, approves_here: bool) -> CommandReply {
+        // Positive chat ids are private chats: what the person approves is theirs to know.
+        let approver_of = (m.chat_id > 0).then(|| {
+            let mut of: Vec<String> = self
+                .config
+                .routes
+                .values()
+                .filter(|r| r.may_decide(m.from.id))
+                .map(|r| r.name.clone())
+                .collect();
+            of.sort();
+            of
+        });
+        CommandReply::Setup(Setup {
+            commands: approves_here && matches!(m.command, Ok(Command::Help)),
+            chat_id: m.chat_id,
+            user_id: m.from.id,
+            routes,
+            approves_here,
+            approver_of,
+        })
+    }
+
     async fn judge_command(
         self: &Arc<Self>,
         m: &CommandMessage,
@@ -126,7 +175,17 @@ impl Service {
             }
             return Ok(None);
         }
+        let names: Vec<String> = here.iter().map(|r| r.name.clone()).collect();
+        let setting_up = matches!(&m.command, Ok(Command::Start | Command::Help));
         if here.is_empty() {
+            if setting_up {
+                tracing::info!(
+                    chat_id = m.chat_id,
+                    user_id = m.from.id,
+                    "setup command answered in a chat that is no route's"
+                );
+                return Ok(Some(self.setup(m, names, false)));
+            }
             tracing::info!(
                 chat_id = m.chat_id,
                 user_id = m.from.id,
@@ -140,6 +199,9 @@ impl Service {
             .filter(|r| r.may_decide(m.from.id))
             .collect();
         if mine.is_empty() {
+            if setting_up {
+                return Ok(Some(self.setup(m, names, false)));
+            }
             self.refuse_command(m, "not an approver of the chat's route")
                 .await?;
             return Ok(Some(CommandReply::Refused(NOT_AN_APPROVER.into())));
@@ -151,7 +213,7 @@ impl Service {
         let is_mine = |route: &str| mine.iter().any(|r| r.name == route);
         let now = now();
         Ok(Some(match command {
-            Command::Help => CommandReply::Help,
+            Command::Start | Command::Help => self.setup(m, names, true),
             Command::Pending => {
                 let mut open = self.store.pending_in_chat(m.chat_id).await?;
                 open.retain(|r| is_mine(&r.route));

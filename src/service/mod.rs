@@ -46,7 +46,7 @@ mod decide;
 mod deliver;
 mod recover;
 mod wait;
-pub use commands::{CommandMessage, CommandReply};
+pub use commands::{CommandMessage, CommandReply, Setup};
 
 /// Why Telegram could not carry a message.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -245,8 +245,10 @@ fn classify(e: &RequestError, method: Method) -> Class {
 }
 
 /// A sentence saying why Telegram refused, without the token (teloxide strips the URL
-/// from network errors) and without the raw answer body.
-fn describe(e: &RequestError) -> String {
+/// from network errors) and without the raw answer body. A network error names its
+/// innermost causes (DNS, refused connection, TLS, proxy), not just "error sending
+/// request".
+pub(crate) fn describe(e: &RequestError) -> String {
     match e {
         RequestError::Api(api) => format!("Telegram answered \"{api}\""),
         RequestError::MigrateToChatId(id) => format!(
@@ -256,9 +258,15 @@ fn describe(e: &RequestError) -> String {
             "Telegram's flood control asked to wait {} s",
             s.duration().as_secs()
         ),
-        RequestError::Network(n) => format!("network error talking to Telegram: {n}"),
+        RequestError::Network(n) => format!(
+            "network error talking to Telegram: {}",
+            crate::telemetry::causes(n.as_ref())
+        ),
         RequestError::InvalidJson { .. } => "Telegram sent an unreadable answer".to_owned(),
-        RequestError::Io(e) => format!("I/O error talking to Telegram: {e}"),
+        RequestError::Io(e) => format!(
+            "I/O error talking to Telegram: {}",
+            crate::telemetry::causes(e.as_ref())
+        ),
     }
 }
 

@@ -1,4 +1,4 @@
-//! Operator commands typed in a route's chat: their syntax (`/pending`, `/windows`,
+//! Operator commands typed in a chat: their syntax (`/start`, `/pending`, `/windows`,
 //! `/revoke <id>`, `/help`, optionally addressed as `/pending@<bot>`), how their answers
 //! read (HTML within Telegram's 4096 characters), and registering them with Telegram at
 //! start (`getMe` for the bot's username, `setMyCommands` for the clients' menu).
@@ -17,11 +17,16 @@ use tokio_util::sync::CancellationToken;
 use crate::domain::confirmation::Confirmation;
 use crate::domain::ids::ConfirmationId;
 use crate::domain::text::{self, Layout};
-use crate::service::{CommandReply, Service};
+use crate::service::{CommandReply, Service, Setup};
 use crate::storage::LiveWindow;
 
 /// The commands, their descriptions (Telegram's menu and `/help`) and what they take.
-pub const COMMANDS: [(&str, &str, &str); 4] = [
+pub const COMMANDS: [(&str, &str, &str); 5] = [
+    (
+        "start",
+        "Show this chat's id, your user id and whether this chat is a route",
+        "",
+    ),
     (
         "pending",
         "List this chat's open requests with links to them",
@@ -32,18 +37,27 @@ pub const COMMANDS: [(&str, &str, &str); 4] = [
         "List live confirmation windows opened from this chat",
         "",
     ),
-    (
-        "revoke",
-        "Close a confirmation window now: /revoke <window id>",
-        " <window id>",
-    ),
-    ("help", "What these commands do", ""),
+    ("revoke", "Close a confirmation window now", " <window id>"),
+    ("help", "What these commands do, and what /start says", ""),
 ];
+
+/// A command's description in Telegram's menu, which shows no arguments: with its usage
+/// when it takes some (`/help` shows the usage beside the name instead).
+fn menu_description(name: &str, description: &str, args: &str) -> String {
+    if args.is_empty() {
+        description.to_owned()
+    } else {
+        format!("{description}: /{name}{args}")
+    }
+}
 
 /// A command the service acts on. Built only by [`parse`], so a `Revoke` always carries
 /// a well-formed id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
+    /// What this chat and this person are to the service; also what a private chat
+    /// with the bot starts with (a deep-link payload after it is ignored).
+    Start,
     Pending,
     Windows,
     /// The window's id is the id of the request that opened it (a request opens at most
@@ -56,6 +70,7 @@ impl Command {
     /// The command's name, for logs and the audit trail.
     pub fn name(&self) -> &'static str {
         match self {
+            Command::Start => "start",
             Command::Pending => "pending",
             Command::Windows => "windows",
             Command::Revoke(_) => "revoke",
@@ -116,6 +131,7 @@ pub fn parse(text: &str, me: Option<&str>) -> Parsed {
         None => (head, false),
     };
     let command = match name {
+        "start" => Ok(Command::Start),
         "pending" => Ok(Command::Pending),
         "windows" => Ok(Command::Windows),
         "help" => Ok(Command::Help),
@@ -162,7 +178,9 @@ pub async fn register(bot: Bot, service: Arc<Service>, stop: CancellationToken) 
     }
     let commands: Vec<BotCommand> = COMMANDS
         .iter()
-        .map(|(name, description, _)| BotCommand::new(*name, *description))
+        .map(|(name, description, args)| {
+            BotCommand::new(*name, menu_description(name, description, args))
+        })
         .collect();
     if super::startup::until_ok(&stop, metrics, "setMyCommands", || {
         bot.set_my_commands(commands.clone()).send()
@@ -214,10 +232,79 @@ pub fn render(reply: &CommandReply, now: OffsetDateTime) -> String {
             shown(&window.window.key.agent),
             date_time(window.window.expires_at),
         ),
-        CommandReply::Help => help(),
+        CommandReply::Setup(setup) => setup_text(setup),
         CommandReply::Refused(text) => format!("⛔ {}", escape(text)),
         CommandReply::Invalid(text) => format!("⚠️ {}", escape(text)),
     }
+}
+
+/// The answer to `/start` and `/help`: the commands (for an approver's `/help`), then
+/// the ids and what this chat is, each with the configuration line to add when missing.
+fn setup_text(s: &Setup) -> String {
+    let mut out = String::new();
+    if s.commands {
+        out.push_str(&help());
+        out.push_str("\n\n");
+    }
+    out.push_str(&format!(
+        "Chat id: <code>{}</code>\nYour user id: <code>{}</code>\n",
+        s.chat_id, s.user_id
+    ));
+    match s.routes.as_slice() {
+        [] => out.push_str(&format!(
+            "This chat is not a route: add <code>chat_id = {}</code> to a \
+             <code>[[routes]]</code> entry of the configuration, with the approvers' \
+             user ids in its <code>approvers</code>.",
+            s.chat_id
+        )),
+        [one] => out.push_str(&format!(
+            "This chat is the chat of route {}.",
+            route_name(one)
+        )),
+        many => out.push_str(&format!(
+            "This chat is the chat of routes {}.",
+            many.iter()
+                .map(|r| route_name(r))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+    if !s.routes.is_empty() && !s.approves_here {
+        out.push_str(&format!(
+            " You are not one of its approvers: to make you one, add <code>{}</code> to \
+             its <code>approvers</code>.",
+            s.user_id
+        ));
+    }
+    match s.approver_of.as_deref() {
+        None => {}
+        Some([]) => out.push_str(&format!(
+            "\nYou are not an approver of any route: to make you one, add \
+             <code>{}</code> to a route's <code>approvers</code>.",
+            s.user_id
+        )),
+        Some(routes) => out.push_str(&format!(
+            "\nYou are an approver of {} {}.",
+            if routes.len() == 1 { "route" } else { "routes" },
+            routes
+                .iter()
+                .map(|r| route_name(r))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+    if !s.commands {
+        out.push_str(
+            "\nOperator commands (/pending, /windows, /revoke) work for a route's approvers \
+             in its chat; /help there lists them.",
+        );
+    }
+    out
+}
+
+/// A route's name, as configured (escaped: it is the operator's own text, but HTML).
+fn route_name(route: &str) -> String {
+    format!("<b>{}</b>", shown(route))
 }
 
 fn help() -> String {
@@ -343,6 +430,9 @@ mod tests {
         assert_eq!(parse("/pending", ME), ours(Command::Pending));
         assert_eq!(parse("/windows", ME), ours(Command::Windows));
         assert_eq!(parse("/help", ME), ours(Command::Help));
+        assert_eq!(parse("/start", ME), ours(Command::Start));
+        // A deep link (t.me/<bot>?start=payload) arrives as "/start payload".
+        assert_eq!(parse("/start setup", ME), ours(Command::Start));
         assert_eq!(parse("/pending@hitl_test_bot", ME), ours(Command::Pending));
         assert_eq!(parse("/pending@HITL_Test_Bot", ME), ours(Command::Pending));
         assert_eq!(
@@ -361,14 +451,14 @@ mod tests {
     #[test]
     fn names_are_case_sensitive_and_unknown_bare_names_are_chatter() {
         assert_eq!(parse("/Pending", ME), Parsed::NotACommand);
-        assert_eq!(parse("/start", ME), Parsed::NotACommand);
+        assert_eq!(parse("/Start", ME), Parsed::NotACommand);
         assert_eq!(parse("/var/log is full", ME), Parsed::NotACommand);
         assert_eq!(parse("pending", ME), Parsed::NotACommand);
         assert_eq!(parse("/ pending", ME), Parsed::NotACommand);
         assert_eq!(parse("/", ME), Parsed::NotACommand);
         assert_eq!(
-            parse("/start@hitl_test_bot", ME),
-            Parsed::Ours(Err(CommandError::Unknown("start".into())))
+            parse("/stop@hitl_test_bot", ME),
+            Parsed::Ours(Err(CommandError::Unknown("stop".into())))
         );
     }
 
@@ -435,5 +525,61 @@ mod tests {
             assert!(text.contains(&format!("/{name}")), "{text}");
         }
         assert!(!text.contains("<window id>"), "escaped: {text}");
+        assert_eq!(
+            text.matches("/revoke").count(),
+            1,
+            "usage said once: {text}"
+        );
+    }
+
+    #[test]
+    fn the_menu_shows_a_commands_usage_in_its_description() {
+        let (name, description, args) = COMMANDS[3];
+        assert_eq!(name, "revoke");
+        assert_eq!(
+            menu_description(name, description, args),
+            "Close a confirmation window now: /revoke <window id>"
+        );
+        assert_eq!(menu_description("help", "What", ""), "What");
+    }
+
+    fn setup(routes: &[&str], approves_here: bool, approver_of: Option<&[&str]>) -> Setup {
+        let names = |r: &[&str]| r.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        Setup {
+            commands: false,
+            chat_id: -1_001_000_000_001,
+            user_id: 42,
+            routes: names(routes),
+            approves_here,
+            approver_of: approver_of.map(names),
+        }
+    }
+
+    #[test]
+    fn setup_says_the_ids_and_how_to_make_the_chat_a_route() {
+        let text = setup_text(&setup(&[], false, None));
+        assert!(
+            text.contains("Chat id: <code>-1001000000001</code>"),
+            "{text}"
+        );
+        assert!(text.contains("Your user id: <code>42</code>"), "{text}");
+        assert!(
+            text.contains("add <code>chat_id = -1001000000001</code> to a <code>[[routes]]</code>"),
+            "{text}"
+        );
+        let text = setup_text(&setup(&["ops", "<b>x"], false, None));
+        assert!(
+            text.contains("routes <b>ops</b>, <b>&lt;b&gt;x</b>"),
+            "{text}"
+        );
+        assert!(text.contains("add <code>42</code> to its"), "{text}");
+        let text = setup_text(&setup(&["ops"], true, Some(&[])));
+        assert!(!text.contains("its <code>approvers"), "{text}");
+        assert!(text.contains("not an approver of any route"), "{text}");
+        let text = setup_text(&setup(&[], false, Some(&["ops"])));
+        assert!(
+            text.contains("You are an approver of route <b>ops</b>."),
+            "{text}"
+        );
     }
 }

@@ -110,13 +110,14 @@ pub async fn run(
                         }
                         // Not deleted, so not "once" yet: tried again after the backoff.
                         Err(e) => tracing::warn!(
-                            error = %e,
+                            error = %super::client::describe(&e),
                             retry_in_s = backoff.as_secs(),
                             "deleteWebhook failed"
                         ),
                     }
                 } else {
-                    tracing::warn!(error = %e, retry_in_s = backoff.as_secs(), "getUpdates failed");
+                    tracing::warn!(error = %super::client::describe(&e),
+                        retry_in_s = backoff.as_secs(), "getUpdates failed");
                 }
                 tokio::select! {
                     _ = stop.cancelled() => break,

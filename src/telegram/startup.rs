@@ -43,7 +43,7 @@ where
             teloxide::RequestError::RetryAfter(s) => s.duration().max(pause),
             _ => pause,
         };
-        tracing::warn!(method, error = %error, retry_in_s = wait.as_secs(),
+        tracing::warn!(method, error = %super::client::describe(&error), retry_in_s = wait.as_secs(),
             "a startup call to Telegram failed; retrying");
         tokio::select! {
             _ = stop.cancelled() => return None,

@@ -51,7 +51,8 @@
 //!   `Not Found`, which teloxide reports as `InvalidToken`, a misleading test failure).
 //! - Only one chat per id, typed by sign: negative ids are supergroups, positive
 //!   ids private chats. No 409 for a second poller, no inline messages.
-//! - Webhook deliveries go one at a time, in order (Telegram may run up to
+//! - Webhook deliveries go one at a time, in order, unless a test allows more with
+//!   `set_webhook_connections` (Telegram may run up to
 //!   `max_connections` in parallel), and a failing one is retried every 20 to 500 ms
 //!   (Telegram waits longer); `max_connections`, `ip_address` and certificates are
 //!   ignored.
@@ -668,6 +669,20 @@ impl FakeTelegram {
         }
     }
 
+    /// Puts the bot in the group `chat_id` with `members` (user ids) for `getChat` and
+    /// `getChatMember`; called again, replaces the members. A group never named here is
+    /// one the bot is not in: both answer `Bad Request: chat not found`, as Telegram
+    /// does. (Sending is not affected: `sendMessage` reaches any chat.) A private chat
+    /// is found unless [`Self::forbid_private_chat`] says its user never started the
+    /// bot.
+    pub fn set_chat_members(&self, chat_id: i64, members: &[u64]) {
+        self.shared.mutate(|state| {
+            state
+                .chat_members
+                .insert(chat_id, members.iter().copied().collect())
+        });
+    }
+
     /// From now on `sendMessage` to the private chat of `user_id` fails with 403
     /// `Forbidden: bot can't initiate conversation with a user`, Telegram's answer
     /// when the user never started the bot. Lifted when that user sends a message
@@ -739,14 +754,6 @@ impl FakeTelegram {
     pub fn set_webhook_connections(&self, n: usize) {
         self.shared
             .mutate(|state| state.webhook_connections = n.max(1));
-    }
-
-    /// Every `offset` the bot passed to `getUpdates`, in order (what it acknowledged).
-    pub fn get_updates_offsets(&self) -> Vec<i64> {
-        self.requests("getUpdates")
-            .iter()
-            .filter_map(|r| int_param(&r.body, "offset"))
-            .collect()
     }
 
     /// Makes a random `share` (0 to 1) of the calls of each of `methods` fail, one of:
@@ -897,6 +904,9 @@ struct State {
     forbidden_private_chats: HashSet<u64>,
     /// Names of users seen in taps and messages, to fill in private chats.
     users: HashMap<u64, TgUser>,
+    /// Groups the bot is in, with their (other) members; see `set_chat_members`.
+    /// Only `getChat` and `getChatMember` read it.
+    chat_members: HashMap<i64, HashSet<u64>>,
     /// Updates not yet confirmed by a `getUpdates` offset.
     updates: VecDeque<QueuedUpdate>,
     next_update_id: i64,
@@ -1054,6 +1064,7 @@ impl State {
             last_message_id: HashMap::new(),
             forbidden_private_chats: HashSet::new(),
             users: HashMap::new(),
+            chat_members: HashMap::new(),
             updates: VecDeque::new(),
             next_update_id: FIRST_UPDATE_ID,
             allowed_updates: None,
@@ -1458,6 +1469,62 @@ impl State {
         Ok(self.message_json(&message))
     }
 
+    /// `getChat`: a group the bot is in (`set_chat_members`), or a private chat whose
+    /// user has not been marked as never having started the bot.
+    fn get_chat(&self, body: &Value) -> ApiResult {
+        let chat_id = chat_id_param(body)?;
+        if self.chat_known(chat_id) {
+            Ok(self.chat_json(chat_id))
+        } else {
+            Err(ApiFailure::bad_request("chat not found"))
+        }
+    }
+
+    fn chat_known(&self, chat_id: i64) -> bool {
+        match u64::try_from(chat_id) {
+            Ok(user) => !self.forbidden_private_chats.contains(&user),
+            Err(_) => self.chat_members.contains_key(&chat_id),
+        }
+    }
+
+    /// `getChatMember`: the bot is an administrator of its groups; a member listed by
+    /// `set_chat_members` is a `member`; a user seen elsewhere has `left`; a user id the
+    /// fake has never seen is one Telegram does not know.
+    fn get_chat_member(&self, body: &Value) -> ApiResult {
+        let chat_id = chat_id_param(body)?;
+        let user_id = int_param(body, "user_id")
+            .and_then(|id| u64::try_from(id).ok())
+            .ok_or_else(|| ApiFailure::bad_request("user not found"))?;
+        if !self.chat_known(chat_id) {
+            return Err(ApiFailure::bad_request("chat not found"));
+        }
+        let member = match u64::try_from(chat_id) {
+            Ok(owner) => owner == user_id,
+            Err(_) => self
+                .chat_members
+                .get(&chat_id)
+                .is_some_and(|m| m.contains(&user_id)),
+        };
+        let status = if i64::try_from(user_id) == Ok(self.bot_id) {
+            "administrator"
+        } else if member {
+            "member"
+        } else if self.users.contains_key(&user_id) {
+            "left"
+        } else {
+            return Err(ApiFailure::bad_request("user not found"));
+        };
+        let user = if i64::try_from(user_id) == Ok(self.bot_id) {
+            self.bot_user_json()
+        } else {
+            self.users.get(&user_id).map_or_else(
+                || json!({ "id": user_id, "is_bot": false, "first_name": "User" }),
+                TgUser::to_json,
+            )
+        };
+        Ok(json!({ "status": status, "user": user }))
+    }
+
     fn answer_callback_query(&mut self, body: &Value) -> ApiResult {
         let too_old = || {
             ApiFailure::bad_request(
@@ -1713,6 +1780,8 @@ async fn call_method(shared: &Shared, method: &str, body: &Value) -> ApiResult {
         "editmessagetext" => shared.mutate(|state| state.edit_message(body, true)),
         "editmessagereplymarkup" => shared.mutate(|state| state.edit_message(body, false)),
         "answercallbackquery" => shared.mutate(|state| state.answer_callback_query(body)),
+        "getchat" => shared.lock().get_chat(body),
+        "getchatmember" => shared.lock().get_chat_member(body),
         _ => Err(ApiFailure::new(404, "Not Found: method not found")),
     }
 }
@@ -1915,7 +1984,8 @@ fn parse_multipart(body: &[u8], boundary: &str) -> Value {
     Value::Object(fields)
 }
 
-/// Pushes queued updates to the webhook while one is set: one at a time, in order, each
+/// Pushes queued updates to the webhook while one is set: one at a time (or
+/// `webhook_connections` at once), in order, each
 /// retried until the bot answers 2xx, as Telegram does. Runs until the fake is dropped.
 async fn push_to_webhook(shared: Arc<Shared>) {
     const FIRST_RETRY: Duration = Duration::from_millis(20);

@@ -1,39 +1,84 @@
-"""AI-Parrot human channel for the hitl-telegram service.
+"""Ask a human on Telegram, through the hitl-telegram service, before a tool runs.
 
-    from hitl_telegram_channel import make_confirmation_guard
+Any Python agent (standard library only, nothing to configure):
+
+    from hitl_telegram_channel import HitlClient, verify_webhook
+
+    client = HitlClient("http://127.0.0.1:8080", token)
+    decision = client.create("deploy", {"service": "billing"}, owner_id="alice")
+    if decision.allowed:
+        ...
+
+AI-Parrot agents (the ``aiparrot`` extra, and navconfig's ``$SITE_ROOT/env/<ENV>/.env``):
+
+    from hitl_telegram_channel.aiparrot import make_confirmation_guard
 
     guard = await make_confirmation_guard("http://127.0.0.1:8080", token, route="ops")
     tool_manager.set_confirmation_guard(guard)
 
-AI-Parrot's configuration layer must be importable first (``env/<ENV>/.env`` and
-``etc/config.ini`` under ``SITE_ROOT``), as for any use of ``parrot``.
+The AI-Parrot names are also reachable from the package itself
+(``from hitl_telegram_channel import make_confirmation_guard``, as before the split),
+but loaded only when first used (PEP 562), so that importing the package never imports
+``parrot``: importing ``parrot`` fails outside a navconfig project.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any, List
+
 from .call import ToolCall
-from .channel import HitlTelegramChannel, Target
-from .guard import (
-    DEFAULT_CHANNEL_NAME,
-    HitlConfirmationGuard,
-    HitlInteractionManager,
-    OperatorWindowStore,
-    close_confirmation_guard,
-    make_confirmation_guard,
-    wire,
-)
+from .client import AlreadyDecided, Confirmation, HitlClient, HitlError
 from .sse import SseEvent, SseParser
+from .webhook import verify_webhook
+
+#: The names :mod:`hitl_telegram_channel.aiparrot` provides, loaded on first access.
+_AIPARROT_NAMES = frozenset(
+    {
+        "DEFAULT_CHANNEL_NAME",
+        "HitlConfirmationGuard",
+        "HitlInteractionManager",
+        "HitlTelegramChannel",
+        "OperatorWindowStore",
+        "Target",
+        "close_confirmation_guard",
+        "make_confirmation_guard",
+        "wire",
+    }
+)
+#: What the AI-Parrot channel imports that a plain install lacks.
+_EXTRA_MODULES = ("parrot", "aiohttp", "navconfig")
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _AIPARROT_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        module = importlib.import_module(".aiparrot", __name__)
+    except ModuleNotFoundError as e:
+        missing = (e.name or "").partition(".")[0]
+        if missing not in _EXTRA_MODULES:
+            raise
+        raise ImportError(
+            f"{name} is part of the AI-Parrot channel, which needs {missing!r}: "
+            'pip install "hitl-telegram-channel[aiparrot]" (HitlClient needs nothing)',
+            name=e.name,
+        ) from e
+    return getattr(module, name)
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | _AIPARROT_NAMES)
+
 
 __all__ = [
-    "DEFAULT_CHANNEL_NAME",
-    "HitlConfirmationGuard",
-    "HitlInteractionManager",
-    "HitlTelegramChannel",
-    "OperatorWindowStore",
+    "AlreadyDecided",
+    "Confirmation",
+    "HitlClient",
+    "HitlError",
     "SseEvent",
     "SseParser",
-    "Target",
     "ToolCall",
-    "close_confirmation_guard",
-    "make_confirmation_guard",
-    "wire",
-]
+    "verify_webhook",
+]  # not the AI-Parrot names: `import *` must work without AI-Parrot too
 __version__ = "0.1.0"

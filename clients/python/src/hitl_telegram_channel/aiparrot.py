@@ -1,0 +1,32 @@
+"""The AI-Parrot side of the package: the ``HumanChannel``, the manager and the guard.
+
+    from hitl_telegram_channel.aiparrot import make_confirmation_guard
+
+It needs the ``aiparrot`` extra (``pip install "hitl-telegram-channel[aiparrot]"``:
+ai-parrot 1.2.4 and aiohttp) and, as any import of ``parrot`` does, navconfig's project
+scaffold: ``env/<ENV>/.env`` (``ENV`` defaults to ``dev``) under ``SITE_ROOT``. Importing this module is what loads AI-Parrot; the package itself
+(:class:`~hitl_telegram_channel.client.HitlClient`, ``verify_webhook``) never does.
+"""
+
+from .channel import HitlTelegramChannel, Target
+from .guard import (
+    DEFAULT_CHANNEL_NAME,
+    HitlConfirmationGuard,
+    HitlInteractionManager,
+    OperatorWindowStore,
+    close_confirmation_guard,
+    make_confirmation_guard,
+    wire,
+)
+
+__all__ = [
+    "DEFAULT_CHANNEL_NAME",
+    "HitlConfirmationGuard",
+    "HitlInteractionManager",
+    "HitlTelegramChannel",
+    "OperatorWindowStore",
+    "Target",
+    "close_confirmation_guard",
+    "make_confirmation_guard",
+    "wire",
+]

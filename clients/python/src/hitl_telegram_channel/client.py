@@ -1,0 +1,364 @@
+"""A plain client for ``/v1/confirmations``, for any Python agent (standard library only).
+
+    client = HitlClient("http://127.0.0.1:8080", token)
+    decision = client.create("transfer", {"to": "ACME", "amount": 1200.5}, owner_id="alice")
+    if decision.allowed:
+        transfer(**decision.parameters)
+
+Why ``urllib`` rather than aiohttp or httpx: this module must import, and work, in an
+agent that installed nothing but this package (the AI-Parrot channel, which needs
+aiohttp, is the ``aiparrot`` extra), and a confirmation is a handful of requests per
+decision, far from where a connection pool pays. The calls block; an asyncio agent runs
+them in a thread (``await asyncio.to_thread(client.create, ...)``).
+
+Every failure is a :class:`HitlError` carrying the service's error ``code``, so callers
+branch on codes, never on message text. Nothing here ever treats a failure as an
+approval: only a record whose ``status`` is ``confirmed`` has ``allowed`` true.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional
+from urllib.parse import quote, urlsplit
+
+#: The statuses a request can end in; ``pending`` is the only other one.
+TERMINAL_STATUSES = frozenset({"confirmed", "cancelled", "timeout"})
+#: The service's bound on one long-poll (``GET ...?wait=N``, N at most 60).
+MAX_LONG_POLL_SECONDS = 60.0
+#: How much longer than the service may hold a request the client waits for its answer:
+#: the service answers a blocking call when its timeout fires, plus delivery latency.
+_SLACK_SECONDS = 30.0
+
+
+class HitlError(Exception):
+    """A call that did not produce a record.
+
+    Attributes:
+        status: The HTTP status, or ``None`` when no answer came (``code`` is then
+            ``unreachable`` or ``client_timeout``).
+        code: The service's error code (``unauthorized``, ``forbidden``, ``not_found``,
+            ``already_decided``, ``invalid_field``, ``rate_limited``, ``unavailable``,
+            ...; see the README's "Errors"), or ``unexpected_response`` for an answer
+            that is not the service's JSON (a proxy's error page).
+        message: The service's sentence (it names the field for ``invalid_field``).
+        retry_after: Seconds from ``Retry-After`` (429, 503), else ``None``.
+    """
+
+    def __init__(
+        self,
+        status: Optional[int],
+        code: str,
+        message: str,
+        retry_after: Optional[float] = None,
+    ) -> None:
+        super().__init__(f"{code}: {message}" if status is None else f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retry_after = retry_after
+        # The whole error body (a 409 carries the record under ``confirmation``).
+        self._body: Dict[str, Any] = {}
+
+
+class AlreadyDecided(HitlError):
+    """A withdrawal (``DELETE``) of a request that had already ended (409).
+
+    ``confirmation`` is the request as it ended: a withdrawal that lost the race to an
+    operator's tap tells the agent what was decided instead.
+    """
+
+    def __init__(self, message: str, confirmation: "Confirmation") -> None:
+        super().__init__(409, "already_decided", message)
+        self.confirmation = confirmation
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """A confirmation record as ``/v1/confirmations`` returns it (and a webhook posts it).
+
+    Only what an agent acts on is a field; everything else the service sends (the
+    window fields, ``created_at``, ...) is in :attr:`raw`, so a newer service's
+    additions are not lost.
+    """
+
+    id: str
+    #: ``pending``, ``confirmed``, ``cancelled`` or ``timeout``.
+    status: str
+    #: True only for ``confirmed``: the one value to gate the tool call on.
+    allowed: bool
+    #: ``operator``, ``window``, ``timeout``, ``withdrawn``, ``fail_closed``; ``None``
+    #: while pending.
+    via: Optional[str]
+    reason: Optional[str]
+    tool: str
+    owner_id: str
+    #: When allowed, the parameters exactly as sent (run the tool with these); else None.
+    parameters: Optional[Dict[str, Any]]
+    #: Who decided (``{"id", "username", "name"}``), when an operator did.
+    decided_by: Optional[Dict[str, Any]]
+    #: The whole record as received.
+    raw: Dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, record: Any) -> "Confirmation":
+        """Parses a record; ``ValueError`` naming the field when it is not one."""
+        if not isinstance(record, dict):
+            raise ValueError(f"a confirmation record is a JSON object, not {type(record).__name__}")
+
+        def text(name: str, optional: bool = False) -> Optional[str]:
+            value = record.get(name)
+            if value is None and optional:
+                return None
+            if not isinstance(value, str):
+                raise ValueError(f"confirmation record: {name} is not a string")
+            return value
+
+        status = text("status")
+        if status != "pending" and status not in TERMINAL_STATUSES:
+            raise ValueError(f"confirmation record: unknown status {status!r}")
+        allowed = record.get("allowed")
+        if not isinstance(allowed, bool):
+            raise ValueError("confirmation record: allowed is not a boolean")
+        if allowed and status != "confirmed":
+            # Fail closed on a record that contradicts itself.
+            raise ValueError(f"confirmation record: allowed with status {status!r}")
+        parameters = record.get("parameters")
+        if parameters is not None and not isinstance(parameters, dict):
+            raise ValueError("confirmation record: parameters is not an object")
+        decided_by = record.get("decided_by")
+        if decided_by is not None and not isinstance(decided_by, dict):
+            raise ValueError("confirmation record: decided_by is not an object")
+        return cls(
+            id=text("id"),
+            status=status,
+            allowed=allowed,
+            via=text("via", optional=True),
+            reason=text("reason", optional=True),
+            tool=text("tool"),
+            owner_id=text("owner_id"),
+            parameters=parameters,
+            decided_by=decided_by,
+            raw=record,
+        )
+
+    @property
+    def pending(self) -> bool:
+        """Whether nobody (and no timeout) has decided yet."""
+        return self.status == "pending"
+
+
+class HitlClient:
+    """Talks to one hitl-telegram service as one agent (its bearer token).
+
+    Args:
+        base_url: The service, e.g. ``http://127.0.0.1:8080`` (scheme required).
+        token: The agent's token. Sent only in ``Authorization``; never in an error or
+            ``repr``.
+        timeout: Seconds to wait for the answer to a call that does not wait for a human.
+        block_timeout: For a blocking ``create`` without ``timeout_seconds``, how long the
+            service may hold it (its ``default_timeout_seconds``, 120 unless configured);
+            the client waits that plus 30 s of slack.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        block_timeout: float = 120.0,
+    ) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(
+                f"base_url must be an http(s) URL such as http://127.0.0.1:8080, not {base_url!r}"
+            )
+        if parts.username is not None or parts.password is not None:
+            # They would show in every error message and repr.
+            raise ValueError("base_url must not hold credentials: the token authenticates")
+        if not token:
+            raise ValueError("token is empty")
+        self.base_url = base_url.rstrip("/")
+        self._token = token
+        self.timeout = timeout
+        self.block_timeout = block_timeout
+        # No proxy for a service on loopback (urllib would otherwise honour
+        # http_proxy for 127.0.0.1 when no_proxy does not list it).
+        handlers: list = [_NoRedirects()]
+        if parts.hostname in ("127.0.0.1", "localhost", "::1"):
+            handlers.append(urllib.request.ProxyHandler({}))
+        self._opener = urllib.request.build_opener(*handlers)
+
+    def __repr__(self) -> str:
+        return f"HitlClient({self.base_url!r})"
+
+    def create(
+        self,
+        tool: str,
+        params: Mapping[str, Any],
+        *,
+        wait: str = "block",
+        owner_id: Optional[str] = None,
+        template: Optional[str] = None,
+        window_seconds: Optional[int] = None,
+        allow_edit: Optional[bool] = None,
+        timeout_seconds: Optional[float] = None,
+        route: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        context: Optional[str] = None,
+        callback_url: Optional[str] = None,
+    ) -> Confirmation:
+        """``POST /v1/confirmations``: asks a human about one tool call.
+
+        ``wait="block"`` returns the decision (``confirmed``, ``cancelled`` or
+        ``timeout``); ``wait="suspend"`` returns at once, usually ``pending`` (a window
+        hit is ``confirmed`` at once), to be followed with :meth:`wait_for` or a webhook.
+        Arguments left ``None`` are not sent, so the service's defaults apply. Repeat a
+        call that failed without an answer with the same ``idempotency_key``: it is the
+        same request, not a second question.
+        """
+        if wait not in ("block", "suspend"):
+            raise ValueError(f'wait must be "block" or "suspend", not {wait!r}')
+        body: Dict[str, Any] = {"tool": tool, "params": dict(params), "wait": wait}
+        optional = {
+            "owner_id": owner_id,
+            "template": template,
+            "window_seconds": window_seconds,
+            "allow_edit": allow_edit,
+            "timeout_seconds": timeout_seconds,
+            "route": route,
+            "idempotency_key": idempotency_key,
+            "context": context,
+            "callback_url": callback_url,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
+        if wait == "block":
+            held = timeout_seconds if timeout_seconds is not None else self.block_timeout
+            read_timeout = float(held) + _SLACK_SECONDS
+        else:
+            read_timeout = self.timeout
+        return self._record(self._call("POST", "/v1/confirmations", body, read_timeout))
+
+    def get(self, confirmation_id: str, *, wait: Optional[float] = None) -> Confirmation:
+        """``GET /v1/confirmations/{id}``; with ``wait`` (seconds, at most 60) it
+        long-polls until the request ends or ``wait`` passes, and returns it either way."""
+        path = f"/v1/confirmations/{quote(confirmation_id, safe='')}"
+        read_timeout = self.timeout
+        if wait is not None:
+            if not 0 <= wait <= MAX_LONG_POLL_SECONDS:
+                raise ValueError(f"wait must be within 0..={MAX_LONG_POLL_SECONDS:g} seconds, not {wait!r}")
+            path += f"?wait={wait:g}"
+            read_timeout = wait + self.timeout
+        return self._record(self._call("GET", path, None, read_timeout))
+
+    def wait_for(self, confirmation_id: str, *, timeout: Optional[float] = None) -> Confirmation:
+        """Long-polls until the request is decided and returns it.
+
+        With ``timeout`` (seconds) it returns the record as it stands then, possibly
+        still ``pending``; without, it waits as long as the request does (every request
+        ends: the service times it out).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = MAX_LONG_POLL_SECONDS
+            if deadline is not None:
+                step = max(0.0, min(step, deadline - time.monotonic()))
+            record = self.get(confirmation_id, wait=step)
+            if not record.pending or (deadline is not None and time.monotonic() >= deadline):
+                return record
+
+    def withdraw(self, confirmation_id: str) -> Confirmation:
+        """``DELETE /v1/confirmations/{id}``: withdraws a pending request and returns it
+        (``cancelled`` via ``withdrawn``). Raises :class:`AlreadyDecided`, carrying the
+        decided record, when it had already ended."""
+        path = f"/v1/confirmations/{quote(confirmation_id, safe='')}"
+        try:
+            return self._record(self._call("DELETE", path, None, self.timeout))
+        except HitlError as e:
+            record = e._body.get("confirmation")
+            if e.status == 409 and e.code == "already_decided" and isinstance(record, dict):
+                raise AlreadyDecided(e.message, self._record(record)) from None
+            raise
+
+    def _record(self, payload: Any) -> Confirmation:
+        try:
+            return Confirmation.from_json(payload)
+        except ValueError as e:
+            raise HitlError(None, "unexpected_response", str(e)) from None
+
+    def _call(self, method: str, path: str, body: Optional[dict], read_timeout: float) -> Any:
+        data = None if body is None else json.dumps(body, allow_nan=False).encode()
+        request = urllib.request.Request(self.base_url + path, data=data, method=method)
+        request.add_header("Authorization", f"Bearer {self._token}")
+        request.add_header("Accept", "application/json")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with self._opener.open(request, timeout=read_timeout) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as e:
+            with e:
+                raise _error(e.code, e.headers, e.read()) from None
+        except (socket.timeout, TimeoutError):
+            raise HitlError(
+                None,
+                "client_timeout",
+                f"no answer from {self.base_url} within {read_timeout:g} s",
+            ) from None
+        except urllib.error.URLError as e:
+            if isinstance(e.reason, (socket.timeout, TimeoutError)):
+                raise HitlError(
+                    None,
+                    "client_timeout",
+                    f"no answer from {self.base_url} within {read_timeout:g} s",
+                ) from None
+            raise HitlError(None, "unreachable", f"{self.base_url}: {e.reason}") from None
+        except OSError as e:  # a connection reset mid-answer
+            raise HitlError(None, "unreachable", f"{self.base_url}: {e}") from None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise HitlError(None, "unexpected_response", "the answer is not JSON") from None
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Refuses to follow redirects: urllib would send the bearer token on to wherever
+    a redirect points, and the service never redirects. A 3xx becomes an
+    ``unexpected_response`` error."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D102
+        return None
+
+
+def _error(status: int, headers: Any, raw: bytes) -> HitlError:
+    """The exception for an error answer: the service's code and message when the body
+    is its ``{"error": {"code", "message"}}``, else ``unexpected_response``."""
+    retry_after = None
+    value = headers.get("Retry-After") if headers is not None else None
+    if value is not None:
+        try:
+            retry_after = float(value)
+        except ValueError:
+            retry_after = None
+    try:
+        body = json.loads(raw)
+        code = body["error"]["code"]
+        message = body["error"]["message"]
+        if not isinstance(code, str) or not isinstance(message, str):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        return HitlError(
+            status,
+            "unexpected_response",
+            f"HTTP {status} without the service's JSON error body",
+            retry_after,
+        )
+    error = HitlError(status, code, message, retry_after)
+    error._body = body
+    return error

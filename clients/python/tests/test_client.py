@@ -1,0 +1,242 @@
+"""Unit tests of the plain client (HitlClient, verify_webhook): standard library only.
+
+Against a stub of the service (http.server on 127.0.0.1:0) for what the real service
+never does (a proxy's HTML error page, a self-contradicting record, no answer at all);
+tests/python_client.rs runs the client against the real service. Runs with any python,
+with or without ai-parrot:
+
+    python3 -m unittest clients/python/tests/test_client.py
+"""
+
+import hashlib
+import hmac
+import json
+import subprocess
+import sys
+import threading
+import time
+import unittest
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+_SRC = Path(__file__).resolve().parent.parent / "src"
+sys.path.insert(0, str(_SRC))
+
+from hitl_telegram_channel import (  # noqa: E402
+    AlreadyDecided,
+    Confirmation,
+    HitlClient,
+    HitlError,
+    verify_webhook,
+)
+
+TOKEN = "token-0123456789"
+ID = "cf_" + "a" * 32
+
+
+def record(**fields):
+    base = {
+        "id": ID, "status": "pending", "allowed": False, "via": None, "reason": None,
+        "tool": "deploy", "owner_id": "anonymous", "parameters": None, "decided_by": None,
+    }
+    base.update(fields)
+    return base
+
+
+class Stub:
+    """A stub service: ``answer(method, path, body) -> (status, headers, bytes)``; keeps
+    every request it got."""
+
+    def __init__(self, answer):
+        self.requests = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _serve(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                stub.requests.append((self.command, self.path, dict(self.headers), body))
+                status, headers, payload = answer(self.command, self.path, body)
+                try:
+                    self.send_response(status)
+                    for k, v in headers.items():
+                        self.send_header(k, v)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up first (the timeout test)
+
+            do_GET = do_POST = do_DELETE = _serve
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def json_answer(status, body, **headers):
+    return status, {"Content-Type": "application/json", **headers}, json.dumps(body).encode()
+
+
+class ClientTests(unittest.TestCase):
+    def stub(self, answer):
+        stub = Stub(answer)
+        self.addCleanup(stub.close)
+        return stub
+
+    def test_a_create_sends_only_the_fields_given_with_the_token_and_parses_the_record(self):
+        stub = self.stub(lambda *_: json_answer(202, record()))
+        client = HitlClient(stub.url + "/", TOKEN)
+        got = client.create("deploy", {"env": "prod"}, wait="suspend", owner_id="alice")
+        self.assertTrue(got.pending)
+        self.assertFalse(got.allowed)
+        method, path, headers, body = stub.requests[0]
+        self.assertEqual((method, path), ("POST", "/v1/confirmations"))
+        self.assertEqual(headers["Authorization"], f"Bearer {TOKEN}")
+        self.assertEqual(
+            json.loads(body),
+            {"tool": "deploy", "params": {"env": "prod"}, "wait": "suspend", "owner_id": "alice"},
+        )
+
+    def test_an_error_page_that_is_not_the_services_json_is_unexpected_response(self):
+        stub = self.stub(lambda *_: (502, {"Content-Type": "text/html"}, b"<h1>Bad gateway</h1>"))
+        with self.assertRaises(HitlError) as caught:
+            HitlClient(stub.url, TOKEN).get(ID)
+        self.assertEqual((caught.exception.status, caught.exception.code), (502, "unexpected_response"))
+
+    def test_a_redirect_is_not_followed_so_the_token_goes_nowhere_else(self):
+        target = self.stub(lambda *_: json_answer(200, record()))
+        stub = self.stub(lambda *_: (302, {"Location": target.url + f"/v1/confirmations/{ID}"}, b""))
+        with self.assertRaises(HitlError) as caught:
+            HitlClient(stub.url, TOKEN).get(ID)
+        self.assertEqual((caught.exception.status, caught.exception.code), (302, "unexpected_response"))
+        self.assertEqual(target.requests, [])
+
+    def test_rate_limited_carries_retry_after(self):
+        error = {"error": {"code": "rate_limited", "message": "over 6 requests per minute"}}
+        stub = self.stub(lambda *_: json_answer(429, error, **{"Retry-After": "7"}))
+        with self.assertRaises(HitlError) as caught:
+            HitlClient(stub.url, TOKEN).create("deploy", {}, wait="suspend")
+        self.assertEqual(caught.exception.code, "rate_limited")
+        self.assertEqual(caught.exception.retry_after, 7.0)
+        self.assertNotIn(TOKEN, str(caught.exception))
+
+    def test_a_record_allowed_without_being_confirmed_is_refused_not_trusted(self):
+        stub = self.stub(lambda *_: json_answer(200, record(status="cancelled", allowed=True)))
+        with self.assertRaises(HitlError) as caught:
+            HitlClient(stub.url, TOKEN).get(ID)
+        self.assertEqual(caught.exception.code, "unexpected_response")
+
+    def test_a_conflict_on_withdraw_carries_the_decided_record(self):
+        decided = record(status="confirmed", allowed=True, via="operator", parameters={})
+        body = {"error": {"code": "already_decided", "message": "already confirmed"},
+                "confirmation": decided}
+        stub = self.stub(lambda *_: json_answer(409, body))
+        with self.assertRaises(AlreadyDecided) as caught:
+            HitlClient(stub.url, TOKEN).withdraw(ID)
+        self.assertEqual(caught.exception.confirmation.status, "confirmed")
+        self.assertEqual(stub.requests[0][:2], ("DELETE", f"/v1/confirmations/{ID}"))
+
+    def test_a_service_that_never_answers_is_client_timeout(self):
+        def slow(*_):
+            time.sleep(1.0)
+            return json_answer(200, record())
+
+        stub = self.stub(slow)
+        with self.assertRaises(HitlError) as caught:
+            HitlClient(stub.url, TOKEN, timeout=0.2).get(ID)
+        self.assertEqual((caught.exception.status, caught.exception.code), (None, "client_timeout"))
+
+    def test_wait_for_long_polls_until_the_request_ends(self):
+        answers = [record(), record(status="timeout", via="timeout")]
+        stub = self.stub(lambda *_: json_answer(200, answers.pop(0)))
+        got = HitlClient(stub.url, TOKEN).wait_for(ID)
+        self.assertEqual(got.status, "timeout")
+        self.assertEqual([r[1] for r in stub.requests], [f"/v1/confirmations/{ID}?wait=60"] * 2)
+
+    def test_bad_arguments_are_refused_before_any_request(self):
+        with self.assertRaises(ValueError):
+            HitlClient("127.0.0.1:8080", TOKEN)
+        with self.assertRaises(ValueError):
+            HitlClient("http://user:secret@127.0.0.1:8080", TOKEN)
+        client = HitlClient("http://127.0.0.1:9", TOKEN)
+        with self.assertRaises(ValueError):
+            client.create("deploy", {}, wait="later")
+        with self.assertRaises(ValueError):
+            client.get(ID, wait=61)
+        self.assertNotIn(TOKEN, repr(client))
+
+    def test_a_record_missing_a_field_names_it(self):
+        broken = record()
+        del broken["tool"]
+        with self.assertRaisesRegex(ValueError, "tool"):
+            Confirmation.from_json(broken)
+
+
+def signed(secret, ts, delivery, body):
+    mac = hmac.new(secret, f"{ts}.{delivery}.".encode() + body, hashlib.sha256).hexdigest()
+    return {"X-Hitl-Timestamp": str(ts), "X-Hitl-Delivery": delivery,
+            "X-Hitl-Signature": "sha256=" + mac}
+
+
+class WebhookTests(unittest.TestCase):
+    SECRET = b"webhook-secret"
+    DELIVERY = "wh_" + "0123456789abcdef" * 2
+    BODY = b'{"id":"cf_1","status":"confirmed"}'
+
+    def test_header_names_match_in_any_case_as_str_or_bytes(self):
+        now = int(time.time())
+        headers = signed(self.SECRET, now, self.DELIVERY, self.BODY)
+        as_bytes = {k.lower().encode(): v.encode() for k, v in headers.items()}
+        self.assertTrue(verify_webhook(self.SECRET, as_bytes, self.BODY))
+        upper = {k.upper(): v for k, v in headers.items()}
+        self.assertTrue(verify_webhook(self.SECRET, upper, self.BODY))
+        self.assertFalse(verify_webhook(self.SECRET, upper, self.BODY + b" "))
+
+    def test_a_timestamp_that_is_not_plain_digits_is_refused_even_when_signed(self):
+        for ts in ("+1700000000", " 1700000000", "1_700_000_000", "١٧٠٠٠٠٠٠٠٠"):
+            headers = signed(self.SECRET, ts, self.DELIVERY, self.BODY)
+            self.assertFalse(verify_webhook(self.SECRET, headers, self.BODY, now=1700000000), ts)
+
+    def test_a_body_given_as_text_is_a_type_error_not_a_silent_false(self):
+        headers = signed(self.SECRET, int(time.time()), self.DELIVERY, self.BODY)
+        with self.assertRaises(TypeError):
+            verify_webhook(self.SECRET, headers, self.BODY.decode())
+
+
+class ImportTests(unittest.TestCase):
+    def test_the_package_imports_where_ai_parrot_cannot(self):
+        script = (
+            "import importlib.abc, sys\n"
+            "class Hide(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.partition('.')[0] in ('parrot', 'navconfig', 'aiohttp'):\n"
+            "            raise ModuleNotFoundError(name, name=name)\n"
+            "sys.meta_path.insert(0, Hide())\n"
+            "from hitl_telegram_channel import HitlClient, verify_webhook\n"
+            "try:\n"
+            "    from hitl_telegram_channel import make_confirmation_guard\n"
+            "except ImportError as e:\n"
+            "    print(e)\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", script],
+            env={"PYTHONPATH": str(_SRC)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn('pip install "hitl-telegram-channel[aiparrot]"', out.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
