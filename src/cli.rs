@@ -102,6 +102,30 @@ pub const EXIT_CANCELLED: u8 = 1;
 pub const EXIT_TIMEOUT: u8 = 2;
 pub const EXIT_ERROR: u8 = 3;
 
+/// The service's base URL from what `--url` was given. A loopback address without a
+/// scheme (`127.0.0.1:8080`, `localhost:8080`) means plain http, as the service listens
+/// there; any other host must say its scheme, since guessing http would send the token
+/// in the clear.
+fn service_url(given: &str) -> anyhow::Result<String> {
+    let given = given.trim().trim_end_matches('/');
+    if given.contains("://") {
+        return Ok(given.to_owned());
+    }
+    let host = given.split(['/', ':']).next().unwrap_or("");
+    let loopback = host == "localhost"
+        || host
+            .parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|ip| ip.is_loopback())
+        || given.starts_with("[::1]");
+    if loopback {
+        Ok(format!("http://{given}"))
+    } else {
+        anyhow::bail!(
+            "--url {given:?} has no scheme: write https://{given} (or http:// on a trusted network)"
+        )
+    }
+}
+
 /// Asks through a running service and waits for the decision. Returns the exit code
 /// and what to print (the record, or the error body).
 pub async fn ask(req: AskRequest) -> (u8, String) {
@@ -160,7 +184,7 @@ async fn ask_inner(req: &AskRequest) -> anyhow::Result<(u8, String)> {
     add("window_seconds", req.window_seconds.map(|t| t.to_string()));
     body.push('}');
 
-    let endpoint = format!("{}/v1/confirmations", req.url.trim_end_matches('/'));
+    let endpoint = format!("{}/v1/confirmations", service_url(&req.url)?);
     let client = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .build()?;
@@ -442,6 +466,27 @@ pub async fn check_online(config: &Config) -> OnlineReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_loopback_url_without_a_scheme_means_http_and_any_other_host_must_say_its_own() {
+        assert_eq!(
+            service_url("127.0.0.1:8080").unwrap(),
+            "http://127.0.0.1:8080"
+        );
+        assert_eq!(
+            service_url("localhost:8080/").unwrap(),
+            "http://localhost:8080"
+        );
+        assert_eq!(service_url("[::1]:8080").unwrap(), "http://[::1]:8080");
+        assert_eq!(
+            service_url("https://hitl.example.com/").unwrap(),
+            "https://hitl.example.com"
+        );
+        let e = service_url("hitl.example.com:8080")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("https://hitl.example.com:8080"), "{e}");
+    }
 
     #[test]
     fn since_takes_a_date_at_midnight_utc_or_an_rfc3339_time_and_says_why_not_once() {

@@ -434,6 +434,9 @@ fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     }
 }
 
+/// The shipped example configuration (see [`Settings::builtin`]).
+const BUILTIN_CONFIG: &str = include_str!("../config/default.toml");
+
 impl Settings {
     /// Reads `path`, then applies `HITL__SECTION__KEY` overrides from the process
     /// environment.
@@ -446,6 +449,16 @@ impl Settings {
         }
         Figment::new()
             .merge(Toml::file_exact(path))
+            .merge(Env::prefixed(ENV_OVERRIDE_PREFIX).split("__"))
+            .extract()
+            .map_err(|e| ConfigError::Load(e.to_string()))
+    }
+
+    /// The shipped `config/default.toml`, built in: what `--demo` runs on when no
+    /// configuration file is found, so the demo works from any folder.
+    pub fn builtin() -> Result<Settings, ConfigError> {
+        Figment::new()
+            .merge(Toml::string(BUILTIN_CONFIG))
             .merge(Env::prefixed(ENV_OVERRIDE_PREFIX).split("__"))
             .extract()
             .map_err(|e| ConfigError::Load(e.to_string()))

@@ -150,7 +150,16 @@ struct ClaudeHookArgs {
 }
 
 fn load_config(path: &std::path::Path, demo: bool) -> anyhow::Result<Config> {
-    let mut settings = Settings::load(path)?;
+    let mut settings = if demo && !path.exists() {
+        // The demo needs no file of its own: it replaces the routes and agents anyway.
+        eprintln!(
+            "note: {} not found; the demo runs on the built-in defaults",
+            path.display()
+        );
+        Settings::builtin()?
+    } else {
+        Settings::load(path)?
+    };
     if demo {
         settings = cli::demo_settings(settings, std::env::var(cli::DEMO_OPERATOR_ENV).ok())?;
     }

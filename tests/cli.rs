@@ -804,3 +804,50 @@ async fn serve_logs_the_audit_head_at_shutdown_and_verify_accepts_it() {
         "the logged head is the trail's final head: {stdout}"
     );
 }
+
+#[tokio::test]
+async fn demo_mode_runs_from_a_folder_without_any_config_file() {
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["check-config", "--demo"])
+        .current_dir(empty.path())
+        .env("TELEGRAM_BOT_TOKEN", "1:x")
+        .env("HITL_DEMO_AGENT_TOKEN", WORKDAY_TOKEN)
+        .env("HITL_DEMO_OPERATOR_ID", "424242")
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("built-in defaults"), "{err}");
+    // Without --demo a missing file is still an error that names it.
+    let out = Command::new(BIN)
+        .args(["check-config"])
+        .current_dir(empty.path())
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("config/default.toml does not exist"));
+}
+
+#[tokio::test]
+async fn ask_takes_a_loopback_address_without_a_scheme() {
+    let app = TestApp::spawn().await;
+    let child = Command::new(BIN)
+        .args(["ask", "--url", &app.addr.to_string(), "--token", TOKEN_A])
+        .args(["--tool", "deploy", "--timeout", "0.5"])
+        .env("NO_PROXY", "127.0.0.1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn");
+    let (code, out, err) = finish(child).await;
+    // It reached the service: the question timed out (exit 2), nobody tapped.
+    assert_eq!(code, 2, "{out}\n{err}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap()["status"],
+        "timeout"
+    );
+}
