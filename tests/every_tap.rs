@@ -167,6 +167,23 @@ async fn stored_message_id(db_url: &str, id: &str) -> i32 {
     panic!("the message id of {id} was never stored");
 }
 
+/// Waits until each of the messages lost its buttons and shows `outcome`.
+async fn outcome_on_every_copy(app: &TestApp, message_ids: &[i32], outcome: &str) {
+    for &message_id in message_ids {
+        let shown = app
+            .telegram
+            .wait_for_message(OPS_CHAT, message_id, "the outcome, no buttons", |m| {
+                !m.has_buttons()
+            })
+            .await;
+        assert!(
+            shown.visible_text.contains(outcome),
+            "{}",
+            shown.visible_text
+        );
+    }
+}
+
 /// Asks a question whose `sendMessage` Telegram carries out but whose answer never
 /// arrives (the connection drops): the service sends it again. Returns the record, the
 /// message id of the copy the service knows nothing of, and that of the one it stored.
@@ -204,19 +221,7 @@ async fn a_tap_on_a_copy_whose_id_was_never_stored_decides_and_every_copy_shows_
     let decided = app.wait_status(id, "confirmed").await;
     assert_eq!(decided["decided_by"]["id"], ALICE);
 
-    for message_id in [lost, stored] {
-        let shown = app
-            .telegram
-            .wait_for_message(OPS_CHAT, message_id, "the outcome, no buttons", |m| {
-                !m.has_buttons()
-            })
-            .await;
-        assert!(
-            shown.visible_text.contains("Approved by Alice"),
-            "{}",
-            shown.visible_text
-        );
-    }
+    outcome_on_every_copy(&app, &[lost, stored], "Approved by Alice").await;
     let found: Vec<_> = app
         .audit_events(id)
         .await
@@ -287,19 +292,7 @@ async fn a_copy_learned_from_a_refused_tap_is_edited_by_the_timeout_that_follows
 
     // Nobody else taps: the timeout edits both copies.
     app.wait_status(id, "timeout").await;
-    for message_id in [lost, stored] {
-        let shown = app
-            .telegram
-            .wait_for_message(OPS_CHAT, message_id, "the timeout, no buttons", |m| {
-                !m.has_buttons()
-            })
-            .await;
-        assert!(
-            shown.visible_text.contains("Timed out"),
-            "{}",
-            shown.visible_text
-        );
-    }
+    outcome_on_every_copy(&app, &[lost, stored], "Timed out").await;
 }
 
 #[tokio::test]
