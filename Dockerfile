@@ -2,10 +2,25 @@
 # Build stage: compile the release binary.
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
+# Dependencies first, from the manifest and the lock file alone, against empty targets:
+# this layer is rebuilt only when Cargo.toml or Cargo.lock change, so a change in src/
+# recompiles the service crate and nothing else.
 COPY Cargo.toml Cargo.lock ./
+RUN mkdir -p src bench/loadgen \
+    && echo 'fn main() {}' > src/main.rs \
+    && touch src/lib.rs \
+    && echo 'fn main() {}' > bench/loadgen/main.rs \
+    && echo 'fn main() {}' > bench/window_hit.rs \
+    && cargo build --release --locked --bin hitl-telegram \
+    && rm -rf src bench
 COPY src ./src
 COPY migrations ./migrations
-RUN cargo build --release --locked --bin hitl-telegram
+# The built-in defaults (`--demo` from any folder) are compiled in from this file.
+COPY config/default.toml ./config/default.toml
+# COPY keeps the files' own modification times, which can be older than the empty
+# targets just built; touching them makes cargo rebuild the crate for certain.
+RUN touch src/main.rs src/lib.rs \
+    && cargo build --release --locked --bin hitl-telegram
 
 # Runtime stage: the binary, the default config, nothing else. TLS roots are built in
 # (rustls with webpki roots), so no CA package is needed.
@@ -17,9 +32,12 @@ WORKDIR /app
 COPY --from=build /src/target/release/hitl-telegram /usr/local/bin/hitl-telegram
 COPY config/default.toml /app/config/default.toml
 USER hitl
+# HITL_CONFIG names the config file for every command (serve, check-config, backup, …);
+# compose points it at the mounted config/local.toml.
 ENV HITL__SERVER__BIND=0.0.0.0:8080 \
-    HITL__DATABASE__URL=sqlite:///app/data/hitl.db
+    HITL__DATABASE__URL=sqlite:///app/data/hitl.db \
+    HITL_CONFIG=/app/config/default.toml
 EXPOSE 8080
 VOLUME ["/app/data"]
 ENTRYPOINT ["hitl-telegram"]
-CMD ["serve", "--config", "/app/config/default.toml"]
+CMD ["serve"]

@@ -30,6 +30,9 @@ pub const MAX_TIMEOUT_LIMIT: f64 = 366.0 * 24.0 * 3600.0;
 /// The shortest agent bearer token accepted: a token is the agent's only credential,
 /// and a few characters can be guessed over the network.
 pub const MIN_AGENT_TOKEN_CHARS: usize = 16;
+/// How `.env.example`'s placeholder secrets begin (`replace-with-a-long-random-string`,
+/// the bot token's `123456789:replace-me`).
+const EXAMPLE_SECRET_PREFIX: &str = "replace-";
 
 /// The group chat id in the shipped example config (`config/default.toml`): a
 /// configuration still holding it has not been filled in yet.
@@ -444,6 +447,16 @@ impl Settings {
         if !path.exists() {
             return Err(ConfigError::Load(format!(
                 "configuration file {} does not exist",
+                path.display()
+            )));
+        }
+        if path.is_dir() {
+            // What Docker leaves when a bind-mounted file is missing on the host: an
+            // empty directory in its place. Say so, rather than a bare read error.
+            return Err(ConfigError::Load(format!(
+                "configuration file {} is a directory (Docker creates an empty one when \
+                 the file it should mount is missing: create it first, e.g. \
+                 `cp config/default.toml config/local.toml`)",
                 path.display()
             )));
         }
@@ -1044,6 +1057,17 @@ impl Config {
                     ),
                 ));
             }
+            // The example's placeholder is public: anyone who read .env.example could
+            // use it. Refuse it whatever its length.
+            if token.starts_with(EXAMPLE_SECRET_PREFIX) {
+                return Err(invalid(
+                    format!("{key}.token_env"),
+                    format!(
+                        "the token of agent '{}' (in {}) is the placeholder from .env.example; set a random one (e.g. from `openssl rand -hex 32`)",
+                        a.name, a.token_env
+                    ),
+                ));
+            }
             let token_sha256 = token_digest(token);
             if agents
                 .iter()
@@ -1258,7 +1282,15 @@ impl Config {
                 "[{section}] {name} = {id} is the example's placeholder id"
             ));
         }
-        if bot_id_of_token(self.bot_token()).is_none() {
+        if self
+            .bot_token()
+            .split_once(':')
+            .is_some_and(|(_, secret)| secret.starts_with(EXAMPLE_SECRET_PREFIX))
+        {
+            warnings.push(format!(
+                "{BOT_TOKEN_ENV} is the placeholder from .env.example; put the token @BotFather gave you there"
+            ));
+        } else if bot_id_of_token(self.bot_token()).is_none() {
             warnings.push(format!(
                 "{BOT_TOKEN_ENV} does not look like a bot token (digits:secret, as @BotFather gives it)"
             ));
@@ -1269,7 +1301,7 @@ impl Config {
             .is_ok_and(|a| a.ip().is_loopback());
         if !loopback && self.metrics_token.is_none() {
             warnings.push(format!(
-                "server.bind {} is not a loopback address and [metrics] token_env is unset: anyone who can reach it may read GET /metrics",
+                "server.bind {} is not a loopback address and [metrics] token_env is unset: anyone who can reach it may read GET /metrics (under docker compose the port is published on 127.0.0.1 only, which is fine unless you publish it wider)",
                 self.bind
             ));
         }
@@ -1674,6 +1706,11 @@ routes = ["ops"]
             e.contains("agents[0].token_env") && e.contains("is the bot token"),
             "{e}"
         );
+        let e = with_env("replace-with-a-long-random-string", BASE);
+        assert!(
+            e.contains("agents[0].token_env") && e.contains("placeholder from .env.example"),
+            "{e}"
+        );
         let e = err_of(&BASE.replace("approvers = [1, 2]", "approvers = [1, 0]"));
         assert!(
             e.contains("routes[0].approvers: 0 is not a Telegram user id"),
@@ -1706,6 +1743,19 @@ routes = ["ops"]
         assert!(w[1].contains("approvers [11111111] are the example's placeholder"));
         assert!(w[2].contains("does not look like a bot token"));
         assert!(w[3].contains("server.bind 0.0.0.0:8080 is not a loopback address"));
+
+        let env = |k: &str| match k {
+            BOT_TOKEN_ENV => Some("123456789:replace-me".into()),
+            other => env(other),
+        };
+        let w = Config::from_settings(Settings::from_toml(BASE).unwrap(), &env)
+            .unwrap()
+            .warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("is the placeholder from .env.example"),
+            "{w:?}"
+        );
     }
 
     #[test]

@@ -831,6 +831,28 @@ async fn demo_mode_runs_from_a_folder_without_any_config_file() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("config/default.toml does not exist"));
 }
 
+/// What a compose user meets when `config/local.toml` was never created: Docker mounts an
+/// empty directory in its place.
+#[tokio::test]
+async fn a_config_path_that_is_a_directory_is_refused_with_the_docker_cause_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("local.toml");
+    std::fs::create_dir(&local).unwrap();
+    let out = Command::new(BIN)
+        .args(["check-config", "--config", local.to_str().unwrap()])
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("local.toml is a directory"), "{err}");
+    assert!(
+        err.contains("cp config/default.toml config/local.toml"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 #[tokio::test]
 async fn ask_takes_a_loopback_address_without_a_scheme() {
     let app = TestApp::spawn().await;
