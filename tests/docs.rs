@@ -1,0 +1,193 @@
+//! The documentation holds together: every relative link and `#anchor` resolves, and
+//! the README reads in the order a newcomer needs it (quick start, group route,
+//! configure, deploy, operate, API, integrations), with the deploy steps that
+//! `tests/compose.rs` runs for real.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+const DOCS: &[&str] = &[
+    "README.md",
+    "CONTRIBUTING.md",
+    "BENCHMARKS.md",
+    "docs/aiparrot.md",
+    "docs/security.md",
+    "clients/python/README.md",
+    "fuzz/README.md",
+    "tests/support/README.md",
+];
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The lines outside fenced code blocks.
+fn prose(text: &str) -> Vec<&str> {
+    let mut fenced = false;
+    text.lines()
+        .filter(|line| {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+                return false;
+            }
+            !fenced
+        })
+        .collect()
+}
+
+/// The headings' anchors as GitHub makes them: lowercase, spaces to `-`, every other
+/// character but letters, digits, `-` and `_` dropped; repeats get `-1`, `-2`, ….
+fn anchors(text: &str) -> HashSet<String> {
+    let mut seen = HashSet::new();
+    for line in prose(text) {
+        let Some(title) = line.strip_prefix('#') else {
+            continue;
+        };
+        let title = title.trim_start_matches('#');
+        if !title.starts_with(' ') {
+            continue;
+        }
+        let slug: String = title
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter_map(|c| match c {
+                ' ' => Some('-'),
+                c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                _ => None,
+            })
+            .collect();
+        let mut unique = slug.clone();
+        let mut n = 0;
+        while !seen.insert(unique.clone()) {
+            n += 1;
+            unique = format!("{slug}-{n}");
+        }
+    }
+    seen
+}
+
+/// Every `](target)` of a Markdown link in the prose.
+fn link_targets(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in prose(text) {
+        let mut rest = line;
+        while let Some(i) = rest.find("](") {
+            rest = &rest[i + 2..];
+            if let Some(end) = rest.find(')') {
+                out.push(rest[..end].to_owned());
+                rest = &rest[end..];
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_relative_link_and_anchor_in_the_docs_resolves() {
+    let mut broken = Vec::new();
+    for doc in DOCS {
+        let path = root().join(doc);
+        let text = read(&path);
+        for target in link_targets(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (file, anchor) = match target.split_once('#') {
+                Some((f, a)) => (f, Some(a)),
+                None => (target.as_str(), None),
+            };
+            let linked: PathBuf = if file.is_empty() {
+                path.clone()
+            } else {
+                path.parent().unwrap().join(file)
+            };
+            if !linked.exists() {
+                broken.push(format!("{doc}: {target}: no such file"));
+                continue;
+            }
+            if let Some(anchor) = anchor
+                && linked.extension().is_some_and(|e| e == "md")
+                && !anchors(&read(&linked)).contains(anchor)
+            {
+                broken.push(format!("{doc}: {target}: no such heading"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// The byte offset of the level-2 heading `title` in the README.
+fn section(readme: &str, title: &str) -> usize {
+    readme
+        .find(&format!("\n## {title}\n"))
+        .unwrap_or_else(|| panic!("the README has no section \"## {title}\""))
+}
+
+#[test]
+fn the_readme_goes_from_quick_start_to_a_group_route_to_deployment_before_the_reference() {
+    let readme = read(&root().join("README.md"));
+    let order = [
+        "Contents",
+        "Quick start",
+        "Set up a group route",
+        "Configuration",
+        "Deploy with docker compose",
+        "Operate",
+        "HTTP API",
+        "Integrations",
+    ];
+    let at: Vec<usize> = order.iter().map(|t| section(&readme, t)).collect();
+    for (pair, titles) in at.windows(2).zip(order.windows(2)) {
+        assert!(
+            pair[0] < pair[1],
+            "\"{}\" must come before \"{}\"",
+            titles[0],
+            titles[1]
+        );
+    }
+    // The quick start exports the token before `ask` uses it.
+    let quick = &readme[at[1]..at[2]];
+    let export = quick.find("export HITL_DEMO_AGENT_TOKEN").expect("the export");
+    let ask = quick.find("-- ask ").expect("the ask example");
+    assert!(export < ask, "the export must come before ask");
+    // The group route starts with /start in the group.
+    assert!(readme[at[2]..at[3]].contains("/start@your_bot"));
+}
+
+#[test]
+fn the_readme_deploy_steps_are_the_ones_the_compose_check_runs() {
+    let readme = read(&root().join("README.md"));
+    let deploy = &readme[section(&readme, "Deploy with docker compose")..];
+    let steps = [
+        "cp .env.example .env",
+        "cp config/default.toml config/local.toml",
+        "docker compose build",
+        "docker compose run --rm hitl-telegram check-config",
+        "docker compose up -d",
+    ];
+    let mut from = 0;
+    for step in steps {
+        let i = deploy[from..]
+            .find(step)
+            .unwrap_or_else(|| panic!("the deploy steps lack (or misorder) `{step}`"));
+        from += i + step.len();
+    }
+    for backup in [
+        "docker compose exec hitl-telegram hitl-telegram backup /app/data/backup.db",
+        "docker cp \"$(docker compose ps -q hitl-telegram)\":/app/data/backup.db",
+        "docker compose exec hitl-telegram rm /app/data/backup.db",
+    ] {
+        assert!(readme.contains(backup), "the backup copy-out lacks `{backup}`");
+    }
+    // What tests/compose.rs mounts and runs is what the compose file says.
+    let compose = read(&root().join("docker-compose.yml"));
+    assert!(compose.contains("./config/local.toml:/app/config/local.toml:ro"));
+    assert!(compose.contains("HITL_CONFIG: \"/app/config/local.toml\""));
+    let ignored = read(&root().join(".gitignore"));
+    assert!(ignored.lines().any(|l| l == "/config/local.toml"));
+}
