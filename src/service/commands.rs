@@ -90,6 +90,12 @@ impl Service {
         self.bot_username.get().map(String::as_str)
     }
 
+    /// The bot's own user id: the digits of its token (`None` for a token of another
+    /// shape, as in some tests; then its username tells, once `getMe` answered).
+    pub fn bot_id(&self) -> Option<u64> {
+        crate::config::bot_id_of_token(self.config().bot_token())
+    }
+
     /// Acts on an operator command and answers it in its chat (through the messenger and
     /// so its rate limits), unless the sender must not be answered at all.
     pub async fn handle_command(self: &Arc<Self>, m: CommandMessage) {

@@ -25,10 +25,11 @@ pub enum Input {
 }
 
 /// The service's input in an update, if it is any of the service's business. `me` is
-/// the bot's username, once known (commands addressed to it, its own messages).
-pub fn input_from(update: Update, me: Option<&str>) -> Option<Input> {
+/// the bot's username, once known (commands addressed to it); `bot_id` its user id, from
+/// the token (its own messages: known at once, even before `getMe` answers).
+pub fn input_from(update: Update, me: Option<&str>, bot_id: Option<u64>) -> Option<Input> {
     match update.kind {
-        UpdateKind::CallbackQuery(q) => Some(Input::Tap(tap_from(q, me))),
+        UpdateKind::CallbackQuery(q) => Some(Input::Tap(tap_from(q, me, bot_id))),
         UpdateKind::Message(m) => match command_from(&m, me) {
             Some(Parsed::Ours(command)) => {
                 let from = m.from.as_ref()?;
@@ -59,10 +60,10 @@ fn operator(user: &teloxide::types::User) -> Operator {
     }
 }
 
-pub fn tap_from(q: CallbackQuery, me: Option<&str>) -> Tap {
+pub fn tap_from(q: CallbackQuery, me: Option<&str>, bot_id: Option<u64>) -> Tap {
     let data = q.data.unwrap_or_default();
     let carries_button = match &q.message {
-        Some(MaybeInaccessibleMessage::Regular(m)) => is_own(m, me) && has_button(m, &data),
+        Some(MaybeInaccessibleMessage::Regular(m)) => is_own(m, me, bot_id) && has_button(m, &data),
         // Too old for Telegram to show: what it carries cannot be told.
         _ => false,
     };
@@ -80,11 +81,17 @@ pub fn tap_from(q: CallbackQuery, me: Option<&str>) -> Tap {
 
 /// A message the bot sent itself: from a bot with the bot's username, and not a forward
 /// (a forward keeps the buttons but is someone else's message).
-fn is_own(m: &Message, me: Option<&str>) -> bool {
-    let from_me = m
-        .from
-        .as_ref()
-        .is_some_and(|u| u.is_bot && me.is_some() && u.username.as_deref() == me);
+/// Whether the bot itself sent `m` (not a forward of it). By the bot's user id, which
+/// the token gives at once: by the username alone, a tap right after a start, before
+/// `getMe` answered, could not be told a copy of the bot's own.
+fn is_own(m: &Message, me: Option<&str>, bot_id: Option<u64>) -> bool {
+    let from_me = m.from.as_ref().is_some_and(|u| {
+        u.is_bot
+            && match bot_id {
+                Some(id) => u.id.0 == id,
+                None => me.is_some() && u.username.as_deref() == me,
+            }
+    });
     from_me && m.forward_origin().is_none()
 }
 
