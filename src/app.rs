@@ -132,12 +132,14 @@ impl Application {
         ));
         // Updates come from long polling or from the webhook route, never both. In
         // webhook mode the task only sets the webhook and ends.
-        let mut app = api::router(AppState {
+        let v1 = api::router(AppState {
             service: service.clone(),
             stop: shutdown.clone(),
             rate: Arc::new(api::limits::AgentRateLimiter::default()),
             slots: Arc::new(api::limits::AgentSlots::default()),
         });
+        // /mcp: the MCP tools, each call a request into the same router (src/mcp.rs).
+        let mut app = v1.clone().merge(crate::mcp::router(v1, service.clone()));
         let polling = match telegram_mode {
             TelegramMode::Polling => tokio::spawn(telegram::polling::run(
                 bot,

@@ -106,7 +106,7 @@ pub const EXIT_ERROR: u8 = 3;
 /// scheme (`127.0.0.1:8080`, `localhost:8080`) means plain http, as the service listens
 /// there; any other host must say its scheme, since guessing http would send the token
 /// in the clear.
-fn service_url(given: &str) -> anyhow::Result<String> {
+pub fn service_url(given: &str) -> anyhow::Result<String> {
     let given = given.trim().trim_end_matches('/');
     if given.contains("://") {
         return Ok(given.to_owned());

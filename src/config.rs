@@ -620,7 +620,7 @@ pub struct WebhookMode {
 
 /// Paths the agents' API (and the operational routes) use; the webhook route may not
 /// shadow them. `/metrics` is included for the Prometheus endpoint.
-const RESERVED_PATHS: &[&str] = &["/healthz", "/openapi.json", "/metrics"];
+const RESERVED_PATHS: &[&str] = &["/healthz", "/openapi.json", "/metrics", "/mcp"];
 
 /// Checks `[telegram] mode` and, in webhook mode, the keys it needs.
 fn telegram_mode(
@@ -644,10 +644,16 @@ fn telegram_mode(
         ));
     }
     let trimmed = path.trim_end_matches('/');
-    if RESERVED_PATHS.contains(&trimmed) || trimmed == "/v1" || trimmed.starts_with("/v1/") {
+    if RESERVED_PATHS.contains(&trimmed)
+        || trimmed == "/v1"
+        || trimmed.starts_with("/v1/")
+        || trimmed.starts_with("/mcp/")
+    {
         return Err(invalid(
             "telegram.webhook_path",
-            format!("'{path}' collides with the service's API routes (/v1/..., /healthz, ...)"),
+            format!(
+                "'{path}' collides with the service's API routes (/v1/..., /mcp, /healthz, ...)"
+            ),
         ));
     }
     if t.mode == TelegramModeSetting::Polling {

@@ -13,6 +13,7 @@ pub mod claude_hook;
 pub mod cli;
 pub mod config;
 pub mod domain;
+pub mod mcp;
 pub mod metrics;
 pub mod redis_bridge;
 pub mod scheduler;

@@ -60,6 +60,9 @@ enum Command {
     /// Claude Code's PermissionRequest hook: reads the event on stdin, asks on Telegram,
     /// prints Claude Code's decision JSON on stdout and exits 0.
     ClaudeHook(Box<ClaudeHookArgs>),
+    /// An MCP server on stdio (for MCP clients that start it): its tools ask through a
+    /// running service with an agent's token, like `ask`.
+    Mcp(McpArgs),
     /// Write a consistent copy of the database to FILE (online: the service may run).
     Backup {
         /// Where to write the copy; must not exist.
@@ -123,6 +126,16 @@ struct AskArgs {
     /// Confirmation window in seconds.
     #[arg(long)]
     window: Option<u64>,
+}
+
+#[derive(Args)]
+struct McpArgs {
+    /// Base URL of the service, e.g. http://127.0.0.1:8080
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// Name of the environment variable holding the agent's bearer token.
+    #[arg(long)]
+    token_env: String,
 }
 
 #[derive(Args)]
@@ -357,6 +370,7 @@ async fn main() -> ExitCode {
             }
             return ExitCode::from(result.exit_code);
         }
+        Command::Mcp(a) => mcp_stdio(a).await,
         Command::Ask(a) => {
             let a = *a;
             let token = match (a.token, a.token_env) {
@@ -400,4 +414,21 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `mcp`: the MCP tools on stdin/stdout (logs go to stderr), against the service at
+/// `--url`.
+async fn mcp_stdio(a: McpArgs) -> anyhow::Result<()> {
+    let token = std::env::var(&a.token_env)
+        .with_context(|| format!("environment variable {} is not set", a.token_env))?;
+    let base = cli::service_url(&a.url)?;
+    let client = reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .build()?;
+    hitl_telegram::mcp::serve_stdio(hitl_telegram::mcp::Api::Http {
+        client,
+        base,
+        token: token.into(),
+    })
+    .await
 }

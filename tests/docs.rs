@@ -152,7 +152,9 @@ fn the_readme_goes_from_quick_start_to_a_group_route_to_deployment_before_the_re
     }
     // The quick start exports the token before `ask` uses it.
     let quick = &readme[at[1]..at[2]];
-    let export = quick.find("export HITL_DEMO_AGENT_TOKEN").expect("the export");
+    let export = quick
+        .find("export HITL_DEMO_AGENT_TOKEN")
+        .expect("the export");
     let ask = quick.find("-- ask ").expect("the ask example");
     assert!(export < ask, "the export must come before ask");
     // The group route starts with /start in the group.
@@ -182,7 +184,10 @@ fn the_readme_deploy_steps_are_the_ones_the_compose_check_runs() {
         "docker cp \"$(docker compose ps -q hitl-telegram)\":/app/data/backup.db",
         "docker compose exec hitl-telegram rm /app/data/backup.db",
     ] {
-        assert!(readme.contains(backup), "the backup copy-out lacks `{backup}`");
+        assert!(
+            readme.contains(backup),
+            "the backup copy-out lacks `{backup}`"
+        );
     }
     // What tests/compose.rs mounts and runs is what the compose file says.
     let compose = read(&root().join("docker-compose.yml"));

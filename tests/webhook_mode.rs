@@ -318,6 +318,8 @@ async fn a_webhook_path_must_start_with_a_slash_and_leave_the_api_alone() {
         "/v1/confirmations",
         "/healthz",
         "/v1",
+        "/mcp",
+        "/mcp/hook",
         "/a/{x}",
         "/",
     ] {

@@ -1,0 +1,639 @@
+//! The MCP server: approvals and questions as tools for any agent that speaks the Model
+//! Context Protocol.
+//!
+//! Every tool call becomes a request to the agents' HTTP API (`/v1/...`) with the
+//! agent's own bearer token, so an MCP agent gets the same authentication, limits,
+//! audit trail and metrics as any other: over stdio (`hitl-telegram mcp`) the requests
+//! go to a running service over HTTP, like `ask` and `claude-hook`; on the service's
+//! `/mcp` route they go straight into its router, in process. One pipeline either way.
+//!
+//! Fail closed, visibly: whatever keeps a call from being approved (a cancel, a
+//! timeout, an undeliverable question, a dead service, a refused request) is a tool
+//! result whose first words are "NOT APPROVED" and that tells the model not to run the
+//! call, never a protocol error that a client might retry blindly.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use axum::response::IntoResponse as _;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, ProgressNotificationParam};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
+use schemars::JsonSchema;
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use tower::ServiceExt;
+
+/// How long one long-poll of the API waits before the tool reports progress and polls
+/// again: well under the 60 s many MCP clients allow a call without progress.
+const POLL: Duration = Duration::from_secs(10);
+/// The longest `wait_seconds` of `get_decision` (the API's long-poll cap).
+const MAX_WAIT_SECONDS: f64 = 60.0;
+/// Responses larger than this from the in-process API are refused (records are small).
+const MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// Where the tools' API requests go.
+#[derive(Clone)]
+pub enum Api {
+    /// A running service, over HTTP, with one agent's token (`hitl-telegram mcp`).
+    Http {
+        client: reqwest::Client,
+        base: String,
+        token: SecretString,
+    },
+    /// The service's own router (`/mcp`): the token is the MCP request's own bearer.
+    InProcess(axum::Router),
+}
+
+/// What the API answered, or why it could not be asked.
+enum Answer {
+    Ok(StatusCode, Value),
+    Unreachable(String),
+}
+
+impl Api {
+    async fn call(
+        &self,
+        bearer: Option<&str>,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Answer {
+        match self {
+            Api::Http {
+                client,
+                base,
+                token,
+            } => {
+                let mut request = client
+                    .request(method, format!("{base}{path}"))
+                    .bearer_auth(token.expose_secret());
+                if let Some(body) = body {
+                    request = request.json(body);
+                }
+                match request.send().await {
+                    Ok(response) => {
+                        let status = response.status();
+                        match response.json::<Value>().await {
+                            Ok(v) => Answer::Ok(status, v),
+                            Err(e) => Answer::Unreachable(format!(
+                                "the service's answer ({status}) is not JSON: {e}"
+                            )),
+                        }
+                    }
+                    Err(e) => Answer::Unreachable(format!(
+                        "cannot reach the service: {}",
+                        crate::telemetry::causes(&e)
+                    )),
+                }
+            }
+            Api::InProcess(router) => {
+                let mut request = Request::builder().method(method).uri(path);
+                if let Some(bearer) = bearer {
+                    request = request.header(header::AUTHORIZATION, format!("Bearer {bearer}"));
+                }
+                let request = match body {
+                    Some(body) => request
+                        .header(header::CONTENT_TYPE, "application/json")
+                        .body(Body::from(body.to_string())),
+                    None => request.body(Body::empty()),
+                };
+                let Ok(request) = request else {
+                    return Answer::Unreachable("cannot build the request".into());
+                };
+                let Ok(response) = router.clone().oneshot(request).await;
+                let status = response.status();
+                match axum::body::to_bytes(response.into_body(), MAX_BODY).await {
+                    Ok(bytes) => match serde_json::from_slice(&bytes) {
+                        Ok(v) => Answer::Ok(status, v),
+                        Err(_) => Answer::Unreachable(format!("the API answered {status}")),
+                    },
+                    Err(e) => Answer::Unreachable(format!("cannot read the API's answer: {e}")),
+                }
+            }
+        }
+    }
+}
+
+/// The MCP server: the tools below, each one or more API requests.
+#[derive(Clone)]
+pub struct HitlMcp {
+    api: Api,
+}
+
+impl HitlMcp {
+    pub fn new(api: Api) -> Self {
+        Self { api }
+    }
+}
+
+/// `request_approval`'s arguments: the body of `POST /v1/confirmations`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RequestApproval {
+    /// The name of the tool you are about to run, e.g. "deploy" or "transfer_money".
+    pub tool: String,
+    /// The exact parameters you will run it with, as a JSON object. The human sees every
+    /// one; an approval covers exactly these values.
+    pub params: Map<String, Value>,
+    /// Optional one-line briefing as a Python str.format template over params, e.g.
+    /// "Deploy {service} to {env}?".
+    pub template: Option<String>,
+    /// Optional extra text shown to the human: why you want to run it.
+    pub context: Option<String>,
+    /// Seconds an approval also covers identical calls (same owner, tool and params)
+    /// without asking again; 0 or absent: ask every time (the route may cap it).
+    pub window_seconds: Option<u64>,
+    /// Seconds to wait for a human (the service's default when absent).
+    pub timeout_seconds: Option<f64>,
+    /// The named Telegram destination (the agent's default route when absent).
+    pub route: Option<String>,
+    /// On whose behalf you act (shown to the human; part of the window's key).
+    pub owner_id: Option<String>,
+    /// Any string unique to this call: repeating the call with the same key (after a
+    /// timeout of your client, say) finds the same request instead of asking twice.
+    pub idempotency_key: Option<String>,
+    /// "block" (default): wait for the decision, with progress notifications.
+    /// "suspend": return at once with the request's id; then call get_decision.
+    pub wait: Option<String>,
+}
+
+/// `get_decision`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetDecision {
+    /// The id request_approval (or ask_human) returned.
+    pub id: String,
+    /// Seconds to wait for the decision, 0 to 60 (default 60).
+    pub wait_seconds: Option<f64>,
+}
+
+/// One option of `ask_human`'s choice questions.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChoiceOption {
+    /// What is returned when this option is chosen.
+    pub key: String,
+    /// What the human sees on the button.
+    pub label: String,
+}
+
+/// `ask_human`'s arguments: an AI-Parrot `HumanInteraction`, reduced to what a model sets.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AskHuman {
+    /// The question, in plain words.
+    pub question: String,
+    /// One of "free_text" (default), "single_choice", "multi_choice", "approval", "poll".
+    pub interaction_type: Option<String>,
+    /// The choices, for single_choice, multi_choice and poll.
+    #[serde(default)]
+    pub options: Vec<ChoiceOption>,
+    /// Seconds to wait for an answer (the service's default when absent).
+    pub timeout_seconds: Option<f64>,
+    /// The named Telegram destination (the agent's default route when absent).
+    pub route: Option<String>,
+    /// Any string unique to this question: asking again with the same key finds the same
+    /// question instead of asking twice.
+    pub idempotency_key: Option<String>,
+    /// "block" (default): wait for the answer; "suspend": return at once with the
+    /// question's id; then call get_decision.
+    pub wait: Option<String>,
+}
+
+/// `notify_human`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NotifyHuman {
+    /// The message (one-way: no answer is expected).
+    pub message: String,
+    /// The named Telegram destination (the agent's default route when absent).
+    pub route: Option<String>,
+}
+
+fn text_result(text: String, record: Option<&Value>, error: bool) -> CallToolResult {
+    let mut blocks = vec![ContentBlock::text(text)];
+    if let Some(record) = record {
+        blocks.push(ContentBlock::text(record.to_string()));
+    }
+    if error {
+        CallToolResult::error(blocks)
+    } else {
+        CallToolResult::success(blocks)
+    }
+}
+
+/// What the API's answer means for the model, in words it reads right.
+fn decision_text(record: &Value) -> String {
+    let tool = record["tool"].as_str().unwrap_or("the call");
+    let id = record["id"].as_str().unwrap_or("?");
+    let reason = record["reason"].as_str().unwrap_or("");
+    match record["status"].as_str() {
+        Some("confirmed") => format!(
+            "APPROVED ({reason}). Run {tool} now with exactly these parameters: {}. Request {id}.",
+            record["parameters"]
+        ),
+        Some("cancelled") => format!(
+            "NOT APPROVED: cancelled ({reason}). Do not run {tool}, and do not retry the same call; \
+             ask the human what to do instead. Request {id}."
+        ),
+        Some("timeout") => format!(
+            "NOT APPROVED: nobody answered in time ({reason}). Do not run {tool}. Request {id}."
+        ),
+        _ => format!(
+            "NOT APPROVED YET: the request {id} is still waiting for a human. Do not run {tool} \
+             now; call get_decision with id \"{id}\" to wait for the decision."
+        ),
+    }
+}
+
+fn answer_text(record: &Value) -> String {
+    let id = record["interaction_id"].as_str().unwrap_or("?");
+    match record["status"].as_str() {
+        Some("completed") => format!("ANSWERED: {}. Question {id}.", record["result"]),
+        Some("timeout") => format!("NO ANSWER: nobody answered in time. Question {id}."),
+        Some("cancelled") => format!(
+            "NO ANSWER: the question was cancelled ({}). Question {id}.",
+            record["reason"].as_str().unwrap_or("")
+        ),
+        _ => format!(
+            "NO ANSWER YET: question {id} is still open; call get_decision with id \"{id}\" \
+             to wait for the answer."
+        ),
+    }
+}
+
+/// A request the API refused or could not take: not approved, said so.
+fn refused(what: &str, status: StatusCode, body: &Value) -> CallToolResult {
+    let message = body["error"]["message"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| body.to_string());
+    text_result(
+        format!(
+            "NOT APPROVED: the approval service refused the request ({} {message}). Do not run \
+             {what}.",
+            status.as_u16()
+        ),
+        None,
+        true,
+    )
+}
+
+fn unreachable(what: &str, why: &str) -> CallToolResult {
+    text_result(
+        format!("NOT APPROVED: no human could be asked ({why}). Do not run {what}."),
+        None,
+        true,
+    )
+}
+
+/// The bearer of the MCP request when it came over HTTP (`/mcp`).
+fn bearer_of(ctx: &RequestContext<RoleServer>) -> Option<String> {
+    ctx.extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| crate::api::extract::bearer_token(&parts.headers))
+        .map(str::to_owned)
+}
+
+fn is_terminal(record: &Value) -> bool {
+    matches!(
+        record["status"].as_str(),
+        Some("confirmed" | "cancelled" | "timeout" | "completed")
+    )
+}
+
+#[tool_router]
+impl HitlMcp {
+    #[tool(
+        description = "Ask a human on Telegram to approve a tool call BEFORE you run it. Call this \
+        for every side-effecting action (deploys, payments, deletions, messages to people). The \
+        human sees the tool and every parameter and taps Approve or Cancel. Run the call only if \
+        the result starts with APPROVED, and then with exactly the parameters it gives. Anything \
+        else (NOT APPROVED: cancelled, timeout, undeliverable, service down) means: do not run it."
+    )]
+    async fn request_approval(
+        &self,
+        Parameters(args): Parameters<RequestApproval>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let bearer = bearer_of(&ctx);
+        let what = args.tool.clone();
+        let block = match args.wait.as_deref() {
+            None | Some("block") => true,
+            Some("suspend") => false,
+            Some(other) => {
+                return text_result(
+                    format!(
+                        "NOT APPROVED: wait must be \"block\" or \"suspend\", not {other:?}. \
+                         Do not run {what}."
+                    ),
+                    None,
+                    true,
+                );
+            }
+        };
+        let mut body = json!({"tool": args.tool, "params": args.params, "wait": "suspend"});
+        for (name, value) in [
+            ("template", args.template.map(Value::from)),
+            ("context", args.context.map(Value::from)),
+            ("window_seconds", args.window_seconds.map(Value::from)),
+            ("timeout_seconds", args.timeout_seconds.map(Value::from)),
+            ("route", args.route.map(Value::from)),
+            ("owner_id", args.owner_id.map(Value::from)),
+            ("idempotency_key", args.idempotency_key.map(Value::from)),
+        ] {
+            if let Some(value) = value {
+                body[name] = value;
+            }
+        }
+        let record = match self
+            .api
+            .call(
+                bearer.as_deref(),
+                Method::POST,
+                "/v1/confirmations",
+                Some(&body),
+            )
+            .await
+        {
+            Answer::Ok(s, record) if s.is_success() => record,
+            Answer::Ok(s, body) => return refused(&what, s, &body),
+            Answer::Unreachable(why) => return unreachable(&what, &why),
+        };
+        if !block || is_terminal(&record) {
+            return text_result(decision_text(&record), Some(&record), false);
+        }
+        let id = record["id"].as_str().unwrap_or_default().to_owned();
+        let path = format!("/v1/confirmations/{id}");
+        self.wait_for(&ctx, bearer.as_deref(), &path, record, &what)
+            .await
+            .map_or_else(|e| e, |r| text_result(decision_text(&r), Some(&r), false))
+    }
+
+    #[tool(
+        description = "Wait for the decision on a request made with request_approval (or for the \
+        answer to ask_human) by its id, up to wait_seconds (at most 60). Use it to resume after \
+        wait=\"suspend\" or after your client gave up waiting. Run the call only if the result \
+        starts with APPROVED."
+    )]
+    async fn get_decision(
+        &self,
+        Parameters(args): Parameters<GetDecision>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let bearer = bearer_of(&ctx);
+        let wait = args.wait_seconds.unwrap_or(MAX_WAIT_SECONDS);
+        if !(wait.is_finite() && (0.0..=MAX_WAIT_SECONDS).contains(&wait)) {
+            return text_result(
+                "NOT APPROVED: wait_seconds must be a number from 0 to 60.".into(),
+                None,
+                true,
+            );
+        }
+        // Confirmation ids start with cf_; anything else is an interaction_id.
+        let confirmation = args.id.starts_with("cf_");
+        let id: String = args
+            .id
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect();
+        let path = if confirmation {
+            format!("/v1/confirmations/{id}?wait={wait}")
+        } else {
+            format!("/v1/interactions/{id}?wait={wait}")
+        };
+        match self
+            .api
+            .call(bearer.as_deref(), Method::GET, &path, None)
+            .await
+        {
+            Answer::Ok(s, r) if s.is_success() && confirmation => {
+                text_result(decision_text(&r), Some(&r), false)
+            }
+            Answer::Ok(s, r) if s.is_success() => text_result(answer_text(&r), Some(&r), false),
+            Answer::Ok(s, body) => refused("the call", s, &body),
+            Answer::Unreachable(why) => unreachable("the call", &why),
+        }
+    }
+
+    #[tool(
+        description = "Ask a human on Telegram a question and wait for the answer: free text, a \
+        choice among options (single_choice, multi_choice, poll) or a yes/no approval. Returns \
+        the answer (ANSWERED: ...) or NO ANSWER."
+    )]
+    async fn ask_human(
+        &self,
+        Parameters(args): Parameters<AskHuman>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let bearer = bearer_of(&ctx);
+        let block = !matches!(args.wait.as_deref(), Some("suspend"));
+        let interaction_id = args.idempotency_key.clone().unwrap_or_else(|| {
+            format!(
+                "mcp-{}",
+                crate::domain::ids::CallbackToken::generate().as_str()
+            )
+        });
+        let mut interaction = json!({
+            "interaction_id": interaction_id,
+            "question": args.question,
+            "interaction_type": args.interaction_type.as_deref().unwrap_or("free_text"),
+            "options": args.options.iter().map(|o| json!({"key": o.key, "label": o.label})).collect::<Vec<_>>(),
+        });
+        if let Some(t) = args.timeout_seconds {
+            interaction["timeout"] = json!(t);
+        }
+        let mut body = json!({"interaction": interaction});
+        if let Some(route) = args.route {
+            body["route"] = json!(route);
+        }
+        let record = match self
+            .api
+            .call(
+                bearer.as_deref(),
+                Method::POST,
+                "/v1/interactions",
+                Some(&body),
+            )
+            .await
+        {
+            Answer::Ok(s, record) if s.is_success() => record,
+            Answer::Ok(s, body) => return refused("anything that needs the answer", s, &body),
+            Answer::Unreachable(why) => return unreachable("anything that needs the answer", &why),
+        };
+        if !block {
+            return text_result(answer_text(&record), Some(&record), false);
+        }
+        let path = format!("/v1/interactions/{interaction_id}");
+        self.wait_for(&ctx, bearer.as_deref(), &path, record, "anything")
+            .await
+            .map_or_else(|e| e, |r| text_result(answer_text(&r), Some(&r), false))
+    }
+
+    #[tool(
+        description = "Send a one-way message to the humans on Telegram (no answer expected), \
+        e.g. to report what you did."
+    )]
+    async fn notify_human(
+        &self,
+        Parameters(args): Parameters<NotifyHuman>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let bearer = bearer_of(&ctx);
+        let mut body = json!({"message": args.message});
+        if let Some(route) = args.route {
+            body["route"] = json!(route);
+        }
+        match self
+            .api
+            .call(
+                bearer.as_deref(),
+                Method::POST,
+                "/v1/notifications",
+                Some(&body),
+            )
+            .await
+        {
+            Answer::Ok(s, _) if s.is_success() => {
+                text_result("SENT: the message is in Telegram.".into(), None, false)
+            }
+            Answer::Ok(s, body) => text_result(
+                format!(
+                    "NOT SENT: the service refused it ({} {}).",
+                    s.as_u16(),
+                    body["error"]["message"].as_str().unwrap_or("")
+                ),
+                None,
+                true,
+            ),
+            Answer::Unreachable(why) => text_result(format!("NOT SENT: {why}."), None, true),
+        }
+    }
+}
+
+impl HitlMcp {
+    /// Long-polls `path` until the record is terminal, sending a progress notification
+    /// after every poll (so clients that reset their timeout on progress keep waiting).
+    /// Gives up at the request's deadline plus a margin, or when the client cancels, and
+    /// then says the request is still pending (it is: get_decision resumes it).
+    async fn wait_for(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        bearer: Option<&str>,
+        path: &str,
+        mut record: Value,
+        what: &str,
+    ) -> Result<Value, CallToolResult> {
+        let token = ctx.meta.get_progress_token();
+        let started = Instant::now();
+        let total = record["expires_at"]
+            .as_str()
+            .and_then(|t| {
+                time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
+            })
+            .map(|t| {
+                (t - time::OffsetDateTime::now_utc())
+                    .as_seconds_f64()
+                    .max(0.0)
+            });
+        let give_up = total.map(|t| Duration::from_secs_f64(t) + Duration::from_secs(30));
+        let poll = format!("{path}?wait={}", POLL.as_secs());
+        loop {
+            if is_terminal(&record) {
+                return Ok(record);
+            }
+            if ctx.ct.is_cancelled() || give_up.is_some_and(|g| started.elapsed() > g) {
+                return Ok(record);
+            }
+            if let Some(token) = &token {
+                let waited = started.elapsed().as_secs_f64();
+                let mut progress = ProgressNotificationParam::new(token.clone(), waited)
+                    .with_message(format!(
+                        "waiting for a human on Telegram ({waited:.0} s so far)"
+                    ));
+                if let Some(total) = total {
+                    progress = progress.with_total(total);
+                }
+                // A client that went away is noticed by the cancellation token.
+                let _ = ctx.peer.notify_progress(progress).await;
+            }
+            let answer = tokio::select! {
+                answer = self.api.call(bearer, Method::GET, &poll, None) => answer,
+                () = ctx.ct.cancelled() => return Ok(record),
+            };
+            record = match answer {
+                Answer::Ok(s, r) if s.is_success() => r,
+                Answer::Ok(s, body) => return Err(refused(what, s, &body)),
+                Answer::Unreachable(why) => return Err(unreachable(what, &why)),
+            };
+        }
+    }
+}
+
+#[tool_handler(
+    name = "hitl-telegram",
+    instructions = "Human approval on Telegram. Before any side-effecting tool call, call \
+    request_approval with the exact tool name and parameters, and run the call only if the \
+    result starts with APPROVED. Use ask_human for questions and notify_human for reports."
+)]
+impl ServerHandler for HitlMcp {}
+
+/// Serves the tools over stdio until the client closes the stream.
+pub async fn serve_stdio(api: Api) -> anyhow::Result<()> {
+    use rmcp::ServiceExt as _;
+    let running = HitlMcp::new(api).serve(rmcp::transport::stdio()).await?;
+    running.waiting().await?;
+    Ok(())
+}
+
+/// The `/mcp` route: streamable HTTP, stateless (each POST stands alone, so nothing is
+/// kept per client and any replica can answer), in front of `v1`, the service's own API
+/// router. Requests without a known agent token get 401 before MCP sees them.
+pub fn router(v1: axum::Router, service: Arc<crate::service::Service>) -> axum::Router {
+    use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    // rmcp's Host allow-list guards unauthenticated local servers against DNS
+    // rebinding; every request here needs an agent's bearer token, which a rebinding
+    // page does not have, and a deployment behind a proxy has its own host name.
+    let config = StreamableHttpServerConfig::default()
+        .disable_allowed_hosts()
+        .with_legacy_session_mode(false);
+    let api = Api::InProcess(v1);
+    let mcp = StreamableHttpService::new(
+        move || Ok(HitlMcp::new(api.clone())),
+        Arc::<NeverSessionManager>::default(),
+        config,
+    );
+    axum::Router::new()
+        .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                let service = service.clone();
+                async move {
+                    let known = crate::api::extract::bearer_token(request.headers())
+                        .is_some_and(|t| service.config().agent_for_token(t).is_some());
+                    if known {
+                        next.run(request).await
+                    } else {
+                        crate::api::error::ApiError::Unauthorized(
+                            "missing or unknown bearer token (an agent's token, as for /v1)",
+                        )
+                        .into_response()
+                    }
+                }
+            },
+        ))
+}
