@@ -33,6 +33,9 @@ use tower::ServiceExt;
 const POLL: Duration = Duration::from_secs(10);
 /// The longest `wait_seconds` of `get_decision` (the API's long-poll cap).
 const MAX_WAIT_SECONDS: f64 = 60.0;
+/// The largest MCP message (one POST to /mcp) accepted: the API's own body limit plus
+/// room for the JSON-RPC envelope.
+const MAX_MCP_BODY: usize = crate::api::MAX_BODY_BYTES + 16 * 1024;
 /// Responses larger than this from the in-process API are refused (records are small).
 const MAX_BODY: usize = 4 * 1024 * 1024;
 
@@ -625,13 +628,25 @@ pub fn router(v1: axum::Router, service: Arc<crate::service::Service>) -> axum::
                 async move {
                     let known = crate::api::extract::bearer_token(request.headers())
                         .is_some_and(|t| service.config().agent_for_token(t).is_some());
-                    if known {
-                        next.run(request).await
-                    } else {
-                        crate::api::error::ApiError::Unauthorized(
+                    if !known {
+                        return crate::api::error::ApiError::Unauthorized(
                             "missing or unknown bearer token (an agent's token, as for /v1)",
                         )
-                        .into_response()
+                        .into_response();
+                    }
+                    // rmcp reads a POST's whole body: bound it as /v1 bounds its own
+                    // (a tool call's arguments become one /v1 body, plus the envelope).
+                    let (parts, body) = request.into_parts();
+                    match axum::body::to_bytes(body, MAX_MCP_BODY).await {
+                        Ok(bytes) => {
+                            next.run(axum::extract::Request::from_parts(parts, Body::from(bytes)))
+                                .await
+                        }
+                        Err(_) => (
+                            StatusCode::PAYLOAD_TOO_LARGE,
+                            format!("an MCP message is at most {MAX_MCP_BODY} bytes"),
+                        )
+                            .into_response(),
                     }
                 }
             },

@@ -350,6 +350,32 @@ async fn every_scenario(transport: Transport) {
     assert!(!error && verdict.starts_with("SENT"), "{verdict}");
     question_about(&app, "Deployed billing 2.4.1").await;
 
+    // ask_human parked, asked again with the same key: one question; get_decision
+    // reads it by its id.
+    let parked = json!({"question": "Ship it on Friday?", "wait": "suspend",
+                        "idempotency_key": format!("mcp-ask-{transport:?}")});
+    let (error, verdict, first) = mcp.call_now("ask_human", parked.clone()).await;
+    assert!(!error && verdict.starts_with("NO ANSWER YET"), "{verdict}");
+    let (_, _, again) = mcp.call_now("ask_human", parked).await;
+    let iid = first.unwrap()["interaction_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(again.unwrap()["interaction_id"], iid.as_str());
+    question_about(&app, "Ship it on Friday?").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let asked = app
+        .telegram
+        .messages_in(OPS_CHAT)
+        .iter()
+        .filter(|m| m.visible_text.contains("Ship it on Friday?"))
+        .count();
+    assert_eq!(asked, 1, "asked twice");
+    let (error, verdict, _) = mcp
+        .call_now("get_decision", json!({"id": iid, "wait_seconds": 0}))
+        .await;
+    assert!(!error && verdict.starts_with("NO ANSWER YET"), "{verdict}");
+
     // The metrics count MCP requests as the agent's own, like any other.
     let metrics = app.metrics_text().await;
     for needle in [r#"tool="deploy""#, r#"tool="migrate""#] {
@@ -432,4 +458,33 @@ async fn a_dead_service_is_a_visible_no_never_a_protocol_error() {
             && verdict.contains("Do not run deploy"),
         "{verdict}"
     );
+}
+
+/// Without the Python client: what `/mcp` refuses before MCP reads a message.
+#[tokio::test]
+async fn mcp_over_http_refuses_unknown_tokens_and_oversized_messages() {
+    let app = TestApp::spawn().await;
+    let post = |token: Option<&str>, body: String| {
+        let mut r = app
+            .client
+            .post(app.url("/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body);
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        r.send()
+    };
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+    let r = post(None, list.clone()).await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::UNAUTHORIZED);
+    let r = post(Some("not-a-known-token-123"), list).await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::UNAUTHORIZED);
+    let huge = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                      "params": {"name": "notify_human",
+                                 "arguments": {"message": "x".repeat(200_000)}}});
+    let r = post(Some(TOKEN_A), huge.to_string()).await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(app.telegram.sent_messages().is_empty());
 }
