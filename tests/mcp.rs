@@ -326,6 +326,27 @@ async fn every_scenario(transport: Transport) {
         .await;
     assert!(!error && verdict.starts_with("APPROVED"), "{verdict}");
 
+    // Withdrawn by the agent while parked: not approved, said so.
+    let (_, _, parked) = mcp
+        .call_now(
+            "request_approval",
+            json!({"tool": "rotate_keys", "params": {}, "wait": "suspend"}),
+        )
+        .await;
+    let id = parked.unwrap()["id"].as_str().unwrap().to_owned();
+    question_about(&app, "rotate_keys").await;
+    let (s, _) = app.delete(&id).await;
+    assert_eq!(s, reqwest::StatusCode::OK);
+    let (error, verdict, record) = mcp
+        .call_now("get_decision", json!({"id": id, "wait_seconds": 5}))
+        .await;
+    assert!(
+        !error && verdict.starts_with("NOT APPROVED: cancelled"),
+        "{verdict}"
+    );
+    assert!(verdict.contains("Do not run rotate_keys"), "{verdict}");
+    assert_eq!(record.unwrap()["via"], "withdrawn");
+
     // A question with choices, answered by a tap.
     mcp.call(
         "ask_human",
