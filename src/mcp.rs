@@ -303,6 +303,23 @@ fn bearer_of(ctx: &RequestContext<RoleServer>) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// Whether a tool's `wait` asks it to block (the default) or to return at once
+/// (`suspend`); anything else is refused, as the API refuses it.
+fn blocks(wait: Option<&str>, what: &str) -> Result<bool, CallToolResult> {
+    match wait {
+        None | Some("block") => Ok(true),
+        Some("suspend") => Ok(false),
+        Some(other) => Err(text_result(
+            format!(
+                "NOT APPROVED: wait must be \"block\" or \"suspend\", not {other:?}. \
+                 Do not run {what}."
+            ),
+            None,
+            true,
+        )),
+    }
+}
+
 fn is_terminal(record: &Value) -> bool {
     matches!(
         record["status"].as_str(),
@@ -326,19 +343,9 @@ impl HitlMcp {
     ) -> CallToolResult {
         let bearer = bearer_of(&ctx);
         let what = args.tool.clone();
-        let block = match args.wait.as_deref() {
-            None | Some("block") => true,
-            Some("suspend") => false,
-            Some(other) => {
-                return text_result(
-                    format!(
-                        "NOT APPROVED: wait must be \"block\" or \"suspend\", not {other:?}. \
-                         Do not run {what}."
-                    ),
-                    None,
-                    true,
-                );
-            }
+        let block = match blocks(args.wait.as_deref(), &what) {
+            Ok(block) => block,
+            Err(refusal) => return refusal,
         };
         let mut body = json!({"tool": args.tool, "params": args.params, "wait": "suspend"});
         for (name, value) in [
@@ -441,7 +448,10 @@ impl HitlMcp {
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let bearer = bearer_of(&ctx);
-        let block = !matches!(args.wait.as_deref(), Some("suspend"));
+        let block = match blocks(args.wait.as_deref(), "anything that needs the answer") {
+            Ok(block) => block,
+            Err(refusal) => return refusal,
+        };
         let interaction_id = args.idempotency_key.clone().unwrap_or_else(|| {
             format!(
                 "mcp-{}",
