@@ -375,8 +375,7 @@ async fn main() -> ExitCode {
             let a = *a;
             let token = match (a.token, a.token_env) {
                 (Some(t), _) => Ok(t),
-                (None, Some(var)) => std::env::var(&var)
-                    .with_context(|| format!("environment variable {var} is not set")),
+                (None, Some(var)) => token_from_env(&var),
                 (None, None) => Err(anyhow::anyhow!("--token or --token-env is required")),
             };
             let token = match token {
@@ -416,11 +415,15 @@ async fn main() -> ExitCode {
     }
 }
 
+/// An agent's token from the variable `--token-env` names.
+fn token_from_env(var: &str) -> anyhow::Result<String> {
+    std::env::var(var).with_context(|| format!("environment variable {var} is not set"))
+}
+
 /// `mcp`: the MCP tools on stdin/stdout (logs go to stderr), against the service at
 /// `--url`.
 async fn mcp_stdio(a: McpArgs) -> anyhow::Result<()> {
-    let token = std::env::var(&a.token_env)
-        .with_context(|| format!("environment variable {} is not set", a.token_env))?;
+    let token = token_from_env(&a.token_env)?;
     let base = cli::service_url(&a.url)?;
     // Every request the tools make returns within a minute (the longest long-poll is
     // get_decision's 60 s): a service that stops answering is an error, not a hang.
