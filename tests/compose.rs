@@ -116,13 +116,7 @@ impl Project {
     /// Runs a compose subcommand; panics with its output unless it succeeds.
     async fn run(&self, args: &[&str]) -> String {
         let out = self.command(args).output().await.expect("run compose");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "compose {args:?} failed:\n{text}");
-        text
+        succeeded(out, &format!("compose {args:?}"))
     }
 
     async fn container_id(&self) -> String {
@@ -169,12 +163,17 @@ async fn docker(args: &[&str]) -> String {
         .output()
         .await
         .expect("run docker");
+    succeeded(out, &format!("docker {args:?}"))
+}
+
+/// A command's stdout and stderr together; panics with them unless it succeeded.
+fn succeeded(out: std::process::Output, what: &str) -> String {
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "docker {args:?} failed:\n{text}");
+    assert!(out.status.success(), "{what} failed:\n{text}");
     text
 }
 

@@ -162,6 +162,17 @@ async fn question_about(app: &TestApp, needle: &str) -> support::fake_telegram::
     );
 }
 
+/// How many messages in the ops chat hold `needle`, once a late second one would have
+/// arrived.
+async fn times_asked(app: &TestApp, needle: &str) -> usize {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    app.telegram
+        .messages_in(OPS_CHAT)
+        .iter()
+        .filter(|m| m.visible_text.contains(needle))
+        .count()
+}
+
 /// The scenarios every transport must pass, in one session against one service.
 async fn every_scenario(transport: Transport) {
     let Some(python) = mcp_python() else {
@@ -311,14 +322,7 @@ async fn every_scenario(transport: Transport) {
     let (_, _, again) = mcp.call_now("request_approval", parked).await;
     assert_eq!(again.unwrap()["id"], id.as_str());
     let question = question_about(&app, "migrate").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let asked = app
-        .telegram
-        .messages_in(OPS_CHAT)
-        .iter()
-        .filter(|m| m.visible_text.contains("migrate"))
-        .count();
-    assert_eq!(asked, 1, "asked twice");
+    assert_eq!(times_asked(&app, "migrate").await, 1, "asked twice");
     app.telegram
         .tap(OPS_CHAT, question.message_id, "✅ Approve", bob());
     let (error, verdict, _) = mcp
@@ -384,18 +388,30 @@ async fn every_scenario(transport: Transport) {
         .to_owned();
     assert_eq!(again.unwrap()["interaction_id"], iid.as_str());
     question_about(&app, "Ship it on Friday?").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let asked = app
-        .telegram
-        .messages_in(OPS_CHAT)
-        .iter()
-        .filter(|m| m.visible_text.contains("Ship it on Friday?"))
-        .count();
-    assert_eq!(asked, 1, "asked twice");
+    assert_eq!(
+        times_asked(&app, "Ship it on Friday?").await,
+        1,
+        "asked twice"
+    );
     let (error, verdict, _) = mcp
         .call_now("get_decision", json!({"id": iid, "wait_seconds": 0}))
         .await;
     assert!(!error && verdict.starts_with("NO ANSWER YET"), "{verdict}");
+
+    // A wait mode neither tool knows is refused, never taken for "block".
+    for (tool, args) in [
+        (
+            "request_approval",
+            json!({"tool": "t", "params": {}, "wait": "later"}),
+        ),
+        ("ask_human", json!({"question": "q", "wait": "later"})),
+    ] {
+        let (error, verdict, _) = mcp.call_now(tool, args).await;
+        assert!(
+            error && verdict.contains("wait must be"),
+            "{tool}: {verdict}"
+        );
+    }
 
     // The metrics count MCP requests as the agent's own, like any other.
     let metrics = app.metrics_text().await;
