@@ -80,6 +80,8 @@ async fn open_window(store: &SqliteStore, tool: &ToolName, owner: &OwnerId) {
         answers: Vec::new(),
         copies: Vec::new(),
         strays: Vec::new(),
+        denial_reason: None,
+        progress: Default::default(),
     };
     store.insert(&record, now).await.expect("insert");
     let operator = Operator {

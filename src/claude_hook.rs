@@ -313,7 +313,23 @@ fn verdict(record: &Value, requested_timeout: f64) -> HookResult {
             HookResult::allow()
         }
         ("cancelled", "operator") => {
-            HookResult::deny(format!("Permission denied on Telegram: {reason}."))
+            let by = record
+                .get("decided_by")
+                .and_then(|b| b.get("name"))
+                .and_then(Value::as_str)
+                .map(|n| clean(n, 64));
+            match (record.get("denial_reason").and_then(Value::as_str), by) {
+                (Some(why), Some(by)) => HookResult::deny(format!(
+                    "Permission denied on Telegram by {by}, who said: \"{}\". The call was not executed; do not retry it as it is.",
+                    clean(why, 600)
+                )),
+                _ => HookResult::deny(format!(
+                    "Permission denied on Telegram: {}. The call was not executed; do not retry it as it is.",
+                    reason
+                        .strip_suffix(" (not executed; do not retry this call as it is)")
+                        .unwrap_or(&reason)
+                )),
+            }
         }
         ("cancelled", "fail_closed") => {
             let why = reason.strip_prefix("not executed: ").unwrap_or(&reason);
@@ -1262,7 +1278,7 @@ mod tests {
                 &record("cancelled", "operator", "cancelled by Alice (@alice)"),
                 120.0
             )),
-            "Permission denied on Telegram: cancelled by Alice (@alice)."
+            "Permission denied on Telegram: cancelled by Alice (@alice). The call was not executed; do not retry it as it is."
         );
         assert_eq!(
             message(&verdict(&record("timeout", "timeout", "x"), 5.0)),

@@ -37,6 +37,13 @@ pub fn demo_settings(mut s: Settings, operator_id: Option<String>) -> anyhow::Re
         forbid_self_approval: false,
         quorum: None,
         max_window_seconds: crate::config::DEFAULT_MAX_WINDOW_SECONDS,
+        remind_after: Vec::new(),
+        escalate_after: None,
+        escalate_to: None,
+        escalation_approvers: None,
+        extend_minutes: None,
+        max_extensions: crate::config::DEFAULT_MAX_EXTENSIONS,
+        topic_id: None,
     }];
     s.agents = vec![AgentSettings {
         name: "demo".into(),

@@ -10,6 +10,9 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
+
+use time::OffsetDateTime;
 
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
@@ -322,10 +325,120 @@ pub struct RouteSettings {
     /// is a decision for whoever configures the route, not for an agent's request.
     #[serde(default = "default_max_window_seconds")]
     pub max_window_seconds: u64,
+    /// When to remind the approvers of a question still pending: shares of its timeout
+    /// (`"50%"`) or times after it was asked (`"10m"`, `"90s"`, `"2h"`, or seconds).
+    #[serde(default)]
+    pub remind_after: Vec<WhenSetting>,
+    /// When a question still pending is also posted to `escalate_to`.
+    #[serde(default)]
+    pub escalate_after: Option<WhenSetting>,
+    /// The route a question is escalated to.
+    #[serde(default)]
+    pub escalate_to: Option<String>,
+    /// Who may decide once a question is escalated: `"union"` (the approvers of both
+    /// routes, in either chat; the default) or `"each"` (each chat's own approvers).
+    #[serde(default)]
+    pub escalation_approvers: Option<String>,
+    /// Offer a "+N min" button: an approver moves the deadline by this many minutes.
+    /// Off (unset) by default.
+    #[serde(default)]
+    pub extend_minutes: Option<u32>,
+    /// How many times one question's deadline may be moved.
+    #[serde(default = "default_max_extensions")]
+    pub max_extensions: u32,
+    /// A forum topic (`message_thread_id`) of the route's supergroup: questions,
+    /// reminders, command replies and outcomes go there.
+    #[serde(default)]
+    pub topic_id: Option<i32>,
+}
+
+/// A point in a question's life, as the config writes it: `"50%"` of its timeout, or a
+/// time after it was asked (`"10m"`, `"90s"`, `"2h"`, or a number of seconds).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum WhenSetting {
+    Seconds(u64),
+    Text(String),
+}
+
+/// See [`WhenSetting`]: parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum When {
+    /// This many percent of the question's timeout (as it is now, extensions included).
+    Share(u32),
+    After(Duration),
+}
+
+impl When {
+    fn parse(s: &WhenSetting) -> Result<When, String> {
+        let text = match s {
+            WhenSetting::Seconds(0) => return Err("must be after the question is asked".into()),
+            WhenSetting::Seconds(n) => return Ok(When::After(Duration::from_secs(*n))),
+            WhenSetting::Text(t) => t.trim(),
+        };
+        let bad = || {
+            format!(
+                "'{text}' is neither a share of the timeout (\"50%\") nor a duration (\"90s\", \"10m\", \"2h\")"
+            )
+        };
+        if let Some(p) = text.strip_suffix('%') {
+            let p: u32 = p.trim().parse().map_err(|_| bad())?;
+            if !(1..=99).contains(&p) {
+                return Err(format!("'{text}': a share must be between 1% and 99%"));
+            }
+            return Ok(When::Share(p));
+        }
+        let (digits, unit) = text
+            .find(|c: char| !c.is_ascii_digit())
+            .map_or((text, ""), |at| text.split_at(at));
+        let n: u64 = digits.parse().map_err(|_| bad())?;
+        let secs = match unit.trim() {
+            "" | "s" => n,
+            "m" | "min" => n.saturating_mul(60),
+            "h" => n.saturating_mul(3600),
+            _ => return Err(bad()),
+        };
+        if secs == 0 {
+            return Err("must be after the question is asked".into());
+        }
+        Ok(When::After(Duration::from_secs(secs)))
+    }
+
+    /// The moment this point falls on for a question asked at `created` and due at
+    /// `expires`.
+    pub fn at(self, created: OffsetDateTime, expires: OffsetDateTime) -> OffsetDateTime {
+        match self {
+            When::Share(p) => {
+                let whole = (expires - created).whole_milliseconds().max(0);
+                created + time::Duration::milliseconds((whole * i128::from(p) / 100) as i64)
+            }
+            When::After(d) => created + d,
+        }
+    }
+}
+
+/// See [`RouteSettings::max_extensions`].
+pub const DEFAULT_MAX_EXTENSIONS: u32 = 3;
+
+fn default_max_extensions() -> u32 {
+    DEFAULT_MAX_EXTENSIONS
+}
+
+/// A route's escalation (see [`RouteSettings::escalate_after`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Escalation {
+    pub after: When,
+    /// The route the question is also posted to.
+    pub to: String,
+    /// Approvers of both routes decide in either chat (else each chat's own).
+    pub union: bool,
 }
 
 /// See [`RouteSettings::max_window_seconds`].
 pub const DEFAULT_MAX_WINDOW_SECONDS: u64 = 3600;
+
+/// Most reminder points a route may list: each is a message in the chat.
+pub const MAX_REMINDERS: usize = 10;
 
 fn default_max_window_seconds() -> u64 {
     DEFAULT_MAX_WINDOW_SECONDS
@@ -496,6 +609,14 @@ pub struct Route {
     pub quorum: Option<u32>,
     /// The longest window an approval on this route opens.
     pub max_window_seconds: u64,
+    /// Reminder points, in the order given.
+    pub remind_after: Vec<When>,
+    pub escalation: Option<Escalation>,
+    /// What one "+N min" tap adds; `None`: no such button.
+    pub extend_by: Option<Duration>,
+    pub max_extensions: u32,
+    /// The forum topic questions of this route go to.
+    pub topic_id: Option<i32>,
 }
 
 impl Route {
@@ -928,6 +1049,11 @@ impl Config {
 
         let bot_id = bot_id_of_token(bot_token.trim());
 
+        let route_chats: HashMap<String, i64> = s
+            .routes
+            .iter()
+            .map(|r| (r.name.clone(), r.chat_id))
+            .collect();
         let mut routes = HashMap::new();
         for (i, r) in s.routes.into_iter().enumerate() {
             let key = format!("routes[{i}]");
@@ -957,6 +1083,104 @@ impl Config {
                     ),
                 ));
             }
+            let mut remind_after = Vec::new();
+            for (j, w) in r.remind_after.iter().enumerate() {
+                remind_after.push(
+                    When::parse(w).map_err(|e| invalid(format!("{key}.remind_after[{j}]"), e))?,
+                );
+            }
+            if remind_after.len() > MAX_REMINDERS {
+                return Err(invalid(
+                    format!("{key}.remind_after"),
+                    format!("at most {MAX_REMINDERS} reminders"),
+                ));
+            }
+            let escalation = match (&r.escalate_after, &r.escalate_to) {
+                (None, None) => None,
+                (Some(after), Some(to)) => {
+                    match route_chats.get(to) {
+                        None => {
+                            return Err(invalid(
+                                format!("{key}.escalate_to"),
+                                format!("names unknown route '{to}'"),
+                            ));
+                        }
+                        // Escalating is asking other people elsewhere; the same chat
+                        // would post the question twice to the same people.
+                        Some(chat) if *chat == r.chat_id && *to != r.name => {
+                            return Err(invalid(
+                                format!("{key}.escalate_to"),
+                                format!(
+                                    "route '{to}' posts to the same chat; escalate to a route in another chat"
+                                ),
+                            ));
+                        }
+                        Some(_) => {}
+                    }
+                    if *to == r.name {
+                        return Err(invalid(
+                            format!("{key}.escalate_to"),
+                            "a route cannot escalate to itself",
+                        ));
+                    }
+                    let union = match r.escalation_approvers.as_deref() {
+                        None | Some("union") => true,
+                        Some("each") => false,
+                        Some(other) => {
+                            return Err(invalid(
+                                format!("{key}.escalation_approvers"),
+                                format!("'{other}' is neither \"union\" nor \"each\""),
+                            ));
+                        }
+                    };
+                    Some(Escalation {
+                        after: When::parse(after)
+                            .map_err(|e| invalid(format!("{key}.escalate_after"), e))?,
+                        to: to.clone(),
+                        union,
+                    })
+                }
+                (Some(_), None) => {
+                    return Err(invalid(
+                        format!("{key}.escalate_to"),
+                        "escalate_after needs escalate_to: the route to escalate to",
+                    ));
+                }
+                (None, Some(_)) => {
+                    return Err(invalid(
+                        format!("{key}.escalate_after"),
+                        "escalate_to needs escalate_after: when to escalate",
+                    ));
+                }
+            };
+            let extend_by = match r.extend_minutes {
+                None => None,
+                Some(m) if (1..=1440).contains(&m) => Some(Duration::from_secs(u64::from(m) * 60)),
+                Some(_) => {
+                    return Err(invalid(
+                        format!("{key}.extend_minutes"),
+                        "must be between 1 and 1440 (a day)",
+                    ));
+                }
+            };
+            if !(1..=100).contains(&r.max_extensions) {
+                return Err(invalid(
+                    format!("{key}.max_extensions"),
+                    "must be between 1 and 100",
+                ));
+            }
+            if r.topic_id.is_some_and(|t| t <= 0) {
+                return Err(invalid(
+                    format!("{key}.topic_id"),
+                    "must be a forum topic's message_thread_id (a positive number)",
+                ));
+            }
+            if r.topic_id.is_some() && r.chat_id > 0 {
+                return Err(invalid(
+                    format!("{key}.topic_id"),
+                    "topics exist in forum supergroups only; this chat_id is a private chat",
+                ));
+            }
             let route = Route {
                 name: r.name.clone(),
                 chat_id: r.chat_id,
@@ -964,6 +1188,11 @@ impl Config {
                 forbid_self_approval: r.forbid_self_approval,
                 quorum: r.quorum,
                 max_window_seconds: r.max_window_seconds,
+                remind_after,
+                escalation,
+                extend_by,
+                max_extensions: r.max_extensions,
+                topic_id: r.topic_id,
             };
             if r.max_window_seconds > crate::api::confirmations::MAX_WINDOW_SECONDS {
                 return Err(invalid(
@@ -1676,6 +1905,97 @@ routes = ["ops"]
         );
         let shared = err_of(&format!("{BASE}\n[metrics]\ntoken_env = \"AGENT_TOKEN\"\n"));
         assert!(shared.contains("must differ"), "{shared}");
+    }
+
+    #[test]
+    fn reminder_and_escalation_points_read_as_shares_or_durations() {
+        let parse = |t: &str| When::parse(&WhenSetting::Text(t.into()));
+        assert_eq!(parse("50%"), Ok(When::Share(50)));
+        assert_eq!(parse(" 90s "), Ok(When::After(Duration::from_secs(90))));
+        assert_eq!(parse("10m"), Ok(When::After(Duration::from_secs(600))));
+        assert_eq!(parse("2h"), Ok(When::After(Duration::from_secs(7200))));
+        assert_eq!(
+            When::parse(&WhenSetting::Seconds(30)),
+            Ok(When::After(Duration::from_secs(30)))
+        );
+        for bad in ["0%", "100%", "-5%", "0s", "ten minutes", "5 days", "%", ""] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        let t0 = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+        let due = t0 + Duration::from_secs(100);
+        assert_eq!(When::Share(25).at(t0, due), t0 + Duration::from_secs(25));
+        assert_eq!(
+            When::After(Duration::from_secs(7)).at(t0, due),
+            t0 + Duration::from_secs(7)
+        );
+    }
+
+    #[test]
+    fn route_steps_are_checked_with_the_key_that_is_wrong() {
+        let second = "\n[[routes]]\nname = \"leads\"\nchat_id = -100999\napprovers = [3]\n";
+        let with = |lines: &str| {
+            format!("{BASE}{second}").replace(
+                "approvers = [1, 2]\n",
+                &format!("approvers = [1, 2]\n{lines}\n"),
+            )
+        };
+        let ok = Config::from_settings(
+            Settings::from_toml(&with(
+                "remind_after = [\"50%\", \"10m\"]\nescalate_after = \"75%\"\nescalate_to = \"leads\"\nextend_minutes = 15",
+            ))
+            .unwrap(),
+            &env,
+        )
+        .unwrap();
+        let ops = ok.route("ops").unwrap();
+        assert_eq!(ops.remind_after.len(), 2);
+        assert_eq!(ops.extend_by, Some(Duration::from_secs(900)));
+        assert_eq!(ops.max_extensions, DEFAULT_MAX_EXTENSIONS);
+        let e = ops.escalation.as_ref().unwrap();
+        assert!(e.union && e.to == "leads", "{e:?}");
+        for (lines, expected) in [
+            ("remind_after = [\"soon\"]", "routes[0].remind_after[0]"),
+            (
+                "escalate_after = \"1m\"",
+                "escalate_after needs escalate_to",
+            ),
+            (
+                "escalate_to = \"leads\"",
+                "escalate_to needs escalate_after",
+            ),
+            (
+                "escalate_after = \"1m\"\nescalate_to = \"nowhere\"",
+                "names unknown route 'nowhere'",
+            ),
+            (
+                "escalate_after = \"1m\"\nescalate_to = \"ops\"",
+                "cannot escalate to itself",
+            ),
+            (
+                "escalate_after = \"1m\"\nescalate_to = \"leads\"\nescalation_approvers = \"all\"",
+                "routes[0].escalation_approvers",
+            ),
+            ("extend_minutes = 0", "routes[0].extend_minutes"),
+            (
+                "extend_minutes = 5\nmax_extensions = 0",
+                "routes[0].max_extensions",
+            ),
+            ("topic_id = -4", "routes[0].topic_id"),
+        ] {
+            let e = err_of(&with(lines));
+            assert!(e.contains(expected), "{lines}: {e}");
+        }
+        let same_chat = format!("{BASE}{second}")
+            .replace("chat_id = -100999", "chat_id = -100123")
+            .replace(
+                "approvers = [1, 2]\n",
+                "approvers = [1, 2]\nescalate_after = \"1m\"\nescalate_to = \"leads\"\n",
+            );
+        assert!(
+            err_of(&same_chat).contains("same chat"),
+            "{}",
+            err_of(&same_chat)
+        );
     }
 
     #[test]

@@ -240,10 +240,16 @@ fn decision_text(record: &Value) -> String {
             "APPROVED ({reason}). Run {tool} now with exactly these parameters: {}. Request {id}.",
             record["parameters"]
         ),
-        Some("cancelled") => format!(
-            "NOT APPROVED: cancelled ({reason}). Do not run {tool}, and do not retry the same call; \
-             ask the human what to do instead. Request {id}."
-        ),
+        Some("cancelled") => match record["denial_reason"].as_str() {
+            Some(why) => format!(
+                "NOT APPROVED: the operator denied it, saying: \"{why}\". Do not run {tool}, and do \
+                 not retry the same call; act on the operator's reason instead. Request {id}."
+            ),
+            None => format!(
+                "NOT APPROVED: cancelled ({reason}). Do not run {tool}, and do not retry the same \
+                 call; ask the human what to do instead. Request {id}."
+            ),
+        },
         Some("timeout") => format!(
             "NOT APPROVED: nobody answered in time ({reason}). Do not run {tool}. Request {id}."
         ),

@@ -91,6 +91,14 @@ struct RouteLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepLabels {
+    agent: String,
+    route: String,
+    /// `reminded`, `escalated`, `extended`, `reason_requested`, `reason_given`.
+    step: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AgentToolLabels {
     agent: String,
     tool: String,
@@ -128,6 +136,7 @@ pub struct Metrics {
     /// [`Metrics::render`]): a true counter that also survives restarts.
     webhook_dropped: Family<AgentLabels, Counter>,
     questions_missed_deadline: Family<RouteLabels, Counter>,
+    question_steps: Family<StepLabels, Counter>,
     tools: ToolLabels,
     /// Held while the scrape-time gauges are set and the registry encoded, so two
     /// concurrent scrapes cannot interleave a reset with an encoding.
@@ -250,6 +259,14 @@ impl Metrics {
             questions_missed_deadline.clone(),
         );
 
+        let question_steps = Family::<StepLabels, Counter>::default();
+        registry.register(
+            "question_steps",
+            "Steps pending questions took on the operators' side: reminders sent, \
+             escalations, deadline extensions, reasons asked for and reasons given",
+            question_steps.clone(),
+        );
+
         Metrics {
             registry,
             requests_created,
@@ -267,6 +284,7 @@ impl Metrics {
             webhook_given_up,
             webhook_dropped,
             questions_missed_deadline,
+            question_steps,
             tools: ToolLabels::default(),
             scrape: Mutex::new(()),
         }
@@ -299,6 +317,9 @@ impl Metrics {
                 via,
             })
             .inc();
+        if r.denial_reason.is_some() {
+            self.question_step(r, "reason_given");
+        }
         match r.via {
             Some(Via::Operator | Via::Timeout) => {
                 let decided = r.decided_at.unwrap_or(r.created_at);
@@ -343,6 +364,17 @@ impl Metrics {
                 .get_or_create(&TelegramErrorLabels { method, kind })
                 .inc();
         }
+    }
+
+    /// A pending question (`r`) took a step on the operators' side (see [`StepLabels`]).
+    pub fn question_step(&self, r: &Confirmation, step: &'static str) {
+        self.question_steps
+            .get_or_create(&StepLabels {
+                agent: r.agent.clone(),
+                route: r.route.clone(),
+                step,
+            })
+            .inc();
     }
 
     /// A question (`r`) ended `timeout` because it could not reach its chat before its

@@ -141,8 +141,8 @@ struct Plan {
 }
 
 const OPTIONS: &[&str] = &["Option A", "Option B", "Option C"];
-const APPROVAL: &[&str] = &["✅ Approve", "❌ Reject"];
-const FORM: &[&str] = &["✅ Approve", "❌ Cancel"];
+const APPROVAL: &[&str] = &["✅ Approve", "❌ Reject", "✋ Deny with reason"];
+const FORM: &[&str] = &["✅ Approve", "❌ Cancel", "✋ Deny with reason"];
 
 /// Every case, by name. `target_humans` decide the kind of group: an `ops` one (alice and
 /// bob approve) when they are alice, or alice and bob; a `council` one (alice, bob and

@@ -294,7 +294,10 @@ async fn ai_parrot_confirmation_guard_asks_through_the_python_channel() {
     );
     let msg = approve.message.as_ref().unwrap();
     assert_eq!(msg.chat_id, OPS_CHAT);
-    assert_eq!(msg.button_texts(), ["✅ Approve", "❌ Reject"]);
+    assert_eq!(
+        msg.button_texts(),
+        ["✅ Approve", "❌ Reject", "✋ Deny with reason"]
+    );
     assert!(
         msg.visible_text
             .contains("Deploy billing with 3 replicas (service='billing', replicas=3"),
@@ -348,7 +351,10 @@ async fn ai_parrot_confirmation_guard_asks_through_the_python_channel() {
     // A form offers no choice of scope: its call announces no window.
     assert_eq!(form.event["call"]["window_seconds"], 0);
     let msg = form.message.as_ref().unwrap();
-    assert_eq!(msg.button_texts(), ["✅ Approve", "❌ Cancel"]);
+    assert_eq!(
+        msg.button_texts(),
+        ["✅ Approve", "❌ Cancel", "✋ Deny with reason"]
+    );
     assert!(msg.visible_text.contains("ledger"), "{}", msg.visible_text);
     assert_shows_every_parameter(
         &msg.visible_text,
@@ -390,7 +396,10 @@ async fn ai_parrot_confirmation_guard_asks_through_the_python_channel() {
     assert!(text.contains("Owner: anonymous"), "{text}");
     assert_shows_every_parameter(text, sent);
     assert!(!text.contains("sent no parameters"), "{text}");
-    assert_eq!(msg.button_texts(), ["✅ Approve", "❌ Reject"]);
+    assert_eq!(
+        msg.button_texts(),
+        ["✅ Approve", "❌ Reject", "✋ Deny with reason"]
+    );
     let view = stored_view(
         &client,
         &base,
@@ -406,7 +415,12 @@ async fn ai_parrot_confirmation_guard_asks_through_the_python_channel() {
     assert_eq!(result("call_shown")["recorded"], json!([]));
 
     // A call with a window offers both scopes, the window cut to what the route allows.
-    let window_buttons = [APPROVE_ONCE, APPROVE_FOR, "❌ Reject"];
+    let window_buttons = [
+        APPROVE_ONCE,
+        APPROVE_FOR,
+        "❌ Reject",
+        "✋ Deny with reason",
+    ];
     // "Approve once": confirmed, no window recorded, so the identical call is asked
     // again (and rejected this time).
     assert_confirmed_with_original("once_first", result("once_first"));

@@ -269,7 +269,10 @@ async fn ai_parrot_asks_through_its_cli_daemon_channel_and_the_redis_bridge() {
     assert_eq!(stock["respondents"], json!(["alice"]), "{stock}");
     let q = one_question("stock_approve");
     assert_eq!(q.event["target_humans"], json!(["alice"]));
-    assert_eq!(q.message.button_texts(), ["✅ Approve", "❌ Reject"]);
+    assert_eq!(
+        q.message.button_texts(),
+        ["✅ Approve", "❌ Reject", "✋ Deny with reason"]
+    );
     let id = q.event["interaction_id"].as_str().unwrap();
     let view = interaction(&client, &base, BRIDGE_TOKEN, id).await.unwrap();
     assert_eq!(view["status"], "completed", "{view}");
@@ -325,7 +328,10 @@ async fn ai_parrot_asks_through_its_cli_daemon_channel_and_the_redis_bridge() {
     assert_confirmed_with_original("edit_form_approved", result("edit_form_approved"));
     let form = one_question("edit_form_approved");
     assert_eq!(form.event["interaction_type"], "form");
-    assert_eq!(form.message.button_texts(), ["✅ Approve", "❌ Cancel"]);
+    assert_eq!(
+        form.message.button_texts(),
+        ["✅ Approve", "❌ Cancel", "✋ Deny with reason"]
+    );
     assert!(form.message.visible_text.contains("ledger"));
     // Cancel on the form: cancelled at once.
     let d = decision("edit_form_cancelled");

@@ -202,6 +202,41 @@ async fn approving_on_telegram_allows_the_command() {
 }
 
 #[tokio::test]
+async fn a_denial_with_a_reason_carries_the_operators_words_to_claude() {
+    let app = TestApp::spawn().await;
+    let child = hook(
+        &app.base,
+        Some(TOKEN_A),
+        fixture("edit_migration.json"),
+        &[],
+    );
+    let msg = app
+        .telegram
+        .wait_for_message_in(OPS_CHAT, 1)
+        .await
+        .remove(0);
+    app.telegram
+        .tap(OPS_CHAT, msg.message_id, "✋ Deny with reason", alice());
+    let prompt = app
+        .telegram
+        .wait_for_message_in(OPS_CHAT, 2)
+        .await
+        .remove(1);
+    app.telegram.send_reply(
+        OPS_CHAT,
+        alice(),
+        "keep legacy_total until the reports move",
+        prompt.message_id,
+    );
+    let (code, out, err) = finish(child).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        denial(&out, &err),
+        "Permission denied on Telegram by Alice, who said: \"keep legacy_total until the reports move\". The call was not executed; do not retry it as it is."
+    );
+}
+
+#[tokio::test]
 async fn cancelling_denies_naming_who_cancelled() {
     let app = TestApp::spawn().await;
     let child = hook(
@@ -226,7 +261,7 @@ async fn cancelling_denies_naming_who_cancelled() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         denial(&out, &err),
-        "Permission denied on Telegram: cancelled by Alice (@alice)."
+        "Permission denied on Telegram: cancelled by Alice (@alice). The call was not executed; do not retry it as it is."
     );
 }
 

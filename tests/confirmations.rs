@@ -28,7 +28,10 @@ async fn an_approval_tap_confirms_a_blocked_request_with_its_parameters() {
     let pending = app.create_blocking(deploy(json!({"owner_id": "u-42"})));
     let msg = app.telegram.wait_for_messages(1).await.remove(0);
     assert_eq!(msg.chat_id, OPS_CHAT);
-    assert_eq!(msg.button_texts(), vec!["✅ Approve", "❌ Cancel"]);
+    assert_eq!(
+        msg.button_texts(),
+        vec!["✅ Approve", "❌ Cancel", "✋ Deny with reason"]
+    );
 
     let q = app
         .telegram
@@ -515,7 +518,7 @@ async fn an_edit_capable_tool_is_approved_with_its_original_parameters() {
     let msg = app.telegram.wait_for_messages(1).await.remove(0);
     assert_eq!(
         msg.button_texts(),
-        vec!["✅ Approve", "❌ Cancel"],
+        vec!["✅ Approve", "❌ Cancel", "✋ Deny with reason"],
         "no edit button"
     );
     app.telegram

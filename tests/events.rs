@@ -304,18 +304,23 @@ fn keys(v: &Value) -> BTreeSet<&str> {
 /// Every status event carries exactly these keys, every response event these.
 fn assert_event_shape(e: &SseEvent) {
     match e.event.as_str() {
-        "status" => assert_eq!(
-            keys(&e.data),
-            BTreeSet::from([
+        "status" => {
+            let mut expected = BTreeSet::from([
                 "id",
                 "interaction_id",
                 "status",
                 "reason",
+                "denial_reason",
                 "result",
-                "timeout_action"
-            ]),
-            "{e:?}"
-        ),
+                "timeout_action",
+                "expires_at",
+            ]);
+            // A step of a pending question (delivered, reminded, ...) names it.
+            if e.data.get("step").is_some() {
+                expected.insert("step");
+            }
+            assert_eq!(keys(&e.data), expected, "{e:?}")
+        }
         "response" => {
             assert_eq!(
                 keys(&e.data),
@@ -369,7 +374,10 @@ async fn a_listener_receives_its_interactions_events_as_they_happen() {
     let asked = events.take(2).await;
     assert_eq!(labels(&asked), ["status:pending", "status:delivered"]);
     let msg = question_in(&app, TOKEN_A, OPS_CHAT, 1, "ev-live").await;
-    assert_eq!(msg.button_texts(), ["✅ Approve", "❌ Reject"]);
+    assert_eq!(
+        msg.button_texts(),
+        ["✅ Approve", "❌ Reject", "✋ Deny with reason"]
+    );
 
     // Each answer is on the stream before the next person taps.
     tap_and_wait(&app, &msg, "✅ Approve", alice()).await;

@@ -306,7 +306,10 @@ async fn an_approval_is_shown_with_approve_and_reject_and_approve_answers_true()
     );
     assert!(created["id"].as_str().unwrap().starts_with("cf_"));
 
-    assert_eq!(msg.button_texts(), vec!["✅ Approve", "❌ Reject"]);
+    assert_eq!(
+        msg.button_texts(),
+        vec!["✅ Approve", "❌ Reject", "✋ Deny with reason"]
+    );
     let text = &msg.visible_text;
     assert!(text.contains("Deploy <billing> & friends?"), "{text}");
     assert!(
@@ -627,7 +630,10 @@ async fn a_form_shows_its_current_values_and_approve_answers_exactly_those() {
         }}),
     );
     let (_, msg) = ask(&app, json!({"interaction": form}), OPS_CHAT).await;
-    assert_eq!(msg.button_texts(), vec!["✅ Approve", "❌ Cancel"]);
+    assert_eq!(
+        msg.button_texts(),
+        vec!["✅ Approve", "❌ Cancel", "✋ Deny with reason"]
+    );
     let text = &msg.visible_text;
     assert!(text.contains("\"path\": \"/etc/app.conf\""), "{text}");
     assert!(text.contains("\"backup\": true"), "{text}");
@@ -864,14 +870,14 @@ async fn quorum_uses_the_routes_quorum_when_the_interaction_names_none() {
         COUNCIL_CHAT,
     )
     .await;
-    tap(&app, &msg, "❌ Reject", bob()).await;
+    tap(&app, &msg, "✅ Approve", bob()).await;
     wait_for_text(&app, &msg, "👥 1 of 3 answered").await;
     assert_eq!(view(&app, "quo-1").await["status"], "partial");
-    tap(&app, &msg, "❌ Reject", carol()).await;
+    tap(&app, &msg, "✅ Approve", carol()).await;
     let done = wait_for_status(&app, "quo-1", "completed").await;
-    assert_eq!(done["result"], false, "council's quorum is 2");
+    assert_eq!(done["result"], true, "council's quorum is 2");
     assert_eq!(responses(&done).len(), 2);
-    wait_for_outcome(&app, &msg, "Rejected").await;
+    wait_for_outcome(&app, &msg, "Approved").await;
 }
 
 #[tokio::test]
@@ -903,7 +909,7 @@ async fn quorum_from_the_interactions_policy_overrides_the_routes() {
 async fn quorum_ends_without_agreement_when_no_value_can_reach_it() {
     let app = TestApp::spawn().await;
     let q = with(
-        approval("quo-3"),
+        colours("quo-3", "single_choice"),
         json!({"consensus_mode": "quorum", "policy": {"quorum": 3}}),
     );
     let (_, msg) = ask(
@@ -912,16 +918,58 @@ async fn quorum_ends_without_agreement_when_no_value_can_reach_it() {
         COUNCIL_CHAT,
     )
     .await;
-    tap(&app, &msg, "✅ Approve", alice()).await;
+    tap(&app, &msg, "Blue", alice()).await;
     wait_for_text(&app, &msg, "👥 1 of 3 answered").await;
-    // With one answer left, neither yes (1 + 1) nor no (1 + 1) can reach 3.
-    tap(&app, &msg, "❌ Reject", bob()).await;
+    // With one answer left, neither blue (1 + 1) nor green (1 + 1) can reach 3.
+    tap(&app, &msg, "Green", bob()).await;
     let done = wait_for_status(&app, "quo-3", "completed").await;
     assert_eq!(
         conflict_values(&done["result"]),
-        vec![json!(true), json!(false)]
+        vec![json!("blue"), json!("green")]
     );
     wait_for_outcome(&app, &msg, "⚖️ No agreement").await;
+}
+
+#[tokio::test]
+async fn one_no_vetoes_a_quorum_approval_at_once() {
+    let app = TestApp::spawn().await;
+    let q = with(
+        approval("quo-veto"),
+        json!({"consensus_mode": "quorum", "policy": {"quorum": 2}}),
+    );
+    let (_, msg) = ask(
+        &app,
+        json!({"interaction": q, "route": "council"}),
+        COUNCIL_CHAT,
+    )
+    .await;
+    let shown = wait_for_text(&app, &msg, "👥 0 of 3 answered").await;
+    assert!(
+        shown.visible_text.contains("one no ends it"),
+        "the veto is said up front: {}",
+        shown.visible_text
+    );
+    tap(&app, &msg, "✅ Approve", alice()).await;
+    wait_for_text(&app, &msg, "👥 1 of 3 answered").await;
+    // Bob's no ends it, although Carol could still make a quorum of two yeses.
+    tap(&app, &msg, "❌ Reject", bob()).await;
+    let done = wait_for_status(&app, "quo-veto", "completed").await;
+    assert_eq!(done["result"], false, "{done}");
+    assert_eq!(done["do_not_retry"], true, "{done}");
+    assert!(
+        done["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("vetoed by Bob"),
+        "{done}"
+    );
+    assert_eq!(responses(&done).len(), 2);
+    let outcome = wait_for_outcome(&app, &msg, "Rejected").await;
+    assert!(!outcome.has_buttons());
+    // Carol's late tap changes nothing.
+    let late = stale_tap(&app, &msg, "✅ Approve", carol()).await;
+    assert!(late.text.unwrap_or_default().contains("Already decided"));
+    assert_eq!(view(&app, "quo-veto").await["result"], false);
 }
 
 #[tokio::test]
@@ -1211,7 +1259,10 @@ async fn one_interaction_for_two_recipients_reaches_both_private_chats_and_both_
     .await;
     assert_eq!(created["route"], "@alice");
     assert_eq!(created["recipients"], json!(["alice"]));
-    assert_eq!(to_alice.button_texts(), vec!["✅ Approve", "❌ Reject"]);
+    assert_eq!(
+        to_alice.button_texts(),
+        vec!["✅ Approve", "❌ Reject", "✋ Deny with reason"]
+    );
 
     let (status, again) =
         post_interaction(&app, json!({"interaction": q, "recipient": "bob"})).await;
@@ -1223,7 +1274,10 @@ async fn one_interaction_for_two_recipients_reaches_both_private_chats_and_both_
         .wait_for_message_in(BOB as i64, 1)
         .await
         .remove(0);
-    assert_eq!(to_bob.button_texts(), vec!["✅ Approve", "❌ Reject"]);
+    assert_eq!(
+        to_bob.button_texts(),
+        vec!["✅ Approve", "❌ Reject", "✋ Deny with reason"]
+    );
     wait_until_delivered_in(&app, created["id"].as_str().unwrap(), BOB as i64).await;
 
     tap(&app, &to_bob, "✅ Approve", bob()).await;

@@ -712,14 +712,21 @@ fn token_strategy() -> impl Strategy<Value = CallbackToken> {
 }
 
 fn action_strategy() -> impl Strategy<Value = TapAction> {
-    prop_oneof![Just(TapAction::Approve), Just(TapAction::Cancel)]
+    prop_oneof![
+        Just(TapAction::Approve),
+        Just(TapAction::ApproveWindow),
+        Just(TapAction::Cancel),
+        Just(TapAction::DenyWithReason),
+        Just(TapAction::Extend),
+    ]
 }
 
 /// Data one mistake away from what we produce, with the oracle's verdict computed by
-/// hand: accepted only as `a:` or `c:` followed by exactly 32 lowercase hex digits.
+/// hand: accepted only as `a:`, `c:`, `r:` (deny with reason) or `x:` (more time)
+/// followed by exactly 32 lowercase hex digits.
 fn near_miss_data() -> impl Strategy<Value = (String, bool)> {
     (
-        prop::sample::select(vec!["a", "c", "A", "C", "x", "", "ac", " a"]),
+        prop::sample::select(vec!["a", "c", "r", "x", "A", "C", "X", "z", "", "ac", " a"]),
         prop::sample::select(vec![":", ":", ":", "", "::", ";", ": "]),
         prop_oneof![
             3 => "[0-9a-f]{32}",
@@ -730,7 +737,7 @@ fn near_miss_data() -> impl Strategy<Value = (String, bool)> {
         ],
     )
         .prop_map(|(tag, sep, token)| {
-            let valid = matches!(tag, "a" | "c")
+            let valid = matches!(tag, "a" | "c" | "r" | "x")
                 && sep == ":"
                 && token.len() == 32
                 && token

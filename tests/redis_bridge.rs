@@ -817,7 +817,10 @@ async fn a_bridge_approval_says_the_agent_sent_no_parameters_and_discloses_the_a
         "{v}"
     );
     // The agent's own window cannot be narrowed from here: no "Approve once" is offered.
-    assert_eq!(msg.button_texts(), ["✅ Approve", "❌ Reject"]);
+    assert_eq!(
+        msg.button_texts(),
+        ["✅ Approve", "❌ Reject", "✋ Deny with reason"]
+    );
     parrot.clean().await;
 }
 

@@ -63,6 +63,8 @@ fn pending(key: Option<&str>) -> Confirmation {
         answers: Vec::new(),
         copies: Vec::new(),
         strays: Vec::new(),
+        denial_reason: None,
+        progress: Default::default(),
     }
 }
 

@@ -69,7 +69,12 @@ async fn a_window_request_shows_its_scope_and_end_time_and_both_approve_buttons(
     assert_eq!(record["window_seconds"], 600);
     assert_eq!(
         m.button_texts(),
-        ["✅ Approve once", "✅ Approve for 10 min", "❌ Cancel"]
+        [
+            "✅ Approve once",
+            "✅ Approve for 10 min",
+            "❌ Cancel",
+            "✋ Deny with reason"
+        ]
     );
     let v = &m.visible_text;
     assert!(
@@ -534,7 +539,12 @@ async fn an_interaction_with_a_call_shows_the_tool_and_every_parameter_and_repor
     assert!(!v.contains("sent no parameters"), "{v}");
     assert_eq!(
         m.button_texts(),
-        ["✅ Approve once", "✅ Approve for 10 min", "❌ Reject"]
+        [
+            "✅ Approve once",
+            "✅ Approve for 10 min",
+            "❌ Reject",
+            "✋ Deny with reason"
+        ]
     );
     poll_until(&app, "/v1/interactions/guard-1", |v| {
         v["status"] == "delivered"

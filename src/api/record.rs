@@ -63,6 +63,44 @@ pub struct RecordView {
     /// Until when identical calls pass without asking; null when no window opened.
     #[schema(format = DateTime, required = true)]
     pub window_until: Option<String>,
+    /// What the operator replied after "Deny with reason", verbatim (trimmed, at most
+    /// 500 characters); null otherwise. `reason` carries it too.
+    #[schema(required = true)]
+    pub denial_reason: Option<String>,
+    /// True when an operator refused the call: it was not executed, and asking again
+    /// with the same call would only ask the same people again. Change the call (see
+    /// `denial_reason`) or ask the user instead.
+    pub do_not_retry: bool,
+    pub progress: ProgressView,
+}
+
+/// The steps a question took on the operators' side.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProgressView {
+    /// Telegram took the question's (first) message.
+    pub delivered: bool,
+    /// How many of the route's reminder points have passed (a reminder was sent at each).
+    pub reminders_sent: u32,
+    /// When the question was also posted to the route's `escalate_to` route; null if not.
+    #[schema(format = DateTime, required = true)]
+    pub escalated_at: Option<String>,
+    /// How many times an approver moved the deadline ("+N min"); `expires_at` is the
+    /// deadline as it now is.
+    pub extensions: u32,
+    /// How many times an approver tapped "Deny with reason" (their reply ends it).
+    pub reasons_requested: u32,
+}
+
+impl From<&Confirmation> for ProgressView {
+    fn from(r: &Confirmation) -> Self {
+        ProgressView {
+            delivered: r.message_id.is_some(),
+            reminders_sent: r.progress.reminders_sent,
+            escalated_at: r.progress.escalated_at.map(rfc3339),
+            extensions: r.progress.extensions,
+            reasons_requested: r.progress.reasons_requested,
+        }
+    }
 }
 
 /// `once` or `window`, as the API names an approval's scope.
@@ -103,6 +141,9 @@ impl From<&Confirmation> for RecordView {
             window_requested_seconds: r.window_requested_seconds,
             approved_scope: r.approved_scope().map(scope_name),
             window_until: r.window_until().map(rfc3339),
+            denial_reason: r.denial_reason.clone(),
+            do_not_retry: r.do_not_retry(),
+            progress: ProgressView::from(r),
         }
     }
 }
@@ -165,6 +206,12 @@ pub struct InteractionView {
     /// The tool call the question is about, when the agent sent one; else null.
     #[schema(required = true)]
     pub call: Option<CallView>,
+    /// What the operator replied after "Deny with reason"; null otherwise.
+    #[schema(required = true)]
+    pub denial_reason: Option<String>,
+    /// True when an operator said no: asking again as it is would ask the same people.
+    pub do_not_retry: bool,
+    pub progress: ProgressView,
 }
 
 impl From<&Confirmation> for InteractionView {
@@ -172,10 +219,13 @@ impl From<&Confirmation> for InteractionView {
         // The first message went to a person's private chat when the route is `@name`.
         let first = r.route.strip_prefix('@');
         let mut recipients: Vec<String> = Vec::with_capacity(1 + r.copies.len());
-        for name in first
-            .into_iter()
-            .chain(r.copies.iter().map(|c| c.recipient.as_str()))
-        {
+        // An escalation's copy goes to a route (`route:<name>`), not to a person.
+        let people = r
+            .copies
+            .iter()
+            .map(|c| c.recipient.as_str())
+            .filter(|name| !name.starts_with("route:"));
+        for name in first.into_iter().chain(people) {
             if !recipients.iter().any(|n| n == name) {
                 recipients.push(name.to_owned());
             }
@@ -206,6 +256,9 @@ impl From<&Confirmation> for InteractionView {
                 window_seconds: r.window_seconds,
                 window_requested_seconds: r.window_requested_seconds,
             }),
+            denial_reason: r.denial_reason.clone(),
+            do_not_retry: r.do_not_retry(),
+            progress: ProgressView::from(r),
         }
     }
 }

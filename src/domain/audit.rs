@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
-use super::confirmation::{Confirmation, Operator, Status, Via, Window, rfc3339};
+use super::confirmation::{Confirmation, Operator, Status, Step, Via, Window, rfc3339};
 use super::interaction::Answer;
 
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -537,7 +537,7 @@ pub fn delivered(id: &str, chat_id: i64, message_id: i32, at: OffsetDateTime) ->
 pub fn decided(r: &Confirmation) -> NewEvent {
     let at = r.decided_at.unwrap_or(r.created_at);
     let status = r.status.as_str();
-    let (kind, actor, detail) = match (r.via, &r.decided_by) {
+    let (kind, actor, mut detail) = match (r.via, &r.decided_by) {
         (Some(Via::Operator), Some(op)) => (
             "decided",
             format!("telegram:{}", op.id),
@@ -564,6 +564,9 @@ pub fn decided(r: &Confirmation) -> NewEvent {
             json!({"status": r.status.as_str(), "reason": r.reason}),
         ),
     };
+    if let Some(reason) = &r.denial_reason {
+        detail["denial_reason"] = json!(reason);
+    }
     NewEvent {
         at,
         confirmation_id: Some(r.id.to_string()),
@@ -591,6 +594,30 @@ pub fn answered(id: &str, answer: &Answer) -> NewEvent {
             "default": answer.is_default,
             "value_sha256": value_sha256,
         }),
+    }
+}
+
+/// A pending question took a step (see [`Step`]): `by` is the operator who took it,
+/// if one did; `detail` says what changed.
+pub fn step(
+    id: &str,
+    step: Step,
+    by: Option<&Operator>,
+    mut detail: Value,
+    at: OffsetDateTime,
+) -> NewEvent {
+    if let Some(op) = by {
+        detail["operator"] = operator_json(op);
+    }
+    NewEvent {
+        at,
+        confirmation_id: Some(id.to_owned()),
+        kind: step.as_str(),
+        actor: match by {
+            Some(op) => format!("telegram:{}", op.id),
+            None => "system".to_owned(),
+        },
+        detail,
     }
 }
 

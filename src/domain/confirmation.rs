@@ -160,6 +160,24 @@ pub struct Confirmation {
     /// Messages of the question the service learned of only from a tap on them: posted
     /// before a crash (or a lost connection) kept their id from being stored.
     pub strays: Vec<Stray>,
+    /// What the operator who denied it replied when asked why ("Deny with reason").
+    pub denial_reason: Option<String>,
+    /// The steps a pending question went through: reminders, escalation, extensions.
+    pub progress: Progress,
+}
+
+/// The steps of a question between its delivery and its outcome, stored so a restart
+/// neither repeats nor skips them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    /// How many times an approver moved the deadline ("+N min").
+    pub extensions: u32,
+    /// How many of the route's reminder points have passed (each sent once).
+    pub reminders_sent: u32,
+    /// When the question was also posted to the route's escalation route.
+    pub escalated_at: Option<OffsetDateTime>,
+    /// How many times an approver tapped "Deny with reason".
+    pub reasons_requested: u32,
 }
 
 /// A message carrying the question that the service did not know it had sent.
@@ -237,9 +255,35 @@ impl Confirmation {
             "interaction_id": self.interaction.as_ref().map(|i| i.interaction_id.as_str()),
             "status": self.public_status(),
             "reason": self.reason,
+            "denial_reason": self.denial_reason,
             "result": self.result,
             "timeout_action": self.timeout_action.map(TimeoutAction::as_str),
+            "expires_at": rfc3339(self.expires_at),
         })
+    }
+
+    /// What `GET /v1/events` streams when a pending question takes a step (`delivered`,
+    /// `reminded`, `escalated`, `extended`, `reason_requested`): its status event with
+    /// the step named, and the deadline as it now is.
+    pub fn step_event(&self, step: Step) -> Value {
+        let mut event = self.status_event();
+        event["step"] = Value::from(step.as_str());
+        event
+    }
+
+    /// Whether an agent should leave this call alone: an operator refused it, so asking
+    /// again with the same call would only ask the same people the same question. (A
+    /// timeout, an unreachable chat or a withdrawal say nothing about the call itself.)
+    pub fn do_not_retry(&self) -> bool {
+        match (self.status, self.via) {
+            (Status::Cancelled, Some(Via::Operator)) => true,
+            (Status::Completed, Some(Via::Operator)) => {
+                self.denial_reason.is_some()
+                    || (self.kind() == InteractionType::Approval
+                        && self.result == Some(Value::Bool(false)))
+            }
+            _ => false,
+        }
     }
 
     /// What an approving answer to an interaction's call allowed (see [`Scope`]).
@@ -351,6 +395,45 @@ impl Confirmation {
 
 pub const PENDING_REASON: &str = "waiting for an operator's decision";
 
+/// A step a pending question takes, as the agent's event stream names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Delivered,
+    Reminded,
+    Escalated,
+    Extended,
+    ReasonRequested,
+}
+
+impl Step {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Delivered => "delivered",
+            Step::Reminded => "reminded",
+            Step::Escalated => "escalated",
+            Step::Extended => "extended",
+            Step::ReasonRequested => "reason_requested",
+        }
+    }
+}
+
+/// The most characters of an operator's reason kept: a sentence or two is what an agent
+/// can use, and the outcome line must still fit the message.
+pub const MAX_REASON_CHARS: usize = 500;
+
+/// An operator's reason as stored: trimmed, at most [`MAX_REASON_CHARS`] characters
+/// (cut with an ellipsis); `None` when nothing is left.
+pub fn reason_text(raw: &str) -> Option<String> {
+    let t = raw.trim();
+    if t.is_empty() {
+        return None;
+    }
+    if t.chars().count() <= MAX_REASON_CHARS {
+        return Some(t.to_owned());
+    }
+    Some(t.chars().take(MAX_REASON_CHARS - 1).collect::<String>() + "…")
+}
+
 /// What ended a request. Each maps to exactly one (status, via) pair.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -360,6 +443,11 @@ pub enum Outcome {
         once: bool,
     },
     Cancelled(Operator),
+    /// An operator denied and said why ("Deny with reason").
+    Denied {
+        by: Operator,
+        reason: String,
+    },
     TimedOut {
         after: Duration,
     },
@@ -373,11 +461,13 @@ pub enum Outcome {
     FailedClosed {
         reason: String,
     },
-    /// An interaction settled on a value (or, with `value` null, without agreement).
+    /// An interaction settled on a value (or, with `value` null, without agreement);
+    /// `denial`: the reason given by the operator whose "no" settled it.
     Completed {
         value: Value,
         by: Option<Operator>,
         reason: String,
+        denial: Option<String>,
     },
     /// Nobody answered an interaction in time and it asked for its `default_response`.
     DefaultOnTimeout {
@@ -404,6 +494,8 @@ pub struct Decision {
     pub timeout_action: Option<TimeoutAction>,
     /// "Approve once": the approval opens no window.
     pub once: bool,
+    /// The operator's reason for a no, when they gave one.
+    pub denial_reason: Option<String>,
 }
 
 impl Outcome {
@@ -411,6 +503,7 @@ impl Outcome {
         let mut result = None;
         let mut timeout_action = None;
         let mut approved_once = false;
+        let mut denial_reason = None;
         let (status, via, reason, decided_by) = match self {
             Outcome::Approved { by, once } => {
                 approved_once = once;
@@ -425,9 +518,16 @@ impl Outcome {
             Outcome::Cancelled(op) => (
                 Status::Cancelled,
                 Via::Operator,
-                format!("cancelled by {op}"),
+                format!("cancelled by {op} (not executed; do not retry this call as it is)"),
                 Some(op),
             ),
+            Outcome::Denied { by, reason } => {
+                let text = format!(
+                    "denied by {by}: {reason} (not executed; do not retry this call as it is)"
+                );
+                denial_reason = Some(reason);
+                (Status::Cancelled, Via::Operator, text, Some(by))
+            }
             Outcome::TimedOut { after } => (
                 Status::Timeout,
                 Via::Timeout,
@@ -457,8 +557,14 @@ impl Outcome {
                 format!("not executed: {reason}"),
                 None,
             ),
-            Outcome::Completed { value, by, reason } => {
+            Outcome::Completed {
+                value,
+                by,
+                reason,
+                denial,
+            } => {
                 result = Some(value);
+                denial_reason = denial;
                 (Status::Completed, Via::Operator, reason, by)
             }
             Outcome::DefaultOnTimeout { value, after } => {
@@ -496,6 +602,7 @@ impl Outcome {
             result,
             timeout_action,
             once: approved_once,
+            denial_reason,
         }
     }
 }

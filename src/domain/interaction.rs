@@ -431,6 +431,8 @@ pub struct Answer {
     pub is_default: bool,
     /// An approval given with "Approve once" (only offered for a call with a window).
     pub once: bool,
+    /// A "no" given with "Deny with reason": what the person replied.
+    pub reason: Option<String>,
     pub at: OffsetDateTime,
 }
 
@@ -474,6 +476,10 @@ pub fn human_response(
     if answer.is_default {
         metadata.insert("default".into(), json!(true));
         metadata.insert("reason".into(), json!("timeout"));
+    }
+    if let Some(reason) = &answer.reason {
+        metadata.insert("reason".into(), json!(reason));
+        metadata.insert("denial_reason".into(), json!(reason));
     }
     // AI-Parrot's `form` responses must hold a dict, so a cancelled form (no values) is
     // sent as the `free_text` answer its manager also accepts for a form; its
@@ -724,6 +730,7 @@ mod tests {
             value: json!(true),
             is_default: false,
             once: false,
+            reason: None,
             at,
         };
         let r = human_response("i-1", InteractionType::Approval, &a, None);

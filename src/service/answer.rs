@@ -67,8 +67,27 @@ impl Service {
         if from_is_bot {
             return Some((NOT_ALLOWED, "a bot cannot answer"));
         }
+        // Once escalated, the escalation route's chat holds a copy; who decides where is
+        // the union of both routes' approvers, or each chat's own (`escalation_approvers`).
+        let escalated = self
+            .escalated_to(record)
+            .map(|(e, to)| (e.union, self.chat_of(&to.name, to.chat_id), to));
         let allowed = match self.config.route(&record.route) {
-            Some(route) if chat_id == record.chat_id => route.may_decide(from.id),
+            Some(route) if chat_id == record.chat_id => {
+                route.may_decide(from.id)
+                    || escalated
+                        .as_ref()
+                        .is_some_and(|(union, _, to)| *union && to.may_decide(from.id))
+            }
+            Some(route)
+                if escalated
+                    .as_ref()
+                    .is_some_and(|(_, chat, _)| *chat == chat_id) =>
+            {
+                escalated.as_ref().is_some_and(|(union, _, to)| {
+                    to.may_decide(from.id) || (*union && route.may_decide(from.id))
+                })
+            }
             // A private chat the question was sent to: only its person answers there.
             _ => {
                 i64::try_from(from.id).ok() == Some(chat_id)
@@ -136,6 +155,36 @@ impl Service {
             After::Nothing => {}
             After::Finish(r) => self.finish(r),
             After::Refresh(r) => self.refresh(r),
+            After::AskReason {
+                record,
+                chat_id,
+                message_id,
+                from,
+            } => {
+                let me = self.clone();
+                self.tasks.spawn(async move {
+                    let thread = me.thread_of(&record, chat_id);
+                    match me
+                        .messenger
+                        .send_reason_prompt(&record, chat_id, thread, message_id, &from)
+                        .await
+                    {
+                        Ok(prompt) => {
+                            if let Err(e) = me
+                                .store
+                                .set_reason_prompt(&record.id, from.id, prompt)
+                                .await
+                            {
+                                // A reply to the question itself still counts.
+                                tracing::warn!(id = %record.id, error = %e, "could not record the reason prompt");
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(id = %record.id, reason = %e.reason, "could not ask for the reason")
+                        }
+                    }
+                });
+            }
             After::ShowSelection {
                 record,
                 chat_id,
@@ -270,6 +319,23 @@ impl Service {
             ));
         }
         let kind = record.kind();
+        match action {
+            TapAction::DenyWithReason if offers_reason(kind) => {
+                return self
+                    .ask_reason(record, &tap.from, chat_id, message_id)
+                    .await;
+            }
+            TapAction::Extend => return self.extend(record, &tap.from).await,
+            TapAction::DenyWithReason => {
+                return refuse(
+                    Some(record.id.clone()),
+                    "This button is not valid.",
+                    "button does not fit the question",
+                )
+                .await;
+            }
+            _ => {}
+        }
         // The button decides, never the values: a form approved with `{}` is approved.
         // "Approve for" on a question that offers no window is a plain approval.
         let verdict = match action {
@@ -349,7 +415,166 @@ impl Service {
                 .await;
             }
         };
-        self.answer(record, &tap.from, value, verdict).await
+        self.answer(record, &tap.from, value, verdict, None).await
+    }
+
+    /// An approver tapped "Deny with reason": the request stays open, and the bot asks
+    /// them (and only them) why, in the same chat. Their reply ends it (see
+    /// [`Service::judge_reason_reply`]). Until it comes anyone may still decide, and the
+    /// question ends at its deadline as it would have: the tap alone decides nothing, so
+    /// a "no" is never recorded without the reason it promised.
+    async fn ask_reason(
+        self: &Arc<Self>,
+        record: Confirmation,
+        from: &Operator,
+        chat_id: i64,
+        message_id: i32,
+    ) -> Result<(String, bool, After), StorageError> {
+        let Some(record) = self
+            .store
+            .request_reason(&record.id, from, chat_id, now())
+            .await?
+        else {
+            let r = self.store.get(&record.id).await?.unwrap_or(record);
+            return Ok((already_decided(&r), true, After::Nothing));
+        };
+        self.metrics.question_step(&record, "reason_requested");
+        self.changed(&record.id);
+        Ok((
+            "✋ Reply to the bot's message with your reason; the request stays open until it is in."
+                .to_owned(),
+            false,
+            After::AskReason {
+                record,
+                chat_id,
+                message_id,
+                from: from.clone(),
+            },
+        ))
+    }
+
+    /// An approver tapped "+N min": the deadline moves, within the route's bounds, and
+    /// everything that follows it (the message, the record, waiting agents, the
+    /// scheduler) follows the new one.
+    async fn extend(
+        self: &Arc<Self>,
+        record: Confirmation,
+        from: &Operator,
+    ) -> Result<(String, bool, After), StorageError> {
+        let Some(to) = self.extension_to(&record) else {
+            return self
+                .refuse(
+                    from,
+                    Some(record.chat_id),
+                    record.message_id,
+                    Some(&record.id),
+                    "This request cannot be given more time.",
+                    "no extension left within the route's bounds",
+                )
+                .await;
+        };
+        let Some(extended) = self
+            .store
+            .extend(&record.id, record.expires_at, to, from, now())
+            .await?
+        else {
+            // Ended, or someone else extended it first: nothing moved twice.
+            let r = self.store.get(&record.id).await?.unwrap_or(record);
+            if r.is_terminal() {
+                return Ok((already_decided(&r), true, After::Nothing));
+            }
+            return Ok((
+                "Someone moved the deadline just now; the message shows it.".to_owned(),
+                true,
+                After::Refresh(r),
+            ));
+        };
+        tracing::info!(id = %extended.id, by = from.id, expires_at = %crate::domain::confirmation::rfc3339(extended.expires_at), "deadline extended");
+        self.metrics.question_step(&extended, "extended");
+        self.arm(&extended);
+        self.changed(&extended.id);
+        Ok((
+            cut_for_toast(&format!(
+                "⏳ More time: the deadline is now {}",
+                crate::domain::confirmation::rfc3339(extended.expires_at)
+            )),
+            false,
+            After::Refresh(extended),
+        ))
+    }
+
+    /// The deadline one more "+N min" tap would set, if the route offers one: at most
+    /// `max_extensions` times, and never past `max_timeout_seconds` after the request
+    /// was made.
+    pub(super) fn extension_to(&self, r: &Confirmation) -> Option<OffsetDateTime> {
+        if r.is_terminal() {
+            return None;
+        }
+        let route = self.config.route(&r.route)?;
+        let step = route.extend_by?;
+        if r.progress.extensions >= route.max_extensions {
+            return None;
+        }
+        let cap = r.created_at + Duration::from_secs_f64(self.config.max_timeout_seconds);
+        let to = (r.expires_at + step).min(cap);
+        (to > r.expires_at).then_some(to)
+    }
+
+    /// A reply from someone who tapped "Deny with reason", to the bot's prompt or to the
+    /// question itself: their reason, and with it the "no" it explains. `None` when the
+    /// reply is not one (then it may still be a free-text answer).
+    async fn judge_reason_reply(
+        self: &Arc<Self>,
+        reply: &Reply,
+    ) -> Result<Option<After>, StorageError> {
+        let Some(record) = self
+            .store
+            .reason_request_for(
+                reply.chat_id,
+                reply.reply_to,
+                reply.reply_to_names.as_ref(),
+                reply.from.id,
+            )
+            .await?
+        else {
+            return Ok(None);
+        };
+        if record.is_terminal() || reply.from_is_bot {
+            return Ok(Some(After::Nothing));
+        }
+        if let Some((text, why)) =
+            self.may_not_answer(&record, reply.chat_id, &reply.from, reply.from_is_bot)
+        {
+            self.refuse(
+                &reply.from,
+                Some(reply.chat_id),
+                Some(reply.reply_to),
+                Some(&record.id),
+                text,
+                why,
+            )
+            .await?;
+            return Ok(Some(After::Nothing));
+        }
+        let Some(reason) = crate::domain::confirmation::reason_text(&reply.text) else {
+            // An empty reply (a sticker, blanks) explains nothing: the request stays open
+            // and the person can reply again.
+            return Ok(Some(After::Nothing));
+        };
+        let value = match record.kind() {
+            InteractionType::Form => Value::Null,
+            _ => json!(false),
+        };
+        let (_, _, after) = self
+            .answer(
+                record,
+                &reply.from,
+                value,
+                Some(Verdict::Deny),
+                Some(reason),
+            )
+            .await?;
+        Ok(Some(after))
     }
 
     /// Someone replied to one of the bot's messages: a free-text answer when it is an
@@ -367,6 +592,9 @@ impl Service {
         self: &Arc<Self>,
         reply: &Reply,
     ) -> Result<After, StorageError> {
+        if let Some(after) = self.judge_reason_reply(reply).await? {
+            return Ok(after);
+        }
         let Some(record) = self
             .store
             .find_by_message(reply.chat_id, reply.reply_to)
@@ -396,7 +624,9 @@ impl Service {
             .chars()
             .take(interaction::MAX_FREE_TEXT_CHARS)
             .collect();
-        let (_, _, after) = self.answer(record, &reply.from, json!(text), None).await?;
+        let (_, _, after) = self
+            .answer(record, &reply.from, json!(text), None, None)
+            .await?;
         Ok(after)
     }
 
@@ -408,6 +638,7 @@ impl Service {
         from: &Operator,
         value: Value,
         verdict: Option<Verdict>,
+        reason: Option<String>,
     ) -> Result<(String, bool, After), StorageError> {
         // "Once" only means something where a window was offered.
         let once =
@@ -418,6 +649,7 @@ impl Service {
             value,
             is_default: false,
             once,
+            reason: reason.clone(),
             at: now(),
         };
         // A confirmation or a first-response question is settled by this very answer:
@@ -427,7 +659,11 @@ impl Service {
             Some(_) => Some(Outcome::Completed {
                 value: answer.value.clone(),
                 by: Some(from.clone()),
-                reason: format!("answered by {from}"),
+                reason: match &reason {
+                    Some(why) => format!("denied by {from}: {why}"),
+                    None => format!("answered by {from}"),
+                },
+                denial: reason.clone(),
             }),
             // A confirmation is decided by its button alone; anything else (which no
             // button of a confirmation produces) fails closed.
@@ -436,7 +672,13 @@ impl Service {
                     by: from.clone(),
                     once,
                 },
-                Some(Verdict::Deny) | None => Outcome::Cancelled(from.clone()),
+                Some(Verdict::Deny) | None => match reason.clone() {
+                    Some(reason) => Outcome::Denied {
+                        by: from.clone(),
+                        reason,
+                    },
+                    None => Outcome::Cancelled(from.clone()),
+                },
             }),
         };
         let decision = settles.map(|o| o.decide(answer.at));
@@ -492,6 +734,26 @@ impl Service {
             .quorum
             .or_else(|| self.config.route(&record.route).and_then(|r| r.quorum));
         let expected = self.expected_answers(record);
+        // A quorum approval stops on the first no: one approver's veto ends it at once,
+        // whatever the others would have said.
+        if i.consensus == ConsensusMode::Quorum
+            && i.kind == InteractionType::Approval
+            && let Some(no) = record.answers.iter().find(|a| a.value == json!(false))
+        {
+            let who = no
+                .by
+                .as_ref()
+                .map_or_else(|| no.respondent.clone(), |op| op.to_string());
+            return Some(Outcome::Completed {
+                value: json!(false),
+                by: no.by.clone(),
+                reason: match &no.reason {
+                    Some(why) => format!("vetoed by {who}: {why}"),
+                    None => format!("vetoed by {who}: one no ends a quorum approval"),
+                },
+                denial: no.reason.clone(),
+            });
+        }
         match interaction::consensus(i.consensus, &values, expected, quorum) {
             Consensus::Open => None,
             Consensus::Settled(value) => Some(Outcome::Completed {
@@ -503,12 +765,14 @@ impl Service {
                 ),
                 by: None,
                 value,
+                denial: None,
             }),
             Consensus::NoAgreement(why) => Some(Outcome::Completed {
                 // AI-Parrot's own shape for a conflict.
                 value: json!({"conflict": true, "responses": values}),
                 by: None,
                 reason: format!("no agreement: {why}"),
+                denial: None,
             }),
         }
     }
@@ -521,6 +785,13 @@ pub(super) enum After {
     Finish(Confirmation),
     /// Show progress in every message.
     Refresh(Confirmation),
+    /// Ask `from` for their reason, replying to the question's message in `chat_id`.
+    AskReason {
+        record: Confirmation,
+        chat_id: i64,
+        message_id: i32,
+        from: Operator,
+    },
     /// Show one person's multi-choice selection on the message they tapped.
     ShowSelection {
         record: Confirmation,
@@ -538,6 +809,12 @@ pub(super) enum Verdict {
         once: bool,
     },
     Deny,
+}
+
+/// Whether a question of this kind offers "Deny with reason": those answered with
+/// approve or cancel.
+pub(super) fn offers_reason(kind: InteractionType) -> bool {
+    matches!(kind, InteractionType::Approval | InteractionType::Form)
 }
 
 pub(super) fn option_key(record: &Confirmation, n: u8) -> Option<String> {

@@ -30,6 +30,8 @@ use crate::telegram::commands::{Command, CommandError};
 #[derive(Debug, Clone)]
 pub struct CommandMessage {
     pub chat_id: i64,
+    /// The forum topic it was typed in (`message_thread_id`), if any.
+    pub thread: Option<i32>,
     /// The command's own message, which the answer replies to.
     pub message_id: i32,
     pub from: Operator,
@@ -109,20 +111,22 @@ impl Service {
         };
         if let Err(e) = self
             .messenger
-            .send_command_reply(m.chat_id, m.message_id, &reply)
+            .send_command_reply(m.chat_id, m.thread, m.message_id, &reply)
             .await
         {
             tracing::warn!(chat_id = m.chat_id, reason = %e.reason, "could not answer a command");
         }
     }
 
-    /// The routes whose chat is `chat_id` now (several routes may share one chat).
-    fn routes_in_chat(&self, chat_id: i64) -> Vec<Arc<Route>> {
+    /// The routes whose chat is `chat_id` now (several routes may share one chat), in
+    /// forum topic `thread`: a route that names a topic is only there.
+    fn routes_in_chat(&self, chat_id: i64, thread: Option<i32>) -> Vec<Arc<Route>> {
         let mut routes: Vec<Arc<Route>> = self
             .config
             .routes
             .values()
             .filter(|r| self.chat_of(&r.name, r.chat_id) == chat_id)
+            .filter(|r| r.topic_id.is_none() || r.topic_id == thread)
             .cloned()
             .collect();
         routes.sort_by(|a, b| a.name.cmp(&b.name));
@@ -173,7 +177,7 @@ impl Service {
         self: &Arc<Self>,
         m: &CommandMessage,
     ) -> Result<Option<CommandReply>, StorageError> {
-        let here = self.routes_in_chat(m.chat_id);
+        let here = self.routes_in_chat(m.chat_id, m.thread);
         if m.from_is_bot {
             if !here.is_empty() {
                 self.refuse_command(m, "a bot cannot use operator commands")

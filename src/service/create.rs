@@ -70,6 +70,8 @@ impl Service {
             answers: Vec::new(),
             copies: Vec::new(),
             strays: Vec::new(),
+            denial_reason: None,
+            progress: Default::default(),
         };
 
         if let Some(window) = self.store.live_window(&record.window_key(), now).await? {
@@ -104,8 +106,7 @@ impl Service {
         tracing::info!(id = %stored.id, agent = %stored.agent, tool = %stored.tool,
             route = %stored.route, "confirmation requested");
         self.metrics.request_created(&stored);
-        self.deadlines
-            .schedule(stored.id.clone(), instant_at(stored.expires_at, now));
+        self.arm(&stored);
         // Delivery runs detached from the HTTP request: an agent that hangs up must not
         // cancel the question halfway.
         let me = self.clone();
@@ -236,6 +237,8 @@ impl Service {
             answers: Vec::new(),
             copies: Vec::new(),
             strays: Vec::new(),
+            denial_reason: None,
+            progress: Default::default(),
         };
         let stored = match self.store.insert(&record, now).await? {
             Inserted::New(r) => r,
@@ -245,8 +248,7 @@ impl Service {
             route = %stored.route, "interaction requested");
         self.metrics.request_created(&stored);
         self.changed(&stored.id);
-        self.deadlines
-            .schedule(stored.id.clone(), instant_at(stored.expires_at, now));
+        self.arm(&stored);
         let me = self.clone();
         let to_deliver = stored.clone();
         self.tasks

@@ -138,10 +138,14 @@ impl Service {
         });
     }
 
-    /// The scheduler's callback: times the request out if it is still pending, applying
-    /// the interaction's `timeout_action`.
+    /// Times the request out if it is still pending at its deadline, applying the
+    /// interaction's `timeout_action`. A deadline moved later ("+N min") re-arms instead.
     pub(super) async fn expire(self: &Arc<Self>, id: &ConfirmationId) {
         let record = match self.store.get(id).await {
+            Ok(Some(r)) if !r.is_terminal() && r.expires_at > now() => {
+                self.arm(&r);
+                return;
+            }
             Ok(Some(r)) if !r.is_terminal() => r,
             Ok(_) => return,
             Err(e) => {

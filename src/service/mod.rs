@@ -45,8 +45,10 @@ mod create;
 mod decide;
 mod deliver;
 mod recover;
+mod steps;
 mod wait;
 pub use commands::{CommandMessage, CommandReply, Setup};
+pub use steps::{MAX_MENTIONS, Mention};
 
 /// Why Telegram could not carry a message.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -120,8 +122,29 @@ pub trait Messenger: Send + Sync + 'static {
     async fn send_command_reply(
         &self,
         chat_id: i64,
+        thread: Option<i32>,
         reply_to: i32,
         reply: &CommandReply,
+    ) -> Result<i32, DeliveryError>;
+    /// Asks `from`, who tapped "Deny with reason", for their reason: a message only they
+    /// can answer (a ForceReply addressed to them), replying to the question's message.
+    async fn send_reason_prompt(
+        &self,
+        record: &Confirmation,
+        chat_id: i64,
+        thread: Option<i32>,
+        reply_to: i32,
+        from: &Operator,
+    ) -> Result<i32, DeliveryError>;
+    /// Reminds the people in `waiting` of the still pending question, replying to its
+    /// message.
+    async fn send_reminder(
+        &self,
+        record: &Confirmation,
+        chat_id: i64,
+        thread: Option<i32>,
+        reply_to: i32,
+        waiting: &[Mention],
     ) -> Result<i32, DeliveryError>;
 }
 
@@ -134,6 +157,22 @@ pub struct View {
     pub selection: Vec<String>,
     /// The chat is a group (poll tallies are shown there).
     pub group: bool,
+    /// The forum topic the message goes to (`message_thread_id`), if any.
+    pub thread: Option<i32>,
+    /// What a "+N min" tap would add now, in seconds; `None`: no such button.
+    pub extend_seconds: Option<u64>,
+    /// The question was escalated (shown on its messages).
+    pub escalation: Option<EscalationView>,
+}
+
+/// Where a question was escalated, as its messages say.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EscalationView {
+    pub from_route: String,
+    pub to_route: String,
+    pub at: OffsetDateTime,
+    /// This message is the escalation route's copy.
+    pub here: bool,
 }
 
 /// A validated interaction (AI-Parrot's `HumanInteraction`) to ask.
@@ -171,6 +210,9 @@ pub struct Call {
 pub struct Reply {
     pub chat_id: i64,
     pub reply_to: i32,
+    /// The question the replied-to message names, when it is one of the bot's own (a
+    /// reason prompt names its request's id).
+    pub reply_to_names: Option<ConfirmationId>,
     pub from: Operator,
     pub from_is_bot: bool,
     pub text: String,
@@ -214,6 +256,10 @@ pub enum TapAction {
     ApproveWindow,
     /// Cancel or Reject.
     Cancel,
+    /// "Deny with reason": ask the person why, and let their reply deny.
+    DenyWithReason,
+    /// "+N min": move the deadline.
+    Extend,
     /// Pick option `n` (single choice, poll).
     Choose(u8),
     /// Toggle option `n` (multi choice).
@@ -424,6 +470,19 @@ impl Service {
             },
             selection: Vec::new(),
             group: chat_id < 0,
+            thread: self.thread_of(record, chat_id),
+            extend_seconds: self
+                .extension_to(record)
+                .map(|to| u64::try_from((to - record.expires_at).whole_seconds()).unwrap_or(0)),
+            escalation: self.escalated_to(record).and_then(|(_, to)| {
+                Some(EscalationView {
+                    from_route: record.route.clone(),
+                    to_route: to.name.clone(),
+                    at: record.progress.escalated_at?,
+                    here: chat_id != record.chat_id
+                        && chat_id == self.chat_of(&to.name, to.chat_id),
+                })
+            }),
         }
     }
 }

@@ -26,8 +26,14 @@ impl Service {
             } else if !entry.attached && entry.expires_at > now {
                 unattached.push(entry.id.clone());
             }
-            self.deadlines
-                .schedule(entry.id, instant_at(entry.expires_at, now));
+            // A route with reminders or an escalation has points before the deadline:
+            // the question is looked at now, and armed for its next one from its record.
+            let stepped = self
+                .config
+                .route(&entry.route)
+                .is_some_and(|r| !r.remind_after.is_empty() || r.escalation.is_some());
+            let at = if stepped { now } else { entry.expires_at };
+            self.deadlines.schedule(entry.id, instant_at(at, now));
         }
         // Reloaded and handed to delivery in the background, in their order: serving
         // (and every deadline) must not wait for thousands of reads, and Telegram's 30
@@ -106,7 +112,7 @@ impl Service {
         self.deadlines
             .run(stop, move |id| {
                 let me = me.clone();
-                async move { me.expire(&id).await }
+                async move { me.step(&id).await }
             })
             .await
     }

@@ -88,6 +88,8 @@ pub struct PendingEntry {
     /// False until the first message's file with the full parameters was sent (or was
     /// found not needed): a crash may have come in between.
     pub attached: bool,
+    /// Its route (whose reminders and escalation decide when it is next looked at).
+    pub route: String,
 }
 
 /// A live confirmation window with where the request that opened it was asked: windows
@@ -412,6 +414,66 @@ pub trait Store: Send + Sync + 'static {
 
     /// Pending requests and the webhook backlog, for the metrics.
     async fn gauges(&self) -> Result<Gauges, StorageError>;
+
+    /// Records (audited, streamed) that `by` tapped "Deny with reason" in `chat_id`;
+    /// returns the record, or `None` when the question is no longer pending.
+    async fn request_reason(
+        &self,
+        id: &ConfirmationId,
+        by: &Operator,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError>;
+
+    /// Records the message that asks `user_id` for their reason.
+    async fn set_reason_prompt(
+        &self,
+        id: &ConfirmationId,
+        user_id: u64,
+        prompt_message_id: i32,
+    ) -> Result<(), StorageError>;
+
+    /// The question whose reason `user_id` was asked for in `chat_id`, when
+    /// `reply_to` is the prompt or a message of that question there, or when the
+    /// replied-to message (the bot's own) names it (`named`).
+    async fn reason_request_for(
+        &self,
+        chat_id: i64,
+        reply_to: i32,
+        named: Option<&ConfirmationId>,
+        user_id: u64,
+    ) -> Result<Option<Confirmation>, StorageError>;
+
+    /// Moves a pending question's deadline from `from` to `to` (conditional on `from`,
+    /// so concurrent taps move it once), audited and streamed; `None` when nothing moved.
+    async fn extend(
+        &self,
+        id: &ConfirmationId,
+        from: OffsetDateTime,
+        to: OffsetDateTime,
+        by: &Operator,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError>;
+
+    /// Claims the reminders up to `passed` of a pending question that has sent `sent`
+    /// (audited, streamed); `None` when another claim came first or it ended.
+    async fn claim_reminders(
+        &self,
+        id: &ConfirmationId,
+        sent: u32,
+        passed: u32,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError>;
+
+    /// Claims a pending question's escalation and adds its copy for `chat_id` (audited,
+    /// streamed); `None` when it was escalated already or ended.
+    async fn escalate(
+        &self,
+        id: &ConfirmationId,
+        recipient: &str,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError>;
 
     /// Closes the connections cleanly (checkpoints the WAL).
     async fn close(&self);

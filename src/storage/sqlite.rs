@@ -7,6 +7,7 @@ use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use serde_json::json;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{FromRow, SqlitePool};
 use time::OffsetDateTime;
@@ -18,7 +19,8 @@ use super::{
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit::{self, AuditEvent, GENESIS_HASH, NewEvent, StoredRow};
 use crate::domain::confirmation::{
-    Confirmation, Copy, Decision, Operator, Status, Stray, Via, Window, WindowKey,
+    Confirmation, Copy, Decision, Operator, Progress, Status, Step, Stray, Via, Window, WindowKey,
+    rfc3339,
 };
 use crate::domain::ids::{
     CallbackToken, ConfirmationId, DeliveryId, IdempotencyKey, OwnerId, ToolName,
@@ -196,6 +198,11 @@ struct Row {
     interaction_json: Option<String>,
     result_json: Option<String>,
     timeout_action: Option<String>,
+    denial_reason: Option<String>,
+    extensions: i64,
+    reminders_sent: i64,
+    escalated_at: Option<i64>,
+    reasons_requested: i64,
 }
 
 impl Row {
@@ -281,6 +288,15 @@ impl Row {
             answers: Vec::new(),
             copies: Vec::new(),
             strays: Vec::new(),
+            denial_reason: self.denial_reason,
+            progress: Progress {
+                extensions: u32::try_from(self.extensions).map_err(|_| corrupt("extensions"))?,
+                reminders_sent: u32::try_from(self.reminders_sent)
+                    .map_err(|_| corrupt("reminders_sent"))?,
+                escalated_at: self.escalated_at.map(time).transpose()?,
+                reasons_requested: u32::try_from(self.reasons_requested)
+                    .map_err(|_| corrupt("reasons_requested"))?,
+            },
         })
     }
 }
@@ -294,6 +310,7 @@ struct AnswerRow {
     value_json: String,
     is_default: bool,
     once: bool,
+    reason: Option<String>,
     at: i64,
 }
 
@@ -319,7 +336,7 @@ async fn hydrate(
         what: what.to_owned(),
     };
     let answers: Vec<AnswerRow> = sqlx::query_as(
-        "SELECT respondent, user_id, username, name, value_json, is_default, once, at
+        "SELECT respondent, user_id, username, name, value_json, is_default, once, reason, at
          FROM answers WHERE question_id = ? ORDER BY seq",
     )
     .bind(r.id.as_str())
@@ -340,6 +357,7 @@ async fn hydrate(
             value: serde_json::from_str(&a.value_json).map_err(|_| corrupt("answer value"))?,
             is_default: a.is_default,
             once: a.once,
+            reason: a.reason,
             at: from_ms(a.at).ok_or_else(|| corrupt("answer time"))?,
         });
     }
@@ -411,8 +429,8 @@ async fn insert_answer(
     let (uid, username, name) = operator_columns(&a.by);
     let done = sqlx::query(
         "INSERT INTO answers (question_id, respondent, user_id, username, name, value_json,
-            is_default, once, at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            is_default, once, reason, at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (question_id, user_id) WHERE user_id IS NOT NULL DO NOTHING",
     )
     .bind(id.as_str())
@@ -423,6 +441,7 @@ async fn insert_answer(
     .bind(a.value.to_string())
     .bind(a.is_default)
     .bind(a.once)
+    .bind(a.reason.as_deref())
     .bind(ms(a.at))
     .execute(&mut **tx)
     .await?;
@@ -606,11 +625,38 @@ impl SqliteStore {
             .await?;
         if let Some(row) = row {
             let record = hydrate(&mut *tx, row.into_domain()?).await?;
-            if record.interaction.is_some() && !record.is_terminal() {
-                push_agent_event(tx, &record, "status", &record.status_event(), now).await?;
+            if !record.is_terminal() {
+                push_agent_event(
+                    tx,
+                    &record,
+                    "status",
+                    &record.step_event(Step::Delivered),
+                    now,
+                )
+                .await?;
             }
         }
         Ok(())
+    }
+
+    /// Reads the question inside `tx` and streams the step it just took.
+    async fn step_in(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        id: &ConfirmationId,
+        step: Step,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let row = sqlx::query_as::<_, Row>(select_where!("id = ?"))
+            .bind(id.as_str())
+            .fetch_optional(&mut **tx)
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let record = hydrate(&mut *tx, row.into_domain()?).await?;
+        push_agent_event(tx, &record, "status", &record.step_event(step), now).await?;
+        Ok(Some(record))
     }
 
     async fn fetch_one_where(
@@ -862,7 +908,7 @@ async fn apply_decision(
     let changed = sqlx::query(
         "UPDATE confirmations SET status = ?, via = ?, reason = ?, decided_by_id = ?,
                 decided_by_username = ?, decided_by_name = ?, decided_at = ?, result_json = ?,
-                timeout_action = ?, approved_once = ?
+                timeout_action = ?, approved_once = ?, denial_reason = ?
              WHERE id = ? AND status = 'pending'",
     )
     .bind(d.status.as_str())
@@ -875,6 +921,7 @@ async fn apply_decision(
     .bind(d.result.as_ref().map(|v| v.to_string()))
     .bind(d.timeout_action.map(TimeoutAction::as_str))
     .bind(d.once)
+    .bind(d.denial_reason.as_deref())
     .bind(id.as_str())
     .execute(&mut **tx)
     .await?
@@ -889,6 +936,7 @@ async fn apply_decision(
             value: value.clone(),
             is_default: true,
             once: false,
+            reason: None,
             at: d.decided_at,
         }),
         _ => None,
@@ -1207,16 +1255,16 @@ impl Store for SqliteStore {
     }
 
     async fn pending(&self) -> Result<Vec<PendingEntry>, StorageError> {
-        let rows: Vec<(String, i64, bool, bool)> = sqlx::query_as(
+        let rows: Vec<(String, i64, bool, bool, String)> = sqlx::query_as(
             "SELECT id, expires_at, message_id IS NOT NULL AND NOT EXISTS (
                 SELECT 1 FROM copies c WHERE c.question_id = confirmations.id
-                AND c.message_id IS NULL), attached
+                AND c.message_id IS NULL), attached, route
              FROM confirmations WHERE status = 'pending' ORDER BY expires_at",
         )
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
-            .map(|(id, at, delivered, attached)| {
+            .map(|(id, at, delivered, attached, route)| {
                 let corrupt = |what: &str| StorageError::Corrupt {
                     id: id.clone(),
                     what: what.to_owned(),
@@ -1226,6 +1274,7 @@ impl Store for SqliteStore {
                     expires_at: from_ms(at).ok_or_else(|| corrupt("expires_at"))?,
                     delivered,
                     attached,
+                    route,
                 })
             })
             .collect()
@@ -1965,6 +2014,229 @@ impl Store for SqliteStore {
                 .map(|(agent, n)| (agent, u64::try_from(n).unwrap_or(0)))
                 .collect(),
         })
+    }
+
+    async fn request_reason(
+        &self,
+        id: &ConfirmationId,
+        by: &Operator,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let _audit = self.audit.lock().await;
+        let mut tx = self.write_tx().await?;
+        // Asked again (a second tap), the request starts over: a new prompt replaces
+        // the old one.
+        let added = sqlx::query(
+            "INSERT INTO reason_requests (question_id, user_id, chat_id, asked_at)
+             SELECT id, ?2, ?3, ?4 FROM confirmations WHERE id = ?1 AND status = 'pending'
+             ON CONFLICT (question_id, user_id) DO UPDATE
+                 SET chat_id = excluded.chat_id, prompt_message_id = NULL,
+                     asked_at = excluded.asked_at",
+        )
+        .bind(id.as_str())
+        .bind(i64::try_from(by.id).unwrap_or(i64::MAX))
+        .bind(chat_id)
+        .bind(ms(now))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if !added {
+            return Ok(None);
+        }
+        sqlx::query(
+            "UPDATE confirmations SET reasons_requested = reasons_requested + 1 WHERE id = ?",
+        )
+        .bind(id.as_str())
+        .execute(&mut *tx)
+        .await?;
+        let record = self
+            .step_in(&mut tx, id, Step::ReasonRequested, now)
+            .await?;
+        append_event(
+            &mut tx,
+            &audit::step(
+                id.as_str(),
+                Step::ReasonRequested,
+                Some(by),
+                json!({"chat_id": chat_id}),
+                now,
+            ),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(record)
+    }
+
+    async fn set_reason_prompt(
+        &self,
+        id: &ConfirmationId,
+        user_id: u64,
+        prompt_message_id: i32,
+    ) -> Result<(), StorageError> {
+        sqlx::query(
+            "UPDATE reason_requests SET prompt_message_id = ? WHERE question_id = ? AND user_id = ?",
+        )
+        .bind(i64::from(prompt_message_id))
+        .bind(id.as_str())
+        .bind(i64::try_from(user_id).unwrap_or(i64::MAX))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn reason_request_for(
+        &self,
+        chat_id: i64,
+        reply_to: i32,
+        named: Option<&ConfirmationId>,
+        user_id: u64,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        // The reply may answer the prompt, or (if the prompt's id was never stored, or
+        // the person replied to the question instead) any message of the question in
+        // the chat where they asked.
+        let found: Option<(String,)> = sqlx::query_as(
+            "SELECT r.question_id FROM reason_requests r
+             JOIN confirmations c ON c.id = r.question_id
+             WHERE r.user_id = ?3 AND r.chat_id = ?1
+               AND (r.prompt_message_id = ?2
+                    OR r.question_id = ?4
+                    OR (c.chat_id = ?1 AND c.message_id = ?2)
+                    OR EXISTS (SELECT 1 FROM copies k WHERE k.question_id = c.id
+                               AND k.chat_id = ?1 AND k.message_id = ?2))
+             ORDER BY r.asked_at DESC LIMIT 1",
+        )
+        .bind(chat_id)
+        .bind(i64::from(reply_to))
+        .bind(i64::try_from(user_id).unwrap_or(i64::MAX))
+        .bind(named.map(|id| id.as_str()))
+        .fetch_optional(&self.pool)
+        .await?;
+        match found {
+            Some((id,)) => match ConfirmationId::parse(&id) {
+                Ok(id) => self.get(&id).await,
+                Err(_) => Ok(None),
+            },
+            None => Ok(None),
+        }
+    }
+
+    async fn extend(
+        &self,
+        id: &ConfirmationId,
+        from: OffsetDateTime,
+        to: OffsetDateTime,
+        by: &Operator,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let _audit = self.audit.lock().await;
+        let mut tx = self.write_tx().await?;
+        // Conditional on the deadline the tap saw: two taps at once move it once.
+        let moved = sqlx::query(
+            "UPDATE confirmations SET expires_at = ?, extensions = extensions + 1
+             WHERE id = ? AND status = 'pending' AND expires_at = ?",
+        )
+        .bind(ms(to))
+        .bind(id.as_str())
+        .bind(ms(from))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if !moved {
+            return Ok(None);
+        }
+        let record = self.step_in(&mut tx, id, Step::Extended, now).await?;
+        let detail = json!({"from": rfc3339(from), "to": rfc3339(to)});
+        append_event(
+            &mut tx,
+            &audit::step(id.as_str(), Step::Extended, Some(by), detail, now),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(record)
+    }
+
+    async fn claim_reminders(
+        &self,
+        id: &ConfirmationId,
+        sent: u32,
+        passed: u32,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let _audit = self.audit.lock().await;
+        let mut tx = self.write_tx().await?;
+        let claimed = sqlx::query(
+            "UPDATE confirmations SET reminders_sent = ?
+             WHERE id = ? AND status = 'pending' AND reminders_sent = ?",
+        )
+        .bind(i64::from(passed))
+        .bind(id.as_str())
+        .bind(i64::from(sent))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if !claimed {
+            return Ok(None);
+        }
+        let record = self.step_in(&mut tx, id, Step::Reminded, now).await?;
+        append_event(
+            &mut tx,
+            &audit::step(
+                id.as_str(),
+                Step::Reminded,
+                None,
+                json!({"reminder": passed}),
+                now,
+            ),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(record)
+    }
+
+    async fn escalate(
+        &self,
+        id: &ConfirmationId,
+        recipient: &str,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let _audit = self.audit.lock().await;
+        let mut tx = self.write_tx().await?;
+        let claimed = sqlx::query(
+            "UPDATE confirmations SET escalated_at = ?
+             WHERE id = ? AND status = 'pending' AND escalated_at IS NULL",
+        )
+        .bind(ms(now))
+        .bind(id.as_str())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if !claimed {
+            return Ok(None);
+        }
+        sqlx::query(
+            "INSERT INTO copies (question_id, recipient, chat_id) VALUES (?, ?, ?)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(id.as_str())
+        .bind(recipient)
+        .bind(chat_id)
+        .execute(&mut *tx)
+        .await?;
+        let record = self.step_in(&mut tx, id, Step::Escalated, now).await?;
+        let detail = json!({"to": recipient, "chat_id": chat_id});
+        append_event(
+            &mut tx,
+            &audit::step(id.as_str(), Step::Escalated, None, detail, now),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(record)
     }
 
     async fn close(&self) {

@@ -34,7 +34,7 @@ use rand::Rng;
 use teloxide::prelude::*;
 use teloxide::types::{
     CallbackQueryId, ForceReply, InlineKeyboardMarkup, InputFile, LinkPreviewOptions, MessageId,
-    ParseMode, ReplyMarkup, ReplyParameters,
+    ParseMode, ReplyMarkup, ReplyParameters, ThreadId,
 };
 use teloxide::{ApiError, RequestError};
 use time::OffsetDateTime;
@@ -42,10 +42,10 @@ use tokio::time::Instant;
 
 use super::ratelimit::{Limits, NoSlot, RateLimiter, Share};
 use super::render;
-use crate::domain::confirmation::Confirmation;
+use crate::domain::confirmation::{Confirmation, Operator};
 use crate::domain::interaction::InteractionType;
 use crate::metrics::Metrics;
-use crate::service::{CommandReply, DeliveryError, Messenger, View};
+use crate::service::{CommandReply, DeliveryError, Mention, Messenger, View};
 
 /// How long an outcome edit keeps being retried. Long, because a question left with live
 /// buttons invites taps that can no longer count; bounded, so a dead chat does not keep
@@ -132,19 +132,28 @@ impl TelegramMessenger {
         share: Share,
         text: String,
         reply_to: Option<ReplyParameters>,
+        extra: Extra,
     ) -> Result<i32, DeliveryError> {
         let sent = retrying_observed(
             &self.limiter,
             &self.metrics,
             Method::SendMessage,
             Some((chat_id, share)),
-            Instant::now() + NOTIFY_PATIENCE,
+            extra
+                .until
+                .unwrap_or_else(|| Instant::now() + NOTIFY_PATIENCE),
             || {
-                let request = self
+                let mut request = self
                     .bot
                     .send_message(ChatId(chat_id), text.clone())
                     .parse_mode(ParseMode::Html)
                     .link_preview_options(no_preview());
+                if let Some(thread) = extra.thread {
+                    request = request.message_thread_id(ThreadId(MessageId(thread)));
+                }
+                if let Some(markup) = &extra.markup {
+                    request = request.reply_markup(markup.clone());
+                }
                 match &reply_to {
                     Some(r) => request.reply_parameters(r.clone()).send(),
                     None => request.send(),
@@ -155,6 +164,16 @@ impl TelegramMessenger {
         sent.map(|m| m.id.0)
             .ok_or_else(|| DeliveryError::new("Telegram did not return the sent message"))
     }
+}
+
+/// How a message that is not a question goes out, besides its text.
+#[derive(Default)]
+struct Extra {
+    /// The forum topic it goes to.
+    thread: Option<i32>,
+    markup: Option<ReplyMarkup>,
+    /// Give up at this instant instead of after [`NOTIFY_PATIENCE`].
+    until: Option<Instant>,
 }
 
 /// What kind of failure a Bot API error is, as the metrics label it: `rate_limited` (a
@@ -482,12 +501,27 @@ impl Messenger for TelegramMessenger {
                 if let Some(markup) = &markup {
                     request = request.reply_markup(markup.clone());
                 }
+                if let Some(thread) = view.thread {
+                    request = request.message_thread_id(ThreadId(MessageId(thread)));
+                }
                 request.send()
             },
         )
         // A refusal fails closed; a question that cannot get through before its deadline
         // reports it (`missed_deadline`) as soon as that is known, to end as a timeout.
-        .await?;
+        .await
+        .map_err(|e| {
+            let mut e = DeliveryError::from(e);
+            if let Some(thread) = view.thread
+                && e.reason.contains("thread not found")
+            {
+                e.reason = format!(
+                    "the route's forum topic (topic_id {thread}) was not found in the chat; it may have been deleted ({})",
+                    e.reason
+                );
+            }
+            e
+        })?;
         match sent {
             Some(message) => Ok(message.id.0),
             // `classify` calls no sendMessage failure harmless; kept total all the same.
@@ -541,7 +575,7 @@ impl Messenger for TelegramMessenger {
         text: &str,
     ) -> Result<i32, DeliveryError> {
         let text = render::notification_text(agent, text);
-        self.send_html(chat_id, Share::agent(agent), text, None)
+        self.send_html(chat_id, Share::agent(agent), text, None, Extra::default())
             .await
     }
 
@@ -587,13 +621,62 @@ impl Messenger for TelegramMessenger {
     async fn send_command_reply(
         &self,
         chat_id: i64,
+        thread: Option<i32>,
         reply_to: i32,
         reply: &CommandReply,
     ) -> Result<i32, DeliveryError> {
         let text = super::commands::render(reply, crate::service::now());
         // The command may be deleted meanwhile; the answer is worth sending anyway.
         let reply_to = ReplyParameters::new(MessageId(reply_to)).allow_sending_without_reply();
-        self.send_html(chat_id, Share::Service, text, Some(reply_to))
+        let extra = Extra {
+            thread,
+            ..Extra::default()
+        };
+        self.send_html(chat_id, Share::Service, text, Some(reply_to), extra)
+            .await
+    }
+
+    async fn send_reason_prompt(
+        &self,
+        r: &Confirmation,
+        chat_id: i64,
+        thread: Option<i32>,
+        reply_to: i32,
+        from: &Operator,
+    ) -> Result<i32, DeliveryError> {
+        let text = render::reason_prompt_text(r, from.id, &from.name);
+        // Selective: in a group, only the person mentioned gets the reply field.
+        let markup = ReplyMarkup::ForceReply(
+            ForceReply::new()
+                .selective()
+                .input_field_placeholder(Some("Why deny?".to_owned())),
+        );
+        let reply_to = ReplyParameters::new(MessageId(reply_to)).allow_sending_without_reply();
+        let extra = Extra {
+            thread,
+            markup: Some(markup),
+            until: Some(instant_of(r.expires_at)),
+        };
+        self.send_html(chat_id, Share::Service, text, Some(reply_to), extra)
+            .await
+    }
+
+    async fn send_reminder(
+        &self,
+        r: &Confirmation,
+        chat_id: i64,
+        thread: Option<i32>,
+        reply_to: i32,
+        waiting: &[Mention],
+    ) -> Result<i32, DeliveryError> {
+        let text = render::reminder_text(r, waiting);
+        let reply_to = ReplyParameters::new(MessageId(reply_to)).allow_sending_without_reply();
+        let extra = Extra {
+            thread,
+            markup: None,
+            until: Some(instant_of(r.expires_at)),
+        };
+        self.send_html(chat_id, Share::Service, text, Some(reply_to), extra)
             .await
     }
 

@@ -22,7 +22,9 @@ use time::OffsetDateTime;
 
 use crate::domain::confirmation::{Confirmation, Status, Via};
 use crate::domain::ids::CallbackToken;
-use crate::domain::interaction::{Interaction, InteractionType, Scope, Severity, TimeoutAction};
+use crate::domain::interaction::{
+    ConsensusMode, Interaction, InteractionType, Scope, Severity, TimeoutAction,
+};
 use crate::domain::pyjson;
 use crate::domain::pyvalue::PyValue;
 use crate::domain::text::{self, Layout};
@@ -30,8 +32,12 @@ use crate::service::{TapAction, View};
 
 /// Telegram's limit on a message's text.
 pub const TELEGRAM_MAX_CHARS: usize = 4096;
-/// Room kept free for the outcome line appended when the request ends.
-const OUTCOME_RESERVE: usize = 400;
+/// Room kept free for the outcome line appended when the request ends (and the
+/// escalation note).
+const OUTCOME_RESERVE: usize = 700;
+/// The most of an operator's reason the outcome line shows (UTF-16 units, escaped);
+/// the agent gets all of it.
+const REASON_SHOWN: usize = 280;
 const BRIEFING_BUDGET: usize = 1200;
 const CONTEXT_BUDGET: usize = 800;
 /// Longer agent texts go in an expandable quote: the message stays readable on a
@@ -423,7 +429,13 @@ pub fn outcome_line(r: &Confirmation) -> Option<String> {
             _ => format!("✅ <b>Approved by {by}</b> at {at}"),
         },
         (Status::Confirmed, _) => format!("✅ <b>Confirmed</b> at {at}"),
-        (Status::Cancelled, Some(Via::Operator)) => format!("❌ <b>Cancelled by {by}</b> at {at}"),
+        (Status::Cancelled, Some(Via::Operator)) => match &r.denial_reason {
+            Some(reason) => format!(
+                "❌ <b>Denied by {by}</b> at {at}: {}",
+                shown_within(reason, REASON_SHOWN).0
+            ),
+            None => format!("❌ <b>Cancelled by {by}</b> at {at}"),
+        },
         (Status::Cancelled, Some(Via::Withdrawn)) => "↩ <b>Withdrawn by the agent</b>".to_owned(),
         (Status::Cancelled, _) => {
             let (reason, _) = shown_within(&r.reason, OUTCOME_RESERVE - 60);
@@ -458,9 +470,16 @@ pub fn outcome_line(r: &Confirmation) -> Option<String> {
                     Some(Scope::Window(s)) => format!(" for {}", window_duration(s)),
                     _ => String::new(),
                 };
+                let why = match &r.denial_reason {
+                    Some(reason) => format!(": {}", shown_within(reason, REASON_SHOWN).0),
+                    None => String::new(),
+                };
                 match r.decided_by {
-                    Some(_) => format!("{mark} <b>{}{scope}</b> — {by} at {at}", summary(r, value)),
-                    None => format!("{mark} <b>{}{scope}</b> at {at}", summary(r, value)),
+                    Some(_) => format!(
+                        "{mark} <b>{}{scope}</b> — {by} at {at}{why}",
+                        summary(r, value)
+                    ),
+                    None => format!("{mark} <b>{}{scope}</b> at {at}{why}", summary(r, value)),
                 }
             }
         }
@@ -495,7 +514,13 @@ fn summary(r: &Confirmation, value: &Value) -> String {
 
 /// The message after the request ended: the question, then its outcome.
 pub fn decided_text(r: &Confirmation) -> String {
+    decided_text_in(r, &View::default())
+}
+
+/// [`decided_text`] as one message of it shows it (`view`: its escalation note).
+fn decided_text_in(r: &Confirmation, view: &View) -> String {
     let mut text = question_text(r);
+    text.push_str(&escalation_line(view));
     if let Some(line) = outcome_line(r) {
         text.push_str("\n\n");
         text.push_str(&line);
@@ -533,6 +558,8 @@ pub fn callback_data(action: TapAction, token: &CallbackToken) -> String {
         TapAction::Approve => format!("a:{token}"),
         TapAction::ApproveWindow => format!("w:{token}"),
         TapAction::Cancel => format!("c:{token}"),
+        TapAction::DenyWithReason => format!("r:{token}"),
+        TapAction::Extend => format!("x:{token}"),
         TapAction::Done => format!("d:{token}"),
         TapAction::Choose(n) => format!("o:{token}:{n}"),
         TapAction::Toggle(n) => format!("t:{token}:{n}"),
@@ -552,6 +579,8 @@ pub fn parse_callback_data(data: &str) -> Option<(TapAction, CallbackToken)> {
         "a" => (TapAction::Approve, CallbackToken::parse(rest).ok()?),
         "w" => (TapAction::ApproveWindow, CallbackToken::parse(rest).ok()?),
         "c" => (TapAction::Cancel, CallbackToken::parse(rest).ok()?),
+        "r" => (TapAction::DenyWithReason, CallbackToken::parse(rest).ok()?),
+        "x" => (TapAction::Extend, CallbackToken::parse(rest).ok()?),
         "d" => (TapAction::Done, CallbackToken::parse(rest).ok()?),
         "o" => option(rest).map(|(n, t)| (TapAction::Choose(n), t))?,
         "t" => option(rest).map(|(n, t)| (TapAction::Toggle(n), t))?,
@@ -563,34 +592,132 @@ pub fn parse_callback_data(data: &str) -> Option<(TapAction, CallbackToken)> {
 pub const APPROVE_LABEL: &str = "✅ Approve";
 pub const APPROVE_ONCE_LABEL: &str = "✅ Approve once";
 pub const CANCEL_LABEL: &str = "❌ Cancel";
+pub const DENY_WITH_REASON_LABEL: &str = "✋ Deny with reason";
 
 pub const REJECT_LABEL: &str = "❌ Reject";
 pub const DONE_LABEL: &str = "✔️ Done";
 
-/// Approve and `no` (Cancel or Reject). A question that offers a window has two approve
+/// Approve and `no` (Cancel or Reject), "Deny with reason" beside the no, and "+N min"
+/// when the route offers more time. A question that offers a window has two approve
 /// buttons, so the scope is the operator's explicit choice: "Approve once" beside
-/// "Approve for 10 min", with the refusal on a row of its own.
-fn approve_keyboard(token: &CallbackToken, no: &str, window_seconds: u64) -> InlineKeyboardMarkup {
+/// "Approve for 10 min", with the refusals on a row of their own.
+fn approve_keyboard(
+    token: &CallbackToken,
+    no: &str,
+    window_seconds: u64,
+    view: &View,
+) -> InlineKeyboardMarkup {
     let no = InlineKeyboardButton::callback(no, callback_data(TapAction::Cancel, token));
-    if window_seconds == 0 {
-        return InlineKeyboardMarkup::new(vec![vec![
-            InlineKeyboardButton::callback(APPROVE_LABEL, callback_data(TapAction::Approve, token)),
-            no,
-        ]]);
-    }
-    InlineKeyboardMarkup::new(vec![
+    let deny = InlineKeyboardButton::callback(
+        DENY_WITH_REASON_LABEL,
+        callback_data(TapAction::DenyWithReason, token),
+    );
+    let mut rows = if window_seconds == 0 {
         vec![
-            InlineKeyboardButton::callback(
-                APPROVE_ONCE_LABEL,
-                callback_data(TapAction::Approve, token),
-            ),
-            InlineKeyboardButton::callback(
-                approve_for_label(window_seconds),
-                callback_data(TapAction::ApproveWindow, token),
-            ),
-        ],
-        vec![no],
-    ])
+            vec![
+                InlineKeyboardButton::callback(
+                    APPROVE_LABEL,
+                    callback_data(TapAction::Approve, token),
+                ),
+                no,
+            ],
+            vec![deny],
+        ]
+    } else {
+        vec![
+            vec![
+                InlineKeyboardButton::callback(
+                    APPROVE_ONCE_LABEL,
+                    callback_data(TapAction::Approve, token),
+                ),
+                InlineKeyboardButton::callback(
+                    approve_for_label(window_seconds),
+                    callback_data(TapAction::ApproveWindow, token),
+                ),
+            ],
+            vec![no, deny],
+        ]
+    };
+    if let Some(seconds) = view.extend_seconds {
+        rows.push(vec![InlineKeyboardButton::callback(
+            extend_label(seconds),
+            callback_data(TapAction::Extend, token),
+        )]);
+    }
+    InlineKeyboardMarkup::new(rows)
+}
+
+/// The label of the button that moves the deadline.
+pub fn extend_label(seconds: u64) -> String {
+    format!("⏳ +{}", window_duration(seconds))
+}
+
+/// A mention Telegram notifies: a link to the user by id, with their name.
+fn mention(user_id: u64, name: &str) -> String {
+    format!(
+        "<a href=\"tg://user?id={user_id}\">{}</a>",
+        shown_within(name, 64).0
+    )
+}
+
+/// The question in a few words, for the messages that reply to it.
+fn what(r: &Confirmation) -> String {
+    match r.interaction.as_deref() {
+        Some(i) if !r.has_call => format!("“{}”", shown_within(&i.question, 120).0),
+        _ => format!("<code>{}</code>", shown_within(r.tool.as_str(), 120).0),
+    }
+}
+
+/// The message that asks the person who tapped "Deny with reason" for it.
+pub fn reason_prompt_text(r: &Confirmation, user_id: u64, name: &str) -> String {
+    format!(
+        "✋ {}, why deny {} (<code>{}</code>)? <b>Reply to this message</b> with your reason by {}. The agent receives it; until it is in, the request stays open and anyone may still decide.",
+        mention(user_id, name),
+        what(r),
+        r.id,
+        date_time(r.expires_at)
+    )
+}
+
+/// The reminder of a question still pending, naming who has not answered.
+pub fn reminder_text(r: &Confirmation, waiting: &[crate::service::Mention]) -> String {
+    let mut text = format!(
+        "⏰ <b>Still waiting for a decision</b> on {} from <code>{}</code>. Deadline: {}.",
+        what(r),
+        shown_within(&r.agent, 64).0,
+        date_time(r.expires_at)
+    );
+    if !waiting.is_empty() {
+        let shown: Vec<String> = waiting
+            .iter()
+            .take(crate::service::MAX_MENTIONS)
+            .map(|m| mention(m.user_id, &m.name))
+            .collect();
+        text.push_str("\n👥 ");
+        text.push_str(&shown.join(", "));
+        let more = waiting.len().saturating_sub(crate::service::MAX_MENTIONS);
+        if more > 0 {
+            text.push_str(&format!(" and {more} more"));
+        }
+    }
+    text
+}
+
+/// Where the question was escalated, on each of its messages.
+fn escalation_line(view: &View) -> String {
+    match &view.escalation {
+        Some(e) if e.here => format!(
+            "\n\n⤴️ <b>Escalated</b> from route <code>{}</code> at {}: nobody there decided in time.",
+            shown_within(&e.from_route, 64).0,
+            clock(e.at)
+        ),
+        Some(e) => format!(
+            "\n\n⤴️ <b>Escalated</b> to route <code>{}</code> at {}: a decision there counts here too.",
+            shown_within(&e.to_route, 64).0,
+            clock(e.at)
+        ),
+        None => String::new(),
+    }
 }
 
 /// What goes under a message.
@@ -613,9 +740,10 @@ pub fn render(r: &Confirmation, view: &View) -> (String, Markup) {
                 &r.callback_token,
                 CANCEL_LABEL,
                 r.window_seconds,
+                view,
             ))
         };
-        return (decided_text(r), markup);
+        return (decided_text_in(r, view), markup);
     };
     let mut text = interaction_text(r, i, view);
     if let Some(line) = outcome_line(r) {
@@ -628,9 +756,9 @@ pub fn render(r: &Confirmation, view: &View) -> (String, Markup) {
     let window = if r.has_call { r.window_seconds } else { 0 };
     let markup = match i.kind {
         InteractionType::Approval => {
-            Markup::Keyboard(approve_keyboard(token, REJECT_LABEL, window))
+            Markup::Keyboard(approve_keyboard(token, REJECT_LABEL, window, view))
         }
-        InteractionType::Form => Markup::Keyboard(approve_keyboard(token, CANCEL_LABEL, 0)),
+        InteractionType::Form => Markup::Keyboard(approve_keyboard(token, CANCEL_LABEL, 0, view)),
         InteractionType::FreeText => Markup::ForceReply,
         InteractionType::SingleChoice | InteractionType::Poll => {
             let buttons = i
@@ -851,6 +979,9 @@ fn interaction_parts(r: &Confirmation, i: &Interaction, view: &View) -> Parts {
         let people = r.answers.iter().filter(|a| !a.is_default).count();
         if view.expected > 1 {
             text.push_str(&format!("\n\n👥 {people} of {} answered", view.expected));
+            if i.consensus == ConsensusMode::Quorum && i.kind == InteractionType::Approval {
+                text.push_str(" · one no ends it (veto)");
+            }
         }
         if i.kind == InteractionType::Poll && view.group && people > 0 {
             text.push_str("\n📊 ");
@@ -871,6 +1002,7 @@ fn interaction_parts(r: &Confirmation, i: &Interaction, view: &View) -> Parts {
     }
     text.push_str(&timeout_disclosure(r, i));
     text.push_str(&format!("\n\n⏳ Deadline: {}", date_time(r.expires_at)));
+    text.push_str(&escalation_line(view));
     Parts { text, cut }
 }
 
@@ -917,6 +1049,8 @@ mod tests {
             answers: Vec::new(),
             copies: Vec::new(),
             strays: Vec::new(),
+            denial_reason: None,
+            progress: Default::default(),
         }
     }
 

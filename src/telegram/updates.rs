@@ -8,6 +8,7 @@ use teloxide::types::{
 };
 
 use crate::domain::confirmation::Operator;
+use crate::domain::ids::ConfirmationId;
 use crate::service::{Button, CommandMessage, Reply, Tap};
 use crate::telegram::commands::{self, Parsed};
 
@@ -35,6 +36,13 @@ pub fn input_from(update: Update, me: Option<&str>, bot_id: Option<u64>) -> Opti
                 let from = m.from.as_ref()?;
                 Some(Input::Command(CommandMessage {
                     chat_id: m.chat.id.0,
+                    // Only a topic message is in a topic: a plain reply also carries
+                    // the thread of the message it replies to.
+                    thread: m
+                        .is_topic_message
+                        .then_some(m.thread_id)
+                        .flatten()
+                        .map(|t| t.0.0),
                     message_id: m.id.0,
                     from: operator(from),
                     from_is_bot: from.is_bot,
@@ -42,7 +50,7 @@ pub fn input_from(update: Update, me: Option<&str>, bot_id: Option<u64>) -> Opti
                 }))
             }
             Some(Parsed::ForAnotherBot) => None,
-            Some(Parsed::NotACommand) | None => reply_from(&m).map(Input::Reply),
+            Some(Parsed::NotACommand) | None => reply_from(&m, me, bot_id).map(Input::Reply),
         },
         _ => None,
     }
@@ -116,14 +124,29 @@ pub fn command_from(m: &Message, me: Option<&str>) -> Option<Parsed> {
 
 /// A text message that replies to another: a candidate free-text answer. Anything
 /// else (chatter, service messages, media) is none of the service's business.
-pub fn reply_from(m: &Message) -> Option<Reply> {
+pub fn reply_from(m: &Message, me: Option<&str>, bot_id: Option<u64>) -> Option<Reply> {
     let from = m.from.as_ref()?;
     let reply_to = m.reply_to_message()?;
+    // The question a message of the bot's own names (a reason prompt does): what ties a
+    // reply to it when the prompt's id was not stored yet (or a crash lost it).
+    let names = is_own(reply_to, me, bot_id)
+        .then(|| reply_to.text())
+        .flatten()
+        .and_then(named_question);
     Some(Reply {
         chat_id: m.chat.id.0,
         reply_to: reply_to.id.0,
+        reply_to_names: names,
         from: operator(from),
         from_is_bot: from.is_bot,
         text: m.text()?.to_owned(),
+    })
+}
+
+/// The first confirmation id (`cf_` and 32 hex digits) in a text, if any.
+fn named_question(text: &str) -> Option<ConfirmationId> {
+    text.match_indices("cf_").find_map(|(at, _)| {
+        let candidate = text.get(at..at + 35)?;
+        ConfirmationId::parse(candidate).ok()
     })
 }

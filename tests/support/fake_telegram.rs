@@ -58,7 +58,11 @@
 //!   ignored.
 //! - `reply_markup` other than an inline keyboard or a ForceReply (reply keyboards,
 //!   `remove_keyboard`) is refused with 400, which Telegram would accept: our bot
-//!   has no use for them. The bot's own `reply_parameters` are ignored.
+//!   has no use for them. The bot's own `sendMessage` keeps `reply_parameters.message_id`
+//!   ([`SentMessage::reply_to`]; a missing message is refused unless
+//!   `allow_sending_without_reply`) and `message_thread_id` ([`SentMessage::thread_id`]);
+//!   [`FakeTelegram::delete_topic`] makes a topic answer `message thread not found`.
+//!   Topics are not otherwise modelled (no `createForumTopic`, no General topic rules).
 
 // Each integration-test binary compiles this module and uses only part of it.
 #![allow(dead_code)]
@@ -239,6 +243,13 @@ pub struct SentMessage {
     /// Sent with a ForceReply `reply_markup`. Telegram does not echo a ForceReply in
     /// the `Message` and edits cannot change it, so this stays as sent.
     pub force_reply: bool,
+    /// The message of the same chat it replies to (`reply_parameters.message_id` for the
+    /// bot's own).
+    pub reply_to: Option<i32>,
+    /// The forum topic it went to (`message_thread_id`).
+    pub thread_id: Option<i32>,
+    /// Its ForceReply was `selective`.
+    pub selective: bool,
 }
 
 impl SentMessage {
@@ -694,6 +705,13 @@ impl FakeTelegram {
             .mutate(|state| state.forbidden_private_chats.insert(user_id));
     }
 
+    /// Deletes the forum topic `thread_id` of `chat_id`: sending to it fails from now on
+    /// with `Bad Request: message thread not found`, as Telegram answers.
+    pub fn delete_topic(&self, chat_id: i64, thread_id: i32) {
+        self.shared
+            .mutate(|state| state.deleted_topics.insert((chat_id, thread_id)));
+    }
+
     // ----- Faults ------------------------------------------------------------------
 
     /// Makes the next `n` calls of `method` fail with `error_code` and `description`,
@@ -902,6 +920,8 @@ struct State {
     last_message_id: HashMap<i64, i32>,
     /// Users whose private chat the bot may not write to; see `forbid_private_chat`.
     forbidden_private_chats: HashSet<u64>,
+    /// Forum topics (chat, `message_thread_id`) deleted; see `delete_topic`.
+    deleted_topics: HashSet<(i64, i32)>,
     /// Names of users seen in taps and messages, to fill in private chats.
     users: HashMap<u64, TgUser>,
     /// Groups the bot is in, with their (other) members; see `set_chat_members`.
@@ -984,6 +1004,10 @@ struct StoredMessage {
     force_reply: bool,
     /// The message of the same chat this one replies to.
     reply_to: Option<i32>,
+    /// The forum topic (`message_thread_id`) it was sent to.
+    thread_id: Option<i32>,
+    /// A ForceReply sent `selective`: only the mentioned (or replied-to) user gets it.
+    selective: bool,
     edits: u32,
 }
 
@@ -1027,6 +1051,9 @@ impl StoredMessage {
             edits: self.edits,
             from_bot: self.is_from_bot(),
             force_reply: self.force_reply,
+            reply_to: self.reply_to,
+            thread_id: self.thread_id,
+            selective: self.selective,
         }
     }
 
@@ -1063,6 +1090,7 @@ impl State {
             messages: Vec::new(),
             last_message_id: HashMap::new(),
             forbidden_private_chats: HashSet::new(),
+            deleted_topics: HashSet::new(),
             users: HashMap::new(),
             chat_members: HashMap::new(),
             updates: VecDeque::new(),
@@ -1175,6 +1203,10 @@ impl State {
         });
         insert_some(&mut json, "edit_date", message.edit_date);
         insert_some(&mut json, "reply_markup", message.reply_markup.clone());
+        if let Some(thread) = message.thread_id {
+            json["message_thread_id"] = json!(thread);
+            json["is_topic_message"] = json!(true);
+        }
         if let Some(command) = message
             .text
             .strip_prefix('/')
@@ -1246,6 +1278,10 @@ impl State {
         if i64::try_from(user.id) == Ok(chat_id) {
             self.forbidden_private_chats.remove(&user.id);
         }
+        // A reply in a forum topic is in the topic of the message it replies to.
+        let thread_id = reply_to
+            .and_then(|id| self.find(chat_id, id))
+            .and_then(|m| m.thread_id);
         let message_id = self.next_message_id(chat_id);
         let message = StoredMessage {
             chat_id,
@@ -1259,6 +1295,8 @@ impl State {
             reply_markup: None,
             force_reply: false,
             reply_to,
+            thread_id,
+            selective: false,
             edits: 0,
         };
         let payload = self.message_json(&message);
@@ -1408,6 +1446,40 @@ impl State {
         }
         let (text, parse_mode, rendered) = text_params(body, "message is too long")?;
         let markup = reply_markup_param(body, MarkupFor::Send)?;
+        let thread_id = match body.get("message_thread_id") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_i64()
+                    .or_else(|| v.as_str().and_then(|t| t.parse().ok()))
+                    .and_then(|t| i32::try_from(t).ok())
+                    .ok_or_else(|| ApiFailure::bad_request("message thread not found"))?,
+            ),
+        };
+        if let Some(t) = thread_id
+            && self.deleted_topics.contains(&(chat_id, t))
+        {
+            return Err(ApiFailure::bad_request("message thread not found"));
+        }
+        let reply = match body.get("reply_parameters") {
+            Some(Value::String(text)) => serde_json::from_str::<Value>(text).ok(),
+            Some(other) => Some(other.clone()),
+            None => None,
+        };
+        let reply_to = reply
+            .as_ref()
+            .and_then(|r| r.get("message_id").and_then(Value::as_i64))
+            .and_then(|id| i32::try_from(id).ok());
+        let without_reply = reply
+            .as_ref()
+            .and_then(|r| r.get("allow_sending_without_reply"))
+            == Some(&Value::Bool(true));
+        let reply_to = match reply_to {
+            Some(id) if self.find(chat_id, id).is_some() => Some(id),
+            Some(_) if without_reply => None,
+            Some(_) => return Err(ApiFailure::bad_request("message to be replied not found")),
+            None => None,
+        };
+        let selective = markup.selective;
         let message_id = self.next_message_id(chat_id);
         let message = StoredMessage {
             chat_id,
@@ -1420,7 +1492,9 @@ impl State {
             parse_mode,
             reply_markup: markup.inline_keyboard,
             force_reply: markup.force_reply,
-            reply_to: None,
+            reply_to,
+            thread_id,
+            selective,
             edits: 0,
         };
         let json = self.message_json(&message);
@@ -2153,6 +2227,8 @@ struct Markup {
     inline_keyboard: Option<Value>,
     /// A ForceReply, which only `sendMessage` takes.
     force_reply: bool,
+    /// The ForceReply is `selective`.
+    selective: bool,
 }
 
 /// Reads `reply_markup`: an inline keyboard (an empty one counts as none, as Telegram
@@ -2191,6 +2267,7 @@ fn reply_markup_param(body: &Value, purpose: MarkupFor) -> Result<Markup, ApiFai
     Ok(Markup {
         inline_keyboard: has_buttons.then_some(markup),
         force_reply: false,
+        selective: false,
     })
 }
 
@@ -2205,6 +2282,7 @@ fn force_reply_markup(markup: &Value) -> Option<Markup> {
     well_formed.then_some(Markup {
         inline_keyboard: None,
         force_reply: true,
+        selective: markup.get("selective") == Some(&Value::Bool(true)),
     })
 }
 

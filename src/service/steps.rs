@@ -1,0 +1,272 @@
+//! What happens to a question between its delivery and its outcome, on the clock:
+//! reminders, escalation to another route, and the deadline itself (which "+N min"
+//! moves). Each is a stored point in the question's life, claimed with a conditional
+//! update before it is acted on, so a restart neither repeats nor skips one; the
+//! scheduler holds one entry per question, at its next point.
+
+use super::*;
+use crate::config::Escalation;
+
+/// Someone a reminder names, so Telegram notifies them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mention {
+    pub user_id: u64,
+    /// Their `[people]` name, else their id.
+    pub name: String,
+}
+
+/// Most people one reminder mentions; the rest are counted. Telegram notifies only a
+/// few mentions per message, and a wall of names on a phone helps nobody.
+pub const MAX_MENTIONS: usize = 10;
+
+impl Service {
+    /// The reminder points of `r`'s route that fall before its deadline, in time order.
+    fn reminder_times(&self, r: &Confirmation) -> Vec<OffsetDateTime> {
+        let Some(route) = self.config.route(&r.route) else {
+            return Vec::new();
+        };
+        let mut at: Vec<OffsetDateTime> = route
+            .remind_after
+            .iter()
+            .map(|w| w.at(r.created_at, r.expires_at))
+            .filter(|t| *t < r.expires_at)
+            .collect();
+        at.sort();
+        at
+    }
+
+    /// The route's escalation, when `r` was asked on a route that has one.
+    fn escalation_of(&self, r: &Confirmation) -> Option<(&Escalation, Arc<Route>)> {
+        let e = self.config.route(&r.route)?.escalation.as_ref()?;
+        Some((e, self.config.route(&e.to)?.clone()))
+    }
+
+    /// The route `r` was escalated to, once it was.
+    pub(super) fn escalated_to(&self, r: &Confirmation) -> Option<(&Escalation, Arc<Route>)> {
+        r.progress.escalated_at?;
+        self.escalation_of(r)
+    }
+
+    /// When `r` next needs the scheduler: its next reminder, its escalation, or its
+    /// deadline, whichever comes first.
+    pub(super) fn next_step_at(&self, r: &Confirmation) -> OffsetDateTime {
+        let mut next = r.expires_at;
+        if let Some(t) = self
+            .reminder_times(r)
+            .get(r.progress.reminders_sent as usize)
+        {
+            next = next.min(*t);
+        }
+        if r.progress.escalated_at.is_none()
+            && let Some((e, _)) = self.escalation_of(r)
+        {
+            next = next.min(e.after.at(r.created_at, r.expires_at));
+        }
+        next
+    }
+
+    /// Arms the scheduler for `r`'s next step.
+    pub(super) fn arm(&self, r: &Confirmation) {
+        if !r.is_terminal() {
+            self.deadlines
+                .schedule(r.id.clone(), instant_at(self.next_step_at(r), now()));
+        }
+    }
+
+    /// The scheduler's callback: takes whatever steps of the question are due (its
+    /// timeout, a reminder, its escalation) and arms the next one.
+    pub(super) async fn step(self: &Arc<Self>, id: &ConfirmationId) {
+        let record = match self.store.get(id).await {
+            Ok(Some(r)) if !r.is_terminal() => r,
+            Ok(_) => return,
+            Err(e) => {
+                // Try again shortly rather than leave the request pending forever.
+                tracing::error!(id = %id, error = %e, "could not read a due request; retrying");
+                self.deadlines
+                    .schedule(id.clone(), Instant::now() + Duration::from_secs(1));
+                return;
+            }
+        };
+        let now = now();
+        if record.expires_at <= now {
+            self.expire(id).await;
+            return;
+        }
+        let mut record = record;
+        if let Some(r) = self.escalate_if_due(&record, now).await {
+            record = r;
+        }
+        if let Some(r) = self.remind_if_due(&record, now).await {
+            record = r;
+        }
+        self.arm(&record);
+    }
+
+    /// Posts the question to the escalation route when its point has passed (once: the
+    /// claim is a conditional update). Returns the record as it then is.
+    async fn escalate_if_due(
+        self: &Arc<Self>,
+        r: &Confirmation,
+        now: OffsetDateTime,
+    ) -> Option<Confirmation> {
+        if r.progress.escalated_at.is_some() {
+            return None;
+        }
+        let (e, to) = self.escalation_of(r)?;
+        if e.after.at(r.created_at, r.expires_at) > now {
+            return None;
+        }
+        let chat_id = self.chat_of(&to.name, to.chat_id);
+        let escalated = match self
+            .store
+            .escalate(&r.id, &route_copy_name(&to.name), chat_id, now)
+            .await
+        {
+            Ok(Some(escalated)) => escalated,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::error!(id = %r.id, error = %e, "could not store an escalation; retrying");
+                self.deadlines
+                    .schedule(r.id.clone(), Instant::now() + Duration::from_secs(1));
+                return None;
+            }
+        };
+        tracing::info!(id = %r.id, from = %r.route, to = %to.name, "question escalated");
+        self.metrics.question_step(&escalated, "escalated");
+        self.changed(&r.id);
+        let me = self.clone();
+        let copy = escalated.clone();
+        self.tasks
+            .spawn(async move { me.deliver_copy(copy, chat_id).await });
+        // The first route's message now says where the question went.
+        self.refresh(escalated.clone());
+        Some(escalated)
+    }
+
+    /// Sends the reminder whose point has passed, once (claimed first: a crash right
+    /// after the claim loses that one reminder rather than sending it twice; a restart
+    /// later sends the next). Points that all passed while the service was down make one
+    /// reminder, not a burst.
+    async fn remind_if_due(
+        self: &Arc<Self>,
+        r: &Confirmation,
+        now: OffsetDateTime,
+    ) -> Option<Confirmation> {
+        let times = self.reminder_times(r);
+        let passed = times.iter().filter(|t| **t <= now).count() as u32;
+        if passed <= r.progress.reminders_sent {
+            return None;
+        }
+        let reminded = match self
+            .store
+            .claim_reminders(&r.id, r.progress.reminders_sent, passed, now)
+            .await
+        {
+            Ok(Some(reminded)) => reminded,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::error!(id = %r.id, error = %e, "could not store a reminder; retrying");
+                self.deadlines
+                    .schedule(r.id.clone(), Instant::now() + Duration::from_secs(1));
+                return None;
+            }
+        };
+        self.metrics.question_step(&reminded, "reminded");
+        self.changed(&r.id);
+        let me = self.clone();
+        let record = reminded.clone();
+        self.tasks
+            .spawn(async move { me.send_reminders(record).await });
+        Some(reminded)
+    }
+
+    /// Replies to every route message of the question (its first, and the escalation
+    /// route's copy) naming the approvers there who have not answered.
+    async fn send_reminders(self: Arc<Self>, r: Confirmation) {
+        let mut targets: Vec<(i64, Option<i32>, Vec<u64>)> = Vec::new();
+        if let Some(route) = self.config.route(&r.route) {
+            targets.push((r.chat_id, r.message_id, sorted(&route.approvers)));
+        }
+        if let Some((_, to)) = self.escalated_to(&r)
+            && let Some(copy) = r
+                .copies
+                .iter()
+                .find(|c| c.recipient == route_copy_name(&to.name))
+        {
+            targets.push((copy.chat_id, copy.message_id, sorted(&to.approvers)));
+        }
+        for (chat_id, message_id, approvers) in targets {
+            let Some(message_id) = message_id else {
+                continue;
+            };
+            let answered: Vec<u64> = r
+                .answers
+                .iter()
+                .filter_map(|a| a.by.as_ref().map(|b| b.id))
+                .collect();
+            let waiting: Vec<Mention> = approvers
+                .into_iter()
+                .filter(|id| !answered.contains(id))
+                .filter(|id| {
+                    r.interaction
+                        .as_deref()
+                        .is_none_or(|i| self.is_target(i, *id))
+                })
+                .map(|user_id| Mention {
+                    user_id,
+                    name: self.name_of(user_id),
+                })
+                .collect();
+            let thread = self.thread_of(&r, chat_id);
+            match self
+                .messenger
+                .send_reminder(&r, chat_id, thread, message_id, &waiting)
+                .await
+            {
+                Ok(_) => tracing::info!(id = %r.id, chat_id, "reminder sent"),
+                Err(e) => {
+                    tracing::warn!(id = %r.id, chat_id, reason = %e.reason, "could not send a reminder")
+                }
+            }
+        }
+    }
+
+    /// A person's `[people]` name, else their id in decimal.
+    fn name_of(&self, user_id: u64) -> String {
+        let mut names: Vec<&String> = self
+            .config
+            .people
+            .iter()
+            .filter(|(_, id)| **id == user_id)
+            .map(|(name, _)| name)
+            .collect();
+        names.sort();
+        names
+            .first()
+            .map_or_else(|| user_id.to_string(), |n| (*n).clone())
+    }
+
+    /// The forum topic a message of `r` in `chat_id` goes to: its route's (or the
+    /// escalation route's, in that route's chat), if the route names one.
+    pub(super) fn thread_of(&self, r: &Confirmation, chat_id: i64) -> Option<i32> {
+        if chat_id == r.chat_id {
+            return self.config.route(&r.route).and_then(|route| route.topic_id);
+        }
+        let (_, to) = self.escalation_of(r)?;
+        (self.chat_of(&to.name, to.chat_id) == chat_id)
+            .then_some(to.topic_id)
+            .flatten()
+    }
+}
+
+/// The `recipient` of the copy an escalation posts to a route (copies to people carry
+/// their `[people]` name; a route's name cannot be one, as it starts with `route:`).
+pub(super) fn route_copy_name(route: &str) -> String {
+    format!("route:{route}")
+}
+
+fn sorted(ids: &std::collections::HashSet<u64>) -> Vec<u64> {
+    let mut v: Vec<u64> = ids.iter().copied().collect();
+    v.sort_unstable();
+    v
+}
