@@ -1500,6 +1500,15 @@ impl Config {
                 ));
             }
         }
+        if let Some(bridge) = &self.redis_bridge
+            && let Some(route) = bridge.route.as_deref().and_then(|r| self.route(r))
+            && route.extend_by.is_some()
+        {
+            warnings.push(format!(
+                "route '{}' offers more time (extend_minutes) and [redis_bridge] asks there: AI-Parrot agents behind the bridge keep their own timer (the queue protocol cannot move it), so they still give up at the first deadline",
+                route.name
+            ));
+        }
         let mut named: Vec<(&str, &String, &u64)> = self
             .people
             .iter()
@@ -1825,6 +1834,32 @@ routes = ["ops"]
         );
         let c = Config::from_settings(s, &env).unwrap();
         assert!(c.redis_bridge.is_none(), "disabled unless enabled = true");
+    }
+
+    #[test]
+    fn more_time_on_the_bridges_route_is_warned_about() {
+        let toml = with_bridge(
+            "enabled = true\nagent = \"bot\"\nrecipients = [\"alice\"]\nroute = \"ops\"",
+        );
+        let quiet = Config::from_settings(Settings::from_toml(&toml).unwrap(), &env).unwrap();
+        assert!(
+            !quiet
+                .warnings()
+                .iter()
+                .any(|w| w.contains("extend_minutes"))
+        );
+        let toml = toml.replace(
+            "approvers = [1, 2]\n",
+            "approvers = [1, 2]\nextend_minutes = 5\n",
+        );
+        let c = Config::from_settings(Settings::from_toml(&toml).unwrap(), &env).unwrap();
+        assert!(
+            c.warnings()
+                .iter()
+                .any(|w| w.contains("route 'ops' offers more time") && w.contains("redis_bridge")),
+            "{:?}",
+            c.warnings()
+        );
     }
 
     #[test]
