@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 import unittest
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -45,6 +45,7 @@ from parrot.core.exceptions import HumanInteractionInterrupt  # noqa: E402
 from parrot.human.models import HumanInteraction, HumanResponse, InteractionType  # noqa: E402
 
 from hitl_telegram_channel import (  # noqa: E402
+    HitlConfirmationDecision,
     HitlConfirmationGuard,
     HitlTelegramChannel,
     OperatorWindowStore,
@@ -53,7 +54,8 @@ from hitl_telegram_channel import (  # noqa: E402
     close_confirmation_guard,
     make_confirmation_guard,
 )
-from hitl_telegram_channel.call import asking, granted_window  # noqa: E402
+from hitl_telegram_channel.call import Denial, asking, denial, granted_window  # noqa: E402
+from hitl_telegram_channel.channel import _parse_time  # noqa: E402
 
 TOKEN = "token-0123456789"
 REDIS_URL = os.environ.get("HITL_REDIS_URL", "redis://127.0.0.1:6379/13")
@@ -84,6 +86,37 @@ def approved_once(iid):
 def approved_for(iid, seconds):
     """An "Approve for <window>" tap granting ``seconds``."""
     return response_for(iid, approved_scope="window", window_seconds=seconds)
+
+
+STAGING = "use the staging cluster first"
+
+
+def denied_with_reason(iid, text=STAGING, response_type="approval", value=False):
+    """Alice's "Deny with reason" and her reply, as the service reports the answer."""
+    return dict(
+        response_for(iid, value, telegram_user_id=111111, telegram_name="Alice",
+                     telegram_username="alice", reason=text, denial_reason=text),
+        response_type=response_type,
+    )
+
+
+def rejected_by_alice(iid):
+    """A plain Reject tap by Alice."""
+    return response_for(iid, False, telegram_user_id=111111, telegram_name="Alice",
+                        telegram_username="alice")
+
+
+def rfc3339(t):
+    """The service's timestamps: UTC, milliseconds, ``Z``."""
+    t = t.astimezone(timezone.utc)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def extended(iid, expires_at, status="delivered"):
+    """The status event of a "+N min" tap, as ``GET /v1/events`` streams it."""
+    return {"id": "cf_" + "0" * 32, "interaction_id": iid, "status": status, "reason": "",
+            "denial_reason": None, "result": None, "timeout_action": None,
+            "expires_at": rfc3339(expires_at), "step": "extended"}
 
 
 class StubService:
@@ -415,6 +448,147 @@ class ListenTest(ServiceTestCase):
             await asyncio.sleep(0.05)
         self.assertEqual(cancelled, [(a.interaction_id,
                                       "hitl_telegram:Forbidden: bot was blocked by the user")])
+
+
+class OperatorSideTest(ServiceTestCase):
+    """"Deny with reason" and "+N min", as the event stream reports them."""
+
+    async def wait_for_event(self, c, seq):
+        for _ in range(100):
+            if c.last_event_id == str(seq):
+                return
+            await asyncio.sleep(0.05)
+        self.fail(f"event {seq} was not handled")
+
+    async def test_a_denial_with_reason_reaches_the_handler_with_the_text_in_its_metadata(self):
+        got = []
+
+        async def handler(response):
+            got.append(response)
+
+        c = self.channel()
+        i = approval()
+        self.assertTrue(await c.send_interaction(i, "alice"))
+        self.stub.event_batches = [[
+            (1, "response", {"response": denied_with_reason(i.interaction_id)}),
+            (2, "status", {"id": "cf_1", "interaction_id": i.interaction_id,
+                           "status": "completed", "reason": f"denied by Alice (@alice): {STAGING}",
+                           "denial_reason": STAGING, "result": False, "timeout_action": None,
+                           "expires_at": "2026-12-01T12:02:00.000Z"}),
+        ]]
+        await c.register_response_handler(handler)
+        await c.start()
+        await self.wait_for_event(c, 2)
+        self.assertEqual([r.value for r in got], [False])
+        self.assertEqual(got[0].metadata["denial_reason"], STAGING)
+        self.assertEqual(got[0].metadata["reason"], STAGING)
+        self.assertEqual(denial(got), Denial(STAGING, "Alice (@alice)"))
+
+    async def test_more_time_for_a_question_it_asked_calls_the_extension_handler(self):
+        moved = []
+
+        async def on_extended(iid, expires_at, previous):
+            moved.append((iid, expires_at, previous))
+
+        first = datetime(2026, 12, 1, 12, 2, tzinfo=timezone.utc)
+        later = first + timedelta(minutes=5)
+        self.stub.create_body = {"status": "pending", "route": "ops", "expires_at": rfc3339(first)}
+        c = self.channel()
+        mine = approval()
+        self.assertTrue(await c.send_interaction(mine, "alice"))
+        self.assertEqual(c.deadline_for(mine.interaction_id), first)
+        iid = mine.interaction_id
+        delivered = dict(extended(iid, first), step="delivered")
+        self.stub.event_batches = [[
+            (1, "status", delivered),
+            (2, "status", extended("someone-elses", later)),
+            (3, "status", extended(iid, later)),
+            (4, "status", dict(extended(iid, later), step="reminded")),
+            # The same deadline reported again as an extension moves nothing.
+            (5, "status", extended(iid, later)),
+        ]]
+        await c.register_extension_handler(on_extended)
+        await c.start()
+        await self.wait_for_event(c, 5)
+        self.assertEqual(moved, [(iid, later, first)])
+        self.assertEqual(c.deadline_for(iid), later)
+
+    async def test_a_question_that_ended_is_given_no_more_time(self):
+        moved = []
+
+        async def on_extended(*args):
+            moved.append(args)
+
+        c = self.channel()
+        i = approval()
+        self.assertTrue(await c.send_interaction(i, "alice"))
+        iid = i.interaction_id
+        now = datetime.now(timezone.utc)
+        self.stub.event_batches = [[
+            (1, "status", dict(extended(iid, now), status="completed", step=None)),
+            (2, "status", extended(iid, now + timedelta(minutes=5))),
+        ]]
+        await c.register_extension_handler(on_extended)
+        await c.start()
+        await self.wait_for_event(c, 2)
+        self.assertEqual(moved, [])
+        self.assertIsNone(c.deadline_for(iid))
+
+    async def test_more_time_without_an_extension_handler_is_only_logged(self):
+        c = self.channel()
+        i = approval()
+        self.assertTrue(await c.send_interaction(i, "alice"))
+        with self.assertLogs("hitl_telegram_channel", "INFO") as logs:
+            await c._handle("status", json.dumps(
+                extended(i.interaction_id, datetime.now(timezone.utc) + timedelta(minutes=5))))
+        self.assertIn("no extension handler registered", "\n".join(logs.output))
+
+    def test_the_services_timestamps_parse_as_aware_utc(self):
+        t = datetime(2026, 12, 1, 12, 0, 0, 123000, tzinfo=timezone.utc)
+        self.assertEqual(_parse_time("2026-12-01T12:00:00.123Z"), t)
+        self.assertEqual(_parse_time("2026-12-01T12:00:00.123456789Z"), t.replace(microsecond=123456))
+        self.assertEqual(_parse_time("2026-12-01T12:00:00Z"), t.replace(microsecond=0))
+        self.assertEqual(_parse_time("2026-12-01T14:00:00.123+02:00"), t)
+        for bad in (None, 5, "", "tomorrow", "2026-12-01T12:00:00", "2026-13-01T12:00:00Z"):
+            self.assertIsNone(_parse_time(bad), bad)
+
+
+class DenialTest(unittest.TestCase):
+    """Who refused and why, from the answers."""
+
+    def test_a_denial_with_reason_names_the_operator_and_quotes_them(self):
+        r = HumanResponse.model_validate
+        d = denial([r(denied_with_reason("q"))])
+        self.assertEqual((d.reason, d.by, d.do_not_retry), (STAGING, "Alice (@alice)", True))
+        self.assertEqual(d.sentence(), "Denied by Alice (@alice): use the staging cluster first. "
+                                       "Not executed; do not retry this call as it is.")
+        # A cancelled form (the free_text answer None) with a reason.
+        form = denied_with_reason("q", "no", response_type="free_text", value=None)
+        self.assertEqual(denial([r(form)]).reason, "no")
+        # The reason wins over a plain refusal given first.
+        self.assertEqual(denial([r(rejected_by_alice("q")),
+                                 r(dict(denied_with_reason("q"), respondent="2"))]).reason, STAGING)
+
+    def test_a_plain_refusal_is_a_denial_without_a_reason(self):
+        r = HumanResponse.model_validate
+        d = denial([r(rejected_by_alice("q"))])
+        self.assertEqual((d.reason, d.by, d.do_not_retry), (None, "Alice (@alice)", True))
+        self.assertEqual(d.sentence(), "Denied by Alice (@alice). Not executed; do not retry "
+                                       "this call as it is.")
+        # Without the Telegram names: the respondent id.
+        self.assertEqual(denial([r(response_for("q", False, "42"))]).by, "42")
+
+    def test_approvals_and_a_timeouts_default_answer_are_no_denial(self):
+        r = HumanResponse.model_validate
+        self.assertIsNone(denial([]))
+        self.assertIsNone(denial([r(approved_once("q"))]))
+        self.assertIsNone(denial([r(response_for("q", False, default=True, reason="timeout"))]))
+
+    def test_the_sentence_adds_no_second_full_stop(self):
+        self.assertEqual(Denial("Not now!", "Bob").sentence(),
+                         "Denied by Bob: Not now! Not executed; do not retry this call as it is.")
+        self.assertEqual(Denial().sentence(),
+                         "Denied by an operator. Not executed; do not retry this call as it is.")
 
 
 class CallTest(ServiceTestCase):
@@ -770,6 +944,177 @@ class GuardTest(ServiceTestCase):
         await channel._on_status(iid, "completed", None)
         self.assertIsNone(channel.call_for(iid))
         self.assertIsNone(asking.get())
+
+    async def test_a_denial_with_reason_is_the_decisions_reason_and_says_do_not_retry(self):
+        guard = await self.guard()
+        d, _ = await self.confirm(guard, denied_with_reason, 1)
+        self.assertIsInstance(d, HitlConfirmationDecision)
+        self.assertEqual((d.allowed, d.status, d.parameters), (False, "cancelled", None))
+        self.assertEqual(d.reason, "Denied by Alice (@alice): use the staging cluster first. "
+                                   "Not executed; do not retry this call as it is.")
+        self.assertEqual((d.denial_reason, d.denied_by, d.do_not_retry),
+                         (STAGING, "Alice (@alice)", True))
+        # An approval afterwards says nothing of the earlier refusal.
+        d, _ = await self.confirm(guard, approved_once, 2)
+        self.assertEqual((d.status, d.denial_reason, d.do_not_retry), ("confirmed", None, False))
+
+    async def test_the_tool_result_the_model_reads_carries_the_operators_reason(self):
+        from parrot.tools.manager import ToolManager
+
+        guard = await self.guard()
+        tools = ToolManager()
+        tools.set_confirmation_guard(guard)
+        task = asyncio.create_task(
+            tools._confirm_call(Tool(), "deploy", "tool", dict(PARAMS), None))
+        await self.answer(guard, 1, denied_with_reason)
+        refusal, _, approved = await asyncio.wait_for(task, 5)
+        self.assertFalse(approved)
+        self.assertEqual(refusal.status, "cancelled")
+        self.assertEqual(refusal.error, "Confirmation cancelled: Denied by Alice (@alice): use the "
+                                        "staging cluster first. Not executed; do not retry this "
+                                        "call as it is.")
+
+    async def test_a_plain_reject_keeps_the_stock_reason_and_says_do_not_retry(self):
+        guard = await self.guard()
+        d, _ = await self.confirm(guard, rejected_by_alice, 1)
+        self.assertEqual((d.status, d.reason), ("cancelled", "HITL approval rejected"))
+        self.assertEqual((d.denial_reason, d.denied_by, d.do_not_retry),
+                         (None, "Alice (@alice)", True))
+
+    async def test_a_form_denied_with_reason_carries_the_reason(self):
+        guard = await self.guard()
+        d, body = await self.confirm(
+            guard,
+            lambda iid: denied_with_reason(iid, response_type="free_text", value=None),
+            1, tool=Tool(allow_edit=True))
+        self.assertEqual(body["interaction"]["interaction_type"], "form")
+        self.assertEqual(d.status, "cancelled")
+        self.assertTrue(d.reason.startswith("Denied by Alice (@alice): use the staging"), d.reason)
+        self.assertEqual((d.denial_reason, d.do_not_retry), (STAGING, True))
+        # A plain Cancel on the form keeps AI-Parrot's own reason.
+        d, _ = await self.confirm(
+            guard, lambda iid: dict(rejected_by_alice(iid), response_type="free_text", value=None),
+            2, tool=Tool(allow_edit=True))
+        self.assertEqual((d.reason, d.do_not_retry), ("HITL form cancelled by user", True))
+
+    async def test_a_question_that_reached_nobody_is_not_a_denial(self):
+        self.stub.create_status = 403
+        guard = await self.guard()
+        d = await guard.confirm(tool=Tool(), parameters={"a": 1})
+        self.assertEqual(d.status, "cancelled")
+        self.assertEqual((d.denial_reason, d.do_not_retry), (None, False))
+
+    async def asked(self, guard, n=1):
+        """The id of the n-th question, once the channel has the service's answer to
+        it (and so the deadline the service set)."""
+        channel = guard.human_manager.channels["telegram"]
+        for _ in range(250):
+            posted = self.stub.posted()
+            if len(posted) >= n:
+                iid = posted[n - 1]["interaction"]["interaction_id"]
+                if channel.deadline_for(iid) is not None:
+                    return iid
+            await asyncio.sleep(0.02)
+        self.fail("the question was not asked")
+
+    def serve_deadlines(self, timeout):
+        """The service's answer to a question: its deadline ``timeout`` s from now."""
+        self.stub.create_body = {
+            "status": "pending", "route": "ops",
+            "expires_at": rfc3339(datetime.now(timezone.utc) + timedelta(seconds=timeout)),
+        }
+
+    async def test_more_time_moves_the_guards_deadline_and_a_later_answer_counts(self):
+        guard = await self.guard(config=ConfirmationConfig(approval_timeout=2.0))
+        self.serve_deadlines(2.0)
+        t0 = time.monotonic()
+        task = asyncio.create_task(guard.confirm(tool=Tool(), parameters=dict(PARAMS)))
+        iid = await self.asked(guard)
+        channel = guard.human_manager.channels["telegram"]
+        deadline = channel.deadline_for(iid)
+        await channel._handle("status", json.dumps(extended(iid, deadline + timedelta(seconds=30))))
+        # The Redis entry lasts until the new deadline (its TTL was timeout + 60 s).
+        redis = await guard.human_manager._get_redis()
+        self.assertGreater(await redis.ttl(f"hitl:interaction:{iid}"), 80)
+        await asyncio.sleep(max(0.0, t0 + 2.5 - time.monotonic()))
+        self.assertFalse(task.done(), "timed out at the original deadline")
+        await channel._handle("response", json.dumps({"response": approved_once(iid)}))
+        d = await asyncio.wait_for(task, 5)
+        self.assertEqual((d.status, d.parameters), ("confirmed", PARAMS))
+        self.assertGreater(time.monotonic() - t0, 2.5)
+        self.assertEqual(guard.human_manager._timers, {})
+
+    async def test_more_time_then_silence_times_out_at_the_new_deadline(self):
+        guard = await self.guard(config=ConfirmationConfig(approval_timeout=1.0))
+        self.serve_deadlines(1.0)
+        t0 = time.monotonic()
+        task = asyncio.create_task(guard.confirm(tool=Tool(), parameters=dict(PARAMS)))
+        iid = await self.asked(guard)
+        channel = guard.human_manager.channels["telegram"]
+        deadline = channel.deadline_for(iid)
+        await channel._handle("status", json.dumps(extended(iid, deadline + timedelta(seconds=1.5))))
+        d = await asyncio.wait_for(task, 10)
+        elapsed = time.monotonic() - t0
+        self.assertEqual(d.status, "timeout")
+        # Without the extension: after 1 s.
+        self.assertTrue(2.3 < elapsed < 6.0, f"timed out after {elapsed:.2f} s")
+        self.assertEqual(guard.human_manager._timers, {})
+
+    async def test_more_time_never_brings_the_deadline_forward_nor_revives_a_spent_timer(self):
+        guard = await self.guard(config=ConfirmationConfig(approval_timeout=2.0))
+        manager = guard.human_manager
+        self.serve_deadlines(2.0)
+        task = asyncio.create_task(guard.confirm(tool=Tool(), parameters=dict(PARAMS)))
+        iid = await self.asked(guard)
+        now = datetime.now(timezone.utc)
+        timer = manager._timers[iid]
+        self.assertFalse(await manager.extend_pending(iid, now, previous=now + timedelta(seconds=5)))
+        self.assertIs(manager._timers[iid], timer)
+        # Once its timer may have fired, an extension comes too late.
+        timer.wake = asyncio.get_running_loop().time()
+        self.assertFalse(await manager.extend_pending(iid, now + timedelta(minutes=5), previous=now))
+        self.assertIs(manager._timeout_tasks[iid], timer.task)
+        self.assertEqual((await asyncio.wait_for(task, 5)).status, "timeout")
+        # An unknown question: nothing to extend.
+        self.assertFalse(await manager.extend_pending("nobody", now + timedelta(minutes=5)))
+
+    async def test_a_wait_cancelled_after_more_time_leaves_no_timer_behind(self):
+        guard = await self.guard(config=ConfirmationConfig(approval_timeout=2.0))
+        manager = guard.human_manager
+        self.serve_deadlines(2.0)
+        task = asyncio.create_task(guard.confirm(tool=Tool(), parameters=dict(PARAMS)))
+        iid = await self.asked(guard)
+        channel = manager.channels["telegram"]
+        await channel._handle("status", json.dumps(
+            extended(iid, channel.deadline_for(iid) + timedelta(seconds=30))))
+        rearmed = manager._timers[iid].task
+        self.assertIs(manager._timeout_tasks[iid], rearmed)
+        await asyncio.sleep(0.2)  # the guard is now waiting for the answer
+        task.cancel()
+        try:
+            await asyncio.wait_for(task, 5)
+        except asyncio.CancelledError:
+            pass
+        await asyncio.sleep(0)
+        self.assertTrue(rearmed.cancelled())
+        self.assertNotIn(iid, manager._timers)
+        self.assertNotIn(iid, manager._timeout_tasks)
+
+    async def test_more_time_keeps_a_suspended_question_in_redis_until_its_new_deadline(self):
+        guard = await self.guard()
+        manager = guard.human_manager
+        with self.assertRaises(HumanInteractionInterrupt) as raised:
+            await guard.confirm(tool=Tool(wait_strategy="suspend"), parameters=dict(PARAMS))
+        iid = raised.exception.interaction_id
+        redis = await manager._get_redis()
+        self.assertLessEqual(await redis.ttl(f"hitl:interaction:{iid}"), 80)
+        channel = manager.channels["telegram"]
+        await channel._handle("status", json.dumps(
+            extended(iid, datetime.now(timezone.utc) + timedelta(minutes=10))))
+        self.assertGreater(await redis.ttl(f"hitl:interaction:{iid}"), 600)
+        await channel._handle("response", json.dumps({"response": approved_once(iid)}))
+        result = await manager.get_result(iid)
+        self.assertEqual((result.status.value, result.consolidated_value), ("completed", True))
 
     async def test_a_refused_question_is_cancelled_at_once(self):
         self.stub.create_status = 403

@@ -27,6 +27,7 @@ from hitl_telegram_channel import (  # noqa: E402
     Confirmation,
     HitlClient,
     HitlError,
+    Progress,
     verify_webhook,
 )
 
@@ -173,6 +174,45 @@ class ClientTests(unittest.TestCase):
         with self.assertRaises(ValueError):
             client.get(ID, wait=61)
         self.assertNotIn(TOKEN, repr(client))
+
+    def test_a_denial_carries_the_operators_reason_do_not_retry_and_the_progress(self):
+        denied = record(
+            status="cancelled", via="operator",
+            reason="denied by Alice (@alice): use the staging cluster first "
+                   "(not executed; do not retry this call as it is)",
+            decided_by={"id": 111111, "username": "alice", "name": "Alice"},
+            denial_reason="use the staging cluster first", do_not_retry=True,
+            progress={"delivered": True, "reminders_sent": 1,
+                      "escalated_at": "2026-12-01T12:01:00.000Z", "extensions": 2,
+                      "reasons_requested": 1},
+        )
+        stub = self.stub(lambda *_: json_answer(200, denied))
+        got = HitlClient(stub.url, TOKEN).get(ID)
+        self.assertFalse(got.allowed)
+        self.assertEqual(got.denial_reason, "use the staging cluster first")
+        self.assertTrue(got.do_not_retry)
+        self.assertEqual(got.progress, Progress(delivered=True, reminders_sent=1,
+                                                escalated_at="2026-12-01T12:01:00.000Z",
+                                                extensions=2, reasons_requested=1))
+
+    def test_a_record_from_a_service_without_denial_fields_still_parses(self):
+        got = Confirmation.from_json(record(status="timeout", via="timeout"))
+        self.assertEqual((got.denial_reason, got.do_not_retry, got.progress), (None, False, None))
+
+    def test_a_malformed_denial_or_progress_field_names_it(self):
+        for fields, name in (
+            ({"denial_reason": 5}, "denial_reason"),
+            ({"do_not_retry": "yes"}, "do_not_retry"),
+            ({"progress": []}, "progress"),
+            ({"progress": {"delivered": True, "reminders_sent": -1, "escalated_at": None,
+                           "extensions": 0, "reasons_requested": 0}}, "reminders_sent"),
+            ({"progress": {"delivered": 1, "reminders_sent": 0, "escalated_at": None,
+                           "extensions": 0, "reasons_requested": 0}}, "delivered"),
+            ({"progress": {"delivered": True, "reminders_sent": 0, "escalated_at": None,
+                           "extensions": True, "reasons_requested": 0}}, "extensions"),
+        ):
+            with self.assertRaisesRegex(ValueError, name):
+                Confirmation.from_json(record(**fields))
 
     def test_a_record_missing_a_field_names_it(self):
         broken = record()

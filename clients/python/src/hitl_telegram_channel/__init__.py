@@ -28,7 +28,7 @@ import importlib
 from typing import Any, List
 
 from .call import ToolCall
-from .client import AlreadyDecided, Confirmation, HitlClient, HitlError
+from .client import AlreadyDecided, Confirmation, HitlClient, HitlError, Progress
 from .sse import SseEvent, SseParser
 from .webhook import verify_webhook
 
@@ -36,6 +36,7 @@ from .webhook import verify_webhook
 _AIPARROT_NAMES = frozenset(
     {
         "DEFAULT_CHANNEL_NAME",
+        "HitlConfirmationDecision",
         "HitlConfirmationGuard",
         "HitlInteractionManager",
         "HitlTelegramChannel",
@@ -76,6 +77,7 @@ __all__ = [
     "Confirmation",
     "HitlClient",
     "HitlError",
+    "Progress",
     "SseEvent",
     "SseParser",
     "ToolCall",

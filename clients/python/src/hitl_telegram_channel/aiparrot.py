@@ -11,6 +11,7 @@ scaffold: ``env/<ENV>/.env`` (``ENV`` defaults to ``dev``) under ``SITE_ROOT``. 
 from .channel import HitlTelegramChannel, Target
 from .guard import (
     DEFAULT_CHANNEL_NAME,
+    HitlConfirmationDecision,
     HitlConfirmationGuard,
     HitlInteractionManager,
     OperatorWindowStore,
@@ -21,6 +22,7 @@ from .guard import (
 
 __all__ = [
     "DEFAULT_CHANNEL_NAME",
+    "HitlConfirmationDecision",
     "HitlConfirmationGuard",
     "HitlInteractionManager",
     "HitlTelegramChannel",

@@ -43,6 +43,9 @@ class ToolCall:
             cut to the route's ``max_window_seconds``.
         granted_window_seconds: Set once the question is answered: the window the
             operator granted (0 for "Approve once" or a refusal); ``None`` while unknown.
+        denial: Set once the question is answered: the operator's refusal (with the
+            reason they typed after "Deny with reason", if any); ``None`` when nobody
+            refused, or while unknown.
     """
 
     tool: str
@@ -50,6 +53,7 @@ class ToolCall:
     owner_id: str = "anonymous"
     window_seconds: int = 0
     granted_window_seconds: Optional[int] = field(default=None, compare=False)
+    denial: Optional["Denial"] = field(default=None, compare=False)
 
     def body(self) -> Dict[str, Any]:
         """The request's ``call`` field.
@@ -79,7 +83,41 @@ class ToolCall:
         question must not announce one.
         """
         params = current_values if isinstance(current_values, dict) else self.params
-        return replace(self, params=params, window_seconds=0, granted_window_seconds=None)
+        return replace(
+            self, params=params, window_seconds=0, granted_window_seconds=None, denial=None
+        )
+
+
+@dataclass(frozen=True)
+class Denial:
+    """An operator's refusal of a call, as their answer reports it (its ``metadata``).
+
+    Attributes:
+        reason: What they typed after "Deny with reason", verbatim (the service trims
+            it and keeps at most 500 characters); ``None`` for a plain Reject/Cancel.
+        by: Who refused, as the service names them: ``"Alice (@alice)"``; ``None`` when
+            the answer does not say.
+    """
+
+    reason: Optional[str] = None
+    by: Optional[str] = None
+
+    @property
+    def do_not_retry(self) -> bool:
+        """Always true: an operator refused this very call, so asking again with the
+        same call would only ask the same people the same question."""
+        return True
+
+    def sentence(self) -> str:
+        """What the agent (and the model behind it) is told, e.g. ``"Denied by Alice
+        (@alice): use the staging cluster first. Not executed; do not retry this call
+        as it is."``"""
+        text = f"Denied by {self.by}" if self.by else "Denied by an operator"
+        if self.reason:
+            text = f"{text}: {self.reason}"
+        if not text.endswith((".", "!", "?", "…")):
+            text += "."
+        return f"{text} Not executed; do not retry this call as it is."
 
 
 def granted_window(responses: Iterable[Any]) -> int:
@@ -103,3 +141,39 @@ def granted_window(responses: Iterable[Any]) -> int:
         else:
             grants.append(0)
     return min(grants) if grants else 0
+
+
+def denial(responses: Iterable[Any]) -> Optional[Denial]:
+    """The operator's refusal among the answers, if any: an approval answered ``False``
+    or a form cancelled (``None``), not filled in by a timeout (``metadata.default``).
+    An answer that carries a ``denial_reason`` (the service puts the text typed after
+    "Deny with reason" there) wins over a plain refusal."""
+    plain: Optional[Denial] = None
+    for response in responses:
+        value = getattr(response, "value", True)
+        if value is not False and value is not None:
+            continue
+        metadata = getattr(response, "metadata", None) or {}
+        if metadata.get("default") is True:
+            continue  # the default answer a timeout filled in, not an operator's
+        reason = metadata.get("denial_reason")
+        found = Denial(
+            reason=reason if isinstance(reason, str) and reason else None,
+            by=_operator(metadata) or getattr(response, "respondent", None) or None,
+        )
+        if found.reason is not None:
+            return found
+        plain = plain or found
+    return plain
+
+
+def _operator(metadata: Dict[str, Any]) -> Optional[str]:
+    """``"Alice (@alice)"``, ``"Alice"`` or ``"@alice"``, from the answer's Telegram
+    fields, as the service names an operator."""
+    name = metadata.get("telegram_name")
+    username = metadata.get("telegram_username")
+    name = name if isinstance(name, str) and name else None
+    username = f"@{username}" if isinstance(username, str) and username else None
+    if name and username:
+        return f"{name} ({username})"
+    return name or username

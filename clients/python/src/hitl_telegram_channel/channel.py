@@ -24,6 +24,15 @@ When the service later gives up on an interaction it had accepted (Telegram refu
 it: ``status: cancelled``), the listener tells the manager through its cancel handler,
 so a waiting ``ConfirmationGuard`` ends ``cancelled`` at once instead of waiting for its
 timeout.
+
+The operator's side: an answer refusing with a reason ("Deny with reason") arrives as
+any answer does, its text in the ``HumanResponse``'s ``metadata`` (``denial_reason``,
+and ``reason``), which AI-Parrot keeps as it is. When an approver gives a question more
+time ("+N min"), the service streams a ``status`` event with ``step: "extended"`` and
+the new ``expires_at``; for a question this channel asked, the listener hands it to the
+extension handler (:meth:`HitlTelegramChannel.register_extension_handler`;
+:class:`~hitl_telegram_channel.guard.HitlInteractionManager` registers one that moves
+its own timer), since AI-Parrot's ``HumanChannel`` protocol has no such callback.
 """
 
 from __future__ import annotations
@@ -32,7 +41,9 @@ import asyncio
 import json
 import logging
 import random
+import re
 from collections import OrderedDict
+from datetime import datetime
 from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Union
 from urllib.parse import quote
 
@@ -47,6 +58,10 @@ logger = logging.getLogger("hitl_telegram_channel")
 
 ResponseCallback = Callable[[HumanResponse], Awaitable[None]]
 CancelCallback = Callable[[str, str], Awaitable[bool]]
+#: ``(interaction_id, expires_at, previous_expires_at)``: the service moved the deadline
+#: of a question this channel asked to ``expires_at`` (aware UTC); ``previous`` is the
+#: deadline the channel knew before, or ``None``.
+ExtensionCallback = Callable[[str, datetime, Optional[datetime]], Awaitable[Any]]
 #: Where a recipient's questions go: a ``[people]`` name (its private chat with the
 #: bot), or the body fields themselves: ``{"route": "ops"}`` or ``{"recipient": "alice"}``.
 Target = Union[str, Mapping[str, str]]
@@ -124,6 +139,7 @@ class HitlTelegramChannel(HumanChannel):
         self._own_session = session is None
         self._response_callback: Optional[ResponseCallback] = None
         self._cancel_callback: Optional[CancelCallback] = None
+        self._extension_callback: Optional[ExtensionCallback] = None
         self._listener: Optional[asyncio.Task] = None
         self._connected = asyncio.Event()
         #: The id of the last event handled; the stream resumes after it.
@@ -134,6 +150,8 @@ class HitlTelegramChannel(HumanChannel):
         self._open: "OrderedDict[str, None]" = OrderedDict()
         # interaction_id -> the tool call it asks about (sent as the request's `call`).
         self._calls: "OrderedDict[str, ToolCall]" = OrderedDict()
+        # interaction_id -> the deadline the service last reported for it (open ones).
+        self._deadlines: "OrderedDict[str, datetime]" = OrderedDict()
 
     def __repr__(self) -> str:
         return (
@@ -163,6 +181,11 @@ class HitlTelegramChannel(HumanChannel):
     def was_accepted(self, interaction_id: str) -> bool:
         """Whether the service accepted this interaction for at least one recipient."""
         return self._accepted.get(interaction_id, False)
+
+    def deadline_for(self, interaction_id: str) -> Optional[datetime]:
+        """The deadline the service last reported for an open question this channel
+        asked (its ``expires_at``, moved by every "+N min"); ``None`` when unknown."""
+        return self._deadlines.get(interaction_id)
 
     # ── The tool call a question is about ─────────────────────────────────
 
@@ -241,6 +264,9 @@ class HitlTelegramChannel(HumanChannel):
             self._open[iid] = None
             self._open.move_to_end(iid)
             _trim(self._open)
+            expires_at = _parse_time(payload.get("expires_at"))
+            if expires_at is not None and iid not in self._deadlines:
+                self._note_deadline(iid, expires_at)
         logger.info(
             "interaction %s accepted by the service (HTTP %s, recipient=%r, route=%s)",
             iid, status, recipient, payload.get("route") if isinstance(payload, dict) else None,
@@ -274,6 +300,7 @@ class HitlTelegramChannel(HumanChannel):
         ended (409), is unknown (404), or the service could not be reached.
         """
         self._open.pop(interaction_id, None)  # our own withdrawal: no cancel callback
+        self._deadlines.pop(interaction_id, None)
         try:
             status, payload = await self._request(
                 "DELETE", f"/v1/interactions/{quote(interaction_id, safe='')}", None
@@ -295,6 +322,15 @@ class HitlTelegramChannel(HumanChannel):
 
     async def register_cancel_handler(self, callback: CancelCallback) -> None:
         self._cancel_callback = callback
+
+    async def register_extension_handler(self, callback: ExtensionCallback) -> None:
+        """``callback(interaction_id, expires_at, previous)`` runs when an approver gave
+        a question this channel asked more time ("+N min"). Not part of AI-Parrot's
+        ``HumanChannel`` protocol: :class:`~hitl_telegram_channel.guard.HitlInteractionManager`
+        registers its ``extend_pending`` here in ``startup``; with a stock manager,
+        nothing follows the new deadline and its own timer ends the question at the
+        original one."""
+        self._extension_callback = callback
 
     async def start(self) -> None:
         """Start the event-stream listener and wait (up to ``connect_timeout``) until
@@ -450,8 +486,16 @@ class HitlTelegramChannel(HumanChannel):
                 continue
             for response in view.get("responses") or []:
                 await self._deliver_response(response)
-            if view.get("status") in TERMINAL:
-                await self._on_status(iid, view.get("status"), view.get("reason"))
+            state = view.get("status")
+            if state in TERMINAL:
+                await self._on_status(iid, state, view.get("reason"), view)
+                continue
+            # Still open: its deadline may have moved while the stream was not there.
+            known = self._deadlines.get(iid)
+            expires_at = _parse_time(view.get("expires_at"))
+            moved = known is not None and expires_at is not None and expires_at > known
+            event = {"expires_at": view.get("expires_at"), "step": "extended" if moved else None}
+            await self._on_status(iid, state, view.get("reason"), event)
 
     async def _handle(self, kind: str, data: str) -> None:
         try:
@@ -466,7 +510,7 @@ class HitlTelegramChannel(HumanChannel):
         elif kind == "status":
             iid = payload.get("interaction_id")
             if iid:
-                await self._on_status(iid, payload.get("status"), payload.get("reason"))
+                await self._on_status(iid, payload.get("status"), payload.get("reason"), payload)
 
     async def _deliver_response(self, raw: Any) -> None:
         try:
@@ -489,11 +533,24 @@ class HitlTelegramChannel(HumanChannel):
         except Exception:  # noqa: BLE001 - one bad answer must not stop the listener
             logger.exception("the response handler failed on %s", response.interaction_id)
 
-    async def _on_status(self, iid: str, status: Any, reason: Any) -> None:
+    async def _on_status(
+        self, iid: str, status: Any, reason: Any, event: Optional[Mapping[str, Any]] = None
+    ) -> None:
+        """A ``status`` event (``event``: its whole data: ``expires_at``, ``step``,
+        ``denial_reason``, ...)."""
+        event = event or {}
         if status not in TERMINAL:
+            expires_at = _parse_time(event.get("expires_at"))
+            if expires_at is None or iid not in self._open:
+                return
+            previous = self._deadlines.get(iid)
+            self._note_deadline(iid, expires_at)
+            if event.get("step") == "extended" and (previous is None or expires_at > previous):
+                await self._on_extended(iid, expires_at, previous)
             return
         was_open = iid in self._open
         self._open.pop(iid, None)
+        self._deadlines.pop(iid, None)
         # Ended: it is not asked again (the service refuses a further send of an ended
         # question anyway), so its call need not be kept.
         self._calls.pop(iid, None)
@@ -507,6 +564,29 @@ class HitlTelegramChannel(HumanChannel):
                 await self._cancel_callback(iid, f"hitl_telegram:{reason or 'cancelled'}")
             except Exception:  # noqa: BLE001
                 logger.exception("the cancel handler failed on %s", iid)
+
+    async def _on_extended(
+        self, iid: str, expires_at: datetime, previous: Optional[datetime]
+    ) -> None:
+        logger.info(
+            "interaction %s: an approver gave it more time, its deadline is now %s",
+            iid, expires_at.isoformat(),
+        )
+        if self._extension_callback is None:
+            logger.info(
+                "interaction %s: no extension handler registered; the manager's own timer "
+                "still ends it at its original deadline", iid,
+            )
+            return
+        try:
+            await self._extension_callback(iid, expires_at, previous)
+        except Exception:  # noqa: BLE001 - one failure must not stop the listener
+            logger.exception("the extension handler failed on %s", iid)
+
+    def _note_deadline(self, iid: str, expires_at: datetime) -> None:
+        self._deadlines[iid] = expires_at
+        self._deadlines.move_to_end(iid)
+        _trim(self._deadlines)
 
     def _remember(self, iid: str, *, accepted: bool) -> None:
         self._accepted[iid] = self._accepted.get(iid, False) or accepted
@@ -525,6 +605,29 @@ def _fields(target: Target) -> Dict[str, str]:
     if len(fields) != len(target):
         raise ValueError(f"a target has only 'route' and/or 'recipient': {dict(target)!r}")
     return fields
+
+
+_RFC3339 = re.compile(
+    r"(\d{4}-\d\d-\d\d)[Tt ](\d\d:\d\d:\d\d)(\.\d+)?([Zz]|[+-]\d\d:\d\d)"
+)
+
+
+def _parse_time(value: Any) -> Optional[datetime]:
+    """An RFC 3339 timestamp (``2026-12-01T12:00:00.123Z``) as an aware datetime;
+    ``None`` for anything else. (``datetime.fromisoformat`` takes a ``Z`` and any
+    number of fraction digits only from Python 3.11 on.)"""
+    if not isinstance(value, str):
+        return None
+    m = _RFC3339.fullmatch(value.strip())
+    if m is None:
+        return None
+    day, clock, fraction, zone = m.groups()
+    micros = (fraction or ".")[1:7].ljust(6, "0")
+    zone = "+00:00" if zone in ("Z", "z") else zone
+    try:
+        return datetime.fromisoformat(f"{day}T{clock}.{micros}{zone}")
+    except ValueError:
+        return None
 
 
 def _trim(d: "OrderedDict") -> None:

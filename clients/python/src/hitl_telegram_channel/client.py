@@ -104,6 +104,17 @@ class Confirmation:
     decided_by: Optional[Dict[str, Any]]
     #: The whole record as received.
     raw: Dict[str, Any] = field(repr=False, compare=False)
+    #: What the operator typed after "Deny with reason", verbatim (at most 500
+    #: characters); ``None`` otherwise. ``reason`` quotes it too.
+    denial_reason: Optional[str] = None
+    #: True when an operator refused the call: it was not executed, and asking again
+    #: with the same call would only ask the same people again. Change the call (see
+    #: ``denial_reason``) or ask the user instead. False for a timeout, a withdrawal or
+    #: a question that reached nobody (and from a service that does not report it).
+    do_not_retry: bool = False
+    #: The steps the question took on the operators' side; ``None`` from a service
+    #: that does not report them.
+    progress: Optional["Progress"] = None
 
     @classmethod
     def from_json(cls, record: Any) -> "Confirmation":
@@ -134,6 +145,13 @@ class Confirmation:
         decided_by = record.get("decided_by")
         if decided_by is not None and not isinstance(decided_by, dict):
             raise ValueError("confirmation record: decided_by is not an object")
+        # Always present from a service with "Deny with reason"; absent from an older one.
+        do_not_retry = record.get("do_not_retry", False)
+        if not isinstance(do_not_retry, bool):
+            raise ValueError("confirmation record: do_not_retry is not a boolean")
+        progress = record.get("progress")
+        if progress is not None:
+            progress = Progress.from_json(progress)
         return cls(
             id=text("id"),
             status=status,
@@ -145,12 +163,61 @@ class Confirmation:
             parameters=parameters,
             decided_by=decided_by,
             raw=record,
+            denial_reason=text("denial_reason", optional=True),
+            do_not_retry=do_not_retry,
+            progress=progress,
         )
 
     @property
     def pending(self) -> bool:
         """Whether nobody (and no timeout) has decided yet."""
         return self.status == "pending"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The steps a question took between its delivery and its outcome (a record's
+    ``progress``)."""
+
+    #: Telegram took the question's (first) message.
+    delivered: bool
+    #: How many of the route's reminder points have passed (a reminder went at each).
+    reminders_sent: int
+    #: When the question was also posted to the route's escalation route (RFC 3339);
+    #: ``None`` if it was not.
+    escalated_at: Optional[str]
+    #: How many times an approver moved the deadline ("+N min"); the record's
+    #: ``expires_at`` is the deadline as it now is.
+    extensions: int
+    #: How many times an approver tapped "Deny with reason".
+    reasons_requested: int
+
+    @classmethod
+    def from_json(cls, value: Any) -> "Progress":
+        """Parses a record's ``progress``; ``ValueError`` naming the field when it is
+        not one."""
+        if not isinstance(value, dict):
+            raise ValueError("confirmation record: progress is not an object")
+
+        def count(name: str) -> int:
+            n = value.get(name)
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise ValueError(f"confirmation record: progress.{name} is not a count")
+            return n
+
+        delivered = value.get("delivered")
+        if not isinstance(delivered, bool):
+            raise ValueError("confirmation record: progress.delivered is not a boolean")
+        escalated_at = value.get("escalated_at")
+        if escalated_at is not None and not isinstance(escalated_at, str):
+            raise ValueError("confirmation record: progress.escalated_at is not a string")
+        return cls(
+            delivered=delivered,
+            reminders_sent=count("reminders_sent"),
+            escalated_at=escalated_at,
+            extensions=count("extensions"),
+            reasons_requested=count("reasons_requested"),
+        )
 
 
 class HitlClient:

@@ -23,19 +23,36 @@ gate over this channel needs:
    any approval. :class:`HitlConfirmationGuard` records through
    :class:`OperatorWindowStore`, which records nothing for "Approve once" and at most
    the window the service granted (a route may cap it) for "Approve for".
+5. **The operator's reason is lost.** The stock guard answers every refusal with a
+   fixed reason ("HITL approval rejected"), which is what the model reads in the
+   ``ToolResult`` (``"Confirmation cancelled: <reason>"``). When the operator denied
+   with a reason, :class:`HitlConfirmationGuard` puts it in the decision's ``reason``
+   ("Denied by Alice (@alice): use the staging cluster first. Not executed; do not
+   retry this call as it is."), and every decision after a question is a
+   :class:`HitlConfirmationDecision` with ``denial_reason``, ``denied_by`` and
+   ``do_not_retry``. A refusal without a reason keeps the stock reason.
+6. **More time is not followed.** The stock manager times a question out with a
+   fixed timer (``_handle_timeout`` sleeps ``interaction.timeout``). When an approver
+   gives the question more time ("+N min"), :meth:`HitlInteractionManager.extend_pending`
+   re-arms that timer for the new deadline, as the stock ``_retry`` replaces it, and
+   keeps the question in Redis until then (an answer to a question whose Redis entry
+   expired is dropped).
 
-Everything else (Redis persistence, futures, timeouts, consensus, escalation) is the
-stock manager's code, unchanged; other channels registered on it behave as before.
+Everything else (Redis persistence, futures, consensus, escalation) is the stock
+manager's code, unchanged; other channels registered on it behave as before.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from dataclasses import replace
-from typing import Any, Iterable, Mapping, Optional, Tuple
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 from parrot.auth.confirmation import (
     ConfirmationConfig,
+    ConfirmationDecision,
     ConfirmationGuard,
     ConfirmationWindowStore,
     InMemoryConfirmationWindowStore,
@@ -43,20 +60,49 @@ from parrot.auth.confirmation import (
 from parrot.human.manager import HumanInteractionManager
 from parrot.human.models import HumanInteraction, InteractionStatus, InteractionType
 
-from .call import ToolCall, asking, granted_window
+from .call import Denial, ToolCall, asking, denial, granted_window
 from .channel import HitlTelegramChannel, Target
 
 logger = logging.getLogger("hitl_telegram_channel")
 
 #: The channel name ``ConfirmationConfig.default_channel`` uses.
 DEFAULT_CHANNEL_NAME = "telegram"
+#: A timer is re-armed only while it is certainly still asleep: this many seconds or
+#: more before the earliest moment it can wake.
+_TIMER_MARGIN = 0.05
+
+
+@dataclass
+class _Timer:
+    """A running ``_handle_timeout`` of the stock manager, as started."""
+
+    task: "asyncio.Task"
+    #: Loop time before which the task is certainly still in its ``asyncio.sleep``.
+    wake: float
+    interaction: HumanInteraction
+    channel: str
 
 
 class HitlInteractionManager(HumanInteractionManager):
     """``HumanInteractionManager`` that also sends questions without ``target_humans``
-    through a :class:`HitlTelegramChannel`, fails undeliverable ones closed, and
-    attaches the tool call a :class:`HitlConfirmationGuard` is asking about to its
-    question."""
+    through a :class:`HitlTelegramChannel`, fails undeliverable ones closed, attaches
+    the tool call a :class:`HitlConfirmationGuard` is asking about to its question,
+    and follows a deadline an approver moved ("+N min", :meth:`extend_pending`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # interaction_id -> the timeout timer running for it in this process.
+        self._timers: Dict[str, _Timer] = {}
+
+    async def startup(self) -> None:
+        """The stock registration (response and cancel handlers), and the extension
+        handler of every :class:`HitlTelegramChannel`."""
+        await super().startup()
+        seen = set()
+        for impl in self.channels.values():
+            if isinstance(impl, HitlTelegramChannel) and id(impl) not in seen:
+                seen.add(id(impl))
+                await impl.register_extension_handler(self.extend_pending)
 
     async def request_human_input(
         self,
@@ -72,11 +118,133 @@ class HitlInteractionManager(HumanInteractionManager):
             if impl is not None:
                 # The blocking path is over: nothing sends this question again.
                 impl.detach_call(interaction.interaction_id)
+            # The stock code cancels the timer it started; one extend_pending started
+            # in its place is cancelled here (a waiter that was itself cancelled would
+            # leave it running otherwise).
+            self._drop_timer(interaction.interaction_id)
         if call is not None:
             # What the operator chose, from the answers the manager consolidated (so an
             # answer it refused grants nothing); OperatorWindowStore records by it.
             call.granted_window_seconds = granted_window(result.responses)
+            # Who refused and why, for the guard's decision.
+            call.denial = denial(result.responses)
         return result
+
+    # ── More time ("+N min") ──────────────────────────────────────────────
+
+    async def _handle_timeout(self, interaction: HumanInteraction, channel: str) -> None:
+        """The stock timer (it sleeps ``interaction.timeout``, then applies the
+        ``timeout_action``), noted so :meth:`extend_pending` can replace it."""
+        iid = interaction.interaction_id
+        task = asyncio.current_task()
+        timer = self._timers.get(iid)
+        if task is not None and (timer is None or timer.task is not task):
+            # Taken before the stock code's sleep starts: it cannot wake earlier.
+            wake = asyncio.get_running_loop().time() + float(interaction.timeout)
+            self._timers[iid] = _Timer(task, wake, interaction, channel)
+        try:
+            await super()._handle_timeout(interaction, channel)
+        finally:
+            timer = self._timers.get(iid)
+            if timer is not None and timer.task is task:
+                del self._timers[iid]
+
+    async def extend_pending(
+        self,
+        interaction_id: str,
+        expires_at: datetime,
+        previous: Optional[datetime] = None,
+    ) -> bool:
+        """An approver moved the question's deadline to ``expires_at`` ("+N min"):
+        the wait follows it. Returns whether anything was moved.
+
+        A timer running in this process (a blocking ``request_human_input``, or the
+        suspend path with ``schedule_timeout``) is replaced as the stock ``_retry``
+        replaces one: the running ``_handle_timeout`` task is cancelled and a new one,
+        for a copy of the interaction whose ``timeout`` is the time left, takes its
+        place in ``_timeout_tasks``. The new deadline is the old one moved by as much
+        as the service moved its own (``expires_at - previous``), so the clocks of
+        the two hosts need not agree; without ``previous``, ``expires_at`` itself. A
+        timer that may already have fired is left alone (the extension came too
+        late), and a deadline is never moved earlier. The question's Redis entry is
+        then kept until the new deadline (its TTL is ``timeout`` + 60 s, and
+        ``receive_response`` drops an answer to a question it cannot load), which is
+        all there is to extend for a suspended question without a timer (the guard's
+        SUSPEND path).
+        """
+        iid = interaction_id
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        timer = self._timers.get(iid)
+        if (
+            timer is not None
+            and not timer.task.done()
+            and self._timeout_tasks.get(iid) is timer.task
+        ):
+            if now >= timer.wake - _TIMER_MARGIN:
+                logger.info(
+                    "interaction %s: more time came as its timer ran out; it ends now", iid
+                )
+                return False
+            if previous is not None:
+                wake = timer.wake + (expires_at - previous).total_seconds()
+            else:
+                wake = now + _seconds_until(expires_at)
+            if wake <= timer.wake:
+                return False
+            left = wake - now
+            # No await between the check above and the replacement: the old task is
+            # cancelled inside its sleep.
+            timer.task.cancel()
+            rearmed = timer.interaction.model_copy(update={"timeout": left})
+            task = asyncio.create_task(
+                self._handle_timeout(rearmed, timer.channel), name=f"hitl-timeout-{iid}"
+            )
+            self._timeout_tasks[iid] = task
+            self._timers[iid] = _Timer(task, wake, rearmed, timer.channel)
+            logger.info(
+                "interaction %s: given more time; the wait now ends in %.1f s (%.1f s later)",
+                iid, left, wake - timer.wake,
+            )
+            await self._keep_stored(iid, left, rearmed)
+            return True
+        # No timer here: a suspended question. Only its Redis entry has a deadline.
+        left = _seconds_until(expires_at)
+        if left <= 0:
+            return False
+        return await self._keep_stored(iid, left, None)
+
+    async def _keep_stored(
+        self, iid: str, left: float, fallback: Optional[HumanInteraction]
+    ) -> bool:
+        """Re-persists the interaction with ``timeout`` = ``left``, so its Redis entry
+        lasts until the new deadline (and a minute more), as ``_escalate_to_next_tier``
+        does when a tier brings a new timeout."""
+        try:
+            if await self.get_result(iid) is not None:
+                return False  # already decided: nothing waits for it
+            stored = await self._load_interaction(iid)
+            if stored is None:
+                stored = fallback
+            if stored is None:
+                return False
+            await self._persist_interaction(stored.model_copy(update={"timeout": left}))
+            return True
+        except Exception as exc:  # noqa: BLE001 - Redis unavailable: the timer still moved
+            logger.warning(
+                "interaction %s: its Redis entry was not kept for the new deadline: %s",
+                iid, exc,
+            )
+            return fallback is not None
+
+    def _drop_timer(self, iid: str) -> None:
+        timer = self._timers.pop(iid, None)
+        if (
+            timer is not None
+            and not timer.task.done()
+            and timer.task is not asyncio.current_task()
+        ):
+            timer.task.cancel()
 
     def _bind_call(
         self, interaction: HumanInteraction, channel: str
@@ -90,6 +258,7 @@ class HitlInteractionManager(HumanInteractionManager):
             return None, None, None
         token = asking.set(None)
         call.granted_window_seconds = None
+        call.denial = None
         impl = self.channels.get(channel)
         if not isinstance(impl, HitlTelegramChannel):
             logger.warning(
@@ -101,7 +270,7 @@ class HitlInteractionManager(HumanInteractionManager):
         if interaction.interaction_type == InteractionType.FORM:
             bound = call.for_form((interaction.form_schema or {}).get("current_values"))
         else:
-            bound = replace(call, granted_window_seconds=None)
+            bound = replace(call, granted_window_seconds=None, denial=None)
         impl.attach_call(interaction.interaction_id, bound)
         return call, token, impl
 
@@ -207,6 +376,47 @@ class OperatorWindowStore(ConfirmationWindowStore):
         await self.inner.record(owner_id, tool_name, args_hash, window_seconds=seconds)
 
 
+class HitlConfirmationDecision(ConfirmationDecision):
+    """A ``ConfirmationDecision`` that says what the operator said.
+
+    AI-Parrot reads ``allowed``, ``status``, ``reason`` and ``parameters`` as from any
+    decision (its ``ToolResult`` error is ``"Confirmation <status>: <reason>"``); the
+    fields below are for the agent's own code.
+    """
+
+    #: What the operator typed after "Deny with reason", verbatim; ``None`` otherwise.
+    denial_reason: Optional[str] = None
+    #: Who refused (``"Alice (@alice)"``), when an operator did.
+    denied_by: Optional[str] = None
+    #: True when an operator refused this very call: asking again with the same call
+    #: would only ask the same people again. False for a timeout, a question that
+    #: reached nobody, or a service that cancelled it.
+    do_not_retry: bool = False
+
+
+def _with_denial(decision: ConfirmationDecision, refused: Optional[Denial]) -> HitlConfirmationDecision:
+    """``decision`` as a :class:`HitlConfirmationDecision`: for a refusal by an operator,
+    with who refused and why, and, when they gave a reason, that reason as its
+    ``reason``. The values are the stock decision's own (not validated again)."""
+    fields = dict(decision)
+    if decision.allowed or decision.status != "cancelled" or refused is None:
+        return HitlConfirmationDecision.model_construct(**fields)
+    if refused.reason is not None:
+        fields["reason"] = refused.sentence()
+    return HitlConfirmationDecision.model_construct(
+        **fields,
+        denial_reason=refused.reason,
+        denied_by=refused.by,
+        do_not_retry=refused.do_not_retry,
+    )
+
+
+def _seconds_until(when: datetime) -> float:
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return (when - datetime.now(timezone.utc)).total_seconds()
+
+
 class HitlConfirmationGuard(ConfirmationGuard):
     """``ConfirmationGuard`` whose questions show the tool call, and whose window
     follows the operator's choice.
@@ -217,6 +427,10 @@ class HitlConfirmationGuard(ConfirmationGuard):
     ``config.window_seconds``). It publishes that call for the duration of the question
     (:data:`hitl_telegram_channel.call.asking`) and runs the stock code unchanged, so
     briefing, approval or form, BLOCK or SUSPEND and the decisions stay AI-Parrot's.
+    Its decisions come back as :class:`HitlConfirmationDecision`: a refusal by an
+    operator names them and sets ``do_not_retry``, and a "Deny with reason" puts their
+    text in ``reason`` (which AI-Parrot's ``ToolResult`` shows the model) and
+    ``denial_reason``.
     Needs a :class:`HitlInteractionManager` (which attaches the call to the question)
     and records windows through :class:`OperatorWindowStore` (``store`` is wrapped in
     one unless it is one).
@@ -251,9 +465,12 @@ class HitlConfirmationGuard(ConfirmationGuard):
         )
         token = asking.set(call)
         try:
-            return await super()._request_confirmation(**kwargs)
+            decision = await super()._request_confirmation(**kwargs)
         finally:
             asking.reset(token)
+        # A refusal says who refused and why (set by HitlInteractionManager from the
+        # answers; a form re-asked after an invalid edit: from the last question).
+        return _with_denial(decision, call.denial)
 
 
 def wire(
