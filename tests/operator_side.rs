@@ -547,6 +547,68 @@ async fn a_topic_route_posts_in_its_topic_and_a_deleted_topic_fails_closed() {
 }
 
 #[tokio::test]
+async fn commands_in_a_topic_act_on_the_topics_route() {
+    let app = TestApp::spawn_with_settings(|t| {
+        // A second route in the same forum, without a topic.
+        with_forum_route(t).replacen(
+            "routes = [\"ops\", \"other\", \"council\", \"forum\"]",
+            "routes = [\"ops\", \"other\", \"council\", \"forum\", \"lobby\"]",
+            1,
+        ) + &format!(
+            "\n[[routes]]\nname = \"lobby\"\nchat_id = {FORUM_CHAT}\napprovers = [{BOB}]\n"
+        )
+    })
+    .await;
+    let (forum, _) = app
+        .ask_suspended(deploy(json!({"route": "forum", "tool": "forum_tool"})))
+        .await;
+    let (lobby, _) = app
+        .ask_suspended(deploy(json!({"route": "lobby", "tool": "lobby_tool"})))
+        .await;
+    let lobby_question = app.telegram.messages_in(FORUM_CHAT)[1].clone();
+    assert_eq!(
+        lobby_question.thread_id, None,
+        "a route without a topic posts in the chat"
+    );
+    let command = app
+        .telegram
+        .send_topic_message(FORUM_CHAT, TOPIC, alice(), "/pending");
+    let reply = app
+        .telegram
+        .wait_for_message(FORUM_CHAT, command + 1, "the answer to /pending", |_| true)
+        .await;
+    assert_eq!(reply.thread_id, Some(TOPIC), "answered in the topic");
+    assert_eq!(reply.reply_to, Some(command));
+    assert!(
+        reply.visible_text.contains("forum_tool") && forum["status"] == "pending",
+        "{}",
+        reply.visible_text
+    );
+    assert!(
+        !reply.visible_text.contains("lobby_tool") && lobby["status"] == "pending",
+        "the topic's route only: {}",
+        reply.visible_text
+    );
+}
+
+#[tokio::test]
+async fn each_chat_keeps_its_own_approvers_when_the_route_says_so() {
+    let app = TestApp::spawn_with_settings(ops_with(
+        "escalate_after = \"1s\"\nescalate_to = \"other\"\nescalation_approvers = \"each\"",
+    ))
+    .await;
+    let (record, _) = app.ask_suspended(deploy(json!({}))).await;
+    let copy = nth_message(&app, OTHER_CHAT, 1).await;
+    let refused = tap(&app, &copy, "✅ Approve", alice()).await;
+    assert!(refused.contains("not allowed"), "{refused}");
+    tap(&app, &copy, "✅ Approve", bob()).await;
+    let ended = app
+        .wait_status(record["id"].as_str().unwrap(), "confirmed")
+        .await;
+    assert_eq!(ended["decided_by"]["id"], BOB);
+}
+
+#[tokio::test]
 async fn the_agents_stream_shows_each_step_of_a_pending_question() {
     let app = TestApp::spawn_with_settings(ops_with(
         "extend_minutes = 5\nremind_after = [\"1s\"]\nescalate_after = \"2s\"\nescalate_to = \"other\"",

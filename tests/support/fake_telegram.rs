@@ -651,7 +651,22 @@ impl FakeTelegram {
     pub fn send_text_message(&self, chat_id: i64, user: impl Into<TgUser>, text: &str) -> i32 {
         let user = user.into();
         self.shared
-            .mutate(|state| state.queue_text_message(chat_id, user, text, None))
+            .mutate(|state| state.queue_text_message(chat_id, user, text, None, None))
+            .expect("a message that replies to nothing is always queued")
+    }
+
+    /// Queues a text message from `user` in forum topic `thread_id` of `chat_id` (a
+    /// topic message: `message_thread_id` and `is_topic_message`), and returns its id.
+    pub fn send_topic_message(
+        &self,
+        chat_id: i64,
+        thread_id: i32,
+        user: impl Into<TgUser>,
+        text: &str,
+    ) -> i32 {
+        let user = user.into();
+        self.shared
+            .mutate(|state| state.queue_text_message(chat_id, user, text, None, Some(thread_id)))
             .expect("a message that replies to nothing is always queued")
     }
 
@@ -670,7 +685,7 @@ impl FakeTelegram {
     ) -> i32 {
         let user = user.into();
         let queued = self.shared.mutate(|state| {
-            state.queue_text_message(chat_id, user, text, Some(reply_to_message_id))
+            state.queue_text_message(chat_id, user, text, Some(reply_to_message_id), None)
         });
         match queued {
             Some(message_id) => message_id,
@@ -1270,6 +1285,7 @@ impl State {
         user: TgUser,
         text: &str,
         reply_to: Option<i32>,
+        thread: Option<i32>,
     ) -> Option<i32> {
         if let Some(id) = reply_to {
             self.find(chat_id, id)?;
@@ -1279,9 +1295,11 @@ impl State {
             self.forbidden_private_chats.remove(&user.id);
         }
         // A reply in a forum topic is in the topic of the message it replies to.
-        let thread_id = reply_to
-            .and_then(|id| self.find(chat_id, id))
-            .and_then(|m| m.thread_id);
+        let thread_id = thread.or_else(|| {
+            reply_to
+                .and_then(|id| self.find(chat_id, id))
+                .and_then(|m| m.thread_id)
+        });
         let message_id = self.next_message_id(chat_id);
         let message = StoredMessage {
             chat_id,
