@@ -542,18 +542,7 @@ impl Service {
         if record.is_terminal() || reply.from_is_bot {
             return Ok(Some(After::Nothing));
         }
-        if let Some((text, why)) =
-            self.may_not_answer(&record, reply.chat_id, &reply.from, reply.from_is_bot)
-        {
-            self.refuse(
-                &reply.from,
-                Some(reply.chat_id),
-                Some(reply.reply_to),
-                Some(&record.id),
-                text,
-                why,
-            )
-            .await?;
+        if self.refused_reply(&record, reply).await? {
             return Ok(Some(After::Nothing));
         }
         let Some(reason) = crate::domain::confirmation::reason_text(&reply.text) else {
@@ -605,18 +594,7 @@ impl Service {
         if record.kind() != InteractionType::FreeText || record.is_terminal() {
             return Ok(After::Nothing);
         }
-        if let Some((text, why)) =
-            self.may_not_answer(&record, reply.chat_id, &reply.from, reply.from_is_bot)
-        {
-            self.refuse(
-                &reply.from,
-                Some(reply.chat_id),
-                Some(reply.reply_to),
-                Some(&record.id),
-                text,
-                why,
-            )
-            .await?;
+        if self.refused_reply(&record, reply).await? {
             return Ok(After::Nothing);
         }
         let text: String = reply
@@ -628,6 +606,29 @@ impl Service {
             .answer(record, &reply.from, json!(text), None, None)
             .await?;
         Ok(after)
+    }
+
+    /// Whether `reply`'s author may not answer `record` there; a refusal is audited.
+    async fn refused_reply(
+        &self,
+        record: &Confirmation,
+        reply: &Reply,
+    ) -> Result<bool, StorageError> {
+        let Some((text, why)) =
+            self.may_not_answer(record, reply.chat_id, &reply.from, reply.from_is_bot)
+        else {
+            return Ok(false);
+        };
+        self.refuse(
+            &reply.from,
+            Some(reply.chat_id),
+            Some(reply.reply_to),
+            Some(&record.id),
+            text,
+            why,
+        )
+        .await?;
+        Ok(true)
     }
 
     /// Stores one person's answer and settles the question when the answers so far do.

@@ -141,21 +141,27 @@ impl Service {
     /// Times the request out if it is still pending at its deadline, applying the
     /// interaction's `timeout_action`. A deadline moved later ("+N min") re-arms instead.
     pub(super) async fn expire(self: &Arc<Self>, id: &ConfirmationId) {
-        let record = match self.store.get(id).await {
-            Ok(Some(r)) if !r.is_terminal() && r.expires_at > now() => {
-                self.arm(&r);
-                return;
-            }
-            Ok(Some(r)) if !r.is_terminal() => r,
-            Ok(_) => return,
+        match self.store.get(id).await {
+            Ok(Some(r)) if !r.is_terminal() && r.expires_at > now() => self.arm(&r),
+            Ok(Some(r)) if !r.is_terminal() => self.time_out(r).await,
+            Ok(_) => {}
             Err(e) => {
-                // Try again shortly rather than leave the request pending forever.
                 tracing::error!(id = %id, error = %e, "could not read a due request; retrying");
-                self.deadlines
-                    .schedule(id.clone(), Instant::now() + Duration::from_secs(1));
-                return;
+                self.retry_soon(id);
             }
-        };
+        }
+    }
+
+    /// Asks the scheduler to look at `id` again shortly: a storage error must not leave a
+    /// request pending forever.
+    pub(super) fn retry_soon(&self, id: &ConfirmationId) {
+        self.deadlines
+            .schedule(id.clone(), Instant::now() + Duration::from_secs(1));
+    }
+
+    /// Ends `record` (pending, past its deadline) as a timeout.
+    pub(super) async fn time_out(self: &Arc<Self>, record: Confirmation) {
+        let id = &record.id;
         let after = (record.expires_at - record.created_at)
             .try_into()
             .unwrap_or(Duration::ZERO);
@@ -176,8 +182,7 @@ impl Service {
             Ok(_) => {}
             Err(e) => {
                 tracing::error!(id = %id, error = %e, "could not store a timeout; retrying");
-                self.deadlines
-                    .schedule(id.clone(), Instant::now() + Duration::from_secs(1));
+                self.retry_soon(id);
             }
         }
     }

@@ -80,16 +80,14 @@ impl Service {
             Ok(Some(r)) if !r.is_terminal() => r,
             Ok(_) => return,
             Err(e) => {
-                // Try again shortly rather than leave the request pending forever.
                 tracing::error!(id = %id, error = %e, "could not read a due request; retrying");
-                self.deadlines
-                    .schedule(id.clone(), Instant::now() + Duration::from_secs(1));
+                self.retry_soon(id);
                 return;
             }
         };
         let now = now();
         if record.expires_at <= now {
-            self.expire(id).await;
+            self.time_out(record).await;
             return;
         }
         let mut record = record;
@@ -126,8 +124,7 @@ impl Service {
             Ok(None) => return None,
             Err(e) => {
                 tracing::error!(id = %r.id, error = %e, "could not store an escalation; retrying");
-                self.deadlines
-                    .schedule(r.id.clone(), Instant::now() + Duration::from_secs(1));
+                self.retry_soon(&r.id);
                 return None;
             }
         };
@@ -166,8 +163,7 @@ impl Service {
             Ok(None) => return None,
             Err(e) => {
                 tracing::error!(id = %r.id, error = %e, "could not store a reminder; retrying");
-                self.deadlines
-                    .schedule(r.id.clone(), Instant::now() + Duration::from_secs(1));
+                self.retry_soon(&r.id);
                 return None;
             }
         };

@@ -639,23 +639,29 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Reads the question inside `tx` and streams the step it just took.
-    async fn step_in(
+    /// Ends the transaction of a step a pending question just took (its conditional
+    /// update already made in `tx`): reads the question, streams the step, audits it
+    /// (`by`, `detail`) and commits. Returns the question as it now is.
+    async fn commit_step(
         &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        mut tx: sqlx::Transaction<'_, sqlx::Sqlite>,
         id: &ConfirmationId,
         step: Step,
+        by: Option<&Operator>,
+        detail: serde_json::Value,
         now: OffsetDateTime,
     ) -> Result<Option<Confirmation>, StorageError> {
         let row = sqlx::query_as::<_, Row>(select_where!("id = ?"))
             .bind(id.as_str())
-            .fetch_optional(&mut **tx)
+            .fetch_optional(&mut *tx)
             .await?;
         let Some(row) = row else {
             return Ok(None);
         };
-        let record = hydrate(&mut *tx, row.into_domain()?).await?;
-        push_agent_event(tx, &record, "status", &record.step_event(step), now).await?;
+        let record = hydrate(&mut tx, row.into_domain()?).await?;
+        push_agent_event(&mut tx, &record, "status", &record.step_event(step), now).await?;
+        append_event(&mut tx, &audit::step(id.as_str(), step, by, detail, now)).await?;
+        tx.commit().await?;
         Ok(Some(record))
     }
 
@@ -2051,22 +2057,9 @@ impl Store for SqliteStore {
         .bind(id.as_str())
         .execute(&mut *tx)
         .await?;
-        let record = self
-            .step_in(&mut tx, id, Step::ReasonRequested, now)
-            .await?;
-        append_event(
-            &mut tx,
-            &audit::step(
-                id.as_str(),
-                Step::ReasonRequested,
-                Some(by),
-                json!({"chat_id": chat_id}),
-                now,
-            ),
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(record)
+        let detail = json!({"chat_id": chat_id});
+        self.commit_step(tx, id, Step::ReasonRequested, Some(by), detail, now)
+            .await
     }
 
     async fn set_reason_prompt(
@@ -2147,15 +2140,9 @@ impl Store for SqliteStore {
         if !moved {
             return Ok(None);
         }
-        let record = self.step_in(&mut tx, id, Step::Extended, now).await?;
         let detail = json!({"from": rfc3339(from), "to": rfc3339(to)});
-        append_event(
-            &mut tx,
-            &audit::step(id.as_str(), Step::Extended, Some(by), detail, now),
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(record)
+        self.commit_step(tx, id, Step::Extended, Some(by), detail, now)
+            .await
     }
 
     async fn claim_reminders(
@@ -2181,20 +2168,9 @@ impl Store for SqliteStore {
         if !claimed {
             return Ok(None);
         }
-        let record = self.step_in(&mut tx, id, Step::Reminded, now).await?;
-        append_event(
-            &mut tx,
-            &audit::step(
-                id.as_str(),
-                Step::Reminded,
-                None,
-                json!({"reminder": passed}),
-                now,
-            ),
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(record)
+        let detail = json!({"reminder": passed});
+        self.commit_step(tx, id, Step::Reminded, None, detail, now)
+            .await
     }
 
     async fn escalate(
@@ -2228,15 +2204,9 @@ impl Store for SqliteStore {
         .bind(chat_id)
         .execute(&mut *tx)
         .await?;
-        let record = self.step_in(&mut tx, id, Step::Escalated, now).await?;
         let detail = json!({"to": recipient, "chat_id": chat_id});
-        append_event(
-            &mut tx,
-            &audit::step(id.as_str(), Step::Escalated, None, detail, now),
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(record)
+        self.commit_step(tx, id, Step::Escalated, None, detail, now)
+            .await
     }
 
     async fn close(&self) {
