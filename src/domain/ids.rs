@@ -2,6 +2,7 @@
 //! that exists is valid and nothing downstream re-checks it.
 
 use std::fmt;
+use std::sync::Arc;
 
 use rand::RngCore;
 
@@ -18,27 +19,45 @@ fn random_hex(bytes: usize) -> String {
     hex::encode(buf)
 }
 
+/// 128 bits in 32 hex digits: 48 bits of milliseconds since the epoch, then 80 random
+/// bits. Still unguessable, and in creation order: a table keyed by such values grows at
+/// its end, where a random key dirties a random page of its index on every insert (for
+/// window hits, whose records go in by the thousand per second, that page per index per
+/// hit was the bound; see BENCHMARKS.md).
+fn time_ordered_hex() -> String {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let mut random = [0u8; 10];
+    rand::rng().fill_bytes(&mut random);
+    // The low 48 bits: enough until the year 10889.
+    format!("{:012x}{}", millis & 0xffff_ffff_ffff, hex::encode(random))
+}
+
 fn is_lower_hex(s: &str, len: usize) -> bool {
     s.len() == len
         && s.bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// Declares an id made of a fixed prefix and 128 random bits in lowercase hex.
+/// Declares an id made of a fixed prefix and 32 lowercase hex digits (see
+/// [`time_ordered_hex`]).
 macro_rules! prefixed_id {
     ($(#[$doc:meta])* $name:ident, $prefix:literal, $what:literal) => {
         $(#[$doc])*
+        // Shared text: the copies that travel with a request (windows, the audit trail,
+        // the log) cost a reference count, not an allocation.
         #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub struct $name(String);
+        pub struct $name(Arc<str>);
 
         impl $name {
             pub fn generate() -> Self {
-                $name(format!("{}{}", $prefix, random_hex(16)))
+                $name(format!("{}{}", $prefix, time_ordered_hex()).into())
             }
 
             pub fn parse(s: &str) -> Result<Self, InvalidValue> {
                 match s.strip_prefix($prefix) {
-                    Some(rest) if is_lower_hex(rest, 32) => Ok($name(s.to_owned())),
+                    Some(rest) if is_lower_hex(rest, 32) => Ok($name(s.into())),
                     _ => Err(InvalidValue(concat!("is not ", $what).into())),
                 }
             }
@@ -51,15 +70,16 @@ macro_rules! prefixed_id {
 }
 
 prefixed_id!(
-    /// A confirmation request's id: `cf_` and 128 random bits in hex. Unguessable, so one
-    /// agent cannot enumerate another's requests.
+    /// A confirmation request's id: `cf_`, then its creation time and 80 random bits in
+    /// hex. Unguessable, so one agent cannot enumerate another's requests (which it could
+    /// not read anyway).
     ConfirmationId,
     "cf_",
     "a confirmation id (cf_ followed by 32 hex digits)"
 );
 
 prefixed_id!(
-    /// A webhook delivery's id (`wh_` and 128 random bits in hex): the same on every
+    /// A webhook delivery's id (`wh_`, its creation time and 80 random bits): the same on every
     /// retry, so a receiver can drop duplicates.
     DeliveryId,
     "wh_",
@@ -80,6 +100,15 @@ pub struct CallbackToken(String);
 impl CallbackToken {
     pub fn generate() -> Self {
         CallbackToken(random_hex(16))
+    }
+
+    /// The token of a record no button will ever carry (a window hit, decided as it is
+    /// stored): unique, as the column requires, but in creation order rather than
+    /// random, so storing it costs the token's index no random page. It is no secret and
+    /// needs none: no message shows it, and a tap that named it would find a decided
+    /// record.
+    pub fn never_shown() -> Self {
+        CallbackToken(time_ordered_hex())
     }
 
     pub fn parse(s: &str) -> Result<Self, InvalidValue> {
@@ -130,8 +159,9 @@ pub(crate) fn all_visible(s: &str) -> Result<(), InvalidValue> {
 macro_rules! bounded_name {
     ($(#[$doc:meta])* $name:ident, $max:expr, $check:expr) => {
         $(#[$doc])*
+        // Shared text, as for the ids above.
         #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-        pub struct $name(String);
+        pub struct $name(Arc<str>);
 
         impl $name {
             pub const MAX_CHARS: usize = $max;
@@ -139,7 +169,7 @@ macro_rules! bounded_name {
             pub fn parse(s: &str) -> Result<Self, InvalidValue> {
                 Self::bounded(s)?;
                 $check(s)?;
-                Ok($name(s.to_owned()))
+                Ok($name(s.into()))
             }
 
             /// A value read back from storage, checked by the rules every stored value
@@ -149,7 +179,7 @@ macro_rules! bounded_name {
             pub fn from_stored(s: &str) -> Result<Self, InvalidValue> {
                 Self::bounded(s)?;
                 no_control(s)?;
-                Ok($name(s.to_owned()))
+                Ok($name(s.into()))
             }
 
             fn bounded(s: &str) -> Result<(), InvalidValue> {
@@ -203,7 +233,7 @@ bounded_name!(
 
 impl OwnerId {
     pub fn anonymous() -> Self {
-        OwnerId("anonymous".to_owned())
+        OwnerId("anonymous".into())
     }
 }
 
@@ -220,6 +250,27 @@ mod tests {
         let t = CallbackToken::generate();
         assert_eq!(CallbackToken::parse(t.as_str()).unwrap(), t);
         assert!(CallbackToken::parse("../../etc").is_err());
+    }
+
+    #[test]
+    fn ids_sort_in_creation_order_and_never_repeat() {
+        let first = ConfirmationId::generate();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let later: Vec<ConfirmationId> = (0..100).map(|_| ConfirmationId::generate()).collect();
+        assert!(
+            later.iter().all(|id| *id > first),
+            "{first:?} sorts after {later:?}"
+        );
+        let distinct: std::collections::HashSet<_> = later.iter().collect();
+        assert_eq!(distinct.len(), later.len());
+        assert!(
+            later
+                .iter()
+                .all(|id| ConfirmationId::parse(id.as_str()).is_ok())
+        );
+        let token = CallbackToken::never_shown();
+        assert!(CallbackToken::parse(token.as_str()).unwrap() == token);
+        assert!(CallbackToken::never_shown() != token);
     }
 
     #[test]

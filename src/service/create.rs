@@ -77,13 +77,16 @@ impl Service {
         if let Some(window) = self.store.live_window(&record.window_key(), now).await? {
             record.status = Status::Confirmed;
             record.via = Some(Via::Window);
+            record.callback_token = CallbackToken::never_shown();
             record.reason = window.reason();
             record.decided_at = Some(now);
             let stored = match self.store.insert(&record, now).await? {
                 Inserted::New(r) => r,
                 Inserted::Existing(e) => return same_request(e, &new, &record.args_hash),
             };
-            tracing::info!(id = %stored.id, agent = %stored.agent, tool = %stored.tool,
+            // Debug, not info: an agent looping over an approved call would otherwise log a
+            // line per call (the audit trail and the metrics count every hit anyway).
+            tracing::debug!(id = %stored.id, agent = %stored.agent, tool = %stored.tool,
                 "confirmed by a live window");
             self.metrics.request_created(&stored);
             self.metrics.request_decided(&stored);

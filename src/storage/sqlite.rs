@@ -554,18 +554,32 @@ impl SqliteStore {
             now,
             reply,
         });
-        let _audit = self.audit.lock().await;
+        // Whichever comes first: a leader's answer (most hits: the leader wrote them while
+        // they waited) or the lock (this caller leads). Waiting for the answer without
+        // queueing for the lock spares a chain of lock hand-offs, one per hit.
+        let _audit = tokio::select! {
+            biased;
+            done = &mut answer => match done {
+                Ok(done) => return done,
+                // A leader took the hit and was cancelled before committing it.
+                Err(_) => {
+                    let _audit = self.audit.lock().await;
+                    return Box::pin(self.insert_alone(r, now)).await;
+                }
+            },
+            audit = self.audit.lock() => audit,
+        };
         match answer.try_recv() {
             Ok(done) => return done,
             // A leader took the hit and was cancelled before committing it.
-            Err(TryRecvError::Closed) => return self.insert_alone(r, now).await,
+            Err(TryRecvError::Closed) => return Box::pin(self.insert_alone(r, now)).await,
             Err(TryRecvError::Empty) => {}
         }
         let batch = std::mem::take(&mut *self.queued_hits());
-        self.write_hits(batch).await;
+        Box::pin(self.write_hits(batch)).await;
         match answer.try_recv() {
             Ok(done) => done,
-            Err(_) => self.insert_alone(r, now).await,
+            Err(_) => Box::pin(self.insert_alone(r, now)).await,
         }
     }
 
@@ -576,24 +590,40 @@ impl SqliteStore {
     /// Writes `batch` in one transaction and answers every caller after the commit. A
     /// failure fails the whole batch (nothing of it is stored, every caller gets the
     /// error): the only errors here are the database's own, which would fail the others
-    /// too, and a savepoint per hit would add two statements to the four a hit costs.
+    /// too.
+    ///
+    /// A plain hit (no idempotency key, interaction id or webhook: nothing to look up or
+    /// queue) costs no statement of its own: the batch's records, audit events and stream
+    /// events go in by one multi-row `INSERT` per table. The others take
+    /// [`insert_in`]'s path, one by one, in the same transaction.
     async fn write_hits(&self, batch: Vec<QueuedHit>) {
-        let mut results = Vec::with_capacity(batch.len());
-        let written: Result<(), StorageError> = async {
+        let written: Result<Vec<Option<Inserted>>, StorageError> = async {
             let mut tx = self.write_tx().await?;
             let bound = self.webhook_backlog_bound();
+            let mut results = Vec::with_capacity(batch.len());
+            let mut plain = Vec::with_capacity(batch.len());
             for hit in &batch {
-                results.push(insert_in(&mut tx, &hit.record, hit.now, bound).await?);
+                let r = &hit.record;
+                if r.idempotency_key.is_none()
+                    && r.interaction.is_none()
+                    && r.callback_url.is_none()
+                {
+                    plain.push(hit);
+                    results.push(None);
+                } else {
+                    results.push(Some(insert_in(&mut tx, r, hit.now, bound).await?));
+                }
             }
+            insert_plain_hits(&mut tx, &plain).await?;
             tx.commit().await?;
-            Ok(())
+            Ok(results)
         }
         .await;
         match written {
-            Ok(()) => {
-                for (hit, inserted) in batch.into_iter().zip(results) {
+            Ok(results) => {
+                for (QueuedHit { record, reply, .. }, inserted) in batch.into_iter().zip(results) {
                     // The caller may have hung up; its hit is stored all the same.
-                    let _ = hit.reply.send(Ok(inserted));
+                    let _ = reply.send(Ok(inserted.unwrap_or(Inserted::New(record))));
                 }
             }
             Err(e) => {
@@ -747,39 +777,79 @@ async fn append_event(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
     event: &NewEvent,
 ) -> Result<(), StorageError> {
+    append_events(tx, std::slice::from_ref(event)).await
+}
+
+/// Appends `events`, in order, to the audit chain inside `tx`: the chain's head is read
+/// once, every hash is computed here, and the rows go in by multi-row `INSERT`s (a batch
+/// of window hits costs two statements, not two per hit). The caller holds the audit
+/// lock, so nobody appends in between.
+async fn append_events(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    events: &[NewEvent],
+) -> Result<(), StorageError> {
+    // Read in the transaction rather than kept in memory: a cached head would have to
+    // follow every rollback of every writer, and this read is one indexed row per batch.
     let last: Option<(i64, String)> =
         sqlx::query_as("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1")
             .fetch_optional(&mut **tx)
             .await?;
-    let (seq, prev_hash) = match last {
-        Some((seq, hash)) => (seq + 1, hash),
-        None => (1, GENESIS_HASH.to_owned()),
-    };
-    let detail = event.detail.to_string();
-    let hash = audit::chain_hash(
-        &prev_hash,
-        seq,
-        event.at,
-        event.confirmation_id.as_deref(),
-        event.kind,
-        &event.actor,
-        &detail,
-    );
-    sqlx::query(
-        "INSERT INTO audit_events (seq, at, confirmation_id, kind, actor, detail, prev_hash, hash)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(seq)
-    .bind(ms(event.at))
-    .bind(event.confirmation_id.as_deref())
-    .bind(event.kind)
-    .bind(&event.actor)
-    .bind(&detail)
-    .bind(&prev_hash)
-    .bind(&hash)
-    .execute(&mut **tx)
-    .await?;
+    let (mut seq, mut prev_hash) = last.unwrap_or_else(|| (0, GENESIS_HASH.to_owned()));
+    let mut rows = Vec::with_capacity(events.len());
+    for event in events {
+        seq += 1;
+        let detail = event.detail.to_string();
+        let hash = audit::chain_hash(
+            &prev_hash,
+            seq,
+            event.at,
+            event.confirmation_id.as_deref(),
+            event.kind,
+            &event.actor,
+            &detail,
+        );
+        let prev = std::mem::replace(&mut prev_hash, hash.clone());
+        rows.push((seq, event, detail, prev, hash));
+    }
+    for chunk in insert_runs(&rows) {
+        let mut insert = sqlx::QueryBuilder::new(
+            "INSERT INTO audit_events (seq, at, confirmation_id, kind, actor, detail, prev_hash,
+                hash) ",
+        );
+        insert.push_values(chunk, |mut row, (seq, event, detail, prev, hash)| {
+            row.push_bind(*seq)
+                .push_bind(ms(event.at))
+                .push_bind(event.confirmation_id.as_deref())
+                .push_bind(event.kind)
+                .push_bind(event.actor.as_str())
+                .push_bind(detail.as_str())
+                .push_bind(prev.as_str())
+                .push_bind(hash.as_str());
+        });
+        insert.build().execute(&mut **tx).await?;
+    }
     Ok(())
+}
+
+/// Splits `rows` for multi-row `INSERT`s into runs of a power of two rows, largest
+/// first, up to 256 (the widest table has 30 columns, and SQLite allows 32,766
+/// parameters in one statement). A statement's text depends on its row count, and each
+/// connection keeps its prepared statements by text: with powers of two, every batch size
+/// reuses one of nine statements per table instead of preparing one per size.
+fn insert_runs<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
+    std::iter::from_fn(move || {
+        if rows.is_empty() {
+            return None;
+        }
+        let len = if rows.len() >= 256 {
+            256
+        } else {
+            1 << rows.len().ilog2()
+        };
+        let (run, rest) = rows.split_at(len);
+        rows = rest;
+        Some(run)
+    })
 }
 
 #[derive(FromRow)]
@@ -996,6 +1066,95 @@ async fn apply_decision(
     Ok(Decided::Applied(record))
 }
 
+/// Stores plain window hits (see [`SqliteStore::write_hits`]) inside `tx`: what
+/// [`insert_in`] does for a terminal record without an idempotency key, interaction id or
+/// webhook, by multi-row `INSERT`s. Without `ON CONFLICT`: such a record's only unique
+/// columns are its random id and callback token, so a conflict is a fault that fails the
+/// batch.
+async fn insert_plain_hits(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    hits: &[&QueuedHit],
+) -> Result<(), StorageError> {
+    if hits.is_empty() {
+        return Ok(());
+    }
+    for chunk in insert_runs(hits) {
+        insert_confirmations(chunk.iter().map(|h| &h.record))
+            .build()
+            .execute(&mut **tx)
+            .await?;
+        let mut events = sqlx::QueryBuilder::new(
+            "INSERT INTO agent_events (agent, question_id, kind, data, at) ",
+        );
+        events.push_values(chunk, |mut row, h| {
+            row.push_bind(h.record.agent.as_str())
+                .push_bind(h.record.id.as_str())
+                .push_bind("status")
+                .push_bind(h.record.status_event().to_string())
+                .push_bind(ms(h.now));
+        });
+        events.build().execute(&mut **tx).await?;
+    }
+    let audited: Vec<NewEvent> = hits.iter().map(|h| audit::window_hit(&h.record)).collect();
+    append_events(tx, &audited).await
+}
+
+/// `INSERT INTO confirmations … VALUES (…), (…)` for `records`, one row each: the one
+/// column list for a single request and for a batch of window hits.
+fn insert_confirmations<'r>(
+    records: impl IntoIterator<Item = &'r Confirmation>,
+) -> sqlx::QueryBuilder<sqlx::Sqlite> {
+    let mut b = sqlx::QueryBuilder::new(
+        "INSERT INTO confirmations (id, agent, route, chat_id, tool, owner_id, args_hash,
+            params_json, briefing, context, allow_edit, window_seconds, idempotency_key,
+            callback_token, callback_url, message_id, status, via, reason, decided_by_id,
+            decided_by_username, decided_by_name, created_at, expires_at, decided_at,
+            interaction_id, interaction_json, window_requested_seconds, approved_once,
+            has_call) ",
+    );
+    b.push_values(records, |mut row, r| {
+        let (by_id, by_username, by_name) = operator_columns(&r.decided_by);
+        row.push_bind(r.id.as_str())
+            .push_bind(r.agent.as_str())
+            .push_bind(r.route.as_str())
+            .push_bind(r.chat_id)
+            .push_bind(r.tool.as_str())
+            .push_bind(r.owner_id.as_str())
+            .push_bind(r.args_hash.as_str())
+            .push_bind(r.params_json.as_str())
+            .push_bind(r.briefing.as_str())
+            .push_bind(r.context.as_deref())
+            .push_bind(r.allow_edit)
+            .push_bind(i64::try_from(r.window_seconds).unwrap_or(i64::MAX))
+            .push_bind(r.idempotency_key.as_ref().map(|k| k.as_str()))
+            .push_bind(r.callback_token.as_str())
+            .push_bind(r.callback_url.as_deref())
+            .push_bind(r.message_id.map(i64::from))
+            .push_bind(r.status.as_str())
+            .push_bind(r.via.map(Via::as_str))
+            .push_bind(r.reason.as_str())
+            .push_bind(by_id)
+            .push_bind(by_username)
+            .push_bind(by_name)
+            .push_bind(ms(r.created_at))
+            .push_bind(ms(r.expires_at))
+            .push_bind(r.decided_at.map(ms))
+            .push_bind(r.interaction.as_ref().map(|i| i.interaction_id.as_str()))
+            .push_bind(
+                r.interaction
+                    .as_ref()
+                    .map(|i| serde_json::Value::Object(i.raw.clone()).to_string()),
+            )
+            .push_bind(
+                r.window_requested_seconds
+                    .map(|w| i64::try_from(w).unwrap_or(i64::MAX)),
+            )
+            .push_bind(r.approved_once)
+            .push_bind(r.has_call);
+    });
+    b
+}
+
 /// Stores a new request inside `tx` (the caller holds the audit lock and commits); see
 /// [`Store::insert`].
 async fn insert_in(
@@ -1016,57 +1175,9 @@ async fn insert_in(
         .execute(&mut **tx)
         .await?;
     }
-    let (by_id, by_username, by_name) = operator_columns(&r.decided_by);
-    let done = sqlx::query(
-        "INSERT INTO confirmations (id, agent, route, chat_id, tool, owner_id, args_hash,
-            params_json, briefing, context, allow_edit, window_seconds, idempotency_key,
-            callback_token, callback_url, message_id, status, via, reason, decided_by_id,
-            decided_by_username, decided_by_name, created_at, expires_at, decided_at,
-            interaction_id, interaction_json, window_requested_seconds, approved_once,
-            has_call)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-            ?, ?, ?)
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(r.id.as_str())
-    .bind(&r.agent)
-    .bind(&r.route)
-    .bind(r.chat_id)
-    .bind(r.tool.as_str())
-    .bind(r.owner_id.as_str())
-    .bind(r.args_hash.as_str())
-    .bind(&r.params_json)
-    .bind(&r.briefing)
-    .bind(r.context.as_deref())
-    .bind(r.allow_edit)
-    .bind(i64::try_from(r.window_seconds).unwrap_or(i64::MAX))
-    .bind(r.idempotency_key.as_ref().map(|k| k.as_str()))
-    .bind(r.callback_token.as_str())
-    .bind(r.callback_url.as_deref())
-    .bind(r.message_id.map(i64::from))
-    .bind(r.status.as_str())
-    .bind(r.via.map(Via::as_str))
-    .bind(&r.reason)
-    .bind(by_id)
-    .bind(by_username)
-    .bind(by_name)
-    .bind(ms(r.created_at))
-    .bind(ms(r.expires_at))
-    .bind(r.decided_at.map(ms))
-    .bind(r.interaction.as_ref().map(|i| i.interaction_id.as_str()))
-    .bind(
-        r.interaction
-            .as_ref()
-            .map(|i| serde_json::Value::Object(i.raw.clone()).to_string()),
-    )
-    .bind(
-        r.window_requested_seconds
-            .map(|w| i64::try_from(w).unwrap_or(i64::MAX)),
-    )
-    .bind(r.approved_once)
-    .bind(r.has_call)
-    .execute(&mut **tx)
-    .await?;
+    let mut insert = insert_confirmations([r]);
+    insert.push(" ON CONFLICT DO NOTHING");
+    let done = insert.build().execute(&mut **tx).await?;
     if done.rows_affected() == 1 {
         if r.is_terminal() {
             append_event(tx, &audit::window_hit(r)).await?;
@@ -1122,7 +1233,10 @@ impl Store for SqliteStore {
             return self.insert_window_hit(r, now).await;
         }
         let _audit = self.audit.lock().await;
-        self.insert_alone(r, now).await
+        // Boxed, here and in `insert_window_hit`: requests arriving together wait for the
+        // audit lock by the thousand, and each waiting future is as large as its largest
+        // state, which is the writing that comes after the lock.
+        Box::pin(self.insert_alone(r, now)).await
     }
 
     async fn get(&self, id: &ConfirmationId) -> Result<Option<Confirmation>, StorageError> {
@@ -2211,5 +2325,24 @@ impl Store for SqliteStore {
 
     async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::insert_runs;
+
+    #[test]
+    fn insert_runs_are_powers_of_two_largest_first_and_cover_every_row() {
+        let rows: Vec<usize> = (0..600).collect();
+        for n in [0, 1, 2, 3, 45, 64, 255, 256, 257, 600] {
+            let runs: Vec<&[usize]> = insert_runs(&rows[..n]).collect();
+            assert!(
+                runs.iter()
+                    .all(|r| r.len().is_power_of_two() && r.len() <= 256)
+            );
+            assert!(runs.windows(2).all(|w| w[0].len() >= w[1].len()), "{n}");
+            assert_eq!(runs.concat(), rows[..n].to_vec(), "{n}");
+        }
     }
 }
