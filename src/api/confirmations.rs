@@ -333,18 +333,23 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     rate_limit(&state, &agent)?;
     let (new, wait) = parse_create(&bytes, state.service.config(), &agent)?;
+    // The body is a slice of hyper's read buffer: held across a blocking wait, it would
+    // keep that buffer (8 KiB) alive beside the connection's next one, per blocked agent.
+    drop(bytes);
     super::trace::record_tool(new.tool.as_str());
-    let record = state.service.create(&agent, new).await?;
+    // Boxed: this future is allocated once per blocked agent for as long as it waits, and
+    // its size is that of its largest state; creating is large and brief, waiting small
+    // and long.
+    let record = Box::pin(state.service.create(&agent, new)).await?;
     if record.is_terminal() {
         return Ok(respond(StatusCode::OK, &record));
     }
     match wait {
         WaitMode::Suspend => Ok(respond(StatusCode::ACCEPTED, &record)),
         WaitMode::Block => {
-            let done = state
-                .service
-                .wait(&agent, &record.id, None, &state.stop)
-                .await?;
+            let id = record.id.clone();
+            drop(record);
+            let done = Box::pin(state.service.wait(&agent, &id, None, &state.stop)).await?;
             Ok(respond(StatusCode::OK, &done))
         }
     }

@@ -83,17 +83,20 @@ impl Service {
         loop {
             // Subscribe before reading, so a change landing in between is not missed.
             let mut changed = self.waiters.subscribe(id);
-            let record = self.owned(agent, id).await?;
+            // Boxed, and the record dropped before waiting: an agent may wait for an
+            // hour, and what this future holds meanwhile is what a blocked agent costs.
+            let record = Box::pin(self.owned(agent, id)).await?;
             if done(&record) || give_up.is_some_and(|g| Instant::now() >= g) {
                 return Ok(record);
             }
             let overdue = instant_at(record.expires_at, now()) + WAITER_GRACE;
+            drop(record);
             let wake = give_up.map_or(overdue, |g| g.min(overdue));
             tokio::select! {
                 _ = changed.changed() => {}
                 _ = tokio::time::sleep_until(wake) => {
                     if Instant::now() >= overdue {
-                        self.expire(id).await;
+                        Box::pin(self.expire(id)).await;
                     }
                 }
                 _ = stop.cancelled() => return Err(ServiceError::ShuttingDown),

@@ -418,7 +418,9 @@ where
         }
         attempts += 1;
         let started = Instant::now();
-        let result = attempt().await;
+        // Boxed: an HTTP request's future is large, and held inline it would make every
+        // caller's future that large while it waits for its slot.
+        let result = Box::pin(attempt()).await;
         let error = result.as_ref().err().map(error_kind);
         metrics.telegram_call(method.name(), Some(started.elapsed()), error);
         let error = match result {
@@ -478,14 +480,10 @@ impl Messenger for TelegramMessenger {
         chat_id: i64,
         view: &View,
     ) -> Result<i32, DeliveryError> {
-        let (text, markup) = render::render(r, view);
-        let markup = match markup {
-            render::Markup::Keyboard(k) => Some(ReplyMarkup::InlineKeyboard(k)),
-            render::Markup::ForceReply => Some(ReplyMarkup::ForceReply(
-                ForceReply::new().input_field_placeholder(Some("Your answer".to_owned())),
-            )),
-            render::Markup::None => None,
-        };
+        // Rendered when the first slot comes rather than before waiting for it: a
+        // question may queue for minutes behind Telegram's limits, and its text and
+        // keyboard (a few KiB) would wait with it.
+        let mut rendered = None;
         let sent = retrying_observed(
             &self.limiter,
             &self.metrics,
@@ -493,6 +491,18 @@ impl Messenger for TelegramMessenger {
             Some((chat_id, Share::agent(&r.agent))),
             instant_of(r.expires_at),
             || {
+                let (text, markup) = rendered.get_or_insert_with(|| {
+                    let (text, markup) = render::render(r, view);
+                    let markup = match markup {
+                        render::Markup::Keyboard(k) => Some(ReplyMarkup::InlineKeyboard(k)),
+                        render::Markup::ForceReply => Some(ReplyMarkup::ForceReply(
+                            ForceReply::new()
+                                .input_field_placeholder(Some("Your answer".to_owned())),
+                        )),
+                        render::Markup::None => None,
+                    };
+                    (text, markup)
+                });
                 let mut request = self
                     .bot
                     .send_message(ChatId(chat_id), text.clone())
