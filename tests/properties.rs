@@ -22,6 +22,7 @@ use hitl_telegram::config::{Agent, Config, Settings};
 use hitl_telegram::domain::args_hash::ArgsHash;
 use hitl_telegram::domain::briefing::{MAX_BRIEFING_CHARS, fallback, render};
 use hitl_telegram::domain::ids::CallbackToken;
+use hitl_telegram::domain::pycanon::canonical_sorted;
 use hitl_telegram::domain::pyjson::{
     JsonErrorKind, dumps_sorted, dumps_sorted_dict, parse, parse_object,
 };
@@ -149,6 +150,33 @@ fn json_value() -> impl Strategy<Value = Json> {
                 .prop_map(|entries| Json::Object(unique_keys(entries))),
         ]
     })
+}
+
+/// An object whose keys often repeat, at any depth: `json.loads` keeps each repeated
+/// key's last value, and the direct canonicaliser must agree. (The API refuses repeated
+/// keys before hashing, but the hash itself must still be AI-Parrot's.)
+fn json_object_with_repeats() -> impl Strategy<Value = Json> {
+    let key = || prop_oneof![3 => "[ab]{0,1}", 1 => text_strategy(3)];
+    let value = json_leaf().prop_recursive(3, 24, 5, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Json::Array),
+            prop::collection::vec((key(), inner), 0..5).prop_map(Json::Object),
+        ]
+    });
+    prop::collection::vec((key(), value), 0..6).prop_map(Json::Object)
+}
+
+/// The direct canonicaliser against the tree: the same text, or the same refusal.
+fn check_direct_matches_tree(text: &str) -> Result<(), TestCaseError> {
+    let tree = parse_object(text).map(|dict| dumps_sorted_dict(&dict));
+    prop_assert_eq!(&canonical_sorted(text), &tree, "{}", text);
+    prop_assert_eq!(
+        ArgsHash::of_json(text),
+        parse_object(text).map(|dict| ArgsHash::of(&dict)),
+        "{}",
+        text
+    );
+    Ok(())
 }
 
 /// A top-level object: what tool parameters are.
@@ -447,6 +475,46 @@ proptest! {
         if let Ok(dict) = parse_object(&text) {
             check_canonical_round_trip(&dict)?;
         }
+        check_direct_matches_tree(&text)?;
+    }
+
+    #[test]
+    fn the_direct_canonicaliser_writes_what_the_tree_writes_however_it_is_spelled(
+        doc in prop_oneof![json_object(), json_object_with_repeats()],
+        seed in any::<u64>(),
+    ) {
+        check_direct_matches_tree(&spell(&doc, &mut Choices(seed)))?;
+    }
+
+    #[test]
+    fn a_decimal_written_without_exponent_canonicalises_as_the_tree_writes_its_repr(
+        negative in any::<bool>(),
+        int_part in prop_oneof!["0", "[1-9][0-9]{0,17}"],
+        fraction in prop_oneof!["0{0,6}[0-9]{1,12}0{0,3}", "[0-9]{1,20}"],
+    ) {
+        let sign = if negative { "-" } else { "" };
+        check_direct_matches_tree(&format!(r#"{{"f": {sign}{int_part}.{fraction}}}"#))?;
+    }
+
+    #[test]
+    fn the_direct_canonicaliser_refuses_a_damaged_document_as_the_tree_does(
+        doc in prop_oneof![json_object(), json_object_with_repeats()],
+        seed in any::<u64>(),
+        edits in prop::collection::vec((any::<prop::sample::Index>(), 0u8..3, prop_oneof![
+            any::<char>(),
+            prop::sample::select(vec!['{', '}', '[', ']', '"', '\\', ',', ':', '-', '0', '.', 'e', 'u', 'N']),
+        ]), 1..4),
+    ) {
+        let mut text: Vec<char> = spell(&doc, &mut Choices(seed)).chars().collect();
+        for (at, op, c) in edits {
+            let i = at.index(text.len() + 1);
+            match op {
+                0 if i < text.len() => { text.remove(i); }
+                1 if i < text.len() => text[i] = c,
+                _ => text.insert(i, c),
+            }
+        }
+        check_direct_matches_tree(&text.into_iter().collect::<String>())?;
     }
 }
 

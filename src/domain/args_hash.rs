@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use crate::domain::pyjson::dumps_sorted_dict;
+use crate::domain::pycanon;
+use crate::domain::pyjson::{JsonError, dumps_sorted_dict};
 use crate::domain::pyvalue::PyDict;
 
 /// Lowercase hex SHA-256 of the parameters' canonical Python JSON.
@@ -34,16 +35,30 @@ pub enum ArgsHashError {
 impl ArgsHash {
     /// AI-Parrot's `compute_args_hash(params)`.
     pub fn of(params: &PyDict) -> ArgsHash {
-        let digest = Sha256::digest(dumps_sorted_dict(params).as_bytes());
+        ArgsHash::of_canonical(&dumps_sorted_dict(params))
+    }
+
+    /// AI-Parrot's `compute_args_hash(json.loads(text))` for a JSON object `text`, the
+    /// same hash as [`ArgsHash::of`] of [`parse_object`](crate::domain::pyjson::parse_object)
+    /// but written straight from the text (see [`pycanon`]), with the same refusals.
+    pub fn of_json(text: &str) -> Result<ArgsHash, JsonError> {
+        pycanon::with_canonical_sorted(text, ArgsHash::of_canonical)
+    }
+
+    /// The hash of a canonical text already written.
+    fn of_canonical(canonical: &str) -> ArgsHash {
+        let digest = Sha256::digest(canonical.as_bytes());
         // Lowercase hex by hand: `hex::encode` goes through a char iterator, a visible
         // share of a window hit's cost.
+        // Written on the stack, so the `Arc` is the only allocation.
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut text = String::with_capacity(64);
-        for byte in digest {
-            text.push(char::from(HEX[usize::from(byte >> 4)]));
-            text.push(char::from(HEX[usize::from(byte & 0x0f)]));
+        let mut text = [0u8; 64];
+        for (pair, byte) in text.chunks_exact_mut(2).zip(digest) {
+            pair[0] = HEX[usize::from(byte >> 4)];
+            pair[1] = HEX[usize::from(byte & 0x0f)];
         }
-        ArgsHash(text.into())
+        // Hex digits are ASCII, so this never falls back.
+        ArgsHash(std::str::from_utf8(&text).unwrap_or_default().into())
     }
 
     /// Accept a hash read back from storage or sent by a client: exactly 64 lowercase hex
@@ -145,6 +160,18 @@ mod tests {
                 v.name
             );
             assert_eq!(ArgsHash::of(&params).as_str(), v.args_hash, "{}", v.name);
+            assert_eq!(
+                pycanon::canonical_sorted(&v.params_json).as_deref(),
+                Ok(v.canonical.as_str()),
+                "{}: the direct canonicaliser",
+                v.name
+            );
+            assert_eq!(
+                ArgsHash::of_json(&v.params_json).map(|h| h.to_string()),
+                Ok(v.args_hash.clone()),
+                "{}",
+                v.name
+            );
         }
     }
 
@@ -198,6 +225,12 @@ mod tests {
                 ArgsHash::of(&params).as_str(),
                 v.args_hash,
                 "line {line_no}"
+            );
+            assert_eq!(
+                pycanon::canonical_sorted(&v.params_json).as_deref(),
+                Ok(v.canonical.as_str()),
+                "line {line_no}: the direct canonicaliser: {}",
+                v.params_json
             );
             count += 1;
         }

@@ -1,6 +1,7 @@
 //! The confirmation engine: pure code, no I/O, unit-tested.
 //!
-//! `pyvalue`/`pyjson` see parameters as Python sees them; `args_hash` is AI-Parrot's
+//! `pyvalue`/`pyjson` see parameters as Python sees them, and `pycanon` writes their
+//! canonical text straight from JSON without the value tree; `args_hash` is AI-Parrot's
 //! `compute_args_hash`; `pyformat`/`briefing` are Python's `str.format` over those
 //! values; `confirmation` is the request's state machine and its windows; `audit` is
 //! the hash chain of the audit trail; `text` makes what operators read show every
@@ -12,6 +13,7 @@ pub mod briefing;
 pub mod confirmation;
 pub mod ids;
 pub mod interaction;
+pub mod pycanon;
 pub mod pyformat;
 pub mod pyjson;
 pub mod pyvalue;

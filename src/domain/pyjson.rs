@@ -743,7 +743,7 @@ fn write_scalar(out: &mut String, v: &PyValue) {
 
 /// `json`'s `floatstr`: the repr, except the non-finite values that `allow_nan=True`
 /// spells as JavaScript does.
-fn write_json_float(out: &mut String, f: f64) {
+pub(crate) fn write_json_float(out: &mut String, f: f64) {
     if f.is_nan() {
         out.push_str("NaN");
     } else if f.is_infinite() {
@@ -754,7 +754,7 @@ fn write_json_float(out: &mut String, f: f64) {
 }
 
 /// `ensure_ascii=True` string escaping (`py_encode_basestring_ascii`).
-fn write_str_ascii(out: &mut String, s: &str) {
+pub(crate) fn write_str_ascii(out: &mut String, s: &str) {
     out.push('"');
     // The common case, printable ASCII only, is copied in one go.
     if s.bytes()
@@ -777,12 +777,22 @@ fn write_str_ascii(out: &mut String, s: &str) {
             _ => {
                 let mut units = [0u16; 2];
                 for unit in c.encode_utf16(&mut units) {
-                    let _ = write!(out, "\\u{unit:04x}");
+                    push_unicode_escape(out, *unit);
                 }
             }
         }
     }
     out.push('"');
+}
+
+/// `\uXXXX` in lowercase hex, as Python writes it; by hand, since `write!` costs a
+/// formatter per character of non-ASCII text.
+fn push_unicode_escape(out: &mut String, unit: u16) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push_str("\\u");
+    for shift in [12, 8, 4, 0] {
+        out.push(char::from(HEX[usize::from((unit >> shift) & 0xf)]));
+    }
 }
 
 /// `ensure_ascii=False` string escaping (`py_encode_basestring`): only `"`, `\` and
