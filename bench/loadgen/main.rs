@@ -472,6 +472,7 @@ async fn b3(args: &Args) -> anyhow::Result<()> {
     }
     lat.sort_unstable();
     let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
+    let (sync_p50, sync_p99) = fsync_latency(_dir.path())?;
     let smoke = args.smoke;
     row(
         "B3",
@@ -479,6 +480,18 @@ async fn b3(args: &Args) -> anyhow::Result<()> {
         format!("{:.1} MiB (idle {:.1} MiB)", mib(hwm), mib(base_hwm)),
         "< 100 MiB",
         Some(mib(hwm) < 100.0),
+        smoke,
+    );
+    row(
+        "B3",
+        "  marginal memory per blocked agent",
+        format!(
+            "{:.1} KiB",
+            // `memory()` reads /proc in KiB.
+            rss_blocked.saturating_sub(base_hwm) as f64 / n as f64
+        ),
+        "(a few KiB)",
+        None,
         smoke,
     );
     row(
@@ -512,7 +525,33 @@ async fn b3(args: &Args) -> anyhow::Result<()> {
         None,
         smoke,
     );
+    row(
+        "B3",
+        "  fsync on the store's disk p50 / p99 (a decision's floor)",
+        format!("{sync_p50:.2} ms / {sync_p99:.2} ms"),
+        "(report)",
+        None,
+        smoke,
+    );
     Ok(())
+}
+
+/// How long the disk under `dir` takes to make a small write durable, as SQLite's
+/// commit with `synchronous = FULL` does for every decision: the floor under
+/// tap-to-response that no code of ours can lower. p50 and p99 in milliseconds.
+fn fsync_latency(dir: &std::path::Path) -> anyhow::Result<(f64, f64)> {
+    use std::io::{Seek, SeekFrom, Write as _};
+    let mut file = std::fs::File::create(dir.join("fsync-probe"))?;
+    let mut lat = Vec::with_capacity(200);
+    for i in 0..200u64 {
+        file.seek(SeekFrom::Start((i % 16) * 4096))?;
+        file.write_all(&[0x5a; 4096])?;
+        let t = Instant::now();
+        file.sync_data()?;
+        lat.push(t.elapsed().as_micros() as u32);
+    }
+    lat.sort_unstable();
+    Ok((percentile(&lat, 0.5), percentile(&lat, 0.99)))
 }
 
 /// Creates `n` pending requests (not waiting for them) over 64 connections.
