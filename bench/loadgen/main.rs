@@ -12,6 +12,7 @@
 //! ```
 
 mod client;
+mod cpu;
 mod fake;
 mod service;
 
@@ -165,8 +166,11 @@ async fn post(conn: &mut Conn, body: &[u8]) -> anyhow::Result<serde_json::Value>
     Ok(serde_json::from_slice(&resp)?)
 }
 
-/// Runs `clients` keep-alive loops of `body` for `seconds`; (requests/s, latencies µs
-/// sorted, errors).
+/// How long `hammer` runs before it starts counting.
+const WARMUP: Duration = Duration::from_millis(500);
+
+/// Runs `clients` keep-alive loops of `body` for `seconds` after [`WARMUP`];
+/// (requests/s, latencies µs sorted, errors).
 async fn hammer(
     addr: SocketAddr,
     path: &'static str,
@@ -175,8 +179,7 @@ async fn hammer(
     seconds: f64,
 ) -> anyhow::Result<(f64, Vec<u32>, u64)> {
     let body = Arc::new(body);
-    let warmup = Duration::from_millis(500);
-    let start = Instant::now() + warmup;
+    let start = Instant::now() + WARMUP;
     let end = start + Duration::from_secs_f64(seconds);
     let mut tasks = Vec::new();
     for _ in 0..clients {
@@ -249,14 +252,16 @@ async fn b2(args: &Args) -> anyhow::Result<()> {
     drop(c);
 
     eprintln!("B2: {clients} clients x {seconds} s against the service...");
-    let (svc_rate, svc_lat, svc_err) = hammer(
-        setup.addr(),
-        "/v1/confirmations",
-        body.clone(),
-        clients,
-        seconds,
-    )
-    .await?;
+    let ((svc_rate, svc_lat, svc_err), svc_cpu) = tokio::try_join!(
+        hammer(
+            setup.addr(),
+            "/v1/confirmations",
+            body.clone(),
+            clients,
+            seconds,
+        ),
+        async { Ok(cpu::during(running.pid(), WARMUP, seconds).await?) },
+    )?;
     running.kill()?;
     ensure!(svc_err == 0, "{svc_err} window hits did not answer 200");
 
@@ -273,14 +278,16 @@ async fn b2(args: &Args) -> anyhow::Result<()> {
         std::io::BufReader::new(out).read_line(&mut line)?;
     }
     let port: u16 = line.trim().parse().context("bare server port")?;
-    let (bare_rate, bare_lat, _) = hammer(
-        SocketAddr::from(([127, 0, 0, 1], port)),
-        "/v1/confirmations",
-        body,
-        clients,
-        seconds,
-    )
-    .await?;
+    let ((bare_rate, bare_lat, _), bare_cpu) = tokio::try_join!(
+        hammer(
+            SocketAddr::from(([127, 0, 0, 1], port)),
+            "/v1/confirmations",
+            body,
+            clients,
+            seconds,
+        ),
+        async { Ok(cpu::during(bare.id(), WARMUP, seconds).await?) },
+    )?;
     let _ = bare.kill();
     let _ = bare.wait();
 
@@ -321,6 +328,39 @@ async fn b2(args: &Args) -> anyhow::Result<()> {
         format!("{ratio:.2}"),
         ">= 0.50",
         Some(ratio >= 0.5),
+        smoke,
+    );
+    // What bounds the rate: if the cores were idle, the server waited on itself.
+    for (name, spent, rate) in [
+        ("service", &svc_cpu, svc_rate),
+        ("bare axum", &bare_cpu, bare_rate),
+    ] {
+        let per = |d: Duration| d.as_secs_f64() * 1e6 / (rate * seconds).max(1.0);
+        row(
+            "B2",
+            &format!("  {name}: CPU per request server / client; idle; busiest thread"),
+            format!(
+                "{:.0} us / {:.0} us; {:.0}% idle; {} {:.0}%",
+                per(spent.server),
+                per(spent.client),
+                spent.idle * 100.0,
+                spent.busiest.0,
+                spent.busiest.1 * 100.0
+            ),
+            "(where the time went)",
+            None,
+            smoke,
+        );
+    }
+    row(
+        "B2",
+        "  service: written to disk per window hit (record, audit, stream, WAL)",
+        format!(
+            "{:.1} KiB",
+            svc_cpu.disk_bytes as f64 / 1024.0 / (svc_rate * seconds).max(1.0)
+        ),
+        "(report)",
+        None,
         smoke,
     );
     Ok(())
