@@ -11,6 +11,10 @@ use hitl_telegram::config::{Config, Settings};
 use hitl_telegram::{Application, app, telemetry};
 use tokio_util::sync::CancellationToken;
 
+/// mimalloc rather than glibc's malloc: see its line in Cargo.toml.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "hitl-telegram",
