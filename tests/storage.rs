@@ -257,6 +257,89 @@ async fn concurrent_window_hits_are_each_stored_with_their_audit_event() {
     }
 }
 
+/// A window hit as the service stores it, with text that must come back to the byte.
+fn window_hit(n: usize, key: Option<&str>) -> Confirmation {
+    Confirmation {
+        status: Status::Confirmed,
+        via: Some(Via::Window),
+        reason: format!("confirmed by a window (hit {n})"),
+        decided_at: Some(now()),
+        briefing: format!("tool with: a=1 \0 \u{202e} ünïcödé 🚀 {n}"),
+        context: n.is_multiple_of(2).then(|| "ctx\nline two".to_owned()),
+        window_requested_seconds: n.is_multiple_of(3).then_some(86_400),
+        ..pending(key)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn window_hits_among_other_writes_read_back_exactly_and_keep_one_unbroken_audit_chain() {
+    let (s, dir) = store().await;
+    let mut tasks = Vec::new();
+    let mut hits = Vec::new();
+    for round in 0..4 {
+        for n in 0..48usize {
+            // Every sixth hit carries an idempotency key: such a batch is written
+            // through the other path, which must leave the chain's tip to be read again.
+            let key = n.is_multiple_of(6).then(|| format!("k{round}-{n}"));
+            let hit = window_hit(round * 100 + n, key.as_deref());
+            hits.push(hit.clone());
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                assert!(matches!(
+                    s.insert(&hit, now()).await.unwrap(),
+                    Inserted::New(_)
+                ));
+            }));
+        }
+        for _ in 0..6 {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                let r = pending(None);
+                s.insert(&r, now()).await.unwrap();
+                assert!(matches!(
+                    s.decide(&r.id, &approved(7)).await.unwrap(),
+                    Decided::Applied(_)
+                ));
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for hit in &hits {
+        assert_eq!(&s.get(&hit.id).await.unwrap().unwrap(), hit);
+        assert_eq!(s.events_for(&hit.id).await.unwrap().len(), 1);
+    }
+    let check = |rows: &[hitl_telegram::domain::audit::StoredRow]| {
+        hitl_telegram::domain::audit::verify(rows).expect("the chain is unbroken");
+    };
+    let rows = s.audit_rows(None).await.unwrap();
+    // A hit's one event, and at least `requested` and `decided` for each of the others.
+    assert!(
+        rows.len() >= hits.len() + 4 * 6 * 2,
+        "{} events",
+        rows.len()
+    );
+    check(&rows);
+    let before = rows.len();
+
+    // After a restart the tip is read from the file: the next hits chain on.
+    s.close().await;
+    drop(s);
+    let s = SqliteStore::connect(&format!(
+        "sqlite://{}/nested/folder/t.db",
+        dir.path().display()
+    ))
+    .await
+    .unwrap();
+    s.migrate().await.unwrap();
+    let more = window_hit(999, None);
+    s.insert(&more, now()).await.unwrap();
+    let rows = s.audit_rows(None).await.unwrap();
+    assert_eq!(rows.len(), before + 1);
+    check(&rows);
+}
+
 #[tokio::test]
 async fn an_idempotency_key_is_released_after_24_hours() {
     let (s, _dir) = store().await;

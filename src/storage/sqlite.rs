@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::str::FromStr;
-use std::sync::{PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -33,7 +33,12 @@ pub struct SqliteStore {
     pool: SqlitePool,
     /// Serialises the transactions that append to the audit trail: each append reads the
     /// last row's hash, so two must not interleave. Held across the whole transaction.
-    audit: tokio::sync::Mutex<()>,
+    /// It also holds the group commit's own connection and the audit chain's tip as the
+    /// last group commit left it ([`HitWriter`]).
+    audit: Arc<tokio::sync::Mutex<HitWriter>>,
+    /// The database file, for the group commit's own connection (`None` in memory,
+    /// where a second connection would open another database).
+    file: Option<std::path::PathBuf>,
     /// Every stored confirmation window, by key: a window hit is decided from memory
     /// without touching SQLite (a lookup is the hot path of a busy agent). `None` until
     /// [`Store::migrate`] has loaded the table, and lookups go to SQLite meanwhile (the
@@ -42,13 +47,66 @@ pub struct SqliteStore {
     /// write, so it never shows a window the database does not hold. Only the service
     /// process writes windows, so no other process can make it stale.
     windows: RwLock<Option<HashMap<WindowKey, Window>>>,
-    /// Window hits waiting to be written; see [`SqliteStore::insert_window_hit`].
-    hits: std::sync::Mutex<Vec<QueuedHit>>,
+    /// Window hits waiting for the group commit, and its writer thread; see
+    /// [`SqliteStore::insert_window_hit`].
+    hits: Arc<HitQueue>,
+    /// The writer thread, started by the first window hit, joined by [`Store::close`].
+    hit_thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     /// `webhooks.max_backlog_per_agent`: an outcome whose agent already has this many
     /// undelivered webhooks gets its delivery dropped (audited) instead of queued. Set by
     /// the service at start ([`SqliteStore::set_webhook_backlog_bound`]); the CLI tools,
     /// which decide nothing, keep the default.
     webhook_backlog_bound: std::sync::atomic::AtomicU32,
+}
+
+/// The audit chain's last row: its `seq` and `hash`.
+type AuditTip = (i64, String);
+
+/// What the group commit of window hits keeps between batches, under the audit lock.
+#[derive(Default)]
+struct HitWriter {
+    /// A plain `rusqlite` connection of its own, used from a blocking thread: a batch is
+    /// then statements run back to back in SQLite's C code, where through sqlx every
+    /// statement was a round trip to its worker thread and back to a busy tokio worker
+    /// (about 0.2 ms apiece under load: most of a batch's time, BENCHMARKS.md B2).
+    /// Opened on first use.
+    conn: Option<rusqlite::Connection>,
+    /// The chain's tip as the last batch committed it, so the next need not read it.
+    /// Every other holder of the lock may append, so [`SqliteStore::lock_audit`] clears
+    /// it; a failed batch leaves it cleared, so it is only ever what a commit wrote.
+    tip: Option<AuditTip>,
+}
+
+/// The audit lock as a writer holds it (see [`SqliteStore::audit`]).
+type AuditGuard = tokio::sync::OwnedMutexGuard<HitWriter>;
+
+/// Window hits waiting for the group commit's writer thread ([`hit_writer_loop`]).
+#[derive(Default)]
+struct HitQueue {
+    state: std::sync::Mutex<HitQueueState>,
+    /// Wakes the writer when a hit is queued or the store closes.
+    ready: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct HitQueueState {
+    queued: Vec<QueuedHit>,
+    /// The writer is running (set when it is started, cleared when it has stopped).
+    running: bool,
+    /// The store is closing: the writer writes what is queued and stops, and no hit is
+    /// queued any more.
+    closed: bool,
+}
+
+impl HitQueue {
+    fn state(&self) -> std::sync::MutexGuard<'_, HitQueueState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn close(&self) {
+        self.state().closed = true;
+        self.ready.notify_all();
+    }
 }
 
 /// A window hit waiting for the next group commit, and where its caller waits.
@@ -96,9 +154,11 @@ impl SqliteStore {
             .await?;
         Ok(SqliteStore {
             pool,
-            audit: tokio::sync::Mutex::new(()),
+            audit: Arc::new(tokio::sync::Mutex::new(HitWriter::default())),
+            file: (filename != Path::new(":memory:")).then_some(filename),
             windows: RwLock::new(None),
-            hits: std::sync::Mutex::new(Vec::new()),
+            hits: Arc::new(HitQueue::default()),
+            hit_thread: std::sync::Mutex::new(None),
             webhook_backlog_bound: std::sync::atomic::AtomicU32::new(
                 crate::config::WebhookSettings::default().max_backlog_per_agent,
             ),
@@ -114,6 +174,14 @@ impl SqliteStore {
     fn webhook_backlog_bound(&self) -> u32 {
         self.webhook_backlog_bound
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for SqliteStore {
+    /// A store dropped without [`Store::close`] still stops its writer thread (after
+    /// what is queued).
+    fn drop(&mut self) {
+        self.hits.close();
     }
 }
 
@@ -531,15 +599,26 @@ impl SqliteStore {
         Ok(inserted)
     }
 
+    /// Takes the audit lock to write anything but a group commit of window hits: the
+    /// writer may append to the chain, so the tip the lock holds is forgotten.
+    async fn lock_audit(&self) -> AuditGuard {
+        let mut guard = self.audit.clone().lock_owned().await;
+        guard.tip = None;
+        guard
+    }
+
     /// Stores a window hit by group commit: the hits that arrive while one commit is in
-    /// progress share the next commit and its fsync, so concurrent agents are not each held to
-    /// one fsync's pace. Every caller is answered only after the commit that holds its
-    /// hit, so `synchronous = FULL` still means what it says. No writer task: whoever
-    /// takes the audit lock writes everything queued (a "leader"), and a caller whose
-    /// hit someone else wrote finds its answer waiting when its turn comes.
+    /// progress share the next commit and its fsync, so concurrent agents are not each
+    /// held to one fsync's pace. Every caller is answered only after the commit that
+    /// holds its hit, so `synchronous = FULL` still means what it says.
+    ///
+    /// One thread writes ([`hit_writer_loop`]): it takes everything queued, writes it,
+    /// answers, and takes what came meanwhile, so the next batch starts the moment the
+    /// last one has committed, and no caller's cancellation (an agent hanging up) can
+    /// cut a batch short.
     ///
     /// Only window hits (terminal records) go this way: a caller that hangs up after
-    /// queueing leaves its hit to be written by the next leader, which is harmless for a
+    /// queueing leaves its hit to be written all the same, which is harmless for a
     /// record that is already final, but would leave a pending request without its
     /// delivery and deadline.
     async fn insert_window_hit(
@@ -547,89 +626,56 @@ impl SqliteStore {
         r: &Confirmation,
         now: OffsetDateTime,
     ) -> Result<Inserted, StorageError> {
-        use tokio::sync::oneshot::error::TryRecvError;
-        let (reply, mut answer) = tokio::sync::oneshot::channel();
-        self.queued_hits().push(QueuedHit {
-            record: r.clone(),
-            now,
-            reply,
-        });
-        // Whichever comes first: a leader's answer (most hits: the leader wrote them while
-        // they waited) or the lock (this caller leads). Waiting for the answer without
-        // queueing for the lock spares a chain of lock hand-offs, one per hit.
-        let _audit = tokio::select! {
-            biased;
-            done = &mut answer => match done {
-                Ok(done) => return done,
-                // A leader took the hit and was cancelled before committing it.
-                Err(_) => {
-                    let _audit = self.audit.lock().await;
-                    return Box::pin(self.insert_alone(r, now)).await;
-                }
-            },
-            audit = self.audit.lock() => audit,
-        };
-        match answer.try_recv() {
-            Ok(done) => return done,
-            // A leader took the hit and was cancelled before committing it.
-            Err(TryRecvError::Closed) => return Box::pin(self.insert_alone(r, now)).await,
-            Err(TryRecvError::Empty) => {}
-        }
-        let batch = std::mem::take(&mut *self.queued_hits());
-        Box::pin(self.write_hits(batch)).await;
-        match answer.try_recv() {
-            Ok(done) => done,
-            Err(_) => Box::pin(self.insert_alone(r, now)).await,
-        }
-    }
-
-    fn queued_hits(&self) -> std::sync::MutexGuard<'_, Vec<QueuedHit>> {
-        self.hits.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Writes `batch` in one transaction and answers every caller after the commit. A
-    /// failure fails the whole batch (nothing of it is stored, every caller gets the
-    /// error): the only errors here are the database's own, which would fail the others
-    /// too.
-    ///
-    /// A plain hit (no idempotency key, interaction id or webhook: nothing to look up or
-    /// queue) costs no statement of its own: the batch's records, audit events and stream
-    /// events go in by one multi-row `INSERT` per table. The others take
-    /// [`insert_in`]'s path, one by one, in the same transaction.
-    async fn write_hits(&self, batch: Vec<QueuedHit>) {
-        let written: Result<Vec<Option<Inserted>>, StorageError> = async {
-            let mut tx = self.write_tx().await?;
-            let bound = self.webhook_backlog_bound();
-            let mut results = Vec::with_capacity(batch.len());
-            let mut plain = Vec::with_capacity(batch.len());
-            for hit in &batch {
-                let r = &hit.record;
-                if r.idempotency_key.is_none()
-                    && r.interaction.is_none()
-                    && r.callback_url.is_none()
-                {
-                    plain.push(hit);
-                    results.push(None);
-                } else {
-                    results.push(Some(insert_in(&mut tx, r, hit.now, bound).await?));
-                }
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let start = {
+            let mut state = self.hits.state();
+            if state.closed {
+                return Err(StorageError::Batch("the store is closed".into()));
             }
-            insert_plain_hits(&mut tx, &plain).await?;
-            tx.commit().await?;
-            Ok(results)
+            state.queued.push(QueuedHit {
+                record: r.clone(),
+                now,
+                reply,
+            });
+            !std::mem::replace(&mut state.running, true)
+        };
+        if start {
+            self.start_hit_writer();
         }
-        .await;
-        match written {
-            Ok(results) => {
-                for (QueuedHit { record, reply, .. }, inserted) in batch.into_iter().zip(results) {
-                    // The caller may have hung up; its hit is stored all the same.
-                    let _ = reply.send(Ok(inserted.unwrap_or(Inserted::New(record))));
-                }
+        self.hits.ready.notify_one();
+        answer.await.unwrap_or_else(|_| Err(abandoned()))
+    }
+
+    /// Starts the group commit's writer thread (the caller has marked it running).
+    fn start_hit_writer(&self) {
+        let writer = HitWriterThread {
+            queue: self.hits.clone(),
+            audit: self.audit.clone(),
+            pool: self.pool.clone(),
+            file: self.file.clone(),
+            bound: self.webhook_backlog_bound(),
+            runtime: tokio::runtime::Handle::current(),
+        };
+        let started = std::thread::Builder::new()
+            .name("hitl-group-commit".into())
+            .spawn(move || hit_writer_loop(writer));
+        match started {
+            Ok(thread) => {
+                *self
+                    .hit_thread
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(thread);
             }
             Err(e) => {
-                let why = e.to_string();
-                for hit in batch {
-                    let _ = hit.reply.send(Err(StorageError::Batch(why.clone())));
+                // No thread, no writer: the queued callers hear so, and the next hit
+                // tries again.
+                tracing::error!(error = %e, "could not start the group commit's thread");
+                let mut state = self.hits.state();
+                state.running = false;
+                for hit in state.queued.drain(..) {
+                    let _ = hit
+                        .reply
+                        .send(Err(StorageError::Batch(format!("no writer thread: {e}"))));
                 }
             }
         }
@@ -1066,6 +1112,275 @@ async fn apply_decision(
     Ok(Decided::Applied(record))
 }
 
+/// The error of a window hit whose group commit ended without answering it (its
+/// writing task died): whether it was stored is not known, so the agent is told of a
+/// storage error, never of an outcome.
+fn abandoned() -> StorageError {
+    StorageError::Batch("the group commit holding this window hit was abandoned".into())
+}
+
+/// What the group commit's writer thread works with.
+struct HitWriterThread {
+    queue: Arc<HitQueue>,
+    audit: Arc<tokio::sync::Mutex<HitWriter>>,
+    pool: SqlitePool,
+    file: Option<std::path::PathBuf>,
+    bound: u32,
+    /// For the batches written through sqlx ([`write_mixed_hits`]).
+    runtime: tokio::runtime::Handle,
+}
+
+/// The group commit's writer: takes every queued hit, writes them as one batch
+/// ([`write_hits`]), and again, until the store closes and nothing is left.
+fn hit_writer_loop(w: HitWriterThread) {
+    loop {
+        let batch = {
+            let mut state = w.queue.state();
+            while state.queued.is_empty() && !state.closed {
+                state = w
+                    .queue
+                    .ready
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            if state.queued.is_empty() {
+                state.running = false;
+                return;
+            }
+            std::mem::take(&mut state.queued)
+        };
+        // A panic loses this batch (its callers hear `abandoned`), not the writer.
+        let written =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_hits(&w, batch)));
+        if written.is_err() {
+            tracing::error!("the group commit panicked; its batch was not answered");
+        }
+    }
+}
+
+/// Writes a batch of window hits under the audit lock and answers every caller after
+/// the commit. A failure fails the whole batch (nothing of it is stored, every caller
+/// gets the error): the only errors here are the database's own, which would fail the
+/// others too.
+///
+/// A batch of plain hits (no idempotency key, interaction id or webhook: nothing to
+/// look up or queue), the hot path of an agent looping over an approved call, is
+/// written by the lock's own connection ([`write_plain_hits`]). A batch with any other
+/// hit, or a database in memory, takes [`insert_in`]'s path for those, one by one, in
+/// one sqlx transaction.
+fn write_hits(w: &HitWriterThread, batch: Vec<QueuedHit>) {
+    let mut audit = w.audit.blocking_lock();
+    let written = match &w.file {
+        Some(file) if batch.iter().all(is_plain) => {
+            write_plain_hits(&mut audit, file, &batch).map(|()| batch_of_new(batch.len()))
+        }
+        _ => {
+            audit.tip = None;
+            w.runtime
+                .block_on(write_mixed_hits(&w.pool, &batch, w.bound))
+        }
+    };
+    match written {
+        Ok(results) => {
+            for (QueuedHit { record, reply, .. }, inserted) in batch.into_iter().zip(results) {
+                // The caller may have hung up; its hit is stored all the same.
+                let _ = reply.send(Ok(inserted.unwrap_or(Inserted::New(record))));
+            }
+        }
+        Err(e) => {
+            let why = e.to_string();
+            for hit in batch {
+                let _ = hit.reply.send(Err(StorageError::Batch(why.clone())));
+            }
+        }
+    }
+    drop(audit);
+}
+
+/// `n` results of hits that were all stored as they came.
+fn batch_of_new(n: usize) -> Vec<Option<Inserted>> {
+    std::iter::repeat_with(|| None).take(n).collect()
+}
+
+/// A hit with nothing to look up or queue besides its rows.
+fn is_plain(hit: &QueuedHit) -> bool {
+    let r = &hit.record;
+    r.idempotency_key.is_none() && r.interaction.is_none() && r.callback_url.is_none()
+}
+
+/// A batch with hits that need [`insert_in`]: those one by one, the plain ones by
+/// multi-row `INSERT`s, all in one transaction.
+async fn write_mixed_hits(
+    pool: &SqlitePool,
+    batch: &[QueuedHit],
+    bound: u32,
+) -> Result<Vec<Option<Inserted>>, StorageError> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let mut results = Vec::with_capacity(batch.len());
+    let mut plain = Vec::with_capacity(batch.len());
+    for hit in batch {
+        if is_plain(hit) {
+            plain.push(hit);
+            results.push(None);
+        } else {
+            results.push(Some(insert_in(&mut tx, &hit.record, hit.now, bound).await?));
+        }
+    }
+    insert_plain_hits(&mut tx, &plain).await?;
+    tx.commit().await?;
+    Ok(results)
+}
+
+/// Opens the group commit's connection with the settings of the pool's (see
+/// [`SqliteStore::open`]): every commit durable (`synchronous = FULL`), foreign keys
+/// on, and a writer that finds the database locked waits rather than fails.
+fn open_hit_writer(file: &Path) -> rusqlite::Result<rusqlite::Connection> {
+    let conn = rusqlite::Connection::open_with_flags(
+        file,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
+    Ok(conn)
+}
+
+/// Writes a batch of plain window hits ([`is_plain`]) in one `BEGIN IMMEDIATE`
+/// transaction on the lock's own connection, from a blocking thread: for each hit its
+/// record, its stream event and its audit row, chained from the tip the lock holds (read
+/// when it holds none). On success the lock holds the new tip. A cached tip that turned
+/// out stale (someone appended without clearing it) fails on the audit table's primary
+/// key, and the batch is tried once more from the stored tip. A connection that failed
+/// is dropped, so the next batch opens a fresh one.
+fn write_plain_hits(
+    writer: &mut HitWriter,
+    file: &Path,
+    batch: &[QueuedHit],
+) -> Result<(), StorageError> {
+    let batch_error = |e: rusqlite::Error| StorageError::Batch(e.to_string());
+    let mut conn = match writer.conn.take() {
+        Some(conn) => conn,
+        None => open_hit_writer(file).map_err(batch_error)?,
+    };
+    let mut cached = writer.tip.take();
+    loop {
+        let from_cache = cached.is_some();
+        match write_plain_tx(&mut conn, cached.take(), batch) {
+            Ok(tip) => {
+                writer.tip = Some(tip);
+                writer.conn = Some(conn);
+                return Ok(());
+            }
+            Err(e) if from_cache => {
+                tracing::debug!(error = %e, "group commit failed on the cached audit tip; trying again from the stored one");
+            }
+            Err(e) => return Err(batch_error(e)),
+        }
+    }
+}
+
+/// One try of [`write_plain_hits`]; returns the chain's new tip.
+fn write_plain_tx(
+    conn: &mut rusqlite::Connection,
+    tip: Option<AuditTip>,
+    batch: &[QueuedHit],
+) -> rusqlite::Result<AuditTip> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let (mut seq, mut prev) = match tip {
+        Some(tip) => tip,
+        None => tx
+            .query_row(
+                "SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .or_else(|e| match e {
+                rusqlite::Error::QueryReturnedNoRows => Ok((0, GENESIS_HASH.to_owned())),
+                e => Err(e),
+            })?,
+    };
+    {
+        let mut records = tx.prepare_cached(INSERT_CONFIRMATION)?;
+        let mut events = tx.prepare_cached(
+            "INSERT INTO agent_events (agent, question_id, kind, data, at) VALUES (?, ?, ?, ?, ?)",
+        )?;
+        let mut audited = tx.prepare_cached(
+            "INSERT INTO audit_events (seq, at, confirmation_id, kind, actor, detail, prev_hash,
+                hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        )?;
+        for hit in batch {
+            let r = &hit.record;
+            let (by_id, by_username, by_name) = operator_columns(&r.decided_by);
+            records.execute(rusqlite::params![
+                r.id.as_str(),
+                r.agent.as_str(),
+                r.route.as_str(),
+                r.chat_id,
+                r.tool.as_str(),
+                r.owner_id.as_str(),
+                r.args_hash.as_str(),
+                r.params_json.as_str(),
+                r.briefing.as_str(),
+                r.context.as_deref(),
+                r.allow_edit,
+                i64::try_from(r.window_seconds).unwrap_or(i64::MAX),
+                r.idempotency_key.as_ref().map(|k| k.as_str()),
+                r.callback_token.as_str(),
+                r.callback_url.as_deref(),
+                r.message_id.map(i64::from),
+                r.status.as_str(),
+                r.via.map(Via::as_str),
+                r.reason.as_str(),
+                by_id,
+                by_username,
+                by_name,
+                ms(r.created_at),
+                ms(r.expires_at),
+                r.decided_at.map(ms),
+                r.interaction.as_ref().map(|i| i.interaction_id.as_str()),
+                r.interaction
+                    .as_ref()
+                    .map(|i| serde_json::Value::Object(i.raw.clone()).to_string()),
+                r.window_requested_seconds
+                    .map(|w| i64::try_from(w).unwrap_or(i64::MAX)),
+                r.approved_once,
+                r.has_call,
+            ])?;
+            events.execute(rusqlite::params![
+                r.agent.as_str(),
+                r.id.as_str(),
+                "status",
+                r.status_event().to_string(),
+                ms(hit.now),
+            ])?;
+            let event = audit::window_hit(r);
+            let detail = event.detail.to_string();
+            seq += 1;
+            let hash = audit::chain_hash(
+                &prev,
+                seq,
+                event.at,
+                event.confirmation_id.as_deref(),
+                event.kind,
+                &event.actor,
+                &detail,
+            );
+            audited.execute(rusqlite::params![
+                seq,
+                ms(event.at),
+                event.confirmation_id.as_deref(),
+                event.kind,
+                event.actor.as_str(),
+                detail,
+                prev.as_str(),
+                hash.as_str(),
+            ])?;
+            prev = hash;
+        }
+    }
+    tx.commit()?;
+    Ok((seq, prev))
+}
+
 /// Stores plain window hits (see [`SqliteStore::write_hits`]) inside `tx`: what
 /// [`insert_in`] does for a terminal record without an idempotency key, interaction id or
 /// webhook, by multi-row `INSERT`s. Without `ON CONFLICT`: such a record's only unique
@@ -1099,19 +1414,35 @@ async fn insert_plain_hits(
     append_events(tx, &audited).await
 }
 
+/// The columns of a stored request, in the order both writers bind them
+/// ([`insert_confirmations`], [`write_plain_tx`]).
+macro_rules! confirmation_columns {
+    () => {
+        "id, agent, route, chat_id, tool, owner_id, args_hash, params_json, briefing,
+        context, allow_edit, window_seconds, idempotency_key, callback_token, callback_url,
+        message_id, status, via, reason, decided_by_id, decided_by_username,
+        decided_by_name, created_at, expires_at, decided_at, interaction_id,
+        interaction_json, window_requested_seconds, approved_once, has_call"
+    };
+}
+
+/// One request's row, for the group commit's prepared statement.
+const INSERT_CONFIRMATION: &str = concat!(
+    "INSERT INTO confirmations (",
+    confirmation_columns!(),
+    ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+);
+
 /// `INSERT INTO confirmations … VALUES (…), (…)` for `records`, one row each: the one
 /// column list for a single request and for a batch of window hits.
 fn insert_confirmations<'r>(
     records: impl IntoIterator<Item = &'r Confirmation>,
 ) -> sqlx::QueryBuilder<sqlx::Sqlite> {
-    let mut b = sqlx::QueryBuilder::new(
-        "INSERT INTO confirmations (id, agent, route, chat_id, tool, owner_id, args_hash,
-            params_json, briefing, context, allow_edit, window_seconds, idempotency_key,
-            callback_token, callback_url, message_id, status, via, reason, decided_by_id,
-            decided_by_username, decided_by_name, created_at, expires_at, decided_at,
-            interaction_id, interaction_json, window_requested_seconds, approved_once,
-            has_call) ",
-    );
+    let mut b = sqlx::QueryBuilder::new(concat!(
+        "INSERT INTO confirmations (",
+        confirmation_columns!(),
+        ") "
+    ));
     b.push_values(records, |mut row, r| {
         let (by_id, by_username, by_name) = operator_columns(&r.decided_by);
         row.push_bind(r.id.as_str())
@@ -1215,7 +1546,7 @@ async fn insert_in(
 impl Store for SqliteStore {
     async fn migrate(&self) -> Result<(), StorageError> {
         MIGRATOR.run(&self.pool).await?;
-        let _audit = self.audit.lock().await;
+        let _audit = self.lock_audit().await;
         self.reload_windows().await
     }
 
@@ -1232,7 +1563,7 @@ impl Store for SqliteStore {
         if r.is_terminal() {
             return self.insert_window_hit(r, now).await;
         }
-        let _audit = self.audit.lock().await;
+        let _audit = self.lock_audit().await;
         // Boxed, here and in `insert_window_hit`: requests arriving together wait for the
         // audit lock by the thousand, and each waiting future is as large as its largest
         // state, which is the writing that comes after the lock.
@@ -1271,7 +1602,7 @@ impl Store for SqliteStore {
         id: &ConfirmationId,
         message_id: i32,
     ) -> Result<(), StorageError> {
-        let _audit = self.audit.lock().await;
+        let _audit = self.lock_audit().await;
         let mut tx = self.write_tx().await?;
         let chat: Option<(i64,)> = sqlx::query_as(
             "UPDATE confirmations SET message_id = ? WHERE id = ? RETURNING chat_id",
@@ -1291,7 +1622,7 @@ impl Store for SqliteStore {
     }
 
     async fn decide(&self, id: &ConfirmationId, d: &Decision) -> Result<Decided, StorageError> {
-        let _audit = self.audit.lock().await;
+        let _audit = self.lock_audit().await;
         let mut tx = self.write_tx().await?;
         let decided = apply_decision(&mut tx, id, d, self.webhook_backlog_bound()).await?;
         if let Decided::Applied(record) = &decided {
@@ -1401,7 +1732,7 @@ impl Store for SqliteStore {
     }
 
     async fn purge_expired_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError> {
-        let _audit = self.audit.lock().await;
+        let _audit = self.lock_audit().await;
         let purged = sqlx::query("DELETE FROM windows WHERE expires_at <= ?")
             .bind(ms(now))
             .execute(&self.pool)
@@ -1509,7 +1840,7 @@ impl Store for SqliteStore {
             ),
         };
         let _audit = match event {
-            Some(_) => Some(self.audit.lock().await),
+            Some(_) => Some(self.lock_audit().await),
             None => None,
         };
         let mut tx = self.write_tx().await?;
@@ -1561,7 +1892,7 @@ impl Store for SqliteStore {
     }
 
     async fn record_event(&self, event: NewEvent) -> Result<(), StorageError> {
-        let _audit = self.audit.lock().await;
+        let _audit = self.lock_audit().await;
         let mut tx = self.write_tx().await?;
         append_event(&mut tx, &event).await?;
         tx.commit().await?;
@@ -1655,7 +1986,7 @@ impl Store for SqliteStore {
         to_chat: i64,
         now: OffsetDateTime,
     ) -> Result<(), StorageError> {
-        let _audit = self.audit.lock().await;
+        let _audit = self.lock_audit().await;
         let mut tx = self.write_tx().await?;
         append_event(&mut tx, &audit::route_moved(route, from_chat, to_chat, now)).await?;
         sqlx::query(
@@ -1718,7 +2049,7 @@ impl Store for SqliteStore {
         chat_id: i64,
         now: OffsetDateTime,
     ) -> Result<bool, StorageError> {
-        let _audit = self.audit.lock().await;
+        let _audit = self.lock_audit().await;
         let mut tx = self.write_tx().await?;
         let added = sqlx::query(
             "INSERT INTO copies (question_id, recipient, chat_id)
@@ -1751,7 +2082,7 @@ impl Store for SqliteStore {
         message_id: i32,
         now: OffsetDateTime,
     ) -> Result<(), StorageError> {
-        let _audit = self.audit.lock().await;
+        let _audit = self.lock_audit().await;
         let mut tx = self.write_tx().await?;
         sqlx::query("UPDATE copies SET message_id = ? WHERE question_id = ? AND chat_id = ?")
             .bind(i64::from(message_id))
@@ -1784,7 +2115,7 @@ impl Store for SqliteStore {
         message_id: i32,
         now: OffsetDateTime,
     ) -> Result<Option<Confirmation>, StorageError> {
-        let _audit = self.audit.lock().await;
+        let _audit = self.lock_audit().await;
         let mut tx = self.write_tx().await?;
         // Not a stray when it is the question's own message or a copy's (a tap that
         // raced the storing of the id).
@@ -1847,7 +2178,7 @@ impl Store for SqliteStore {
         answer: &Answer,
         settles: Option<&Decision>,
     ) -> Result<Answered, StorageError> {
-        let _audit = self.audit.lock().await;
+        let _audit = self.lock_audit().await;
         let mut tx = self.write_tx().await?;
         let row = sqlx::query_as::<_, Row>(select_where!("id = ?"))
             .bind(id.as_str())
@@ -2025,7 +2356,7 @@ impl Store for SqliteStore {
         chat_id: i64,
         now: OffsetDateTime,
     ) -> Result<Option<LiveWindow>, StorageError> {
-        let _audit = self.audit.lock().await;
+        let _audit = self.lock_audit().await;
         let mut tx = self.write_tx().await?;
         let row: Option<WindowRow> = sqlx::query_as(select_windows_where!(
             "w.opened_by = ?1 AND w.expires_at > ?2"
@@ -2143,7 +2474,7 @@ impl Store for SqliteStore {
         chat_id: i64,
         now: OffsetDateTime,
     ) -> Result<Option<Confirmation>, StorageError> {
-        let _audit = self.audit.lock().await;
+        let _audit = self.lock_audit().await;
         let mut tx = self.write_tx().await?;
         // Asked again (a second tap), the request starts over: a new prompt replaces
         // the old one.
@@ -2237,7 +2568,7 @@ impl Store for SqliteStore {
         by: &Operator,
         now: OffsetDateTime,
     ) -> Result<Option<Confirmation>, StorageError> {
-        let _audit = self.audit.lock().await;
+        let _audit = self.lock_audit().await;
         let mut tx = self.write_tx().await?;
         // Conditional on the deadline the tap saw: two taps at once move it once.
         let moved = sqlx::query(
@@ -2266,7 +2597,7 @@ impl Store for SqliteStore {
         passed: u32,
         now: OffsetDateTime,
     ) -> Result<Option<Confirmation>, StorageError> {
-        let _audit = self.audit.lock().await;
+        let _audit = self.lock_audit().await;
         let mut tx = self.write_tx().await?;
         let claimed = sqlx::query(
             "UPDATE confirmations SET reminders_sent = ?
@@ -2294,7 +2625,7 @@ impl Store for SqliteStore {
         chat_id: i64,
         now: OffsetDateTime,
     ) -> Result<Option<Confirmation>, StorageError> {
-        let _audit = self.audit.lock().await;
+        let _audit = self.lock_audit().await;
         let mut tx = self.write_tx().await?;
         let claimed = sqlx::query(
             "UPDATE confirmations SET escalated_at = ?
@@ -2324,6 +2655,16 @@ impl Store for SqliteStore {
     }
 
     async fn close(&self) {
+        // The group commit writes what is queued, then stops.
+        self.hits.close();
+        let thread = self
+            .hit_thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
         self.pool.close().await;
     }
 }
