@@ -87,6 +87,7 @@ impl Service {
             // hour, and what this future holds meanwhile is what a blocked agent costs.
             let record = Box::pin(self.owned(agent, id)).await?;
             if done(&record) || give_up.is_some_and(|g| Instant::now() >= g) {
+                tracing::debug!(id = %id, "wait over");
                 return Ok(record);
             }
             let overdue = instant_at(record.expires_at, now()) + WAITER_GRACE;

@@ -151,7 +151,17 @@ impl Inbox {
 
     async fn handle(&self, input: Input) -> Handled {
         let stored = match input {
-            Input::Tap(tap) => self.service.handle_tap(tap).await,
+            Input::Tap(tap) => {
+                // The stage of a tap's way to its agent that is ours to make fast
+                // (BENCHMARKS.md, B3's tap-to-response).
+                let started = std::time::Instant::now();
+                let stored = self.service.handle_tap(tap).await;
+                tracing::debug!(
+                    took_us = started.elapsed().as_micros() as u64,
+                    "tap handled"
+                );
+                stored
+            }
             Input::Reply(reply) => self.service.handle_reply(reply).await,
             // A command that failed was answered so ("nothing was changed"), and asking
             // again is the operator's call: it never holds up what comes after it.
