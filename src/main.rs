@@ -11,9 +11,9 @@ use hitl_telegram::config::{Config, Settings};
 use hitl_telegram::{Application, app, telemetry};
 use tokio_util::sync::CancellationToken;
 
-/// mimalloc rather than glibc's malloc: see its line in Cargo.toml.
+/// jemalloc rather than glibc's malloc: see its line in Cargo.toml.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[derive(Parser)]
 #[command(
