@@ -1,6 +1,11 @@
 # syntax=docker/dockerfile:1
 # Build stage: compile the release binary.
 FROM rust:1.95-slim-bookworm AS build
+# make: jemalloc, the service's allocator, is built from C sources with make (the slim
+# image has gcc but not make).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends make \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Dependencies first, from the manifest and the lock file alone, against empty targets:
 # this layer is rebuilt only when Cargo.toml or Cargo.lock change, so a change in src/
