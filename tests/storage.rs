@@ -17,6 +17,11 @@ use hitl_telegram::storage::{Decided, Inserted, SqliteStore, Store};
 
 async fn store() -> (Arc<SqliteStore>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
+    (open(&dir).await, dir)
+}
+
+/// The store in `dir` (created on first use), migrated, as the service opens it.
+async fn open(dir: &tempfile::TempDir) -> Arc<SqliteStore> {
     let s = SqliteStore::connect(&format!(
         "sqlite://{}/nested/folder/t.db",
         dir.path().display()
@@ -24,7 +29,7 @@ async fn store() -> (Arc<SqliteStore>, tempfile::TempDir) {
     .await
     .unwrap();
     s.migrate().await.unwrap();
-    (Arc::new(s), dir)
+    Arc::new(s)
 }
 
 fn pending(key: Option<&str>) -> Confirmation {
@@ -326,13 +331,7 @@ async fn window_hits_among_other_writes_read_back_exactly_and_keep_one_unbroken_
     // After a restart the tip is read from the file: the next hits chain on.
     s.close().await;
     drop(s);
-    let s = SqliteStore::connect(&format!(
-        "sqlite://{}/nested/folder/t.db",
-        dir.path().display()
-    ))
-    .await
-    .unwrap();
-    s.migrate().await.unwrap();
+    let s = open(&dir).await;
     let more = window_hit(999, None);
     s.insert(&more, now()).await.unwrap();
     let rows = s.audit_rows(None).await.unwrap();

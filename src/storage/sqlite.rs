@@ -844,16 +844,7 @@ async fn append_events(
     let mut rows = Vec::with_capacity(events.len());
     for event in events {
         seq += 1;
-        let detail = event.detail.to_string();
-        let hash = audit::chain_hash(
-            &prev_hash,
-            seq,
-            event.at,
-            event.confirmation_id.as_deref(),
-            event.kind,
-            &event.actor,
-            &detail,
-        );
+        let (detail, hash) = chained(&prev_hash, seq, event);
         let prev = std::mem::replace(&mut prev_hash, hash.clone());
         rows.push((seq, event, detail, prev, hash));
     }
@@ -875,6 +866,22 @@ async fn append_events(
         insert.build().execute(&mut **tx).await?;
     }
     Ok(())
+}
+
+/// `event` as the audit row numbered `seq` after the row hashed `prev_hash`: its detail
+/// as stored, and its hash.
+fn chained(prev_hash: &str, seq: i64, event: &NewEvent) -> (String, String) {
+    let detail = event.detail.to_string();
+    let hash = audit::chain_hash(
+        prev_hash,
+        seq,
+        event.at,
+        event.confirmation_id.as_deref(),
+        event.kind,
+        &event.actor,
+        &detail,
+    );
+    (detail, hash)
 }
 
 /// Splits `rows` for multi-row `INSERT`s into runs of a power of two rows, largest
@@ -1353,17 +1360,8 @@ fn write_plain_tx(
                 ms(hit.now),
             ])?;
             let event = audit::window_hit(r);
-            let detail = event.detail.to_string();
             seq += 1;
-            let hash = audit::chain_hash(
-                &prev,
-                seq,
-                event.at,
-                event.confirmation_id.as_deref(),
-                event.kind,
-                &event.actor,
-                &detail,
-            );
+            let (detail, hash) = chained(&prev, seq, &event);
             audited.execute(rusqlite::params![
                 seq,
                 ms(event.at),
