@@ -8,6 +8,8 @@ mod support;
 
 use std::time::Duration;
 
+use hitl_telegram::domain::ids::ConfirmationId;
+use hitl_telegram::storage::{SqliteStore, Store};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -354,6 +356,32 @@ async fn invisible_characters_are_shown_as_escapes_in_parameters_briefing_and_co
         "{}",
         m.text
     );
+}
+
+#[tokio::test]
+async fn a_nul_the_template_makes_is_stored_and_shown_as_its_escape() {
+    // `{f:c}` of False is chr(0) in Python: a NUL that no agent text carried.
+    let app = TestApp::spawn().await;
+    let (record, m) = ask(
+        &app,
+        json!({"tool": "flag", "params": {"f": false}, "template": "set [{f:c}]"}),
+    )
+    .await;
+    assert!(m.visible_text.contains("set [\\x00]"), "{}", m.visible_text);
+    assert!(!m.text.contains('\0'), "a NUL reached Telegram raw");
+    // Stored as its escape (PostgreSQL's text holds no NUL), and still asking.
+    let id = record["id"].as_str().unwrap();
+    let (status, view) = app.get(id).await;
+    assert_eq!(
+        (status, &view["status"]),
+        (StatusCode::OK, &json!("pending"))
+    );
+    let store = SqliteStore::connect_existing(&app.db_url).await.unwrap();
+    let stored = store
+        .get(&ConfirmationId::parse(id).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(stored.unwrap().briefing, "set [\\x00]");
 }
 
 #[tokio::test]

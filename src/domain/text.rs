@@ -110,6 +110,20 @@ pub fn has_nul_or_esc(s: &str) -> bool {
     s.contains(['\0', '\u{1b}'])
 }
 
+/// `s` with every NUL replaced by its escape (`\x00`, as [`escape_char`] and so the
+/// operator's view spell it). For text the service stores that it did not refuse: a
+/// briefing can hold NUL without the agent writing one (`{flag:c}` of `False` is
+/// `chr(0)` in Python), and a Telegram update is outside input. A NUL would end the text
+/// wherever a C string holds it, and PostgreSQL's `text` refuses it outright, so no
+/// stored text holds one.
+pub fn without_nul(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.contains('\0') {
+        std::borrow::Cow::Owned(s.replace('\0', &escape_char('\0')))
+    } else {
+        std::borrow::Cow::Borrowed(s)
+    }
+}
+
 /// True when a word of `s` mixes scripts in a way that lets one letter pose as another
 /// (UTS #39 mixed-script detection, per whitespace-separated word): `pаypal` with a
 /// Cyrillic `а` is flagged, a sentence with a Russian word beside an English one is not.

@@ -45,8 +45,12 @@ impl Service {
             owner_id: new.owner_id.clone(),
             args_hash,
             params_json: new.params_json.clone(),
-            briefing: briefing::render(new.template.as_deref(), new.tool.as_str(), &new.params)
-                .text,
+            // Rendered as Python renders it; stored with any NUL as the escape the
+            // operator is shown anyway (see `text::without_nul`).
+            briefing: text::without_nul(
+                &briefing::render(new.template.as_deref(), new.tool.as_str(), &new.params).text,
+            )
+            .into_owned(),
             context: new.context.clone(),
             allow_edit: new.allow_edit,
             window_seconds,

@@ -35,6 +35,7 @@ use crate::domain::interaction::{
     self, Answer, Consensus, ConsensusMode, Interaction, InteractionType, TimeoutAction,
 };
 use crate::domain::pyvalue::PyDict;
+use crate::domain::text;
 use crate::metrics::Metrics;
 use crate::scheduler::Deadlines;
 use crate::storage::{Answered, Decided, Inserted, StorageError, Store};

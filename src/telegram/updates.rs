@@ -9,6 +9,7 @@ use teloxide::types::{
 
 use crate::domain::confirmation::Operator;
 use crate::domain::ids::ConfirmationId;
+use crate::domain::text;
 use crate::service::{Button, CommandMessage, Reply, Tap};
 use crate::telegram::commands::{self, Parsed};
 
@@ -63,9 +64,15 @@ fn operator(user: &teloxide::types::User) -> Operator {
     };
     Operator {
         id: user.id.0,
-        username: user.username.clone(),
-        name,
+        username: user.username.as_deref().map(without_nul),
+        name: without_nul(&name),
     }
+}
+
+/// Texts from Telegram are stored: see [`text::without_nul`] (Telegram sends no NUL,
+/// but an update is outside input, and a webhook is an HTTP request).
+fn without_nul(s: &str) -> String {
+    text::without_nul(s).into_owned()
 }
 
 pub fn tap_from(q: CallbackQuery, me: Option<&str>, bot_id: Option<u64>) -> Tap {
@@ -139,7 +146,7 @@ pub fn reply_from(m: &Message, me: Option<&str>, bot_id: Option<u64>) -> Option<
         reply_to_names: names,
         from: operator(from),
         from_is_bot: from.is_bot,
-        text: m.text()?.to_owned(),
+        text: without_nul(m.text()?),
     })
 }
 
@@ -149,4 +156,15 @@ fn named_question(text: &str) -> Option<ConfirmationId> {
         let candidate = text.get(at..at + 35)?;
         ConfirmationId::parse(candidate).ok()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_nul;
+
+    #[test]
+    fn a_nul_from_telegram_is_kept_as_its_escape() {
+        assert_eq!(without_nul("Al\0ice"), "Al\\x00ice");
+        assert_eq!(without_nul("Alice"), "Alice");
+    }
 }
