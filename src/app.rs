@@ -13,7 +13,7 @@ use crate::api::{self, AppState};
 use crate::config::{Config, HttpLimits, TelegramMode};
 use crate::metrics::Metrics;
 use crate::service::Service;
-use crate::storage::{SqliteStore, Store};
+use crate::storage::{self, ConnectMode, Store};
 use crate::telegram::{self, TelegramMessenger};
 
 /// How long in-flight HTTP requests get to finish after shutdown begins.
@@ -33,9 +33,10 @@ pub struct Application {
     http: HttpLimits,
 }
 
-/// Opens the database and applies migrations.
+/// Opens the database `database.url` names (SQLite or PostgreSQL) and applies
+/// migrations.
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
-    let store = SqliteStore::connect(&config.database_url)
+    let store = storage::connect(&config.database_url, ConnectMode::Create)
         .await
         .with_context(|| "cannot open the database (database.url)".to_owned())?;
     store.set_webhook_backlog_bound(config.webhooks.max_backlog_per_agent);
@@ -43,7 +44,7 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
         .migrate()
         .await
         .context("cannot apply database migrations")?;
-    Ok(Arc::new(store))
+    Ok(store)
 }
 
 impl Application {

@@ -174,10 +174,20 @@ impl HttpLimits {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DatabaseSettings {
+    /// `sqlite://…` or `postgres://user:password@host/database`: may hold a password, so
+    /// `Debug` shows it redacted.
     pub url: String,
+}
+
+impl std::fmt::Debug for DatabaseSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatabaseSettings")
+            .field("url", &crate::storage::redact_url(&self.url))
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -864,11 +874,36 @@ fn telegram_mode(
     }))
 }
 
+/// `database.url`, checked: a `sqlite:` or `postgres://` URL. It may hold a password,
+/// so `Debug` shows it redacted; [`DatabaseUrl::as_str`] is the URL itself.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DatabaseUrl(String);
+
+impl DatabaseUrl {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for DatabaseUrl {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DatabaseUrl({:?})", crate::storage::redact_url(&self.0))
+    }
+}
+
 /// The validated configuration the service runs on.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub bind: String,
-    pub database_url: String,
+    pub database_url: DatabaseUrl,
     pub telegram_api_url: reqwest::Url,
     pub poll_timeout_seconds: u32,
     /// Long polling or the webhook route.
@@ -989,11 +1024,22 @@ impl Config {
                 format!("'{}' is not an address like 127.0.0.1:8080", s.server.bind),
             ));
         }
-        if !s.database.url.starts_with("sqlite:") {
-            return Err(invalid(
-                "database.url",
-                "only sqlite: URLs are supported (for example sqlite://data/hitl.db)",
-            ));
+        match crate::storage::Backend::of_url(&s.database.url) {
+            Err(_) => {
+                return Err(invalid(
+                    "database.url",
+                    "must be a sqlite: URL (for example sqlite://data/hitl.db) or a postgres:// \
+                     (or postgresql://) URL (for example postgres://hitl:PASSWORD@db.internal/hitl)",
+                ));
+            }
+            Ok(crate::storage::Backend::Postgres) => {
+                if let Err(e) = crate::storage::refuse_unknown_params(&s.database.url) {
+                    let why = e.to_string();
+                    let why = why.trim_start_matches("database.url: ");
+                    return Err(invalid("database.url", why));
+                }
+            }
+            Ok(crate::storage::Backend::Sqlite) => {}
         }
         let telegram_api_url = reqwest::Url::parse(&s.telegram.api_url)
             .ok()
@@ -1455,7 +1501,7 @@ impl Config {
 
         Ok(Config {
             bind: s.server.bind,
-            database_url: s.database.url,
+            database_url: DatabaseUrl(s.database.url),
             telegram_api_url,
             poll_timeout_seconds: s.telegram.poll_timeout_seconds,
             telegram_mode,
@@ -1908,6 +1954,37 @@ routes = ["ops"]
             !dbg.contains("123:abc") && !dbg.contains("agent-secret"),
             "{dbg}"
         );
+    }
+
+    #[test]
+    fn a_postgres_url_is_accepted_other_schemes_are_refused_and_no_password_prints() {
+        let with_url = |url: &str| BASE.replace("sqlite://data/hitl.db", url);
+        for url in [
+            "postgres://hitl:pg-secret@db.internal:5432/hitl",
+            "postgresql://hitl:pg-secret@db.internal/hitl?sslmode=require",
+        ] {
+            let settings = Settings::from_toml(&with_url(url)).unwrap();
+            assert!(!format!("{settings:?}").contains("pg-secret"));
+            let c = Config::from_settings(settings, &env).unwrap();
+            assert_eq!(c.database_url.as_str(), url);
+            let dbg = format!("{c:?}");
+            assert!(
+                !dbg.contains("pg-secret") && dbg.contains("db.internal"),
+                "{dbg}"
+            );
+        }
+        for url in ["mysql://u:p@h/db", "data/hitl.db", "postgres:hitl"] {
+            let e = err_of(&with_url(url));
+            assert!(e.contains("database.url"), "{e}");
+            assert!(!e.contains("u:p"), "{e}");
+        }
+        // A parameter the driver would ignore (and log with its value) is refused by name.
+        let e = err_of(&with_url("postgres://hitl@db/hitl?sslpassword=pg-secret"));
+        assert!(
+            e.contains("database.url") && e.contains("'sslpassword'"),
+            "{e}"
+        );
+        assert!(!e.contains("pg-secret"), "{e}");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use hitl_telegram::claude_hook::{self, Fallback, HookOptions, OwnerFrom};
 use hitl_telegram::cli::{self, AskRequest};
 use hitl_telegram::config::{Config, Settings};
+use hitl_telegram::storage::{self, ConnectMode};
 use hitl_telegram::{Application, app, telemetry};
 use tokio_util::sync::CancellationToken;
 
@@ -67,7 +68,8 @@ enum Command {
     /// An MCP server on stdio (for MCP clients that start it): its tools ask through a
     /// running service with an agent's token, like `ask`.
     Mcp(McpArgs),
-    /// Write a consistent copy of the database to FILE (online: the service may run).
+    /// Write a consistent copy of the SQLite database to FILE (online: the service may
+    /// run). For PostgreSQL use pg_dump.
     Backup {
         /// Where to write the copy; must not exist.
         file: std::path::PathBuf,
@@ -212,10 +214,9 @@ async fn serve(path: &std::path::Path, demo: bool) -> anyhow::Result<()> {
 
 async fn audit(path: &std::path::Path, command: AuditCommand) -> anyhow::Result<()> {
     use hitl_telegram::domain::audit;
-    use hitl_telegram::storage::Store;
     use std::io::Write;
     let settings = Settings::load(path)?;
-    let store = hitl_telegram::storage::SqliteStore::connect(&settings.database.url)
+    let store = storage::connect(&settings.database.url, ConnectMode::Create)
         .await
         .context("cannot open the database (database.url)")?;
     store.migrate().await?;
@@ -325,11 +326,14 @@ async fn main() -> ExitCode {
         Command::Migrate => {
             async {
                 let settings = Settings::load(&cli.config)?;
-                let store = hitl_telegram::storage::SqliteStore::connect(&settings.database.url)
+                let store = storage::connect(&settings.database.url, ConnectMode::Create)
                     .await
                     .context("cannot open the database (database.url)")?;
-                hitl_telegram::storage::Store::migrate(&store).await?;
-                println!("migrations applied to {}", settings.database.url);
+                store.migrate().await?;
+                store.close().await;
+                // Without the password, if the URL has one.
+                let url = storage::redact_url(&settings.database.url);
+                println!("migrations applied to {url}");
                 Ok(())
             }
             .await
@@ -338,14 +342,12 @@ async fn main() -> ExitCode {
         Command::Backup { file } => {
             async {
                 let settings = Settings::load(&cli.config)?;
-                let store =
-                    hitl_telegram::storage::SqliteStore::connect_existing(&settings.database.url)
-                        .await
-                        .context("cannot open the database (database.url)")?;
-                hitl_telegram::storage::Store::backup_to(&store, &file)
+                let store = storage::connect(&settings.database.url, ConnectMode::Existing)
                     .await
-                    .context("backup failed")?;
-                hitl_telegram::storage::Store::close(&store).await;
+                    .context("cannot open the database (database.url)")?;
+                let done = store.backup_to(&file).await.context("backup failed");
+                store.close().await;
+                done?;
                 println!("backup written to {}", file.display());
                 Ok(())
             }

@@ -1,11 +1,18 @@
 //! Persistence behind one narrow trait.
 //!
-//! The service talks to [`Store`] only; SQL lives in the backend modules. SQLite is the
-//! backend today (one file, WAL mode). The trait is small and speaks domain types, so a
-//! PostgreSQL backend for several replicas can sit beside it: the only database features
-//! it relies on are transactions, a conditional `UPDATE` and a unique index.
+//! The service talks to [`Store`] only; SQL lives in the backend modules. Two backends
+//! sit behind it, chosen by `database.url` ([`connect`]): SQLite (`sqlite://…`, one file
+//! in WAL mode, the default) and PostgreSQL (`postgres://…`). The trait is small and
+//! speaks domain types: the only database features it relies on are transactions, a
+//! conditional `UPDATE` and a unique index. What the two backends share that is not SQL
+//! (rows to domain values, the audit chain's hashing, the insert column lists) lives in
+//! `rows`.
 
+mod postgres;
+mod rows;
 mod sqlite;
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
@@ -15,6 +22,7 @@ use crate::domain::confirmation::{Confirmation, Decision, Operator, Window, Wind
 use crate::domain::ids::{CallbackToken, ConfirmationId, DeliveryId, IdempotencyKey};
 use crate::domain::interaction::Answer;
 
+pub use postgres::{PgStore, refuse_unknown_params};
 pub use sqlite::SqliteStore;
 
 /// How long an idempotency key keeps pointing at its request.
@@ -33,6 +41,113 @@ pub enum StorageError {
     /// A group commit (several window hits in one transaction) failed as a whole.
     #[error("database error in a batched write: {0}")]
     Batch(String),
+    /// `database.url` names no backend this build has (only its scheme is shown: the
+    /// URL may hold a password).
+    #[error(
+        "database.url: unsupported scheme '{0}' (use sqlite://path/to/file.db or \
+         postgres://user:password@host/database)"
+    )]
+    UnsupportedUrl(String),
+    /// A PostgreSQL URL parameter the driver does not know (only its name is shown).
+    #[error(
+        "database.url: unknown parameter '{0}' (known: sslmode, sslrootcert, sslcert, \
+         sslkey, statement-cache-capacity, host, hostaddr, port, dbname, user, password, \
+         application_name, options)"
+    )]
+    UnsupportedParam(String),
+    /// The operation has no meaning on this backend; the text says what to do instead.
+    #[error("{0}")]
+    Unsupported(&'static str),
+}
+
+/// The backend a `database.url` selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `sqlite:` (`sqlite://path/to/file.db`, `sqlite::memory:`).
+    Sqlite,
+    /// `postgres://` or `postgresql://`.
+    Postgres,
+}
+
+impl Backend {
+    /// The backend `url` selects, by its scheme alone (nothing is connected to).
+    pub fn of_url(url: &str) -> Result<Backend, StorageError> {
+        let scheme = url.split_once(':').map_or("", |(scheme, _)| scheme);
+        match scheme.to_ascii_lowercase().as_str() {
+            "sqlite" => Ok(Backend::Sqlite),
+            "postgres" | "postgresql" if url[scheme.len()..].starts_with("://") => {
+                Ok(Backend::Postgres)
+            }
+            _ => Err(StorageError::UnsupportedUrl(scheme.to_owned())),
+        }
+    }
+}
+
+/// Whether [`connect`] may create what is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectMode {
+    /// The service and `migrate`: SQLite creates the file (and its folder) when missing.
+    /// PostgreSQL never creates the database itself: its tables come with [`Store::migrate`].
+    Create,
+    /// Tools such as `backup`, which must never create an empty database because of a
+    /// wrong `database.url`: SQLite opens an existing file only; PostgreSQL just connects.
+    Existing,
+}
+
+/// Opens the store `url` selects (see [`Backend::of_url`]); migrations are the caller's
+/// ([`Store::migrate`]).
+pub async fn connect(url: &str, mode: ConnectMode) -> Result<Arc<dyn Store>, StorageError> {
+    let store: Arc<dyn Store> = match (Backend::of_url(url)?, mode) {
+        (Backend::Sqlite, ConnectMode::Create) => Arc::new(SqliteStore::connect(url).await?),
+        (Backend::Sqlite, ConnectMode::Existing) => {
+            Arc::new(SqliteStore::connect_existing(url).await?)
+        }
+        (Backend::Postgres, _) => Arc::new(PgStore::connect(url).await?),
+    };
+    Ok(store)
+}
+
+/// The query parameters of a database URL whose values are secrets (libpq's names; sqlx
+/// reads `password`).
+const SECRET_PARAMS: [&str; 3] = ["password", "sslpassword", "passfile"];
+
+/// `url` fit for a log line or an error: its password (if any) and the values of
+/// [`SECRET_PARAMS`] in its query replaced by `***`.
+pub fn redact_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) => {
+            if parsed.password().is_some() {
+                // Only fails for URLs that cannot have a password, which this one has.
+                let _ = parsed.set_password(Some("***"));
+            }
+            let secret = |k: &str| SECRET_PARAMS.iter().any(|s| k.eq_ignore_ascii_case(s));
+            if parsed.query_pairs().any(|(k, _)| secret(&k)) {
+                let pairs: Vec<(String, String)> = parsed
+                    .query_pairs()
+                    .map(|(k, v)| {
+                        let v = if secret(&k) {
+                            "***".into()
+                        } else {
+                            v.into_owned()
+                        };
+                        (k.into_owned(), v)
+                    })
+                    .collect();
+                parsed.query_pairs_mut().clear().extend_pairs(pairs);
+            }
+            parsed.to_string()
+        }
+        // Unparsable: the userinfo, if there is one, goes whole, and so does the query.
+        Err(_) => {
+            let url = url.split_once('?').map_or(url, |(head, _)| head);
+            match (url.find("://"), url.rfind('@')) {
+                (Some(start), Some(at)) if at > start => {
+                    format!("{}***{}", &url[..start + 3], &url[at..])
+                }
+                _ => url.to_owned(),
+            }
+        }
+    }
 }
 
 /// Result of inserting a new request.
@@ -150,6 +265,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// Answers when the database does.
     async fn ping(&self) -> Result<(), StorageError>;
+
+    /// Sets `webhooks.max_backlog_per_agent` (at least 1): an outcome whose agent already
+    /// has this many undelivered webhooks gets its delivery dropped (audited) instead of
+    /// queued. The service sets it at start; the CLI tools, which decide nothing, keep the
+    /// default.
+    fn set_webhook_backlog_bound(&self, bound: u32);
 
     /// Stores a new request, unless the same agent already used its idempotency key
     /// within [`IDEMPOTENCY_TTL`] of `now`. The record may already be terminal (a window
@@ -409,7 +530,8 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Option<LiveWindow>, StorageError>;
 
     /// Writes a consistent copy of the whole database to `file` (which must not exist)
-    /// while the service keeps running.
+    /// while the service keeps running. SQLite only: PostgreSQL answers
+    /// [`StorageError::Unsupported`] (its backups are `pg_dump`'s).
     async fn backup_to(&self, file: &std::path::Path) -> Result<(), StorageError>;
 
     /// Pending requests and the webhook backlog, for the metrics.
@@ -475,6 +597,51 @@ pub trait Store: Send + Sync + 'static {
         now: OffsetDateTime,
     ) -> Result<Option<Confirmation>, StorageError>;
 
-    /// Closes the connections cleanly (checkpoints the WAL).
+    /// Closes the connections cleanly (SQLite checkpoints the WAL).
     async fn close(&self);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Backend, redact_url};
+
+    #[test]
+    fn the_url_scheme_picks_the_backend_and_anything_else_is_refused() {
+        for url in ["sqlite://data/hitl.db", "sqlite::memory:", "SQLITE://x.db"] {
+            assert_eq!(Backend::of_url(url).unwrap(), Backend::Sqlite, "{url}");
+        }
+        for url in ["postgres://u:p@h/db", "postgresql://h/db", "postgres:///db"] {
+            assert_eq!(Backend::of_url(url).unwrap(), Backend::Postgres, "{url}");
+        }
+        for url in ["mysql://u:p@h/db", "data/hitl.db", "postgres:db", ""] {
+            let e = Backend::of_url(url).unwrap_err().to_string();
+            assert!(
+                e.contains("unsupported scheme") && !e.contains("u:p"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_redacted_url_keeps_everything_but_the_password() {
+        assert_eq!(
+            redact_url("postgres://hitl:s3cret@db:5432/hitl?sslmode=require"),
+            "postgres://hitl:***@db:5432/hitl?sslmode=require"
+        );
+        assert_eq!(
+            redact_url("postgres://hitl@db/hitl"),
+            "postgres://hitl@db/hitl"
+        );
+        assert_eq!(redact_url("sqlite://data/hitl.db"), "sqlite://data/hitl.db");
+        assert!(!redact_url("postgres://u:p%zz@[bad/db").contains("p%zz"));
+        let redacted =
+            redact_url("postgres://hitl@db/hitl?sslmode=require&password=s3cret&PassFile=/x");
+        assert!(
+            !redacted.contains("s3cret")
+                && !redacted.contains("/x")
+                && redacted.contains("sslmode=require"),
+            "{redacted}"
+        );
+        assert!(!redact_url("postgres://[bad/db?password=s3cret").contains("s3cret"));
+    }
 }

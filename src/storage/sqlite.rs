@@ -7,27 +7,48 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::json;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{FromRow, SqlitePool};
+use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 use time::OffsetDateTime;
 
+use super::rows::{
+    self, AuditRow, OutboxRow, Row, WindowRow, confirmation_columns, from_ms, insert_confirmations,
+    insert_runs, ms, operator_columns, select_where, select_windows_where, user_column,
+};
 use super::{
     AgentEvent, Answered, Decided, Gauges, IDEMPOTENCY_TTL, Inserted, LiveWindow, OutboxEntry,
     PendingEntry, StorageError, Store, WebhookAttempt,
 };
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit::{self, AuditEvent, GENESIS_HASH, NewEvent, StoredRow};
-use crate::domain::confirmation::{
-    Confirmation, Copy, Decision, Operator, Progress, Status, Step, Stray, Via, Window, WindowKey,
-    rfc3339,
-};
-use crate::domain::ids::{
-    CallbackToken, ConfirmationId, DeliveryId, IdempotencyKey, OwnerId, ToolName,
-};
-use crate::domain::interaction::{self, Answer, TimeoutAction};
+use crate::domain::confirmation::{Confirmation, Decision, Operator, Step, Via, Window, WindowKey};
+use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
+use crate::domain::interaction::Answer;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// The database type of the statements in `sql` (compiled for this backend).
+type Db = Sqlite;
+
+/// `copies` and `strays` in the order they were added (see `sql`).
+macro_rules! insertion_order {
+    () => {
+        "rowid"
+    };
+}
+
+/// Text compared by bytes in an `ORDER BY`: SQLite's default collation does that.
+macro_rules! bytewise {
+    () => {
+        ""
+    };
+}
+
+// Compiled once per backend on purpose: see the header of sql.rs.
+#[allow(clippy::duplicate_mod)]
+#[path = "sql.rs"]
+mod sql;
+use sql::{apply_decision, hydrate, hydrate_all, insert_answer, insert_in, push_agent_event};
 
 pub struct SqliteStore {
     pool: SqlitePool,
@@ -54,7 +75,7 @@ pub struct SqliteStore {
     hit_thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     /// `webhooks.max_backlog_per_agent`: an outcome whose agent already has this many
     /// undelivered webhooks gets its delivery dropped (audited) instead of queued. Set by
-    /// the service at start ([`SqliteStore::set_webhook_backlog_bound`]); the CLI tools,
+    /// the service at start ([`Store::set_webhook_backlog_bound`]); the CLI tools,
     /// which decide nothing, keep the default.
     webhook_backlog_bound: std::sync::atomic::AtomicU32,
 }
@@ -165,12 +186,6 @@ impl SqliteStore {
         })
     }
 
-    /// Sets `webhooks.max_backlog_per_agent` (see the field's comment); at least 1.
-    pub fn set_webhook_backlog_bound(&self, bound: u32) {
-        self.webhook_backlog_bound
-            .store(bound.max(1), std::sync::atomic::Ordering::Relaxed);
-    }
-
     fn webhook_backlog_bound(&self) -> u32 {
         self.webhook_backlog_bound
             .load(std::sync::atomic::Ordering::Relaxed)
@@ -215,313 +230,6 @@ fn create_private(file: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// The `decided_by_*` columns of an operator (all NULL when nobody decided).
-fn operator_columns(op: &Option<Operator>) -> (Option<i64>, Option<String>, Option<String>) {
-    match op {
-        Some(op) => (
-            i64::try_from(op.id).ok(),
-            op.username.clone(),
-            Some(op.name.clone()),
-        ),
-        None => (None, None, None),
-    }
-}
-
-fn ms(t: OffsetDateTime) -> i64 {
-    (t.unix_timestamp_nanos() / 1_000_000) as i64
-}
-
-#[derive(FromRow)]
-struct Row {
-    id: String,
-    agent: String,
-    route: String,
-    chat_id: i64,
-    tool: String,
-    owner_id: String,
-    args_hash: String,
-    params_json: String,
-    briefing: String,
-    context: Option<String>,
-    allow_edit: bool,
-    window_seconds: i64,
-    window_requested_seconds: Option<i64>,
-    approved_once: bool,
-    has_call: bool,
-    idempotency_key: Option<String>,
-    callback_token: String,
-    callback_url: Option<String>,
-    message_id: Option<i64>,
-    status: String,
-    via: Option<String>,
-    reason: String,
-    decided_by_id: Option<i64>,
-    decided_by_username: Option<String>,
-    decided_by_name: Option<String>,
-    created_at: i64,
-    expires_at: i64,
-    decided_at: Option<i64>,
-    interaction_json: Option<String>,
-    result_json: Option<String>,
-    timeout_action: Option<String>,
-    denial_reason: Option<String>,
-    extensions: i64,
-    reminders_sent: i64,
-    escalated_at: Option<i64>,
-    reasons_requested: i64,
-}
-
-impl Row {
-    fn into_domain(self) -> Result<Confirmation, StorageError> {
-        let id = self.id.clone();
-        let corrupt = |what: &str| StorageError::Corrupt {
-            id: id.clone(),
-            what: what.to_owned(),
-        };
-        let time = |v: i64| from_ms(v).ok_or_else(|| corrupt("time out of range"));
-        let decided_by = match (self.decided_by_id, self.decided_by_name) {
-            (Some(uid), Some(name)) => Some(Operator {
-                id: u64::try_from(uid).map_err(|_| corrupt("decided_by_id"))?,
-                username: self.decided_by_username,
-                name,
-            }),
-            _ => None,
-        };
-        Ok(Confirmation {
-            id: ConfirmationId::parse(&self.id).map_err(|_| corrupt("id"))?,
-            agent: self.agent,
-            route: self.route,
-            chat_id: self.chat_id,
-            tool: ToolName::from_stored(&self.tool).map_err(|_| corrupt("tool"))?,
-            owner_id: OwnerId::from_stored(&self.owner_id).map_err(|_| corrupt("owner_id"))?,
-            args_hash: ArgsHash::parse(&self.args_hash).map_err(|_| corrupt("args_hash"))?,
-            params_json: self.params_json,
-            briefing: self.briefing,
-            context: self.context,
-            allow_edit: self.allow_edit,
-            window_seconds: u64::try_from(self.window_seconds)
-                .map_err(|_| corrupt("window_seconds"))?,
-            window_requested_seconds: self
-                .window_requested_seconds
-                .map(u64::try_from)
-                .transpose()
-                .map_err(|_| corrupt("window_requested_seconds"))?,
-            approved_once: self.approved_once,
-            has_call: self.has_call,
-            idempotency_key: self
-                .idempotency_key
-                .map(|k| IdempotencyKey::parse(&k))
-                .transpose()
-                .map_err(|_| corrupt("idempotency_key"))?,
-            callback_token: CallbackToken::parse(&self.callback_token)
-                .map_err(|_| corrupt("callback_token"))?,
-            callback_url: self.callback_url,
-            message_id: self
-                .message_id
-                .map(i32::try_from)
-                .transpose()
-                .map_err(|_| corrupt("message_id"))?,
-            status: Status::parse(&self.status).ok_or_else(|| corrupt("status"))?,
-            via: self
-                .via
-                .map(|v| Via::parse(&v).ok_or_else(|| corrupt("via")))
-                .transpose()?,
-            reason: self.reason,
-            decided_by,
-            created_at: time(self.created_at)?,
-            expires_at: time(self.expires_at)?,
-            decided_at: self.decided_at.map(time).transpose()?,
-            interaction: self
-                .interaction_json
-                .map(|j| {
-                    // Stored only after it was checked; read back without the timeout cap
-                    // (the config may have changed since).
-                    serde_json::from_str(&j)
-                        .ok()
-                        .and_then(|v| interaction::parse(&v, f64::MAX).ok())
-                        .map(std::sync::Arc::new)
-                        .ok_or_else(|| corrupt("interaction_json"))
-                })
-                .transpose()?,
-            result: self
-                .result_json
-                .map(|j| serde_json::from_str(&j).map_err(|_| corrupt("result_json")))
-                .transpose()?,
-            timeout_action: self
-                .timeout_action
-                .map(|a| TimeoutAction::parse(&a).ok_or_else(|| corrupt("timeout_action")))
-                .transpose()?,
-            answers: Vec::new(),
-            copies: Vec::new(),
-            strays: Vec::new(),
-            denial_reason: self.denial_reason,
-            progress: Progress {
-                extensions: u32::try_from(self.extensions).map_err(|_| corrupt("extensions"))?,
-                reminders_sent: u32::try_from(self.reminders_sent)
-                    .map_err(|_| corrupt("reminders_sent"))?,
-                escalated_at: self.escalated_at.map(time).transpose()?,
-                reasons_requested: u32::try_from(self.reasons_requested)
-                    .map_err(|_| corrupt("reasons_requested"))?,
-            },
-        })
-    }
-}
-
-#[derive(FromRow)]
-struct AnswerRow {
-    respondent: String,
-    user_id: Option<i64>,
-    username: Option<String>,
-    name: Option<String>,
-    value_json: String,
-    is_default: bool,
-    once: bool,
-    reason: Option<String>,
-    at: i64,
-}
-
-/// [`hydrate`] for each of `rows`, in order.
-async fn hydrate_all(
-    conn: &mut sqlx::SqliteConnection,
-    rows: Vec<Row>,
-) -> Result<Vec<Confirmation>, StorageError> {
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        out.push(hydrate(&mut *conn, row.into_domain()?).await?);
-    }
-    Ok(out)
-}
-
-/// Reads a question's answers and copies into it.
-async fn hydrate(
-    conn: &mut sqlx::SqliteConnection,
-    mut r: Confirmation,
-) -> Result<Confirmation, StorageError> {
-    let corrupt = |what: &str| StorageError::Corrupt {
-        id: r.id.to_string(),
-        what: what.to_owned(),
-    };
-    let answers: Vec<AnswerRow> = sqlx::query_as(
-        "SELECT respondent, user_id, username, name, value_json, is_default, once, reason, at
-         FROM answers WHERE question_id = ? ORDER BY seq",
-    )
-    .bind(r.id.as_str())
-    .fetch_all(&mut *conn)
-    .await?;
-    let mut out = Vec::with_capacity(answers.len());
-    for a in answers {
-        out.push(Answer {
-            respondent: a.respondent,
-            by: match (a.user_id, a.name) {
-                (Some(id), Some(name)) => Some(Operator {
-                    id: u64::try_from(id).map_err(|_| corrupt("answer user_id"))?,
-                    username: a.username,
-                    name,
-                }),
-                _ => None,
-            },
-            value: serde_json::from_str(&a.value_json).map_err(|_| corrupt("answer value"))?,
-            is_default: a.is_default,
-            once: a.once,
-            reason: a.reason,
-            at: from_ms(a.at).ok_or_else(|| corrupt("answer time"))?,
-        });
-    }
-    let copies: Vec<(String, i64, Option<i64>, bool)> = sqlx::query_as(
-        "SELECT recipient, chat_id, message_id, outcome_shown FROM copies
-         WHERE question_id = ? ORDER BY rowid",
-    )
-    .bind(r.id.as_str())
-    .fetch_all(&mut *conn)
-    .await?;
-    r.copies = copies
-        .into_iter()
-        .map(|(recipient, chat_id, message_id, outcome_shown)| Copy {
-            recipient,
-            chat_id,
-            message_id: message_id.and_then(|m| i32::try_from(m).ok()),
-            outcome_shown,
-        })
-        .collect();
-    let strays: Vec<(i64, i64, bool)> = sqlx::query_as(
-        "SELECT chat_id, message_id, outcome_shown FROM strays
-         WHERE question_id = ? ORDER BY rowid",
-    )
-    .bind(r.id.as_str())
-    .fetch_all(&mut *conn)
-    .await?;
-    r.strays = strays
-        .into_iter()
-        .filter_map(|(chat_id, message_id, outcome_shown)| {
-            Some(Stray {
-                chat_id,
-                message_id: i32::try_from(message_id).ok()?,
-                outcome_shown,
-            })
-        })
-        .collect();
-    r.answers = out;
-    Ok(r)
-}
-
-/// Appends to the agent's event stream inside the caller's transaction.
-async fn push_agent_event(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    r: &Confirmation,
-    kind: &str,
-    data: &serde_json::Value,
-    at: OffsetDateTime,
-) -> Result<(), StorageError> {
-    sqlx::query(
-        "INSERT INTO agent_events (agent, question_id, kind, data, at) VALUES (?, ?, ?, ?, ?)",
-    )
-    .bind(&r.agent)
-    .bind(r.id.as_str())
-    .bind(kind)
-    .bind(data.to_string())
-    .bind(ms(at))
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-/// Stores an answer row inside the caller's transaction; false when this person had
-/// already answered.
-async fn insert_answer(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    id: &ConfirmationId,
-    a: &Answer,
-) -> Result<bool, StorageError> {
-    let (uid, username, name) = operator_columns(&a.by);
-    let done = sqlx::query(
-        "INSERT INTO answers (question_id, respondent, user_id, username, name, value_json,
-            is_default, once, reason, at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-         ON CONFLICT (question_id, user_id) WHERE user_id IS NOT NULL DO NOTHING",
-    )
-    .bind(id.as_str())
-    .bind(&a.respondent)
-    .bind(uid)
-    .bind(username)
-    .bind(name)
-    .bind(a.value.to_string())
-    .bind(a.is_default)
-    .bind(a.once)
-    .bind(a.reason.as_deref())
-    .bind(ms(a.at))
-    .execute(&mut **tx)
-    .await?;
-    Ok(done.rows_affected() == 1)
-}
-
-/// `SELECT * FROM confirmations WHERE <clause>`, as a static string (sqlx only takes
-/// SQL it can see is not built from input).
-macro_rules! select_where {
-    ($clause:literal) => {
-        concat!("SELECT * FROM confirmations WHERE ", $clause)
-    };
 }
 
 impl SqliteStore {
@@ -684,6 +392,17 @@ impl SqliteStore {
     /// A transaction that takes the write lock at once (`BEGIN IMMEDIATE`). A deferred
     /// one that reads first and writes later fails with SQLITE_BUSY, without waiting,
     /// when another connection wrote in between; an immediate one queues (busy_timeout).
+    /// The audit lock and a write transaction under it: the one way to begin a
+    /// transaction that appends audit or stream events (keep the guard as long as the
+    /// transaction). Named and shaped as PostgreSQL's, so the statements in `sql` run
+    /// under either.
+    async fn audit_tx(
+        &self,
+    ) -> Result<(AuditGuard, sqlx::Transaction<'_, sqlx::Sqlite>), StorageError> {
+        let audit = self.lock_audit().await;
+        Ok((audit, self.write_tx().await?))
+    }
+
     async fn write_tx(&self) -> Result<sqlx::Transaction<'_, sqlx::Sqlite>, StorageError> {
         Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
     }
@@ -715,32 +434,6 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Ends the transaction of a step a pending question just took (its conditional
-    /// update already made in `tx`): reads the question, streams the step, audits it
-    /// (`by`, `detail`) and commits. Returns the question as it now is.
-    async fn commit_step(
-        &self,
-        mut tx: sqlx::Transaction<'_, sqlx::Sqlite>,
-        id: &ConfirmationId,
-        step: Step,
-        by: Option<&Operator>,
-        detail: serde_json::Value,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let row = sqlx::query_as::<_, Row>(select_where!("id = ?"))
-            .bind(id.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let record = hydrate(&mut tx, row.into_domain()?).await?;
-        push_agent_event(&mut tx, &record, "status", &record.step_event(step), now).await?;
-        append_event(&mut tx, &audit::step(id.as_str(), step, by, detail, now)).await?;
-        tx.commit().await?;
-        Ok(Some(record))
-    }
-
     async fn fetch_one_where(
         &self,
         sql: &'static str,
@@ -756,66 +449,6 @@ impl SqliteStore {
             None => Ok(None),
         }
     }
-}
-
-/// Queues the webhook of a request that just ended, inside the caller's transaction (the
-/// caller holds the audit lock): the outcome and its delivery commit together or not at
-/// all. When the agent already has `max_backlog` undelivered webhooks, the delivery is
-/// stored as `dropped` with a `webhook_dropped` event instead: the oldest are kept (they
-/// have waited longest, and a delivery once queued is never withdrawn), and the bound
-/// holds exactly, because the count is read under the write lock of this transaction.
-async fn enqueue_webhook(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    r: &Confirmation,
-    now: OffsetDateTime,
-    max_backlog: u32,
-) -> Result<(), StorageError> {
-    let Some(url) = &r.callback_url else {
-        return Ok(());
-    };
-    // Through the partial index on pending rows: at most `max_backlog` entries to count.
-    let (backlog,): (i64,) =
-        sqlx::query_as("SELECT COUNT(*) FROM webhook_outbox WHERE agent = ? AND state = 'pending'")
-            .bind(&r.agent)
-            .fetch_one(&mut **tx)
-            .await?;
-    let backlog = u64::try_from(backlog).unwrap_or(0);
-    let delivery_id = DeliveryId::generate();
-    if backlog >= u64::from(max_backlog) {
-        sqlx::query(
-            "INSERT INTO webhook_outbox (delivery_id, confirmation_id, agent, url, created_at,
-                 next_attempt_at, state, last_error, finished_at)
-             VALUES (?, ?, ?, ?, ?, ?, 'dropped', ?, ?)",
-        )
-        .bind(delivery_id.as_str())
-        .bind(r.id.as_str())
-        .bind(&r.agent)
-        .bind(url)
-        .bind(ms(now))
-        .bind(ms(now))
-        .bind(format!(
-            "dropped: the agent already had {backlog} undelivered webhooks"
-        ))
-        .bind(ms(now))
-        .execute(&mut **tx)
-        .await?;
-        let event =
-            audit::webhook_dropped(r.id.as_str(), delivery_id.as_str(), &r.agent, backlog, now);
-        return append_event(tx, &event).await;
-    }
-    sqlx::query(
-        "INSERT INTO webhook_outbox (delivery_id, confirmation_id, agent, url, created_at, next_attempt_at)
-         VALUES (?, ?, ?, ?, ?, ?)",
-    )
-    .bind(delivery_id.as_str())
-    .bind(r.id.as_str())
-    .bind(&r.agent)
-    .bind(url)
-    .bind(ms(now))
-    .bind(ms(now))
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
 }
 
 /// Appends `event` to the audit chain inside `tx`. The caller holds the audit lock.
@@ -840,283 +473,12 @@ async fn append_events(
         sqlx::query_as("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1")
             .fetch_optional(&mut **tx)
             .await?;
-    let (mut seq, mut prev_hash) = last.unwrap_or_else(|| (0, GENESIS_HASH.to_owned()));
-    let mut rows = Vec::with_capacity(events.len());
-    for event in events {
-        seq += 1;
-        let (detail, hash) = chained(&prev_hash, seq, event);
-        let prev = std::mem::replace(&mut prev_hash, hash.clone());
-        rows.push((seq, event, detail, prev, hash));
-    }
+    let rows = rows::chain(last, events);
     for chunk in insert_runs(&rows) {
-        let mut insert = sqlx::QueryBuilder::new(
-            "INSERT INTO audit_events (seq, at, confirmation_id, kind, actor, detail, prev_hash,
-                hash) ",
-        );
-        insert.push_values(chunk, |mut row, (seq, event, detail, prev, hash)| {
-            row.push_bind(*seq)
-                .push_bind(ms(event.at))
-                .push_bind(event.confirmation_id.as_deref())
-                .push_bind(event.kind)
-                .push_bind(event.actor.as_str())
-                .push_bind(detail.as_str())
-                .push_bind(prev.as_str())
-                .push_bind(hash.as_str());
-        });
+        let mut insert: QueryBuilder<Sqlite> = rows::insert_audit_rows(chunk);
         insert.build().execute(&mut **tx).await?;
     }
     Ok(())
-}
-
-/// `event` as the audit row numbered `seq` after the row hashed `prev_hash`: its detail
-/// as stored, and its hash.
-fn chained(prev_hash: &str, seq: i64, event: &NewEvent) -> (String, String) {
-    let detail = event.detail.to_string();
-    let hash = audit::chain_hash(
-        prev_hash,
-        seq,
-        event.at,
-        event.confirmation_id.as_deref(),
-        event.kind,
-        &event.actor,
-        &detail,
-    );
-    (detail, hash)
-}
-
-/// Splits `rows` for multi-row `INSERT`s into runs of a power of two rows, largest
-/// first, up to 256 (the widest table has 30 columns, and SQLite allows 32,766
-/// parameters in one statement). A statement's text depends on its row count, and each
-/// connection keeps its prepared statements by text: with powers of two, every batch size
-/// reuses one of nine statements per table instead of preparing one per size.
-fn insert_runs<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
-    std::iter::from_fn(move || {
-        if rows.is_empty() {
-            return None;
-        }
-        let len = if rows.len() >= 256 {
-            256
-        } else {
-            1 << rows.len().ilog2()
-        };
-        let (run, rest) = rows.split_at(len);
-        rows = rest;
-        Some(run)
-    })
-}
-
-#[derive(FromRow)]
-struct AuditRow {
-    seq: i64,
-    at: i64,
-    confirmation_id: Option<String>,
-    kind: String,
-    actor: String,
-    detail: String,
-    prev_hash: String,
-    hash: String,
-}
-
-impl AuditRow {
-    fn into_stored(self) -> Result<StoredRow, StorageError> {
-        Ok(StoredRow {
-            at: from_ms(self.at).ok_or_else(|| StorageError::Corrupt {
-                id: format!("audit event {}", self.seq),
-                what: "time".into(),
-            })?,
-            seq: self.seq,
-            confirmation_id: self.confirmation_id,
-            kind: self.kind,
-            actor: self.actor,
-            detail_text: self.detail,
-            prev_hash: self.prev_hash,
-            hash: self.hash,
-        })
-    }
-}
-
-/// A window joined with the route and chat of the request that opened it.
-#[derive(FromRow)]
-struct WindowRow {
-    agent: String,
-    window_route: String,
-    owner_id: String,
-    tool: String,
-    args_hash: String,
-    expires_at: i64,
-    opened_by: String,
-    route: String,
-    chat_id: i64,
-}
-
-/// The columns of a [`WindowRow`]; `w` is the window, `c` its opening request.
-macro_rules! select_windows_where {
-    ($clause:literal) => {
-        concat!(
-            "SELECT w.agent, w.route AS window_route, w.owner_id, w.tool, w.args_hash,
-                    w.expires_at, w.opened_by, c.route, c.chat_id
-             FROM windows w JOIN confirmations c ON c.id = w.opened_by
-             WHERE ",
-            $clause
-        )
-    };
-}
-
-impl WindowRow {
-    fn into_domain(self) -> Result<LiveWindow, StorageError> {
-        let corrupt = |what: &str| StorageError::Corrupt {
-            id: self.opened_by.clone(),
-            what: what.to_owned(),
-        };
-        Ok(LiveWindow {
-            window: Window {
-                key: WindowKey {
-                    owner_id: OwnerId::from_stored(&self.owner_id)
-                        .map_err(|_| corrupt("window owner_id"))?,
-                    tool: ToolName::from_stored(&self.tool).map_err(|_| corrupt("window tool"))?,
-                    args_hash: ArgsHash::parse(&self.args_hash)
-                        .map_err(|_| corrupt("window args_hash"))?,
-                    agent: self.agent.clone(),
-                    route: self.window_route.clone(),
-                },
-                expires_at: from_ms(self.expires_at).ok_or_else(|| corrupt("window expiry"))?,
-                opened_by: ConfirmationId::parse(&self.opened_by)
-                    .map_err(|_| corrupt("opened_by"))?,
-            },
-            route: self.route.clone(),
-            chat_id: self.chat_id,
-        })
-    }
-}
-
-fn from_ms(v: i64) -> Option<OffsetDateTime> {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(v) * 1_000_000).ok()
-}
-
-#[derive(FromRow)]
-struct OutboxRow {
-    delivery_id: String,
-    confirmation_id: String,
-    agent: String,
-    url: String,
-    created_at: i64,
-    attempts: i64,
-}
-
-impl OutboxRow {
-    fn into_entry(self) -> Result<OutboxEntry, StorageError> {
-        let corrupt = |what: &str| StorageError::Corrupt {
-            id: self.delivery_id.clone(),
-            what: what.to_owned(),
-        };
-        Ok(OutboxEntry {
-            delivery_id: DeliveryId::parse(&self.delivery_id)
-                .map_err(|_| corrupt("delivery_id"))?,
-            confirmation_id: ConfirmationId::parse(&self.confirmation_id)
-                .map_err(|_| corrupt("confirmation_id"))?,
-            created_at: from_ms(self.created_at).ok_or_else(|| corrupt("created_at"))?,
-            attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
-            agent: self.agent,
-            url: self.url,
-        })
-    }
-}
-
-/// Moves a pending question to its outcome inside `tx` (the caller holds the audit lock):
-/// one conditional update, then, when it applied, the default answer (if any), the stream
-/// and audit events, the webhook and the confirmation window, all in the same transaction.
-async fn apply_decision(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    id: &ConfirmationId,
-    d: &Decision,
-    max_backlog: u32,
-) -> Result<Decided, StorageError> {
-    let (by_id, by_username, by_name) = operator_columns(&d.decided_by);
-    // The `status = 'pending'` guard is the whole exactly-once story: of any number of
-    // concurrent decisions, one changes a row and every other changes none.
-    let changed = sqlx::query(
-        "UPDATE confirmations SET status = ?, via = ?, reason = ?, decided_by_id = ?,
-                decided_by_username = ?, decided_by_name = ?, decided_at = ?, result_json = ?,
-                timeout_action = ?, approved_once = ?, denial_reason = ?
-             WHERE id = ? AND status = 'pending'",
-    )
-    .bind(d.status.as_str())
-    .bind(d.via.as_str())
-    .bind(&d.reason)
-    .bind(by_id)
-    .bind(by_username)
-    .bind(by_name)
-    .bind(ms(d.decided_at))
-    .bind(d.result.as_ref().map(|v| v.to_string()))
-    .bind(d.timeout_action.map(TimeoutAction::as_str))
-    .bind(d.once)
-    .bind(d.denial_reason.as_deref())
-    .bind(id.as_str())
-    .execute(&mut **tx)
-    .await?
-    .rows_affected()
-        == 1;
-    // A default applied on timeout is stored as an answer, marked as a default, so
-    // the agent sees it as a HumanResponse like any other.
-    let default_answer = match (&d.result, d.via, d.status) {
-        (Some(value), Via::Timeout, Status::Completed) if changed => Some(Answer {
-            respondent: "system".into(),
-            by: None,
-            value: value.clone(),
-            is_default: true,
-            once: false,
-            reason: None,
-            at: d.decided_at,
-        }),
-        _ => None,
-    };
-    if let Some(a) = &default_answer {
-        insert_answer(tx, id, a).await?;
-    }
-    let row = sqlx::query_as::<_, Row>(select_where!("id = ?"))
-        .bind(id.as_str())
-        .fetch_optional(&mut **tx)
-        .await?;
-    let Some(record) = row.map(Row::into_domain).transpose()? else {
-        return Ok(Decided::NotFound);
-    };
-    let record = hydrate(tx, record).await?;
-    if !changed {
-        return Ok(Decided::AlreadyTerminal(record));
-    }
-    if let Some(a) = &default_answer {
-        append_event(tx, &audit::answered(id.as_str(), a)).await?;
-        push_agent_event(
-            tx,
-            &record,
-            "response",
-            &record.response_event(a),
-            d.decided_at,
-        )
-        .await?;
-    }
-    push_agent_event(tx, &record, "status", &record.status_event(), d.decided_at).await?;
-    append_event(tx, &audit::decided(&record)).await?;
-    enqueue_webhook(tx, &record, d.decided_at, max_backlog).await?;
-    if let Some(until) = record.window_until() {
-        sqlx::query(
-            "INSERT INTO windows (agent, route, owner_id, tool, args_hash, expires_at, opened_by)
-                 VALUES (?, ?, ?, ?, ?, ?, ?)
-                 ON CONFLICT (agent, route, owner_id, tool, args_hash)
-                 DO UPDATE SET expires_at = excluded.expires_at, opened_by = excluded.opened_by
-                 WHERE excluded.expires_at > windows.expires_at",
-        )
-        .bind(&record.agent)
-        .bind(&record.route)
-        .bind(record.owner_id.as_str())
-        .bind(record.tool.as_str())
-        .bind(record.args_hash.as_str())
-        .bind(ms(until))
-        .bind(record.id.as_str())
-        .execute(&mut **tx)
-        .await?;
-    }
-    Ok(Decided::Applied(record))
 }
 
 /// The error of a window hit whose group commit ended without answering it (its
@@ -1292,7 +654,7 @@ fn write_plain_tx(
     batch: &[QueuedHit],
 ) -> rusqlite::Result<AuditTip> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    let (mut seq, mut prev) = match tip {
+    let tip = match tip {
         Some(tip) => tip,
         None => tx
             .query_row(
@@ -1305,6 +667,9 @@ fn write_plain_tx(
                 e => Err(e),
             })?,
     };
+    // Numbered and hashed onto the tip before anything is written.
+    let events: Vec<NewEvent> = batch.iter().map(|h| audit::window_hit(&h.record)).collect();
+    let chained = rows::chain(Some(tip.clone()), &events);
     {
         let mut records = tx.prepare_cached(INSERT_CONFIRMATION)?;
         let mut events = tx.prepare_cached(
@@ -1314,7 +679,7 @@ fn write_plain_tx(
             "INSERT INTO audit_events (seq, at, confirmation_id, kind, actor, detail, prev_hash,
                 hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         )?;
-        for hit in batch {
+        for (hit, row) in batch.iter().zip(&chained) {
             let r = &hit.record;
             let (by_id, by_username, by_name) = operator_columns(&r.decided_by);
             records.execute(rusqlite::params![
@@ -1359,24 +724,22 @@ fn write_plain_tx(
                 r.status_event().to_string(),
                 ms(hit.now),
             ])?;
-            let event = audit::window_hit(r);
-            seq += 1;
-            let (detail, hash) = chained(&prev, seq, &event);
             audited.execute(rusqlite::params![
-                seq,
-                ms(event.at),
-                event.confirmation_id.as_deref(),
-                event.kind,
-                event.actor.as_str(),
-                detail,
-                prev.as_str(),
-                hash.as_str(),
+                row.seq,
+                ms(row.event.at),
+                row.event.confirmation_id.as_deref(),
+                row.event.kind,
+                row.event.actor.as_str(),
+                row.detail.as_str(),
+                row.prev_hash.as_str(),
+                row.hash.as_str(),
             ])?;
-            prev = hash;
         }
     }
     tx.commit()?;
-    Ok((seq, prev))
+    Ok(chained
+        .last()
+        .map_or(tip, |row| (row.seq, row.hash.clone())))
 }
 
 /// Stores plain window hits (see [`SqliteStore::write_hits`]) inside `tx`: what
@@ -1392,10 +755,9 @@ async fn insert_plain_hits(
         return Ok(());
     }
     for chunk in insert_runs(hits) {
-        insert_confirmations(chunk.iter().map(|h| &h.record))
-            .build()
-            .execute(&mut **tx)
-            .await?;
+        let mut records: QueryBuilder<Sqlite> =
+            insert_confirmations(chunk.iter().map(|h| &h.record));
+        records.build().execute(&mut **tx).await?;
         let mut events = sqlx::QueryBuilder::new(
             "INSERT INTO agent_events (agent, question_id, kind, data, at) ",
         );
@@ -1412,133 +774,13 @@ async fn insert_plain_hits(
     append_events(tx, &audited).await
 }
 
-/// The columns of a stored request, in the order both writers bind them
-/// ([`insert_confirmations`], [`write_plain_tx`]).
-macro_rules! confirmation_columns {
-    () => {
-        "id, agent, route, chat_id, tool, owner_id, args_hash, params_json, briefing,
-        context, allow_edit, window_seconds, idempotency_key, callback_token, callback_url,
-        message_id, status, via, reason, decided_by_id, decided_by_username,
-        decided_by_name, created_at, expires_at, decided_at, interaction_id,
-        interaction_json, window_requested_seconds, approved_once, has_call"
-    };
-}
-
-/// One request's row, for the group commit's prepared statement.
+/// One request's row, for the group commit's prepared statement (the columns in
+/// the order [`write_plain_tx`] binds them).
 const INSERT_CONFIRMATION: &str = concat!(
     "INSERT INTO confirmations (",
     confirmation_columns!(),
     ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 );
-
-/// `INSERT INTO confirmations … VALUES (…), (…)` for `records`, one row each: the one
-/// column list for a single request and for a batch of window hits.
-fn insert_confirmations<'r>(
-    records: impl IntoIterator<Item = &'r Confirmation>,
-) -> sqlx::QueryBuilder<sqlx::Sqlite> {
-    let mut b = sqlx::QueryBuilder::new(concat!(
-        "INSERT INTO confirmations (",
-        confirmation_columns!(),
-        ") "
-    ));
-    b.push_values(records, |mut row, r| {
-        let (by_id, by_username, by_name) = operator_columns(&r.decided_by);
-        row.push_bind(r.id.as_str())
-            .push_bind(r.agent.as_str())
-            .push_bind(r.route.as_str())
-            .push_bind(r.chat_id)
-            .push_bind(r.tool.as_str())
-            .push_bind(r.owner_id.as_str())
-            .push_bind(r.args_hash.as_str())
-            .push_bind(r.params_json.as_str())
-            .push_bind(r.briefing.as_str())
-            .push_bind(r.context.as_deref())
-            .push_bind(r.allow_edit)
-            .push_bind(i64::try_from(r.window_seconds).unwrap_or(i64::MAX))
-            .push_bind(r.idempotency_key.as_ref().map(|k| k.as_str()))
-            .push_bind(r.callback_token.as_str())
-            .push_bind(r.callback_url.as_deref())
-            .push_bind(r.message_id.map(i64::from))
-            .push_bind(r.status.as_str())
-            .push_bind(r.via.map(Via::as_str))
-            .push_bind(r.reason.as_str())
-            .push_bind(by_id)
-            .push_bind(by_username)
-            .push_bind(by_name)
-            .push_bind(ms(r.created_at))
-            .push_bind(ms(r.expires_at))
-            .push_bind(r.decided_at.map(ms))
-            .push_bind(r.interaction.as_ref().map(|i| i.interaction_id.as_str()))
-            .push_bind(
-                r.interaction
-                    .as_ref()
-                    .map(|i| serde_json::Value::Object(i.raw.clone()).to_string()),
-            )
-            .push_bind(
-                r.window_requested_seconds
-                    .map(|w| i64::try_from(w).unwrap_or(i64::MAX)),
-            )
-            .push_bind(r.approved_once)
-            .push_bind(r.has_call);
-    });
-    b
-}
-
-/// Stores a new request inside `tx` (the caller holds the audit lock and commits); see
-/// [`Store::insert`].
-async fn insert_in(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    r: &Confirmation,
-    now: OffsetDateTime,
-    max_backlog: u32,
-) -> Result<Inserted, StorageError> {
-    if let Some(key) = &r.idempotency_key {
-        // Release the key if its request is older than the TTL, so it can be reused.
-        sqlx::query(
-            "UPDATE confirmations SET idempotency_key = NULL
-             WHERE agent = ? AND idempotency_key = ? AND created_at <= ?",
-        )
-        .bind(&r.agent)
-        .bind(key.as_str())
-        .bind(ms(now - IDEMPOTENCY_TTL))
-        .execute(&mut **tx)
-        .await?;
-    }
-    let mut insert = insert_confirmations([r]);
-    insert.push(" ON CONFLICT DO NOTHING");
-    let done = insert.build().execute(&mut **tx).await?;
-    if done.rows_affected() == 1 {
-        if r.is_terminal() {
-            append_event(tx, &audit::window_hit(r)).await?;
-            enqueue_webhook(tx, r, now, max_backlog).await?;
-        } else {
-            append_event(tx, &audit::requested(r)).await?;
-        }
-        push_agent_event(tx, r, "status", &r.status_event(), now).await?;
-        return Ok(Inserted::New(r.clone()));
-    }
-    // Another question holds the idempotency key or the interaction id (the only
-    // unique columns an agent chooses).
-    let existing = match (&r.idempotency_key, &r.interaction) {
-        (Some(key), _) => {
-            sqlx::query_as::<_, Row>(select_where!("agent = ? AND idempotency_key = ?"))
-                .bind(&r.agent)
-                .bind(key.as_str())
-                .fetch_one(&mut **tx)
-                .await?
-        }
-        (None, Some(i)) => {
-            sqlx::query_as::<_, Row>(select_where!("agent = ? AND interaction_id = ?"))
-                .bind(&r.agent)
-                .bind(i.interaction_id.as_str())
-                .fetch_one(&mut **tx)
-                .await?
-        }
-        (None, None) => return Err(sqlx::Error::RowNotFound.into()),
-    };
-    let existing = hydrate(&mut *tx, existing.into_domain()?).await?;
-    Ok(Inserted::Existing(existing))
-}
 
 #[async_trait]
 impl Store for SqliteStore {
@@ -1551,6 +793,11 @@ impl Store for SqliteStore {
     async fn ping(&self) -> Result<(), StorageError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+
+    fn set_webhook_backlog_bound(&self, bound: u32) {
+        self.webhook_backlog_bound
+            .store(bound.max(1), std::sync::atomic::Ordering::Relaxed);
     }
 
     async fn insert(
@@ -1656,26 +903,12 @@ impl Store for SqliteStore {
         .bind(ms(now))
         .fetch_optional(&self.pool)
         .await?;
-        let Some((expires_at, opened_by)) = row else {
-            return Ok(None);
-        };
-        let corrupt = |what: &str| StorageError::Corrupt {
-            id: opened_by.clone(),
-            what: what.to_owned(),
-        };
-        Ok(Some(Window {
-            key: key.clone(),
-            expires_at: from_ms(expires_at).ok_or_else(|| corrupt("window expiry"))?,
-            opened_by: ConfirmationId::parse(&opened_by).map_err(|_| corrupt("opened_by"))?,
-        }))
+        row.map(|(expires_at, opened_by)| rows::window(key, expires_at, &opened_by))
+            .transpose()
     }
 
     async fn mark_outcome_shown(&self, id: &ConfirmationId) -> Result<(), StorageError> {
-        sqlx::query("UPDATE confirmations SET outcome_shown = 1 WHERE id = ?")
-            .bind(id.as_str())
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        sql::mark_outcome_shown(&self.pool, id).await
     }
 
     async fn unshown_outcomes(&self) -> Result<Vec<Confirmation>, StorageError> {
@@ -1694,39 +927,11 @@ impl Store for SqliteStore {
     }
 
     async fn count_pending(&self, agent: &str) -> Result<u64, StorageError> {
-        let (n,): (i64,) = sqlx::query_as(
-            "SELECT COUNT(*) FROM confirmations WHERE agent = ? AND status = 'pending'",
-        )
-        .bind(agent)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(u64::try_from(n).unwrap_or(0))
+        sql::count_pending(&self.pool, agent).await
     }
 
     async fn pending(&self) -> Result<Vec<PendingEntry>, StorageError> {
-        let rows: Vec<(String, i64, bool, bool, String)> = sqlx::query_as(
-            "SELECT id, expires_at, message_id IS NOT NULL AND NOT EXISTS (
-                SELECT 1 FROM copies c WHERE c.question_id = confirmations.id
-                AND c.message_id IS NULL), attached, route
-             FROM confirmations WHERE status = 'pending' ORDER BY expires_at",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter()
-            .map(|(id, at, delivered, attached, route)| {
-                let corrupt = |what: &str| StorageError::Corrupt {
-                    id: id.clone(),
-                    what: what.to_owned(),
-                };
-                Ok(PendingEntry {
-                    id: ConfirmationId::parse(&id).map_err(|_| corrupt("id"))?,
-                    expires_at: from_ms(at).ok_or_else(|| corrupt("expires_at"))?,
-                    delivered,
-                    attached,
-                    route,
-                })
-            })
-            .collect()
+        sql::pending(&self.pool).await
     }
 
     async fn purge_expired_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError> {
@@ -1752,33 +957,7 @@ impl Store for SqliteStore {
         now: OffsetDateTime,
         limit: u32,
     ) -> Result<Vec<OutboxEntry>, StorageError> {
-        let rows: Vec<OutboxRow> = sqlx::query_as(
-            "SELECT delivery_id, confirmation_id, agent, url, created_at, attempts
-             FROM webhook_outbox WHERE state = 'pending' AND next_attempt_at <= ?
-             ORDER BY next_attempt_at LIMIT ?",
-        )
-        .bind(ms(now))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter()
-            .map(|r| {
-                let corrupt = |what: &str| StorageError::Corrupt {
-                    id: r.delivery_id.clone(),
-                    what: what.to_owned(),
-                };
-                Ok(OutboxEntry {
-                    delivery_id: DeliveryId::parse(&r.delivery_id)
-                        .map_err(|_| corrupt("delivery_id"))?,
-                    confirmation_id: ConfirmationId::parse(&r.confirmation_id)
-                        .map_err(|_| corrupt("confirmation_id"))?,
-                    agent: r.agent.clone(),
-                    url: r.url.clone(),
-                    created_at: from_ms(r.created_at).ok_or_else(|| corrupt("created_at"))?,
-                    attempts: u32::try_from(r.attempts).unwrap_or(u32::MAX),
-                })
-            })
-            .collect()
+        sql::due_webhooks(&self.pool, now, limit).await
     }
 
     async fn next_webhook_due(&self) -> Result<Option<OffsetDateTime>, StorageError> {
@@ -1898,38 +1077,14 @@ impl Store for SqliteStore {
     }
 
     async fn events_for(&self, id: &ConfirmationId) -> Result<Vec<AuditEvent>, StorageError> {
-        let rows: Vec<AuditRow> =
-            sqlx::query_as("SELECT * FROM audit_events WHERE confirmation_id = ? ORDER BY seq")
-                .bind(id.as_str())
-                .fetch_all(&self.pool)
-                .await?;
-        rows.into_iter()
-            .map(|r| {
-                let s = r.into_stored()?;
-                Ok(AuditEvent {
-                    detail: serde_json::from_str(&s.detail_text).unwrap_or(serde_json::Value::Null),
-                    seq: s.seq,
-                    at: s.at,
-                    confirmation_id: s.confirmation_id,
-                    kind: s.kind,
-                    actor: s.actor,
-                    prev_hash: s.prev_hash,
-                    hash: s.hash,
-                })
-            })
-            .collect()
+        sql::events_for(&self.pool, id).await
     }
 
     async fn audit_rows(
         &self,
         since: Option<OffsetDateTime>,
     ) -> Result<Vec<StoredRow>, StorageError> {
-        let rows: Vec<AuditRow> =
-            sqlx::query_as("SELECT * FROM audit_events WHERE at >= ? ORDER BY seq")
-                .bind(since.map_or(i64::MIN, ms))
-                .fetch_all(&self.pool)
-                .await?;
-        rows.into_iter().map(AuditRow::into_stored).collect()
+        sql::audit_rows(&self.pool, since).await
     }
 
     async fn audit_snapshot(
@@ -1958,23 +1113,11 @@ impl Store for SqliteStore {
     }
 
     async fn audit_head(&self) -> Result<audit::Head, StorageError> {
-        let last: Option<(i64, String)> =
-            sqlx::query_as("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1")
-                .fetch_optional(&self.pool)
-                .await?;
-        match last {
-            None => Ok(audit::Head::genesis()),
-            Some((seq, hash)) => audit::Head::new(seq, &hash).map_err(|e| StorageError::Corrupt {
-                id: format!("audit event {seq}"),
-                what: format!("hash: {e}"),
-            }),
-        }
+        sql::audit_head(&self.pool).await
     }
 
     async fn route_chats(&self) -> Result<Vec<(String, i64)>, StorageError> {
-        Ok(sqlx::query_as("SELECT route, chat_id FROM route_chats")
-            .fetch_all(&self.pool)
-            .await?)
+        sql::route_chats(&self.pool).await
     }
 
     async fn move_route_chat(
@@ -1984,29 +1127,8 @@ impl Store for SqliteStore {
         to_chat: i64,
         now: OffsetDateTime,
     ) -> Result<(), StorageError> {
-        let _audit = self.lock_audit().await;
-        let mut tx = self.write_tx().await?;
-        append_event(&mut tx, &audit::route_moved(route, from_chat, to_chat, now)).await?;
-        sqlx::query(
-            "INSERT INTO route_chats (route, chat_id, updated_at) VALUES (?, ?, ?)
-             ON CONFLICT (route) DO UPDATE SET chat_id = excluded.chat_id, updated_at = excluded.updated_at",
-        )
-        .bind(route)
-        .bind(to_chat)
-        .bind(ms(now))
-        .execute(&mut *tx)
-        .await?;
-        // Pending requests of the old chat now live in the new one: taps come from there.
-        sqlx::query(
-            "UPDATE confirmations SET chat_id = ? WHERE route = ? AND chat_id = ? AND status = 'pending'",
-        )
-        .bind(to_chat)
-        .bind(route)
-        .bind(from_chat)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::move_route_chat(tx, route, from_chat, to_chat, now).await
     }
 
     async fn find_interaction(
@@ -2047,30 +1169,8 @@ impl Store for SqliteStore {
         chat_id: i64,
         now: OffsetDateTime,
     ) -> Result<bool, StorageError> {
-        let _audit = self.lock_audit().await;
-        let mut tx = self.write_tx().await?;
-        let added = sqlx::query(
-            "INSERT INTO copies (question_id, recipient, chat_id)
-             SELECT id, ?1, ?2 FROM confirmations
-             WHERE id = ?3 AND status = 'pending' AND chat_id <> ?2
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(recipient)
-        .bind(chat_id)
-        .bind(id.as_str())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if added {
-            append_event(
-                &mut tx,
-                &audit::copied(id.as_str(), recipient, chat_id, now),
-            )
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(added)
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::add_copy(tx, id, recipient, chat_id, now).await
     }
 
     async fn set_copy_message_id(
@@ -2080,30 +1180,12 @@ impl Store for SqliteStore {
         message_id: i32,
         now: OffsetDateTime,
     ) -> Result<(), StorageError> {
-        let _audit = self.lock_audit().await;
-        let mut tx = self.write_tx().await?;
-        sqlx::query("UPDATE copies SET message_id = ? WHERE question_id = ? AND chat_id = ?")
-            .bind(i64::from(message_id))
-            .bind(id.as_str())
-            .bind(chat_id)
-            .execute(&mut *tx)
-            .await?;
-        append_event(
-            &mut tx,
-            &audit::delivered(id.as_str(), chat_id, message_id, now),
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::set_copy_message_id(tx, id, chat_id, message_id, now).await
     }
 
     async fn mark_copy_shown(&self, id: &ConfirmationId, chat_id: i64) -> Result<(), StorageError> {
-        sqlx::query("UPDATE copies SET outcome_shown = 1 WHERE question_id = ? AND chat_id = ?")
-            .bind(id.as_str())
-            .bind(chat_id)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        sql::mark_copy_shown(&self.pool, id, chat_id).await
     }
 
     async fn add_stray(
@@ -2145,11 +1227,7 @@ impl Store for SqliteStore {
     }
 
     async fn mark_attached(&self, id: &ConfirmationId) -> Result<(), StorageError> {
-        sqlx::query("UPDATE confirmations SET attached = 1 WHERE id = ?")
-            .bind(id.as_str())
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        sql::mark_attached(&self.pool, id).await
     }
 
     async fn mark_stray_shown(
@@ -2158,16 +1236,7 @@ impl Store for SqliteStore {
         chat_id: i64,
         message_id: i32,
     ) -> Result<(), StorageError> {
-        sqlx::query(
-            "UPDATE strays SET outcome_shown = 1
-             WHERE question_id = ? AND chat_id = ? AND message_id = ?",
-        )
-        .bind(id.as_str())
-        .bind(chat_id)
-        .bind(i64::from(message_id))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        sql::mark_stray_shown(&self.pool, id, chat_id, message_id).await
     }
 
     async fn add_answer(
@@ -2238,16 +1307,7 @@ impl Store for SqliteStore {
         id: &ConfirmationId,
         user_id: u64,
     ) -> Result<Vec<String>, StorageError> {
-        let row: Option<(String,)> = sqlx::query_as(
-            "SELECT keys_json FROM selections WHERE question_id = ? AND user_id = ?",
-        )
-        .bind(id.as_str())
-        .bind(i64::try_from(user_id).unwrap_or(i64::MAX))
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row
-            .and_then(|(j,)| serde_json::from_str(&j).ok())
-            .unwrap_or_default())
+        sql::selection(&self.pool, id, user_id).await
     }
 
     async fn set_selection(
@@ -2256,16 +1316,7 @@ impl Store for SqliteStore {
         user_id: u64,
         keys: &[String],
     ) -> Result<(), StorageError> {
-        sqlx::query(
-            "INSERT INTO selections (question_id, user_id, keys_json) VALUES (?, ?, ?)
-             ON CONFLICT (question_id, user_id) DO UPDATE SET keys_json = excluded.keys_json",
-        )
-        .bind(id.as_str())
-        .bind(i64::try_from(user_id).unwrap_or(i64::MAX))
-        .bind(serde_json::to_string(keys).unwrap_or_else(|_| "[]".into()))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        sql::set_selection(&self.pool, id, user_id, keys).await
     }
 
     async fn agent_events(
@@ -2274,36 +1325,15 @@ impl Store for SqliteStore {
         after: i64,
         limit: u32,
     ) -> Result<Vec<AgentEvent>, StorageError> {
-        let rows: Vec<(i64, String, String)> = sqlx::query_as(
-            "SELECT seq, kind, data FROM agent_events WHERE agent = ? AND seq > ?
-             ORDER BY seq LIMIT ?",
-        )
-        .bind(agent)
-        .bind(after)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(seq, kind, data)| AgentEvent { seq, kind, data })
-            .collect())
+        sql::agent_events(&self.pool, agent, after, limit).await
     }
 
     async fn purge_agent_events(&self, before: OffsetDateTime) -> Result<u64, StorageError> {
-        Ok(sqlx::query("DELETE FROM agent_events WHERE at < ?")
-            .bind(ms(before))
-            .execute(&self.pool)
-            .await?
-            .rows_affected())
+        sql::purge_agent_events(&self.pool, before).await
     }
 
     async fn last_agent_event(&self, agent: &str) -> Result<i64, StorageError> {
-        let (n,): (Option<i64>,) =
-            sqlx::query_as("SELECT MAX(seq) FROM agent_events WHERE agent = ?")
-                .bind(agent)
-                .fetch_one(&self.pool)
-                .await?;
-        Ok(n.unwrap_or(0))
+        sql::last_agent_event(&self.pool, agent).await
     }
 
     async fn pending_in_chat(&self, chat_id: i64) -> Result<Vec<Confirmation>, StorageError> {
@@ -2322,14 +1352,7 @@ impl Store for SqliteStore {
         route: &str,
         now: OffsetDateTime,
     ) -> Result<Vec<LiveWindow>, StorageError> {
-        let rows: Vec<WindowRow> = sqlx::query_as(select_windows_where!(
-            "c.route = ?1 AND w.expires_at > ?2 ORDER BY w.expires_at, w.opened_by"
-        ))
-        .bind(route)
-        .bind(ms(now))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter().map(WindowRow::into_domain).collect()
+        sql::live_windows(&self.pool, route, now).await
     }
 
     async fn live_window_opened_by(
@@ -2337,14 +1360,7 @@ impl Store for SqliteStore {
         opened_by: &ConfirmationId,
         now: OffsetDateTime,
     ) -> Result<Option<LiveWindow>, StorageError> {
-        let row: Option<WindowRow> = sqlx::query_as(select_windows_where!(
-            "w.opened_by = ?1 AND w.expires_at > ?2"
-        ))
-        .bind(opened_by.as_str())
-        .bind(ms(now))
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(WindowRow::into_domain).transpose()
+        sql::live_window_opened_by(&self.pool, opened_by, now).await
     }
 
     async fn revoke_window(
@@ -2430,39 +1446,7 @@ impl Store for SqliteStore {
     }
 
     async fn gauges(&self) -> Result<Gauges, StorageError> {
-        // All read through partial indexes (pending rows, dropped deliveries), so a
-        // scrape stays cheap however much history the database holds.
-        let pending: Vec<(String, i64, i64)> = sqlx::query_as(
-            "SELECT agent, COUNT(*), MIN(created_at) FROM confirmations
-             WHERE status = 'pending' GROUP BY agent",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        let (backlog,): (i64,) =
-            sqlx::query_as("SELECT COUNT(*) FROM webhook_outbox WHERE state = 'pending'")
-                .fetch_one(&self.pool)
-                .await?;
-        let dropped: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT agent, COUNT(*) FROM webhook_outbox WHERE state = 'dropped' GROUP BY agent",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(Gauges {
-            oldest_pending_since: pending
-                .iter()
-                .map(|(_, _, since)| *since)
-                .min()
-                .and_then(from_ms),
-            pending_by_agent: pending
-                .into_iter()
-                .map(|(agent, n, _)| (agent, u64::try_from(n).unwrap_or(0)))
-                .collect(),
-            webhook_backlog: u64::try_from(backlog).unwrap_or(0),
-            webhook_dropped_by_agent: dropped
-                .into_iter()
-                .map(|(agent, n)| (agent, u64::try_from(n).unwrap_or(0)))
-                .collect(),
-        })
+        sql::gauges(&self.pool).await
     }
 
     async fn request_reason(
@@ -2472,37 +1456,8 @@ impl Store for SqliteStore {
         chat_id: i64,
         now: OffsetDateTime,
     ) -> Result<Option<Confirmation>, StorageError> {
-        let _audit = self.lock_audit().await;
-        let mut tx = self.write_tx().await?;
-        // Asked again (a second tap), the request starts over: a new prompt replaces
-        // the old one.
-        let added = sqlx::query(
-            "INSERT INTO reason_requests (question_id, user_id, chat_id, asked_at)
-             SELECT id, ?2, ?3, ?4 FROM confirmations WHERE id = ?1 AND status = 'pending'
-             ON CONFLICT (question_id, user_id) DO UPDATE
-                 SET chat_id = excluded.chat_id, prompt_message_id = NULL,
-                     asked_at = excluded.asked_at",
-        )
-        .bind(id.as_str())
-        .bind(i64::try_from(by.id).unwrap_or(i64::MAX))
-        .bind(chat_id)
-        .bind(ms(now))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if !added {
-            return Ok(None);
-        }
-        sqlx::query(
-            "UPDATE confirmations SET reasons_requested = reasons_requested + 1 WHERE id = ?",
-        )
-        .bind(id.as_str())
-        .execute(&mut *tx)
-        .await?;
-        let detail = json!({"chat_id": chat_id});
-        self.commit_step(tx, id, Step::ReasonRequested, Some(by), detail, now)
-            .await
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::request_reason(tx, id, by, chat_id, now).await
     }
 
     async fn set_reason_prompt(
@@ -2511,15 +1466,7 @@ impl Store for SqliteStore {
         user_id: u64,
         prompt_message_id: i32,
     ) -> Result<(), StorageError> {
-        sqlx::query(
-            "UPDATE reason_requests SET prompt_message_id = ? WHERE question_id = ? AND user_id = ?",
-        )
-        .bind(i64::from(prompt_message_id))
-        .bind(id.as_str())
-        .bind(i64::try_from(user_id).unwrap_or(i64::MAX))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        sql::set_reason_prompt(&self.pool, id, user_id, prompt_message_id).await
     }
 
     async fn reason_request_for(
@@ -2545,7 +1492,7 @@ impl Store for SqliteStore {
         )
         .bind(chat_id)
         .bind(i64::from(reply_to))
-        .bind(i64::try_from(user_id).unwrap_or(i64::MAX))
+        .bind(user_column(user_id))
         .bind(named.map(|id| id.as_str()))
         .fetch_optional(&self.pool)
         .await?;
@@ -2566,26 +1513,8 @@ impl Store for SqliteStore {
         by: &Operator,
         now: OffsetDateTime,
     ) -> Result<Option<Confirmation>, StorageError> {
-        let _audit = self.lock_audit().await;
-        let mut tx = self.write_tx().await?;
-        // Conditional on the deadline the tap saw: two taps at once move it once.
-        let moved = sqlx::query(
-            "UPDATE confirmations SET expires_at = ?, extensions = extensions + 1
-             WHERE id = ? AND status = 'pending' AND expires_at = ?",
-        )
-        .bind(ms(to))
-        .bind(id.as_str())
-        .bind(ms(from))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if !moved {
-            return Ok(None);
-        }
-        let detail = json!({"from": rfc3339(from), "to": rfc3339(to)});
-        self.commit_step(tx, id, Step::Extended, Some(by), detail, now)
-            .await
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::extend(tx, id, from, to, by, now).await
     }
 
     async fn claim_reminders(
@@ -2595,25 +1524,8 @@ impl Store for SqliteStore {
         passed: u32,
         now: OffsetDateTime,
     ) -> Result<Option<Confirmation>, StorageError> {
-        let _audit = self.lock_audit().await;
-        let mut tx = self.write_tx().await?;
-        let claimed = sqlx::query(
-            "UPDATE confirmations SET reminders_sent = ?
-             WHERE id = ? AND status = 'pending' AND reminders_sent = ?",
-        )
-        .bind(i64::from(passed))
-        .bind(id.as_str())
-        .bind(i64::from(sent))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if !claimed {
-            return Ok(None);
-        }
-        let detail = json!({"reminder": passed});
-        self.commit_step(tx, id, Step::Reminded, None, detail, now)
-            .await
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::claim_reminders(tx, id, sent, passed, now).await
     }
 
     async fn escalate(
@@ -2623,33 +1535,8 @@ impl Store for SqliteStore {
         chat_id: i64,
         now: OffsetDateTime,
     ) -> Result<Option<Confirmation>, StorageError> {
-        let _audit = self.lock_audit().await;
-        let mut tx = self.write_tx().await?;
-        let claimed = sqlx::query(
-            "UPDATE confirmations SET escalated_at = ?
-             WHERE id = ? AND status = 'pending' AND escalated_at IS NULL",
-        )
-        .bind(ms(now))
-        .bind(id.as_str())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if !claimed {
-            return Ok(None);
-        }
-        sqlx::query(
-            "INSERT INTO copies (question_id, recipient, chat_id) VALUES (?, ?, ?)
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(id.as_str())
-        .bind(recipient)
-        .bind(chat_id)
-        .execute(&mut *tx)
-        .await?;
-        let detail = json!({"to": recipient, "chat_id": chat_id});
-        self.commit_step(tx, id, Step::Escalated, None, detail, now)
-            .await
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::escalate(tx, id, recipient, chat_id, now).await
     }
 
     async fn close(&self) {
@@ -2664,24 +1551,5 @@ impl Store for SqliteStore {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
         self.pool.close().await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::insert_runs;
-
-    #[test]
-    fn insert_runs_are_powers_of_two_largest_first_and_cover_every_row() {
-        let rows: Vec<usize> = (0..600).collect();
-        for n in [0, 1, 2, 3, 45, 64, 255, 256, 257, 600] {
-            let runs: Vec<&[usize]> = insert_runs(&rows[..n]).collect();
-            assert!(
-                runs.iter()
-                    .all(|r| r.len().is_power_of_two() && r.len() <= 256)
-            );
-            assert!(runs.windows(2).all(|w| w[0].len() >= w[1].len()), "{n}");
-            assert_eq!(runs.concat(), rows[..n].to_vec(), "{n}");
-        }
     }
 }

@@ -4,4 +4,5 @@
 pub mod app;
 pub mod fake_telegram;
 pub mod parrot_driver;
+pub mod postgres;
 pub mod process;

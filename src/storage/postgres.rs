@@ -1,0 +1,962 @@
+//! The PostgreSQL backend (`database.url = "postgres://…"`): the same [`Store`] as the
+//! SQLite backend, statement for statement, with its own migrations
+//! (`migrations/postgres/`, embedded in the binary).
+//!
+//! It is written for a database that several processes share, so it keeps no state
+//! that another process could make stale. Today those processes are the service and
+//! the CLI tools beside it; several *replicas* of the service also need work claimed
+//! once (the outbox, deadlines, Telegram's one poller) and waiters woken across
+//! processes, which this store does not do yet (the README's "The database" says so).
+//! * **No window cache.** SQLite's store answers window lookups from memory because only
+//!   the service process writes windows; here another process may open or revoke one at
+//!   any moment, so [`Store::live_window`] is one indexed `SELECT` on the primary key.
+//!   Window hits (a terminal record given to [`Store::insert`]) are one transaction each,
+//!   and since each holds the audit lock until its commit returns, their commits and WAL
+//!   flushes are serialised: at most one window hit per commit latency for the whole
+//!   database. SQLite's group commit (one transaction for every hit queued) is the
+//!   counterpart this backend does not have yet.
+//! * **The audit chain is serialised in the database**, not by a mutex: every transaction
+//!   that appends audit events first takes one transaction-level advisory lock
+//!   ([`AUDIT_LOCK`]), then reads the chain's head. Each row's hash covers the previous
+//!   row's, so two appenders must never read the same head; the lock makes them queue,
+//!   across every process, until the holder commits or rolls back. (Within a process
+//!   they queue on a mutex first, so that waiting writers hold no pooled connection.)
+//! * **Stream events are numbered in commit order.** `agent_events.seq` comes from an
+//!   identity sequence, which hands out numbers when rows are inserted, not when they
+//!   commit: two writers could commit 6 before 5, and an agent resuming after 6 (SSE
+//!   `Last-Event-ID`) would never see 5. Every transaction that writes `agent_events`
+//!   also holds the audit lock (they all append an audit event as well), so numbers are
+//!   taken and made visible one transaction at a time, in order: a reader that has seen
+//!   seq N never later sees a smaller one appear. PostgreSQL makes a commit visible
+//!   before it releases the transaction's locks, so the next holder's numbers come after.
+//! * Conditional updates decide once on their own: under READ COMMITTED a second
+//!   `UPDATE … WHERE status = 'pending'` waits for the first's row lock and then
+//!   re-checks the condition, so it changes nothing.
+
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions};
+use sqlx::query::QueryAs;
+use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
+use time::OffsetDateTime;
+
+use super::rows::{
+    self, AuditRow, OutboxRow, Row, WindowRow, from_ms, insert_runs, ms, select_where,
+    select_windows_where, user_column,
+};
+use super::{
+    AgentEvent, Answered, Decided, Gauges, IDEMPOTENCY_TTL, Inserted, LiveWindow, OutboxEntry,
+    PendingEntry, StorageError, Store, WebhookAttempt,
+};
+use crate::domain::audit::{self, AuditEvent, NewEvent, StoredRow};
+use crate::domain::confirmation::{Confirmation, Decision, Operator, Step, Window, WindowKey};
+use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey};
+use crate::domain::interaction::Answer;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// The database type of the statements in `sql` (compiled for this backend).
+type Db = Postgres;
+
+/// `copies` and `strays` in the order they were added (see `sql`).
+macro_rules! insertion_order {
+    () => {
+        "pos"
+    };
+}
+
+/// Text compared by bytes in an `ORDER BY`, as SQLite compares it.
+macro_rules! bytewise {
+    () => {
+        " COLLATE \"C\""
+    };
+}
+
+// Compiled once per backend on purpose: see the header of sql.rs.
+#[allow(clippy::duplicate_mod)]
+#[path = "sql.rs"]
+mod sql;
+use sql::{
+    apply_decision, hydrate, hydrate_all, insert_answer, insert_in, push_agent_event, read_in,
+};
+
+/// The advisory lock (`pg_advisory_xact_lock`) that serialises appends to the audit
+/// chain and writes to the agents' event streams, in every process sharing the database.
+/// One constant key ("hitlaudt" in ASCII): the service has one chain.
+pub const AUDIT_LOCK: i64 = 0x6869_746c_6175_6474;
+
+/// Connections per process. Writes queue on the audit lock anyway; the rest are short
+/// reads (long-polls hold no connection while they wait).
+const MAX_CONNECTIONS: u32 = 10;
+
+/// What [`Store::backup_to`] answers: PostgreSQL has its own online backups.
+const BACKUP_WITH_PG_DUMP: &str = "`backup` copies SQLite databases only; for PostgreSQL use \
+     pg_dump (for example: pg_dump --format=custom --file=hitl.dump \"$DATABASE_URL\"), which \
+     takes a consistent snapshot while the service runs";
+
+/// This process's turn among the writers ([`PgStore::writers`]).
+type WriterGuard<'s> = tokio::sync::MutexGuard<'s, ()>;
+
+pub struct PgStore {
+    pool: PgPool,
+    /// Queues this process's audit transactions before they take a connection. The
+    /// advisory lock lets one in at a time anyway, across processes; without this, every
+    /// writer waiting for it would hold a pooled connection, and reads (window lookups,
+    /// the hot path) would wait for one behind them.
+    writers: tokio::sync::Mutex<()>,
+    /// `webhooks.max_backlog_per_agent` (see [`Store::set_webhook_backlog_bound`]).
+    webhook_backlog_bound: AtomicU32,
+}
+
+impl PgStore {
+    /// Connects to the database at `url` (`postgres://user:password@host:port/database`,
+    /// with any of libpq's URL parameters, such as `sslmode`). Nothing is created: the
+    /// database must exist, and [`Store::migrate`] creates the tables.
+    pub async fn connect(url: &str) -> Result<PgStore, StorageError> {
+        refuse_unknown_params(url)?;
+        let options = PgConnectOptions::from_str(url)?
+            .application_name("hitl-telegram")
+            .options([
+                // The audit lock's argument (module header) holds under READ COMMITTED
+                // only: under REPEATABLE READ a transaction's snapshot would predate the
+                // lock it waited for, and it would read a stale head. A database or role
+                // may set another default, so every session says so itself.
+                ("default_transaction_isolation", "read committed"),
+                // A writer waits for the audit lock at most this long, as SQLite's
+                // `busy_timeout` does, and then fails (a 503 to the agent) instead of
+                // queueing forever behind a holder that hangs.
+                ("lock_timeout", "5s"),
+                // A holder that hangs (a paused process, a half-open connection) is ended
+                // by the server, which releases the audit lock for everyone else.
+                ("idle_in_transaction_session_timeout", "30s"),
+            ]);
+        let pool = PgPoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            .connect_with(options)
+            .await?;
+        Ok(PgStore {
+            pool,
+            writers: tokio::sync::Mutex::new(()),
+            webhook_backlog_bound: AtomicU32::new(
+                crate::config::WebhookSettings::default().max_backlog_per_agent,
+            ),
+        })
+    }
+
+    fn webhook_backlog_bound(&self) -> u32 {
+        self.webhook_backlog_bound.load(Ordering::Relaxed)
+    }
+
+    /// A transaction that holds [`AUDIT_LOCK`] from its first statement to its end: the
+    /// one way to begin a transaction that appends audit events or stream events. Keep
+    /// the guard as long as the transaction (see [`PgStore::writers`]).
+    async fn audit_tx(
+        &self,
+    ) -> Result<(WriterGuard<'_>, Transaction<'static, Postgres>), StorageError> {
+        let writer = self.writers.lock().await;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(AUDIT_LOCK)
+            .execute(&mut *tx)
+            .await?;
+        Ok((writer, tx))
+    }
+
+    /// The one question `query` finds, with its answers, copies and strays.
+    async fn fetch_one(
+        &self,
+        query: QueryAs<'_, Postgres, Row, PgArguments>,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let mut conn = self.pool.acquire().await?;
+        match query.fetch_optional(&mut *conn).await? {
+            Some(row) => Ok(Some(hydrate(&mut conn, row.into_domain()?).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every question `query` finds, in its order, each with its answers and copies.
+    async fn fetch_all(
+        &self,
+        query: QueryAs<'_, Postgres, Row, PgArguments>,
+    ) -> Result<Vec<Confirmation>, StorageError> {
+        let mut conn = self.pool.acquire().await?;
+        let rows = query.fetch_all(&mut *conn).await?;
+        hydrate_all(&mut conn, rows).await
+    }
+}
+
+/// The query parameters sqlx understands in a PostgreSQL URL (sqlx-postgres's
+/// `PgConnectOptions::parse_from_url`, plus `options[NAME]`).
+const KNOWN_PARAMS: [&str; 17] = [
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+];
+
+/// Refuses a URL parameter sqlx would ignore: it logs an ignored parameter with its
+/// value, which may be a secret (libpq's `sslpassword`), and a setting the operator
+/// believes in but that does nothing is better refused at start (`check-config` asks
+/// too). Only the key is named.
+pub fn refuse_unknown_params(url: &str) -> Result<(), StorageError> {
+    let Ok(parsed) = reqwest::Url::parse(url) else {
+        // sqlx's own parser gives the error.
+        return Ok(());
+    };
+    for (key, _) in parsed.query_pairs() {
+        let known = KNOWN_PARAMS.contains(&&*key)
+            || key == "options"
+            || (key.starts_with("options[") && key.ends_with(']'));
+        if !known {
+            return Err(StorageError::UnsupportedParam(key.into_owned()));
+        }
+    }
+    Ok(())
+}
+
+/// A query for [`Row`]s (`SELECT *` from `confirmations`), binds to follow.
+fn select<'q>(sql: &'static str) -> QueryAs<'q, Postgres, Row, PgArguments> {
+    sqlx::query_as(sql)
+}
+
+/// Appends `event` to the audit chain inside `tx` (an [`PgStore::audit_tx`]).
+async fn append_event(
+    tx: &mut Transaction<'_, Postgres>,
+    event: &NewEvent,
+) -> Result<(), StorageError> {
+    // The head is read in the transaction, under the audit lock, so no other process
+    // appends between this read and the commit.
+    let last: Option<(i64, String)> =
+        sqlx::query_as("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1")
+            .fetch_optional(&mut **tx)
+            .await?;
+    let chained = rows::chain(last, std::slice::from_ref(event));
+    for run in insert_runs(&chained) {
+        let mut insert: QueryBuilder<Postgres> = rows::insert_audit_rows(run);
+        insert.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn migrate(&self) -> Result<(), StorageError> {
+        // sqlx's PostgreSQL migrator holds an advisory lock of its own while it runs, so
+        // replicas starting together migrate once.
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn ping(&self) -> Result<(), StorageError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    fn set_webhook_backlog_bound(&self, bound: u32) {
+        self.webhook_backlog_bound
+            .store(bound.max(1), Ordering::Relaxed);
+    }
+
+    async fn insert(
+        &self,
+        r: &Confirmation,
+        now: OffsetDateTime,
+    ) -> Result<Inserted, StorageError> {
+        // A window hit too: one transaction of its own (see the module's header).
+        let (_writer, mut tx) = self.audit_tx().await?;
+        let inserted = Box::pin(insert_in(&mut tx, r, now, self.webhook_backlog_bound())).await?;
+        tx.commit().await?;
+        Ok(inserted)
+    }
+
+    async fn get(&self, id: &ConfirmationId) -> Result<Option<Confirmation>, StorageError> {
+        self.fetch_one(select(select_where!("id = $1")).bind(id.as_str()))
+            .await
+    }
+
+    async fn find_by_token(
+        &self,
+        token: &CallbackToken,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        self.fetch_one(select(select_where!("callback_token = $1")).bind(token.as_str()))
+            .await
+    }
+
+    async fn find_by_idempotency_key(
+        &self,
+        agent: &str,
+        key: &IdempotencyKey,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        self.fetch_one(
+            select(select_where!(
+                "agent = $1 AND idempotency_key = $2 AND created_at > $3"
+            ))
+            .bind(agent)
+            .bind(key.as_str())
+            .bind(ms(now - IDEMPOTENCY_TTL)),
+        )
+        .await
+    }
+
+    async fn set_message_id(
+        &self,
+        id: &ConfirmationId,
+        message_id: i32,
+    ) -> Result<(), StorageError> {
+        let (_writer, mut tx) = self.audit_tx().await?;
+        let chat: Option<(i64,)> = sqlx::query_as(
+            "UPDATE confirmations SET message_id = $1 WHERE id = $2 RETURNING chat_id",
+        )
+        .bind(i64::from(message_id))
+        .bind(id.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some((chat_id,)) = chat {
+            let now = OffsetDateTime::now_utc();
+            let event = audit::delivered(id.as_str(), chat_id, message_id, now);
+            append_event(&mut tx, &event).await?;
+            // Streams an interaction's new status (`delivered`).
+            if let Some(record) = read_in(&mut tx, id).await?
+                && !record.is_terminal()
+            {
+                let step = record.step_event(Step::Delivered);
+                push_agent_event(&mut tx, &record, "status", &step, now).await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn mark_attached(&self, id: &ConfirmationId) -> Result<(), StorageError> {
+        sql::mark_attached(&self.pool, id).await
+    }
+
+    async fn decide(&self, id: &ConfirmationId, d: &Decision) -> Result<Decided, StorageError> {
+        let (_writer, mut tx) = self.audit_tx().await?;
+        let decided = apply_decision(&mut tx, id, d, self.webhook_backlog_bound()).await?;
+        if let Decided::Applied(_) = &decided {
+            tx.commit().await?;
+        }
+        Ok(decided)
+    }
+
+    async fn live_window(
+        &self,
+        key: &WindowKey,
+        now: OffsetDateTime,
+    ) -> Result<Option<Window>, StorageError> {
+        // No cache (see the module's header): the primary key answers.
+        let row: Option<(i64, String)> = sqlx::query_as(
+            "SELECT expires_at, opened_by FROM windows
+             WHERE agent = $1 AND route = $2 AND owner_id = $3 AND tool = $4
+               AND args_hash = $5 AND expires_at > $6",
+        )
+        .bind(&key.agent)
+        .bind(&key.route)
+        .bind(key.owner_id.as_str())
+        .bind(key.tool.as_str())
+        .bind(key.args_hash.as_str())
+        .bind(ms(now))
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|(expires_at, opened_by)| rows::window(key, expires_at, &opened_by))
+            .transpose()
+    }
+
+    async fn mark_outcome_shown(&self, id: &ConfirmationId) -> Result<(), StorageError> {
+        sql::mark_outcome_shown(&self.pool, id).await
+    }
+
+    async fn unshown_outcomes(&self) -> Result<Vec<Confirmation>, StorageError> {
+        self.fetch_all(select(select_where!(
+            "status <> 'pending' AND ((NOT outcome_shown AND message_id IS NOT NULL)
+             OR EXISTS (SELECT 1 FROM copies c WHERE c.question_id = confirmations.id
+                        AND NOT c.outcome_shown AND c.message_id IS NOT NULL)
+             OR EXISTS (SELECT 1 FROM strays s WHERE s.question_id = confirmations.id
+                        AND NOT s.outcome_shown))
+             ORDER BY decided_at"
+        )))
+        .await
+    }
+
+    async fn count_pending(&self, agent: &str) -> Result<u64, StorageError> {
+        sql::count_pending(&self.pool, agent).await
+    }
+
+    async fn pending(&self) -> Result<Vec<PendingEntry>, StorageError> {
+        sql::pending(&self.pool).await
+    }
+
+    async fn purge_expired_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError> {
+        Ok(sqlx::query("DELETE FROM windows WHERE expires_at <= $1")
+            .bind(ms(now))
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
+    }
+
+    async fn due_webhooks(
+        &self,
+        now: OffsetDateTime,
+        limit: u32,
+    ) -> Result<Vec<OutboxEntry>, StorageError> {
+        sql::due_webhooks(&self.pool, now, limit).await
+    }
+
+    async fn next_webhook_due(&self) -> Result<Option<OffsetDateTime>, StorageError> {
+        let (due,): (Option<i64>,) = sqlx::query_as(
+            "SELECT MIN(next_attempt_at) FROM webhook_outbox WHERE state = 'pending'",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(due.and_then(from_ms))
+    }
+
+    async fn webhook_attempted(
+        &self,
+        entry: &OutboxEntry,
+        result: WebhookAttempt,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError> {
+        let id = entry.delivery_id.as_str();
+        let (q, event) = match &result {
+            WebhookAttempt::Delivered => (
+                sqlx::query(
+                    "UPDATE webhook_outbox SET state = 'delivered', attempts = attempts + 1,
+                        last_error = NULL, finished_at = $1
+                     WHERE delivery_id = $2 AND state = 'pending'",
+                )
+                .bind(ms(now)),
+                Some(audit::webhook(
+                    entry.confirmation_id.as_str(),
+                    id,
+                    true,
+                    None,
+                    now,
+                )),
+            ),
+            WebhookAttempt::Retry { next_at, error } => (
+                sqlx::query(
+                    "UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = $1,
+                        last_error = $2 WHERE delivery_id = $3 AND state = 'pending'",
+                )
+                .bind(ms(*next_at))
+                .bind(error.as_str()),
+                None,
+            ),
+            WebhookAttempt::GiveUp { error } => (
+                sqlx::query(
+                    "UPDATE webhook_outbox SET state = 'given_up', attempts = attempts + 1,
+                        last_error = $1, finished_at = $2
+                     WHERE delivery_id = $3 AND state = 'pending'",
+                )
+                .bind(error.as_str())
+                .bind(ms(now)),
+                Some(audit::webhook(
+                    entry.confirmation_id.as_str(),
+                    id,
+                    false,
+                    Some(error),
+                    now,
+                )),
+            ),
+        };
+        // Only a final attempt appends to the audit chain, and so needs the lock.
+        let (_writer, mut tx) = match event {
+            Some(_) => {
+                let (writer, tx) = self.audit_tx().await?;
+                (Some(writer), tx)
+            }
+            None => (None, self.pool.begin().await?),
+        };
+        // Conditional on the delivery still pending: another process (a CLI tool, a
+        // second worker) that already finished it keeps its outcome, and no second,
+        // contradictory audit event is chained.
+        let changed = q.bind(id).execute(&mut *tx).await?.rows_affected() == 1;
+        if let Some(e) = event.as_ref().filter(|_| changed) {
+            append_event(&mut tx, e).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn due_webhooks_by_agent(
+        &self,
+        now: OffsetDateTime,
+        per_agent: u32,
+    ) -> Result<Vec<OutboxEntry>, StorageError> {
+        // Each agent's rows ranked by when they are due (then by when they were queued),
+        // and served rank by rank. `COLLATE "C"`: ties break by bytes, as in SQLite,
+        // whatever the database's locale.
+        let rows: Vec<OutboxRow> = sqlx::query_as(
+            r#"SELECT delivery_id, confirmation_id, agent, url, created_at, attempts FROM (
+                 SELECT delivery_id, confirmation_id, agent, url, created_at, attempts,
+                        next_attempt_at,
+                        ROW_NUMBER() OVER (
+                            PARTITION BY agent
+                            ORDER BY next_attempt_at, created_at, delivery_id COLLATE "C"
+                        ) AS turn
+                 FROM webhook_outbox WHERE state = 'pending' AND next_attempt_at <= $1
+             ) AS due WHERE turn <= $2 ORDER BY turn, next_attempt_at, delivery_id COLLATE "C""#,
+        )
+        .bind(ms(now))
+        .bind(i64::from(per_agent))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(OutboxRow::into_entry).collect()
+    }
+
+    async fn next_webhook_due_after(
+        &self,
+        after: OffsetDateTime,
+    ) -> Result<Option<OffsetDateTime>, StorageError> {
+        let (due,): (Option<i64>,) = sqlx::query_as(
+            "SELECT MIN(next_attempt_at) FROM webhook_outbox
+             WHERE state = 'pending' AND next_attempt_at > $1",
+        )
+        .bind(ms(after))
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(due.and_then(from_ms))
+    }
+
+    async fn record_event(&self, event: NewEvent) -> Result<(), StorageError> {
+        let (_writer, mut tx) = self.audit_tx().await?;
+        append_event(&mut tx, &event).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn events_for(&self, id: &ConfirmationId) -> Result<Vec<AuditEvent>, StorageError> {
+        sql::events_for(&self.pool, id).await
+    }
+
+    async fn audit_rows(
+        &self,
+        since: Option<OffsetDateTime>,
+    ) -> Result<Vec<StoredRow>, StorageError> {
+        sql::audit_rows(&self.pool, since).await
+    }
+
+    async fn audit_snapshot(
+        &self,
+    ) -> Result<(Vec<StoredRow>, Vec<audit::StoredStatus>), StorageError> {
+        // REPEATABLE READ: both queries read one snapshot, so a decision committed
+        // between them is in both or in neither. Read-only, it never fails to serialise.
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .await?;
+        let rows: Vec<AuditRow> = sqlx::query_as("SELECT * FROM audit_events ORDER BY seq")
+            .fetch_all(&mut *tx)
+            .await?;
+        let statuses: Vec<(String, String)> = sqlx::query_as(
+            r#"SELECT id, status FROM confirmations ORDER BY created_at, id COLLATE "C""#,
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.rollback().await?;
+        let rows = rows
+            .into_iter()
+            .map(AuditRow::into_stored)
+            .collect::<Result<_, _>>()?;
+        let statuses = statuses
+            .into_iter()
+            .map(|(id, status)| audit::StoredStatus { id, status })
+            .collect();
+        Ok((rows, statuses))
+    }
+
+    async fn audit_head(&self) -> Result<audit::Head, StorageError> {
+        sql::audit_head(&self.pool).await
+    }
+
+    async fn route_chats(&self) -> Result<Vec<(String, i64)>, StorageError> {
+        sql::route_chats(&self.pool).await
+    }
+
+    async fn move_route_chat(
+        &self,
+        route: &str,
+        from_chat: i64,
+        to_chat: i64,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::move_route_chat(tx, route, from_chat, to_chat, now).await
+    }
+
+    async fn find_interaction(
+        &self,
+        agent: &str,
+        interaction_id: &str,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        self.fetch_one(
+            select(select_where!("agent = $1 AND interaction_id = $2"))
+                .bind(agent)
+                .bind(interaction_id),
+        )
+        .await
+    }
+
+    async fn find_by_message(
+        &self,
+        chat_id: i64,
+        message_id: i32,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        // `IN`, not `=`: PostgreSQL refuses a scalar subquery with several rows, where
+        // SQLite takes the first; `LIMIT 1` takes the first question found likewise.
+        self.fetch_one(
+            select(select_where!(
+                "(chat_id = $1 AND message_id = $2)
+                 OR id IN (SELECT question_id FROM copies
+                           WHERE chat_id = $1 AND message_id = $2)
+                 OR id IN (SELECT question_id FROM strays
+                           WHERE chat_id = $1 AND message_id = $2)
+                 LIMIT 1"
+            ))
+            .bind(chat_id)
+            .bind(i64::from(message_id)),
+        )
+        .await
+    }
+
+    async fn add_copy(
+        &self,
+        id: &ConfirmationId,
+        recipient: &str,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<bool, StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::add_copy(tx, id, recipient, chat_id, now).await
+    }
+
+    async fn set_copy_message_id(
+        &self,
+        id: &ConfirmationId,
+        chat_id: i64,
+        message_id: i32,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::set_copy_message_id(tx, id, chat_id, message_id, now).await
+    }
+
+    async fn mark_copy_shown(&self, id: &ConfirmationId, chat_id: i64) -> Result<(), StorageError> {
+        sql::mark_copy_shown(&self.pool, id, chat_id).await
+    }
+
+    async fn add_stray(
+        &self,
+        id: &ConfirmationId,
+        chat_id: i64,
+        message_id: i32,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let (_writer, mut tx) = self.audit_tx().await?;
+        // Not a stray when it is the question's own message or a copy's (a tap that
+        // raced the storing of the id).
+        let added = sqlx::query(
+            "INSERT INTO strays (question_id, chat_id, message_id)
+             SELECT id, $2, $3 FROM confirmations
+             WHERE id = $1 AND NOT (chat_id = $2 AND message_id IS NOT DISTINCT FROM $3)
+               AND NOT EXISTS (SELECT 1 FROM copies c WHERE c.question_id = $1
+                               AND c.chat_id = $2 AND c.message_id IS NOT DISTINCT FROM $3)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(id.as_str())
+        .bind(chat_id)
+        .bind(i64::from(message_id))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if added {
+            let event = audit::copy_found(id.as_str(), chat_id, message_id, now);
+            append_event(&mut tx, &event).await?;
+        }
+        tx.commit().await?;
+        self.get(id).await
+    }
+
+    async fn mark_stray_shown(
+        &self,
+        id: &ConfirmationId,
+        chat_id: i64,
+        message_id: i32,
+    ) -> Result<(), StorageError> {
+        sql::mark_stray_shown(&self.pool, id, chat_id, message_id).await
+    }
+
+    async fn add_answer(
+        &self,
+        id: &ConfirmationId,
+        answer: &Answer,
+        settles: Option<&Decision>,
+    ) -> Result<Answered, StorageError> {
+        let (_writer, mut tx) = self.audit_tx().await?;
+        let row = sqlx::query_as::<_, Row>(select_where!("id = $1"))
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else {
+            return Ok(Answered::NotFound);
+        };
+        let record = row.into_domain()?;
+        if record.is_terminal() {
+            let record = hydrate(&mut tx, record).await?;
+            return Ok(Answered::Closed(record));
+        }
+        let added = insert_answer(&mut tx, id, answer).await?;
+        let record = hydrate(&mut tx, record).await?;
+        if !added {
+            return Ok(Answered::AlreadyAnswered(record));
+        }
+        append_event(&mut tx, &audit::answered(id.as_str(), answer)).await?;
+        push_agent_event(
+            &mut tx,
+            &record,
+            "response",
+            &record.response_event(answer),
+            answer.at,
+        )
+        .await?;
+        let record = match settles {
+            // The answer decides the question: both commit together, so no one ever sees
+            // the answer stored and the question still open.
+            Some(d) => match apply_decision(&mut tx, id, d, self.webhook_backlog_bound()).await? {
+                Decided::Applied(r) => r,
+                Decided::AlreadyTerminal(r) => return Ok(Answered::Closed(r)),
+                Decided::NotFound => return Ok(Answered::NotFound),
+            },
+            None => {
+                if record.interaction.is_some() && record.answers.len() == 1 {
+                    let status = record.status_event();
+                    push_agent_event(&mut tx, &record, "status", &status, answer.at).await?;
+                }
+                record
+            }
+        };
+        tx.commit().await?;
+        Ok(Answered::Added(record))
+    }
+
+    async fn selection(
+        &self,
+        id: &ConfirmationId,
+        user_id: u64,
+    ) -> Result<Vec<String>, StorageError> {
+        sql::selection(&self.pool, id, user_id).await
+    }
+
+    async fn set_selection(
+        &self,
+        id: &ConfirmationId,
+        user_id: u64,
+        keys: &[String],
+    ) -> Result<(), StorageError> {
+        sql::set_selection(&self.pool, id, user_id, keys).await
+    }
+
+    async fn agent_events(
+        &self,
+        agent: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<AgentEvent>, StorageError> {
+        sql::agent_events(&self.pool, agent, after, limit).await
+    }
+
+    async fn purge_agent_events(&self, before: OffsetDateTime) -> Result<u64, StorageError> {
+        sql::purge_agent_events(&self.pool, before).await
+    }
+
+    async fn last_agent_event(&self, agent: &str) -> Result<i64, StorageError> {
+        sql::last_agent_event(&self.pool, agent).await
+    }
+
+    async fn pending_in_chat(&self, chat_id: i64) -> Result<Vec<Confirmation>, StorageError> {
+        self.fetch_all(
+            select(select_where!(
+                r#"chat_id = $1 AND status = 'pending' ORDER BY created_at, id COLLATE "C""#
+            ))
+            .bind(chat_id),
+        )
+        .await
+    }
+
+    async fn live_windows(
+        &self,
+        route: &str,
+        now: OffsetDateTime,
+    ) -> Result<Vec<LiveWindow>, StorageError> {
+        sql::live_windows(&self.pool, route, now).await
+    }
+
+    async fn live_window_opened_by(
+        &self,
+        opened_by: &ConfirmationId,
+        now: OffsetDateTime,
+    ) -> Result<Option<LiveWindow>, StorageError> {
+        sql::live_window_opened_by(&self.pool, opened_by, now).await
+    }
+
+    async fn revoke_window(
+        &self,
+        opened_by: &ConfirmationId,
+        by: &Operator,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<Option<LiveWindow>, StorageError> {
+        let (_writer, mut tx) = self.audit_tx().await?;
+        // `FOR UPDATE OF w`: the window row stays as read until the commit (a purge in
+        // another process waits), so the delete below removes exactly this row.
+        let row: Option<WindowRow> = sqlx::query_as(select_windows_where!(
+            "w.opened_by = $1 AND w.expires_at > $2 FOR UPDATE OF w"
+        ))
+        .bind(opened_by.as_str())
+        .bind(ms(now))
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let live = row.into_domain()?;
+        sqlx::query(
+            "DELETE FROM windows
+             WHERE agent = $1 AND route = $2 AND owner_id = $3 AND tool = $4
+               AND args_hash = $5 AND opened_by = $6",
+        )
+        .bind(&live.window.key.agent)
+        .bind(&live.window.key.route)
+        .bind(live.window.key.owner_id.as_str())
+        .bind(live.window.key.tool.as_str())
+        .bind(live.window.key.args_hash.as_str())
+        .bind(opened_by.as_str())
+        .execute(&mut *tx)
+        .await?;
+        let event = audit::window_revoked(&live.window, &live.route, by, chat_id, now);
+        append_event(&mut tx, &event).await?;
+        tx.commit().await?;
+        Ok(Some(live))
+    }
+
+    async fn backup_to(&self, _file: &std::path::Path) -> Result<(), StorageError> {
+        Err(StorageError::Unsupported(BACKUP_WITH_PG_DUMP))
+    }
+
+    async fn gauges(&self) -> Result<Gauges, StorageError> {
+        sql::gauges(&self.pool).await
+    }
+
+    async fn request_reason(
+        &self,
+        id: &ConfirmationId,
+        by: &Operator,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::request_reason(tx, id, by, chat_id, now).await
+    }
+
+    async fn set_reason_prompt(
+        &self,
+        id: &ConfirmationId,
+        user_id: u64,
+        prompt_message_id: i32,
+    ) -> Result<(), StorageError> {
+        sql::set_reason_prompt(&self.pool, id, user_id, prompt_message_id).await
+    }
+
+    async fn reason_request_for(
+        &self,
+        chat_id: i64,
+        reply_to: i32,
+        named: Option<&ConfirmationId>,
+        user_id: u64,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        // The reply may answer the prompt, or (if the prompt's id was never stored, or
+        // the person replied to the question instead) any message of the question in
+        // the chat where they asked.
+        let found: Option<(String,)> = sqlx::query_as(
+            "SELECT r.question_id FROM reason_requests r
+             JOIN confirmations c ON c.id = r.question_id
+             WHERE r.user_id = $3 AND r.chat_id = $1
+               AND (r.prompt_message_id = $2
+                    OR r.question_id = $4
+                    OR (c.chat_id = $1 AND c.message_id = $2)
+                    OR EXISTS (SELECT 1 FROM copies k WHERE k.question_id = c.id
+                               AND k.chat_id = $1 AND k.message_id = $2))
+             ORDER BY r.asked_at DESC LIMIT 1",
+        )
+        .bind(chat_id)
+        .bind(i64::from(reply_to))
+        .bind(user_column(user_id))
+        .bind(named.map(|id| id.as_str()))
+        .fetch_optional(&self.pool)
+        .await?;
+        match found {
+            Some((id,)) => match ConfirmationId::parse(&id) {
+                Ok(id) => self.get(&id).await,
+                Err(_) => Ok(None),
+            },
+            None => Ok(None),
+        }
+    }
+
+    async fn extend(
+        &self,
+        id: &ConfirmationId,
+        from: OffsetDateTime,
+        to: OffsetDateTime,
+        by: &Operator,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::extend(tx, id, from, to, by, now).await
+    }
+
+    async fn claim_reminders(
+        &self,
+        id: &ConfirmationId,
+        sent: u32,
+        passed: u32,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::claim_reminders(tx, id, sent, passed, now).await
+    }
+
+    async fn escalate(
+        &self,
+        id: &ConfirmationId,
+        recipient: &str,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::escalate(tx, id, recipient, chat_id, now).await
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}

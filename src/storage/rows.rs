@@ -1,0 +1,670 @@
+//! What the backends share: stored rows turned into domain values and back, the audit
+//! chain's hashing, and the multi-row `INSERT`s whose column lists must be the same on
+//! SQLite and PostgreSQL. No SQL runs here; each backend keeps its own statements (the
+//! placeholders and a few functions differ) and executes these builders itself.
+
+use sqlx::{Database, Encode, FromRow, QueryBuilder, Type};
+use time::OffsetDateTime;
+
+use super::{Gauges, LiveWindow, OutboxEntry, PendingEntry, StorageError};
+use crate::domain::args_hash::ArgsHash;
+use crate::domain::audit::{self, AuditEvent, GENESIS_HASH, NewEvent, StoredRow};
+use crate::domain::confirmation::{
+    Confirmation, Copy, Operator, Progress, Status, Stray, Via, Window, WindowKey,
+};
+use crate::domain::ids::{
+    CallbackToken, ConfirmationId, DeliveryId, IdempotencyKey, OwnerId, ToolName,
+};
+use crate::domain::interaction::{self, Answer, TimeoutAction};
+
+/// A time as stored: Unix epoch milliseconds.
+pub(super) fn ms(t: OffsetDateTime) -> i64 {
+    (t.unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+/// A stored time back; `None` when out of range (a corrupt row).
+pub(super) fn from_ms(v: i64) -> Option<OffsetDateTime> {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(v) * 1_000_000).ok()
+}
+
+/// A Telegram user id as stored (ids fit in 52 bits; the cap never applies).
+pub(super) fn user_column(id: u64) -> i64 {
+    i64::try_from(id).unwrap_or(i64::MAX)
+}
+
+/// The `decided_by_*` columns of an operator (all NULL when nobody decided).
+pub(super) fn operator_columns(
+    op: &Option<Operator>,
+) -> (Option<i64>, Option<String>, Option<String>) {
+    match op {
+        Some(op) => (
+            i64::try_from(op.id).ok(),
+            op.username.clone(),
+            Some(op.name.clone()),
+        ),
+        None => (None, None, None),
+    }
+}
+
+/// `StorageError::Corrupt` for the row `id`.
+fn corrupt_in(id: &str) -> impl Fn(&str) -> StorageError + '_ {
+    move |what: &str| StorageError::Corrupt {
+        id: id.to_owned(),
+        what: what.to_owned(),
+    }
+}
+
+/// A row of `confirmations` (`SELECT *`: columns not named here are ignored).
+#[derive(FromRow)]
+pub(super) struct Row {
+    id: String,
+    agent: String,
+    route: String,
+    chat_id: i64,
+    tool: String,
+    owner_id: String,
+    args_hash: String,
+    params_json: String,
+    briefing: String,
+    context: Option<String>,
+    allow_edit: bool,
+    window_seconds: i64,
+    window_requested_seconds: Option<i64>,
+    approved_once: bool,
+    has_call: bool,
+    idempotency_key: Option<String>,
+    callback_token: String,
+    callback_url: Option<String>,
+    message_id: Option<i64>,
+    status: String,
+    via: Option<String>,
+    reason: String,
+    decided_by_id: Option<i64>,
+    decided_by_username: Option<String>,
+    decided_by_name: Option<String>,
+    created_at: i64,
+    expires_at: i64,
+    decided_at: Option<i64>,
+    interaction_json: Option<String>,
+    result_json: Option<String>,
+    timeout_action: Option<String>,
+    denial_reason: Option<String>,
+    extensions: i64,
+    reminders_sent: i64,
+    escalated_at: Option<i64>,
+    reasons_requested: i64,
+}
+
+impl Row {
+    /// The question, without its answers, copies and strays (each backend's `hydrate`
+    /// reads those).
+    pub(super) fn into_domain(self) -> Result<Confirmation, StorageError> {
+        let id = self.id.clone();
+        let corrupt = corrupt_in(&id);
+        let time = |v: i64| from_ms(v).ok_or_else(|| corrupt("time out of range"));
+        let decided_by = match (self.decided_by_id, self.decided_by_name) {
+            (Some(uid), Some(name)) => Some(Operator {
+                id: u64::try_from(uid).map_err(|_| corrupt("decided_by_id"))?,
+                username: self.decided_by_username,
+                name,
+            }),
+            _ => None,
+        };
+        Ok(Confirmation {
+            id: ConfirmationId::parse(&self.id).map_err(|_| corrupt("id"))?,
+            agent: self.agent,
+            route: self.route,
+            chat_id: self.chat_id,
+            tool: ToolName::from_stored(&self.tool).map_err(|_| corrupt("tool"))?,
+            owner_id: OwnerId::from_stored(&self.owner_id).map_err(|_| corrupt("owner_id"))?,
+            args_hash: ArgsHash::parse(&self.args_hash).map_err(|_| corrupt("args_hash"))?,
+            params_json: self.params_json,
+            briefing: self.briefing,
+            context: self.context,
+            allow_edit: self.allow_edit,
+            window_seconds: u64::try_from(self.window_seconds)
+                .map_err(|_| corrupt("window_seconds"))?,
+            window_requested_seconds: self
+                .window_requested_seconds
+                .map(u64::try_from)
+                .transpose()
+                .map_err(|_| corrupt("window_requested_seconds"))?,
+            approved_once: self.approved_once,
+            has_call: self.has_call,
+            idempotency_key: self
+                .idempotency_key
+                .map(|k| IdempotencyKey::parse(&k))
+                .transpose()
+                .map_err(|_| corrupt("idempotency_key"))?,
+            callback_token: CallbackToken::parse(&self.callback_token)
+                .map_err(|_| corrupt("callback_token"))?,
+            callback_url: self.callback_url,
+            message_id: self
+                .message_id
+                .map(i32::try_from)
+                .transpose()
+                .map_err(|_| corrupt("message_id"))?,
+            status: Status::parse(&self.status).ok_or_else(|| corrupt("status"))?,
+            via: self
+                .via
+                .map(|v| Via::parse(&v).ok_or_else(|| corrupt("via")))
+                .transpose()?,
+            reason: self.reason,
+            decided_by,
+            created_at: time(self.created_at)?,
+            expires_at: time(self.expires_at)?,
+            decided_at: self.decided_at.map(time).transpose()?,
+            interaction: self
+                .interaction_json
+                .map(|j| {
+                    // Stored only after it was checked; read back without the timeout cap
+                    // (the config may have changed since).
+                    serde_json::from_str(&j)
+                        .ok()
+                        .and_then(|v| interaction::parse(&v, f64::MAX).ok())
+                        .map(std::sync::Arc::new)
+                        .ok_or_else(|| corrupt("interaction_json"))
+                })
+                .transpose()?,
+            result: self
+                .result_json
+                .map(|j| serde_json::from_str(&j).map_err(|_| corrupt("result_json")))
+                .transpose()?,
+            timeout_action: self
+                .timeout_action
+                .map(|a| TimeoutAction::parse(&a).ok_or_else(|| corrupt("timeout_action")))
+                .transpose()?,
+            answers: Vec::new(),
+            copies: Vec::new(),
+            strays: Vec::new(),
+            denial_reason: self.denial_reason,
+            progress: Progress {
+                extensions: u32::try_from(self.extensions).map_err(|_| corrupt("extensions"))?,
+                reminders_sent: u32::try_from(self.reminders_sent)
+                    .map_err(|_| corrupt("reminders_sent"))?,
+                escalated_at: self.escalated_at.map(time).transpose()?,
+                reasons_requested: u32::try_from(self.reasons_requested)
+                    .map_err(|_| corrupt("reasons_requested"))?,
+            },
+        })
+    }
+}
+
+/// A row of `answers`.
+#[derive(FromRow)]
+pub(super) struct AnswerRow {
+    respondent: String,
+    user_id: Option<i64>,
+    username: Option<String>,
+    name: Option<String>,
+    value_json: String,
+    is_default: bool,
+    once: bool,
+    reason: Option<String>,
+    at: i64,
+}
+
+/// A copy as stored: recipient, chat, message, whether it shows the outcome.
+pub(super) type CopyRow = (String, i64, Option<i64>, bool);
+/// A stray as stored: chat, message, whether it shows the outcome.
+pub(super) type StrayRow = (i64, i64, bool);
+
+/// Fills in a question's answers, copies and strays from their rows (in stored order).
+pub(super) fn fill(
+    mut r: Confirmation,
+    answers: Vec<AnswerRow>,
+    copies: Vec<CopyRow>,
+    strays: Vec<StrayRow>,
+) -> Result<Confirmation, StorageError> {
+    let id = r.id.to_string();
+    let corrupt = corrupt_in(&id);
+    let mut out = Vec::with_capacity(answers.len());
+    for a in answers {
+        out.push(Answer {
+            respondent: a.respondent,
+            by: match (a.user_id, a.name) {
+                (Some(id), Some(name)) => Some(Operator {
+                    id: u64::try_from(id).map_err(|_| corrupt("answer user_id"))?,
+                    username: a.username,
+                    name,
+                }),
+                _ => None,
+            },
+            value: serde_json::from_str(&a.value_json).map_err(|_| corrupt("answer value"))?,
+            is_default: a.is_default,
+            once: a.once,
+            reason: a.reason,
+            at: from_ms(a.at).ok_or_else(|| corrupt("answer time"))?,
+        });
+    }
+    r.answers = out;
+    r.copies = copies
+        .into_iter()
+        .map(|(recipient, chat_id, message_id, outcome_shown)| Copy {
+            recipient,
+            chat_id,
+            message_id: message_id.and_then(|m| i32::try_from(m).ok()),
+            outcome_shown,
+        })
+        .collect();
+    r.strays = strays
+        .into_iter()
+        .filter_map(|(chat_id, message_id, outcome_shown)| {
+            Some(Stray {
+                chat_id,
+                message_id: i32::try_from(message_id).ok()?,
+                outcome_shown,
+            })
+        })
+        .collect();
+    Ok(r)
+}
+
+/// The window stored for `key` (its expiry and opener as read back).
+pub(super) fn window(
+    key: &WindowKey,
+    expires_at: i64,
+    opened_by: &str,
+) -> Result<Window, StorageError> {
+    let corrupt = corrupt_in(opened_by);
+    Ok(Window {
+        key: key.clone(),
+        expires_at: from_ms(expires_at).ok_or_else(|| corrupt("window expiry"))?,
+        opened_by: ConfirmationId::parse(opened_by).map_err(|_| corrupt("opened_by"))?,
+    })
+}
+
+/// A pending request as stored: id, deadline, delivered, attached, route.
+pub(super) type PendingRow = (String, i64, bool, bool, String);
+
+pub(super) fn pending_entry(
+    (id, at, delivered, attached, route): PendingRow,
+) -> Result<PendingEntry, StorageError> {
+    let corrupt = corrupt_in(&id);
+    Ok(PendingEntry {
+        id: ConfirmationId::parse(&id).map_err(|_| corrupt("id"))?,
+        expires_at: from_ms(at).ok_or_else(|| corrupt("expires_at"))?,
+        delivered,
+        attached,
+        route,
+    })
+}
+
+/// The metrics' gauges from their three reads: pending requests per agent (count,
+/// oldest creation), the webhook backlog, and dropped deliveries per agent.
+pub(super) fn gauges(
+    pending: Vec<(String, i64, i64)>,
+    backlog: i64,
+    dropped: Vec<(String, i64)>,
+) -> Gauges {
+    Gauges {
+        oldest_pending_since: pending
+            .iter()
+            .map(|(_, _, since)| *since)
+            .min()
+            .and_then(from_ms),
+        pending_by_agent: pending
+            .into_iter()
+            .map(|(agent, n, _)| (agent, u64::try_from(n).unwrap_or(0)))
+            .collect(),
+        webhook_backlog: u64::try_from(backlog).unwrap_or(0),
+        webhook_dropped_by_agent: dropped
+            .into_iter()
+            .map(|(agent, n)| (agent, u64::try_from(n).unwrap_or(0)))
+            .collect(),
+    }
+}
+
+/// A row of `audit_events` (`SELECT *`).
+#[derive(FromRow)]
+pub(super) struct AuditRow {
+    seq: i64,
+    at: i64,
+    confirmation_id: Option<String>,
+    kind: String,
+    actor: String,
+    detail: String,
+    prev_hash: String,
+    hash: String,
+}
+
+impl AuditRow {
+    pub(super) fn into_stored(self) -> Result<StoredRow, StorageError> {
+        Ok(StoredRow {
+            at: from_ms(self.at).ok_or_else(|| StorageError::Corrupt {
+                id: format!("audit event {}", self.seq),
+                what: "time".into(),
+            })?,
+            seq: self.seq,
+            confirmation_id: self.confirmation_id,
+            kind: self.kind,
+            actor: self.actor,
+            detail_text: self.detail,
+            prev_hash: self.prev_hash,
+            hash: self.hash,
+        })
+    }
+
+    /// The event as the API shows it (its detail parsed).
+    pub(super) fn into_event(self) -> Result<AuditEvent, StorageError> {
+        let s = self.into_stored()?;
+        Ok(AuditEvent {
+            detail: serde_json::from_str(&s.detail_text).unwrap_or(serde_json::Value::Null),
+            seq: s.seq,
+            at: s.at,
+            confirmation_id: s.confirmation_id,
+            kind: s.kind,
+            actor: s.actor,
+            prev_hash: s.prev_hash,
+            hash: s.hash,
+        })
+    }
+}
+
+/// The trail's head from its last row (`None`: the trail is empty).
+pub(super) fn head(last: Option<(i64, String)>) -> Result<audit::Head, StorageError> {
+    match last {
+        None => Ok(audit::Head::genesis()),
+        Some((seq, hash)) => audit::Head::new(seq, &hash).map_err(|e| StorageError::Corrupt {
+            id: format!("audit event {seq}"),
+            what: format!("hash: {e}"),
+        }),
+    }
+}
+
+/// An event ready to append: numbered and hashed onto the chain.
+pub(super) struct Chained<'e> {
+    pub(super) seq: i64,
+    pub(super) event: &'e NewEvent,
+    pub(super) detail: String,
+    pub(super) prev_hash: String,
+    pub(super) hash: String,
+}
+
+/// Numbers and hashes `events`, in order, onto the chain whose last row is `last`
+/// (`None`: the trail is empty). The caller read `last` inside the transaction that
+/// appends, under the lock that keeps every other appender out.
+pub(super) fn chain(last: Option<(i64, String)>, events: &[NewEvent]) -> Vec<Chained<'_>> {
+    let (mut seq, mut prev_hash) = last.unwrap_or_else(|| (0, GENESIS_HASH.to_owned()));
+    let mut rows = Vec::with_capacity(events.len());
+    for event in events {
+        seq += 1;
+        let detail = event.detail.to_string();
+        let hash = audit::chain_hash(
+            &prev_hash,
+            seq,
+            event.at,
+            event.confirmation_id.as_deref(),
+            event.kind,
+            &event.actor,
+            &detail,
+        );
+        let prev = std::mem::replace(&mut prev_hash, hash.clone());
+        rows.push(Chained {
+            seq,
+            event,
+            detail,
+            prev_hash: prev,
+            hash,
+        });
+    }
+    rows
+}
+
+/// `INSERT INTO audit_events … VALUES (…), (…)` for `rows` (see [`insert_runs`]).
+pub(super) fn insert_audit_rows<DB>(rows: &[Chained<'_>]) -> QueryBuilder<DB>
+where
+    DB: Database,
+    DB::Arguments: Default,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<&'t str>: Encode<'t, DB> + Type<DB>,
+    for<'t> i64: Encode<'t, DB> + Type<DB>,
+{
+    let mut insert = QueryBuilder::new(
+        "INSERT INTO audit_events (seq, at, confirmation_id, kind, actor, detail, prev_hash,
+            hash) ",
+    );
+    insert.push_values(rows, |mut row, c| {
+        row.push_bind(c.seq)
+            .push_bind(ms(c.event.at))
+            .push_bind(c.event.confirmation_id.as_deref())
+            .push_bind(c.event.kind)
+            .push_bind(c.event.actor.as_str())
+            .push_bind(c.detail.as_str())
+            .push_bind(c.prev_hash.as_str())
+            .push_bind(c.hash.as_str());
+    });
+    insert
+}
+
+/// The columns of a stored request, in the order every writer binds them
+/// ([`insert_confirmations`], and the SQLite group commit's own statement).
+macro_rules! confirmation_columns {
+    () => {
+        "id, agent, route, chat_id, tool, owner_id, args_hash, params_json, briefing,
+        context, allow_edit, window_seconds, idempotency_key, callback_token, callback_url,
+        message_id, status, via, reason, decided_by_id, decided_by_username,
+        decided_by_name, created_at, expires_at, decided_at, interaction_id,
+        interaction_json, window_requested_seconds, approved_once, has_call"
+    };
+}
+pub(super) use confirmation_columns;
+
+/// `INSERT INTO confirmations … VALUES (…), (…)` for `records`, one row each: the one
+/// column list for a single request and for a batch of window hits, on either backend.
+pub(super) fn insert_confirmations<'r, DB>(
+    records: impl IntoIterator<Item = &'r Confirmation>,
+) -> QueryBuilder<DB>
+where
+    DB: Database,
+    DB::Arguments: Default,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<&'t str>: Encode<'t, DB> + Type<DB>,
+    for<'t> i64: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<i64>: Encode<'t, DB> + Type<DB>,
+    for<'t> bool: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<String>: Encode<'t, DB> + Type<DB>,
+{
+    let mut b = QueryBuilder::new(concat!(
+        "INSERT INTO confirmations (",
+        confirmation_columns!(),
+        ") "
+    ));
+    b.push_values(records, |mut row, r| {
+        let (by_id, by_username, by_name) = operator_columns(&r.decided_by);
+        row.push_bind(r.id.as_str())
+            .push_bind(r.agent.as_str())
+            .push_bind(r.route.as_str())
+            .push_bind(r.chat_id)
+            .push_bind(r.tool.as_str())
+            .push_bind(r.owner_id.as_str())
+            .push_bind(r.args_hash.as_str())
+            .push_bind(r.params_json.as_str())
+            .push_bind(r.briefing.as_str())
+            .push_bind(r.context.as_deref())
+            .push_bind(r.allow_edit)
+            .push_bind(i64::try_from(r.window_seconds).unwrap_or(i64::MAX))
+            .push_bind(r.idempotency_key.as_ref().map(|k| k.as_str()))
+            .push_bind(r.callback_token.as_str())
+            .push_bind(r.callback_url.as_deref())
+            .push_bind(r.message_id.map(i64::from))
+            .push_bind(r.status.as_str())
+            .push_bind(r.via.map(Via::as_str))
+            .push_bind(r.reason.as_str())
+            .push_bind(by_id)
+            .push_bind(by_username)
+            .push_bind(by_name)
+            .push_bind(ms(r.created_at))
+            .push_bind(ms(r.expires_at))
+            .push_bind(r.decided_at.map(ms))
+            .push_bind(r.interaction.as_ref().map(|i| i.interaction_id.as_str()))
+            .push_bind(
+                r.interaction
+                    .as_ref()
+                    .map(|i| serde_json::Value::Object(i.raw.clone()).to_string()),
+            )
+            .push_bind(
+                r.window_requested_seconds
+                    .map(|w| i64::try_from(w).unwrap_or(i64::MAX)),
+            )
+            .push_bind(r.approved_once)
+            .push_bind(r.has_call);
+    });
+    b
+}
+
+/// Splits `rows` for multi-row `INSERT`s into runs of a power of two rows, largest
+/// first, up to 256 (the widest table has 30 columns, and SQLite allows 32,766
+/// parameters in one statement; PostgreSQL 65,535). A statement's text depends on its
+/// row count, and each connection keeps its prepared statements by text: with powers of
+/// two, every batch size reuses one of nine statements per table instead of preparing
+/// one per size.
+pub(super) fn insert_runs<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
+    std::iter::from_fn(move || {
+        if rows.is_empty() {
+            return None;
+        }
+        let len = if rows.len() >= 256 {
+            256
+        } else {
+            1 << rows.len().ilog2()
+        };
+        let (run, rest) = rows.split_at(len);
+        rows = rest;
+        Some(run)
+    })
+}
+
+/// A window joined with the route and chat of the request that opened it.
+#[derive(FromRow)]
+pub(super) struct WindowRow {
+    agent: String,
+    window_route: String,
+    owner_id: String,
+    tool: String,
+    args_hash: String,
+    expires_at: i64,
+    opened_by: String,
+    route: String,
+    chat_id: i64,
+}
+
+/// `SELECT * FROM confirmations WHERE <clause>`, as a static string (sqlx only takes
+/// SQL it can see is not built from input). The clause is the backend's own (its
+/// placeholders differ).
+macro_rules! select_where {
+    ($clause:literal) => {
+        concat!("SELECT * FROM confirmations WHERE ", $clause)
+    };
+}
+pub(super) use select_where;
+
+/// The [`WindowRow`]s `WHERE <clause>`; `w` is the window, `c` its opening request.
+macro_rules! select_windows_where {
+    ($clause:literal) => {
+        concat!(
+            "SELECT w.agent, w.route AS window_route, w.owner_id, w.tool, w.args_hash,
+                    w.expires_at, w.opened_by, c.route, c.chat_id
+             FROM windows w JOIN confirmations c ON c.id = w.opened_by
+             WHERE ",
+            $clause
+        )
+    };
+}
+pub(super) use select_windows_where;
+
+impl WindowRow {
+    pub(super) fn into_domain(self) -> Result<LiveWindow, StorageError> {
+        let corrupt = corrupt_in(&self.opened_by);
+        Ok(LiveWindow {
+            window: Window {
+                key: WindowKey {
+                    owner_id: OwnerId::from_stored(&self.owner_id)
+                        .map_err(|_| corrupt("window owner_id"))?,
+                    tool: ToolName::from_stored(&self.tool).map_err(|_| corrupt("window tool"))?,
+                    args_hash: ArgsHash::parse(&self.args_hash)
+                        .map_err(|_| corrupt("window args_hash"))?,
+                    agent: self.agent.clone(),
+                    route: self.window_route.clone(),
+                },
+                expires_at: from_ms(self.expires_at).ok_or_else(|| corrupt("window expiry"))?,
+                opened_by: ConfirmationId::parse(&self.opened_by)
+                    .map_err(|_| corrupt("opened_by"))?,
+            },
+            route: self.route.clone(),
+            chat_id: self.chat_id,
+        })
+    }
+}
+
+/// A row of `webhook_outbox` as the worker reads it.
+#[derive(FromRow)]
+pub(super) struct OutboxRow {
+    delivery_id: String,
+    confirmation_id: String,
+    agent: String,
+    url: String,
+    created_at: i64,
+    attempts: i64,
+}
+
+impl OutboxRow {
+    pub(super) fn into_entry(self) -> Result<OutboxEntry, StorageError> {
+        let corrupt = corrupt_in(&self.delivery_id);
+        Ok(OutboxEntry {
+            delivery_id: DeliveryId::parse(&self.delivery_id)
+                .map_err(|_| corrupt("delivery_id"))?,
+            confirmation_id: ConfirmationId::parse(&self.confirmation_id)
+                .map_err(|_| corrupt("confirmation_id"))?,
+            created_at: from_ms(self.created_at).ok_or_else(|| corrupt("created_at"))?,
+            attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
+            agent: self.agent,
+            url: self.url,
+        })
+    }
+}
+
+/// The reason a webhook delivery was dropped instead of queued.
+pub(super) fn dropped_reason(backlog: u64) -> String {
+    format!("dropped: the agent already had {backlog} undelivered webhooks")
+}
+
+/// A default applied on timeout is stored as an answer, marked as a default, so the
+/// agent sees it as a HumanResponse like any other. `None` unless `d` is such a timeout
+/// (and `changed`: the decision applied).
+pub(super) fn default_answer(
+    d: &crate::domain::confirmation::Decision,
+    changed: bool,
+) -> Option<Answer> {
+    match (&d.result, d.via, d.status) {
+        (Some(value), Via::Timeout, Status::Completed) if changed => Some(Answer {
+            respondent: "system".into(),
+            by: None,
+            value: value.clone(),
+            is_default: true,
+            once: false,
+            reason: None,
+            at: d.decided_at,
+        }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::insert_runs;
+
+    #[test]
+    fn insert_runs_are_powers_of_two_largest_first_and_cover_every_row() {
+        let rows: Vec<usize> = (0..600).collect();
+        for n in [0, 1, 2, 3, 45, 64, 255, 256, 257, 600] {
+            let runs: Vec<&[usize]> = insert_runs(&rows[..n]).collect();
+            assert!(
+                runs.iter()
+                    .all(|r| r.len().is_power_of_two() && r.len() <= 256)
+            );
+            assert!(runs.windows(2).all(|w| w[0].len() >= w[1].len()), "{n}");
+            assert_eq!(runs.concat(), rows[..n].to_vec(), "{n}");
+        }
+    }
+}

@@ -1,0 +1,856 @@
+//! The statements both backends run, written once.
+//!
+//! This file is compiled twice, as `sqlite::sql` and `postgres::sql` (each backend
+//! declares it with `#[path = "sql.rs"] mod sql;`), and each time `Db` is that backend's
+//! database type. Why not generic code over sqlx's `Database`: every function would
+//! carry a dozen `Encode`/`Decode`/`Executor` bounds that Rust does not imply, for code
+//! that is in fact about two concrete databases. Compiled against each, the types are
+//! plain and the text is one.
+//!
+//! The SQL here is the dialect the two share: `$N` placeholders (SQLite reads them too),
+//! `ON CONFLICT … DO NOTHING/UPDATE`, `COUNT`, `MIN`. What differs is the parent
+//! backend's to give:
+//! * `Db`: `sqlx::Sqlite` or `sqlx::Postgres`;
+//! * `append_event`: SQLite chains from the tip it keeps under its audit mutex,
+//!   PostgreSQL reads the head under its advisory lock;
+//! * `insertion_order!()`: the column that orders `copies` and `strays` as they were
+//!   added (SQLite's `rowid`; PostgreSQL's identity column `pos`);
+//! * `bytewise!()`: what makes an `ORDER BY` of text compare bytes (nothing on SQLite,
+//!   whose default collation does; `COLLATE "C"` on PostgreSQL).
+//!
+//! Transactions are the caller's: functions taking `tx` run inside the backend's audit
+//! transaction (its lock held, see each backend's header) and never commit.
+
+use serde_json::json;
+use sqlx::{Database, Pool, QueryBuilder, Transaction};
+use time::OffsetDateTime;
+
+use super::Db;
+use super::append_event;
+use crate::domain::audit::{self, AuditEvent, StoredRow};
+use crate::domain::confirmation::{Confirmation, Decision, Operator, Step, rfc3339};
+use crate::domain::ids::{ConfirmationId, DeliveryId};
+use crate::domain::interaction::{Answer, TimeoutAction};
+use crate::storage::rows::{
+    self, AnswerRow, AuditRow, CopyRow, OutboxRow, PendingRow, Row, StrayRow, WindowRow,
+    insert_confirmations, ms, operator_columns, select_where, select_windows_where, user_column,
+};
+use crate::storage::{
+    AgentEvent, Decided, Gauges, IDEMPOTENCY_TTL, Inserted, LiveWindow, OutboxEntry, PendingEntry,
+    StorageError,
+};
+
+/// The question `id` as `tx` sees it, with its answers, copies and strays (`None`: no
+/// such question).
+pub(super) async fn read_in(
+    tx: &mut Transaction<'_, Db>,
+    id: &ConfirmationId,
+) -> Result<Option<Confirmation>, StorageError> {
+    let row = sqlx::query_as::<_, Row>(select_where!("id = $1"))
+        .bind(id.as_str())
+        .fetch_optional(&mut **tx)
+        .await?;
+    match row {
+        Some(row) => Ok(Some(hydrate(tx, row.into_domain()?).await?)),
+        None => Ok(None),
+    }
+}
+
+/// Reads a question's answers, copies and strays into it.
+pub(super) async fn hydrate(
+    conn: &mut <Db as Database>::Connection,
+    r: Confirmation,
+) -> Result<Confirmation, StorageError> {
+    let answers: Vec<AnswerRow> = sqlx::query_as(
+        "SELECT respondent, user_id, username, name, value_json, is_default, once, reason, at
+         FROM answers WHERE question_id = $1 ORDER BY seq",
+    )
+    .bind(r.id.as_str())
+    .fetch_all(&mut *conn)
+    .await?;
+    let copies: Vec<CopyRow> = sqlx::query_as(concat!(
+        "SELECT recipient, chat_id, message_id, outcome_shown FROM copies
+         WHERE question_id = $1 ORDER BY ",
+        insertion_order!()
+    ))
+    .bind(r.id.as_str())
+    .fetch_all(&mut *conn)
+    .await?;
+    let strays: Vec<StrayRow> = sqlx::query_as(concat!(
+        "SELECT chat_id, message_id, outcome_shown FROM strays
+         WHERE question_id = $1 ORDER BY ",
+        insertion_order!()
+    ))
+    .bind(r.id.as_str())
+    .fetch_all(&mut *conn)
+    .await?;
+    rows::fill(r, answers, copies, strays)
+}
+
+/// [`hydrate`] for each of `rows`, in order.
+pub(super) async fn hydrate_all(
+    conn: &mut <Db as Database>::Connection,
+    rows: Vec<Row>,
+) -> Result<Vec<Confirmation>, StorageError> {
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        out.push(hydrate(&mut *conn, row.into_domain()?).await?);
+    }
+    Ok(out)
+}
+
+/// Appends to the agent's event stream inside the caller's transaction.
+pub(super) async fn push_agent_event(
+    tx: &mut Transaction<'_, Db>,
+    r: &Confirmation,
+    kind: &str,
+    data: &serde_json::Value,
+    at: OffsetDateTime,
+) -> Result<(), StorageError> {
+    sqlx::query(
+        "INSERT INTO agent_events (agent, question_id, kind, data, at)
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(&r.agent)
+    .bind(r.id.as_str())
+    .bind(kind)
+    .bind(data.to_string())
+    .bind(ms(at))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Stores an answer row inside the caller's transaction; false when this person had
+/// already answered.
+pub(super) async fn insert_answer(
+    tx: &mut Transaction<'_, Db>,
+    id: &ConfirmationId,
+    a: &Answer,
+) -> Result<bool, StorageError> {
+    let (uid, username, name) = operator_columns(&a.by);
+    let done = sqlx::query(
+        "INSERT INTO answers (question_id, respondent, user_id, username, name, value_json,
+            is_default, once, reason, at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+         ON CONFLICT (question_id, user_id) WHERE user_id IS NOT NULL DO NOTHING",
+    )
+    .bind(id.as_str())
+    .bind(&a.respondent)
+    .bind(uid)
+    .bind(username)
+    .bind(name)
+    .bind(a.value.to_string())
+    .bind(a.is_default)
+    .bind(a.once)
+    .bind(a.reason.as_deref())
+    .bind(ms(a.at))
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Queues the webhook of a request that just ended, inside the caller's audit
+/// transaction: the outcome and its delivery commit together or not at all. When the
+/// agent already has `max_backlog` undelivered webhooks, the delivery is stored as
+/// `dropped` with a `webhook_dropped` event instead. The bound holds exactly: every
+/// enqueue runs under the audit lock, so no two count at once.
+pub(super) async fn enqueue_webhook(
+    tx: &mut Transaction<'_, Db>,
+    r: &Confirmation,
+    now: OffsetDateTime,
+    max_backlog: u32,
+) -> Result<(), StorageError> {
+    let Some(url) = &r.callback_url else {
+        return Ok(());
+    };
+    // Through the partial index on pending rows: at most `max_backlog` entries to count.
+    let (backlog,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM webhook_outbox WHERE agent = $1 AND state = 'pending'",
+    )
+    .bind(&r.agent)
+    .fetch_one(&mut **tx)
+    .await?;
+    let backlog = u64::try_from(backlog).unwrap_or(0);
+    let delivery_id = DeliveryId::generate();
+    let dropped = backlog >= u64::from(max_backlog);
+    sqlx::query(
+        "INSERT INTO webhook_outbox (delivery_id, confirmation_id, agent, url, created_at,
+             next_attempt_at, state, last_error, finished_at)
+         VALUES ($1, $2, $3, $4, $5, $5, $6, $7, $8)",
+    )
+    .bind(delivery_id.as_str())
+    .bind(r.id.as_str())
+    .bind(&r.agent)
+    .bind(url)
+    .bind(ms(now))
+    .bind(if dropped { "dropped" } else { "pending" })
+    .bind(dropped.then(|| rows::dropped_reason(backlog)))
+    .bind(dropped.then(|| ms(now)))
+    .execute(&mut **tx)
+    .await?;
+    if dropped {
+        let event =
+            audit::webhook_dropped(r.id.as_str(), delivery_id.as_str(), &r.agent, backlog, now);
+        append_event(tx, &event).await?;
+    }
+    Ok(())
+}
+
+/// Moves a pending question to its outcome inside `tx` (an audit transaction): one
+/// conditional update, then, when it applied, the default answer (if any), the stream
+/// and audit events, the webhook and the confirmation window, all in the same
+/// transaction.
+pub(super) async fn apply_decision(
+    tx: &mut Transaction<'_, Db>,
+    id: &ConfirmationId,
+    d: &Decision,
+    max_backlog: u32,
+) -> Result<Decided, StorageError> {
+    let (by_id, by_username, by_name) = operator_columns(&d.decided_by);
+    // The `status = 'pending'` guard is the whole exactly-once story: of any number of
+    // concurrent decisions, one changes a row and every other changes none.
+    let changed = sqlx::query(
+        "UPDATE confirmations SET status = $1, via = $2, reason = $3, decided_by_id = $4,
+                decided_by_username = $5, decided_by_name = $6, decided_at = $7,
+                result_json = $8, timeout_action = $9, approved_once = $10,
+                denial_reason = $11
+             WHERE id = $12 AND status = 'pending'",
+    )
+    .bind(d.status.as_str())
+    .bind(d.via.as_str())
+    .bind(&d.reason)
+    .bind(by_id)
+    .bind(by_username)
+    .bind(by_name)
+    .bind(ms(d.decided_at))
+    .bind(d.result.as_ref().map(|v| v.to_string()))
+    .bind(d.timeout_action.map(TimeoutAction::as_str))
+    .bind(d.once)
+    .bind(d.denial_reason.as_deref())
+    .bind(id.as_str())
+    .execute(&mut **tx)
+    .await?
+    .rows_affected()
+        == 1;
+    let default_answer = rows::default_answer(d, changed);
+    if let Some(a) = &default_answer {
+        insert_answer(tx, id, a).await?;
+    }
+    let Some(record) = read_in(tx, id).await? else {
+        return Ok(Decided::NotFound);
+    };
+    if !changed {
+        return Ok(Decided::AlreadyTerminal(record));
+    }
+    if let Some(a) = &default_answer {
+        append_event(tx, &audit::answered(id.as_str(), a)).await?;
+        let response = record.response_event(a);
+        push_agent_event(tx, &record, "response", &response, d.decided_at).await?;
+    }
+    push_agent_event(tx, &record, "status", &record.status_event(), d.decided_at).await?;
+    append_event(tx, &audit::decided(&record)).await?;
+    enqueue_webhook(tx, &record, d.decided_at, max_backlog).await?;
+    if let Some(until) = record.window_until() {
+        // A later expiry replaces an earlier one, never the reverse.
+        sqlx::query(
+            "INSERT INTO windows (agent, route, owner_id, tool, args_hash, expires_at, opened_by)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT (agent, route, owner_id, tool, args_hash)
+                 DO UPDATE SET expires_at = excluded.expires_at, opened_by = excluded.opened_by
+                 WHERE excluded.expires_at > windows.expires_at",
+        )
+        .bind(&record.agent)
+        .bind(&record.route)
+        .bind(record.owner_id.as_str())
+        .bind(record.tool.as_str())
+        .bind(record.args_hash.as_str())
+        .bind(ms(until))
+        .bind(record.id.as_str())
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(Decided::Applied(record))
+}
+
+/// Stores a new request inside `tx` (an audit transaction; the caller commits); see
+/// [`crate::storage::Store::insert`].
+pub(super) async fn insert_in(
+    tx: &mut Transaction<'_, Db>,
+    r: &Confirmation,
+    now: OffsetDateTime,
+    max_backlog: u32,
+) -> Result<Inserted, StorageError> {
+    if let Some(key) = &r.idempotency_key {
+        // Release the key if its request is older than the TTL, so it can be reused.
+        sqlx::query(
+            "UPDATE confirmations SET idempotency_key = NULL
+             WHERE agent = $1 AND idempotency_key = $2 AND created_at <= $3",
+        )
+        .bind(&r.agent)
+        .bind(key.as_str())
+        .bind(ms(now - IDEMPOTENCY_TTL))
+        .execute(&mut **tx)
+        .await?;
+    }
+    let mut insert: QueryBuilder<Db> = insert_confirmations([r]);
+    insert.push(" ON CONFLICT DO NOTHING");
+    let done = insert.build().execute(&mut **tx).await?;
+    if done.rows_affected() == 1 {
+        if r.is_terminal() {
+            append_event(tx, &audit::window_hit(r)).await?;
+            enqueue_webhook(tx, r, now, max_backlog).await?;
+        } else {
+            append_event(tx, &audit::requested(r)).await?;
+        }
+        push_agent_event(tx, r, "status", &r.status_event(), now).await?;
+        return Ok(Inserted::New(r.clone()));
+    }
+    // Another question holds the idempotency key or the interaction id (the only
+    // unique columns an agent chooses): whichever it is, that question is the answer.
+    let mut existing = None;
+    if let Some(key) = &r.idempotency_key {
+        existing = sqlx::query_as::<_, Row>(select_where!("agent = $1 AND idempotency_key = $2"))
+            .bind(&r.agent)
+            .bind(key.as_str())
+            .fetch_optional(&mut **tx)
+            .await?;
+    }
+    if let (None, Some(i)) = (&existing, &r.interaction) {
+        existing = sqlx::query_as::<_, Row>(select_where!("agent = $1 AND interaction_id = $2"))
+            .bind(&r.agent)
+            .bind(i.interaction_id.as_str())
+            .fetch_optional(&mut **tx)
+            .await?;
+    }
+    let existing = existing.ok_or(sqlx::Error::RowNotFound)?;
+    let existing = hydrate(tx, existing.into_domain()?).await?;
+    Ok(Inserted::Existing(existing))
+}
+
+/// Ends the transaction of a step a pending question just took (its conditional
+/// update already made in `tx`): reads the question, streams the step, audits it
+/// (`by`, `detail`) and commits. Returns the question as it now is.
+pub(super) async fn commit_step(
+    mut tx: Transaction<'_, Db>,
+    id: &ConfirmationId,
+    step: Step,
+    by: Option<&Operator>,
+    detail: serde_json::Value,
+    now: OffsetDateTime,
+) -> Result<Option<Confirmation>, StorageError> {
+    let Some(record) = read_in(&mut tx, id).await? else {
+        return Ok(None);
+    };
+    push_agent_event(&mut tx, &record, "status", &record.step_event(step), now).await?;
+    append_event(&mut tx, &audit::step(id.as_str(), step, by, detail, now)).await?;
+    tx.commit().await?;
+    Ok(Some(record))
+}
+
+/// See [`crate::storage::Store::count_pending`].
+pub(super) async fn count_pending(pool: &Pool<Db>, agent: &str) -> Result<u64, StorageError> {
+    let (n,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM confirmations WHERE agent = $1 AND status = 'pending'",
+    )
+    .bind(agent)
+    .fetch_one(pool)
+    .await?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+/// See [`crate::storage::Store::pending`].
+pub(super) async fn pending(pool: &Pool<Db>) -> Result<Vec<PendingEntry>, StorageError> {
+    let rows: Vec<PendingRow> = sqlx::query_as(
+        "SELECT id, expires_at, message_id IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM copies c WHERE c.question_id = confirmations.id
+            AND c.message_id IS NULL), attached, route
+         FROM confirmations WHERE status = 'pending' ORDER BY expires_at",
+    )
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter().map(rows::pending_entry).collect()
+}
+
+/// See [`crate::storage::Store::events_for`].
+pub(super) async fn events_for(
+    pool: &Pool<Db>,
+    id: &ConfirmationId,
+) -> Result<Vec<AuditEvent>, StorageError> {
+    let rows: Vec<AuditRow> =
+        sqlx::query_as("SELECT * FROM audit_events WHERE confirmation_id = $1 ORDER BY seq")
+            .bind(id.as_str())
+            .fetch_all(pool)
+            .await?;
+    rows.into_iter().map(AuditRow::into_event).collect()
+}
+
+/// See [`crate::storage::Store::audit_rows`].
+pub(super) async fn audit_rows(
+    pool: &Pool<Db>,
+    since: Option<OffsetDateTime>,
+) -> Result<Vec<StoredRow>, StorageError> {
+    let rows: Vec<AuditRow> =
+        sqlx::query_as("SELECT * FROM audit_events WHERE at >= $1 ORDER BY seq")
+            .bind(since.map_or(i64::MIN, ms))
+            .fetch_all(pool)
+            .await?;
+    rows.into_iter().map(AuditRow::into_stored).collect()
+}
+
+/// See [`crate::storage::Store::audit_head`].
+pub(super) async fn audit_head(pool: &Pool<Db>) -> Result<audit::Head, StorageError> {
+    let last: Option<(i64, String)> =
+        sqlx::query_as("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1")
+            .fetch_optional(pool)
+            .await?;
+    rows::head(last)
+}
+
+/// See [`crate::storage::Store::route_chats`].
+pub(super) async fn route_chats(pool: &Pool<Db>) -> Result<Vec<(String, i64)>, StorageError> {
+    Ok(sqlx::query_as("SELECT route, chat_id FROM route_chats")
+        .fetch_all(pool)
+        .await?)
+}
+
+/// See [`crate::storage::Store::selection`].
+pub(super) async fn selection(
+    pool: &Pool<Db>,
+    id: &ConfirmationId,
+    user_id: u64,
+) -> Result<Vec<String>, StorageError> {
+    let row: Option<(String,)> =
+        sqlx::query_as("SELECT keys_json FROM selections WHERE question_id = $1 AND user_id = $2")
+            .bind(id.as_str())
+            .bind(user_column(user_id))
+            .fetch_optional(pool)
+            .await?;
+    Ok(row
+        .and_then(|(j,)| serde_json::from_str(&j).ok())
+        .unwrap_or_default())
+}
+
+/// See [`crate::storage::Store::set_selection`].
+pub(super) async fn set_selection(
+    pool: &Pool<Db>,
+    id: &ConfirmationId,
+    user_id: u64,
+    keys: &[String],
+) -> Result<(), StorageError> {
+    sqlx::query(
+        "INSERT INTO selections (question_id, user_id, keys_json) VALUES ($1, $2, $3)
+         ON CONFLICT (question_id, user_id) DO UPDATE SET keys_json = excluded.keys_json",
+    )
+    .bind(id.as_str())
+    .bind(user_column(user_id))
+    .bind(serde_json::to_string(keys).unwrap_or_else(|_| "[]".into()))
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// See [`crate::storage::Store::agent_events`].
+pub(super) async fn agent_events(
+    pool: &Pool<Db>,
+    agent: &str,
+    after: i64,
+    limit: u32,
+) -> Result<Vec<AgentEvent>, StorageError> {
+    let rows: Vec<(i64, String, String)> = sqlx::query_as(
+        "SELECT seq, kind, data FROM agent_events WHERE agent = $1 AND seq > $2
+         ORDER BY seq LIMIT $3",
+    )
+    .bind(agent)
+    .bind(after)
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(seq, kind, data)| AgentEvent { seq, kind, data })
+        .collect())
+}
+
+/// See [`crate::storage::Store::purge_agent_events`].
+pub(super) async fn purge_agent_events(
+    pool: &Pool<Db>,
+    before: OffsetDateTime,
+) -> Result<u64, StorageError> {
+    Ok(sqlx::query("DELETE FROM agent_events WHERE at < $1")
+        .bind(ms(before))
+        .execute(pool)
+        .await?
+        .rows_affected())
+}
+
+/// See [`crate::storage::Store::last_agent_event`].
+pub(super) async fn last_agent_event(pool: &Pool<Db>, agent: &str) -> Result<i64, StorageError> {
+    let (n,): (Option<i64>,) = sqlx::query_as("SELECT MAX(seq) FROM agent_events WHERE agent = $1")
+        .bind(agent)
+        .fetch_one(pool)
+        .await?;
+    Ok(n.unwrap_or(0))
+}
+
+/// See [`crate::storage::Store::gauges`]. All read through partial indexes (pending
+/// rows, dropped deliveries), so a scrape stays cheap however much history the
+/// database holds; agents in byte order, so a scrape reads the same on either backend.
+pub(super) async fn gauges(pool: &Pool<Db>) -> Result<Gauges, StorageError> {
+    let pending: Vec<(String, i64, i64)> = sqlx::query_as(concat!(
+        "SELECT agent, COUNT(*), MIN(created_at) FROM confirmations
+         WHERE status = 'pending' GROUP BY agent ORDER BY agent",
+        bytewise!()
+    ))
+    .fetch_all(pool)
+    .await?;
+    let (backlog,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM webhook_outbox WHERE state = 'pending'")
+            .fetch_one(pool)
+            .await?;
+    let dropped: Vec<(String, i64)> = sqlx::query_as(concat!(
+        "SELECT agent, COUNT(*) FROM webhook_outbox WHERE state = 'dropped'
+         GROUP BY agent ORDER BY agent",
+        bytewise!()
+    ))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows::gauges(pending, backlog, dropped))
+}
+
+/// See [`crate::storage::Store::live_windows`].
+pub(super) async fn live_windows(
+    pool: &Pool<Db>,
+    route: &str,
+    now: OffsetDateTime,
+) -> Result<Vec<LiveWindow>, StorageError> {
+    let rows: Vec<WindowRow> = sqlx::query_as(concat!(
+        select_windows_where!(
+            "c.route = $1 AND w.expires_at > $2 ORDER BY w.expires_at, w.opened_by"
+        ),
+        bytewise!()
+    ))
+    .bind(route)
+    .bind(ms(now))
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter().map(WindowRow::into_domain).collect()
+}
+
+/// See [`crate::storage::Store::live_window_opened_by`].
+pub(super) async fn live_window_opened_by(
+    pool: &Pool<Db>,
+    opened_by: &ConfirmationId,
+    now: OffsetDateTime,
+) -> Result<Option<LiveWindow>, StorageError> {
+    let row: Option<WindowRow> = sqlx::query_as(select_windows_where!(
+        "w.opened_by = $1 AND w.expires_at > $2"
+    ))
+    .bind(opened_by.as_str())
+    .bind(ms(now))
+    .fetch_optional(pool)
+    .await?;
+    row.map(WindowRow::into_domain).transpose()
+}
+
+/// See [`crate::storage::Store::mark_stray_shown`].
+pub(super) async fn mark_stray_shown(
+    pool: &Pool<Db>,
+    id: &ConfirmationId,
+    chat_id: i64,
+    message_id: i32,
+) -> Result<(), StorageError> {
+    sqlx::query(
+        "UPDATE strays SET outcome_shown = TRUE
+         WHERE question_id = $1 AND chat_id = $2 AND message_id = $3",
+    )
+    .bind(id.as_str())
+    .bind(chat_id)
+    .bind(i64::from(message_id))
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// See [`crate::storage::Store::mark_attached`].
+pub(super) async fn mark_attached(
+    pool: &Pool<Db>,
+    id: &ConfirmationId,
+) -> Result<(), StorageError> {
+    sqlx::query("UPDATE confirmations SET attached = TRUE WHERE id = $1")
+        .bind(id.as_str())
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// See [`crate::storage::Store::mark_outcome_shown`].
+pub(super) async fn mark_outcome_shown(
+    pool: &Pool<Db>,
+    id: &ConfirmationId,
+) -> Result<(), StorageError> {
+    sqlx::query("UPDATE confirmations SET outcome_shown = TRUE WHERE id = $1")
+        .bind(id.as_str())
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// See [`crate::storage::Store::mark_copy_shown`].
+pub(super) async fn mark_copy_shown(
+    pool: &Pool<Db>,
+    id: &ConfirmationId,
+    chat_id: i64,
+) -> Result<(), StorageError> {
+    sqlx::query("UPDATE copies SET outcome_shown = TRUE WHERE question_id = $1 AND chat_id = $2")
+        .bind(id.as_str())
+        .bind(chat_id)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// See [`crate::storage::Store::due_webhooks`].
+pub(super) async fn due_webhooks(
+    pool: &Pool<Db>,
+    now: OffsetDateTime,
+    limit: u32,
+) -> Result<Vec<OutboxEntry>, StorageError> {
+    let rows: Vec<OutboxRow> = sqlx::query_as(concat!(
+        "SELECT delivery_id, confirmation_id, agent, url, created_at, attempts
+         FROM webhook_outbox WHERE state = 'pending' AND next_attempt_at <= $1
+         ORDER BY next_attempt_at, ",
+        insertion_order!(),
+        " LIMIT $2"
+    ))
+    .bind(ms(now))
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter().map(OutboxRow::into_entry).collect()
+}
+
+/// See [`crate::storage::Store::extend`]; `tx` is the backend's audit transaction.
+pub(super) async fn extend(
+    mut tx: Transaction<'_, Db>,
+    id: &ConfirmationId,
+    from: OffsetDateTime,
+    to: OffsetDateTime,
+    by: &Operator,
+    now: OffsetDateTime,
+) -> Result<Option<Confirmation>, StorageError> {
+    // Conditional on the deadline the tap saw: two taps at once move it once.
+    let moved = sqlx::query(
+        "UPDATE confirmations SET expires_at = $1, extensions = extensions + 1
+         WHERE id = $2 AND status = 'pending' AND expires_at = $3",
+    )
+    .bind(ms(to))
+    .bind(id.as_str())
+    .bind(ms(from))
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if !moved {
+        return Ok(None);
+    }
+    let detail = json!({"from": rfc3339(from), "to": rfc3339(to)});
+    commit_step(tx, id, Step::Extended, Some(by), detail, now).await
+}
+
+/// See [`crate::storage::Store::claim_reminders`]; `tx` is the backend's audit transaction.
+pub(super) async fn claim_reminders(
+    mut tx: Transaction<'_, Db>,
+    id: &ConfirmationId,
+    sent: u32,
+    passed: u32,
+    now: OffsetDateTime,
+) -> Result<Option<Confirmation>, StorageError> {
+    let claimed = sqlx::query(
+        "UPDATE confirmations SET reminders_sent = $1
+         WHERE id = $2 AND status = 'pending' AND reminders_sent = $3",
+    )
+    .bind(i64::from(passed))
+    .bind(id.as_str())
+    .bind(i64::from(sent))
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if !claimed {
+        return Ok(None);
+    }
+    let detail = json!({"reminder": passed});
+    commit_step(tx, id, Step::Reminded, None, detail, now).await
+}
+
+/// See [`crate::storage::Store::escalate`]; `tx` is the backend's audit transaction.
+pub(super) async fn escalate(
+    mut tx: Transaction<'_, Db>,
+    id: &ConfirmationId,
+    recipient: &str,
+    chat_id: i64,
+    now: OffsetDateTime,
+) -> Result<Option<Confirmation>, StorageError> {
+    let claimed = sqlx::query(
+        "UPDATE confirmations SET escalated_at = $1
+         WHERE id = $2 AND status = 'pending' AND escalated_at IS NULL",
+    )
+    .bind(ms(now))
+    .bind(id.as_str())
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if !claimed {
+        return Ok(None);
+    }
+    sqlx::query(
+        "INSERT INTO copies (question_id, recipient, chat_id) VALUES ($1, $2, $3)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(id.as_str())
+    .bind(recipient)
+    .bind(chat_id)
+    .execute(&mut *tx)
+    .await?;
+    let detail = json!({"to": recipient, "chat_id": chat_id});
+    commit_step(tx, id, Step::Escalated, None, detail, now).await
+}
+
+/// See [`crate::storage::Store::request_reason`]; `tx` is the backend's audit transaction.
+pub(super) async fn request_reason(
+    mut tx: Transaction<'_, Db>,
+    id: &ConfirmationId,
+    by: &Operator,
+    chat_id: i64,
+    now: OffsetDateTime,
+) -> Result<Option<Confirmation>, StorageError> {
+    // Asked again (a second tap), the request starts over: a new prompt replaces
+    // the old one.
+    let added = sqlx::query(
+        "INSERT INTO reason_requests (question_id, user_id, chat_id, asked_at)
+         SELECT id, $2, $3, $4 FROM confirmations WHERE id = $1 AND status = 'pending'
+         ON CONFLICT (question_id, user_id) DO UPDATE
+             SET chat_id = excluded.chat_id, prompt_message_id = NULL,
+                 asked_at = excluded.asked_at",
+    )
+    .bind(id.as_str())
+    .bind(user_column(by.id))
+    .bind(chat_id)
+    .bind(ms(now))
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if !added {
+        return Ok(None);
+    }
+    sqlx::query("UPDATE confirmations SET reasons_requested = reasons_requested + 1 WHERE id = $1")
+        .bind(id.as_str())
+        .execute(&mut *tx)
+        .await?;
+    let detail = json!({"chat_id": chat_id});
+    commit_step(tx, id, Step::ReasonRequested, Some(by), detail, now).await
+}
+
+/// See [`crate::storage::Store::move_route_chat`]; `tx` is the backend's audit transaction.
+pub(super) async fn move_route_chat(
+    mut tx: Transaction<'_, Db>,
+    route: &str,
+    from_chat: i64,
+    to_chat: i64,
+    now: OffsetDateTime,
+) -> Result<(), StorageError> {
+    append_event(&mut tx, &audit::route_moved(route, from_chat, to_chat, now)).await?;
+    sqlx::query(
+        "INSERT INTO route_chats (route, chat_id, updated_at) VALUES ($1, $2, $3)
+         ON CONFLICT (route) DO UPDATE
+             SET chat_id = excluded.chat_id, updated_at = excluded.updated_at",
+    )
+    .bind(route)
+    .bind(to_chat)
+    .bind(ms(now))
+    .execute(&mut *tx)
+    .await?;
+    // Pending requests of the old chat now live in the new one: taps come from there.
+    sqlx::query(
+        "UPDATE confirmations SET chat_id = $1
+         WHERE route = $2 AND chat_id = $3 AND status = 'pending'",
+    )
+    .bind(to_chat)
+    .bind(route)
+    .bind(from_chat)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// See [`crate::storage::Store::add_copy`]; `tx` is the backend's audit transaction.
+pub(super) async fn add_copy(
+    mut tx: Transaction<'_, Db>,
+    id: &ConfirmationId,
+    recipient: &str,
+    chat_id: i64,
+    now: OffsetDateTime,
+) -> Result<bool, StorageError> {
+    let added = sqlx::query(
+        "INSERT INTO copies (question_id, recipient, chat_id)
+         SELECT id, $1, $2 FROM confirmations
+         WHERE id = $3 AND status = 'pending' AND chat_id <> $2
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(recipient)
+    .bind(chat_id)
+    .bind(id.as_str())
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if added {
+        let event = audit::copied(id.as_str(), recipient, chat_id, now);
+        append_event(&mut tx, &event).await?;
+    }
+    tx.commit().await?;
+    Ok(added)
+}
+
+/// See [`crate::storage::Store::set_copy_message_id`]; `tx` is the backend's audit transaction.
+pub(super) async fn set_copy_message_id(
+    mut tx: Transaction<'_, Db>,
+    id: &ConfirmationId,
+    chat_id: i64,
+    message_id: i32,
+    now: OffsetDateTime,
+) -> Result<(), StorageError> {
+    sqlx::query("UPDATE copies SET message_id = $1 WHERE question_id = $2 AND chat_id = $3")
+        .bind(i64::from(message_id))
+        .bind(id.as_str())
+        .bind(chat_id)
+        .execute(&mut *tx)
+        .await?;
+    let event = audit::delivered(id.as_str(), chat_id, message_id, now);
+    append_event(&mut tx, &event).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// See [`crate::storage::Store::set_reason_prompt`].
+pub(super) async fn set_reason_prompt(
+    pool: &Pool<Db>,
+    id: &ConfirmationId,
+    user_id: u64,
+    prompt_message_id: i32,
+) -> Result<(), StorageError> {
+    sqlx::query(
+        "UPDATE reason_requests SET prompt_message_id = $1
+         WHERE question_id = $2 AND user_id = $3",
+    )
+    .bind(i64::from(prompt_message_id))
+    .bind(id.as_str())
+    .bind(user_column(user_id))
+    .execute(pool)
+    .await?;
+    Ok(())
+}
