@@ -854,3 +854,38 @@ pub(super) async fn set_reason_prompt(
     .await?;
     Ok(())
 }
+
+/// Records a stray message of question `id` (see
+/// [`crate::storage::Store::add_stray`]) in `tx`, the backend's audit transaction, and
+/// commits; the caller reads the question back.
+pub(super) async fn add_stray(
+    mut tx: Transaction<'_, Db>,
+    id: &ConfirmationId,
+    chat_id: i64,
+    message_id: i32,
+    now: OffsetDateTime,
+) -> Result<(), StorageError> {
+    // Not a stray when it is the question's own message or a copy's (a tap that
+    // raced the storing of the id).
+    let added = sqlx::query(
+        "INSERT INTO strays (question_id, chat_id, message_id)
+         SELECT id, $2, $3 FROM confirmations
+         WHERE id = $1 AND NOT (chat_id = $2 AND message_id IS NOT DISTINCT FROM $3)
+           AND NOT EXISTS (SELECT 1 FROM copies c WHERE c.question_id = $1
+                           AND c.chat_id = $2 AND c.message_id IS NOT DISTINCT FROM $3)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(id.as_str())
+    .bind(chat_id)
+    .bind(i64::from(message_id))
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if added {
+        let event = audit::copy_found(id.as_str(), chat_id, message_id, now);
+        append_event(&mut tx, &event).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}

@@ -1195,34 +1195,9 @@ impl Store for SqliteStore {
         message_id: i32,
         now: OffsetDateTime,
     ) -> Result<Option<Confirmation>, StorageError> {
-        let _audit = self.lock_audit().await;
-        let mut tx = self.write_tx().await?;
-        // Not a stray when it is the question's own message or a copy's (a tap that
-        // raced the storing of the id).
-        let added = sqlx::query(
-            "INSERT INTO strays (question_id, chat_id, message_id)
-             SELECT id, ?2, ?3 FROM confirmations
-             WHERE id = ?1 AND NOT (chat_id = ?2 AND message_id IS ?3)
-               AND NOT EXISTS (SELECT 1 FROM copies c WHERE c.question_id = ?1
-                               AND c.chat_id = ?2 AND c.message_id IS ?3)
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(id.as_str())
-        .bind(chat_id)
-        .bind(i64::from(message_id))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if added {
-            append_event(
-                &mut tx,
-                &audit::copy_found(id.as_str(), chat_id, message_id, now),
-            )
-            .await?;
-        }
-        tx.commit().await?;
-        drop(_audit);
+        let (writer, tx) = self.audit_tx().await?;
+        sql::add_stray(tx, id, chat_id, message_id, now).await?;
+        drop(writer);
         self.get(id).await
     }
 
