@@ -1,4 +1,5 @@
-//! A Telegram that hangs never blocks the HTTP API or the deadline scheduler.
+//! A Telegram that hangs never blocks the HTTP API or the deadline scheduler; a database
+//! out of reach is a 503 the agent may retry, never a false outcome.
 
 mod support;
 
@@ -46,4 +47,30 @@ async fn while_telegram_hangs_the_api_answers_and_deadlines_still_fire() {
         })
         .await;
     assert!(m.visible_text.contains("Timed out"), "{}", m.visible_text);
+}
+
+#[tokio::test]
+async fn a_database_that_stays_locked_is_a_503_to_retry_and_decides_nothing() {
+    use sqlx::{Connection, SqliteConnection};
+    let app = TestApp::spawn().await;
+    // Another process holds SQLite's write lock past the store's busy timeout (5 s).
+    let mut holder = SqliteConnection::connect(&app.db_url).await.unwrap();
+    sqlx::query("BEGIN EXCLUSIVE")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let body = json!({"tool": "t", "params": {}, "wait": "suspend", "idempotency_key": "k-1"});
+    let (s, r) = app.create(body.clone()).await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{r}");
+    assert_eq!(r["error"]["code"], "unavailable", "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("retry"),
+        "{r}"
+    );
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    holder.close().await.unwrap();
+    // The same call again, once the database answers, is one new question.
+    let (s, r) = app.create(body).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{r}");
+    assert_eq!(r["status"], "pending");
 }

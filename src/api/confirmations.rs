@@ -322,7 +322,7 @@ fn respond(status: StatusCode, r: &Confirmation) -> Response {
         (status = 422, description = "`invalid_field`: the message starts with the field's name.", body = crate::api::error::ErrorBody),
         (status = 429, description = "`rate_limited`: over the agent's `requests_per_minute` or `max_pending`.", body = crate::api::error::ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying."))),
-        (status = 503, description = "`unavailable`: shutting down; retry with the same `idempotency_key`.", body = crate::api::error::ErrorBody),
+        (status = 503, description = "`unavailable`: shutting down, or the database is out of reach for now; retry with the same `idempotency_key`.", body = crate::api::error::ErrorBody),
     ),
     security(("bearer" = [])),
 )]
@@ -408,7 +408,7 @@ fn parse_id(id: &str) -> Result<ConfirmationId, ApiError> {
         (status = 422, description = "`invalid_field`: `wait` is not a number of seconds in range.", body = crate::api::error::ErrorBody),
         (status = 429, description = "`too_many_streams`: with `wait`, this agent already has `max_long_polls` long-polls waiting.", body = crate::api::error::ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying."))),
-        (status = 503, description = "`unavailable`: shutting down during a long-poll.", body = crate::api::error::ErrorBody),
+        (status = 503, description = "`unavailable`: shutting down during a long-poll, or the database is out of reach for now.", body = crate::api::error::ErrorBody),
     ),
     security(("bearer" = [])),
 )]

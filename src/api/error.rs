@@ -274,13 +274,25 @@ impl From<ServiceError> for ApiError {
             },
             ServiceError::NobodyMayAnswer(why) => ApiError::field("interaction.target_humans", why),
             ServiceError::Undeliverable(_) => ApiError::Undeliverable(e.to_string()),
-            ServiceError::Storage(s) => ApiError::Internal(s.to_string()),
+            ServiceError::Storage(s) => s.into(),
         }
     }
 }
 
 impl From<StorageError> for ApiError {
+    /// A database that is briefly out of reach (down, restarting, every connection busy,
+    /// a lock held too long) is a 503 the agent may retry, with the detail logged; any
+    /// other storage error is a 500. Either way nothing was decided.
     fn from(e: StorageError) -> Self {
-        ApiError::Internal(e.to_string())
+        if e.is_unavailable() {
+            tracing::warn!(error = %e, "the database is unavailable");
+            ApiError::Unavailable(
+                "the database is unavailable right now; retry (the same idempotency_key finds \
+                 the same request)"
+                    .into(),
+            )
+        } else {
+            ApiError::Internal(e.to_string())
+        }
     }
 }

@@ -60,6 +60,37 @@ pub enum StorageError {
     Unsupported(&'static str),
 }
 
+impl StorageError {
+    /// True when the database is out of reach for now rather than refusing this write: the
+    /// connection failed or was cut, every pooled connection is busy, or the server is
+    /// shutting down, starting or timed out a lock wait (SQLSTATE classes 08 and 57, and
+    /// 55P03), or SQLite stayed busy past its timeout. Trying again later may succeed, so
+    /// the API answers 503 instead of 500.
+    pub fn is_unavailable(&self) -> bool {
+        let StorageError::Database(e) = self else {
+            return false;
+        };
+        match e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => true,
+            sqlx::Error::Database(db) => {
+                let code = db.code();
+                let code = code.as_deref().unwrap_or("");
+                // PostgreSQL's SQLSTATEs; SQLite's SQLITE_BUSY (5) and SQLITE_LOCKED (6).
+                code.starts_with("08")
+                    || code.starts_with("57")
+                    || code == "55P03"
+                    || code == "5"
+                    || code == "6"
+            }
+            _ => false,
+        }
+    }
+}
+
 /// The backend a `database.url` selects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -619,6 +650,30 @@ mod tests {
                 e.contains("unsupported scheme") && !e.contains("u:p"),
                 "{e}"
             );
+        }
+    }
+
+    #[test]
+    fn a_database_out_of_reach_is_unavailable_and_a_refused_write_is_not() {
+        use super::StorageError;
+        let unavailable = [
+            sqlx::Error::PoolTimedOut,
+            sqlx::Error::PoolClosed,
+            sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)),
+        ];
+        for e in unavailable {
+            assert!(StorageError::Database(e).is_unavailable());
+        }
+        let refused = [
+            StorageError::Database(sqlx::Error::RowNotFound),
+            StorageError::Corrupt {
+                id: "cf_x".into(),
+                what: "status".into(),
+            },
+            StorageError::Batch("constraint".into()),
+        ];
+        for e in refused {
+            assert!(!e.is_unavailable(), "{e}");
         }
     }
 
