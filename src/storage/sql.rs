@@ -13,13 +13,15 @@
 //! * `Db`: `sqlx::Sqlite` or `sqlx::Postgres`;
 //! * `append_event`: SQLite chains from the tip it keeps under its audit mutex,
 //!   PostgreSQL reads the head under its advisory lock;
-//! * `insertion_order!()`: the column that orders `copies` and `strays` as they were
-//!   added (SQLite's `rowid`; PostgreSQL's identity column `pos`);
+//! * `insertion_order!()`: the column that orders `copies`, `strays` and the outbox as
+//!   their rows were added (SQLite's `rowid`; PostgreSQL's identity column `pos`);
 //! * `bytewise!()`: what makes an `ORDER BY` of text compare bytes (nothing on SQLite,
 //!   whose default collation does; `COLLATE "C"` on PostgreSQL).
 //!
-//! Transactions are the caller's: functions taking `tx` run inside the backend's audit
-//! transaction (its lock held, see each backend's header) and never commit.
+//! Transactions are the backend's to open (its audit lock held, see each backend's
+//! header): a function taking `&mut Transaction` runs inside it and never commits; one
+//! taking the `Transaction` itself is a whole write (a step such as `extend`, a copy
+//! added) and commits it, or drops it (rolling back) when its condition did not hold.
 
 use serde_json::json;
 use sqlx::{Database, Pool, QueryBuilder, Transaction};
