@@ -24,6 +24,11 @@
 //! does: only ever later, with their spacing kept, so a caller that wakes finds its slot
 //! either due or further on, and sleeps again.
 //!
+//! A caller with work to do once its slot comes (a question read back from the store
+//! and rendered only then, so that it does not wait in memory) reserves and waits in two
+//! steps ([`RateLimiter::reserve_owned`], then [`Reservation::due`] and
+//! [`Reservation::start`]): the place in the book and the turns are the same.
+//!
 //! Every reservation has a deadline. One whose earliest slot is after it is refused at
 //! once ([`NoSlot`]) and takes no place; one that a newcomer's turn or a 429 pushes past
 //! it gives up when its caller wakes (still before the deadline) and gives its place
@@ -39,6 +44,7 @@
 //! forgotten, and with it whose turn it was.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::ops::Deref;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -302,26 +308,39 @@ impl RateLimiter {
         deadline: Instant,
     ) -> Result<(), NoSlot> {
         let ticket = self.reserve(chat_id, share, deadline)?;
-        let mut place = Place {
+        Place {
             limiter: self,
             chat_id,
             ticket,
+            deadline,
             taken: false,
-        };
-        loop {
-            match self.try_start(chat_id, ticket) {
-                Ok(go) => {
-                    place.taken = true;
-                    tokio::time::sleep_until(go).await;
-                    return Ok(());
-                }
-                // Moved past the deadline by a 429 or another share's turn: the slot
-                // goes back (dropping `place`) for those who can still use it.
-                Err(due) if due > deadline => return Err(NoSlot { earliest: due }),
-                // Not due (yet, or any more: it moved): sleep until it is.
-                Err(due) => tokio::time::sleep_until(due).await,
-            }
         }
+        .start()
+        .await
+    }
+
+    /// [`acquire`] in two steps, for a caller that has work to do between its slot
+    /// coming due and its message going (a question read from the store and rendered
+    /// only then, so that it does not wait in memory): reserves now, or refuses at once
+    /// like `acquire`; [`Reservation::due`] then waits for the slot without taking it,
+    /// [`Reservation::start`] takes it. Dropping the reservation before it started gives
+    /// the slot back.
+    ///
+    /// [`acquire`]: RateLimiter::acquire
+    pub fn reserve_owned(
+        self: &Arc<Self>,
+        chat_id: i64,
+        share: &Share,
+        deadline: Instant,
+    ) -> Result<Reservation, NoSlot> {
+        let ticket = self.reserve(chat_id, share, deadline)?;
+        Ok(Reservation(Place {
+            limiter: self.clone(),
+            chat_id,
+            ticket,
+            deadline,
+            taken: false,
+        }))
     }
 
     /// Telegram answered 429 for `chat_id`: nothing more goes to that chat for
@@ -410,6 +429,17 @@ impl RateLimiter {
         Ok(go)
     }
 
+    /// When the reservation is due (now, if it is gone: it cannot be waited for).
+    fn due_at(&self, chat_id: i64, ticket: u64) -> Instant {
+        let now = Instant::now();
+        let state = self.lock();
+        state
+            .chats
+            .get(&chat_id)
+            .and_then(|q| q.position(ticket).map(|j| q.slots[j].at))
+            .map_or(now, |at| at.max(now))
+    }
+
     fn cancel(&self, chat_id: i64, ticket: u64) {
         let mut state = self.lock();
         if let Some(queue) = state.chats.get_mut(&chat_id)
@@ -433,19 +463,76 @@ impl State {
 }
 
 /// A reservation its caller is waiting on; returned to the limiter if the wait is
-/// abandoned (the caller's deadline passed, its task was dropped).
-struct Place<'a> {
-    limiter: &'a RateLimiter,
+/// abandoned (the caller's deadline passed, its task was dropped). `L` is how it reaches
+/// the limiter: borrowed inside [`RateLimiter::acquire`], owned in a [`Reservation`].
+struct Place<L: Deref<Target = RateLimiter>> {
+    limiter: L,
     chat_id: i64,
     ticket: u64,
+    deadline: Instant,
     taken: bool,
 }
 
-impl Drop for Place<'_> {
+impl<L: Deref<Target = RateLimiter>> Place<L> {
+    /// Sleeps until the slot is due and takes it; see [`RateLimiter::acquire`].
+    async fn start(mut self) -> Result<(), NoSlot> {
+        loop {
+            match self.limiter.try_start(self.chat_id, self.ticket) {
+                Ok(go) => {
+                    self.taken = true;
+                    tokio::time::sleep_until(go).await;
+                    return Ok(());
+                }
+                // Moved past the deadline by a 429 or another share's turn: the slot
+                // goes back (dropping `self`) for those who can still use it.
+                Err(due) if due > self.deadline => return Err(NoSlot { earliest: due }),
+                // Not due (yet, or any more: it moved): sleep until it is.
+                Err(due) => tokio::time::sleep_until(due).await,
+            }
+        }
+    }
+}
+
+impl<L: Deref<Target = RateLimiter>> Drop for Place<L> {
     fn drop(&mut self) {
         if !self.taken {
             self.limiter.cancel(self.chat_id, self.ticket);
         }
+    }
+}
+
+/// A slot reserved in a chat's book that its holder has not taken yet (see
+/// [`RateLimiter::reserve_owned`]). It keeps its place in the turns like any waiting
+/// call; dropped unused, it gives the slot back.
+pub struct Reservation(Place<Arc<RateLimiter>>);
+
+impl Reservation {
+    /// The chat the slot is in.
+    pub fn chat_id(&self) -> i64 {
+        self.0.chat_id
+    }
+
+    /// Sleeps until the slot is due, without taking it (a 429 or another share's turn
+    /// may still move it before [`start`](Reservation::start)); [`NoSlot`] when it was
+    /// moved past the deadline, then the slot goes back with the reservation.
+    pub async fn due(&self) -> Result<(), NoSlot> {
+        let place = &self.0;
+        loop {
+            let due = place.limiter.due_at(place.chat_id, place.ticket);
+            if due > place.deadline {
+                return Err(NoSlot { earliest: due });
+            }
+            if due <= Instant::now() {
+                return Ok(());
+            }
+            tokio::time::sleep_until(due).await;
+        }
+    }
+
+    /// Takes the slot: at once if it is still due, else once it is (as
+    /// [`RateLimiter::acquire`] would), and through the overall gate.
+    pub async fn start(self) -> Result<(), NoSlot> {
+        self.0.start().await
     }
 }
 
@@ -798,6 +885,63 @@ mod tests {
         // Its slot went back: the next call goes at 3 s.
         send(&limiter, 7).await;
         assert_at(start, Instant::now(), Duration::from_secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reservation_waited_for_in_two_steps_keeps_its_turn_and_spacing() {
+        let limiter = limiter();
+        let start = Instant::now();
+        let a = agent("a");
+        let mut backlog = Vec::new();
+        for _ in 0..3 {
+            backlog.push(start_acquire(&limiter, 42, &a, never()).await);
+        }
+        let reserved = limiter.reserve_owned(42, &agent("b"), never()).unwrap();
+        // B's turn comes after A's first message, as with `acquire`.
+        reserved.due().await.unwrap();
+        assert_at(start, Instant::now(), Duration::from_secs(1));
+        // What the holder does before taking the slot delays it, and the next one is
+        // spaced from when it really went.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        reserved.start().await.unwrap();
+        assert_at(start, Instant::now(), Duration::from_millis(1300));
+        let mut times = Vec::new();
+        for task in backlog {
+            times.push(task.await.unwrap().1);
+        }
+        assert_at(start, times[1], Duration::from_millis(2300));
+        assert_at(start, times[2], Duration::from_millis(3300));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reservation_dropped_when_due_gives_its_slot_back() {
+        let limiter = limiter();
+        let start = Instant::now();
+        send(&limiter, 9).await;
+        let reserved = limiter.reserve_owned(9, &agent("a"), never()).unwrap();
+        reserved.due().await.unwrap();
+        assert_at(start, Instant::now(), Duration::from_secs(1));
+        drop(reserved);
+        // Nothing went at 1 s: the next call takes that slot.
+        send(&limiter, 9).await;
+        assert_at(start, Instant::now(), Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reservation_pushed_past_its_deadline_hears_so_when_it_wakes() {
+        let limiter = limiter();
+        let start = Instant::now();
+        send(&limiter, 5).await;
+        let reserved = limiter
+            .reserve_owned(5, &agent("a"), start + Duration::from_secs(10))
+            .unwrap();
+        limiter.penalize(5, Duration::from_secs(30));
+        let no_slot = reserved.due().await.unwrap_err();
+        assert_at(start, no_slot.earliest, Duration::from_secs(30));
+        assert!(Instant::now() <= start + Duration::from_secs(10));
+        // And one that is refused outright takes no place.
+        let refused = limiter.reserve_owned(5, &agent("a"), start + Duration::from_secs(10));
+        assert!(refused.is_err());
     }
 
     #[tokio::test(start_paused = true)]
