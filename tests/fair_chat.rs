@@ -2,7 +2,8 @@
 //! slots under Telegram's limits (one message a second per chat, twenty a minute per
 //! group), so one agent's backlog never keeps another agent's question, or an outcome,
 //! out of the chat; and a question that cannot reach the chat before its deadline ends
-//! `timeout` at once, saying so, and is counted.
+//! `timeout` at once, saying so, and is counted; one that ends while it waits for its
+//! turn (withdrawn, say) is never posted.
 //!
 //! These run against Telegram's real limits: a turn is one second, so each test takes a
 //! few seconds, where the first come, first served queue they guard against would need
@@ -159,4 +160,40 @@ async fn an_outcome_is_shown_without_waiting_behind_an_agents_backlog() {
         "{} of the backlog went before the outcome",
         sent_at_edit - sent_at_tap
     );
+}
+
+#[tokio::test]
+async fn a_question_withdrawn_while_it_waits_for_its_turn_is_never_posted() {
+    let app = TestApp::spawn().await;
+    // Five questions queue for the `ops` chat's next slots, one a second.
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let (status, r) = app
+            .create(question(&format!("queued-{i}"), "ops", 600.0))
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{r}");
+        ids.push(r["id"].as_str().unwrap().to_owned());
+    }
+    // The third is withdrawn long before its turn, two seconds away.
+    let (status, withdrawn) = app.delete(&ids[2]).await;
+    assert_eq!(status, StatusCode::OK, "{withdrawn}");
+    assert_eq!(withdrawn["via"], "withdrawn", "{withdrawn}");
+    assert!(app.telegram.messages_in(OPS_CHAT).len() < 3);
+
+    // The others go out in their order; the third never does, not even to show its
+    // outcome.
+    app.telegram.wait_for_message_in(OPS_CHAT, 4).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let texts: Vec<String> = app
+        .telegram
+        .messages_in(OPS_CHAT)
+        .iter()
+        .map(|m| m.visible_text.clone())
+        .collect();
+    assert_eq!(texts.len(), 4, "{texts:?}");
+    for (text, i) in texts.iter().zip([0, 1, 3, 4]) {
+        assert!(text.contains(&format!("queued-{i}")), "{texts:?}");
+    }
+    let (_, last) = app.get(&ids[4]).await;
+    assert_eq!(last["status"], "pending", "{last}");
 }

@@ -117,9 +117,8 @@ impl Service {
         // Delivery runs detached from the HTTP request: an agent that hangs up must not
         // cancel the question halfway.
         let me = self.clone();
-        let to_deliver = stored.clone();
-        self.tasks
-            .spawn(async move { me.deliver(to_deliver).await });
+        let queued = deliver::Queued::of(&stored, stored.chat_id);
+        self.tasks.spawn(async move { me.deliver(queued).await });
         Ok(stored)
     }
 
@@ -257,9 +256,8 @@ impl Service {
         self.changed(&stored.id);
         self.arm(&stored);
         let me = self.clone();
-        let to_deliver = stored.clone();
-        self.tasks
-            .spawn(async move { me.deliver(to_deliver).await });
+        let queued = deliver::Queued::of(&stored, stored.chat_id);
+        self.tasks.spawn(async move { me.deliver(queued).await });
         Ok((stored, true))
     }
 
@@ -289,9 +287,9 @@ impl Service {
                 .await?
             {
                 let me = self.clone();
-                let record = existing.clone();
+                let queued = deliver::Queued::of(&existing, chat_id);
                 self.tasks
-                    .spawn(async move { me.deliver_copy(record, chat_id).await });
+                    .spawn(async move { me.deliver_copy(queued).await });
             }
         }
         let record = self.store.get(&existing.id).await?.unwrap_or(existing);

@@ -1,19 +1,94 @@
 //! Posting a stored question in Telegram: the first message, the private-chat copies,
 //! the file with the full parameters; a question that cannot reach a human fails closed.
+//!
+//! A question may queue for minutes behind Telegram's limits (thirty messages a second
+//! for the bot, one a second per chat), and with thousands of agents blocked at once,
+//! thousands do. While it queues, a delivery holds only a [`Queued`]: the question's id
+//! and the keys the chat's queue needs. The record is read back, checked and rendered
+//! once its turn comes: a question decided or withdrawn meanwhile is not posted, and
+//! its slot goes back.
+//!
+//! Still one task per message to post, each waiting on its own reservation in the rate
+//! limiter, rather than a queue of ids per chat served by one task: the limiter already
+//! keeps the turns between agents, the order within an agent, the deadlines (refused at
+//! once, or given up when pushed past) and the 429s, per reservation; a chat's queue of
+//! ids would have to keep them all again. What the per-question task costs while it
+//! waits is a few hundred bytes (the task, its reservation's timer and slot), not the
+//! question.
 
 use super::*;
 
+/// A message of a question waiting for its turn in a chat: what it needs until then.
+pub(super) struct Queued {
+    id: ConfirmationId,
+    /// The chat to post in: the question's own (first message) or a copy's.
+    chat_id: i64,
+    /// Whose share of the chat the message goes in.
+    agent: Box<str>,
+    /// A turn after this is no turn (the question has ended by then).
+    expires_at: OffsetDateTime,
+}
+
+impl Queued {
+    /// The message of `record` to post in `chat_id`.
+    pub(super) fn of(record: &Confirmation, chat_id: i64) -> Self {
+        Queued {
+            id: record.id.clone(),
+            chat_id,
+            agent: record.agent.as_str().into(),
+            expires_at: record.expires_at,
+        }
+    }
+}
+
 impl Service {
-    /// Posts the question in its first chat; fails closed when Telegram refuses it.
-    pub(super) async fn deliver(self: Arc<Self>, mut record: Confirmation) {
+    /// Posts the question in its first chat once its turn comes; fails closed when
+    /// Telegram refuses it.
+    pub(super) async fn deliver(self: Arc<Self>, q: Queued) {
+        let turn = self
+            .messenger
+            .question_turn(q.chat_id, &q.agent, q.expires_at)
+            .await;
+        // Boxed: what follows holds the record, its view and the send, and inline that
+        // state would make every queued delivery's task as large while it waits.
+        Box::pin(self.deliver_in_turn(q, turn)).await
+    }
+
+    async fn deliver_in_turn(self: Arc<Self>, q: Queued, turn: Result<Turn, DeliveryError>) {
+        let turn = match turn {
+            Ok(turn) => turn,
+            Err(e) => return self.undelivered(&q.id, e).await,
+        };
+        // Returning drops `turn`, which gives the slot back.
+        let mut record = match self.still_to_post(&q, |r| r.message_id.is_none()).await {
+            Ok(Some(record)) => record,
+            Ok(None) => return,
+            // Nobody could be asked about a question that cannot be read.
+            Err(e) => {
+                let e = DeliveryError::new(format!("it could not be read back to post it: {e}"));
+                return self.undelivered(&q.id, e).await;
+            }
+        };
         // A group can be upgraded to a supergroup (new chat id) at most once; allow one
         // more hop for good measure, then fail closed.
         let mut hops = 0;
+        let mut turn = Some(turn);
         let view = self.view(&record, record.chat_id);
         let result = loop {
+            let turn = match turn.take() {
+                Some(turn) => turn,
+                None => match self
+                    .messenger
+                    .question_turn(record.chat_id, &record.agent, record.expires_at)
+                    .await
+                {
+                    Ok(turn) => turn,
+                    Err(e) => break Err(e),
+                },
+            };
             match self
                 .messenger
-                .send_question(&record, record.chat_id, &view)
+                .send_question(&record, record.chat_id, &view, turn)
                 .await
             {
                 Err(e) if e.migrated_to.is_some() && hops < 2 => {
@@ -40,19 +115,41 @@ impl Service {
                     .await;
                 self.after_delivery(&record.id).await;
             }
-            Err(e) if e.missed_deadline => self.time_out_undelivered(&record, &e.reason).await,
-            Err(e) => {
-                tracing::warn!(id = %record.id, reason = %e.reason, "delivery failed: failing closed");
-                let outcome = Outcome::FailedClosed {
-                    reason: format!(
-                        "the question could not be delivered to Telegram: {}",
-                        e.reason
-                    ),
-                };
-                if let Err(e) = self.decide(&record.id, outcome).await {
-                    tracing::error!(id = %record.id, error = %e, "could not store the fail-closed outcome");
-                }
-            }
+            Err(e) => self.undelivered(&record.id, e).await,
+        }
+    }
+
+    /// The question as it is now, if its message in `q`'s chat is still to be posted: it
+    /// is pending and `unposted` (its message there has no id yet).
+    async fn still_to_post(
+        &self,
+        q: &Queued,
+        unposted: impl FnOnce(&Confirmation) -> bool,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let record = self.store.get(&q.id).await?;
+        let record = record.filter(|r| !r.is_terminal() && unposted(r));
+        if record.is_none() {
+            tracing::debug!(id = %q.id, chat_id = q.chat_id,
+                "ended or posted while it waited for its turn: not posted");
+        }
+        Ok(record)
+    }
+
+    /// The question's first message could not be posted: a timeout when only time
+    /// stood in the way, else fail-closed.
+    async fn undelivered(self: &Arc<Self>, id: &ConfirmationId, e: DeliveryError) {
+        if e.missed_deadline {
+            return self.time_out_undelivered(id, &e.reason).await;
+        }
+        tracing::warn!(id = %id, reason = %e.reason, "delivery failed: failing closed");
+        let outcome = Outcome::FailedClosed {
+            reason: format!(
+                "the question could not be delivered to Telegram: {}",
+                e.reason
+            ),
+        };
+        if let Err(e) = self.decide(id, outcome).await {
+            tracing::error!(id = %id, error = %e, "could not store the fail-closed outcome");
         }
     }
 
@@ -62,19 +159,19 @@ impl Service {
     /// deadline, since waiting cannot change it (queued slots only ever move later) and
     /// the agent hears it sooner; an interaction's `timeout_action` is not applied, as
     /// nobody was asked.
-    async fn time_out_undelivered(self: &Arc<Self>, record: &Confirmation, why: &str) {
-        tracing::warn!(id = %record.id, reason = %why, "the question cannot reach the chat before its deadline: timing out");
+    async fn time_out_undelivered(self: &Arc<Self>, id: &ConfirmationId, why: &str) {
+        tracing::warn!(id = %id, reason = %why, "the question cannot reach the chat before its deadline: timing out");
         let outcome = Outcome::Unreachable {
             why: why.to_owned(),
         };
-        match self.decide(&record.id, outcome).await {
+        match self.decide(id, outcome).await {
             Ok(Decided::Applied(r)) => {
                 self.metrics.question_missed_deadline(&r);
                 self.finish(r);
             }
             Ok(_) => {}
             // The scheduler still times it out at the deadline.
-            Err(e) => tracing::error!(id = %record.id, error = %e, "could not store the timeout"),
+            Err(e) => tracing::error!(id = %id, error = %e, "could not store the timeout"),
         }
     }
 
@@ -113,12 +210,46 @@ impl Service {
         }
     }
 
-    /// Posts a further copy of a question in a person's private chat. A copy that cannot
-    /// be delivered is logged and audited; the question stays open for the others.
-    pub(super) async fn deliver_copy(self: Arc<Self>, record: Confirmation, chat_id: i64) {
-        let view = self.view(&record, chat_id);
-        match self.messenger.send_question(&record, chat_id, &view).await {
-            Ok(message_id) => {
+    /// Posts a further copy of a question (in a person's private chat, or the escalation
+    /// route's) once its turn comes. A copy that cannot be delivered is logged and
+    /// audited; the question stays open for the others.
+    pub(super) async fn deliver_copy(self: Arc<Self>, q: Queued) {
+        let turn = self
+            .messenger
+            .question_turn(q.chat_id, &q.agent, q.expires_at)
+            .await;
+        // Boxed, as in `deliver`.
+        Box::pin(self.deliver_copy_in_turn(q, turn)).await
+    }
+
+    async fn deliver_copy_in_turn(self: Arc<Self>, q: Queued, turn: Result<Turn, DeliveryError>) {
+        let chat_id = q.chat_id;
+        let sent = match turn {
+            Ok(turn) => {
+                let unposted = |r: &Confirmation| {
+                    !r.copies
+                        .iter()
+                        .any(|c| c.chat_id == chat_id && c.message_id.is_some())
+                };
+                match self.still_to_post(&q, unposted).await {
+                    Ok(Some(record)) => {
+                        let view = self.view(&record, chat_id);
+                        let sent = self
+                            .messenger
+                            .send_question(&record, chat_id, &view, turn)
+                            .await;
+                        sent.map(|message_id| (record, message_id))
+                    }
+                    Ok(None) => return,
+                    Err(e) => Err(DeliveryError::new(format!(
+                        "the question could not be read back to post it: {e}"
+                    ))),
+                }
+            }
+            Err(e) => Err(e),
+        };
+        match sent {
+            Ok((record, message_id)) => {
                 if let Err(e) = self
                     .store
                     .set_copy_message_id(&record.id, chat_id, message_id, now())
@@ -143,10 +274,10 @@ impl Service {
                 self.after_delivery(&record.id).await;
             }
             Err(e) => {
-                tracing::warn!(id = %record.id, chat_id, reason = %e.reason, "a copy could not be delivered");
-                let event = audit::copy_failed(record.id.as_str(), chat_id, &e.reason, now());
+                tracing::warn!(id = %q.id, chat_id, reason = %e.reason, "a copy could not be delivered");
+                let event = audit::copy_failed(q.id.as_str(), chat_id, &e.reason, now());
                 if let Err(e) = self.store.record_event(event).await {
-                    tracing::error!(id = %record.id, error = %e, "could not audit a failed copy");
+                    tracing::error!(id = %q.id, error = %e, "could not audit a failed copy");
                 }
             }
         }

@@ -76,16 +76,48 @@ impl DeliveryError {
     }
 }
 
+/// A question's send slot in a chat, promised by [`Messenger::question_turn`] and used by
+/// [`Messenger::send_question`]. Opaque to the service: what it holds is the messenger's
+/// (the Telegram adapter's rate-limiter reservation). Dropped unused, the slot goes back
+/// to those queued behind it.
+pub struct Turn(Box<dyn std::any::Any + Send>);
+
+impl Turn {
+    /// Wraps a messenger's own slot.
+    pub fn new(slot: impl std::any::Any + Send) -> Self {
+        Turn(Box::new(slot))
+    }
+
+    /// The messenger's slot back, if this turn holds one of type `T`.
+    pub fn into_slot<T: std::any::Any>(self) -> Option<T> {
+        self.0.downcast().ok().map(|slot| *slot)
+    }
+}
+
 /// The port to the operators' chat. Implemented by the Telegram adapter; the service
 /// never sees a Telegram type.
 #[async_trait]
 pub trait Messenger: Send + Sync + 'static {
-    /// Posts the question with its buttons in `chat_id`; returns the message id.
+    /// Waits until a question of `agent` may be posted in `chat_id`: the chat's limits,
+    /// the agent's turn among those posting there. Takes only these keys, not the
+    /// question, so that thousands of questions queued behind the limits hold no more
+    /// than that while they wait. A question that cannot get its turn before
+    /// `deadline` hears so at once (`missed_deadline`).
+    async fn question_turn(
+        &self,
+        chat_id: i64,
+        agent: &str,
+        deadline: OffsetDateTime,
+    ) -> Result<Turn, DeliveryError>;
+    /// Posts the question with its buttons in `chat_id`, in `turn` (taken for that chat:
+    /// a turn for another chat goes back, and the question waits for one in `chat_id`);
+    /// returns the message id.
     async fn send_question(
         &self,
         record: &Confirmation,
         chat_id: i64,
         view: &View,
+        turn: Turn,
     ) -> Result<i32, DeliveryError>;
     /// Re-renders a message of the question as it stands: progress and live buttons while
     /// it is pending, the outcome without buttons once it ended.

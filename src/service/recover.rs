@@ -73,14 +73,16 @@ impl Service {
                 }
             };
             tracing::info!(id = %record.id, "delivering a question cut short by a restart");
+            // Queued by their keys like any new question: each is read again when its
+            // turn comes.
             for copy in record.copies.iter().filter(|c| c.message_id.is_none()) {
-                let (me, r, chat) = (self.clone(), record.clone(), copy.chat_id);
+                let (me, queued) = (self.clone(), deliver::Queued::of(&record, copy.chat_id));
                 self.tasks
-                    .spawn(async move { me.deliver_copy(r, chat).await });
+                    .spawn(async move { me.deliver_copy(queued).await });
             }
             if record.message_id.is_none() {
-                let me = self.clone();
-                self.tasks.spawn(async move { me.deliver(record).await });
+                let (me, queued) = (self.clone(), deliver::Queued::of(&record, record.chat_id));
+                self.tasks.spawn(async move { me.deliver(queued).await });
             }
         }
     }

@@ -132,9 +132,9 @@ impl Service {
         self.metrics.question_step(&escalated, "escalated");
         self.changed(&r.id);
         let me = self.clone();
-        let copy = escalated.clone();
+        let queued = deliver::Queued::of(&escalated, chat_id);
         self.tasks
-            .spawn(async move { me.deliver_copy(copy, chat_id).await });
+            .spawn(async move { me.deliver_copy(queued).await });
         // The first route's message now says where the question went.
         self.refresh(escalated.clone());
         Some(escalated)

@@ -23,7 +23,9 @@
 //! [`RateLimiter`] before each attempt, so the bot stays under Telegram's limits instead
 //! of collecting 429s: questions and notifications in their agent's [`Share`] of the
 //! chat, edits, attached files and command replies in the service's, so one agent's
-//! backlog neither holds back another agent's questions nor the outcomes shown.
+//! backlog neither holds back another agent's questions nor the outcomes shown. A
+//! question waits for its first slot before it is even read back from the store
+//! ([`Messenger::question_turn`]), so a queued question holds its keys and nothing else.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -40,12 +42,12 @@ use teloxide::{ApiError, RequestError};
 use time::OffsetDateTime;
 use tokio::time::Instant;
 
-use super::ratelimit::{Limits, NoSlot, RateLimiter, Share};
+use super::ratelimit::{Limits, NoSlot, RateLimiter, Reservation, Share};
 use super::render;
 use crate::domain::confirmation::{Confirmation, Operator};
 use crate::domain::interaction::InteractionType;
 use crate::metrics::Metrics;
-use crate::service::{CommandReply, DeliveryError, Mention, Messenger, View};
+use crate::service::{CommandReply, DeliveryError, Mention, Messenger, Turn, View};
 
 /// How long an outcome edit keeps being retried. Long, because a question left with live
 /// buttons invites taps that can no longer count; bounded, so a dead chat does not keep
@@ -394,6 +396,25 @@ async fn retrying_observed<T, F, Fut>(
     method: Method,
     chat: Option<(i64, Share)>,
     deadline: Instant,
+    attempt: F,
+) -> Result<Option<T>, GaveUp>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, RequestError>>,
+{
+    retrying_from(limiter, metrics, method, chat, None, deadline, attempt).await
+}
+
+/// [`retrying_observed`] whose first attempt goes in `first`, a slot of `chat` reserved
+/// beforehand (a question's turn, [`TelegramMessenger::question_turn`]); any retry
+/// queues again.
+async fn retrying_from<T, F, Fut>(
+    limiter: &RateLimiter,
+    metrics: &Metrics,
+    method: Method,
+    chat: Option<(i64, Share)>,
+    mut first: Option<Reservation>,
+    deadline: Instant,
     mut attempt: F,
 ) -> Result<Option<T>, GaveUp>
 where
@@ -407,7 +428,11 @@ where
         if let Some((chat_id, share)) = &chat {
             // A slot after the deadline is no slot: the limiter says so as soon as it
             // knows, and gives the place back.
-            if let Err(no_slot) = limiter.acquire(*chat_id, share, deadline).await {
+            let slot = match first.take() {
+                Some(reserved) => reserved.start().await,
+                None => limiter.acquire(*chat_id, share, deadline).await,
+            };
+            if let Err(no_slot) = slot {
                 return Err(GaveUp {
                     last,
                     attempts,
@@ -474,21 +499,49 @@ fn instant_of(at: OffsetDateTime) -> Instant {
 
 #[async_trait]
 impl Messenger for TelegramMessenger {
+    async fn question_turn(
+        &self,
+        chat_id: i64,
+        agent: &str,
+        deadline: OffsetDateTime,
+    ) -> Result<Turn, DeliveryError> {
+        // Reserved in the agent's share like any question, and only waited for here:
+        // the slot is taken (and the overall gate passed) by `send_question`, once the
+        // service has read the question back, so the time that takes is not spent
+        // inside the limiter's spacing.
+        let missed = |no_slot| DeliveryError {
+            missed_deadline: true,
+            ..DeliveryError::new(no_slot_reason(Some(no_slot)))
+        };
+        let reserved = self
+            .limiter
+            .reserve_owned(chat_id, &Share::agent(agent), instant_of(deadline))
+            .map_err(missed)?;
+        reserved.due().await.map_err(missed)?;
+        Ok(Turn::new(reserved))
+    }
+
     async fn send_question(
         &self,
         r: &Confirmation,
         chat_id: i64,
         view: &View,
+        turn: Turn,
     ) -> Result<i32, DeliveryError> {
-        // Rendered when the first slot comes rather than before waiting for it: a
-        // question may queue for minutes behind Telegram's limits, and its text and
-        // keyboard (a few KiB) would wait with it.
+        // A turn for another chat (the route's group moved meanwhile) is given back by
+        // dropping it; the question then queues in `chat_id`.
+        let first = turn
+            .into_slot::<Reservation>()
+            .filter(|reserved| reserved.chat_id() == chat_id);
+        // Rendered when the first attempt starts; the caller reads the question only
+        // once its turn came, so nothing of it waits in the chat's queue.
         let mut rendered = None;
-        let sent = retrying_observed(
+        let sent = retrying_from(
             &self.limiter,
             &self.metrics,
             Method::SendMessage,
             Some((chat_id, Share::agent(&r.agent))),
+            first,
             instant_of(r.expires_at),
             || {
                 let (text, markup) = rendered.get_or_insert_with(|| {
