@@ -117,7 +117,7 @@ impl Service {
         // Delivery runs detached from the HTTP request: an agent that hangs up must not
         // cancel the question halfway.
         let me = self.clone();
-        let queued = deliver::Queued::of(&stored, stored.chat_id);
+        let queued = deliver::Queued::first(&stored);
         self.tasks.spawn(async move { me.deliver(queued).await });
         Ok(stored)
     }
@@ -256,7 +256,7 @@ impl Service {
         self.changed(&stored.id);
         self.arm(&stored);
         let me = self.clone();
-        let queued = deliver::Queued::of(&stored, stored.chat_id);
+        let queued = deliver::Queued::first(&stored);
         self.tasks.spawn(async move { me.deliver(queued).await });
         Ok((stored, true))
     }
@@ -287,9 +287,8 @@ impl Service {
                 .await?
             {
                 let me = self.clone();
-                let queued = deliver::Queued::of(&existing, chat_id);
-                self.tasks
-                    .spawn(async move { me.deliver_copy(queued).await });
+                let queued = deliver::Queued::copy(&existing, chat_id);
+                self.tasks.spawn(async move { me.deliver(queued).await });
             }
         }
         let record = self.store.get(&existing.id).await?.unwrap_or(existing);

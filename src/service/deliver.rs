@@ -27,23 +27,36 @@ pub(super) struct Queued {
     agent: Box<str>,
     /// A turn after this is no turn (the question has ended by then).
     expires_at: OffsetDateTime,
+    /// A further copy (in a person's private chat, or the escalation route's) rather
+    /// than the question's first message.
+    copy: bool,
 }
 
 impl Queued {
-    /// The message of `record` to post in `chat_id`.
-    pub(super) fn of(record: &Confirmation, chat_id: i64) -> Self {
+    /// The first message of `record`, in its own chat.
+    pub(super) fn first(record: &Confirmation) -> Self {
         Queued {
             id: record.id.clone(),
-            chat_id,
+            chat_id: record.chat_id,
             agent: record.agent.as_str().into(),
             expires_at: record.expires_at,
+            copy: false,
+        }
+    }
+
+    /// A further copy of `record`, in `chat_id`.
+    pub(super) fn copy(record: &Confirmation, chat_id: i64) -> Self {
+        Queued {
+            chat_id,
+            copy: true,
+            ..Queued::first(record)
         }
     }
 }
 
 impl Service {
-    /// Posts the question in its first chat once its turn comes; fails closed when
-    /// Telegram refuses it.
+    /// Posts a message of a question once its turn comes: its first message, which
+    /// fails the question closed when Telegram refuses it, or a further copy.
     pub(super) async fn deliver(self: Arc<Self>, q: Queued) {
         let turn = self
             .messenger
@@ -51,10 +64,16 @@ impl Service {
             .await;
         // Boxed: what follows holds the record, its view and the send, and inline that
         // state would make every queued delivery's task as large while it waits.
-        Box::pin(self.deliver_in_turn(q, turn)).await
+        if q.copy {
+            Box::pin(self.deliver_copy_in_turn(q, turn)).await
+        } else {
+            Box::pin(self.deliver_first_in_turn(q, turn)).await
+        }
     }
 
-    async fn deliver_in_turn(self: Arc<Self>, q: Queued, turn: Result<Turn, DeliveryError>) {
+    /// The question's first message, its turn come (or refused); fails closed when
+    /// Telegram refuses it.
+    async fn deliver_first_in_turn(self: Arc<Self>, q: Queued, turn: Result<Turn, DeliveryError>) {
         let turn = match turn {
             Ok(turn) => turn,
             Err(e) => return self.undelivered(&q.id, e).await,
@@ -210,18 +229,8 @@ impl Service {
         }
     }
 
-    /// Posts a further copy of a question (in a person's private chat, or the escalation
-    /// route's) once its turn comes. A copy that cannot be delivered is logged and
-    /// audited; the question stays open for the others.
-    pub(super) async fn deliver_copy(self: Arc<Self>, q: Queued) {
-        let turn = self
-            .messenger
-            .question_turn(q.chat_id, &q.agent, q.expires_at)
-            .await;
-        // Boxed, as in `deliver`.
-        Box::pin(self.deliver_copy_in_turn(q, turn)).await
-    }
-
+    /// A further copy of a question, its turn come (or refused). A copy that cannot be
+    /// delivered is logged and audited; the question stays open for the others.
     async fn deliver_copy_in_turn(self: Arc<Self>, q: Queued, turn: Result<Turn, DeliveryError>) {
         let chat_id = q.chat_id;
         let sent = match turn {

@@ -76,12 +76,11 @@ impl Service {
             // Queued by their keys like any new question: each is read again when its
             // turn comes.
             for copy in record.copies.iter().filter(|c| c.message_id.is_none()) {
-                let (me, queued) = (self.clone(), deliver::Queued::of(&record, copy.chat_id));
-                self.tasks
-                    .spawn(async move { me.deliver_copy(queued).await });
+                let (me, queued) = (self.clone(), deliver::Queued::copy(&record, copy.chat_id));
+                self.tasks.spawn(async move { me.deliver(queued).await });
             }
             if record.message_id.is_none() {
-                let (me, queued) = (self.clone(), deliver::Queued::of(&record, record.chat_id));
+                let (me, queued) = (self.clone(), deliver::Queued::first(&record));
                 self.tasks.spawn(async move { me.deliver(queued).await });
             }
         }

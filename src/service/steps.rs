@@ -132,9 +132,8 @@ impl Service {
         self.metrics.question_step(&escalated, "escalated");
         self.changed(&r.id);
         let me = self.clone();
-        let queued = deliver::Queued::of(&escalated, chat_id);
-        self.tasks
-            .spawn(async move { me.deliver_copy(queued).await });
+        let queued = deliver::Queued::copy(&escalated, chat_id);
+        self.tasks.spawn(async move { me.deliver(queued).await });
         // The first route's message now says where the question went.
         self.refresh(escalated.clone());
         Some(escalated)
