@@ -58,6 +58,10 @@ from hitl_telegram_channel.call import Denial, asking, denial, granted_window  #
 from hitl_telegram_channel.channel import _parse_time  # noqa: E402
 
 TOKEN = "token-0123456789"
+# Bounds on a hang, not on speed: a loaded machine (a build beside the tests) may take
+# seconds for what takes milliseconds here, and only a wait that never ends is a failure.
+HANG = 30
+WAIT_STEPS = int(HANG / 0.05)
 REDIS_URL = os.environ.get("HITL_REDIS_URL", "redis://127.0.0.1:6379/13")
 
 
@@ -757,15 +761,24 @@ class GuardTest(ServiceTestCase):
         self.addAsyncCleanup(close_confirmation_guard, guard)
         return guard
 
+    async def accepted(self, guard, n):
+        """Waits until n questions are posted and the channel has read the service's
+        answer to each (the stub records a POST as it arrives, before the channel knows
+        the question was taken; an answer handed on before that would be ignored as not
+        asked through this channel), and returns the posted bodies."""
+        channel = guard.human_manager.channels["telegram"]
+        for _ in range(WAIT_STEPS):
+            posted = self.stub.posted()
+            if len(posted) >= n and all(
+                    channel.was_accepted(b["interaction"]["interaction_id"]) for b in posted[:n]):
+                return posted
+            await asyncio.sleep(0.05)
+        self.fail(f"{n} questions were not posted and accepted: {self.stub.posted()}")
+
     async def answer(self, guard, n, response):
         """Waits for the n-th question posted, answers it with ``response(iid)`` as the
         event stream would hand it on, and returns the posted body."""
-        for _ in range(100):
-            if len(self.stub.posted()) >= n:
-                break
-            await asyncio.sleep(0.05)
-        posted = self.stub.posted()
-        self.assertGreaterEqual(len(posted), n, "the question was not posted")
+        posted = await self.accepted(guard, n)
         body = posted[n - 1]
         channel = guard.human_manager.channels["telegram"]
         await channel._handle("response", json.dumps(
@@ -776,7 +789,7 @@ class GuardTest(ServiceTestCase):
         task = asyncio.create_task(guard.confirm(
             tool=tool or Tool(), parameters=dict(params or PARAMS), permission_context=ctx))
         body = await self.answer(guard, n, response)
-        return await asyncio.wait_for(task, 5), body
+        return await asyncio.wait_for(task, HANG), body
 
     async def test_the_question_carries_the_tool_and_every_parameter(self):
         guard = await self.guard(config=ConfirmationConfig(approval_timeout=20, window_seconds=300))
@@ -828,7 +841,7 @@ class GuardTest(ServiceTestCase):
         # Another owner is asked.
         task = asyncio.create_task(guard.confirm(tool=tool, parameters=dict(PARAMS)))
         await self.answer(guard, 2, lambda iid: response_for(iid, False))
-        self.assertEqual((await asyncio.wait_for(task, 5)).status, "cancelled")
+        self.assertEqual((await asyncio.wait_for(task, HANG)).status, "cancelled")
 
     async def test_a_grant_never_exceeds_the_guards_window(self):
         inner = SpyStore()
@@ -849,20 +862,16 @@ class GuardTest(ServiceTestCase):
         tasks = [asyncio.create_task(guard.confirm(
             tool=Tool(confirm_template="Deploy?"), parameters={"service": name}))
             for name in ("a", "b", "c")]
-        for _ in range(100):
-            if len(self.stub.posted()) == 3:
-                break
-            await asyncio.sleep(0.05)
         channel = guard.human_manager.channels["telegram"]
         by_service = {}
-        for body in self.stub.posted():
+        for body in await self.accepted(guard, 3):
             by_service[body["call"]["params"]["service"]] = body["interaction"]["interaction_id"]
         self.assertEqual(sorted(by_service), ["a", "b", "c"])
         # Approve b only; reject the others.
         for name, iid in by_service.items():
             r = approved_once(iid) if name == "b" else response_for(iid, False)
             await channel._handle("response", json.dumps({"response": r}))
-        decisions = await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        decisions = await asyncio.wait_for(asyncio.gather(*tasks), HANG)
         self.assertEqual([(d.status, d.parameters) for d in decisions],
                          [("cancelled", None), ("confirmed", {"service": "b"}), ("cancelled", None)])
 
@@ -925,7 +934,7 @@ class GuardTest(ServiceTestCase):
         await self.answer(guard, 2, edited)
         await self.answer(guard, 3, lambda iid: dict(response_for(iid), response_type="free_text",
                                                      value=None))
-        d = await asyncio.wait_for(task, 5)
+        d = await asyncio.wait_for(task, HANG)
         self.assertEqual(d.status, "cancelled")
         posted = self.stub.posted()
         self.assertEqual(posted[1]["call"]["params"], {"service": "billing", "replicas": 3})
@@ -967,7 +976,7 @@ class GuardTest(ServiceTestCase):
         task = asyncio.create_task(
             tools._confirm_call(Tool(), "deploy", "tool", dict(PARAMS), None))
         await self.answer(guard, 1, denied_with_reason)
-        refusal, _, approved = await asyncio.wait_for(task, 5)
+        refusal, _, approved = await asyncio.wait_for(task, HANG)
         self.assertFalse(approved)
         self.assertEqual(refusal.status, "cancelled")
         self.assertEqual(refusal.error, "Confirmation cancelled: Denied by Alice (@alice): use the "
@@ -1039,7 +1048,7 @@ class GuardTest(ServiceTestCase):
         await asyncio.sleep(max(0.0, t0 + 2.5 - time.monotonic()))
         self.assertFalse(task.done(), "timed out at the original deadline")
         await channel._handle("response", json.dumps({"response": approved_once(iid)}))
-        d = await asyncio.wait_for(task, 5)
+        d = await asyncio.wait_for(task, HANG)
         self.assertEqual((d.status, d.parameters), ("confirmed", PARAMS))
         self.assertGreater(time.monotonic() - t0, 2.5)
         self.assertEqual(guard.human_manager._timers, {})
@@ -1053,7 +1062,7 @@ class GuardTest(ServiceTestCase):
         channel = guard.human_manager.channels["telegram"]
         deadline = channel.deadline_for(iid)
         await channel._handle("status", json.dumps(extended(iid, deadline + timedelta(seconds=1.5))))
-        d = await asyncio.wait_for(task, 10)
+        d = await asyncio.wait_for(task, HANG)
         elapsed = time.monotonic() - t0
         self.assertEqual(d.status, "timeout")
         # Without the extension: after 1 s.
@@ -1074,7 +1083,7 @@ class GuardTest(ServiceTestCase):
         timer.wake = asyncio.get_running_loop().time()
         self.assertFalse(await manager.extend_pending(iid, now + timedelta(minutes=5), previous=now))
         self.assertIs(manager._timeout_tasks[iid], timer.task)
-        self.assertEqual((await asyncio.wait_for(task, 5)).status, "timeout")
+        self.assertEqual((await asyncio.wait_for(task, HANG)).status, "timeout")
         # An unknown question: nothing to extend.
         self.assertFalse(await manager.extend_pending("nobody", now + timedelta(minutes=5)))
 
@@ -1092,7 +1101,7 @@ class GuardTest(ServiceTestCase):
         await asyncio.sleep(0.2)  # the guard is now waiting for the answer
         task.cancel()
         try:
-            await asyncio.wait_for(task, 5)
+            await asyncio.wait_for(task, HANG)
         except asyncio.CancelledError:
             pass
         await asyncio.sleep(0)
@@ -1148,7 +1157,7 @@ class GuardTest(ServiceTestCase):
             iid = body["interaction"]["interaction_id"]
             # The answer, as the listener would hand it on.
             await channel._handle("response", json.dumps({"response": response_for(iid)}))
-            d = await asyncio.wait_for(task, 5)
+            d = await asyncio.wait_for(task, HANG)
             self.assertEqual((d.status, d.parameters), ("confirmed", {"a": 1}))
         finally:
             await close_confirmation_guard(guard)
