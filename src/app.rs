@@ -110,6 +110,15 @@ impl Application {
             "hitl-telegram is serving"
         );
 
+        // Several replicas on one PostgreSQL: what another commits wakes our waiters.
+        // Listening starts before serving, so no decision taken meanwhile goes unheard.
+        let changes = service
+            .store()
+            .follow_changes()
+            .await
+            .context("cannot listen for the changes other replicas commit")?;
+        let follow =
+            changes.map(|c| tokio::spawn(service.clone().follow_changes(c, shutdown.clone())));
         let deadlines = tokio::spawn(service.clone().run_deadlines(shutdown.clone()));
         let webhooks = tokio::spawn(crate::webhooks::run(service.clone(), shutdown.clone()));
         let purge = tokio::spawn(
@@ -171,6 +180,9 @@ impl Application {
         }
         let _ = tokio::time::timeout(poll_drain(poll_timeout_seconds), polling).await;
         let _ = deadlines.await;
+        if let Some(follow) = follow {
+            let _ = follow.await;
+        }
         let _ = purge.await;
         let _ = tokio::time::timeout(TASK_DRAIN, commands).await;
         // The bridge finishes storing the question it took (or leaves it to be re-driven).

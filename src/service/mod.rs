@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -38,7 +38,7 @@ use crate::domain::pyvalue::PyDict;
 use crate::domain::text;
 use crate::metrics::Metrics;
 use crate::scheduler::Deadlines;
-use crate::storage::{Answered, Decided, Inserted, StorageError, Store};
+use crate::storage::{Answered, Change, Decided, Inserted, StorageError, Store};
 
 mod answer;
 mod commands;
@@ -392,6 +392,14 @@ impl Waiters {
             s.send_replace(());
         }
     }
+
+    /// Wakes every waiter, to look again at whatever it waits for.
+    fn notify_all(&self) {
+        let all = std::mem::take(&mut *self.map.lock().unwrap_or_else(|e| e.into_inner()));
+        for s in all.into_values() {
+            s.send_replace(());
+        }
+    }
 }
 
 /// How long `GET /v1/events` can resume from: a listener away for longer re-reads the
@@ -481,6 +489,31 @@ impl Service {
     fn changed(&self, id: &ConfirmationId) {
         self.waiters.notify(id);
         self.events.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Wakes this process's waiters and event streams for what other processes sharing
+    /// the database commit ([`Store::follow_changes`]), until `stop` or the feed ends.
+    /// Its own changes come back too; waking a waiter twice only costs it a read.
+    pub async fn follow_changes(
+        self: Arc<Self>,
+        mut changes: mpsc::Receiver<Change>,
+        stop: CancellationToken,
+    ) {
+        loop {
+            let change = tokio::select! {
+                c = changes.recv() => c,
+                _ = stop.cancelled() => return,
+            };
+            match change {
+                Some(Change::Question(id)) => self.changed(&id),
+                Some(Change::Other) => self.events.send_modify(|n| *n = n.wrapping_add(1)),
+                Some(Change::Missed) => {
+                    self.waiters.notify_all();
+                    self.events.send_modify(|n| *n = n.wrapping_add(1));
+                }
+                None => return,
+            }
+        }
     }
 
     /// Ticks whenever an agent event may have been written (`GET /v1/events` listens).

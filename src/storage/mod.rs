@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
+use tokio::sync::mpsc;
 
 use crate::domain::audit::{AuditEvent, Head, NewEvent, StoredRow, StoredStatus};
 use crate::domain::confirmation::{Confirmation, Decision, Operator, Window, WindowKey};
@@ -24,6 +25,18 @@ use crate::domain::interaction::Answer;
 
 pub use postgres::{PgStore, refuse_unknown_params};
 pub use sqlite::SqliteStore;
+
+/// A change committed by some process sharing the database ([`Store::follow_changes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Something about this question changed (its status, answers, steps or events).
+    Question(ConfirmationId),
+    /// Something that concerns no one question (a route's chat moved).
+    Other,
+    /// The feed was cut and is back: changes in between may have been missed, so
+    /// whoever waits must look again.
+    Missed,
+}
 
 /// How long an idempotency key keeps pointing at its request.
 pub const IDEMPOTENCY_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
@@ -630,6 +643,15 @@ pub trait Store: Send + Sync + 'static {
 
     /// Closes the connections cleanly (SQLite checkpoints the WAL).
     async fn close(&self);
+
+    /// What other processes sharing this database commit, as they commit: a replica's
+    /// blocked agents, long polls and event streams must hear a decision taken by
+    /// another replica at once. `None`: this backend has one writing process (SQLite),
+    /// which hears its own changes directly. The feed ends when the receiver is dropped
+    /// or the store closes.
+    async fn follow_changes(&self) -> Result<Option<mpsc::Receiver<Change>>, StorageError> {
+        Ok(None)
+    }
 }
 
 #[cfg(test)]

@@ -3,10 +3,12 @@
 //! (`migrations/postgres/`, embedded in the binary).
 //!
 //! It is written for a database that several processes share, so it keeps no state
-//! that another process could make stale. Today those processes are the service and
-//! the CLI tools beside it; several *replicas* of the service also need work claimed
-//! once (the outbox, deadlines, Telegram's one poller) and waiters woken across
-//! processes, which this store does not do yet (the README's "The database" says so).
+//! that another process could make stale. Those processes are the service and the CLI
+//! tools beside it, and may be several *replicas* of the service: every change to a
+//! question is announced on commit (`NOTIFY`, see [`Store::follow_changes`]), so an agent
+//! blocked on one replica hears a decision taken on another at once. Work that must be
+//! done once (the outbox, deadlines, Telegram's one poller) is not claimed across
+//! replicas yet (the README's "The database" says so).
 //! * **No window cache.** SQLite's store answers window lookups from memory because only
 //!   the service process writes windows; here another process may open or revoke one at
 //!   any moment, so [`Store::live_window`] is one indexed `SELECT` on the primary key.
@@ -37,18 +39,19 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::query::QueryAs;
 use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
 use time::OffsetDateTime;
+use tokio::sync::mpsc;
 
 use super::rows::{
     self, AuditRow, OutboxRow, Row, WindowRow, from_ms, insert_runs, ms, select_where,
     select_windows_where, user_column,
 };
 use super::{
-    AgentEvent, Answered, Decided, Gauges, IDEMPOTENCY_TTL, Inserted, LiveWindow, OutboxEntry,
-    PendingEntry, StorageError, Store, WebhookAttempt,
+    AgentEvent, Answered, Change, Decided, Gauges, IDEMPOTENCY_TTL, Inserted, LiveWindow,
+    OutboxEntry, PendingEntry, StorageError, Store, WebhookAttempt,
 };
 use crate::domain::audit::{self, AuditEvent, NewEvent, StoredRow};
 use crate::domain::confirmation::{Confirmation, Decision, Operator, Step, Window, WindowKey};
@@ -133,7 +136,8 @@ impl PgStore {
                 ("idle_in_transaction_session_timeout", "30s"),
             ]);
         let pool = PgPoolOptions::new()
-            .max_connections(MAX_CONNECTIONS)
+            // One more for the change feed's listener, which keeps its connection.
+            .max_connections(MAX_CONNECTIONS + 1)
             .connect_with(options)
             .await?;
         Ok(PgStore {
@@ -250,7 +254,76 @@ async fn append_event(
         let mut insert: QueryBuilder<Postgres> = rows::insert_audit_rows(run);
         insert.build().execute(&mut **tx).await?;
     }
+    // Every change to a question appends an audit event, so this one place tells every
+    // replica about every change. PostgreSQL sends the notice when (and only if) the
+    // transaction commits, and folds identical notices of one transaction into one.
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(CHANGES_CHANNEL)
+        .bind(event.confirmation_id.as_deref().unwrap_or_default())
+        .execute(&mut **tx)
+        .await?;
     Ok(())
+}
+
+/// The `LISTEN`/`NOTIFY` channel of committed changes: the payload is the question's id,
+/// or empty for a change that concerns no one question.
+const CHANGES_CHANNEL: &str = "hitl_changes";
+
+/// How long the change feed waits before listening again after losing its connection.
+const RELISTEN_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A notice's payload as a [`Change`]. One that names no question of ours (only a role
+/// that may write to the database could send it) makes every waiter look again.
+fn change_of(payload: &str) -> Change {
+    match payload {
+        "" => Change::Other,
+        id => ConfirmationId::parse(id).map_or(Change::Missed, Change::Question),
+    }
+}
+
+/// Forwards the committed changes to `feed` until it is dropped or the pool closes. A
+/// lost connection is listened to again (every [`RELISTEN_AFTER`] until it works), and
+/// then [`Change::Missed`] says that notices may have gone by in between.
+async fn forward_changes(pool: PgPool, mut listener: PgListener, feed: mpsc::Sender<Change>) {
+    loop {
+        let received = tokio::select! {
+            _ = feed.closed() => return,
+            r = listener.try_recv() => r,
+        };
+        let change = match received {
+            Ok(Some(notice)) => change_of(notice.payload()),
+            // Lost, and sqlx has already connected and listened again.
+            Ok(None) => Change::Missed,
+            Err(_) if pool.is_closed() => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "lost the change feed from PostgreSQL; listening again");
+                listener = loop {
+                    tokio::select! {
+                        _ = feed.closed() => return,
+                        _ = pool.close_event() => return,
+                        _ = tokio::time::sleep(RELISTEN_AFTER) => {}
+                    }
+                    match listen(&pool).await {
+                        Ok(l) => break l,
+                        Err(_) if pool.is_closed() => return,
+                        Err(e) => tracing::debug!(error = %e, "cannot listen yet"),
+                    }
+                };
+                tracing::info!("listening to PostgreSQL's change feed again");
+                Change::Missed
+            }
+        };
+        if feed.send(change).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A connection of `pool` that listens to [`CHANGES_CHANNEL`].
+async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(CHANGES_CHANNEL).await?;
+    Ok(listener)
 }
 
 #[async_trait]
@@ -938,5 +1011,14 @@ impl Store for PgStore {
 
     async fn close(&self) {
         self.pool.close().await;
+    }
+
+    async fn follow_changes(&self) -> Result<Option<mpsc::Receiver<Change>>, StorageError> {
+        let listener = listen(&self.pool).await?;
+        // Bounded: a service that stops reading slows the feed (and no notice is lost
+        // while it catches up: PostgreSQL queues them for the listening connection).
+        let (feed, changes) = mpsc::channel(1024);
+        tokio::spawn(forward_changes(self.pool.clone(), listener, feed));
+        Ok(Some(changes))
     }
 }

@@ -39,10 +39,7 @@ impl ServiceProcess {
                 "--config",
                 config.to_str().expect("utf-8 path"),
             ])
-            .env("TELEGRAM_BOT_TOKEN", BOT_TOKEN)
-            .env("TOKEN_A", TOKEN_A)
-            .env("TOKEN_B", TOKEN_B)
-            .env("HOOK_A", HOOK_SECRET_A)
+            .envs(test_env())
             .env("RUST_LOG", "debug")
             .env("NO_PROXY", "127.0.0.1")
             .stderr(Stdio::piped())
