@@ -75,48 +75,90 @@ async fn post(
     json_of(r).await
 }
 
+/// Two replicas on one fresh database, B set the webhook last: every update, taps
+/// included, goes to B alone. `None`: no PostgreSQL here (the test skips itself).
+struct Replicas {
+    telegram: FakeTelegram,
+    a: ServiceProcess,
+    b: ServiceProcess,
+    client: reqwest::Client,
+    _dir: tempfile::TempDir,
+    db: PgDatabase,
+}
+
+impl Replicas {
+    async fn start() -> Option<Replicas> {
+        let db = PgDatabase::create().await?;
+        let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let a = replica(dir.path(), "a", &telegram, &db.url).await;
+        let b = replica(dir.path(), "b", &telegram, &db.url).await;
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("client");
+        Some(Replicas {
+            telegram,
+            a,
+            b,
+            client,
+            _dir: dir,
+            db,
+        })
+    }
+
+    /// An agent asking on A and blocking until the outcome.
+    fn block_on_a(&self) -> tokio::task::JoinHandle<(StatusCode, Value)> {
+        let (client, base) = (self.client.clone(), self.a.base.clone());
+        tokio::spawn(async move { post(&client, &base, "/v1/confirmations", &deploy()).await })
+    }
+
+    /// What the agent blocked on A hears, within [`HEARD_WITHIN`].
+    async fn outcome_on_a(
+        &self,
+        blocked: tokio::task::JoinHandle<(StatusCode, Value)>,
+    ) -> (StatusCode, Value) {
+        tokio::time::timeout(HEARD_WITHIN, blocked)
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "the agent blocked on replica A did not hear the tap within {HEARD_WITHIN:?}\n\
+                     A:\n{}\nB:\n{}",
+                    self.a.log_text(),
+                    self.b.log_text()
+                )
+            })
+            .expect("the blocked request")
+    }
+}
+
 #[tokio::test]
 async fn an_agent_blocked_on_one_replica_hears_at_once_the_tap_another_replica_received() {
-    let Some(db) = PgDatabase::create().await else {
+    let Some(r) = Replicas::start().await else {
         return;
     };
-    let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let a = replica(dir.path(), "a", &telegram, &db.url).await;
-    // B sets the webhook last: every update, the tap included, goes to B alone.
-    let b = replica(dir.path(), "b", &telegram, &db.url).await;
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
+    let Replicas {
+        telegram,
+        a,
+        b,
+        client,
+        ..
+    } = &r;
 
-    let blocked = {
-        let (client, base) = (client.clone(), a.base.clone());
-        tokio::spawn(async move { post(&client, &base, "/v1/confirmations", &deploy()).await })
-    };
+    let blocked = r.block_on_a();
     let msg = telegram.wait_for_messages(1).await.remove(0);
     assert_eq!(msg.chat_id, OPS_CHAT);
     telegram.tap(OPS_CHAT, msg.message_id, approve_label(600), alice());
 
-    let (status, record) = tokio::time::timeout(HEARD_WITHIN, blocked)
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "the agent blocked on replica A did not hear the tap within {HEARD_WITHIN:?}\n\
-                 A:\n{}\nB:\n{}",
-                a.log_text(),
-                b.log_text()
-            )
-        })
-        .expect("the blocked request");
+    let (status, record) = r.outcome_on_a(blocked).await;
     assert_eq!(status, StatusCode::OK, "{record}");
     assert_eq!(record["status"], "confirmed", "{record}");
     assert_eq!(record["via"], "operator", "{record}");
     assert_eq!(record["decided_by"]["id"], ALICE, "{record}");
     // The tap went to B, and B decided: A only heard of it.
     let decided_on = |p: &ServiceProcess| p.log_text().contains("question decided");
-    assert!(decided_on(&b), "B decided:\n{}", b.log_text());
-    assert!(!decided_on(&a), "A did not decide:\n{}", a.log_text());
+    assert!(decided_on(b), "B decided:\n{}", b.log_text());
+    assert!(!decided_on(a), "A did not decide:\n{}", a.log_text());
     assert!(
         telegram
             .webhook_deliveries()
@@ -127,8 +169,8 @@ async fn an_agent_blocked_on_one_replica_hears_at_once_the_tap_another_replica_r
 
     // The window the tap opened on B lets the identical call through on A at once, and
     // the same on B: neither replica holds a stale view of the windows.
-    for replica in [&a, &b] {
-        let (status, hit) = post(&client, &replica.base, "/v1/confirmations", &deploy()).await;
+    for replica in [a, b] {
+        let (status, hit) = post(client, &replica.base, "/v1/confirmations", &deploy()).await;
         assert_eq!(status, StatusCode::OK, "{hit}");
         assert_eq!(
             (hit["status"].as_str(), hit["via"].as_str()),
@@ -141,26 +183,16 @@ async fn an_agent_blocked_on_one_replica_hears_at_once_the_tap_another_replica_r
 
 #[tokio::test]
 async fn a_replica_that_lost_its_connection_to_the_change_feed_still_hears_the_outcome() {
-    let Some(db) = PgDatabase::create().await else {
+    let Some(r) = Replicas::start().await else {
         return;
     };
-    let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let a = replica(dir.path(), "a", &telegram, &db.url).await;
-    let b = replica(dir.path(), "b", &telegram, &db.url).await;
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
+    let Replicas { telegram, .. } = &r;
 
-    let blocked = {
-        let (client, base) = (client.clone(), a.base.clone());
-        tokio::spawn(async move { post(&client, &base, "/v1/confirmations", &deploy()).await })
-    };
+    let blocked = r.block_on_a();
     let msg = telegram.wait_for_messages(1).await.remove(0);
     // The server ends every listening session (as a failover or a network cut would),
     // and the tap comes at once: its notice may go by before A listens again.
-    let mut admin = PgConnection::connect(&db.url)
+    let mut admin = PgConnection::connect(&r.db.url)
         .await
         .expect("admin connection");
     let ended: i64 = sqlx::query_scalar(
@@ -174,17 +206,7 @@ async fn a_replica_that_lost_its_connection_to_the_change_feed_still_hears_the_o
     assert_eq!(ended, 2, "one listening session per replica");
     telegram.tap(OPS_CHAT, msg.message_id, approve_label(600), alice());
 
-    let (status, record) = tokio::time::timeout(HEARD_WITHIN, blocked)
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "the agent blocked on replica A did not hear the tap within {HEARD_WITHIN:?}\n\
-                 A:\n{}\nB:\n{}",
-                a.log_text(),
-                b.log_text()
-            )
-        })
-        .expect("the blocked request");
+    let (status, record) = r.outcome_on_a(blocked).await;
     assert_eq!(status, StatusCode::OK, "{record}");
     assert_eq!(record["status"], "confirmed", "{record}");
     assert_eq!(record["via"], "operator", "{record}");
@@ -192,17 +214,16 @@ async fn a_replica_that_lost_its_connection_to_the_change_feed_still_hears_the_o
 
 #[tokio::test]
 async fn an_event_stream_on_one_replica_carries_an_answer_another_replica_received() {
-    let Some(db) = PgDatabase::create().await else {
+    let Some(r) = Replicas::start().await else {
         return;
     };
-    let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let a = replica(dir.path(), "a", &telegram, &db.url).await;
-    let b = replica(dir.path(), "b", &telegram, &db.url).await;
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
+    let Replicas {
+        telegram,
+        a,
+        b,
+        client,
+        ..
+    } = &r;
 
     // A listens to agent-a's events from the start.
     let mut stream = client
@@ -214,7 +235,7 @@ async fn an_event_stream_on_one_replica_carries_an_answer_another_replica_receiv
     assert_eq!(stream.status(), StatusCode::OK);
 
     let (status, view) = post(
-        &client,
+        client,
         &a.base,
         "/v1/interactions",
         &json!({
