@@ -488,6 +488,11 @@ impl Service {
     /// Wakes whoever waits on the question and the agents' event streams.
     fn changed(&self, id: &ConfirmationId) {
         self.waiters.notify(id);
+        self.tick_events();
+    }
+
+    /// Wakes the agents' event streams to read what may have been written.
+    fn tick_events(&self) {
         self.events.send_modify(|n| *n = n.wrapping_add(1));
     }
 
@@ -506,10 +511,10 @@ impl Service {
             };
             match change {
                 Some(Change::Question(id)) => self.changed(&id),
-                Some(Change::Other) => self.events.send_modify(|n| *n = n.wrapping_add(1)),
+                Some(Change::Other) => self.tick_events(),
                 Some(Change::Missed) => {
                     self.waiters.notify_all();
-                    self.events.send_modify(|n| *n = n.wrapping_add(1));
+                    self.tick_events();
                 }
                 None => return,
             }
