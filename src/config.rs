@@ -180,12 +180,29 @@ pub struct DatabaseSettings {
     /// `sqlite://…` or `postgres://user:password@host/database`: may hold a password, so
     /// `Debug` shows it redacted.
     pub url: String,
+    /// Several replicas on one PostgreSQL: how long the replica doing the work that must
+    /// happen once (deadlines, posting questions, webhooks, the Redis bridge, polling)
+    /// holds it without renewing; a replica that dies hands it over within this.
+    #[serde(default = "default_lease_seconds")]
+    pub lease_seconds: u64,
 }
+
+/// A few seconds: a dead replica's work waits this long for another; renewing a third
+/// of it costs one statement every couple of seconds.
+fn default_lease_seconds() -> u64 {
+    5
+}
+
+/// The bounds of `database.lease_seconds`: renewed every third, a lease under 2 s renews
+/// more often than a slow database answers; past 5 minutes a dead replica's questions
+/// would miss their deadlines by that much.
+const LEASE_SECONDS: std::ops::RangeInclusive<u64> = 2..=300;
 
 impl std::fmt::Debug for DatabaseSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DatabaseSettings")
             .field("url", &crate::storage::redact_url(&self.url))
+            .field("lease_seconds", &self.lease_seconds)
             .finish()
     }
 }
@@ -904,6 +921,8 @@ impl std::fmt::Debug for DatabaseUrl {
 pub struct Config {
     pub bind: String,
     pub database_url: DatabaseUrl,
+    /// `database.lease_seconds`: how long the leader's lease lasts unrenewed.
+    pub lease: Duration,
     pub telegram_api_url: reqwest::Url,
     pub poll_timeout_seconds: u32,
     /// Long polling or the webhook route.
@@ -1040,6 +1059,17 @@ impl Config {
                 }
             }
             Ok(crate::storage::Backend::Sqlite) => {}
+        }
+        if !LEASE_SECONDS.contains(&s.database.lease_seconds) {
+            return Err(invalid(
+                "database.lease_seconds",
+                format!(
+                    "{} is out of range: use {} to {} seconds",
+                    s.database.lease_seconds,
+                    LEASE_SECONDS.start(),
+                    LEASE_SECONDS.end()
+                ),
+            ));
         }
         let telegram_api_url = reqwest::Url::parse(&s.telegram.api_url)
             .ok()
@@ -1502,6 +1532,7 @@ impl Config {
         Ok(Config {
             bind: s.server.bind,
             database_url: DatabaseUrl(s.database.url),
+            lease: Duration::from_secs(s.database.lease_seconds),
             telegram_api_url,
             poll_timeout_seconds: s.telegram.poll_timeout_seconds,
             telegram_mode,

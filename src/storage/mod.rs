@@ -652,6 +652,24 @@ pub trait Store: Send + Sync + 'static {
     async fn follow_changes(&self) -> Result<Option<mpsc::Receiver<Change>>, StorageError> {
         Ok(None)
     }
+
+    /// Takes the lease `name` for `holder`, or renews it, for `lease` from now on the
+    /// database's clock; `true` while `holder` holds it (nobody else held it unexpired).
+    /// The default: this backend has one process (SQLite), which always holds it.
+    async fn hold_lease(
+        &self,
+        _name: &str,
+        _holder: &str,
+        _lease: std::time::Duration,
+    ) -> Result<bool, StorageError> {
+        Ok(true)
+    }
+
+    /// Gives the lease up (if `holder` holds it), so another takes it at once rather
+    /// than when it expires.
+    async fn release_lease(&self, _name: &str, _holder: &str) -> Result<(), StorageError> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -37,6 +37,7 @@
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgListener, PgPoolOptions};
@@ -1020,5 +1021,38 @@ impl Store for PgStore {
         let (feed, changes) = mpsc::channel(1024);
         tokio::spawn(forward_changes(self.pool.clone(), listener, feed));
         Ok(Some(changes))
+    }
+
+    async fn hold_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        lease: Duration,
+    ) -> Result<bool, StorageError> {
+        // One statement: taken when free or expired, renewed when ours, else untouched
+        // (the conflicting row is locked, so two replicas cannot both take it).
+        let held = sqlx::query(
+            "INSERT INTO leases (name, holder, expires_at) \
+             VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3)) \
+             ON CONFLICT (name) DO UPDATE \
+             SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at \
+             WHERE leases.holder = EXCLUDED.holder OR leases.expires_at < clock_timestamp() \
+             RETURNING holder",
+        )
+        .bind(name)
+        .bind(holder)
+        .bind(lease.as_secs_f64())
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(held.is_some())
+    }
+
+    async fn release_lease(&self, name: &str, holder: &str) -> Result<(), StorageError> {
+        sqlx::query("DELETE FROM leases WHERE name = $1 AND holder = $2")
+            .bind(name)
+            .bind(holder)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 }
