@@ -119,8 +119,23 @@ impl Application {
             .context("cannot listen for the changes other replicas commit")?;
         let follow =
             changes.map(|c| tokio::spawn(service.clone().follow_changes(c, shutdown.clone())));
+        // Several replicas: the one holding the leader lease (with SQLite, this one, from
+        // `recover` on) keeps the deadlines and runs the webhook outbox, the Redis bridge
+        // and long polling; the lease is renewed here (src/service/lead.rs).
+        // Renewed until the leader's work has drained at shutdown, then given up: a lease
+        // left to expire meanwhile would let another replica post what this one still
+        // is posting.
+        let lead_stop = CancellationToken::new();
+        let lead = tokio::spawn(
+            service
+                .clone()
+                .keep_lead(shutdown.clone(), lead_stop.clone()),
+        );
         let deadlines = tokio::spawn(service.clone().run_deadlines(shutdown.clone()));
-        let webhooks = tokio::spawn(crate::webhooks::run(service.clone(), shutdown.clone()));
+        let webhooks = tokio::spawn(service.clone().while_leading(shutdown.clone(), {
+            let service = service.clone();
+            move |term| crate::webhooks::run(service.clone(), term)
+        }));
         let purge = tokio::spawn(
             service
                 .clone()
@@ -133,7 +148,10 @@ impl Application {
             shutdown.clone(),
         ));
         // Returns at once unless [redis_bridge] is enabled.
-        let bridge = tokio::spawn(crate::redis_bridge::run(service.clone(), shutdown.clone()));
+        let bridge = tokio::spawn(service.clone().while_leading(shutdown.clone(), {
+            let service = service.clone();
+            move |term| crate::redis_bridge::run(service.clone(), term)
+        }));
         // getMe (for /cmd@bot) and setMyCommands, retried in the background.
         let commands = tokio::spawn(telegram::commands::register(
             bot.clone(),
@@ -151,12 +169,20 @@ impl Application {
         // /mcp: the MCP tools, each call a request into the same router (src/mcp.rs).
         let mut app = v1.clone().merge(crate::mcp::router(v1, service.clone()));
         let polling = match telegram_mode {
-            TelegramMode::Polling => tokio::spawn(telegram::polling::run(
-                bot,
-                service.clone(),
-                poll_timeout_seconds,
-                shutdown.clone(),
-            )),
+            // One poller per bot token (a second gets 409): the leader's.
+            TelegramMode::Polling => {
+                tokio::spawn(service.clone().while_leading(shutdown.clone(), {
+                    let service = service.clone();
+                    move |term| {
+                        telegram::polling::run(
+                            bot.clone(),
+                            service.clone(),
+                            poll_timeout_seconds,
+                            term,
+                        )
+                    }
+                }))
+            }
             TelegramMode::Webhook(webhook) => {
                 app = app.merge(telegram::webhook::router(service.clone(), &webhook));
                 tokio::spawn(telegram::webhook::register(
@@ -200,6 +226,10 @@ impl Application {
         {
             tracing::warn!("background Telegram work did not finish in time");
         }
+        // The leader's work has stopped: another replica may take it over at once.
+        lead_stop.cancel();
+        let _ = lead.await;
+        service.release_lead().await;
         // Everything that writes has stopped: this is the trail's final head.
         crate::audit_head::log_head(service.store().as_ref(), "shutdown").await;
         service.store().close().await;

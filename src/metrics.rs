@@ -137,6 +137,7 @@ pub struct Metrics {
     webhook_dropped: Family<AgentLabels, Counter>,
     questions_missed_deadline: Family<RouteLabels, Counter>,
     question_steps: Family<StepLabels, Counter>,
+    leader: Gauge,
     tools: ToolLabels,
     /// Held while the scrape-time gauges are set and the registry encoded, so two
     /// concurrent scrapes cannot interleave a reset with an encoding.
@@ -267,6 +268,14 @@ impl Metrics {
             question_steps.clone(),
         );
 
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader lease and does the work that must happen \
+             once (posting questions, deadlines, webhooks, the Redis bridge, polling)",
+            leader.clone(),
+        );
+
         Metrics {
             registry,
             requests_created,
@@ -285,9 +294,15 @@ impl Metrics {
             webhook_dropped,
             questions_missed_deadline,
             question_steps,
+            leader,
             tools: ToolLabels::default(),
             scrape: Mutex::new(()),
         }
+    }
+
+    /// This replica took (`true`) or lost the leader lease.
+    pub fn set_leading(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
     }
 
     /// A request was stored.

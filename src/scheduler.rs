@@ -42,6 +42,14 @@ impl Deadlines {
         }
     }
 
+    /// Forgets every deadline (this process no longer keeps them: see `service::lead`).
+    pub fn clear(&self) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
     pub fn len(&self) -> usize {
         self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
     }

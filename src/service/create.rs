@@ -113,12 +113,9 @@ impl Service {
         tracing::info!(id = %stored.id, agent = %stored.agent, tool = %stored.tool,
             route = %stored.route, "confirmation requested");
         self.metrics.request_created(&stored);
-        self.arm(&stored);
         // Delivery runs detached from the HTTP request: an agent that hangs up must not
         // cancel the question halfway.
-        let me = self.clone();
-        let queued = deliver::Queued::first(&stored);
-        self.tasks.spawn(async move { me.deliver(queued).await });
+        self.take_on(&stored);
         Ok(stored)
     }
 
@@ -254,10 +251,7 @@ impl Service {
             route = %stored.route, "interaction requested");
         self.metrics.request_created(&stored);
         self.changed(&stored.id);
-        self.arm(&stored);
-        let me = self.clone();
-        let queued = deliver::Queued::first(&stored);
-        self.tasks.spawn(async move { me.deliver(queued).await });
+        self.take_on(&stored);
         Ok((stored, true))
     }
 

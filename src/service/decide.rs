@@ -155,6 +155,9 @@ impl Service {
     /// Asks the scheduler to look at `id` again shortly: a storage error must not leave a
     /// request pending forever.
     pub(super) fn retry_soon(&self, id: &ConfirmationId) {
+        if !self.leading() {
+            return; // the leader's deadline for it stands
+        }
         self.deadlines
             .schedule(id.clone(), Instant::now() + Duration::from_secs(1));
     }

@@ -12,7 +12,7 @@
 //! written by one conditional update ([`Store::decide`]), so a tap racing a timeout or a
 //! withdrawal ends in exactly one outcome, and each loser is shown the stored one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,6 +45,7 @@ mod commands;
 mod create;
 mod decide;
 mod deliver;
+mod lead;
 mod recover;
 mod steps;
 mod wait;
@@ -429,6 +430,8 @@ pub struct Service {
     bot_username: std::sync::OnceLock<String>,
     /// What `GET /metrics` reports; shared with the Telegram adapter.
     metrics: Arc<Metrics>,
+    /// Whether this replica does the work that must happen once ([`lead`]).
+    lead: lead::Lead,
 }
 
 impl Service {
@@ -445,6 +448,7 @@ impl Service {
             events: watch::channel(0).0,
             bot_username: std::sync::OnceLock::new(),
             metrics: Arc::new(Metrics::new()),
+            lead: lead::Lead::default(),
         }
     }
 
@@ -510,11 +514,28 @@ impl Service {
                 _ = stop.cancelled() => return,
             };
             match change {
-                Some(Change::Question(id)) => self.changed(&id),
+                Some(Change::Question(id)) => {
+                    self.changed(&id);
+                    if self.leading() {
+                        // A decision there may have queued a webhook; a question asked
+                        // there is the leader's to post.
+                        self.webhook_wake.notify_one();
+                        self.tasks.spawn(self.clone().adopt(id));
+                    }
+                }
                 Some(Change::Other) => self.tick_events(),
                 Some(Change::Missed) => {
                     self.waiters.notify_all();
                     self.tick_events();
+                    // What was asked meanwhile is found among the pending questions.
+                    if self.leading() {
+                        let me = self.clone();
+                        self.tasks.spawn(async move {
+                            if let Err(e) = me.take_over().await {
+                                tracing::warn!(error = %e, "cannot look for questions asked while the change feed was lost");
+                            }
+                        });
+                    }
                 }
                 None => return,
             }

@@ -5,22 +5,35 @@
 use super::*;
 
 impl Service {
-    /// After a (re)start: re-applies moved route chats, re-arms the deadline of every
-    /// pending request (deadlines that passed while the service was down fire at once),
-    /// delivers again the questions whose delivery was cut short, shows the outcomes a
-    /// crash kept from their messages, and wakes the webhook outbox.
+    /// After a (re)start: re-applies moved route chats and, if this replica leads (with
+    /// SQLite it always does), takes over the pending questions ([`take_over`]).
+    /// Returns how many questions are pending, or 0 when another replica leads.
+    ///
+    /// [`take_over`]: Service::take_over
     pub async fn recover(self: &Arc<Self>) -> Result<usize, StorageError> {
         {
             let moved = self.store.route_chats().await?;
             let mut map = self.moved_chats.lock().unwrap_or_else(|e| e.into_inner());
             map.extend(moved);
         }
+        Ok(self.try_lead().await?.unwrap_or(0))
+    }
+
+    /// The leader takes on the pending questions it has not yet (all of them after a
+    /// restart or a change of leader): re-arms their deadlines (those that passed
+    /// meanwhile fire at once), posts the messages a crash kept from being posted, shows
+    /// the outcomes a crash kept from their messages, and wakes the webhook outbox.
+    /// Returns how many questions are pending.
+    pub(super) async fn take_over(self: &Arc<Self>) -> Result<usize, StorageError> {
         let pending = self.store.pending().await?;
         let now = now();
         let n = pending.len();
         let mut undelivered = Vec::new();
         let mut unattached = Vec::new();
         for entry in pending {
+            if !self.claim(&entry.id) {
+                continue;
+            }
             if !entry.delivered && entry.expires_at > now {
                 undelivered.push(entry.id.clone());
             } else if !entry.attached && entry.expires_at > now {
@@ -79,10 +92,15 @@ impl Service {
                 let (me, queued) = (self.clone(), deliver::Queued::copy(&record, copy.chat_id));
                 self.tasks.spawn(async move { me.deliver(queued).await });
             }
-            if record.message_id.is_none() {
-                let (me, queued) = (self.clone(), deliver::Queued::first(&record));
-                self.tasks.spawn(async move { me.deliver(queued).await });
-            }
+            self.post_first(&record);
+        }
+    }
+
+    /// Queues the question's first message, unless it was posted.
+    pub(super) fn post_first(self: &Arc<Self>, record: &Confirmation) {
+        if record.message_id.is_none() {
+            let (me, queued) = (self.clone(), deliver::Queued::first(record));
+            self.tasks.spawn(async move { me.deliver(queued).await });
         }
     }
 

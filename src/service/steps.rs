@@ -65,9 +65,10 @@ impl Service {
         next
     }
 
-    /// Arms the scheduler for `r`'s next step.
+    /// Arms the scheduler for `r`'s next step, if this replica keeps the deadlines (it
+    /// leads: see [`super::lead`]).
     pub(super) fn arm(&self, r: &Confirmation) {
-        if !r.is_terminal() {
+        if !r.is_terminal() && self.leading() {
             self.deadlines
                 .schedule(r.id.clone(), instant_at(self.next_step_at(r), now()));
         }
@@ -78,7 +79,7 @@ impl Service {
     pub(super) async fn step(self: &Arc<Self>, id: &ConfirmationId) {
         let record = match self.store.get(id).await {
             Ok(Some(r)) if !r.is_terminal() => r,
-            Ok(_) => return,
+            Ok(_) => return self.unclaim(id),
             Err(e) => {
                 tracing::error!(id = %id, error = %e, "could not read a due request; retrying");
                 self.retry_soon(id);
@@ -88,7 +89,7 @@ impl Service {
         let now = now();
         if record.expires_at <= now {
             self.time_out(record).await;
-            return;
+            return self.unclaim(id);
         }
         let mut record = record;
         if let Some(r) = self.escalate_if_due(&record, now).await {

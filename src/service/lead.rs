@@ -1,0 +1,265 @@
+//! Work that must happen once, however many replicas share the database.
+//!
+//! Any replica serves the API and takes Telegram's updates (webhook mode), and every
+//! decision is one conditional update, so those need no coordination. What does is the
+//! work nobody asks for at the moment it is due: posting a question (within the bot's
+//! limits, which are the bot's, not a replica's), its reminders, escalation and timeout,
+//! the webhook outbox, the Redis bridge, and `getUpdates` (one poller per bot token, or
+//! Telegram answers 409). One replica, the leader, does all of it: the one holding the
+//! `leader` lease ([`Store::hold_lease`]), renewed every third of `database.lease_seconds`.
+//!
+//! Why one leader rather than a claim per question (`FOR UPDATE SKIP LOCKED`): the
+//! rate limiter that keeps the bot within Telegram's limits, the deadline set and the
+//! order of deliveries are in-memory structures that already do their job in one
+//! process; a leader keeps them whole, where per-row claims would need each of them
+//! rebuilt on the database. The cost is that a question asked on another replica is
+//! posted by the leader, which hears of it through the change feed, a round trip later.
+//!
+//! When a replica becomes the leader it takes over as after a restart
+//! ([`Service::take_over`]): every pending question is armed, and those whose messages
+//! were never posted are posted. A leader that cannot renew steps down before its lease
+//! can expire, so two replicas never lead at once by their own reckoning (renewing is
+//! timed from before the statement; the database times the lease from during it). On
+//! shutdown the lease is given up, so a rolling restart hands over at once. With SQLite
+//! (one process) the lease is always held.
+
+use std::future::Future;
+
+use super::*;
+
+/// The lease's name in the database.
+const LEADER: &str = "leader";
+
+/// Whether this process leads, and what it has taken on since it does.
+pub(super) struct Lead {
+    /// Who this process is to the lease (random, so a restarted process is someone else).
+    holder: String,
+    leading: watch::Sender<bool>,
+    /// The pending questions this leader has taken on (armed, messages posted or on
+    /// their way): a change heard for one of them needs nothing more from the leader.
+    claimed: Mutex<HashSet<ConfirmationId>>,
+    /// Until when the lease is ours for sure, by this process's clock.
+    until: Mutex<Option<Instant>>,
+}
+
+impl Default for Lead {
+    fn default() -> Self {
+        Lead {
+            holder: format!("{}-{:016x}", std::process::id(), rand::random::<u64>()),
+            leading: watch::channel(false).0,
+            claimed: Mutex::new(HashSet::new()),
+            until: Mutex::new(None),
+        }
+    }
+}
+
+impl Service {
+    /// Whether this process does the work that must happen once (see the module).
+    pub fn leading(&self) -> bool {
+        *self.lead.leading.borrow()
+    }
+
+    /// Takes `id` on when this process leads and has not yet: `true` means the caller
+    /// now arms it and posts what it has to post.
+    pub(super) fn claim(&self, id: &ConfirmationId) -> bool {
+        self.leading()
+            && self
+                .lead
+                .claimed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id.clone())
+    }
+
+    /// Forgets a question that has ended (its deadline found it so).
+    pub(super) fn unclaim(&self, id: &ConfirmationId) {
+        self.lead
+            .claimed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+    }
+
+    /// Arms a new question and posts it, if this process leads; otherwise the leader
+    /// hears of it through the change feed and does ([`Service::adopt`]).
+    pub(super) fn take_on(self: &Arc<Self>, stored: &Confirmation) {
+        if self.claim(&stored.id) {
+            self.arm(stored);
+            self.post_first(stored);
+        } else {
+            tracing::debug!(id = %stored.id, "left to the leader to post");
+        }
+    }
+
+    /// The leader heard of a change to `id` from another replica: a question it has not
+    /// taken on yet (asked there) is armed and posted.
+    pub(super) async fn adopt(self: Arc<Self>, id: ConfirmationId) {
+        if !self.leading() || self.is_claimed(&id) {
+            return;
+        }
+        match self.store.get(&id).await {
+            Ok(Some(record)) if !record.is_terminal() => {
+                // Only its first message: further copies are added (and posted) where
+                // the question is asked again, or by the leader's own escalation.
+                if self.claim(&record.id) {
+                    self.arm(&record);
+                    self.post_first(&record);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                // The next change, or the next take-over, tries again; its deadline is
+                // also kept by every agent that waits on it.
+                tracing::warn!(id = %id, error = %e, "cannot read a question asked on another replica")
+            }
+        }
+    }
+
+    fn is_claimed(&self, id: &ConfirmationId) -> bool {
+        self.lead
+            .claimed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(id)
+    }
+
+    /// Renews (or tries to take) the leader lease every third of its length until
+    /// `stop`. The first attempt is [`Service::try_lead`], made before serving. Once
+    /// `shutdown` has fired, a follower no longer tries (it would take work on just to
+    /// drop it), while a leader keeps renewing until its work has drained (`stop`).
+    pub async fn keep_lead(self: Arc<Self>, shutdown: CancellationToken, stop: CancellationToken) {
+        let renew_every = self.config.lease / 3;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(renew_every) => {}
+            }
+            if shutdown.is_cancelled() && !self.leading() {
+                return;
+            }
+            if let Err(e) = self.try_lead().await {
+                tracing::error!(error = %e, "cannot take over the pending questions; trying again");
+            }
+        }
+    }
+
+    /// One attempt to take or renew the lease; steps up when won, down when lost (or
+    /// when it could not be renewed for so long that it may have expired). Returns how
+    /// many questions are pending when this attempt stepped up (the take-over's count).
+    /// An error: stepping up, the pending questions could not be read (this replica
+    /// stays a follower, and the next attempt tries again).
+    pub async fn try_lead(self: &Arc<Self>) -> Result<Option<usize>, StorageError> {
+        let lease = self.config.lease;
+        let renew_every = lease / 3;
+        let asked = Instant::now();
+        let held = tokio::time::timeout(
+            renew_every,
+            self.store.hold_lease(LEADER, &self.lead.holder, lease),
+        )
+        .await;
+        let why = match held {
+            Ok(Ok(true)) => {
+                self.set_lease_until(Some(asked + lease));
+                return if self.leading() {
+                    Ok(None)
+                } else {
+                    self.step_up().await.map(Some)
+                };
+            }
+            Ok(Ok(false)) => {
+                self.set_lease_until(None);
+                if self.leading() {
+                    tracing::warn!("another replica holds the leader lease: stepping down");
+                    self.step_down();
+                }
+                return Ok(None);
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "the database did not answer in time".to_owned(),
+        };
+        // Still ours until then; stepping down a renewal early keeps this side of it
+        // whatever the next attempt meets.
+        let until = *self.lead.until.lock().unwrap_or_else(|e| e.into_inner());
+        let expiring = until.is_none_or(|u| Instant::now() + renew_every >= u);
+        if self.leading() && expiring {
+            tracing::warn!(error = %why, "cannot renew the leader lease: stepping down");
+            self.step_down();
+        } else if self.leading() {
+            tracing::warn!(error = %why, "cannot renew the leader lease; retrying");
+        } else {
+            tracing::debug!(error = %why, "cannot read the leader lease");
+        }
+        Ok(None)
+    }
+
+    fn set_lease_until(&self, until: Option<Instant>) {
+        *self.lead.until.lock().unwrap_or_else(|e| e.into_inner()) = until;
+    }
+
+    async fn step_up(self: &Arc<Self>) -> Result<usize, StorageError> {
+        self.lead.leading.send_replace(true);
+        tracing::info!(holder = %self.lead.holder, "leading: this replica does the work that must happen once");
+        self.metrics.set_leading(true);
+        let taken = self.take_over().await;
+        if taken.is_err() {
+            self.step_down();
+        }
+        taken
+    }
+
+    fn step_down(&self) {
+        self.lead.leading.send_replace(false);
+        self.metrics.set_leading(false);
+        self.deadlines.clear();
+        self.lead
+            .claimed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    /// Gives the lease up at shutdown (after the leader's work has stopped), so another
+    /// replica takes over at once instead of after `database.lease_seconds`.
+    pub async fn release_lead(&self) {
+        if !self.leading() {
+            return;
+        }
+        self.step_down();
+        if let Err(e) = self.store.release_lease(LEADER, &self.lead.holder).await {
+            tracing::warn!(error = %e, "cannot give the leader lease up; it expires by itself");
+        }
+    }
+
+    /// Runs `work` whenever this process leads, until `stop`: each run gets a token that
+    /// is cancelled when leadership is lost (or at `stop`), and should return then.
+    pub async fn while_leading<F, Fut>(self: Arc<Self>, stop: CancellationToken, mut work: F)
+    where
+        F: FnMut(CancellationToken) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let mut leading = self.lead.leading.subscribe();
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                won = leading.wait_for(|l| *l) => if won.is_err() { return },
+            }
+            let term = stop.child_token();
+            let mut lost = leading.clone();
+            let ends = term.clone();
+            let watcher = tokio::spawn(async move {
+                let _ = lost.wait_for(|l| !*l).await;
+                ends.cancel();
+            });
+            work(term.clone()).await;
+            // Work that ended by itself (nothing to do) waits for the next term.
+            tokio::select! {
+                _ = term.cancelled() => {}
+                _ = stop.cancelled() => {}
+            }
+            watcher.abort();
+            if stop.is_cancelled() {
+                return;
+            }
+        }
+    }
+}
