@@ -26,8 +26,46 @@ const QUESTION_TIMEOUT_SECONDS: u64 = 600;
 /// loaded machine (a polling loop of seconds would need the deadline to end the wait).
 const HEARD_WITHIN: Duration = Duration::from_secs(10);
 
-/// A replica: the real binary in webhook mode at a loopback port of its own.
-async fn replica(dir: &Path, name: &str, telegram: &FakeTelegram, db_url: &str) -> ServiceProcess {
+/// How long the leader's lease lasts unrenewed in these tests (`database.lease_seconds`,
+/// 5 by default): a killed leader's work is taken over within it.
+const LEASE_SECONDS: u64 = 2;
+
+/// How updates reach a replica.
+#[derive(Clone, Copy, PartialEq)]
+enum Ingress {
+    Webhook,
+    Polling,
+}
+
+/// A replica: the real binary at a loopback port of its own. In webhook mode it is
+/// started once Telegram sends it the updates (it set the webhook last).
+async fn replica(
+    dir: &Path,
+    name: &str,
+    telegram: &FakeTelegram,
+    db_url: &str,
+    ingress: Ingress,
+) -> ServiceProcess {
+    replica_hooked(
+        dir,
+        name,
+        telegram,
+        db_url,
+        ingress,
+        DEFAULT_CALLBACK_PREFIX,
+    )
+    .await
+}
+
+/// A replica whose agent-a may have its webhooks sent under `callback_prefix`.
+async fn replica_hooked(
+    dir: &Path,
+    name: &str,
+    telegram: &FakeTelegram,
+    db_url: &str,
+    ingress: Ingress,
+    callback_prefix: &str,
+) -> ServiceProcess {
     // The address is part of the configuration (the webhook's URL), so it is chosen
     // before the process starts: a port the kernel just handed out, freed again.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -35,19 +73,35 @@ async fn replica(dir: &Path, name: &str, telegram: &FakeTelegram, db_url: &str) 
         .expect("a free loopback port")
         .port();
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let toml = with_webhook_mode(
-        &settings_toml(&telegram.api_url(), db_url)
-            .replace("{CALLBACK_PREFIX}", DEFAULT_CALLBACK_PREFIX)
-            .replace("bind = \"127.0.0.1:0\"", &format!("bind = \"{addr}\"")),
-        addr,
-    );
+    let toml = settings_toml(&telegram.api_url(), db_url)
+        .replace("{CALLBACK_PREFIX}", callback_prefix)
+        .replace("bind = \"127.0.0.1:0\"", &format!("bind = \"{addr}\""))
+        .replacen(
+            "[database]\n",
+            &format!("[database]\nlease_seconds = {LEASE_SECONDS}\n"),
+            1,
+        );
+    let toml = match ingress {
+        Ingress::Webhook => with_webhook_mode(&toml, addr),
+        Ingress::Polling => toml,
+    };
     let config = dir.join(format!("{name}.toml"));
     std::fs::write(&config, toml).expect("write config");
     let process = ServiceProcess::start(&config).await;
-    telegram
-        .wait_for_webhook(&format!("http://{addr}{WEBHOOK_PATH}"))
-        .await;
+    if ingress == Ingress::Webhook {
+        telegram
+            .wait_for_webhook(&format!("http://{addr}{WEBHOOK_PATH}"))
+            .await;
+    }
     process
+}
+
+/// Whether `p` holds the leader lease now, by its log (it logs each step up and down).
+fn leads(p: &ServiceProcess) -> bool {
+    let log = p.log_text();
+    let up = log.rfind("leading: this replica");
+    let down = log.rfind("stepping down");
+    up.is_some() && up > down
 }
 
 fn deploy() -> Value {
@@ -88,11 +142,18 @@ struct Replicas {
 
 impl Replicas {
     async fn start() -> Option<Replicas> {
+        Replicas::start_with(Ingress::Webhook, DEFAULT_CALLBACK_PREFIX).await
+    }
+
+    /// A started first, so A leads.
+    async fn start_with(ingress: Ingress, callback_prefix: &str) -> Option<Replicas> {
         let db = PgDatabase::create().await?;
         let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
         let dir = tempfile::tempdir().expect("temp dir");
-        let a = replica(dir.path(), "a", &telegram, &db.url).await;
-        let b = replica(dir.path(), "b", &telegram, &db.url).await;
+        let (path, url) = (dir.path(), &db.url);
+        let a = replica_hooked(path, "a", &telegram, url, ingress, callback_prefix).await;
+        let b = replica_hooked(path, "b", &telegram, url, ingress, callback_prefix).await;
+        assert!(leads(&a) && !leads(&b), "the first replica leads");
         let client = reqwest::Client::builder()
             .no_proxy()
             .build()
@@ -276,4 +337,561 @@ async fn an_event_stream_on_one_replica_carries_an_answer_another_replica_receiv
         "B decided:\n{}",
         b.log_text()
     );
+}
+
+/// Asks an approval through `base` without waiting for the answer (202).
+async fn ask(client: &reqwest::Client, base: &str, id: &str, timeout_seconds: u64) {
+    let (status, view) = post(
+        client,
+        base,
+        "/v1/interactions",
+        &json!({
+            "interaction": {
+                "interaction_id": id,
+                "question": format!("Proceed with {id}?"),
+                "interaction_type": "approval",
+                "timeout": timeout_seconds as f64,
+            },
+            "route": "ops",
+        }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{view}");
+}
+
+/// The interaction `id` as `base` reads it.
+async fn read(client: &reqwest::Client, base: &str, id: &str) -> Value {
+    let r = client
+        .get(format!("{base}/v1/interactions/{id}"))
+        .bearer_auth(TOKEN_A)
+        .send()
+        .await
+        .expect("GET the interaction");
+    let (status, view) = json_of(r).await;
+    assert_eq!(status, StatusCode::OK, "{view}");
+    view
+}
+
+/// Whether an interaction has its outcome (not waiting, posted or not).
+fn ended(view: &Value) -> bool {
+    !matches!(view["status"].as_str(), Some("pending" | "delivered"))
+}
+
+/// The messages posted that ask `id`'s question.
+fn posts_of(telegram: &FakeTelegram, id: &str) -> usize {
+    let question = format!("Proceed with {id}?");
+    telegram
+        .sent_messages()
+        .iter()
+        .filter(|m| m.text.contains(&question))
+        .count()
+}
+
+#[tokio::test]
+async fn a_question_asked_on_either_replica_is_posted_once_by_the_leader() {
+    let Some(r) = Replicas::start().await else {
+        return;
+    };
+    let Replicas {
+        telegram,
+        a,
+        b,
+        client,
+        ..
+    } = &r;
+    let ids = ["on-a-1", "on-b-1", "on-a-2", "on-b-2"];
+    for id in ids {
+        let base = if id.starts_with("on-a") {
+            &a.base
+        } else {
+            &b.base
+        };
+        ask(client, base, id, QUESTION_TIMEOUT_SECONDS).await;
+    }
+    telegram.wait_for_messages(ids.len()).await;
+    // Long enough for a second post of any of them to show.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for id in ids {
+        assert_eq!(posts_of(telegram, id), 1, "{id} is posted once");
+    }
+    assert_eq!(telegram.sent_messages().len(), ids.len());
+    // The follower left its questions to the leader.
+    assert!(
+        b.log_text().contains("left to the leader to post"),
+        "{}",
+        b.log_text()
+    );
+    // And a tap on a question asked on B, received by B, decides it.
+    let msg = telegram
+        .sent_messages()
+        .into_iter()
+        .find(|m| m.text.contains("Proceed with on-b-2?"))
+        .expect("on-b-2 posted");
+    telegram.tap(OPS_CHAT, msg.message_id, "✅ Approve", alice());
+    let decided = tokio::time::timeout(HEARD_WITHIN, async {
+        loop {
+            let view = read(client, &a.base, "on-b-2").await;
+            if ended(&view) {
+                return view;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("decided within the bound");
+    assert_eq!(decided["status"], "completed", "{decided}");
+}
+
+#[tokio::test]
+async fn a_replica_that_starts_while_a_question_waits_for_its_post_does_not_post_it_again() {
+    let Some(db) = PgDatabase::create().await else {
+        return;
+    };
+    let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let a = replica(dir.path(), "a", &telegram, &db.url, Ingress::Webhook).await;
+    // The post is on its way (Telegram slow to answer) when B starts: a pending question
+    // without its message, as after a crash, but A is alive and posting it.
+    telegram.delay_next("sendMessage", 1, Duration::from_secs(4));
+    ask(&client, &a.base, "in-flight", QUESTION_TIMEOUT_SECONDS).await;
+    tokio::time::timeout(HEARD_WITHIN, async {
+        while telegram.requests("sendMessage").is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("A starts posting");
+    let b = replica(dir.path(), "b", &telegram, &db.url, Ingress::Webhook).await;
+    telegram.wait_for_messages(1).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        posts_of(&telegram, "in-flight"),
+        1,
+        "posted once\nA:\n{}\nB:\n{}",
+        a.log_text(),
+        b.log_text()
+    );
+    assert!(!leads(&b), "B follows while A leads");
+}
+
+#[tokio::test]
+async fn a_deadline_kept_by_a_killed_leader_fires_on_another_replica_within_the_lease() {
+    let Some(mut r) = Replicas::start().await else {
+        return;
+    };
+    const TIMEOUT_SECONDS: u64 = 4;
+    // Asked on A, the leader, which posts it and keeps its deadline; nobody waits on it
+    // (a waiting agent would apply the timeout itself).
+    ask(&r.client, &r.a.base, "orphan", TIMEOUT_SECONDS).await;
+    let msg = r.telegram.wait_for_messages(1).await.remove(0);
+    let asked = tokio::time::Instant::now();
+    // Killed once the post is recorded (a kill between Telegram's answer and the record
+    // is the one moment a question is posted twice: the next leader cannot know).
+    while read(&r.client, &r.a.base, "orphan").await["status"] != "delivered" {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    r.a.kill9().await;
+
+    // B takes the lease over once A's has run out, and times the question out at its
+    // deadline; the operators' message says so and loses its buttons.
+    let bound = Duration::from_secs(TIMEOUT_SECONDS + LEASE_SECONDS) + HEARD_WITHIN;
+    let view = tokio::time::timeout_at(asked + bound, async {
+        loop {
+            let view = read(&r.client, &r.b.base, "orphan").await;
+            if ended(&view) {
+                return view;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("still pending after {bound:?}\nB:\n{}", r.b.log_text()));
+    assert_eq!(view["status"], "timeout", "{view}");
+    assert!(leads(&r.b), "B took over:\n{}", r.b.log_text());
+    assert_eq!(r.telegram.sent_messages().len(), 1, "posted once");
+    let shown = tokio::time::timeout(HEARD_WITHIN, async {
+        loop {
+            let now = r.telegram.message(OPS_CHAT, msg.message_id);
+            if !now.has_buttons() {
+                return now;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "the message still has its buttons: {:?}\nB:\n{}",
+            r.telegram.message(OPS_CHAT, msg.message_id),
+            r.b.log_text()
+        )
+    });
+    assert!(
+        shown.text.contains("imed out") || shown.text.contains("timeout"),
+        "{}",
+        shown.text
+    );
+}
+
+#[tokio::test]
+async fn in_polling_mode_only_the_leader_polls_and_another_replica_takes_over_when_it_dies() {
+    let Some(mut r) = Replicas::start_with(Ingress::Polling, DEFAULT_CALLBACK_PREFIX).await else {
+        return;
+    };
+    // Both replicas run for a while: one poller only.
+    tokio::time::sleep(Duration::from_secs(LEASE_SECONDS * 2)).await;
+    assert_eq!(r.telegram.overlapping_polls(), 0, "two pollers at once");
+    assert!(
+        !r.telegram.requests("getUpdates").is_empty(),
+        "the leader polls"
+    );
+
+    let blocked = r.block_on_a();
+    let msg = r.telegram.wait_for_messages(1).await.remove(0);
+    r.telegram
+        .tap(OPS_CHAT, msg.message_id, approve_label(600), alice());
+    let (status, record) = r.outcome_on_a(blocked).await;
+    assert_eq!(status, StatusCode::OK, "{record}");
+    assert_eq!(record["status"], "confirmed", "{record}");
+
+    // The poller dies; B becomes the leader and polls: a tap on a question asked on B is
+    // heard within the lease.
+    r.a.kill9().await;
+    ask(
+        &r.client,
+        &r.b.base,
+        "after-the-poller-died",
+        QUESTION_TIMEOUT_SECONDS,
+    )
+    .await;
+    let question = "Proceed with after-the-poller-died?";
+    let msg = r
+        .telegram
+        .wait_for_messages(2)
+        .await
+        .into_iter()
+        .find(|m| m.text.contains(question))
+        .expect("the question asked on B is posted");
+    r.telegram
+        .tap(OPS_CHAT, msg.message_id, "✅ Approve", alice());
+    let view = tokio::time::timeout(Duration::from_secs(LEASE_SECONDS) + HEARD_WITHIN, async {
+        loop {
+            let view = read(&r.client, &r.b.base, "after-the-poller-died").await;
+            if ended(&view) {
+                return view;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the tap was not heard\nB:\n{}", r.b.log_text()));
+    assert_eq!(view["status"], "completed", "{view}");
+    assert!(leads(&r.b), "B took over:\n{}", r.b.log_text());
+}
+
+/// An agent's webhook receiver that records every attempt's delivery id and never
+/// answers the first (it hangs, as a slow receiver would while its sender dies).
+struct HangingReceiver {
+    url: String,
+    deliveries: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl HangingReceiver {
+    async fn start() -> HangingReceiver {
+        use axum::{Router, extract::State, http::HeaderMap, routing::post};
+        type Seen = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+        async fn receive(State(seen): State<Seen>, headers: HeaderMap) -> StatusCode {
+            let id = headers
+                .get("x-hitl-delivery")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let first = {
+                let mut seen = seen.lock().unwrap();
+                seen.push(id);
+                seen.len() == 1
+            };
+            if first {
+                std::future::pending::<()>().await;
+            }
+            StatusCode::OK
+        }
+        let deliveries = Seen::default();
+        let app = Router::new()
+            .route("/hooks/{*rest}", post(receive))
+            .with_state(deliveries.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the receiver");
+        let url = format!("http://{}/hooks", listener.local_addr().expect("address"));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        HangingReceiver { url, deliveries }
+    }
+
+    /// Waits until `n` attempts arrived; returns their delivery ids.
+    async fn wait_for(&self, n: usize, within: Duration) -> Vec<String> {
+        let seen = tokio::time::timeout(within, async {
+            loop {
+                let seen = self.deliveries.lock().unwrap().clone();
+                if seen.len() >= n {
+                    return seen;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+        })
+        .await;
+        seen.unwrap_or_else(|_| {
+            panic!(
+                "{n} webhook attempts did not arrive: {:?}",
+                self.deliveries.lock().unwrap()
+            )
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_webhook_in_flight_on_a_killed_leader_is_sent_again_by_another_replica() {
+    let receiver = HangingReceiver::start().await;
+    let Some(mut r) = Replicas::start_with(Ingress::Webhook, &receiver.url).await else {
+        return;
+    };
+    let (status, view) = post(
+        &r.client,
+        &r.a.base,
+        "/v1/interactions",
+        &json!({
+            "interaction": {
+                "interaction_id": "hooked",
+                "question": "Proceed with hooked?",
+                "interaction_type": "approval",
+                "timeout": QUESTION_TIMEOUT_SECONDS as f64,
+            },
+            "route": "ops",
+            "callback_url": format!("{}/agent-a", receiver.url),
+        }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{view}");
+    let msg = r.telegram.wait_for_messages(1).await.remove(0);
+    // B receives the tap and decides; A, the leader, sends the webhook, which hangs.
+    r.telegram
+        .tap(OPS_CHAT, msg.message_id, "✅ Approve", alice());
+    let first = receiver.wait_for(1, HEARD_WITHIN).await;
+    r.a.kill9().await;
+
+    // B takes the outbox over with the lease and sends the same delivery again.
+    let bound = Duration::from_secs(LEASE_SECONDS) + HEARD_WITHIN;
+    let seen = receiver.wait_for(2, bound).await;
+    assert_eq!(seen[1], first[0], "the same delivery id on the retry");
+    assert!(first[0].starts_with("wh_"), "{first:?}");
+    assert!(leads(&r.b), "B took over:\n{}", r.b.log_text());
+    // Delivered now (answered 200): nothing is sent a third time.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(receiver.deliveries.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn taps_at_the_same_moment_received_by_two_replicas_decide_once() {
+    let Some(r) = Replicas::start().await else {
+        return;
+    };
+    let Replicas { telegram, a, b, .. } = &r;
+    // A load balancer splits Telegram's updates between the replicas, two at a time.
+    let hook = |p: &ServiceProcess| format!("{}{WEBHOOK_PATH}", p.base);
+    telegram.balance_webhook(&[hook(a), hook(b)]);
+    telegram.set_webhook_connections(2);
+    for round in 0..3 {
+        let id = format!("raced-{round}");
+        ask(&r.client, &a.base, &id, QUESTION_TIMEOUT_SECONDS).await;
+        let question = format!("Proceed with {id}?");
+        let msg = loop {
+            let found = telegram
+                .sent_messages()
+                .into_iter()
+                .find(|m| m.text.contains(&question));
+            if let Some(m) = found {
+                break m;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        // Alice approves and Bob rejects at once; each tap goes to another replica.
+        telegram.hold_updates();
+        let approve = telegram.tap(OPS_CHAT, msg.message_id, "✅ Approve", alice());
+        let reject = telegram.tap(OPS_CHAT, msg.message_id, "❌ Reject", bob());
+        telegram.release_updates();
+        telegram.wait_for_callback_answer(&approve).await;
+        telegram.wait_for_callback_answer(&reject).await;
+
+        let view = read(&r.client, &b.base, &id).await;
+        assert!(ended(&view), "{view}");
+        let responses = view["responses"].as_array().expect("responses");
+        assert_eq!(responses.len(), 1, "one answer decided: {view}");
+        let decisions = [a, b]
+            .iter()
+            .map(|p| {
+                p.log_text()
+                    .lines()
+                    .filter(|l| {
+                        l.contains("question decided")
+                            && l.contains(view["id"].as_str().unwrap_or_default())
+                    })
+                    .count()
+            })
+            .sum::<usize>();
+        assert_eq!(decisions, 1, "decided once across the replicas: {view}");
+    }
+    let deliveries = telegram.webhook_deliveries();
+    for p in [a, b] {
+        assert!(
+            deliveries.iter().any(|d| d.url == hook(p)),
+            "{} received taps",
+            p.base
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_rolling_restart_under_load_ends_every_question_once() {
+    let Some(db) = PgDatabase::create().await else {
+        return;
+    };
+    let telegram = std::sync::Arc::new(FakeTelegram::start_with_token(BOT_TOKEN).await);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let start =
+        |name: &'static str| replica(dir.path(), name, &telegram, &db.url, Ingress::Webhook);
+    let hook = |p: &ServiceProcess| format!("{}{WEBHOOK_PATH}", p.base);
+    let mut live = vec![start("a").await, start("b").await];
+    telegram.balance_webhook(&[hook(&live[0]), hook(&live[1])]);
+    telegram.set_webhook_connections(2);
+    let mut retired: Vec<ServiceProcess> = Vec::new();
+
+    // The load: agents keep asking through either replica (through the other when one
+    // is down, as a load balancer would) and an operator approves every question posted.
+    let bases = std::sync::Arc::new(std::sync::Mutex::new(
+        live.iter().map(|p| p.base.clone()).collect::<Vec<_>>(),
+    ));
+    // Two group chats, well under each one's 20 messages a minute.
+    const QUESTIONS: usize = 16;
+    let route_of = |n: usize| if n % 2 == 0 { "ops" } else { "other" };
+    let asking = {
+        let (client, bases) = (client.clone(), bases.clone());
+        tokio::spawn(async move {
+            for n in 0..QUESTIONS {
+                let id = format!("rolling-{n}");
+                let body = json!({
+                    "interaction": {
+                        "interaction_id": id,
+                        "question": format!("Proceed with {id}?"),
+                        "interaction_type": "approval",
+                        "timeout": QUESTION_TIMEOUT_SECONDS as f64,
+                    },
+                    "route": route_of(n),
+                });
+                // Idempotent on the interaction id: asking again is safe.
+                'asked: for attempt in 0.. {
+                    let base = {
+                        let bases = bases.lock().unwrap();
+                        bases[(n + attempt) % bases.len()].clone()
+                    };
+                    let sent = client
+                        .post(format!("{base}/v1/interactions"))
+                        .bearer_auth(TOKEN_A)
+                        .json(&body)
+                        .send()
+                        .await;
+                    if let Ok(r) = sent
+                        && r.status() == StatusCode::ACCEPTED
+                    {
+                        break 'asked;
+                    }
+                    assert!(attempt < 200, "{id} could not be asked");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+        })
+    };
+    let tapping = {
+        let telegram = telegram.clone();
+        tokio::spawn(async move {
+            let mut tapped = std::collections::HashSet::new();
+            while tapped.len() < QUESTIONS {
+                for m in telegram.sent_messages() {
+                    if m.has_buttons()
+                        && m.text.contains("rolling-")
+                        && tapped.insert((m.chat_id, m.message_id))
+                    {
+                        // Each route's own approver.
+                        let who = if m.chat_id == OPS_CHAT {
+                            alice()
+                        } else {
+                            bob()
+                        };
+                        telegram.tap(m.chat_id, m.message_id, "✅ Approve", who);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+
+    // Each replica in turn: stopped (SIGTERM), and a new one started in its place.
+    for (i, name) in ["a2", "b2"].into_iter().enumerate() {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut old = live.remove(0);
+        bases.lock().unwrap().retain(|b| *b != old.base);
+        let status = old.terminate().await;
+        assert!(status.success(), "replica {i} stopped cleanly: {status:?}");
+        retired.push(old);
+        let new = start(name).await;
+        bases.lock().unwrap().push(new.base.clone());
+        live.push(new);
+        telegram.balance_webhook(&[hook(&live[0]), hook(&live[1])]);
+    }
+    asking.await.expect("the agents");
+    tokio::time::timeout(Duration::from_secs(60), tapping)
+        .await
+        .expect("every question was posted")
+        .expect("the operator");
+
+    let every = || live.iter().chain(retired.iter());
+    for n in 0..QUESTIONS {
+        let id = format!("rolling-{n}");
+        let view = tokio::time::timeout(HEARD_WITHIN, async {
+            loop {
+                let view = read(&client, &live[0].base, &id).await;
+                if ended(&view) {
+                    return view;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{id} did not end"));
+        assert_eq!(view["status"], "completed", "{view}");
+        assert_eq!(
+            view["responses"].as_array().map(Vec::len),
+            Some(1),
+            "{view}"
+        );
+        assert_eq!(posts_of(&telegram, &id), 1, "{id} posted once");
+        let question = view["id"].as_str().unwrap_or_default().to_owned();
+        let decisions: usize = every()
+            .map(|p| {
+                p.log_text()
+                    .lines()
+                    .filter(|l| l.contains("question decided") && l.contains(&question))
+                    .count()
+            })
+            .sum();
+        assert_eq!(decisions, 1, "{id} decided once");
+    }
 }

@@ -50,7 +50,8 @@
 //! - Unknown methods answer `Not Found: method not found` (Telegram says only
 //!   `Not Found`, which teloxide reports as `InvalidToken`, a misleading test failure).
 //! - Only one chat per id, typed by sign: negative ids are supergroups, positive
-//!   ids private chats. No 409 for a second poller, no inline messages.
+//!   ids private chats. No 409 for a second poller (`overlapping_polls` counts them
+//!   instead), no inline messages.
 //! - Webhook deliveries go one at a time, in order, unless a test allows more with
 //!   `set_webhook_connections` (Telegram may run up to
 //!   `max_connections` in parallel), and a failing one is retried every 20 to 500 ms
@@ -559,6 +560,13 @@ impl FakeTelegram {
         .await
     }
 
+    /// How many `getUpdates` calls began while another was still being answered: two
+    /// pollers of one bot token (Telegram would answer one of them 409). A poll whose
+    /// caller died counts as open until its long-poll timeout ends.
+    pub fn overlapping_polls(&self) -> usize {
+        self.shared.lock().overlapping_polls
+    }
+
     /// Updates queued but not yet confirmed by a `getUpdates` with a higher offset.
     pub fn pending_updates(&self) -> usize {
         self.shared.lock().updates.len()
@@ -789,6 +797,14 @@ impl FakeTelegram {
             .mutate(|state| state.webhook_connections = n.max(1));
     }
 
+    /// Sends the webhook's updates to `urls` in turn (by `update_id`) rather than to the
+    /// url set, as a load balancer in front of several replicas would: an update that
+    /// failed is retried on the next url. The secret token is the webhook's.
+    pub fn balance_webhook(&self, urls: &[String]) {
+        let urls = urls.to_vec();
+        self.shared.mutate(|state| state.balanced = urls);
+    }
+
     /// Makes a random `share` (0 to 1) of the calls of each of `methods` fail, one of:
     /// a 429 with `retry_after` 1, an answer held back 1 to 2 s (the call is carried
     /// out), or a connection dropped before anything was done. Never a 5xx, on which
@@ -954,6 +970,9 @@ struct State {
     chaos: HashMap<String, Chaos>,
     /// What chaos injected, in order: (method, kind).
     injected: Vec<(String, &'static str)>,
+    /// `getUpdates` calls being answered now, and how many began while another was.
+    polls_open: usize,
+    overlapping_polls: usize,
     /// The webhook `setWebhook` set, until `deleteWebhook` (or an empty url) removes it.
     webhook: Option<Webhook>,
     /// Every POST of an update to the webhook, in order.
@@ -965,6 +984,9 @@ struct State {
     held: bool,
     /// How many webhook POSTs run at once (Telegram's `max_connections`); 1 by default.
     webhook_connections: usize,
+    /// Where webhook updates go instead of the webhook's url, by `update_id` in turn:
+    /// a load balancer in front of several replicas ([`FakeTelegram::balance_webhook`]).
+    balanced: Vec<String>,
 }
 
 /// A webhook as `setWebhook` set it.
@@ -1117,11 +1139,14 @@ impl State {
             faults: HashMap::new(),
             chaos: HashMap::new(),
             injected: Vec::new(),
+            polls_open: 0,
+            overlapping_polls: 0,
             webhook: None,
             webhook_deliveries: Vec::new(),
             documents: Vec::new(),
             held: false,
             webhook_connections: 1,
+            balanced: Vec::new(),
         }
     }
 
@@ -1880,6 +1905,22 @@ async fn call_method(shared: &Shared, method: &str, body: &Value) -> ApiResult {
 
 /// Long poll: answers as soon as there are updates, else when `timeout` runs out.
 async fn get_updates(shared: &Shared, body: &Value) -> ApiResult {
+    /// Counts the poll open until its answer (or its caller's hang-up) drops it.
+    struct Open<'a>(&'a Shared);
+    impl Drop for Open<'_> {
+        fn drop(&mut self) {
+            let mut state = self.0.lock();
+            state.polls_open = state.polls_open.saturating_sub(1);
+        }
+    }
+    let _open = {
+        let mut state = shared.lock();
+        if state.polls_open > 0 {
+            state.overlapping_polls += 1;
+        }
+        state.polls_open += 1;
+        Open(shared)
+    };
     let offset = int_param(body, "offset").unwrap_or(0);
     let limit = int_param(body, "limit").unwrap_or(100).clamp(1, 100);
     let timeout = int_param(body, "timeout")
@@ -2089,6 +2130,9 @@ async fn push_to_webhook(shared: Arc<Shared>) {
         .expect("fake Telegram: webhook client");
     let mut changes = shared.changes.subscribe();
     let mut backoff = FIRST_RETRY;
+    // Failed attempts per update: a balanced update is retried on the next url, as a
+    // load balancer takes a dead replica out of its rotation.
+    let mut failures: HashMap<i64, usize> = HashMap::new();
     loop {
         // Marking the current version seen before looking means no change is missed.
         changes.borrow_and_update();
@@ -2101,12 +2145,13 @@ async fn push_to_webhook(shared: Arc<Shared>) {
                 Some(hook) => {
                     let n = state.webhook_connections;
                     let updates = state.deliverable_updates(n);
-                    (!updates.is_empty()).then_some((hook, updates))
+                    let balanced = state.balanced.clone();
+                    (!updates.is_empty()).then_some((hook, balanced, updates))
                 }
                 None => None,
             }
         };
-        let Some((hook, updates)) = next else {
+        let Some((hook, balanced, updates)) = next else {
             if changes.changed().await.is_err() {
                 return;
             }
@@ -2114,24 +2159,37 @@ async fn push_to_webhook(shared: Arc<Shared>) {
         };
         let posts = updates.into_iter().map(|update| {
             let update_id = update["update_id"].as_i64().unwrap_or_default();
-            let mut request = client.post(&hook.url).json(&update);
+            let url = match balanced.len() {
+                0 => hook.url.clone(),
+                n => {
+                    let turn =
+                        update_id.unsigned_abs() as usize + failures.get(&update_id).unwrap_or(&0);
+                    balanced[turn % n].clone()
+                }
+            };
+            let mut request = client.post(&url).json(&update);
             if let Some(secret) = &hook.secret_token {
                 request = request.header("X-Telegram-Bot-Api-Secret-Token", secret);
             }
             async move {
                 let status = request.send().await.ok().map(|r| r.status().as_u16());
-                (update_id, status)
+                (update_id, url, status)
             }
         });
         let results = futures_util::future::join_all(posts).await;
         let mut delivered = true;
         shared.mutate(|state| {
-            for (update_id, status) in results {
+            for (update_id, url, status) in results {
                 let ok = status.is_some_and(|s| (200..300).contains(&s));
                 delivered &= ok;
+                if ok {
+                    failures.remove(&update_id);
+                } else {
+                    *failures.entry(update_id).or_default() += 1;
+                }
                 state.webhook_deliveries.push(WebhookDelivery {
                     update_id,
-                    url: hook.url.clone(),
+                    url,
                     status,
                 });
                 if ok {
