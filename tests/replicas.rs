@@ -780,7 +780,7 @@ async fn a_rolling_restart_under_load_ends_every_question_once() {
     ));
     // Two group chats, well under each one's 20 messages a minute.
     const QUESTIONS: usize = 16;
-    let route_of = |n: usize| if n % 2 == 0 { "ops" } else { "other" };
+    let route_of = |n: usize| if n.is_multiple_of(2) { "ops" } else { "other" };
     let asking = {
         let (client, bases) = (client.clone(), bases.clone());
         tokio::spawn(async move {
@@ -894,4 +894,85 @@ async fn a_rolling_restart_under_load_ends_every_question_once() {
             .sum();
         assert_eq!(decisions, 1, "{id} decided once");
     }
+}
+
+#[tokio::test]
+async fn the_bots_per_chat_limit_holds_across_replicas() {
+    let Some(r) = Replicas::start().await else {
+        return;
+    };
+    let Replicas {
+        telegram,
+        a,
+        b,
+        client,
+        ..
+    } = &r;
+    // Telegram's flood control, as strict as the rule the service keeps (one write a
+    // second to a chat) allows, with room for the network's jitter.
+    telegram.enforce_chat_interval(Duration::from_millis(900));
+    const QUESTIONS: usize = 4;
+    for n in 0..QUESTIONS {
+        let id = format!("private-{n}");
+        let base = if n.is_multiple_of(2) {
+            &a.base
+        } else {
+            &b.base
+        };
+        let (status, view) = post(
+            client,
+            base,
+            "/v1/interactions",
+            &json!({
+                "interaction": {
+                    "interaction_id": id,
+                    "question": format!("Proceed with {id}?"),
+                    "interaction_type": "approval",
+                    "timeout": QUESTION_TIMEOUT_SECONDS as f64,
+                },
+                "recipient": "alice",
+            }),
+        )
+        .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{view}");
+    }
+    // Alice answers each in her private chat as soon as it comes; B receives every tap
+    // and decides, while A posts the next questions there.
+    let mut tapped = std::collections::HashSet::new();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while tapped.len() < QUESTIONS {
+            for m in telegram.messages_in(ALICE as i64) {
+                if m.has_buttons() && tapped.insert(m.message_id) {
+                    telegram.tap(ALICE as i64, m.message_id, "✅ Approve", alice());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("every question reached Alice");
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while telegram
+            .messages_in(ALICE as i64)
+            .iter()
+            .any(|m| m.has_buttons())
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("every outcome is shown");
+    for n in 0..QUESTIONS {
+        let view = read(client, &a.base, &format!("private-{n}")).await;
+        assert_eq!(view["status"], "completed", "{view}");
+    }
+    assert_eq!(
+        telegram.flood_refusals(),
+        vec![],
+        "writes to one chat came too close together"
+    );
+    assert!(
+        b.log_text().contains("left to the leader to show"),
+        "B left the outcomes to the leader"
+    );
 }

@@ -576,6 +576,12 @@ pub fn decided(r: &Confirmation) -> NewEvent {
     }
 }
 
+/// Whether an event of `kind` gives its question the outcome: the kinds [`decided`]
+/// writes.
+pub fn ends_question(kind: &str) -> bool {
+    matches!(kind, "decided" | "timeout" | "withdrawn" | "fail_closed")
+}
+
 /// A person answered (or a default was applied). The value itself is not recorded, only
 /// its hash: a free-text answer may hold anything.
 pub fn answered(id: &str, answer: &Answer) -> NewEvent {

@@ -32,6 +32,12 @@ impl Service {
     /// Shows a decided request's outcome in every message of it, in the background, and
     /// records that it did, so a restart can finish what a crash interrupted.
     pub(super) fn finish(self: &Arc<Self>, record: Confirmation) {
+        // Another replica leads: it hears of the outcome and shows it (or, should it die
+        // first, the next leader finds it unshown).
+        if !self.leading() {
+            tracing::debug!(id = %record.id, "left to the leader to show");
+            return;
+        }
         let me = self.clone();
         self.tasks.spawn(async move {
             let mut shown = Vec::new();

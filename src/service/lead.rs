@@ -115,6 +115,23 @@ impl Service {
         }
     }
 
+    /// The leader heard that another replica decided `id`: it shows the outcome on the
+    /// question's messages (every edit of a message is the leader's, within the bot's
+    /// limits, as every post is).
+    pub(super) async fn show_ended(self: Arc<Self>, id: ConfirmationId) {
+        match self.store.get(&id).await {
+            Ok(Some(record)) if record.is_terminal() => {
+                self.unclaim(&id);
+                self.finish(record);
+            }
+            Ok(_) => {}
+            // Left unshown in the database: the next take-over shows it.
+            Err(e) => {
+                tracing::warn!(id = %id, error = %e, "cannot read a question decided on another replica")
+            }
+        }
+    }
+
     fn is_claimed(&self, id: &ConfirmationId) -> bool {
         self.lead
             .claimed

@@ -514,13 +514,18 @@ impl Service {
                 _ = stop.cancelled() => return,
             };
             match change {
-                Some(Change::Question(id)) => {
+                Some(Change::Question { id, ended, ours }) => {
                     self.changed(&id);
-                    if self.leading() {
-                        // A decision there may have queued a webhook; a question asked
-                        // there is the leader's to post.
-                        self.webhook_wake.notify_one();
-                        self.tasks.spawn(self.clone().adopt(id));
+                    // What another replica did may leave the leader work: a question
+                    // asked there is the leader's to post; one decided there, its
+                    // outcome to show and its webhook to send.
+                    if self.leading() && !ours {
+                        if ended {
+                            self.webhook_wake.notify_one();
+                            self.tasks.spawn(self.clone().show_ended(id));
+                        } else {
+                            self.tasks.spawn(self.clone().adopt(id));
+                        }
                     }
                 }
                 Some(Change::Other) => self.tick_events(),

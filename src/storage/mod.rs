@@ -30,7 +30,13 @@ pub use sqlite::SqliteStore;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     /// Something about this question changed (its status, answers, steps or events).
-    Question(ConfirmationId),
+    Question {
+        id: ConfirmationId,
+        /// The change gave the question its outcome.
+        ended: bool,
+        /// This store committed it (this process): it knows already.
+        ours: bool,
+    },
     /// Something that concerns no one question (a route's chat moved).
     Other,
     /// The feed was cut and is back: changes in between may have been missed, so

@@ -105,6 +105,9 @@ type WriterGuard<'s> = tokio::sync::MutexGuard<'s, ()>;
 
 pub struct PgStore {
     pool: PgPool,
+    /// Random, per store: every session of the pool carries it (`hitl.origin`), and
+    /// every change notice names it.
+    origin: String,
     /// Queues this process's audit transactions before they take a connection. The
     /// advisory lock lets one in at a time anyway, across processes; without this, every
     /// writer waiting for it would hold a pooled connection, and reads (window lookups,
@@ -120,9 +123,13 @@ impl PgStore {
     /// database must exist, and [`Store::migrate`] creates the tables.
     pub async fn connect(url: &str) -> Result<PgStore, StorageError> {
         refuse_unknown_params(url)?;
+        let origin = format!("{:016x}", rand::random::<u64>());
         let options = PgConnectOptions::from_str(url)?
             .application_name("hitl-telegram")
             .options([
+                // Signs this store's change notices ([`append_event`]), so that its
+                // own feed can tell them from other replicas'.
+                ("hitl.origin", origin.as_str()),
                 // The audit lock's argument (module header) holds under READ COMMITTED
                 // only: under REPEATABLE READ a transaction's snapshot would predate the
                 // lock it waited for, and it would read a stale head. A database or role
@@ -143,6 +150,7 @@ impl PgStore {
             .await?;
         Ok(PgStore {
             pool,
+            origin,
             writers: tokio::sync::Mutex::new(()),
             webhook_backlog_bound: AtomicU32::new(
                 crate::config::WebhookSettings::default().max_backlog_per_agent,
@@ -258,16 +266,22 @@ async fn append_event(
     // Every change to a question appends an audit event, so this one place tells every
     // replica about every change. PostgreSQL sends the notice when (and only if) the
     // transaction commits, and folds identical notices of one transaction into one.
-    sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(CHANGES_CHANNEL)
-        .bind(event.confirmation_id.as_deref().unwrap_or_default())
-        .execute(&mut **tx)
-        .await?;
+    // The payload is `<question id>|<event kind>|<origin>` ([`change_of`]).
+    sqlx::query(
+        "SELECT pg_notify($1, $2 || '|' || $3 || '|' || \
+         coalesce(current_setting('hitl.origin', true), ''))",
+    )
+    .bind(CHANGES_CHANNEL)
+    .bind(event.confirmation_id.as_deref().unwrap_or_default())
+    .bind(event.kind)
+    .execute(&mut **tx)
+    .await?;
     Ok(())
 }
 
-/// The `LISTEN`/`NOTIFY` channel of committed changes: the payload is the question's id,
-/// or empty for a change that concerns no one question.
+/// The `LISTEN`/`NOTIFY` channel of committed changes: the payload is the question's id
+/// (empty for a change that concerns no one question), the audit event's kind and the
+/// origin of the store that committed it, separated by `|`.
 const CHANGES_CHANNEL: &str = "hitl_changes";
 
 /// How long the change feed waits before listening again after losing its connection.
@@ -275,24 +289,39 @@ const RELISTEN_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A notice's payload as a [`Change`]. One that names no question of ours (only a role
 /// that may write to the database could send it) makes every waiter look again.
-fn change_of(payload: &str) -> Change {
-    match payload {
+fn change_of(payload: &str, origin: &str) -> Change {
+    let mut parts = payload.splitn(3, '|');
+    let (id, kind, from) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
+    match id {
         "" => Change::Other,
-        id => ConfirmationId::parse(id).map_or(Change::Missed, Change::Question),
+        id => ConfirmationId::parse(id).map_or(Change::Missed, |id| Change::Question {
+            id,
+            ended: audit::ends_question(kind),
+            ours: !from.is_empty() && from == origin,
+        }),
     }
 }
 
 /// Forwards the committed changes to `feed` until it is dropped or the pool closes. A
 /// lost connection is listened to again (every [`RELISTEN_AFTER`] until it works), and
 /// then [`Change::Missed`] says that notices may have gone by in between.
-async fn forward_changes(pool: PgPool, mut listener: PgListener, feed: mpsc::Sender<Change>) {
+async fn forward_changes(
+    pool: PgPool,
+    origin: String,
+    mut listener: PgListener,
+    feed: mpsc::Sender<Change>,
+) {
     loop {
         let received = tokio::select! {
             _ = feed.closed() => return,
             r = listener.try_recv() => r,
         };
         let change = match received {
-            Ok(Some(notice)) => change_of(notice.payload()),
+            Ok(Some(notice)) => change_of(notice.payload(), &origin),
             // Lost, and sqlx has already connected and listened again.
             Ok(None) => Change::Missed,
             Err(_) if pool.is_closed() => return,
@@ -1019,7 +1048,12 @@ impl Store for PgStore {
         // Bounded: a service that stops reading slows the feed (and no notice is lost
         // while it catches up: PostgreSQL queues them for the listening connection).
         let (feed, changes) = mpsc::channel(1024);
-        tokio::spawn(forward_changes(self.pool.clone(), listener, feed));
+        tokio::spawn(forward_changes(
+            self.pool.clone(),
+            self.origin.clone(),
+            listener,
+            feed,
+        ));
         Ok(Some(changes))
     }
 

@@ -560,6 +560,18 @@ impl FakeTelegram {
         .await
     }
 
+    /// From now on refuses (429, `retry_after` 1) a `sendMessage`, `sendDocument` or
+    /// message edit to a chat less than `min` after the previous one to that chat: the
+    /// bot's per-chat limit, whoever sends for it.
+    pub fn enforce_chat_interval(&self, min: Duration) {
+        self.shared.mutate(|state| state.chat_interval = Some(min));
+    }
+
+    /// The writes [`Self::enforce_chat_interval`] refused: (method, chat).
+    pub fn flood_refusals(&self) -> Vec<(String, i64)> {
+        self.shared.lock().flood_refusals.clone()
+    }
+
     /// How many `getUpdates` calls began while another was still being answered: two
     /// pollers of one bot token (Telegram would answer one of them 409). A poll whose
     /// caller died counts as open until its long-poll timeout ends.
@@ -970,6 +982,11 @@ struct State {
     chaos: HashMap<String, Chaos>,
     /// What chaos injected, in order: (method, kind).
     injected: Vec<(String, &'static str)>,
+    /// With [`FakeTelegram::enforce_chat_interval`]: the least time between two writes
+    /// to one chat, each chat's last write, and the writes refused for coming too soon.
+    chat_interval: Option<Duration>,
+    last_write: HashMap<i64, Instant>,
+    flood_refusals: Vec<(String, i64)>,
     /// `getUpdates` calls being answered now, and how many began while another was.
     polls_open: usize,
     overlapping_polls: usize,
@@ -1139,6 +1156,9 @@ impl State {
             faults: HashMap::new(),
             chaos: HashMap::new(),
             injected: Vec::new(),
+            chat_interval: None,
+            last_write: HashMap::new(),
+            flood_refusals: Vec::new(),
             polls_open: 0,
             overlapping_polls: 0,
             webhook: None,
@@ -1359,6 +1379,32 @@ impl State {
                 self.updates.pop_front();
             }
         }
+    }
+
+    /// A write to a chat sooner than `chat_interval` after the last one is refused with
+    /// 429, as Telegram's flood control does (which also counts a burst: the fake keeps
+    /// the simplest rule that two senders sharing one bot would break).
+    fn flood_check(&mut self, method: &str, body: &Value) -> Option<Fault> {
+        let min = self.chat_interval?;
+        let writes = [
+            "sendmessage",
+            "senddocument",
+            "editmessagetext",
+            "editmessagereplymarkup",
+        ];
+        if !writes.contains(&method) {
+            return None;
+        }
+        let chat = int_param(body, "chat_id")?;
+        let now = Instant::now();
+        if let Some(last) = self.last_write.get(&chat)
+            && now.duration_since(*last) < min
+        {
+            self.flood_refusals.push((method.to_owned(), chat));
+            return Some(Fault::Fail(ApiFailure::too_many_requests(1)));
+        }
+        self.last_write.insert(chat, now);
+        None
     }
 
     fn deliverable_updates(&mut self, limit: usize) -> Vec<Value> {
@@ -1807,7 +1853,9 @@ async fn handle_method(
             authorized,
         });
         if authorized {
-            state.take_fault(&method)
+            state
+                .take_fault(&method)
+                .or_else(|| state.flood_check(&method, &body))
         } else {
             None
         }
