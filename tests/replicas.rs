@@ -976,3 +976,122 @@ async fn the_bots_per_chat_limit_holds_across_replicas() {
         "B left the outcomes to the leader"
     );
 }
+
+#[tokio::test]
+async fn a_database_out_of_reach_is_a_503_and_the_service_recovers_by_itself() {
+    let Some(db) = PgDatabase::create().await else {
+        return;
+    };
+    let server: std::net::SocketAddr = {
+        let url = reqwest::Url::parse(&db.url).expect("database URL");
+        let host = url.host_str().unwrap_or("127.0.0.1").to_owned();
+        tokio::net::lookup_host((host, url.port().unwrap_or(5432)))
+            .await
+            .expect("resolve the database server")
+            .next()
+            .expect("an address")
+    };
+    let proxy = support::tcp_proxy::TcpProxy::start(server).await;
+    let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let a = replica(
+        dir.path(),
+        "a",
+        &telegram,
+        &proxy.url_through(&db.url),
+        Ingress::Webhook,
+    )
+    .await;
+    ask(&client, &a.base, "before", QUESTION_TIMEOUT_SECONDS).await;
+    let msg = telegram.wait_for_messages(1).await.remove(0);
+    while read(&client, &a.base, "before").await["status"] != "delivered" {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // The database goes away. Every request that needs it is a 503 to retry, never a
+    // false outcome; a tap meanwhile is not acknowledged, so Telegram keeps it.
+    proxy.cut();
+    let refused = tokio::time::timeout(Duration::from_secs(40), async {
+        post(
+            &client,
+            &a.base,
+            "/v1/interactions",
+            &json!({
+                "interaction": {
+                    "interaction_id": "during",
+                    "question": "Proceed with during?",
+                    "interaction_type": "approval",
+                    "timeout": QUESTION_TIMEOUT_SECONDS as f64,
+                },
+                "route": "ops",
+            }),
+        )
+        .await
+    })
+    .await
+    .expect("an answer while the database is away");
+    assert_eq!(
+        refused.0,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}\n{}",
+        refused.1,
+        a.log_text()
+    );
+    let r = client
+        .get(format!("{}/v1/interactions/before", a.base))
+        .bearer_auth(TOKEN_A)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    telegram.tap(OPS_CHAT, msg.message_id, "✅ Approve", alice());
+    tokio::time::sleep(Duration::from_secs(LEASE_SECONDS + 1)).await;
+    assert!(
+        !leads(&a),
+        "a replica that cannot renew its lease steps down:\n{}",
+        a.log_text()
+    );
+
+    // Back: the tap Telegram kept decides the question, the service leads again and
+    // posts what is asked now; nothing was restarted.
+    proxy.restore();
+    let view = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let r = client
+                .get(format!("{}/v1/interactions/before", a.base))
+                .bearer_auth(TOKEN_A)
+                .send()
+                .await
+                .expect("GET");
+            if r.status() == StatusCode::OK {
+                let view: Value = r.json().await.expect("JSON");
+                if ended(&view) {
+                    return view;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the kept tap did not decide:\n{}", a.log_text()));
+    assert_eq!(view["status"], "completed", "{view}");
+    ask(&client, &a.base, "after", QUESTION_TIMEOUT_SECONDS).await;
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while posts_of(&telegram, "after") == 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "the question asked after the outage was not posted:\n{}",
+            a.log_text()
+        )
+    });
+    assert!(leads(&a), "leads again:\n{}", a.log_text());
+    assert_eq!(posts_of(&telegram, "before"), 1, "posted once");
+}

@@ -90,8 +90,12 @@ impl StorageError {
             return false;
         };
         match e {
+            // A connection closed in the middle of its setup (a proxy or load balancer
+            // in front of a server that is down accepts, then hangs up) reads as a
+            // protocol error: out of reach too.
             sqlx::Error::Io(_)
             | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_)
             | sqlx::Error::PoolTimedOut
             | sqlx::Error::PoolClosed
             | sqlx::Error::WorkerCrashed => true,
@@ -706,6 +710,7 @@ mod tests {
             sqlx::Error::PoolTimedOut,
             sqlx::Error::PoolClosed,
             sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)),
+            sqlx::Error::Protocol("unexpected response from SSLRequest: 0x00".into()),
         ];
         for e in unavailable {
             assert!(StorageError::Database(e).is_unavailable());

@@ -6,3 +6,4 @@ pub mod fake_telegram;
 pub mod parrot_driver;
 pub mod postgres;
 pub mod process;
+pub mod tcp_proxy;
