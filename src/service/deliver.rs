@@ -33,6 +33,46 @@ pub(super) struct Queued {
     copy: bool,
 }
 
+/// How long [`Service::record_message_id`] waits before trying again, at first and at
+/// most.
+const RECORD_RETRY_FIRST: Duration = Duration::from_millis(200);
+const RECORD_RETRY_LAST: Duration = Duration::from_secs(5);
+
+/// A message of a question this process is delivering (queued or sending); given back
+/// when the delivery ends.
+struct Posting {
+    service: Arc<Service>,
+    key: (ConfirmationId, i64),
+}
+
+impl Posting {
+    /// `None` when this process is delivering that message already.
+    fn take(service: &Arc<Service>, q: &Queued) -> Option<Posting> {
+        let key = (q.id.clone(), q.chat_id);
+        let taken = service
+            .posting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone());
+        // Made only when taken (and after the lock is released): dropping one gives
+        // its key back.
+        taken.then(|| Posting {
+            service: service.clone(),
+            key,
+        })
+    }
+}
+
+impl Drop for Posting {
+    fn drop(&mut self) {
+        self.service
+            .posting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.key);
+    }
+}
+
 impl Queued {
     /// The first message of `record`, in its own chat.
     pub(super) fn first(record: &Confirmation) -> Self {
@@ -59,6 +99,13 @@ impl Service {
     /// Posts a message of a question once its turn comes: its first message, which
     /// fails the question closed when Telegram refuses it, or a further copy.
     pub(super) async fn deliver(self: Arc<Self>, q: Queued) {
+        // One delivery of a message at a time in this process: a take-over (after the
+        // lease was lost and won back, or the change feed was) finds the question still
+        // unposted while this process is posting it.
+        let Some(_posting) = Posting::take(&self, &q) else {
+            tracing::debug!(id = %q.id, chat_id = q.chat_id, "already being posted here");
+            return;
+        };
         let turn = self
             .messenger
             .question_turn(q.chat_id, &q.agent, q.expires_at)
@@ -127,15 +174,35 @@ impl Service {
         };
         match result {
             Ok(message_id) => {
-                if let Err(e) = self.store.set_message_id(&record.id, message_id).await {
-                    tracing::error!(id = %record.id, error = %e, "could not record the message id");
-                }
+                self.record_message_id(&record, message_id).await;
                 self.changed(&record.id);
                 self.attach_or_fail_closed(&record, record.chat_id, message_id)
                     .await;
                 self.after_delivery(&record.id).await;
             }
             Err(e) => self.undelivered(&record.id, e).await,
+        }
+    }
+
+    /// Records the posted message's id, trying again while the database is out of reach
+    /// (until the question's deadline): a question whose post is not recorded would be
+    /// posted again by the next take-over. A tap on the message decides it meanwhile
+    /// anyway (its buttons name the question).
+    async fn record_message_id(&self, record: &Confirmation, message_id: i32) {
+        let mut wait = RECORD_RETRY_FIRST;
+        loop {
+            match self.store.set_message_id(&record.id, message_id).await {
+                Ok(()) => return,
+                Err(e) if e.is_unavailable() && now() < record.expires_at => {
+                    tracing::warn!(id = %record.id, error = %e, "cannot record the message id yet; retrying");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(RECORD_RETRY_LAST);
+                }
+                Err(e) => {
+                    tracing::error!(id = %record.id, error = %e, "could not record the message id");
+                    return;
+                }
+            }
         }
     }
 

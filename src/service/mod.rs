@@ -432,6 +432,8 @@ pub struct Service {
     metrics: Arc<Metrics>,
     /// Whether this replica does the work that must happen once ([`lead`]).
     lead: lead::Lead,
+    /// The messages (question, chat) this process is delivering ([`deliver`]).
+    posting: Mutex<HashSet<(ConfirmationId, i64)>>,
 }
 
 impl Service {
@@ -449,6 +451,7 @@ impl Service {
             bot_username: std::sync::OnceLock::new(),
             metrics: Arc::new(Metrics::new()),
             lead: lead::Lead::default(),
+            posting: Mutex::new(HashSet::new()),
         }
     }
 
