@@ -61,6 +61,11 @@ struct Args {
     /// B5: requests spread over 4 private chats.
     #[arg(long, default_value_t = 120)]
     b5_requests: usize,
+    /// A PostgreSQL server (a URL whose user may create databases): B2 and B3 run again
+    /// on a fresh database there (b2pg, b3pg), and F1 measures a failover between two
+    /// replicas on it.
+    #[arg(long)]
+    postgres: Option<String>,
     #[command(subcommand)]
     command: Option<Sub>,
 }
@@ -110,11 +115,12 @@ fn main() -> anyhow::Result<()> {
             "no service binary at {} (cargo build --release)",
             args.service_bin.display()
         );
+        let sqlite = On { postgres: None };
         if want("b2") {
-            b2(&args).await.context("B2")?;
+            b2(&args, &sqlite).await.context("B2")?;
         }
         if want("b3") {
-            b3(&args).await.context("B3")?;
+            b3(&args, &sqlite).await.context("B3")?;
         }
         if want("b4") {
             b4(&args).await.context("B4")?;
@@ -125,14 +131,52 @@ fn main() -> anyhow::Result<()> {
         if want("b6") {
             b6(&args).await.context("B6")?;
         }
+        if args.postgres.is_some() {
+            let pg = On {
+                postgres: args.postgres.clone(),
+            };
+            if want("b2pg") {
+                b2(&args, &pg).await.context("B2 on PostgreSQL")?;
+            }
+            if want("b3pg") {
+                b3(&args, &pg).await.context("B3 on PostgreSQL")?;
+            }
+            if want("f1") {
+                f1(&args, &pg).await.context("F1")?;
+            }
+        }
         Ok(())
     })
 }
 
-/// A fresh service (own folder and database) with `chats` private chats.
+/// Where a scenario's service keeps its data: SQLite in its folder, or a fresh database
+/// on the PostgreSQL server `--postgres` names (its rows then say `-pg`).
+struct On {
+    postgres: Option<String>,
+}
+
+impl On {
+    fn id(&self, id: &str) -> String {
+        match self.postgres {
+            Some(_) => format!("{id}-pg"),
+            None => id.to_owned(),
+        }
+    }
+
+    /// The scenario's own PostgreSQL database, if it runs on one.
+    async fn database(&self) -> anyhow::Result<Option<service::PgDatabase>> {
+        match &self.postgres {
+            Some(server) => Ok(Some(service::PgDatabase::create(server).await?)),
+            None => Ok(None),
+        }
+    }
+}
+
+/// A fresh service (own folder, and database unless `db`) with `chats` private chats.
 async fn start(
     args: &Args,
     chats: usize,
+    db: Option<&service::PgDatabase>,
 ) -> anyhow::Result<(Fake, Setup, service::Running, service::TempDir)> {
     let fake = Fake::start().await?;
     let dir = service::TempDir::new()?;
@@ -141,6 +185,7 @@ async fn start(
         port: service::free_port()?,
         telegram_url: fake.url(),
         chats: (0..chats).map(|i| 1_000 + i as i64).collect(),
+        database_url: db.map(|d| d.url.clone()),
     };
     let mut running = setup.spawn(&args.service_bin)?;
     running.wait_serving(Duration::from_secs(30)).await?;
@@ -218,10 +263,11 @@ async fn hammer(
 }
 
 /// B2: window hits over HTTP, beside a bare axum handler.
-async fn b2(args: &Args) -> anyhow::Result<()> {
+async fn b2(args: &Args, on: &On) -> anyhow::Result<()> {
+    let db = on.database().await?;
     let seconds = if args.smoke { 0.5 } else { args.seconds };
     let clients = if args.smoke { 4 } else { args.clients };
-    let (fake, setup, running, _dir) = start(args, 1).await?;
+    let (fake, setup, running, _dir) = start(args, 1, db.as_ref()).await?;
     let params = r#"{"path":"/srv/app/config.toml","lines":[1,50],"follow":false}"#;
     let body = confirmation_body("read_file", params, "chat0", r#","window_seconds":3600"#);
     // Open the window: one request, approved by the operator.
@@ -295,7 +341,7 @@ async fn b2(args: &Args) -> anyhow::Result<()> {
     let p99 = percentile(&svc_lat, 0.99);
     let smoke = args.smoke;
     row(
-        "B2",
+        &on.id("B2"),
         &format!("window hits over HTTP, {clients} keep-alive clients"),
         format!("{svc_rate:.0}/s"),
         ">= 20,000/s",
@@ -303,7 +349,7 @@ async fn b2(args: &Args) -> anyhow::Result<()> {
         smoke,
     );
     row(
-        "B2",
+        &on.id("B2"),
         "  latency p50 / p99",
         format!("{p50:.2} ms / {p99:.2} ms"),
         "p99 < 5 ms",
@@ -311,7 +357,7 @@ async fn b2(args: &Args) -> anyhow::Result<()> {
         smoke,
     );
     row(
-        "B2",
+        &on.id("B2"),
         "  bare axum handler, same client",
         format!(
             "{bare_rate:.0}/s (p99 {:.2} ms)",
@@ -323,7 +369,7 @@ async fn b2(args: &Args) -> anyhow::Result<()> {
     );
     let ratio = svc_rate / bare_rate;
     row(
-        "B2",
+        &on.id("B2"),
         "  service / bare axum",
         format!("{ratio:.2}"),
         ">= 0.50",
@@ -337,7 +383,7 @@ async fn b2(args: &Args) -> anyhow::Result<()> {
     ] {
         let per = |d: Duration| d.as_secs_f64() * 1e6 / (rate * seconds).max(1.0);
         row(
-            "B2",
+            &on.id("B2"),
             &format!("  {name}: CPU per request server / client; idle; busiest thread"),
             format!(
                 "{:.0} us / {:.0} us; {:.0}% idle; {} {:.0}%",
@@ -353,7 +399,7 @@ async fn b2(args: &Args) -> anyhow::Result<()> {
         );
     }
     row(
-        "B2",
+        &on.id("B2"),
         "  service: written to disk per window hit (record, audit, stream, WAL)",
         format!(
             "{:.1} KiB",
@@ -403,10 +449,11 @@ fn agent_no(text: &str) -> Option<usize> {
 }
 
 /// B3: `agents` agents blocked at once; then every question is tapped.
-async fn b3(args: &Args) -> anyhow::Result<()> {
+async fn b3(args: &Args, on: &On) -> anyhow::Result<()> {
+    let db = on.database().await?;
     let n = if args.smoke { 20 } else { args.agents };
     let chats = if args.smoke { 4 } else { args.chats };
-    let (fake, setup, running, _dir) = start(args, chats).await?;
+    let (fake, setup, running, _dir) = start(args, chats, db.as_ref()).await?;
     let addr = setup.addr();
     let (_, base_hwm) = running.memory()?;
     eprintln!("B3: {n} agents block on a question each...");
@@ -515,7 +562,7 @@ async fn b3(args: &Args) -> anyhow::Result<()> {
     let (sync_p50, sync_p99) = fsync_latency(_dir.path())?;
     let smoke = args.smoke;
     row(
-        "B3",
+        &on.id("B3"),
         &format!("{n} agents blocked at once: peak RSS"),
         format!("{:.1} MiB (idle {:.1} MiB)", mib(hwm), mib(base_hwm)),
         "< 100 MiB",
@@ -523,7 +570,7 @@ async fn b3(args: &Args) -> anyhow::Result<()> {
         smoke,
     );
     row(
-        "B3",
+        &on.id("B3"),
         "  marginal memory per blocked agent",
         format!(
             "{:.1} KiB",
@@ -535,7 +582,7 @@ async fn b3(args: &Args) -> anyhow::Result<()> {
         smoke,
     );
     row(
-        "B3",
+        &on.id("B3"),
         "  questions delivered (Telegram: 30/s)",
         format!(
             "{n} in {:.0} s, {} x 429",
@@ -547,7 +594,7 @@ async fn b3(args: &Args) -> anyhow::Result<()> {
         smoke,
     );
     row(
-        "B3",
+        &on.id("B3"),
         &format!(
             "  tap-to-response p50 / p99 ({} taps in flight)",
             args.taps_in_flight
@@ -558,7 +605,7 @@ async fn b3(args: &Args) -> anyhow::Result<()> {
         smoke,
     );
     row(
-        "B3",
+        &on.id("B3"),
         "  all taps decided",
         format!("{n} in {:.1} s", taps_took.as_secs_f64()),
         "(report)",
@@ -566,7 +613,7 @@ async fn b3(args: &Args) -> anyhow::Result<()> {
         smoke,
     );
     row(
-        "B3",
+        &on.id("B3"),
         "  fsync on the store's disk p50 / p99 (a decision's floor)",
         format!("{sync_p50:.2} ms / {sync_p99:.2} ms"),
         "(report)",
@@ -628,7 +675,7 @@ async fn create_pending(addr: SocketAddr, n: usize, routes: usize) -> anyhow::Re
 async fn b4(args: &Args) -> anyhow::Result<()> {
     let n = if args.smoke { 20 } else { args.agents };
     let chats = if args.smoke { 4 } else { args.chats };
-    let (_fake, setup, running, _dir) = start(args, chats).await?;
+    let (_fake, setup, running, _dir) = start(args, chats, None).await?;
     eprintln!("B4: creating {n} pending requests...");
     let t = Instant::now();
     create_pending(setup.addr(), n, chats).await?;
@@ -678,7 +725,7 @@ async fn b4(args: &Args) -> anyhow::Result<()> {
 /// B5: 120 questions over 4 private chats against the enforced limits.
 async fn b5(args: &Args) -> anyhow::Result<()> {
     let n = if args.smoke { 8 } else { args.b5_requests };
-    let (fake, setup, running, _dir) = start(args, 4).await?;
+    let (fake, setup, running, _dir) = start(args, 4, None).await?;
     let t0 = Instant::now();
     create_pending(setup.addr(), n, 4).await?;
     let bound = Duration::from_secs_f64(n as f64 / 4.0 + 30.0);
@@ -707,7 +754,7 @@ async fn b5(args: &Args) -> anyhow::Result<()> {
 
 /// B6: idle footprint and sizes.
 async fn b6(args: &Args) -> anyhow::Result<()> {
-    let (_fake, _setup, running, _dir) = start(args, 1).await?;
+    let (_fake, _setup, running, _dir) = start(args, 1, None).await?;
     tokio::time::sleep(Duration::from_secs(if args.smoke { 1 } else { 3 })).await;
     let (rss, _) = running.memory()?;
     running.kill()?;
@@ -730,6 +777,74 @@ async fn b6(args: &Args) -> anyhow::Result<()> {
         ),
         "(report)",
         None,
+        args.smoke,
+    );
+    Ok(())
+}
+
+/// F1: two replicas on one PostgreSQL database (the default lease, 5 s); the leader
+/// posts a question whose deadline is 1 s away and is killed (-9) at once. The figure:
+/// from the kill to the question's timeout, done by the other replica once the lease
+/// ran out (the deadline passed meanwhile, so it fires as soon as it is taken over).
+async fn f1(args: &Args, on: &On) -> anyhow::Result<()> {
+    const LEASE: Duration = Duration::from_secs(5);
+    let db = on.database().await?.context("F1 needs --postgres")?;
+    let fake = Fake::start().await?;
+    let dir = service::TempDir::new()?;
+    let setup = |port| Setup {
+        dir: dir.path().to_owned(),
+        port,
+        telegram_url: fake.url(),
+        chats: vec![1_000],
+        database_url: Some(db.url.clone()),
+    };
+    let (a_setup, b_setup) = (setup(service::free_port()?), setup(service::free_port()?));
+    // A starts first, so A leads.
+    let mut a = a_setup.spawn_named(&args.service_bin, "a")?;
+    a.wait_serving(Duration::from_secs(30)).await?;
+    let mut b = b_setup.spawn_named(&args.service_bin, "b")?;
+    b.wait_serving(Duration::from_secs(30)).await?;
+
+    let body =
+        br#"{"tool":"deploy","params":{},"route":"chat0","timeout_seconds":1,"wait":"suspend"}"#;
+    let mut c = Conn::connect(a_setup.addr()).await?;
+    let asked = post(&mut c, body).await?;
+    let id = asked["id"].as_str().context("no id")?.to_owned();
+    ensure!(
+        fake.wait_for_sent(1, Duration::from_secs(10)).await >= 1,
+        "the leader did not post the question"
+    );
+    let killed = Instant::now();
+    a.kill()?;
+    let mut c = Conn::connect(b_setup.addr()).await?;
+    let path = format!("/v1/confirmations/{id}");
+    let took = loop {
+        let (status, view) = c.request("GET", &path, Some(AGENT_TOKEN), b"").await?;
+        ensure!(status == 200, "GET on the other replica answered {status}");
+        let view: serde_json::Value = serde_json::from_slice(&view)?;
+        if view["status"] == "timeout" {
+            break killed.elapsed();
+        }
+        ensure!(
+            view["status"] == "pending",
+            "the question ended {}, not timeout",
+            view["status"]
+        );
+        ensure!(
+            killed.elapsed() < Duration::from_secs(60),
+            "no replica timed the question out within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    b.kill()?;
+    // Taken within the lease, plus one renewal period of the other replica.
+    let bound = LEASE + LEASE / 3;
+    row(
+        "F1",
+        "failover: kill -9 of the leader to a timeout done by another replica",
+        format!("{:.2} s", took.as_secs_f64()),
+        "< 6.7 s (lease 5 s + a renewal)",
+        Some(took < bound),
         args.smoke,
     );
     Ok(())

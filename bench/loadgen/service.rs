@@ -20,6 +20,8 @@ pub struct Setup {
     pub telegram_url: String,
     /// Private chats (the user id is the chat id, and the only approver of its route).
     pub chats: Vec<i64>,
+    /// A PostgreSQL database instead of SQLite in `dir`.
+    pub database_url: Option<String>,
 }
 
 impl Setup {
@@ -31,12 +33,15 @@ impl Setup {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
-    fn write_config(&self) -> io::Result<PathBuf> {
+    fn write_config(&self, name: &str) -> io::Result<PathBuf> {
         let mut c = String::new();
+        let url = match &self.database_url {
+            Some(url) => url.clone(),
+            None => format!("sqlite://{}/hitl.db", self.dir.display()),
+        };
         c.push_str(&format!(
-            "[server]\nbind = \"127.0.0.1:{}\"\n\n[database]\nurl = \"sqlite://{}/hitl.db\"\n\n",
+            "[server]\nbind = \"127.0.0.1:{}\"\n\n[database]\nurl = \"{url}\"\n\n",
             self.port,
-            self.dir.display()
         ));
         c.push_str(&format!(
             "[telegram]\napi_url = \"{}\"\npoll_timeout_seconds = 10\n\n",
@@ -61,14 +66,20 @@ impl Setup {
              requests_per_minute = 100000000\nmax_pending = 1000000\n",
             routes.join(", ")
         ));
-        let path = self.dir.join("bench.toml");
+        let path = self.dir.join(format!("{name}.toml"));
         std::fs::write(&path, c)?;
         Ok(path)
     }
 
     pub fn spawn(&self, bin: &Path) -> io::Result<Running> {
-        let config = self.write_config()?;
-        let log_path = self.dir.join("service.log");
+        self.spawn_named(bin, "service")
+    }
+
+    /// As [`Setup::spawn`], with its config and log named `name` (several replicas share
+    /// one folder).
+    pub fn spawn_named(&self, bin: &Path, name: &str) -> io::Result<Running> {
+        let config = self.write_config(name)?;
+        let log_path = self.dir.join(format!("{name}.log"));
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -205,5 +216,55 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A fresh PostgreSQL database on the server at `server` (a URL whose user may create
+/// databases), dropped again with this value.
+pub struct PgDatabase {
+    pub url: String,
+    server: String,
+    name: String,
+}
+
+impl PgDatabase {
+    pub async fn create(server: &str) -> anyhow::Result<PgDatabase> {
+        use sqlx::Connection as _;
+        let mut admin = sqlx::PgConnection::connect(server).await?;
+        let name = format!("hitl_bench_{:016x}", rand::random::<u64>());
+        // A name of our own making (hex digits): nothing to quote.
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await?;
+        let mut url = reqwest::Url::parse(server)?;
+        url.set_path(&format!("/{name}"));
+        Ok(PgDatabase {
+            url: url.to_string(),
+            server: server.to_owned(),
+            name,
+        })
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        let (server, name) = (self.server.clone(), self.name.clone());
+        // Dropped from async code: on a thread of its own, with a runtime of its own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async {
+                use sqlx::Connection as _;
+                let mut admin = sqlx::PgConnection::connect(&server).await?;
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                )))
+                .execute(&mut admin)
+                .await?;
+                anyhow::Ok(())
+            })
+        })
+        .join();
     }
 }
