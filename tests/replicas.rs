@@ -339,24 +339,59 @@ async fn an_event_stream_on_one_replica_carries_an_answer_another_replica_receiv
     );
 }
 
-/// Asks an approval through `base` without waiting for the answer (202).
-async fn ask(client: &reqwest::Client, base: &str, id: &str, timeout_seconds: u64) {
-    let (status, view) = post(
-        client,
-        base,
-        "/v1/interactions",
-        &json!({
-            "interaction": {
-                "interaction_id": id,
-                "question": format!("Proceed with {id}?"),
-                "interaction_type": "approval",
-                "timeout": timeout_seconds as f64,
-            },
-            "route": "ops",
-        }),
-    )
-    .await;
+/// The body of an approval `id` ("Proceed with <id>?") in the `ops` route.
+fn approval(id: &str, timeout_seconds: u64) -> Value {
+    json!({
+        "interaction": {
+            "interaction_id": id,
+            "question": format!("Proceed with {id}?"),
+            "interaction_type": "approval",
+            "timeout": timeout_seconds as f64,
+        },
+        "route": "ops",
+    })
+}
+
+/// Asks `body` (an interaction) through `base` without waiting for the answer (202).
+async fn ask_body(client: &reqwest::Client, base: &str, body: &Value) {
+    let (status, view) = post(client, base, "/v1/interactions", body).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{view}");
+}
+
+/// Asks the approval `id` through `base` without waiting for the answer (202).
+async fn ask(client: &reqwest::Client, base: &str, id: &str, timeout_seconds: u64) {
+    ask_body(client, base, &approval(id, timeout_seconds)).await
+}
+
+/// The interaction `id` as `base` reads it once it has its outcome, within `within`;
+/// else the test fails, with `context` (a log, say).
+async fn outcome(
+    client: &reqwest::Client,
+    base: &str,
+    id: &str,
+    within: Duration,
+    context: impl Fn() -> String,
+) -> Value {
+    let ended_view = tokio::time::timeout(within, async {
+        loop {
+            let r = client
+                .get(format!("{base}/v1/interactions/{id}"))
+                .bearer_auth(TOKEN_A)
+                .send()
+                .await
+                .expect("GET the interaction");
+            // A 503 (the database out of reach) is read again.
+            if r.status() == StatusCode::OK {
+                let view: Value = r.json().await.expect("JSON");
+                if ended(&view) {
+                    return view;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    ended_view.unwrap_or_else(|_| panic!("{id} has no outcome after {within:?}\n{}", context()))
 }
 
 /// The interaction `id` as `base` reads it.
@@ -428,17 +463,7 @@ async fn a_question_asked_on_either_replica_is_posted_once_by_the_leader() {
         .find(|m| m.text.contains("Proceed with on-b-2?"))
         .expect("on-b-2 posted");
     telegram.tap(OPS_CHAT, msg.message_id, "✅ Approve", alice());
-    let decided = tokio::time::timeout(HEARD_WITHIN, async {
-        loop {
-            let view = read(client, &a.base, "on-b-2").await;
-            if ended(&view) {
-                return view;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .expect("decided within the bound");
+    let decided = outcome(client, &a.base, "on-b-2", HEARD_WITHIN, || b.log_text()).await;
     assert_eq!(decided["status"], "completed", "{decided}");
 }
 
@@ -499,17 +524,8 @@ async fn a_deadline_kept_by_a_killed_leader_fires_on_another_replica_within_the_
     // B takes the lease over once A's has run out, and times the question out at its
     // deadline; the operators' message says so and loses its buttons.
     let bound = Duration::from_secs(TIMEOUT_SECONDS + LEASE_SECONDS) + HEARD_WITHIN;
-    let view = tokio::time::timeout_at(asked + bound, async {
-        loop {
-            let view = read(&r.client, &r.b.base, "orphan").await;
-            if ended(&view) {
-                return view;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("still pending after {bound:?}\nB:\n{}", r.b.log_text()));
+    let within = (asked + bound).saturating_duration_since(tokio::time::Instant::now());
+    let view = outcome(&r.client, &r.b.base, "orphan", within, || r.b.log_text()).await;
     assert_eq!(view["status"], "timeout", "{view}");
     assert!(leads(&r.b), "B took over:\n{}", r.b.log_text());
     assert_eq!(r.telegram.sent_messages().len(), 1, "posted once");
@@ -578,17 +594,9 @@ async fn in_polling_mode_only_the_leader_polls_and_another_replica_takes_over_wh
         .expect("the question asked on B is posted");
     r.telegram
         .tap(OPS_CHAT, msg.message_id, "✅ Approve", alice());
-    let view = tokio::time::timeout(Duration::from_secs(LEASE_SECONDS) + HEARD_WITHIN, async {
-        loop {
-            let view = read(&r.client, &r.b.base, "after-the-poller-died").await;
-            if ended(&view) {
-                return view;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("the tap was not heard\nB:\n{}", r.b.log_text()));
+    let within = Duration::from_secs(LEASE_SECONDS) + HEARD_WITHIN;
+    let id = "after-the-poller-died";
+    let view = outcome(&r.client, &r.b.base, id, within, || r.b.log_text()).await;
     assert_eq!(view["status"], "completed", "{view}");
     assert!(leads(&r.b), "B took over:\n{}", r.b.log_text());
 }
@@ -659,23 +667,9 @@ async fn a_webhook_in_flight_on_a_killed_leader_is_sent_again_by_another_replica
     let Some(mut r) = Replicas::start_with(Ingress::Webhook, &receiver.url).await else {
         return;
     };
-    let (status, view) = post(
-        &r.client,
-        &r.a.base,
-        "/v1/interactions",
-        &json!({
-            "interaction": {
-                "interaction_id": "hooked",
-                "question": "Proceed with hooked?",
-                "interaction_type": "approval",
-                "timeout": QUESTION_TIMEOUT_SECONDS as f64,
-            },
-            "route": "ops",
-            "callback_url": format!("{}/agent-a", receiver.url),
-        }),
-    )
-    .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{view}");
+    let mut hooked = approval("hooked", QUESTION_TIMEOUT_SECONDS);
+    hooked["callback_url"] = json!(format!("{}/agent-a", receiver.url));
+    ask_body(&r.client, &r.a.base, &hooked).await;
     let msg = r.telegram.wait_for_messages(1).await.remove(0);
     // B receives the tap and decides; A, the leader, sends the webhook, which hangs.
     r.telegram
@@ -786,15 +780,8 @@ async fn a_rolling_restart_under_load_ends_every_question_once() {
         tokio::spawn(async move {
             for n in 0..QUESTIONS {
                 let id = format!("rolling-{n}");
-                let body = json!({
-                    "interaction": {
-                        "interaction_id": id,
-                        "question": format!("Proceed with {id}?"),
-                        "interaction_type": "approval",
-                        "timeout": QUESTION_TIMEOUT_SECONDS as f64,
-                    },
-                    "route": route_of(n),
-                });
+                let mut body = approval(&id, QUESTION_TIMEOUT_SECONDS);
+                body["route"] = json!(route_of(n));
                 // Idempotent on the interaction id: asking again is safe.
                 'asked: for attempt in 0.. {
                     let base = {
@@ -865,17 +852,7 @@ async fn a_rolling_restart_under_load_ends_every_question_once() {
     let every = || live.iter().chain(retired.iter());
     for n in 0..QUESTIONS {
         let id = format!("rolling-{n}");
-        let view = tokio::time::timeout(HEARD_WITHIN, async {
-            loop {
-                let view = read(&client, &live[0].base, &id).await;
-                if ended(&view) {
-                    return view;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-        .await
-        .unwrap_or_else(|_| panic!("{id} did not end"));
+        let view = outcome(&client, &live[0].base, &id, HEARD_WITHIN, String::new).await;
         assert_eq!(view["status"], "completed", "{view}");
         assert_eq!(
             view["responses"].as_array().map(Vec::len),
@@ -919,22 +896,11 @@ async fn the_bots_per_chat_limit_holds_across_replicas() {
         } else {
             &b.base
         };
-        let (status, view) = post(
-            client,
-            base,
-            "/v1/interactions",
-            &json!({
-                "interaction": {
-                    "interaction_id": id,
-                    "question": format!("Proceed with {id}?"),
-                    "interaction_type": "approval",
-                    "timeout": QUESTION_TIMEOUT_SECONDS as f64,
-                },
-                "recipient": "alice",
-            }),
-        )
-        .await;
-        assert_eq!(status, StatusCode::ACCEPTED, "{view}");
+        // In Alice's private chat rather than the route's group.
+        let mut body = approval(&id, QUESTION_TIMEOUT_SECONDS);
+        body.as_object_mut().map(|b| b.remove("route"));
+        body["recipient"] = json!("alice");
+        ask_body(client, base, &body).await;
     }
     // Alice answers each in her private chat as soon as it comes; B receives every tap
     // and decides, while A posts the next questions there.
@@ -1015,21 +981,8 @@ async fn a_database_out_of_reach_is_a_503_and_the_service_recovers_by_itself() {
     // false outcome; a tap meanwhile is not acknowledged, so Telegram keeps it.
     proxy.cut();
     let refused = tokio::time::timeout(Duration::from_secs(40), async {
-        post(
-            &client,
-            &a.base,
-            "/v1/interactions",
-            &json!({
-                "interaction": {
-                    "interaction_id": "during",
-                    "question": "Proceed with during?",
-                    "interaction_type": "approval",
-                    "timeout": QUESTION_TIMEOUT_SECONDS as f64,
-                },
-                "route": "ops",
-            }),
-        )
-        .await
+        let during = approval("during", QUESTION_TIMEOUT_SECONDS);
+        post(&client, &a.base, "/v1/interactions", &during).await
     })
     .await
     .expect("an answer while the database is away");
@@ -1058,25 +1011,8 @@ async fn a_database_out_of_reach_is_a_503_and_the_service_recovers_by_itself() {
     // Back: the tap Telegram kept decides the question, the service leads again and
     // posts what is asked now; nothing was restarted.
     proxy.restore();
-    let view = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            let r = client
-                .get(format!("{}/v1/interactions/before", a.base))
-                .bearer_auth(TOKEN_A)
-                .send()
-                .await
-                .expect("GET");
-            if r.status() == StatusCode::OK {
-                let view: Value = r.json().await.expect("JSON");
-                if ended(&view) {
-                    return view;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("the kept tap did not decide:\n{}", a.log_text()));
+    let within = Duration::from_secs(30);
+    let view = outcome(&client, &a.base, "before", within, || a.log_text()).await;
     assert_eq!(view["status"], "completed", "{view}");
     ask(&client, &a.base, "after", QUESTION_TIMEOUT_SECONDS).await;
     tokio::time::timeout(Duration::from_secs(30), async {
