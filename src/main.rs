@@ -50,6 +50,15 @@ enum Command {
     },
     /// Apply database migrations and exit.
     Migrate,
+    /// Copy the SQLite database `database.url` names into an empty PostgreSQL database
+    /// (stop the service first), then verify the copied audit trail: the same chain and
+    /// head. Then point `database.url` at PostgreSQL.
+    MigrateToPostgres {
+        /// The PostgreSQL database (`postgres://user:password@host/db`); from the
+        /// environment rather than the command line when it holds a password.
+        #[arg(long, env = "HITL_MIGRATE_TO", hide_env_values = true)]
+        to: String,
+    },
     /// Check the configuration (and that the token variables are set) and exit; print a
     /// warning for what is accepted but likely wrong.
     CheckConfig {
@@ -280,6 +289,55 @@ async fn audit(path: &std::path::Path, command: AuditCommand) -> anyhow::Result<
     }
 }
 
+/// `migrate-to-postgres`: the copy, then the audit trail checked on both sides.
+async fn migrate_to_postgres(path: &std::path::Path, to: &str) -> anyhow::Result<()> {
+    use hitl_telegram::domain::audit;
+    use hitl_telegram::storage::Backend;
+    let settings = Settings::load(path)?;
+    let from = settings.database.url.as_str();
+    anyhow::ensure!(
+        Backend::of_url(from)? == Backend::Sqlite,
+        "database.url must name the SQLite database to copy"
+    );
+    anyhow::ensure!(
+        Backend::of_url(to)? == Backend::Postgres,
+        "--to must be a postgres:// URL"
+    );
+    let copied = storage::copy::sqlite_to_postgres(from, to).await?;
+    for (table, rows) in &copied {
+        println!("{table}: {rows} row(s)");
+    }
+    // The trail as it was and as it now is: the same events, the same head.
+    let mut heads = Vec::new();
+    for (url, mode) in [(from, ConnectMode::Existing), (to, ConnectMode::Existing)] {
+        let store = storage::connect(url, mode).await?;
+        let (rows, statuses) = store.audit_snapshot().await?;
+        store.close().await;
+        let report = audit::check(&rows, &statuses, None);
+        anyhow::ensure!(
+            report.problems.is_empty(),
+            "the audit trail at {} fails verification: {:?}",
+            storage::redact_url(url),
+            report.problems
+        );
+        heads.push((report.events, report.head));
+    }
+    anyhow::ensure!(
+        heads[0] == heads[1],
+        "the copied audit trail differs from the original"
+    );
+    let (events, head) = &heads[1];
+    println!("audit chain OK on PostgreSQL: {events} events, the same as in SQLite");
+    if let Some(head) = head {
+        println!("head: {head}");
+    }
+    println!(
+        "copied to {}: set database.url to it and start the service",
+        storage::redact_url(to)
+    );
+    Ok(())
+}
+
 /// `check-config`: refusals fail it, warnings go to stderr, `--online` asks Telegram.
 async fn check_config(path: &std::path::Path, demo: bool, online: bool) -> anyhow::Result<()> {
     let c = load_config(path, demo)?;
@@ -339,6 +397,7 @@ async fn main() -> ExitCode {
             .await
         }
         Command::Audit { command } => audit(&cli.config, command).await,
+        Command::MigrateToPostgres { to } => migrate_to_postgres(&cli.config, &to).await,
         Command::Backup { file } => {
             async {
                 let settings = Settings::load(&cli.config)?;

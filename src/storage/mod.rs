@@ -8,6 +8,7 @@
 //! (rows to domain values, the audit chain's hashing, the insert column lists) lives in
 //! `rows`.
 
+pub mod copy;
 mod postgres;
 mod rows;
 mod sqlite;
@@ -57,6 +58,9 @@ pub enum StorageError {
     Corrupt { id: String, what: String },
     #[error("cannot prepare the database location: {0}")]
     Io(#[from] std::io::Error),
+    /// `migrate-to-postgres` could not copy, or the copy does not match its source.
+    #[error("copy to PostgreSQL: {0}")]
+    Copy(String),
     /// A group commit (several window hits in one transaction) failed as a whole.
     #[error("database error in a batched write: {0}")]
     Batch(String),

@@ -281,6 +281,22 @@ impl TestApp {
         .await
     }
 
+    /// Stops the service cleanly and starts a new one on the database at `db_url` (same
+    /// fake and settings otherwise): after a copy of its database elsewhere, say.
+    pub async fn restart_on(mut self, db_url: &str) -> TestApp {
+        self.stop().await;
+        let toml = self.toml.replace(&self.db_url, db_url);
+        Self::start(
+            self.telegram.clone(),
+            self.dir.clone(),
+            db_url.to_owned(),
+            self.callback_prefix.clone(),
+            self.webhook,
+            |_| toml,
+        )
+        .await
+    }
+
     pub async fn stop(&mut self) {
         self.shutdown.cancel();
         if let Some(h) = self.handle.take() {
