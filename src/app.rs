@@ -132,10 +132,11 @@ impl Application {
                 .keep_lead(shutdown.clone(), lead_stop.clone()),
         );
         let deadlines = tokio::spawn(service.clone().run_deadlines(shutdown.clone()));
-        let webhooks = tokio::spawn(service.clone().while_leading(shutdown.clone(), {
-            let service = service.clone();
-            move |term| crate::webhooks::run(service.clone(), term)
-        }));
+        let webhooks = tokio::spawn(
+            service
+                .clone()
+                .while_leading(shutdown.clone(), crate::webhooks::run),
+        );
         let purge = tokio::spawn(
             service
                 .clone()
@@ -148,10 +149,11 @@ impl Application {
             shutdown.clone(),
         ));
         // Returns at once unless [redis_bridge] is enabled.
-        let bridge = tokio::spawn(service.clone().while_leading(shutdown.clone(), {
-            let service = service.clone();
-            move |term| crate::redis_bridge::run(service.clone(), term)
-        }));
+        let bridge = tokio::spawn(
+            service
+                .clone()
+                .while_leading(shutdown.clone(), crate::redis_bridge::run),
+        );
         // getMe (for /cmd@bot) and setMyCommands, retried in the background.
         let commands = tokio::spawn(telegram::commands::register(
             bot.clone(),
@@ -170,19 +172,12 @@ impl Application {
         let mut app = v1.clone().merge(crate::mcp::router(v1, service.clone()));
         let polling = match telegram_mode {
             // One poller per bot token (a second gets 409): the leader's.
-            TelegramMode::Polling => {
-                tokio::spawn(service.clone().while_leading(shutdown.clone(), {
-                    let service = service.clone();
-                    move |term| {
-                        telegram::polling::run(
-                            bot.clone(),
-                            service.clone(),
-                            poll_timeout_seconds,
-                            term,
-                        )
-                    }
-                }))
-            }
+            TelegramMode::Polling => tokio::spawn(service.clone().while_leading(
+                shutdown.clone(),
+                move |service, term| {
+                    telegram::polling::run(bot.clone(), service, poll_timeout_seconds, term)
+                },
+            )),
             TelegramMode::Webhook(webhook) => {
                 app = app.merge(telegram::webhook::router(service.clone(), &webhook));
                 tokio::spawn(telegram::webhook::register(

@@ -66,22 +66,17 @@ impl Service {
     /// Takes `id` on when this process leads and has not yet: `true` means the caller
     /// now arms it and posts what it has to post.
     pub(super) fn claim(&self, id: &ConfirmationId) -> bool {
-        self.leading()
-            && self
-                .lead
-                .claimed
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(id.clone())
+        self.leading() && self.claimed().insert(id.clone())
+    }
+
+    /// The questions this leader has taken on.
+    fn claimed(&self) -> std::sync::MutexGuard<'_, HashSet<ConfirmationId>> {
+        self.lead.claimed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Forgets a question that has ended (its deadline found it so).
     pub(super) fn unclaim(&self, id: &ConfirmationId) {
-        self.lead
-            .claimed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id);
+        self.claimed().remove(id);
     }
 
     /// Arms a new question and posts it, if this process leads; otherwise the leader
@@ -98,7 +93,7 @@ impl Service {
     /// The leader heard of a change to `id` from another replica: a question it has not
     /// taken on yet (asked there) is armed and posted.
     pub(super) async fn adopt(self: Arc<Self>, id: ConfirmationId) {
-        if !self.leading() || self.is_claimed(&id) {
+        if !self.leading() || self.claimed().contains(&id) {
             return;
         }
         match self.store.get(&id).await {
@@ -134,14 +129,6 @@ impl Service {
                 tracing::warn!(id = %id, error = %e, "cannot read a question decided on another replica")
             }
         }
-    }
-
-    fn is_claimed(&self, id: &ConfirmationId) -> bool {
-        self.lead
-            .claimed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(id)
     }
 
     /// Renews (or tries to take) the leader lease every third of its length until
@@ -232,11 +219,7 @@ impl Service {
         self.lead.leading.send_replace(false);
         self.metrics.set_leading(false);
         self.deadlines.clear();
-        self.lead
-            .claimed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        self.claimed().clear();
     }
 
     /// Gives the lease up at shutdown (after the leader's work has stopped), so another
@@ -251,11 +234,12 @@ impl Service {
         }
     }
 
-    /// Runs `work` whenever this process leads, until `stop`: each run gets a token that
-    /// is cancelled when leadership is lost (or at `stop`), and should return then.
+    /// Runs `work` whenever this process leads, until `stop`: each run gets the service
+    /// and a token that is cancelled when leadership is lost (or at `stop`), and should
+    /// return then.
     pub async fn while_leading<F, Fut>(self: Arc<Self>, stop: CancellationToken, mut work: F)
     where
-        F: FnMut(CancellationToken) -> Fut,
+        F: FnMut(Arc<Service>, CancellationToken) -> Fut,
         Fut: Future<Output = ()>,
     {
         let mut leading = self.lead.leading.subscribe();
@@ -271,7 +255,7 @@ impl Service {
                 let _ = lost.wait_for(|l| !*l).await;
                 ends.cancel();
             });
-            work(term.clone()).await;
+            work(self.clone(), term.clone()).await;
             // Work that ended by itself (nothing to do) waits for the next term.
             tokio::select! {
                 _ = term.cancelled() => {}
