@@ -217,9 +217,16 @@ async fn an_agent_blocked_on_one_replica_hears_at_once_the_tap_another_replica_r
     assert_eq!(record["via"], "operator", "{record}");
     assert_eq!(record["decided_by"]["id"], ALICE, "{record}");
     // The tap went to B, and B decided: A only heard of it.
-    let decided_on = |p: &ServiceProcess| p.log_text().contains("question decided");
-    assert!(decided_on(b), "B decided:\n{}", b.log_text());
-    assert!(!decided_on(a), "A did not decide:\n{}", a.log_text());
+    assert!(
+        b.logs_within("question decided", HEARD_WITHIN).await,
+        "B decided:\n{}",
+        b.log_text()
+    );
+    assert!(
+        !a.log_text().contains("question decided"),
+        "A did not decide:\n{}",
+        a.log_text()
+    );
     assert!(
         telegram
             .webhook_deliveries()
@@ -333,7 +340,7 @@ async fn an_event_stream_on_one_replica_carries_an_answer_another_replica_receiv
     );
     assert!(text.contains("event: response"), "{text}");
     assert!(
-        b.log_text().contains("question decided"),
+        b.logs_within("question decided", HEARD_WITHIN).await,
         "B decided:\n{}",
         b.log_text()
     );
@@ -405,6 +412,29 @@ async fn read(client: &reqwest::Client, base: &str, id: &str) -> Value {
     let (status, view) = json_of(r).await;
     assert_eq!(status, StatusCode::OK, "{view}");
     view
+}
+
+/// How many times the processes logged a decision of the question `id` (one expected).
+/// A line is read from a process's stderr a moment after it is written, so this waits
+/// for the first (within [`HEARD_WITHIN`]) and a little more for any second.
+async fn decisions_of(processes: &[&ServiceProcess], id: &str) -> usize {
+    let count = || {
+        processes
+            .iter()
+            .map(|p| {
+                p.log_text()
+                    .lines()
+                    .filter(|l| l.contains("question decided") && l.contains(id))
+                    .count()
+            })
+            .sum::<usize>()
+    };
+    let deadline = tokio::time::Instant::now() + HEARD_WITHIN;
+    while count() == 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    count()
 }
 
 /// Whether an interaction has its outcome (not waiting, posted or not).
@@ -724,18 +754,7 @@ async fn taps_at_the_same_moment_received_by_two_replicas_decide_once() {
         assert!(ended(&view), "{view}");
         let responses = view["responses"].as_array().expect("responses");
         assert_eq!(responses.len(), 1, "one answer decided: {view}");
-        let decisions = [a, b]
-            .iter()
-            .map(|p| {
-                p.log_text()
-                    .lines()
-                    .filter(|l| {
-                        l.contains("question decided")
-                            && l.contains(view["id"].as_str().unwrap_or_default())
-                    })
-                    .count()
-            })
-            .sum::<usize>();
+        let decisions = decisions_of(&[a, b], view["id"].as_str().unwrap_or_default()).await;
         assert_eq!(decisions, 1, "decided once across the replicas: {view}");
     }
     let deliveries = telegram.webhook_deliveries();
@@ -860,15 +879,8 @@ async fn a_rolling_restart_under_load_ends_every_question_once() {
             "{view}"
         );
         assert_eq!(posts_of(&telegram, &id), 1, "{id} posted once");
-        let question = view["id"].as_str().unwrap_or_default().to_owned();
-        let decisions: usize = every()
-            .map(|p| {
-                p.log_text()
-                    .lines()
-                    .filter(|l| l.contains("question decided") && l.contains(&question))
-                    .count()
-            })
-            .sum();
+        let question = view["id"].as_str().unwrap_or_default();
+        let decisions = decisions_of(&every().collect::<Vec<_>>(), question).await;
         assert_eq!(decisions, 1, "{id} decided once");
     }
 }
@@ -938,7 +950,8 @@ async fn the_bots_per_chat_limit_holds_across_replicas() {
         "writes to one chat came too close together"
     );
     assert!(
-        b.log_text().contains("left to the leader to show"),
+        b.logs_within("left to the leader to show", HEARD_WITHIN)
+            .await,
         "B left the outcomes to the leader"
     );
 }

@@ -81,6 +81,21 @@ impl ServiceProcess {
         self.log.lock().unwrap().join("\n")
     }
 
+    /// Whether the log holds `needle` within `within`: a line the process wrote is read
+    /// from its stderr a moment later, possibly after what it did was seen elsewhere.
+    pub async fn logs_within(&self, needle: &str, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if self.log_text().contains(needle) {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// SIGKILL: no shutdown code runs.
     pub async fn kill9(&mut self) {
         self.child.kill().await.expect("SIGKILL");
