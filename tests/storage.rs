@@ -115,6 +115,7 @@ on_both_backends! {
     a_shorter_window_never_cuts_a_longer_one_short,
     windows_are_found_by_another_store_on_the_same_database,
     concurrent_window_hits_are_each_stored_with_their_audit_event,
+    window_hits_from_two_stores_at_once_keep_one_unbroken_audit_chain,
     window_hits_among_other_writes_read_back_exactly_and_keep_one_unbroken_audit_chain,
     two_stores_appending_at_once_keep_one_valid_audit_chain,
     stream_events_written_by_two_stores_are_seen_in_order_and_none_is_missed,
@@ -397,6 +398,26 @@ async fn concurrent_window_hits_are_each_stored_with_their_audit_event(db: TestD
         assert_eq!(s.events_for(&hit.id).await.unwrap().len(), 1);
     }
     assert_eq!(chain_length(s.as_ref()).await, 64);
+}
+
+/// Two replicas' group commits on one database: each batch chains onto the head the
+/// other left, whatever the interleaving.
+async fn window_hits_from_two_stores_at_once_keep_one_unbroken_audit_chain(db: TestDb) {
+    let (a, b) = (db.store().await, db.store().await);
+    let hits: Vec<Confirmation> = (0..200).map(|_| window_hit()).collect();
+    let stored = futures_util::future::join_all(hits.iter().enumerate().map(|(n, h)| {
+        let s = if n % 2 == 0 { a.clone() } else { b.clone() };
+        async move { s.insert(h, now()).await }
+    }))
+    .await;
+    for result in stored {
+        assert!(matches!(result.unwrap(), Inserted::New(_)));
+    }
+    for hit in &hits {
+        assert_eq!(a.events_for(&hit.id).await.unwrap().len(), 1);
+    }
+    assert_eq!(chain_length(a.as_ref()).await, 200);
+    assert_eq!(chain_length(b.as_ref()).await, 200);
 }
 
 /// A window hit as the service stores it, with text that must come back to the byte.

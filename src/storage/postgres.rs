@@ -7,16 +7,17 @@
 //! tools beside it, and may be several *replicas* of the service: every change to a
 //! question is announced on commit (`NOTIFY`, see [`Store::follow_changes`]), so an agent
 //! blocked on one replica hears a decision taken on another at once. Work that must be
-//! done once (the outbox, deadlines, Telegram's one poller) is not claimed across
-//! replicas yet (the README's "The database" says so).
+//! done once (posting, deadlines, the outbox, Telegram's one poller) is the leader's,
+//! the replica holding the `leader` lease ([`Store::hold_lease`], `service::lead`).
 //! * **No window cache.** SQLite's store answers window lookups from memory because only
 //!   the service process writes windows; here another process may open or revoke one at
 //!   any moment, so [`Store::live_window`] is one indexed `SELECT` on the primary key.
-//!   Window hits (a terminal record given to [`Store::insert`]) are one transaction each,
-//!   and since each holds the audit lock until its commit returns, their commits and WAL
-//!   flushes are serialised: at most one window hit per commit latency for the whole
-//!   database. SQLite's group commit (one transaction for every hit queued) is the
-//!   counterpart this backend does not have yet.
+//! * **Window hits are group-committed.** A window hit (a terminal record given to
+//!   [`Store::insert`]) appends to the audit chain, so it holds the audit lock until its
+//!   commit returns: one transaction per hit would allow one hit per commit latency for
+//!   the whole database. Hits are queued instead, and one task writes everything queued
+//!   in one transaction (multi-row statements for the plain ones), then what came
+//!   meanwhile ([`PgStore::insert_window_hit`]), as SQLite's store does.
 //! * **The audit chain is serialised in the database**, not by a mutex: every transaction
 //!   that appends audit events first takes one transaction-level advisory lock
 //!   ([`AUDIT_LOCK`]), then reads the chain's head. Each row's hash covers the previous
@@ -36,6 +37,7 @@
 //!   re-checks the condition, so it changes nothing.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -83,7 +85,8 @@ macro_rules! bytewise {
 #[path = "sql.rs"]
 mod sql;
 use sql::{
-    apply_decision, hydrate, hydrate_all, insert_answer, insert_in, push_agent_event, read_in,
+    apply_decision, hydrate, hydrate_all, insert_answer, insert_in, insert_plain_hits, is_plain,
+    push_agent_event, read_in,
 };
 
 /// The advisory lock (`pg_advisory_xact_lock`) that serialises appends to the audit
@@ -103,6 +106,25 @@ const BACKUP_WITH_PG_DUMP: &str = "`backup` copies SQLite databases only; for Po
 /// This process's turn among the writers ([`PgStore::writers`]).
 type WriterGuard<'s> = tokio::sync::MutexGuard<'s, ()>;
 
+/// Window hits waiting for the group commit ([`PgStore::insert_window_hit`]).
+#[derive(Default)]
+struct HitQueue {
+    queued: Vec<QueuedHit>,
+    /// A [`GroupCommit`] task is running and will take what is queued.
+    writing: bool,
+}
+
+struct QueuedHit {
+    record: Confirmation,
+    now: OffsetDateTime,
+    reply: tokio::sync::oneshot::Sender<Result<Inserted, StorageError>>,
+}
+
+fn queue(hits: &std::sync::Mutex<HitQueue>) -> std::sync::MutexGuard<'_, HitQueue> {
+    hits.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 pub struct PgStore {
     pool: PgPool,
     /// Random, per store: every session of the pool carries it (`hitl.origin`), and
@@ -112,7 +134,9 @@ pub struct PgStore {
     /// advisory lock lets one in at a time anyway, across processes; without this, every
     /// writer waiting for it would hold a pooled connection, and reads (window lookups,
     /// the hot path) would wait for one behind them.
-    writers: tokio::sync::Mutex<()>,
+    writers: Arc<tokio::sync::Mutex<()>>,
+    /// Window hits for the group commit.
+    hits: Arc<std::sync::Mutex<HitQueue>>,
     /// `webhooks.max_backlog_per_agent` (see [`Store::set_webhook_backlog_bound`]).
     webhook_backlog_bound: AtomicU32,
 }
@@ -151,7 +175,8 @@ impl PgStore {
         Ok(PgStore {
             pool,
             origin,
-            writers: tokio::sync::Mutex::new(()),
+            writers: Arc::default(),
+            hits: Arc::default(),
             webhook_backlog_bound: AtomicU32::new(
                 crate::config::WebhookSettings::default().max_backlog_per_agent,
             ),
@@ -169,12 +194,42 @@ impl PgStore {
         &self,
     ) -> Result<(WriterGuard<'_>, Transaction<'static, Postgres>), StorageError> {
         let writer = self.writers.lock().await;
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(AUDIT_LOCK)
-            .execute(&mut *tx)
-            .await?;
-        Ok((writer, tx))
+        Ok((writer, begin_audit(&self.pool).await?))
+    }
+
+    /// Stores a window hit by the group commit, and answers once the transaction holding
+    /// it has committed. The writing runs in a task of its own ([`GroupCommit`]), so an
+    /// agent hanging up cannot cut a batch short; a hit whose caller hung up is stored
+    /// all the same, which is harmless for a record that is already final.
+    async fn insert_window_hit(
+        &self,
+        r: &Confirmation,
+        now: OffsetDateTime,
+    ) -> Result<Inserted, StorageError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let start = {
+            let mut q = queue(&self.hits);
+            q.queued.push(QueuedHit {
+                record: r.clone(),
+                now,
+                reply,
+            });
+            !std::mem::replace(&mut q.writing, true)
+        };
+        if start {
+            let commit = GroupCommit {
+                pool: self.pool.clone(),
+                writers: self.writers.clone(),
+                hits: self.hits.clone(),
+                bound: self.webhook_backlog_bound(),
+            };
+            tokio::spawn(commit.run());
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(StorageError::Batch(
+                "the group commit holding this window hit was abandoned".into(),
+            ))
+        })
     }
 
     /// The one question `query` finds, with its answers, copies and strays.
@@ -242,6 +297,118 @@ pub fn refuse_unknown_params(url: &str) -> Result<(), StorageError> {
     Ok(())
 }
 
+/// A transaction of `pool` holding [`AUDIT_LOCK`] from its first statement.
+async fn begin_audit(pool: &PgPool) -> Result<Transaction<'static, Postgres>, StorageError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(AUDIT_LOCK)
+        .execute(&mut *tx)
+        .await?;
+    Ok(tx)
+}
+
+/// The group commit's task: takes every queued window hit, writes them in one
+/// transaction, answers, and again, until nothing is queued.
+struct GroupCommit {
+    pool: PgPool,
+    writers: Arc<tokio::sync::Mutex<()>>,
+    hits: Arc<std::sync::Mutex<HitQueue>>,
+    bound: u32,
+}
+
+impl GroupCommit {
+    async fn run(self) {
+        let mut gone = Gone(Some(self.hits.clone()));
+        loop {
+            // The writers' turn first, the batch then: hits that come while this task
+            // waits for its turn join the batch.
+            let turn = self.writers.clone().lock_owned().await;
+            let batch = {
+                let mut q = queue(&self.hits);
+                if q.queued.is_empty() {
+                    q.writing = false;
+                    gone.0 = None;
+                    return;
+                }
+                std::mem::take(&mut q.queued)
+            };
+            let written = write_hits(&self.pool, &batch, self.bound).await;
+            drop(turn);
+            answer_hits(batch, written);
+        }
+    }
+}
+
+/// Ends a [`GroupCommit`] that stops without emptying its queue (a panic, the runtime
+/// shutting down): the hits queued for it are failed rather than left waiting for a
+/// task that is gone, and the next hit starts another.
+struct Gone(Option<Arc<std::sync::Mutex<HitQueue>>>);
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        if let Some(hits) = self.0.take() {
+            let mut q = queue(&hits);
+            q.writing = false;
+            // Dropping their reply senders tells their callers.
+            q.queued.clear();
+        }
+    }
+}
+
+/// One transaction for a batch of window hits: those with something to look up or queue
+/// (an idempotency key, an interaction id, a webhook) one by one as [`insert_in`]
+/// stores any question, the plain ones by multi-row statements. The results are in the
+/// batch's order; `None` for a plain hit, stored as it came.
+async fn write_hits(
+    pool: &PgPool,
+    batch: &[QueuedHit],
+    bound: u32,
+) -> Result<Vec<Option<Inserted>>, StorageError> {
+    let mut tx = begin_audit(pool).await?;
+    let mut results = Vec::with_capacity(batch.len());
+    let mut plain = Vec::with_capacity(batch.len());
+    for hit in batch {
+        if is_plain(&hit.record) {
+            plain.push((&hit.record, hit.now));
+            results.push(None);
+        } else {
+            results.push(Some(
+                Box::pin(insert_in(&mut tx, &hit.record, hit.now, bound)).await?,
+            ));
+        }
+    }
+    insert_plain_hits(&mut tx, &plain).await?;
+    tx.commit().await?;
+    Ok(results)
+}
+
+/// Answers every caller of a batch. A failure fails every hit of it (nothing of it was
+/// stored); a database out of reach stays one for each caller (a 503, never an outcome).
+fn answer_hits(batch: Vec<QueuedHit>, written: Result<Vec<Option<Inserted>>, StorageError>) {
+    match written {
+        Ok(results) => {
+            for (hit, inserted) in batch.into_iter().zip(results) {
+                // The caller may have hung up; its hit is stored all the same.
+                let _ = hit
+                    .reply
+                    .send(Ok(inserted.unwrap_or(Inserted::New(hit.record))));
+            }
+        }
+        Err(e) => {
+            let unavailable = e.is_unavailable();
+            let why = e.to_string();
+            for hit in batch {
+                let error = if unavailable {
+                    StorageError::Database(sqlx::Error::Io(std::io::Error::other(why.clone())))
+                } else {
+                    StorageError::Batch(why.clone())
+                };
+                let _ = hit.reply.send(Err(error));
+            }
+        }
+    }
+}
+
 /// A query for [`Row`]s (`SELECT *` from `confirmations`), binds to follow.
 fn select<'q>(sql: &'static str) -> QueryAs<'q, Postgres, Row, PgArguments> {
     sqlx::query_as(sql)
@@ -252,28 +419,47 @@ async fn append_event(
     tx: &mut Transaction<'_, Postgres>,
     event: &NewEvent,
 ) -> Result<(), StorageError> {
+    append_events(tx, std::slice::from_ref(event)).await
+}
+
+/// Appends `events`, in order, to the audit chain inside `tx` (an
+/// [`PgStore::audit_tx`]): the head is read once, every hash is computed here, the rows
+/// go in by multi-row `INSERT`s, and one statement sends every change notice.
+async fn append_events(
+    tx: &mut Transaction<'_, Postgres>,
+    events: &[NewEvent],
+) -> Result<(), StorageError> {
+    if events.is_empty() {
+        return Ok(());
+    }
     // The head is read in the transaction, under the audit lock, so no other process
     // appends between this read and the commit.
     let last: Option<(i64, String)> =
         sqlx::query_as("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1")
             .fetch_optional(&mut **tx)
             .await?;
-    let chained = rows::chain(last, std::slice::from_ref(event));
+    let chained = rows::chain(last, events);
     for run in insert_runs(&chained) {
         let mut insert: QueryBuilder<Postgres> = rows::insert_audit_rows(run);
         insert.build().execute(&mut **tx).await?;
     }
     // Every change to a question appends an audit event, so this one place tells every
-    // replica about every change. PostgreSQL sends the notice when (and only if) the
-    // transaction commits, and folds identical notices of one transaction into one.
-    // The payload is `<question id>|<event kind>|<origin>` ([`change_of`]).
+    // replica about every change. PostgreSQL sends the notices when (and only if) the
+    // transaction commits, in order, and folds identical notices of one transaction
+    // into one. The payload is `<question id>|<event kind>|<origin>` ([`change_of`]).
+    let ids: Vec<&str> = events
+        .iter()
+        .map(|e| e.confirmation_id.as_deref().unwrap_or_default())
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind).collect();
     sqlx::query(
-        "SELECT pg_notify($1, $2 || '|' || $3 || '|' || \
-         coalesce(current_setting('hitl.origin', true), ''))",
+        "SELECT pg_notify($1, id || '|' || kind || '|' || \
+         coalesce(current_setting('hitl.origin', true), '')) \
+         FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS e(id, kind, n) ORDER BY n",
     )
     .bind(CHANGES_CHANNEL)
-    .bind(event.confirmation_id.as_deref().unwrap_or_default())
-    .bind(event.kind)
+    .bind(ids)
+    .bind(kinds)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -380,7 +566,9 @@ impl Store for PgStore {
         r: &Confirmation,
         now: OffsetDateTime,
     ) -> Result<Inserted, StorageError> {
-        // A window hit too: one transaction of its own (see the module's header).
+        if r.is_terminal() {
+            return self.insert_window_hit(r, now).await;
+        }
         let (_writer, mut tx) = self.audit_tx().await?;
         let inserted = Box::pin(insert_in(&mut tx, r, now, self.webhook_backlog_bound())).await?;
         tx.commit().await?;

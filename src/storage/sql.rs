@@ -28,7 +28,7 @@ use sqlx::{Database, Pool, QueryBuilder, Transaction};
 use time::OffsetDateTime;
 
 use super::Db;
-use super::append_event;
+use super::{append_event, append_events};
 use crate::domain::audit::{self, AuditEvent, StoredRow};
 use crate::domain::confirmation::{Confirmation, Decision, Operator, Step, rfc3339};
 use crate::domain::ids::{ConfirmationId, DeliveryId};
@@ -890,4 +890,41 @@ pub(super) async fn add_stray(
     }
     tx.commit().await?;
     Ok(())
+}
+
+/// A window hit with nothing to look up or queue besides its rows: no idempotency key or
+/// interaction id (no unique column an agent chooses) and no webhook. A batch of them is
+/// written by multi-row statements ([`insert_plain_hits`]).
+pub(super) fn is_plain(r: &Confirmation) -> bool {
+    r.idempotency_key.is_none() && r.interaction.is_none() && r.callback_url.is_none()
+}
+
+/// Stores plain window hits ([`is_plain`], each with the time it was asked) inside `tx`:
+/// what [`insert_in`] does for such a record, by multi-row `INSERT`s, and their audit
+/// events chained by one read of the head. Without `ON CONFLICT`: such a record's only
+/// unique columns are its random id and callback token, so a conflict is a fault that
+/// fails the batch.
+pub(super) async fn insert_plain_hits(
+    tx: &mut Transaction<'_, Db>,
+    hits: &[(&Confirmation, OffsetDateTime)],
+) -> Result<(), StorageError> {
+    if hits.is_empty() {
+        return Ok(());
+    }
+    for chunk in rows::insert_runs(hits) {
+        let mut records: QueryBuilder<Db> = insert_confirmations(chunk.iter().map(|h| h.0));
+        records.build().execute(&mut **tx).await?;
+        let mut events =
+            QueryBuilder::new("INSERT INTO agent_events (agent, question_id, kind, data, at) ");
+        events.push_values(chunk, |mut row, (r, now)| {
+            row.push_bind(r.agent.as_str())
+                .push_bind(r.id.as_str())
+                .push_bind("status")
+                .push_bind(r.status_event().to_string())
+                .push_bind(ms(*now));
+        });
+        events.build().execute(&mut **tx).await?;
+    }
+    let audited: Vec<audit::NewEvent> = hits.iter().map(|(r, _)| audit::window_hit(r)).collect();
+    append_events(tx, &audited).await
 }

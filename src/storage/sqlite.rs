@@ -12,8 +12,8 @@ use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 use time::OffsetDateTime;
 
 use super::rows::{
-    self, AuditRow, OutboxRow, Row, WindowRow, confirmation_columns, from_ms, insert_confirmations,
-    insert_runs, ms, operator_columns, select_where, select_windows_where, user_column,
+    self, AuditRow, OutboxRow, Row, WindowRow, confirmation_columns, from_ms, insert_runs, ms,
+    operator_columns, select_where, select_windows_where, user_column,
 };
 use super::{
     AgentEvent, Answered, Decided, Gauges, IDEMPOTENCY_TTL, Inserted, LiveWindow, OutboxEntry,
@@ -48,7 +48,10 @@ macro_rules! bytewise {
 #[allow(clippy::duplicate_mod)]
 #[path = "sql.rs"]
 mod sql;
-use sql::{apply_decision, hydrate, hydrate_all, insert_answer, insert_in, push_agent_event};
+use sql::{
+    apply_decision, hydrate, hydrate_all, insert_answer, insert_in, insert_plain_hits,
+    push_agent_event,
+};
 
 pub struct SqliteStore {
     pool: SqlitePool,
@@ -571,10 +574,9 @@ fn batch_of_new(n: usize) -> Vec<Option<Inserted>> {
     std::iter::repeat_with(|| None).take(n).collect()
 }
 
-/// A hit with nothing to look up or queue besides its rows.
+/// A hit with nothing to look up or queue besides its rows ([`sql::is_plain`]).
 fn is_plain(hit: &QueuedHit) -> bool {
-    let r = &hit.record;
-    r.idempotency_key.is_none() && r.interaction.is_none() && r.callback_url.is_none()
+    sql::is_plain(&hit.record)
 }
 
 /// A batch with hits that need [`insert_in`]: those one by one, the plain ones by
@@ -589,7 +591,7 @@ async fn write_mixed_hits(
     let mut plain = Vec::with_capacity(batch.len());
     for hit in batch {
         if is_plain(hit) {
-            plain.push(hit);
+            plain.push((&hit.record, hit.now));
             results.push(None);
         } else {
             results.push(Some(insert_in(&mut tx, &hit.record, hit.now, bound).await?));
@@ -740,38 +742,6 @@ fn write_plain_tx(
     Ok(chained
         .last()
         .map_or(tip, |row| (row.seq, row.hash.clone())))
-}
-
-/// Stores plain window hits (see [`SqliteStore::write_hits`]) inside `tx`: what
-/// [`insert_in`] does for a terminal record without an idempotency key, interaction id or
-/// webhook, by multi-row `INSERT`s. Without `ON CONFLICT`: such a record's only unique
-/// columns are its random id and callback token, so a conflict is a fault that fails the
-/// batch.
-async fn insert_plain_hits(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    hits: &[&QueuedHit],
-) -> Result<(), StorageError> {
-    if hits.is_empty() {
-        return Ok(());
-    }
-    for chunk in insert_runs(hits) {
-        let mut records: QueryBuilder<Sqlite> =
-            insert_confirmations(chunk.iter().map(|h| &h.record));
-        records.build().execute(&mut **tx).await?;
-        let mut events = sqlx::QueryBuilder::new(
-            "INSERT INTO agent_events (agent, question_id, kind, data, at) ",
-        );
-        events.push_values(chunk, |mut row, h| {
-            row.push_bind(h.record.agent.as_str())
-                .push_bind(h.record.id.as_str())
-                .push_bind("status")
-                .push_bind(h.record.status_event().to_string())
-                .push_bind(ms(h.now));
-        });
-        events.build().execute(&mut **tx).await?;
-    }
-    let audited: Vec<NewEvent> = hits.iter().map(|h| audit::window_hit(&h.record)).collect();
-    append_events(tx, &audited).await
 }
 
 /// One request's row, for the group commit's prepared statement (the columns in
