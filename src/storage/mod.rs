@@ -9,6 +9,7 @@
 //! `rows`.
 
 pub mod copy;
+mod hits;
 mod postgres;
 mod rows;
 mod sqlite;

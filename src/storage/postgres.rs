@@ -48,6 +48,7 @@ use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
 use time::OffsetDateTime;
 use tokio::sync::mpsc;
 
+use super::hits::{self, QueuedHit};
 use super::rows::{
     self, AuditRow, OutboxRow, Row, WindowRow, from_ms, insert_runs, ms, select_where,
     select_windows_where, user_column,
@@ -112,12 +113,6 @@ struct HitQueue {
     queued: Vec<QueuedHit>,
     /// A [`GroupCommit`] task is running and will take what is queued.
     writing: bool,
-}
-
-struct QueuedHit {
-    record: Confirmation,
-    now: OffsetDateTime,
-    reply: tokio::sync::oneshot::Sender<Result<Inserted, StorageError>>,
 }
 
 fn queue(hits: &std::sync::Mutex<HitQueue>) -> std::sync::MutexGuard<'_, HitQueue> {
@@ -206,14 +201,10 @@ impl PgStore {
         r: &Confirmation,
         now: OffsetDateTime,
     ) -> Result<Inserted, StorageError> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
+        let (hit, waiting) = QueuedHit::new(r, now);
         let start = {
             let mut q = queue(&self.hits);
-            q.queued.push(QueuedHit {
-                record: r.clone(),
-                now,
-                reply,
-            });
+            q.queued.push(hit);
             !std::mem::replace(&mut q.writing, true)
         };
         if start {
@@ -225,11 +216,7 @@ impl PgStore {
             };
             tokio::spawn(commit.run());
         }
-        answer.await.unwrap_or_else(|_| {
-            Err(StorageError::Batch(
-                "the group commit holding this window hit was abandoned".into(),
-            ))
-        })
+        waiting.outcome().await
     }
 
     /// The one question `query` finds, with its answers, copies and strays.
@@ -334,7 +321,7 @@ impl GroupCommit {
             };
             let written = write_hits(&self.pool, &batch, self.bound).await;
             drop(turn);
-            answer_hits(batch, written);
+            hits::answer(batch, written);
         }
     }
 }
@@ -380,33 +367,6 @@ async fn write_hits(
     insert_plain_hits(&mut tx, &plain).await?;
     tx.commit().await?;
     Ok(results)
-}
-
-/// Answers every caller of a batch. A failure fails every hit of it (nothing of it was
-/// stored); a database out of reach stays one for each caller (a 503, never an outcome).
-fn answer_hits(batch: Vec<QueuedHit>, written: Result<Vec<Option<Inserted>>, StorageError>) {
-    match written {
-        Ok(results) => {
-            for (hit, inserted) in batch.into_iter().zip(results) {
-                // The caller may have hung up; its hit is stored all the same.
-                let _ = hit
-                    .reply
-                    .send(Ok(inserted.unwrap_or(Inserted::New(hit.record))));
-            }
-        }
-        Err(e) => {
-            let unavailable = e.is_unavailable();
-            let why = e.to_string();
-            for hit in batch {
-                let error = if unavailable {
-                    StorageError::Database(sqlx::Error::Io(std::io::Error::other(why.clone())))
-                } else {
-                    StorageError::Batch(why.clone())
-                };
-                let _ = hit.reply.send(Err(error));
-            }
-        }
-    }
 }
 
 /// A query for [`Row`]s (`SELECT *` from `confirmations`), binds to follow.

@@ -11,6 +11,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 use time::OffsetDateTime;
 
+use super::hits::{self, QueuedHit};
 use super::rows::{
     self, AuditRow, OutboxRow, Row, WindowRow, confirmation_columns, from_ms, insert_runs, ms,
     operator_columns, select_where, select_windows_where, user_column,
@@ -131,13 +132,6 @@ impl HitQueue {
         self.state().closed = true;
         self.ready.notify_all();
     }
-}
-
-/// A window hit waiting for the next group commit, and where its caller waits.
-struct QueuedHit {
-    record: Confirmation,
-    now: OffsetDateTime,
-    reply: tokio::sync::oneshot::Sender<Result<Inserted, StorageError>>,
 }
 
 impl SqliteStore {
@@ -337,24 +331,20 @@ impl SqliteStore {
         r: &Confirmation,
         now: OffsetDateTime,
     ) -> Result<Inserted, StorageError> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
+        let (hit, waiting) = QueuedHit::new(r, now);
         let start = {
             let mut state = self.hits.state();
             if state.closed {
                 return Err(StorageError::Batch("the store is closed".into()));
             }
-            state.queued.push(QueuedHit {
-                record: r.clone(),
-                now,
-                reply,
-            });
+            state.queued.push(hit);
             !std::mem::replace(&mut state.running, true)
         };
         if start {
             self.start_hit_writer();
         }
         self.hits.ready.notify_one();
-        answer.await.unwrap_or_else(|_| Err(abandoned()))
+        waiting.outcome().await
     }
 
     /// Starts the group commit's writer thread (the caller has marked it running).
@@ -384,9 +374,7 @@ impl SqliteStore {
                 let mut state = self.hits.state();
                 state.running = false;
                 for hit in state.queued.drain(..) {
-                    let _ = hit
-                        .reply
-                        .send(Err(StorageError::Batch(format!("no writer thread: {e}"))));
+                    hit.fail(StorageError::Batch(format!("no writer thread: {e}")));
                 }
             }
         }
@@ -484,13 +472,6 @@ async fn append_events(
     Ok(())
 }
 
-/// The error of a window hit whose group commit ended without answering it (its
-/// writing task died): whether it was stored is not known, so the agent is told of a
-/// storage error, never of an outcome.
-fn abandoned() -> StorageError {
-    StorageError::Batch("the group commit holding this window hit was abandoned".into())
-}
-
 /// What the group commit's writer thread works with.
 struct HitWriterThread {
     queue: Arc<HitQueue>,
@@ -521,7 +502,7 @@ fn hit_writer_loop(w: HitWriterThread) {
             }
             std::mem::take(&mut state.queued)
         };
-        // A panic loses this batch (its callers hear `abandoned`), not the writer.
+        // A panic loses this batch (its callers hear it was abandoned), not the writer.
         let written =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_hits(&w, batch)));
         if written.is_err() {
@@ -552,20 +533,7 @@ fn write_hits(w: &HitWriterThread, batch: Vec<QueuedHit>) {
                 .block_on(write_mixed_hits(&w.pool, &batch, w.bound))
         }
     };
-    match written {
-        Ok(results) => {
-            for (QueuedHit { record, reply, .. }, inserted) in batch.into_iter().zip(results) {
-                // The caller may have hung up; its hit is stored all the same.
-                let _ = reply.send(Ok(inserted.unwrap_or(Inserted::New(record))));
-            }
-        }
-        Err(e) => {
-            let why = e.to_string();
-            for hit in batch {
-                let _ = hit.reply.send(Err(StorageError::Batch(why.clone())));
-            }
-        }
-    }
+    hits::answer(batch, written);
     drop(audit);
 }
 
