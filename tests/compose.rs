@@ -423,6 +423,64 @@ async fn get(client: &reqwest::Client, base: &str, id: &str) -> Value {
     v
 }
 
+/// Asks for `version` of billing to be deployed on `ask_on`, waits for the `nth` message
+/// of the ops chat, checks that it shows that version, taps Approve as Alice, and reads
+/// the request's outcome on `read_on`. Returns the request's id.
+async fn approved(
+    client: &reqwest::Client,
+    telegram: &FakeTelegram,
+    (ask_on, read_on): (&str, &str),
+    version: &str,
+    nth: usize,
+) -> String {
+    let (s, record) = ask(client, ask_on, version).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{record}");
+    let id = record["id"].as_str().unwrap().to_owned();
+    let question = telegram
+        .wait_for_message_in(OPS_CHAT, nth)
+        .await
+        .remove(nth - 1);
+    for shown in ["billing", version] {
+        assert!(
+            question.visible_text.contains(shown),
+            "{shown} missing: {}",
+            question.visible_text
+        );
+    }
+    telegram.tap(
+        OPS_CHAT,
+        question.message_id,
+        approve_label(600).as_str(),
+        alice(),
+    );
+    let decided = get(client, read_on, &id).await;
+    assert_eq!(decided["status"], "confirmed", "{decided}");
+    assert_eq!(decided["decided_by"]["id"], ALICE);
+    id
+}
+
+/// Asks for `version` again on `base`: the window an approval opened lets it through at
+/// once, and the ops chat still holds the `posted` questions it held.
+async fn let_through_by_the_window(
+    client: &reqwest::Client,
+    telegram: &FakeTelegram,
+    base: &str,
+    version: &str,
+    posted: usize,
+) {
+    let (s, hit) = ask(client, base, version).await;
+    assert_eq!(
+        (s, &hit["via"]),
+        (StatusCode::OK, &json!("window")),
+        "{hit}"
+    );
+    assert_eq!(
+        telegram.messages_in(OPS_CHAT).len(),
+        posted,
+        "a question was posted twice, or the window asked again"
+    );
+}
+
 #[tokio::test]
 async fn the_compose_deployment_approves_through_the_container_and_keeps_its_decisions_across_down_and_up()
  {
@@ -462,24 +520,8 @@ async fn the_compose_deployment_approves_through_the_container_and_keeps_its_dec
     assert_eq!(uid.trim(), "10001", "the service must not run as root");
 
     // One approval through the container.
-    let (s, record) = ask(&client, &project.base, "2.4.1").await;
-    assert_eq!(s, StatusCode::ACCEPTED, "{record}");
-    let request = record["id"].as_str().unwrap().to_owned();
-    let question = telegram.wait_for_message_in(OPS_CHAT, 1).await.remove(0);
-    assert!(
-        question.visible_text.contains("billing"),
-        "{}",
-        question.visible_text
-    );
-    telegram.tap(
-        OPS_CHAT,
-        question.message_id,
-        approve_label(600).as_str(),
-        alice(),
-    );
-    let decided = get(&client, &project.base, &request).await;
-    assert_eq!(decided["status"], "confirmed", "{decided}");
-    assert_eq!(decided["decided_by"]["id"], ALICE);
+    let base = project.base.as_str();
+    let request = approved(&client, &telegram, (base, base), "2.4.1", 1).await;
 
     // The README's backup copy-out.
     project
@@ -519,17 +561,7 @@ async fn the_compose_deployment_approves_through_the_container_and_keeps_its_dec
     project.wait_healthy("hitl-telegram").await;
     let after = get(&client, &project.base, &request).await;
     assert_eq!(after["status"], "confirmed", "{after}");
-    let (s, hit) = ask(&client, &project.base, "2.4.1").await;
-    assert_eq!(
-        (s, &hit["via"]),
-        (StatusCode::OK, &json!("window")),
-        "{hit}"
-    );
-    assert_eq!(
-        telegram.messages_in(OPS_CHAT).len(),
-        1,
-        "the window asked again"
-    );
+    let_through_by_the_window(&client, &telegram, &project.base, "2.4.1", 1).await;
 
     // The log as `docker logs` keeps it: no secret, no colour codes.
     let id = project.container_id("hitl-telegram").await;
@@ -578,24 +610,8 @@ async fn the_ha_profile_runs_two_replicas_on_postgresql_behind_caddy_and_carries
     assert_eq!(webhook.secret_token.as_deref(), Some(WEBHOOK_SECRET));
 
     // Asked on one replica, tapped through Caddy, heard on the other.
-    let (s, first) = ask(&client, &project.base, "2.4.1").await;
-    assert_eq!(s, StatusCode::ACCEPTED, "{first}");
-    let first = first["id"].as_str().unwrap().to_owned();
-    let question = telegram.wait_for_message_in(OPS_CHAT, 1).await.remove(0);
-    assert!(
-        question.visible_text.contains("2.4.1"),
-        "{}",
-        question.visible_text
-    );
-    telegram.tap(
-        OPS_CHAT,
-        question.message_id,
-        approve_label(600).as_str(),
-        alice(),
-    );
-    let decided = get(&client, &project.base_2, &first).await;
-    assert_eq!(decided["status"], "confirmed", "{decided}");
-    assert_eq!(decided["decided_by"]["id"], ALICE);
+    let (a, b) = (project.base.as_str(), project.base_2.as_str());
+    let first = approved(&client, &telegram, (a, b), "2.4.1", 1).await;
     let through_caddy = telegram.webhook_deliveries();
     assert!(
         through_caddy
@@ -608,23 +624,7 @@ async fn the_ha_profile_runs_two_replicas_on_postgresql_behind_caddy_and_carries
     // (which skips the dead one) and answers its agent.
     let killed = project.container_id("hitl-telegram").await;
     docker(&["kill", "--signal", "KILL", &killed]).await;
-    let (s, second) = ask(&client, &project.base_2, "2.4.2").await;
-    assert_eq!(s, StatusCode::ACCEPTED, "{second}");
-    let second = second["id"].as_str().unwrap().to_owned();
-    let question = telegram.wait_for_message_in(OPS_CHAT, 2).await.remove(1);
-    assert!(
-        question.visible_text.contains("2.4.2"),
-        "{}",
-        question.visible_text
-    );
-    telegram.tap(
-        OPS_CHAT,
-        question.message_id,
-        approve_label(600).as_str(),
-        alice(),
-    );
-    let decided = get(&client, &project.base_2, &second).await;
-    assert_eq!(decided["status"], "confirmed", "{decided}");
+    let second = approved(&client, &telegram, (b, b), "2.4.2", 2).await;
 
     // Down and up: PostgreSQL's volume keeps the decisions and the windows.
     project.run(&["down", "--timeout", "30"]).await;
@@ -636,17 +636,7 @@ async fn the_ha_profile_runs_two_replicas_on_postgresql_behind_caddy_and_carries
         let after = get(&client, base, id).await;
         assert_eq!(after["status"], "confirmed", "{after}");
     }
-    let (s, hit) = ask(&client, &project.base_2, "2.4.1").await;
-    assert_eq!(
-        (s, &hit["via"]),
-        (StatusCode::OK, &json!("window")),
-        "{hit}"
-    );
-    assert_eq!(
-        telegram.messages_in(OPS_CHAT).len(),
-        2,
-        "a question was posted twice, or the window asked again"
-    );
+    let_through_by_the_window(&client, &telegram, &project.base_2, "2.4.1", 2).await;
 
     let logs = project.all_logs().await;
     assert!(logs.contains("hitl-telegram is serving"), "{logs}");
