@@ -86,8 +86,8 @@ macro_rules! bytewise {
 #[path = "sql.rs"]
 mod sql;
 use sql::{
-    apply_decision, hydrate, hydrate_all, insert_answer, insert_in, insert_plain_hits, is_plain,
-    push_agent_event, read_in,
+    apply_decision, hydrate, hydrate_all, insert_answer, insert_hits, insert_in, push_agent_event,
+    read_in,
 };
 
 /// The advisory lock (`pg_advisory_xact_lock`) that serialises appends to the audit
@@ -342,29 +342,14 @@ impl Drop for Gone {
     }
 }
 
-/// One transaction for a batch of window hits: those with something to look up or queue
-/// (an idempotency key, an interaction id, a webhook) one by one as [`insert_in`]
-/// stores any question, the plain ones by multi-row statements. The results are in the
-/// batch's order; `None` for a plain hit, stored as it came.
+/// One transaction for a batch of window hits ([`insert_hits`]).
 async fn write_hits(
     pool: &PgPool,
     batch: &[QueuedHit],
     bound: u32,
 ) -> Result<Vec<Option<Inserted>>, StorageError> {
     let mut tx = begin_audit(pool).await?;
-    let mut results = Vec::with_capacity(batch.len());
-    let mut plain = Vec::with_capacity(batch.len());
-    for hit in batch {
-        if is_plain(&hit.record) {
-            plain.push((&hit.record, hit.now));
-            results.push(None);
-        } else {
-            results.push(Some(
-                Box::pin(insert_in(&mut tx, &hit.record, hit.now, bound)).await?,
-            ));
-        }
-    }
-    insert_plain_hits(&mut tx, &plain).await?;
+    let results = insert_hits(&mut tx, batch, bound).await?;
     tx.commit().await?;
     Ok(results)
 }

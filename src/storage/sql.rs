@@ -33,6 +33,7 @@ use crate::domain::audit::{self, AuditEvent, StoredRow};
 use crate::domain::confirmation::{Confirmation, Decision, Operator, Step, rfc3339};
 use crate::domain::ids::{ConfirmationId, DeliveryId};
 use crate::domain::interaction::{Answer, TimeoutAction};
+use crate::storage::hits::QueuedHit;
 use crate::storage::rows::{
     self, AnswerRow, AuditRow, CopyRow, OutboxRow, PendingRow, Row, StrayRow, WindowRow,
     insert_confirmations, ms, operator_columns, select_where, select_windows_where, user_column,
@@ -899,12 +900,38 @@ pub(super) fn is_plain(r: &Confirmation) -> bool {
     r.idempotency_key.is_none() && r.interaction.is_none() && r.callback_url.is_none()
 }
 
+/// Stores a batch of window hits inside `tx` (which holds the audit lock): those with
+/// something to look up or queue (an idempotency key, an interaction id, a webhook) one
+/// by one as [`insert_in`] stores any question, the plain ones by multi-row statements
+/// ([`insert_plain_hits`]). The results are in the batch's order; `None` for a plain
+/// hit, stored as it came.
+pub(super) async fn insert_hits(
+    tx: &mut Transaction<'_, Db>,
+    batch: &[QueuedHit],
+    bound: u32,
+) -> Result<Vec<Option<Inserted>>, StorageError> {
+    let mut results = Vec::with_capacity(batch.len());
+    let mut plain = Vec::with_capacity(batch.len());
+    for hit in batch {
+        if is_plain(&hit.record) {
+            plain.push((&hit.record, hit.now));
+            results.push(None);
+        } else {
+            results.push(Some(
+                Box::pin(insert_in(tx, &hit.record, hit.now, bound)).await?,
+            ));
+        }
+    }
+    insert_plain_hits(tx, &plain).await?;
+    Ok(results)
+}
+
 /// Stores plain window hits ([`is_plain`], each with the time it was asked) inside `tx`:
 /// what [`insert_in`] does for such a record, by multi-row `INSERT`s, and their audit
 /// events chained by one read of the head. Without `ON CONFLICT`: such a record's only
 /// unique columns are its random id and callback token, so a conflict is a fault that
 /// fails the batch.
-pub(super) async fn insert_plain_hits(
+async fn insert_plain_hits(
     tx: &mut Transaction<'_, Db>,
     hits: &[(&Confirmation, OffsetDateTime)],
 ) -> Result<(), StorageError> {

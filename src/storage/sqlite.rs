@@ -50,8 +50,7 @@ macro_rules! bytewise {
 #[path = "sql.rs"]
 mod sql;
 use sql::{
-    apply_decision, hydrate, hydrate_all, insert_answer, insert_in, insert_plain_hits,
-    push_agent_event,
+    apply_decision, hydrate, hydrate_all, insert_answer, insert_hits, insert_in, push_agent_event,
 };
 
 pub struct SqliteStore {
@@ -547,25 +546,14 @@ fn is_plain(hit: &QueuedHit) -> bool {
     sql::is_plain(&hit.record)
 }
 
-/// A batch with hits that need [`insert_in`]: those one by one, the plain ones by
-/// multi-row `INSERT`s, all in one transaction.
+/// A batch with hits that need [`insert_in`], in one transaction ([`insert_hits`]).
 async fn write_mixed_hits(
     pool: &SqlitePool,
     batch: &[QueuedHit],
     bound: u32,
 ) -> Result<Vec<Option<Inserted>>, StorageError> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-    let mut results = Vec::with_capacity(batch.len());
-    let mut plain = Vec::with_capacity(batch.len());
-    for hit in batch {
-        if is_plain(hit) {
-            plain.push((&hit.record, hit.now));
-            results.push(None);
-        } else {
-            results.push(Some(insert_in(&mut tx, &hit.record, hit.now, bound).await?));
-        }
-    }
-    insert_plain_hits(&mut tx, &plain).await?;
+    let results = insert_hits(&mut tx, batch, bound).await?;
     tx.commit().await?;
     Ok(results)
 }
