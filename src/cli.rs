@@ -52,6 +52,7 @@ pub fn demo_settings(mut s: Settings, operator_id: Option<String>) -> anyhow::Re
         default_route: Some("demo".into()),
         webhook_secret_env: None,
         callback_url_prefixes: Vec::new(),
+        allow_link_local_callbacks: false,
         requests_per_minute: 120,
         max_pending: 100,
         max_streams: crate::config::DEFAULT_MAX_STREAMS,

@@ -326,6 +326,61 @@ pub fn callback_path_refusal(raw: &str, url: &reqwest::Url) -> Option<String> {
     ))
 }
 
+/// Host names that are cloud metadata services (Google Cloud's, AWS's `instance-data`,
+/// Tencent Cloud's, Equinix Metal's), whose answers include the machine's credentials:
+/// each resolves to a link-local or otherwise internal address.
+const METADATA_HOSTS: &[&str] = &[
+    "metadata.google.internal",
+    "metadata.goog",
+    "metadata",
+    "instance-data",
+    "instance-data.ec2.internal",
+    "metadata.tencentyun.com",
+    "metadata.platformequinix.com",
+];
+
+/// Why a callback prefix's host is one a webhook must not reach unless the agent opts in
+/// (`allow_link_local_callbacks`), if it is: a link-local address (169.254.0.0/16,
+/// fe80::/10, also as an IPv4-mapped IPv6 address), a cloud metadata address
+/// (169.254.169.254 is link-local; AWS's fd00:ec2::254, Alibaba Cloud's 100.100.100.200)
+/// or one of [`METADATA_HOSTS`]. A webhook is a POST whose URL an agent chooses under the
+/// prefix: one to a metadata service is the classic server-side request forgery. The
+/// host is the parsed one, so `http://2852039166/` (169.254.169.254 as one number) is
+/// caught too; a name that merely resolves to such an address is not.
+pub fn link_local_refusal(url: &reqwest::Url) -> Option<&'static str> {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+    let v4 = |ip: Ipv4Addr| {
+        if ip == Ipv4Addr::new(169, 254, 169, 254) || ip == Ipv4Addr::new(100, 100, 100, 200) {
+            Some("a cloud metadata address")
+        } else if ip.is_link_local() {
+            Some("a link-local address")
+        } else {
+            None
+        }
+    };
+    // The parser has normalised the host: IPv4 in dotted form, IPv6 in brackets.
+    let host = url.host_str()?;
+    if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        let ip: Ipv6Addr = v6.parse().ok()?;
+        return if let Some(mapped) = ip.to_ipv4_mapped() {
+            v4(mapped)
+        } else if ip == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254) {
+            Some("a cloud metadata address")
+        } else if ip.segments()[0] & 0xffc0 == 0xfe80 {
+            Some("a link-local address")
+        } else {
+            None
+        };
+    }
+    if let Ok(ip) = host.parse::<Ipv4Addr>() {
+        return v4(ip);
+    }
+    let name = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+    METADATA_HOSTS
+        .contains(&name.as_str())
+        .then_some("a cloud metadata host")
+}
+
 /// The path of a URL as written: after the scheme and authority, before `?` or `#`.
 fn raw_path(raw: &str) -> &str {
     let rest = raw.split_once("://").map_or(raw, |(_, rest)| rest);
@@ -484,6 +539,10 @@ pub struct AgentSettings {
     /// `callback_url`s this agent may use must start with one of these.
     #[serde(default)]
     pub callback_url_prefixes: Vec<String>,
+    /// Lets `callback_url_prefixes` name link-local and cloud metadata addresses
+    /// ([`link_local_refusal`]), which are refused without it.
+    #[serde(default)]
+    pub allow_link_local_callbacks: bool,
     /// Most `POST /v1/confirmations` per minute (a burst of this many, then a steady
     /// rate); more get 429 with `Retry-After`.
     #[serde(default = "default_requests_per_minute")]
@@ -1427,6 +1486,18 @@ impl Config {
                         format!("'{p}' {reason}"),
                     ));
                 }
+                if !a.allow_link_local_callbacks
+                    && let Some(what) = link_local_refusal(&url)
+                {
+                    return Err(invalid(
+                        format!("{key}.callback_url_prefixes"),
+                        format!(
+                            "'{p}' reaches {what}, where a webhook could read the machine's \
+                             credentials; if this agent's receiver really lives there, set \
+                             {key}.allow_link_local_callbacks = true"
+                        ),
+                    ));
+                }
                 callback_url_prefixes.push(url);
             }
             let webhook_secret = match &a.webhook_secret_env {
@@ -1866,6 +1937,83 @@ routes = ["ops"]
             "{e}"
         );
         assert!(with_prefix("https://a.example/hooks?x=%2F").is_ok());
+    }
+
+    #[test]
+    fn callback_prefixes_to_link_local_and_metadata_addresses_are_refused_unless_the_agent_opts_in()
+    {
+        let env = |k: &str| {
+            if k == "HOOK" {
+                Some("s".to_owned())
+            } else {
+                env(k)
+            }
+        };
+        let with_prefix = |p: &str, opt_in: bool| {
+            let toml = BASE.replace(
+                r#"routes = ["ops"]"#,
+                &format!(
+                    "routes = [\"ops\"]\nwebhook_secret_env = \"HOOK\"\n\
+                     callback_url_prefixes = [\"https://a.example/hooks\", \"{p}\"]\n\
+                     allow_link_local_callbacks = {opt_in}"
+                ),
+            );
+            Config::from_settings(Settings::from_toml(&toml).unwrap(), &env)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        for (prefix, what) in [
+            ("http://169.254.169.254", "a cloud metadata address"),
+            (
+                "http://169.254.169.254/latest/meta-data/",
+                "a cloud metadata address",
+            ),
+            // The same address written as one number, in hex, or IPv4-mapped.
+            ("http://2852039166/", "a cloud metadata address"),
+            ("http://0xa9fea9fe/", "a cloud metadata address"),
+            (
+                "http://[::ffff:169.254.169.254]/",
+                "a cloud metadata address",
+            ),
+            ("http://[fd00:ec2::254]/", "a cloud metadata address"),
+            ("http://100.100.100.200/", "a cloud metadata address"),
+            (
+                "http://169.254.170.2/v2/credentials",
+                "a link-local address",
+            ),
+            ("https://169.254.1.1:8443/hooks", "a link-local address"),
+            ("http://[fe80::1]/", "a link-local address"),
+            ("http://[febf::1]:8080/", "a link-local address"),
+            ("http://metadata.google.internal/", "a cloud metadata host"),
+            ("http://METADATA.google.internal./", "a cloud metadata host"),
+            ("http://metadata/", "a cloud metadata host"),
+            ("http://instance-data/", "a cloud metadata host"),
+        ] {
+            let e = with_prefix(prefix, false).expect_err(prefix);
+            assert!(
+                e.contains("agents[0].callback_url_prefixes")
+                    && e.contains(&format!("'{prefix}' reaches {what}"))
+                    && e.contains("agents[0].allow_link_local_callbacks = true"),
+                "{prefix}: {e}"
+            );
+            assert_eq!(
+                with_prefix(prefix, true),
+                Ok(()),
+                "{prefix} with the opt-in"
+            );
+        }
+        for prefix in [
+            "http://127.0.0.1:9/hooks",
+            "http://10.0.0.5/hooks",
+            "http://169.253.255.255/",
+            "http://169.255.0.1/",
+            "http://[fec0::1]/",
+            "http://[fd00:ec2::253]/",
+            "https://metadata.example.com/",
+            "https://hooks.internal/",
+        ] {
+            assert_eq!(with_prefix(prefix, false), Ok(()), "{prefix}");
+        }
     }
 
     #[test]

@@ -25,6 +25,11 @@ async fn audit_cli(app: &TestApp, args: &[&str]) -> (i32, String, String) {
 
 /// Runs the binary with a config whose database is `db_url`.
 async fn cli(db_url: &str, args: &[&str]) -> (i32, String, String) {
+    cli_env(db_url, args, &[]).await
+}
+
+/// [`cli`] with these environment variables set.
+async fn cli_env(db_url: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("c.toml");
     let toml = settings_toml("http://127.0.0.1:9", db_url)
@@ -33,6 +38,7 @@ async fn cli(db_url: &str, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_hitl-telegram"))
         .args(["--config", config.to_str().unwrap()])
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .await
         .unwrap();
@@ -712,4 +718,125 @@ async fn the_head_is_logged_at_start_and_then_periodically_as_the_trail_grows() 
         .await
         .expect("the logger stops when told")
         .unwrap();
+}
+
+/// The three commands that read an existing database, each refused at `db_url`: exit 1,
+/// `no hitl-telegram database at` and `why` on stderr.
+async fn all_refuse(db_url: &str, why: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let backup = dir.path().join("backup.db");
+    for args in [
+        &["audit", "verify"][..],
+        &["audit", "export"],
+        &["backup", backup.to_str().unwrap()],
+    ] {
+        let (code, out, err) = cli(db_url, args).await;
+        assert_eq!(code, 1, "{args:?}: {out}{err}");
+        assert!(
+            err.contains("no hitl-telegram database at") && err.contains(why),
+            "{args:?}: {err}"
+        );
+        assert!(out.is_empty(), "{args:?}: {out}");
+    }
+    assert!(!backup.exists(), "no backup of nothing");
+}
+
+#[tokio::test]
+async fn audit_verify_export_and_backup_refuse_a_missing_sqlite_path_and_create_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("typo").join("hitl.db");
+    all_refuse(
+        &format!("sqlite://{}", missing.display()),
+        "the file does not exist",
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "neither the file nor its folder was created"
+    );
+    // A file that is there but is no hitl-telegram database is left as it was.
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, b"").unwrap();
+    all_refuse(
+        &format!("sqlite://{}", empty.display()),
+        "holds no hitl-telegram tables",
+    )
+    .await;
+    assert_eq!(std::fs::read(&empty).unwrap(), b"");
+    let text = dir.path().join("notes.txt");
+    std::fs::write(
+        &text,
+        "not a database, but long enough to look like one".repeat(10),
+    )
+    .unwrap();
+    all_refuse(
+        &format!("sqlite://{}", text.display()),
+        "not a SQLite database",
+    )
+    .await;
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2, "no -wal or -shm beside them: {names:?}");
+}
+
+/// The tables of the PostgreSQL database at `url` (its current schema).
+async fn pg_tables(url: &str) -> Vec<String> {
+    let pool = sqlx::PgPool::connect(url).await.unwrap();
+    let tables = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables \
+         WHERE table_schema = current_schema() ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    tables
+}
+
+#[tokio::test]
+async fn audit_verify_export_and_backup_refuse_an_empty_postgresql_database_and_leave_it_empty() {
+    let Some(pg) = support::postgres::PgDatabase::create().await else {
+        return;
+    };
+    all_refuse(&pg.url, "holds no hitl-telegram tables").await;
+    assert_eq!(pg_tables(&pg.url).await, Vec::<String>::new());
+    // A database name that does not exist is not created either.
+    let mut url = reqwest::Url::parse(&pg.url).unwrap();
+    let missing = format!("{}_typo", url.path().trim_start_matches('/'));
+    url.set_path(&format!("/{missing}"));
+    all_refuse(url.as_str(), "the database does not exist").await;
+    let pool = sqlx::PgPool::connect(&pg.url).await.unwrap();
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&missing)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    pool.close().await;
+    assert!(!exists);
+}
+
+#[tokio::test]
+async fn postgresql_commands_log_no_notice_about_the_migrations_table() {
+    let Some(pg) = support::postgres::PgDatabase::create().await else {
+        return;
+    };
+    let (code, out, err) = cli(&pg.url, &["migrate"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    // Each later command finds the migrations table there already, which PostgreSQL
+    // would say in a NOTICE.
+    for _ in 0..2 {
+        // At INFO, the level sqlx logs a NOTICE at.
+        let (code, out, err) =
+            cli_env(&pg.url, &["audit", "verify"], &[("RUST_LOG", "info")]).await;
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains("audit chain OK: 0 events"), "{out}");
+        assert!(
+            !err.contains("_sqlx_migrations") && !err.contains("already exists"),
+            "{err}"
+        );
+    }
 }

@@ -218,6 +218,41 @@ async fn check_config_refuses_approver_0_and_the_bot_itself_as_an_approver() {
 }
 
 #[tokio::test]
+async fn check_config_refuses_a_callback_prefix_to_a_metadata_address_unless_the_agent_opts_in() {
+    // Any variable that is set serves as the webhook secret here: the bot token's.
+    let prefix = |opt_in: &'static str| {
+        move |t: String| {
+            t.replace(
+                "callback_url_prefixes = []",
+                &format!(
+                    "callback_url_prefixes = [\"http://169.254.169.254/latest\"]\n\
+                     webhook_secret_env = \"TELEGRAM_BOT_TOKEN\"\n{opt_in}"
+                ),
+            )
+        }
+    };
+    let err = refusal(&check_edited(prefix(""), "1:x", WORKDAY_TOKEN).await);
+    assert!(
+        err.contains(
+            "agents[0].callback_url_prefixes: 'http://169.254.169.254/latest' reaches a cloud \
+             metadata address"
+        ) && err.contains("set agents[0].allow_link_local_callbacks = true"),
+        "{err}"
+    );
+    let out = check_edited(
+        prefix("allow_link_local_callbacks = true"),
+        "1:x",
+        WORKDAY_TOKEN,
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
 async fn serve_refuses_what_check_config_refuses() {
     let out = config_cmd(&["serve"])
         .env("TELEGRAM_BOT_TOKEN", "1:x")

@@ -1591,3 +1591,81 @@ async fn a_notification_without_route_or_recipient_goes_to_the_agents_default_ro
             .starts_with("recipient")
     );
 }
+
+#[tokio::test]
+async fn a_notification_the_bots_own_pace_has_no_slot_for_says_so_and_when_and_telegram_is_never_called()
+ {
+    let app = TestApp::spawn().await;
+    // Twelve at once to one chat: the bot sends one a second there, and a notification
+    // waits at most 8 s for its slot, so the last ones have none.
+    let sends = (0..12).map(|i| {
+        app.client
+            .post(app.url("/v1/notifications"))
+            .bearer_auth(TOKEN_A)
+            .json(&json!({"message": format!("paced {i}")}))
+            .send()
+    });
+    let mut sent = 0;
+    let mut refused = Vec::new();
+    for r in futures_util::future::join_all(sends).await {
+        let r = r.expect("request");
+        let retry_after = r.headers().get("retry-after").cloned();
+        let (status, body) = json_of(r).await;
+        match status {
+            StatusCode::OK => sent += 1,
+            StatusCode::TOO_MANY_REQUESTS => refused.push((retry_after, body)),
+            other => panic!("{other}: {body}"),
+        }
+    }
+    assert!(!refused.is_empty(), "all {sent} went");
+    for (retry_after, body) in &refused {
+        assert_eq!(body["error"]["code"], "rate_limited", "{body}");
+        let message = body["error"]["message"].as_str().expect("a message");
+        assert!(
+            message.starts_with("not sent: the bot's pace for this chat")
+                && message.contains("Telegram was not called"),
+            "{message}"
+        );
+        assert!(!message.contains("Telegram did not take"), "{message}");
+        // "the next slot is free at 2026-12-05 12:59:11 UTC, in 9 s at the earliest"
+        let (_, at) = message
+            .split_once("the next slot is free at ")
+            .expect("when the next slot is free");
+        let (when, rest) = at.split_once(" UTC, in ").expect("a time in UTC");
+        let f = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
+        let when = time::PrimitiveDateTime::parse(when, &f)
+            .unwrap_or_else(|e| panic!("{when}: {e}"))
+            .assume_utc();
+        let now = time::OffsetDateTime::now_utc();
+        assert!(
+            when > now - time::Duration::seconds(2) && when < now + time::Duration::seconds(20),
+            "{message}"
+        );
+        let secs: u64 = rest.split(' ').next().unwrap().parse().expect("seconds");
+        let retry_after: u64 = retry_after
+            .as_ref()
+            .expect("Retry-After")
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        // Both count from the same slot, read a moment apart.
+        assert!(retry_after.abs_diff(secs) <= 1, "{retry_after}: {message}");
+        // Refused at once (its slot was past its 8 s), or when it woke near the end of
+        // its wait and found its slot moved just past it.
+        assert!((1..=12).contains(&secs), "{message}");
+    }
+    // Telegram saw exactly the notifications that went, not one attempt of the others.
+    let asked = app
+        .telegram
+        .requests("sendMessage")
+        .iter()
+        .filter(|r| {
+            r.body["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("paced "))
+        })
+        .count();
+    assert_eq!(asked, sent);
+    assert_eq!(sent + refused.len(), 12);
+}

@@ -1,7 +1,8 @@
 //! `hitl-telegram migrate-to-postgres`: a SQLite database copied into an empty
 //! PostgreSQL one; the service started on the copy carries on where it stopped (the same
 //! questions, windows and audit trail, a pending question still decided by a tap on its
-//! message), and a second copy into the same database is refused.
+//! message), a second copy into the same database is refused, and a source whose audit
+//! trail fails verification is refused before anything reaches PostgreSQL.
 //!
 //! Skips itself without a PostgreSQL server, unless `HITL_REQUIRE_POSTGRES=1` (`.ci/run`).
 
@@ -114,6 +115,50 @@ async fn a_sqlite_database_copied_to_postgresql_carries_on_where_it_stopped() {
     let (code, out, err) = cli(&sqlite, &pg.url, &["migrate-to-postgres"]).await;
     assert_ne!(code, 0, "{out}");
     assert!(err.contains("already holds"), "{err}");
+}
+
+#[tokio::test]
+async fn a_source_whose_audit_trail_fails_verification_is_refused_and_postgresql_stays_empty() {
+    let Some(pg) = PgDatabase::create().await else {
+        return;
+    };
+    let mut app = TestApp::spawn().await;
+    let (asked, message) = app
+        .ask_suspended(json!({"tool": "deploy", "params": {"service": "billing"}}))
+        .await;
+    let id = asked["id"].as_str().expect("id").to_owned();
+    app.telegram.tap(OPS_CHAT, message, "✅ Approve", alice());
+    app.wait_status(&id, "confirmed").await;
+    app.stop().await;
+    let sqlite = app.db_url.clone();
+    // Someone rewrites who decided, past the triggers that refuse it.
+    let pool = sqlx::SqlitePool::connect(&sqlite).await.expect("sqlite");
+    for sql in [
+        "DROP TRIGGER audit_events_no_update",
+        "UPDATE audit_events SET actor = 'telegram:1' WHERE kind = 'decided'",
+    ] {
+        sqlx::query(sql).execute(&pool).await.expect(sql);
+    }
+    pool.close().await;
+
+    let (code, out, err) = cli(&sqlite, &pg.url, &["migrate-to-postgres"]).await;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("fails verification, so nothing was copied") && err.contains("broken at"),
+        "{err}"
+    );
+    assert!(!out.contains("row(s)"), "{out}");
+    // PostgreSQL was never touched: not a row, not even the tables.
+    let target = sqlx::PgPool::connect(&pg.url).await.expect("postgres");
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables \
+         WHERE table_schema = current_schema()",
+    )
+    .fetch_all(&target)
+    .await
+    .expect("tables");
+    target.close().await;
+    assert_eq!(tables, Vec::<String>::new());
 }
 
 /// Asks the approval `id` in the `ops` route and approves it as Alice; `n` messages are

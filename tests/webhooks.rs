@@ -144,23 +144,32 @@ fn readme_recipe() -> String {
     code[..code.find("```").expect("the recipe's end")].to_owned()
 }
 
+/// The headers of `r` the recipe reads, under the names the README writes them.
+fn recipe_headers(r: &Received) -> Value {
+    let header = |name: &str| r.headers[name].to_str().unwrap().to_owned();
+    json!({
+        "X-Hitl-Timestamp": header("x-hitl-timestamp"),
+        "X-Hitl-Delivery": header("x-hitl-delivery"),
+        "X-Hitl-Signature": header("x-hitl-signature"),
+    })
+}
+
 /// Runs the README's `valid(secret, headers, raw_body)` with python3 on each delivery;
 /// `None` when python3 is not installed.
 fn readme_recipe_says(secret: &str, deliveries: &[&Received]) -> Option<Vec<bool>> {
-    let cases: Vec<Value> = deliveries
+    let cases = deliveries
         .iter()
-        .map(|r| {
-            let header = |name: &str| r.headers[name].to_str().unwrap().to_owned();
-            json!({
-                // Header names as the README writes them.
-                "headers": {
-                    "X-Hitl-Timestamp": header("x-hitl-timestamp"),
-                    "X-Hitl-Delivery": header("x-hitl-delivery"),
-                    "X-Hitl-Signature": header("x-hitl-signature"),
-                },
-                "body": hex::encode(&r.body),
-            })
-        })
+        .map(|r| (recipe_headers(r), r.body.to_vec()))
+        .collect();
+    readme_recipe_on(secret, cases)
+}
+
+/// Runs the README's `valid` with python3 on each (headers as a dict, raw body) case;
+/// `None` when python3 is not installed. Fails if the recipe raises for any of them.
+fn readme_recipe_on(secret: &str, cases: Vec<(Value, Vec<u8>)>) -> Option<Vec<bool>> {
+    let cases: Vec<Value> = cases
+        .into_iter()
+        .map(|(headers, body)| json!({"headers": headers, "body": hex::encode(body)}))
         .collect();
     let script = format!(
         "{}\nimport json, sys\nsecret = sys.argv[1].encode()\n\
@@ -595,6 +604,59 @@ async fn a_replayed_delivery_with_a_changed_delivery_id_fails_verification_with_
             readme_recipe_says("another-secret", &[&genuine]),
             Some(vec![false])
         );
+    }
+}
+
+#[tokio::test]
+async fn the_documented_recipe_answers_false_to_missing_and_hostile_headers_and_never_raises() {
+    let receiver = Receiver::start(0).await;
+    let app = TestApp::spawn_with_callback_prefix(&receiver.url).await;
+    app.create(json!({"tool": "t", "params": {}, "timeout_seconds": 0.05,
+        "callback_url": format!("{}/r", receiver.url)}))
+        .await;
+    let genuine = receiver.wait_accepted(1).await.remove(0);
+    let headers = recipe_headers(&genuine);
+    let with = |name: &str, value: Value| {
+        let mut h = headers.clone();
+        h[name] = value;
+        h
+    };
+    let without = |name: &str| {
+        let mut h = headers.clone();
+        h.as_object_mut().unwrap().remove(name);
+        h
+    };
+    let signature = headers["X-Hitl-Signature"].as_str().unwrap().to_owned();
+    let hostile = vec![
+        without("X-Hitl-Signature"),
+        without("X-Hitl-Timestamp"),
+        without("X-Hitl-Delivery"),
+        json!({}),
+        with("X-Hitl-Signature", json!(null)),
+        with("X-Hitl-Signature", json!(42)),
+        with("X-Hitl-Signature", json!("")),
+        // Non-ASCII where hex is expected (hmac.compare_digest raises on such a str).
+        with(
+            "X-Hitl-Signature",
+            json!(format!("sha256={}", "é".repeat(64))),
+        ),
+        with("X-Hitl-Signature", json!(format!("{signature}\n"))),
+        with("X-Hitl-Signature", json!(signature.to_uppercase())),
+        // Digits of another script, which int() would read.
+        with("X-Hitl-Timestamp", json!("١٧٠٠٠٠٠٠٠٠")),
+        // More digits than int() reads from a str (4300).
+        with("X-Hitl-Timestamp", json!("9".repeat(5000))),
+        with("X-Hitl-Timestamp", json!("-1")),
+        with("X-Hitl-Delivery", json!("wh_é")),
+    ];
+    let mut cases = vec![(headers.clone(), genuine.body.to_vec())];
+    cases.extend(hostile.iter().map(|h| (h.clone(), genuine.body.to_vec())));
+    let Some(says) = readme_recipe_on(HOOK_SECRET_A, cases) else {
+        return;
+    };
+    assert!(says[0], "the genuine delivery passes");
+    for (h, ok) in hostile.iter().zip(&says[1..]) {
+        assert!(!ok, "accepted: {h}");
     }
 }
 

@@ -274,6 +274,13 @@ impl From<ServiceError> for ApiError {
             },
             ServiceError::NobodyMayAnswer(why) => ApiError::field("interaction.target_humans", why),
             ServiceError::Undeliverable(_) => ApiError::Undeliverable(e.to_string()),
+            ServiceError::Paced {
+                message,
+                retry_after_secs,
+            } => ApiError::TooManyRequests {
+                message,
+                retry_after_secs,
+            },
             ServiceError::Storage(s) => s.into(),
         }
     }

@@ -381,7 +381,7 @@ pub async fn withdraw(
         (status = 403, description = "`forbidden`: the route is not allowed for this agent.", body = crate::api::error::ErrorBody),
         (status = 413, description = "`payload_too_large`: the body is over 64 KiB.", body = crate::api::error::ErrorBody),
         (status = 422, description = "`invalid_field`: the message starts with the field's name; also an unknown `recipient`.", body = crate::api::error::ErrorBody),
-        (status = 429, description = "`rate_limited`: over the agent's `requests_per_minute`.", body = crate::api::error::ErrorBody,
+        (status = 429, description = "`rate_limited`: over the agent's `requests_per_minute`; or not sent because the bot's own pace for the chat (Telegram's limits: one message a second, 20 a minute to a group) has no slot within the 8 s a notification waits. Telegram was not called; the message says when the next slot is free, and `Retry-After` how far off it is.", body = crate::api::error::ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying."))),
         (status = 502, description = "`undeliverable`: Telegram refused the message or could not be reached; the message says why.", body = crate::api::error::ErrorBody),
     ),

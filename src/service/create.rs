@@ -305,7 +305,18 @@ impl Service {
             .messenger
             .send_notification(chat_id, &agent.name, message)
             .await
-            .map_err(|e| ServiceError::Undeliverable(e.reason))?;
+            .map_err(|e| match e.paced_until {
+                // Our own pacing held it back: not Telegram's refusal, and worth sending
+                // again once the slot is free.
+                Some(at) => {
+                    let wait = (at - now()).as_seconds_f64().ceil();
+                    ServiceError::Paced {
+                        message: e.reason,
+                        retry_after_secs: (wait as u64).max(1),
+                    }
+                }
+                None => ServiceError::Undeliverable(e.reason),
+            })?;
         tracing::info!(agent = %agent.name, chat_id, "notification sent");
         Ok((chat_id, message_id))
     }

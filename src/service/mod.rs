@@ -65,6 +65,11 @@ pub struct DeliveryError {
     /// (the chat's queue under Telegram's limits, a `retry_after` or a backoff past it):
     /// a question so ends `timeout`, not fail-closed.
     pub missed_deadline: bool,
+    /// Nothing was sent, and Telegram was not called: the bot's own pacing under
+    /// Telegram's limits had no slot for the chat before the message's deadline, and this
+    /// is when the first one is free (as things stood: it can only get later). A
+    /// notification so refused is the agent's to send again then, not Telegram's refusal.
+    pub paced_until: Option<OffsetDateTime>,
 }
 
 impl DeliveryError {
@@ -73,6 +78,7 @@ impl DeliveryError {
             reason: reason.into(),
             migrated_to: None,
             missed_deadline: false,
+            paced_until: None,
         }
     }
 }
@@ -349,6 +355,14 @@ pub enum ServiceError {
     NobodyMayAnswer(String),
     #[error("Telegram did not take the message: {0}")]
     Undeliverable(String),
+    /// A notification the bot's own pacing had no slot for within its wait: not sent,
+    /// Telegram never called. `message` says so and when the next slot is free; the agent
+    /// may send it again after `retry_after_secs`.
+    #[error("{message}")]
+    Paced {
+        message: String,
+        retry_after_secs: u64,
+    },
     #[error(transparent)]
     Storage(#[from] StorageError),
 }

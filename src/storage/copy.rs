@@ -10,14 +10,21 @@
 //! `seq`, the event stream's `seq` an agent resumes from, answers' `seq`) are copied as
 //! they are, and the identity sequences then continue after them. The audit chain is
 //! copied row for row, so its hashes, and the head an operator wrote down, still hold.
+//!
+//! A copy must not carry a trail that fails verification, nor leave half of one behind:
+//! the source's trail is verified before PostgreSQL is even connected to (a tampered
+//! source leaves the target untouched, without even the schema), and the copied trail is
+//! verified inside the copy's transaction, before its commit (a copy that does not match
+//! its source leaves the target's tables empty, as migrated).
 
 use std::str::FromStr;
 
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use sqlx::{AssertSqlSafe, Postgres, QueryBuilder, Row};
 
-use super::{ConnectMode, StorageError, connect};
+use super::{ConnectMode, StorageError, connect, redact_url};
+use crate::domain::audit::{self, Head, Report};
 
 /// Every table, parents before the rows that reference them.
 const TABLES: &[&str] = &[
@@ -40,32 +47,84 @@ const NOT_COPIED: &[&str] = &["_sqlx_migrations", "leases"];
 /// Rows written per `INSERT` (PostgreSQL takes at most 65,535 parameters a statement).
 const BATCH: usize = 500;
 
-/// What was copied: rows per table, in [`TABLES`] order.
-pub type Copied = Vec<(&'static str, u64)>;
+/// What was copied, and the trail it carried.
+#[derive(Debug)]
+pub struct Copied {
+    /// Rows per table, in [`TABLES`] order.
+    pub tables: Vec<(&'static str, u64)>,
+    /// Audit events in the trail, on both sides.
+    pub events: u64,
+    /// The trail's head, on both sides (`None` for an empty trail).
+    pub head: Option<Head>,
+}
 
 /// Copies the SQLite database at `from` (migrated to the current schema first) into the
 /// PostgreSQL database at `to` (migrated; it must hold no question and no audit event),
-/// and checks that every table has as many rows on both sides. The SQLite file is only
-/// read; stop the service first, or what it writes meanwhile is not copied.
+/// and checks that every table has as many rows on both sides and that the copied audit
+/// trail verifies to the same events and head as the source's, before it commits. A
+/// source whose trail fails verification is refused before `to` is connected to. The
+/// SQLite file is only read (besides its migrations); stop the service first, or what it
+/// writes meanwhile is not copied.
 pub async fn sqlite_to_postgres(from: &str, to: &str) -> Result<Copied, StorageError> {
-    for (url, mode) in [(from, ConnectMode::Existing), (to, ConnectMode::Create)] {
-        let store = connect(url, mode).await?;
-        let migrated = store.migrate().await;
-        store.close().await;
-        migrated?;
+    let store = connect(from, ConnectMode::Existing).await?;
+    let checked = async {
+        store.migrate().await?;
+        let (rows, statuses) = store.audit_snapshot().await?;
+        Ok::<_, StorageError>(audit::check(&rows, &statuses, None))
     }
-    let source = SqlitePoolOptions::new()
+    .await;
+    store.close().await;
+    let source = checked?;
+    refuse_broken(from, &source, "nothing was copied")?;
+    let store = connect(to, ConnectMode::Create).await?;
+    let migrated = store.migrate().await;
+    store.close().await;
+    migrated?;
+    let source_pool = SqlitePoolOptions::new()
         .max_connections(1)
         .connect_with(SqliteConnectOptions::from_str(from)?.read_only(true))
         .await?;
-    let target = PgPoolOptions::new().max_connections(1).connect(to).await?;
-    let copied = copy_all(&source, &target).await;
-    source.close().await;
+    // As the store's sessions (see `PgStore::connect`): no NOTICE noise in the log.
+    let quiet = PgConnectOptions::from_str(to)?.options([("client_min_messages", "warning")]);
+    let target = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(quiet)
+        .await?;
+    let copied = copy_all(&source_pool, &target, to, &source).await;
+    source_pool.close().await;
     target.close().await;
-    copied
+    Ok(Copied {
+        tables: copied?,
+        events: source.events,
+        head: source.head,
+    })
 }
 
-async fn copy_all(source: &SqlitePool, target: &PgPool) -> Result<Copied, StorageError> {
+/// Refuses a trail `audit verify` would refuse, naming every problem; `outcome` says what
+/// became of the copy.
+fn refuse_broken(url: &str, report: &Report, outcome: &str) -> Result<(), StorageError> {
+    if report.problems.is_empty() {
+        return Ok(());
+    }
+    let mut text = format!(
+        "the audit trail at {} fails verification, so {outcome} ({} problem(s)):",
+        redact_url(url),
+        report.problems.len()
+    );
+    for p in &report.problems {
+        text.push_str(&format!("\n  {p}"));
+    }
+    Err(StorageError::Copy(text))
+}
+
+/// The copy itself, in one transaction on `target` that commits only once the copied
+/// trail verifies to what `source_trail` found in the source.
+async fn copy_all(
+    source: &SqlitePool,
+    target: &PgPool,
+    target_url: &str,
+    source_trail: &Report,
+) -> Result<Vec<(&'static str, u64)>, StorageError> {
     let mut tx = target.begin().await?;
     // A table this copy does not know would be left behind without a word.
     let tables: Vec<String> = sqlx::query_scalar(
@@ -108,8 +167,29 @@ async fn copy_all(source: &SqlitePool, target: &PgPool) -> Result<Copied, Storag
         }
         copied.push((table, n));
     }
+    // What this transaction wrote, read back before it commits: on any doubt it rolls
+    // back, and the target keeps no row of it.
+    let (rows, statuses) = super::postgres::audit_snapshot_in(&mut tx).await?;
+    let copy = audit::check(&rows, &statuses, None);
+    refuse_broken(target_url, &copy, "the copy was rolled back")?;
+    if (copy.events, &copy.head, copy.ended)
+        != (source_trail.events, &source_trail.head, source_trail.ended)
+    {
+        return Err(StorageError::Copy(format!(
+            "the copied audit trail differs from the original ({} events, head {}; the \
+             original has {} events, head {}), so the copy was rolled back",
+            copy.events,
+            show_head(copy.head.as_ref()),
+            source_trail.events,
+            show_head(source_trail.head.as_ref()),
+        )));
+    }
     tx.commit().await?;
     Ok(copied)
+}
+
+fn show_head(head: Option<&Head>) -> String {
+    head.map_or_else(|| "none".to_owned(), Head::to_string)
 }
 
 /// A column of a table as PostgreSQL has it.

@@ -82,6 +82,10 @@ pub enum StorageError {
     /// The operation has no meaning on this backend; the text says what to do instead.
     #[error("{0}")]
     Unsupported(&'static str),
+    /// [`ConnectMode::Existing`] found no database at the URL (shown redacted), or one
+    /// without hitl-telegram's tables; the text says which. Nothing was created.
+    #[error("no hitl-telegram database at {url}: {why} (check database.url; nothing was created)")]
+    NoDatabase { url: String, why: String },
 }
 
 impl StorageError {
@@ -148,8 +152,12 @@ pub enum ConnectMode {
     /// The service and `migrate`: SQLite creates the file (and its folder) when missing.
     /// PostgreSQL never creates the database itself: its tables come with [`Store::migrate`].
     Create,
-    /// Tools such as `backup`, which must never create an empty database because of a
-    /// wrong `database.url`: SQLite opens an existing file only; PostgreSQL just connects.
+    /// Tools that read what is there (`backup`, `audit`, the source of
+    /// `migrate-to-postgres`), which must never create an empty database because of a
+    /// wrong `database.url` and then report on it: the database must exist and hold
+    /// hitl-telegram's tables (at any schema version), else [`StorageError::NoDatabase`].
+    /// Nothing is written to find out: a SQLite file is first read through a read-only
+    /// connection, so a mistyped path to some other SQLite file is not switched to WAL.
     Existing,
 }
 
@@ -161,9 +169,25 @@ pub async fn connect(url: &str, mode: ConnectMode) -> Result<Arc<dyn Store>, Sto
         (Backend::Sqlite, ConnectMode::Existing) => {
             Arc::new(SqliteStore::connect_existing(url).await?)
         }
-        (Backend::Postgres, _) => Arc::new(PgStore::connect(url).await?),
+        (Backend::Postgres, ConnectMode::Create) => Arc::new(PgStore::connect(url).await?),
+        (Backend::Postgres, ConnectMode::Existing) => {
+            Arc::new(PgStore::connect_existing(url).await?)
+        }
     };
     Ok(store)
+}
+
+/// The table whose presence makes a database hitl-telegram's ([`ConnectMode::Existing`]):
+/// the audit trail, which every tool that reads an existing database reads, and which
+/// the first migration creates in both backends.
+const SCHEMA_TABLE: &str = "audit_events";
+
+/// [`StorageError::NoDatabase`] for `url`.
+fn no_database(url: &str, why: impl Into<String>) -> StorageError {
+    StorageError::NoDatabase {
+        url: redact_url(url),
+        why: why.into(),
+    }
 }
 
 /// The query parameters of a database URL whose values are secrets (libpq's names; sqlx

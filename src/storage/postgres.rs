@@ -161,6 +161,10 @@ impl PgStore {
                 // A holder that hangs (a paused process, a half-open connection) is ended
                 // by the server, which releases the audit lock for everyone else.
                 ("idle_in_transaction_session_timeout", "30s"),
+                // NOTICEs are noise nobody can act on: the migrator's `CREATE TABLE IF
+                // NOT EXISTS _sqlx_migrations` says "already exists" on every start and
+                // every CLI command, and sqlx logs each at INFO. Warnings still come.
+                ("client_min_messages", "warning"),
             ]);
         let pool = PgPoolOptions::new()
             // One more for the change feed's listener, which keeps its connection.
@@ -176,6 +180,43 @@ impl PgStore {
                 crate::config::WebhookSettings::default().max_backlog_per_agent,
             ),
         })
+    }
+
+    /// Connects to an existing hitl-telegram database only (for tools such as `audit`,
+    /// which must not report on an empty database as if it were an empty trail): a
+    /// database that does not exist, or holds no hitl-telegram tables, is
+    /// [`StorageError::NoDatabase`]. Nothing is created either way.
+    pub async fn connect_existing(url: &str) -> Result<PgStore, StorageError> {
+        let store = match PgStore::connect(url).await {
+            Ok(store) => store,
+            // SQLSTATE 3D000, invalid_catalog_name: no database of that name.
+            Err(StorageError::Database(sqlx::Error::Database(e)))
+                if e.code().as_deref() == Some("3D000") =>
+            {
+                return Err(super::no_database(url, "the database does not exist"));
+            }
+            Err(e) => return Err(e),
+        };
+        // `to_regclass` looks the name up on the search path, as every query here does.
+        let held: Result<bool, sqlx::Error> =
+            sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+                .bind(super::SCHEMA_TABLE)
+                .fetch_one(&store.pool)
+                .await;
+        match held {
+            Ok(true) => Ok(store),
+            Ok(false) => {
+                store.pool.close().await;
+                Err(super::no_database(
+                    url,
+                    "the database holds no hitl-telegram tables",
+                ))
+            }
+            Err(e) => {
+                store.pool.close().await;
+                Err(e.into())
+            }
+        }
     }
 
     fn webhook_backlog_bound(&self) -> u32 {
@@ -485,6 +526,31 @@ async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
     listener.listen(CHANGES_CHANNEL).await?;
     Ok(listener)
+}
+
+/// The audit trail in sequence order and every request's status, as `tx` sees them:
+/// [`Store::audit_snapshot`], and `migrate-to-postgres`'s check of what it copied before
+/// it commits.
+pub(super) async fn audit_snapshot_in(
+    tx: &mut Transaction<'_, Postgres>,
+) -> Result<(Vec<StoredRow>, Vec<audit::StoredStatus>), StorageError> {
+    let rows: Vec<AuditRow> = sqlx::query_as("SELECT * FROM audit_events ORDER BY seq")
+        .fetch_all(&mut **tx)
+        .await?;
+    let statuses: Vec<(String, String)> = sqlx::query_as(
+        r#"SELECT id, status FROM confirmations ORDER BY created_at, id COLLATE "C""#,
+    )
+    .fetch_all(&mut **tx)
+    .await?;
+    let rows = rows
+        .into_iter()
+        .map(AuditRow::into_stored)
+        .collect::<Result<_, _>>()?;
+    let statuses = statuses
+        .into_iter()
+        .map(|(id, status)| audit::StoredStatus { id, status })
+        .collect();
+    Ok((rows, statuses))
 }
 
 #[async_trait]
@@ -799,24 +865,9 @@ impl Store for PgStore {
             .pool
             .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             .await?;
-        let rows: Vec<AuditRow> = sqlx::query_as("SELECT * FROM audit_events ORDER BY seq")
-            .fetch_all(&mut *tx)
-            .await?;
-        let statuses: Vec<(String, String)> = sqlx::query_as(
-            r#"SELECT id, status FROM confirmations ORDER BY created_at, id COLLATE "C""#,
-        )
-        .fetch_all(&mut *tx)
-        .await?;
+        let snapshot = audit_snapshot_in(&mut tx).await?;
         tx.rollback().await?;
-        let rows = rows
-            .into_iter()
-            .map(AuditRow::into_stored)
-            .collect::<Result<_, _>>()?;
-        let statuses = statuses
-            .into_iter()
-            .map(|(id, status)| audit::StoredStatus { id, status })
-            .collect();
-        Ok((rows, statuses))
+        Ok(snapshot)
     }
 
     async fn audit_head(&self) -> Result<audit::Head, StorageError> {

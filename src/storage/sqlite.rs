@@ -140,10 +140,52 @@ impl SqliteStore {
         Self::open(url, true).await
     }
 
-    /// Opens an existing database only (for tools such as `backup`, which must never
-    /// create an empty one because of a wrong `database.url`).
+    /// Opens an existing hitl-telegram database only (for tools such as `backup` and
+    /// `audit`, which must never create an empty one because of a wrong `database.url`,
+    /// nor report on one): a missing file, a file that is not a SQLite database, or one
+    /// without hitl-telegram's tables is [`StorageError::NoDatabase`]. The check reads
+    /// through a read-only connection of its own, so such a file is left as it was (the
+    /// store's own connections would switch it to WAL).
     pub async fn connect_existing(url: &str) -> Result<SqliteStore, StorageError> {
-        Self::open(url, false).await
+        let options = SqliteConnectOptions::from_str(url)?;
+        let file = options.get_filename();
+        if file != Path::new(":memory:") && !file.is_file() {
+            let why = if file.exists() {
+                "it is not a file"
+            } else {
+                "the file does not exist"
+            };
+            return Err(super::no_database(url, why));
+        }
+        let probe = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.read_only(true).create_if_missing(false))
+            .await;
+        let held = match probe {
+            Ok(pool) => {
+                let held: Result<bool, sqlx::Error> = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)",
+                )
+                .bind(super::SCHEMA_TABLE)
+                .fetch_one(&pool)
+                .await;
+                pool.close().await;
+                held
+            }
+            Err(e) => Err(e),
+        };
+        match held {
+            Ok(true) => Self::open(url, false).await,
+            Ok(false) => Err(super::no_database(
+                url,
+                "the file holds no hitl-telegram tables",
+            )),
+            // SQLITE_NOTADB: some other file, or a damaged one.
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("26") => Err(
+                super::no_database(url, format!("the file is not a SQLite database ({e})")),
+            ),
+            Err(e) => Err(e.into()),
+        }
     }
 
     async fn open(url: &str, create: bool) -> Result<SqliteStore, StorageError> {

@@ -309,7 +309,10 @@ impl From<GaveUp> for DeliveryError {
     fn from(g: GaveUp) -> Self {
         let mut error = match g.last {
             // Every failed attempt leaves its error, so nothing was sent at all.
-            None => DeliveryError::new(no_slot_reason(g.no_slot)),
+            None => DeliveryError {
+                paced_until: g.no_slot.map(|n| wall_clock(n.earliest)),
+                ..DeliveryError::new(no_slot_reason(g.no_slot))
+            },
             Some(RequestError::MigrateToChatId(to)) => DeliveryError {
                 migrated_to: Some(to.0),
                 ..DeliveryError::new(describe(&RequestError::MigrateToChatId(to)))
@@ -340,6 +343,35 @@ fn no_slot_reason(no_slot: Option<NoSlot>) -> String {
         }
         None => base.to_owned(),
     }
+}
+
+/// `at` on the wall clock.
+fn wall_clock(at: Instant) -> OffsetDateTime {
+    let now = Instant::now();
+    let wall = OffsetDateTime::now_utc();
+    if at >= now {
+        wall + (at - now)
+    } else {
+        wall - (now - at)
+    }
+}
+
+/// What a notification held back by our own pacing says ([`DeliveryError::paced_until`]):
+/// that it was not sent and Telegram was never asked, why, and when to send it again.
+fn paced_notification(next_free: OffsetDateTime) -> String {
+    let f = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
+    let at = next_free.format(&f).unwrap_or_default();
+    let away = (next_free - OffsetDateTime::now_utc())
+        .as_seconds_f64()
+        .ceil()
+        .max(1.0);
+    format!(
+        "not sent: the bot's pace for this chat (the limits Telegram sets: one message a \
+         second to a chat, 20 a minute to a group) has no free slot within the {} s a \
+         notification may wait; the next slot is free at {at}, in {away} s at the \
+         earliest. Telegram was not called: send it again then",
+        NOTIFY_PATIENCE.as_secs()
+    )
 }
 
 /// Exponential backoff with "equal jitter": each wait is between half and all of the
@@ -640,6 +672,12 @@ impl Messenger for TelegramMessenger {
         let text = render::notification_text(agent, text);
         self.send_html(chat_id, Share::agent(agent), text, None, Extra::default())
             .await
+            .map_err(|mut e| {
+                if let Some(at) = e.paced_until {
+                    e.reason = paced_notification(at);
+                }
+                e
+            })
     }
 
     async fn send_attachment(
