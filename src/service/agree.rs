@@ -41,11 +41,17 @@ pub(super) struct Agree {
     views: Mutex<HashMap<Fingerprint, Option<Arc<Authority>>>>,
     /// What was reported last: the log speaks when the set of configurations changes.
     reported: Mutex<Reported>,
+    /// Numbers the reads of the live configurations, so that a read overtaken by a
+    /// later one (a tap's and a renewal's at once) reports nothing: the log never says
+    /// "differ" again after "agree again" because of a read made before.
+    reads: std::sync::atomic::AtomicU64,
 }
 
 struct Reported {
     report: ConfigReport,
     others: BTreeSet<Fingerprint>,
+    /// The read this report comes from.
+    read: u64,
 }
 
 /// The configurations the live replicas run, as `/healthz` shows them.
@@ -105,7 +111,9 @@ impl Agree {
                     differences: Vec::new(),
                 },
                 others: BTreeSet::new(),
+                read: 0,
             }),
+            reads: std::sync::atomic::AtomicU64::new(0),
             own: Arc::new(own),
             fingerprint,
             views: Mutex::new(HashMap::new()),
@@ -266,6 +274,11 @@ impl Service {
     /// The live configurations that differ from this replica's, read from the database
     /// now (their views from the cache when known); also reports a change in them.
     pub(super) async fn other_configs(&self) -> Result<Others, StorageError> {
+        let read = self
+            .agree
+            .reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
         let Some(live) = self.store.live_configs().await? else {
             // One process: its own configuration is the only one.
             return Ok(Others(Vec::new()));
@@ -316,14 +329,14 @@ impl Service {
                     .collect(),
             )
         };
-        self.report(replicas, &others);
+        self.report(read, replicas, &others);
         Ok(others)
     }
 
     /// Sets the metric and, when the set of live configurations changed, says so in the
     /// log: a warning with every difference when they start to differ (or differ
     /// otherwise), a line when they agree again.
-    fn report(&self, replicas: usize, others: &Others) {
+    fn report(&self, read: u64, replicas: usize, others: &Others) {
         let own = &self.agree.own;
         let mut summaries = BTreeSet::new();
         let mut details = Vec::new();
@@ -348,15 +361,19 @@ impl Service {
             agree: others.0.is_empty(),
             differences: summaries.into_iter().collect(),
         };
-        self.metrics
-            .set_config_agreement(report.configurations, report.agree);
         let set: BTreeSet<Fingerprint> = others.0.iter().map(|(fp, _)| fp.clone()).collect();
         let was_agreeing = {
             let mut reported = self.reported();
+            if read < reported.read {
+                return;
+            }
+            self.metrics
+                .set_config_agreement(report.configurations, report.agree);
             let changed = reported.others != set;
             let was = reported.report.agree;
             reported.report = report.clone();
             reported.others = set.clone();
+            reported.read = read;
             if !changed {
                 return;
             }
