@@ -100,6 +100,18 @@ impl Application {
             telegram_mode,
             http,
         } = self;
+        // Several replicas: this one's configuration is recorded before it serves
+        // anything, so every other replica counts it from its first action on, and the
+        // others' are read (and a difference logged) before its first own
+        // (src/service/agree.rs).
+        service
+            .hold_config()
+            .await
+            .context("cannot record this replica's configuration in the database")?;
+        service
+            .config_report()
+            .await
+            .context("cannot read the other replicas' configurations")?;
         let recovered = service
             .recover()
             .await
@@ -131,6 +143,8 @@ impl Application {
                 .clone()
                 .keep_lead(shutdown.clone(), lead_stop.clone()),
         );
+        // The configuration's record is renewed as long as the lease is.
+        let config_record = tokio::spawn(service.clone().keep_config(lead_stop.clone()));
         let deadlines = tokio::spawn(service.clone().run_deadlines(shutdown.clone()));
         let webhooks = tokio::spawn(
             service
@@ -225,6 +239,8 @@ impl Application {
         lead_stop.cancel();
         let _ = lead.await;
         service.release_lead().await;
+        let _ = config_record.await;
+        service.release_config().await;
         // Everything that writes has stopped: this is the trail's final head.
         crate::audit_head::log_head(service.store().as_ref(), "shutdown").await;
         service.store().close().await;

@@ -138,6 +138,8 @@ pub struct Metrics {
     questions_missed_deadline: Family<RouteLabels, Counter>,
     question_steps: Family<StepLabels, Counter>,
     leader: Gauge,
+    config_mismatch: Gauge,
+    configurations: Gauge,
     tools: ToolLabels,
     /// Held while the scrape-time gauges are set and the registry encoded, so two
     /// concurrent scrapes cannot interleave a reset with an encoding.
@@ -276,6 +278,21 @@ impl Metrics {
             leader.clone(),
         );
 
+        let config_mismatch = Gauge::default();
+        registry.register(
+            "config_mismatch",
+            "1 while the live replicas run configurations that differ in who may decide \
+             (then an operator's action counts only if every one allows it), else 0",
+            config_mismatch.clone(),
+        );
+        let configurations = Gauge::default();
+        configurations.set(1);
+        registry.register(
+            "replica_configurations",
+            "Distinct configurations (as far as who may decide goes) among the live replicas",
+            configurations.clone(),
+        );
+
         Metrics {
             registry,
             requests_created,
@@ -295,6 +312,8 @@ impl Metrics {
             questions_missed_deadline,
             question_steps,
             leader,
+            config_mismatch,
+            configurations,
             tools: ToolLabels::default(),
             scrape: Mutex::new(()),
         }
@@ -303,6 +322,14 @@ impl Metrics {
     /// This replica took (`true`) or lost the leader lease.
     pub fn set_leading(&self, leading: bool) {
         self.leader.set(i64::from(leading));
+    }
+
+    /// The live replicas run `configurations` distinct configurations; `agree` when
+    /// that is one.
+    pub fn set_config_agreement(&self, configurations: usize, agree: bool) {
+        self.config_mismatch.set(i64::from(!agree));
+        self.configurations
+            .set(i64::try_from(configurations).unwrap_or(i64::MAX));
     }
 
     /// A request was stored.

@@ -66,6 +66,28 @@ async fn replica_hooked(
     ingress: Ingress,
     callback_prefix: &str,
 ) -> ServiceProcess {
+    replica_with(
+        dir,
+        name,
+        telegram,
+        db_url,
+        ingress,
+        callback_prefix,
+        |toml| toml,
+    )
+    .await
+}
+
+/// A replica whose configuration is the standard one changed by `edit`.
+async fn replica_with(
+    dir: &Path,
+    name: &str,
+    telegram: &FakeTelegram,
+    db_url: &str,
+    ingress: Ingress,
+    callback_prefix: &str,
+    edit: impl Fn(String) -> String,
+) -> ServiceProcess {
     // The address is part of the configuration (the webhook's URL), so it is chosen
     // before the process starts: a port the kernel just handed out, freed again.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -85,6 +107,7 @@ async fn replica_hooked(
         Ingress::Webhook => with_webhook_mode(&toml, addr),
         Ingress::Polling => toml,
     };
+    let toml = edit(toml);
     let config = dir.join(format!("{name}.toml"));
     std::fs::write(&config, toml).expect("write config");
     let process = ServiceProcess::start(&config).await;
@@ -1122,4 +1145,282 @@ async fn a_database_out_of_reach_is_a_503_and_the_service_recovers_by_itself() {
     });
     assert!(leads(&a), "leads again:\n{}", a.log_text());
     assert_eq!(posts_of(&telegram, "before"), 1, "posted once");
+}
+
+/// `toml` (the standard configuration) with the `ops` route approved by `approvers`.
+fn ops_approved_by(toml: String, approvers: &[u64]) -> String {
+    let standard = format!("approvers = [{ALICE}, {BOB}]\nforbid_self_approval = true");
+    assert!(
+        toml.contains(&standard),
+        "the ops route as expected:\n{toml}"
+    );
+    let ids: Vec<String> = approvers.iter().map(u64::to_string).collect();
+    toml.replacen(
+        &standard,
+        &format!(
+            "approvers = [{}]\nforbid_self_approval = true",
+            ids.join(", ")
+        ),
+        1,
+    )
+}
+
+/// What `/healthz` on `p` says about the replicas' configurations once `agree` is as
+/// expected (within [`HEARD_WITHIN`]).
+async fn config_once(client: &reqwest::Client, p: &ServiceProcess, agree: bool) -> Value {
+    let deadline = tokio::time::Instant::now() + HEARD_WITHIN;
+    loop {
+        let r = client
+            .get(format!("{}/healthz", p.base))
+            .send()
+            .await
+            .expect("GET /healthz");
+        let (status, health) = json_of(r).await;
+        assert_eq!(status, StatusCode::OK, "a mismatch is no outage: {health}");
+        assert_eq!(health["status"], "ok", "{health}");
+        if health["config"]["agree"] == agree {
+            return health["config"].clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} still says {health} after {HEARD_WITHIN:?}:\n{}",
+            p.base,
+            p.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The value of the metric `name` (without labels) on `p`.
+async fn metric(client: &reqwest::Client, p: &ServiceProcess, name: &str) -> f64 {
+    let text = client
+        .get(format!("{}/metrics", p.base))
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("the exposition");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+}
+
+/// The bot's answer to a tap: its text, which must be an alert.
+async fn refusal_of(
+    telegram: &FakeTelegram,
+    tap: support::fake_telegram::CallbackQueryId,
+) -> String {
+    let answer = telegram.wait_for_callback_answer(&tap).await;
+    assert!(answer.show_alert, "a refusal is an alert: {answer:?}");
+    answer.text.unwrap_or_default()
+}
+
+/// Which replica starts first in [`approvers_that_differ_decide_only_where_every_replica_allows`].
+#[derive(Clone, Copy, Debug)]
+enum First {
+    /// The one on the old configuration, as in a rolling deploy.
+    Old,
+    /// The one on the new configuration, as when an old replica is started late.
+    New,
+}
+
+#[tokio::test]
+async fn replicas_whose_approvers_differ_let_only_people_both_allow_decide_old_one_first() {
+    approvers_that_differ_decide_only_where_every_replica_allows(First::Old).await;
+}
+
+#[tokio::test]
+async fn replicas_whose_approvers_differ_let_only_people_both_allow_decide_new_one_first() {
+    approvers_that_differ_decide_only_where_every_replica_allows(First::New).await;
+}
+
+/// The old configuration lets Alice and Bob decide on `ops`, the new one Alice and Carol.
+/// While both run, Bob and Carol decide nothing whichever replica hears them, Alice
+/// decides, and both replicas say that (and how) their configurations differ; once the
+/// new one runs the old configuration too, they agree again and Bob decides as before.
+async fn approvers_that_differ_decide_only_where_every_replica_allows(first: First) {
+    let Some(db) = PgDatabase::create().await else {
+        return;
+    };
+    let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let start = |name: &'static str, approvers: &'static [u64]| {
+        replica_with(
+            dir.path(),
+            name,
+            &telegram,
+            &db.url,
+            Ingress::Webhook,
+            DEFAULT_CALLBACK_PREFIX,
+            move |toml| ops_approved_by(toml, approvers),
+        )
+    };
+    const OLD: &[u64] = &[ALICE, BOB];
+    const NEW: &[u64] = &[ALICE, CAROL];
+    let (old, mut new) = match first {
+        First::Old => {
+            let old = start("old", OLD).await;
+            (old, start("new", NEW).await)
+        }
+        First::New => {
+            let new = start("new", NEW).await;
+            (start("old", OLD).await, new)
+        }
+    };
+    let hook = |p: &ServiceProcess| format!("{}{WEBHOOK_PATH}", p.base);
+
+    // Both say so: /healthz (by name, without ids, still 200), the metric, the log (with
+    // the ids).
+    for p in [&old, &new] {
+        let config = config_once(&client, p, false).await;
+        assert_eq!(config["replicas"], 2, "{config}");
+        assert_eq!(config["configurations"], 2, "{config}");
+        assert_eq!(
+            config["differences"],
+            json!(["route 'ops': approvers"]),
+            "{config}"
+        );
+        assert!(!config.to_string().contains(&CAROL.to_string()), "{config}");
+        assert_eq!(metric(&client, p, "hitl_config_mismatch").await, 1.0);
+        assert_eq!(metric(&client, p, "hitl_replica_configurations").await, 2.0);
+        assert!(
+            p.logs_within("the replicas' configurations differ", HEARD_WITHIN)
+                .await,
+            "{} logs the mismatch:\n{}",
+            p.base,
+            p.log_text()
+        );
+    }
+    let (here, there) = (format!("[{ALICE}, {BOB}]"), format!("[{ALICE}, {CAROL}]"));
+    assert!(
+        old.log_text().contains(&format!(
+            "route 'ops' approvers: {here} here, {there} there"
+        )),
+        "{}",
+        old.log_text()
+    );
+
+    ask(&client, &old.base, "during", QUESTION_TIMEOUT_SECONDS).await;
+    let msg = telegram.wait_for_messages(1).await.remove(0);
+    for (p, name) in [(&old, "old"), (&new, "new")] {
+        // Every update goes to this replica.
+        telegram.balance_webhook(&[hook(p)]);
+        for (user, listed_here) in [(bob(), p.base == old.base), (carol(), p.base == new.base)] {
+            let who = user.first_name.clone();
+            let text = refusal_of(
+                &telegram,
+                telegram.tap(OPS_CHAT, msg.message_id, "✅ Approve", user),
+            )
+            .await;
+            assert!(
+                text.starts_with("You are not allowed to decide this request"),
+                "{who} on {name}: {text}"
+            );
+            // Listed by this replica's own configuration: refused because the other's
+            // does not list them, and told so.
+            assert_eq!(
+                text.contains("configuration is being changed"),
+                listed_here,
+                "{who} on {name}: {text}"
+            );
+        }
+        let view = read(&client, &p.base, "during").await;
+        assert!(!ended(&view), "nobody decided it yet: {view}");
+        assert!(
+            p.logs_within(
+                "the replicas' configurations differ: not an approver of the route in every one",
+                HEARD_WITHIN
+            )
+            .await,
+            "the refusal on {name} is audited with its reason:\n{}",
+            p.log_text()
+        );
+    }
+    // An operator command from someone only the old configuration lists is refused too.
+    telegram.balance_webhook(&[hook(&old)]);
+    let before = telegram.messages_in(OPS_CHAT).len();
+    telegram.send_text_message(OPS_CHAT, bob(), "/pending");
+    let reply = tokio::time::timeout(HEARD_WITHIN, async {
+        loop {
+            if let Some(m) = telegram.messages_in(OPS_CHAT).into_iter().nth(before) {
+                return m;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the old replica answers Bob's /pending");
+    assert!(
+        reply
+            .visible_text
+            .contains("configuration is being changed")
+            && !reply.visible_text.contains("Proceed with during?"),
+        "{}",
+        reply.visible_text
+    );
+    // Alice, whom both list, decides, whichever replica hears her.
+    telegram.balance_webhook(&[hook(&new)]);
+    telegram.tap(OPS_CHAT, msg.message_id, "✅ Approve", alice());
+    let decided = outcome(&client, &old.base, "during", HEARD_WITHIN, || {
+        new.log_text()
+    })
+    .await;
+    assert_eq!(decided["status"], "completed", "{decided}");
+    assert_eq!(
+        decided["responses"][0]["respondent"],
+        ALICE.to_string(),
+        "{decided}"
+    );
+
+    // The new replica is started again on the old configuration: they agree, say so,
+    // and Bob decides as before, through either replica.
+    assert!(new.terminate().await.success());
+    let again = start("again", OLD).await;
+    for p in [&old, &again] {
+        let config = config_once(&client, p, true).await;
+        assert_eq!(
+            (
+                config["replicas"].as_u64(),
+                config["configurations"].as_u64()
+            ),
+            (Some(2), Some(1)),
+            "{config}"
+        );
+        assert_eq!(config["differences"], json!([]), "{config}");
+        assert_eq!(metric(&client, p, "hitl_config_mismatch").await, 0.0);
+    }
+    assert!(
+        old.logs_within("the replicas' configurations agree again", HEARD_WITHIN)
+            .await,
+        "{}",
+        old.log_text()
+    );
+    for (p, id) in [(&again, "after-on-again"), (&old, "after-on-old")] {
+        ask(&client, &old.base, id, QUESTION_TIMEOUT_SECONDS).await;
+        let question = format!("Proceed with {id}?");
+        let msg = tokio::time::timeout(HEARD_WITHIN, async {
+            loop {
+                let found = telegram
+                    .sent_messages()
+                    .into_iter()
+                    .find(|m| m.text.contains(&question));
+                if let Some(m) = found {
+                    return m;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the question is posted");
+        telegram.balance_webhook(&[hook(p)]);
+        telegram.tap(OPS_CHAT, msg.message_id, "✅ Approve", bob());
+        let decided = outcome(&client, &old.base, id, HEARD_WITHIN, || p.log_text()).await;
+        assert_eq!(decided["status"], "completed", "{decided}");
+    }
 }

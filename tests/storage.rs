@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use hitl_telegram::domain::args_hash::ArgsHash;
 use hitl_telegram::domain::audit;
+use hitl_telegram::domain::authority::{Authority, RouteAuthority};
 use hitl_telegram::domain::confirmation::{
     Confirmation, Decision, Operator, Outcome, PENDING_REASON, Status, Via,
 };
@@ -127,6 +128,7 @@ on_both_backends! {
     webhooks_beyond_an_agents_backlog_bound_are_dropped_and_audited,
     revoking_a_window_closes_only_that_live_window_and_chains_its_audit_event,
     a_backup_copies_sqlite_and_points_postgres_to_pg_dump,
+    replicas_configurations_count_while_renewed_and_stop_when_expired_or_withdrawn,
 }
 
 fn pending(key: Option<&str>) -> Confirmation {
@@ -929,6 +931,117 @@ async fn a_backup_copies_sqlite_and_points_postgres_to_pg_dump(db: TestDb) {
         assert_eq!(chain_length(&copy).await, 1);
     }
     s.close().await;
+}
+
+/// A configuration whose route `ops` has these approvers.
+fn authority(approvers: &[u64]) -> Authority {
+    let ops = RouteAuthority {
+        chat_id: -1,
+        topic_id: None,
+        approvers: approvers.iter().copied().collect(),
+        forbid_self_approval: false,
+        quorum: None,
+        escalation: None,
+    };
+    Authority {
+        routes: [("ops".to_owned(), ops)].into(),
+        people: [("alice".to_owned(), 1)].into(),
+        ..Authority::default()
+    }
+}
+
+async fn replicas_configurations_count_while_renewed_and_stop_when_expired_or_withdrawn(
+    db: TestDb,
+) {
+    // Two stores, as two replicas, each recording its own configuration.
+    let (a, b) = (db.store().await, db.store().await);
+    let (old, new) = (authority(&[1, 2]), authority(&[1, 3]));
+    let lease = Duration::from_secs(30);
+    a.hold_config("replica-a", &old, lease).await.unwrap();
+    b.hold_config("replica-b", &new, Duration::from_secs(2))
+        .await
+        .unwrap();
+    if !db.is_postgres() {
+        // One process: its own configuration is the only one, and nothing is stored.
+        assert_eq!(a.live_configs().await.unwrap(), None);
+        assert_eq!(a.config_view(&old.fingerprint()).await.unwrap(), None);
+        a.release_config("replica-a").await.unwrap();
+        return;
+    }
+    let live = |s: Arc<dyn Store>| async move {
+        let mut l: Vec<(String, String)> = s
+            .live_configs()
+            .await
+            .unwrap()
+            .expect("PostgreSQL lists the replicas")
+            .into_iter()
+            .map(|c| (c.holder, c.fingerprint.as_str().to_owned()))
+            .collect();
+        l.sort();
+        l
+    };
+    let both = vec![
+        (
+            "replica-a".to_owned(),
+            old.fingerprint().as_str().to_owned(),
+        ),
+        (
+            "replica-b".to_owned(),
+            new.fingerprint().as_str().to_owned(),
+        ),
+    ];
+    assert_eq!(live(a.clone()).await, both, "either store sees both");
+    assert_eq!(live(b.clone()).await, both);
+    // The view reads back as recorded, from another store.
+    assert_eq!(
+        a.config_view(&new.fingerprint()).await.unwrap(),
+        Some(new.clone())
+    );
+    assert_eq!(
+        b.config_view(&old.fingerprint()).await.unwrap(),
+        Some(old.clone())
+    );
+    assert_eq!(
+        a.config_view(&authority(&[9]).fingerprint()).await.unwrap(),
+        None
+    );
+
+    // B stops renewing: once its record expired it no longer counts, and the next
+    // renewal (anyone's) clears it.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(live(a.clone()).await, both[..1].to_vec());
+    assert_eq!(
+        a.config_view(&new.fingerprint()).await.unwrap(),
+        Some(new.clone())
+    );
+    a.hold_config("replica-a", &old, lease).await.unwrap();
+    assert_eq!(a.config_view(&new.fingerprint()).await.unwrap(), None);
+
+    // A renewal with another configuration replaces the holder's record.
+    a.hold_config("replica-a", &new, lease).await.unwrap();
+    assert_eq!(
+        live(b.clone()).await,
+        vec![(
+            "replica-a".to_owned(),
+            new.fingerprint().as_str().to_owned()
+        )]
+    );
+    // Withdrawn at shutdown: gone at once.
+    a.release_config("replica-a").await.unwrap();
+    assert_eq!(live(b.clone()).await, vec![]);
+
+    // A view this version cannot read is an error naming it, not a view that allows.
+    b.hold_config("replica-b", &old, lease).await.unwrap();
+    let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+    sqlx::query("UPDATE replica_configs SET view = '{\"routes\": 7}'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    let e = a.config_view(&old.fingerprint()).await.unwrap_err();
+    assert!(matches!(e, StorageError::Corrupt { .. }), "{e:?}");
+    a.close().await;
+    b.close().await;
 }
 
 mod postgres_only {

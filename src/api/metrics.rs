@@ -38,7 +38,12 @@ pub async fn serve(
     }
     // A scrape that cannot read the stored state fails rather than report stale gauges;
     // Prometheus then shows the target down, as /healthz would.
-    let gauges = state.service.store().gauges().await.map_err(|e| {
+    let read = async {
+        // Also sets the configuration gauges to the live replicas' as they are now.
+        state.service.config_report().await?;
+        state.service.store().gauges().await
+    };
+    let gauges = read.await.map_err(|e| {
         tracing::error!(error = %e, "metrics: database does not answer");
         ApiError::Unavailable("the database does not answer".into())
     })?;

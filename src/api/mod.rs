@@ -65,20 +65,31 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// `GET /healthz`: 200 when the database answers.
+/// `GET /healthz`: 200 when the database answers, with what the live replicas'
+/// configurations say (`config`). Replicas whose configurations differ are still
+/// healthy: every one refuses what any of them forbids, so the mismatch is reported,
+/// not a reason to take a replica out of the load balancer.
 #[utoipa::path(
     get,
     path = "/healthz",
     operation_id = "healthz",
     tag = "service",
     responses(
-        (status = 200, description = "The database answers.", body = openapi::Health),
+        (status = 200, description = "The database answers. `config` says whether the live replicas run the same configuration (as far as who may decide goes).", body = openapi::Health),
         (status = 503, description = "The database does not answer.", body = error::ErrorBody),
     ),
 )]
 async fn healthz(State(state): State<AppState>) -> Response {
-    match state.service.store().ping().await {
-        Ok(()) => (StatusCode::OK, axum::Json(json!({"status": "ok"}))).into_response(),
+    let checked = async {
+        state.service.store().ping().await?;
+        state.service.config_report().await
+    };
+    match checked.await {
+        Ok(config) => (
+            StatusCode::OK,
+            axum::Json(json!({"status": "ok", "config": config})),
+        )
+            .into_response(),
         Err(e) => {
             tracing::error!(error = %e, "health check: database does not answer");
             ApiError::Unavailable("the database does not answer".into()).into_response()

@@ -82,7 +82,8 @@ pub const METRICS_BEARER: &str = "metrics_bearer";
         ConflictBody,
         InteractionConflictBody,
         EventList,
-        Health
+        Health,
+        HealthConfig
     )),
     modifiers(&BearerAuth),
     tags(
@@ -176,11 +177,30 @@ pub struct EventList {
     pub events: Vec<AuditEvent>,
 }
 
-/// `GET /healthz`: `{"status": "ok"}`.
+/// `GET /healthz`: `{"status": "ok", "config": {...}}`.
 #[derive(Serialize, ToSchema)]
 pub struct Health {
     #[schema(schema_with = ok_schema)]
     pub status: String,
+    pub config: HealthConfig,
+}
+
+/// What the live replicas' configurations say about who may decide
+/// ([`crate::service::ConfigReport`]). While they differ, an operator's action counts only
+/// if every one allows it.
+#[derive(Serialize, ToSchema)]
+pub struct HealthConfig {
+    /// This replica's configuration: the first 12 hex digits of its fingerprint.
+    pub fingerprint: String,
+    /// Live replicas, this one included (1 with SQLite).
+    pub replicas: u64,
+    /// Distinct configurations among them.
+    pub configurations: u64,
+    /// Whether they all run this replica's configuration.
+    pub agree: bool,
+    /// What differs, by name and without ids (`route 'ops': approvers`); the log says
+    /// the values.
+    pub differences: Vec<String>,
 }
 
 fn ok_schema() -> Object {

@@ -4,11 +4,13 @@
 //! canonical text straight from JSON without the value tree; `args_hash` is AI-Parrot's
 //! `compute_args_hash`; `pyformat`/`briefing` are Python's `str.format` over those
 //! values; `confirmation` is the request's state machine and its windows; `audit` is
-//! the hash chain of the audit trail; `text` makes what operators read show every
-//! character that is there.
+//! the hash chain of the audit trail; `authority` is who may decide, as one
+//! configuration says (compared across replicas); `text` makes what operators read show
+//! every character that is there.
 
 pub mod args_hash;
 pub mod audit;
+pub mod authority;
 pub mod briefing;
 pub mod confirmation;
 pub mod ids;

@@ -2,15 +2,13 @@
 //! and, once the answers settle the question, the decision.
 
 use super::*;
+use crate::domain::authority::Refusal;
 
 impl Service {
     /// Whether the Telegram user is one of the interaction's `target_humans` (by name
     /// through `[people]`, or by numeric id); everyone is when it names none.
     pub(super) fn is_target(&self, i: &Interaction, user_id: u64) -> bool {
-        i.target_humans.is_empty()
-            || i.target_humans
-                .iter()
-                .any(|t| self.config.person(t) == Some(user_id) || *t == user_id.to_string())
+        self.authority().is_target(i, user_id)
     }
 
     /// How many answers the question waits for: its target humans, else the route's
@@ -55,71 +53,35 @@ impl Service {
             .unwrap_or_else(|| user_id.to_string())
     }
 
-    /// Why `from` may not answer `record` in `chat_id`, if they may not.
-    pub(super) fn may_not_answer(
+    /// Why `from` may not answer `record` in `chat_id`, if they may not: what they are
+    /// told and the audit's reason. This replica's configuration is asked first; when it
+    /// allows the answer and other live replicas run other configurations, each of those
+    /// must allow it too ([`super::agree`]). An `Err`: which configurations are live
+    /// could not be read, so nothing may be decided yet.
+    pub(super) async fn may_not_answer(
         &self,
         record: &Confirmation,
         chat_id: i64,
         from: &Operator,
         from_is_bot: bool,
-    ) -> Option<(&'static str, &'static str)> {
-        const NOT_ALLOWED: &str = "You are not allowed to decide this request";
+    ) -> Result<Option<(&'static str, &'static str)>, StorageError> {
         if from_is_bot {
-            return Some((NOT_ALLOWED, "a bot cannot answer"));
+            return Ok(Some((agree::NOT_ALLOWED, "a bot cannot answer")));
         }
-        // Once escalated, the escalation route's chat holds a copy; who decides where is
-        // the union of both routes' approvers, or each chat's own (`escalation_approvers`).
-        let escalated = self
-            .escalated_to(record)
-            .map(|(e, to)| (e.union, self.chat_of(&to.name, to.chat_id), to));
-        let allowed = match self.config.route(&record.route) {
-            Some(route) if chat_id == record.chat_id => {
-                route.may_decide(from.id)
-                    || escalated
-                        .as_ref()
-                        .is_some_and(|(union, _, to)| *union && to.may_decide(from.id))
-            }
-            Some(route)
-                if escalated
-                    .as_ref()
-                    .is_some_and(|(_, chat, _)| *chat == chat_id) =>
-            {
-                escalated.as_ref().is_some_and(|(union, _, to)| {
-                    to.may_decide(from.id) || (*union && route.may_decide(from.id))
-                })
-            }
-            // A private chat the question was sent to: only its person answers there.
-            _ => {
-                i64::try_from(from.id).ok() == Some(chat_id)
-                    && record.messages().any(|(chat, _)| chat == chat_id)
-            }
-        };
-        if !allowed {
-            return Some((NOT_ALLOWED, "not an approver of the route"));
+        let moved = |route: &str| self.moved_chat(route);
+        if let Some(refusal) = self.authority().refusal(record, chat_id, from.id, &moved) {
+            return Ok(Some(agree::refusal_text(refusal, false)));
         }
-        if let Some(i) = &record.interaction
-            && !self.is_target(i, from.id)
-        {
-            return Some((
-                "This question is for other people.",
-                "not one of the interaction's target_humans",
-            ));
+        let others = self.other_configs().await?;
+        if let Some((configuration, refusal)) = others.refusing(
+            |view| view.refusal(record, chat_id, from.id, &moved),
+            Refusal::NotAnApprover,
+        ) {
+            tracing::warn!(id = %record.id, user_id = from.id, %configuration,
+                "another live replica's configuration does not allow this answer");
+            return Ok(Some(agree::refusal_text(refusal, true)));
         }
-        // Checked on every tap, including Cancel: an owner may not decide their own
-        // request either way when the route forbids it.
-        if record.interaction.is_none()
-            && self
-                .config
-                .route(&record.route)
-                .is_some_and(|r| r.forbid_self_approval)
-            && self.config.owner_telegram_id(record.owner_id.as_str()) == Some(from.id)
-        {
-            return Some((
-                "You cannot decide a request made on your own behalf.",
-                "self-approval is forbidden on this route",
-            ));
-        }
-        None
+        Ok(None)
     }
 
     /// An operator tapped a button. Returns once the tap is decided (its answer or
@@ -305,7 +267,9 @@ impl Service {
                 self.show_outcome_on(record.clone(), chat_id, message_id);
             }
         }
-        if let Some((text, why)) = self.may_not_answer(&record, chat_id, &tap.from, tap.from_is_bot)
+        if let Some((text, why)) = self
+            .may_not_answer(&record, chat_id, &tap.from, tap.from_is_bot)
+            .await?
         {
             return refuse(Some(record.id.clone()), text, why).await;
         }
@@ -614,8 +578,9 @@ impl Service {
         record: &Confirmation,
         reply: &Reply,
     ) -> Result<bool, StorageError> {
-        let Some((text, why)) =
-            self.may_not_answer(record, reply.chat_id, &reply.from, reply.from_is_bot)
+        let Some((text, why)) = self
+            .may_not_answer(record, reply.chat_id, &reply.from, reply.from_is_bot)
+            .await?
         else {
             return Ok(false);
         };

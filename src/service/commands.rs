@@ -3,7 +3,8 @@
 //! `crate::telegram::commands`.
 //!
 //! Fail closed: a command counts only in a chat that is some route's chat, and only from
-//! a (human) approver of that route; it then sees and touches only what belongs to the
+//! a (human) approver of that route (by every live replica's configuration while they
+//! differ: see `super::agree`); it then sees and touches only what belongs to the
 //! routes it approves there. In any other group the bot stays silent (it may have been
 //! added anywhere, and a reply would tell strangers what it is for); in a private chat
 //! that is no route's it says where commands work; a non-approver in a route's chat
@@ -79,6 +80,9 @@ pub struct Setup {
 
 const NOT_AN_APPROVER: &str = "Only approvers of this chat's route can use operator commands.";
 const NOT_A_ROUTE_CHAT: &str = "Operator commands work only in a route's chat.";
+const NOT_AN_APPROVER_EVERYWHERE: &str = "Only approvers of this chat's route can use operator \
+     commands, and the service's configuration is being changed: not every replica lists you \
+     as one yet.";
 
 impl Service {
     /// Remembers the bot's Telegram username (from `getMe`), so commands addressed as
@@ -149,28 +153,39 @@ impl Service {
     }
 
     /// The answer to `/start` or `/help` from a person in `m`'s chat, whose routes are
-    /// `routes` (by name, sorted) and of which the person approves one or not.
-    fn setup(&self, m: &CommandMessage, routes: Vec<String>, approves_here: bool) -> CommandReply {
+    /// `routes` (by name, sorted) and of which the person approves one or not. In a
+    /// private chat it lists the routes the person approves by every live replica's
+    /// configuration.
+    async fn setup(
+        &self,
+        m: &CommandMessage,
+        routes: Vec<String>,
+        approves_here: bool,
+    ) -> Result<CommandReply, StorageError> {
         // Positive chat ids are private chats: what the person approves is theirs to know.
-        let approver_of = (m.chat_id > 0).then(|| {
+        let approver_of = if m.chat_id > 0 {
+            let others = self.other_configs().await?;
             let mut of: Vec<String> = self
                 .config
                 .routes
                 .values()
                 .filter(|r| r.may_decide(m.from.id))
+                .filter(|r| others.all(|view| view.approves(&r.name, m.from.id)))
                 .map(|r| r.name.clone())
                 .collect();
             of.sort();
-            of
-        });
-        CommandReply::Setup(Setup {
+            Some(of)
+        } else {
+            None
+        };
+        Ok(CommandReply::Setup(Setup {
             commands: approves_here && matches!(m.command, Ok(Command::Help)),
             chat_id: m.chat_id,
             user_id: m.from.id,
             routes,
             approves_here,
             approver_of,
-        })
+        }))
     }
 
     async fn judge_command(
@@ -194,7 +209,7 @@ impl Service {
                     user_id = m.from.id,
                     "setup command answered in a chat that is no route's"
                 );
-                return Ok(Some(self.setup(m, names, false)));
+                return Ok(Some(self.setup(m, names, false).await?));
             }
             tracing::info!(
                 chat_id = m.chat_id,
@@ -204,13 +219,39 @@ impl Service {
             // Positive chat ids are private chats: the person asked the bot directly.
             return Ok((m.chat_id > 0).then(|| CommandReply::Refused(NOT_A_ROUTE_CHAT.into())));
         }
-        let mine: Vec<Arc<Route>> = here
+        let own: Vec<Arc<Route>> = here
             .into_iter()
             .filter(|r| r.may_decide(m.from.id))
             .collect();
+        // This replica's configuration allows it: so must every other live one's.
+        let mine: Vec<Arc<Route>> = if own.is_empty() {
+            own
+        } else {
+            let others = self.other_configs().await?;
+            let moved = |route: &str| self.moved_chat(route);
+            let (mine, refused): (Vec<_>, Vec<_>) = own.into_iter().partition(|r| {
+                others.all(|view| {
+                    view.approves_in_chat(&r.name, m.chat_id, m.thread, m.from.id, &moved)
+                })
+            });
+            if mine.is_empty() && !setting_up {
+                tracing::warn!(chat_id = m.chat_id, user_id = m.from.id,
+                    routes = ?refused.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
+                    "another live replica's configuration does not allow this command");
+                self.refuse_command(
+                    m,
+                    "the replicas' configurations differ: not an approver of the chat's route in every one",
+                )
+                .await?;
+                return Ok(Some(CommandReply::Refused(
+                    NOT_AN_APPROVER_EVERYWHERE.into(),
+                )));
+            }
+            mine
+        };
         if mine.is_empty() {
             if setting_up {
-                return Ok(Some(self.setup(m, names, false)));
+                return Ok(Some(self.setup(m, names, false).await?));
             }
             self.refuse_command(m, "not an approver of the chat's route")
                 .await?;
@@ -223,7 +264,7 @@ impl Service {
         let is_mine = |route: &str| mine.iter().any(|r| r.name == route);
         let now = now();
         Ok(Some(match command {
-            Command::Start | Command::Help => self.setup(m, names, true),
+            Command::Start | Command::Help => self.setup(m, names, true).await?,
             Command::Pending => {
                 let mut open = self.store.pending_in_chat(m.chat_id).await?;
                 open.retain(|r| is_mine(&r.route));

@@ -36,8 +36,9 @@ const LEADER: &str = "leader";
 
 /// Whether this process leads, and what it has taken on since it does.
 pub(super) struct Lead {
-    /// Who this process is to the lease (random, so a restarted process is someone else).
-    holder: String,
+    /// Who this process is to the lease (random, so a restarted process is someone else),
+    /// and to the record of its configuration ([`super::agree`]).
+    pub(super) holder: String,
     leading: watch::Sender<bool>,
     /// The pending questions this leader has taken on (armed, messages posted or on
     /// their way): a change heard for one of them needs nothing more from the leader.

@@ -4,8 +4,9 @@
 //! One file per stage: [`create`] (a request becomes a stored question), [`deliver`]
 //! (it is posted in Telegram), [`answer`] (a tap or reply becomes an answer), [`decide`]
 //! (the outcome is stored and shown), [`wait`] (what agents read and wait on) and
-//! [`recover`] (what a restart resumes). This file holds the types they share and the
-//! ports.
+//! [`recover`] (what a restart resumes). Beside them, [`lead`] says which replica does
+//! the work that must happen once, and [`agree`] who may decide while replicas run
+//! different configurations. This file holds the types they share and the ports.
 //!
 //! The service owns no I/O of its own: storage is a [`Store`], Telegram is a
 //! [`Messenger`], deadlines are [`Deadlines`]. It decides *what* happens; every outcome is
@@ -40,6 +41,7 @@ use crate::metrics::Metrics;
 use crate::scheduler::Deadlines;
 use crate::storage::{Answered, Change, Decided, Inserted, StorageError, Store};
 
+mod agree;
 mod answer;
 mod commands;
 mod create;
@@ -49,6 +51,7 @@ mod lead;
 mod recover;
 mod steps;
 mod wait;
+pub use agree::ConfigReport;
 pub use commands::{CommandMessage, CommandReply, Setup};
 pub use steps::{MAX_MENTIONS, Mention};
 
@@ -448,11 +451,15 @@ pub struct Service {
     lead: lead::Lead,
     /// The messages (question, chat) this process is delivering ([`deliver`]).
     posting: Mutex<HashSet<(ConfirmationId, i64)>>,
+    /// What this replica's configuration, and every other live replica's, says about
+    /// who may decide ([`agree`]).
+    agree: agree::Agree,
 }
 
 impl Service {
     pub fn new(config: Arc<Config>, store: Arc<dyn Store>, messenger: Arc<dyn Messenger>) -> Self {
         Service {
+            agree: agree::Agree::new(&config),
             config,
             store,
             messenger,
@@ -498,12 +505,7 @@ impl Service {
 
     /// The chat a route posts to now: the config's, unless Telegram moved it.
     fn chat_of(&self, route: &str, configured: i64) -> i64 {
-        self.moved_chats
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(route)
-            .copied()
-            .unwrap_or(configured)
+        self.moved_chat(route).unwrap_or(configured)
     }
 
     /// Wakes whoever waits on the question and the agents' event streams.

@@ -21,6 +21,7 @@ use time::OffsetDateTime;
 use tokio::sync::mpsc;
 
 use crate::domain::audit::{AuditEvent, Head, NewEvent, StoredRow, StoredStatus};
+use crate::domain::authority::{Authority, Fingerprint};
 use crate::domain::confirmation::{Confirmation, Decision, Operator, Window, WindowKey};
 use crate::domain::ids::{CallbackToken, ConfirmationId, DeliveryId, IdempotencyKey};
 use crate::domain::interaction::Answer;
@@ -313,6 +314,14 @@ pub struct Gauges {
     /// Deliveries dropped because their agent's backlog was full, per agent (agents with
     /// none are absent). Dropped rows are kept, so this only grows.
     pub webhook_dropped_by_agent: Vec<(String, u64)>,
+}
+
+/// A live replica's configuration, as it recorded it ([`Store::hold_config`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveConfig {
+    /// Who the replica is (its lease holder name).
+    pub holder: String,
+    pub fingerprint: Fingerprint,
 }
 
 /// A webhook waiting in the outbox.
@@ -707,6 +716,43 @@ pub trait Store: Send + Sync + 'static {
     /// Gives the lease up (if `holder` holds it), so another takes it at once rather
     /// than when it expires.
     async fn release_lease(&self, _name: &str, _holder: &str) -> Result<(), StorageError> {
+        Ok(())
+    }
+
+    /// Records that `holder` runs a configuration whose authorisation view is `view`
+    /// (stored with its fingerprint), for `lease` from now on the database's clock, and
+    /// forgets the replicas whose record expired. Renewed like a lease. The default:
+    /// this backend has one process (SQLite), whose own configuration is the only one,
+    /// so nothing is recorded.
+    async fn hold_config(
+        &self,
+        _holder: &str,
+        _view: &Authority,
+        _lease: std::time::Duration,
+    ) -> Result<(), StorageError> {
+        Ok(())
+    }
+
+    /// The configurations of the replicas whose record has not expired, by holder.
+    /// `None`: this backend has one process (SQLite), whose own configuration is the
+    /// only one.
+    async fn live_configs(&self) -> Result<Option<Vec<LiveConfig>>, StorageError> {
+        Ok(None)
+    }
+
+    /// The view recorded under `fingerprint` (by any replica, live or not), if one is.
+    /// A view that cannot be read (a newer version's, a damaged row) is
+    /// [`StorageError::Corrupt`].
+    async fn config_view(
+        &self,
+        _fingerprint: &Fingerprint,
+    ) -> Result<Option<Authority>, StorageError> {
+        Ok(None)
+    }
+
+    /// Forgets `holder`'s configuration at shutdown, so it stops counting at once
+    /// rather than when its record expires.
+    async fn release_config(&self, _holder: &str) -> Result<(), StorageError> {
         Ok(())
     }
 }

@@ -9,6 +9,9 @@
 //! blocked on one replica hears a decision taken on another at once. Work that must be
 //! done once (posting, deadlines, the outbox, Telegram's one poller) is the leader's,
 //! the replica holding the `leader` lease ([`Store::hold_lease`], `service::lead`).
+//! Each replica also records what its configuration says about who may decide
+//! ([`Store::hold_config`], renewed like the lease), so that while the replicas'
+//! configurations differ every one of them is asked (`service::agree`).
 //! * **No window cache.** SQLite's store answers window lookups from memory because only
 //!   the service process writes windows; here another process may open or revoke one at
 //!   any moment, so [`Store::live_window`] is one indexed `SELECT` on the primary key.
@@ -54,10 +57,11 @@ use super::rows::{
     select_windows_where, user_column,
 };
 use super::{
-    AgentEvent, Answered, Change, Decided, Gauges, IDEMPOTENCY_TTL, Inserted, LiveWindow,
-    OutboxEntry, PendingEntry, StorageError, Store, WebhookAttempt,
+    AgentEvent, Answered, Change, Decided, Gauges, IDEMPOTENCY_TTL, Inserted, LiveConfig,
+    LiveWindow, OutboxEntry, PendingEntry, StorageError, Store, WebhookAttempt,
 };
 use crate::domain::audit::{self, AuditEvent, NewEvent, StoredRow};
+use crate::domain::authority::{Authority, Fingerprint};
 use crate::domain::confirmation::{Confirmation, Decision, Operator, Step, Window, WindowKey};
 use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey};
 use crate::domain::interaction::Answer;
@@ -1268,6 +1272,84 @@ impl Store for PgStore {
     async fn release_lease(&self, name: &str, holder: &str) -> Result<(), StorageError> {
         sqlx::query("DELETE FROM leases WHERE name = $1 AND holder = $2")
             .bind(name)
+            .bind(holder)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn hold_config(
+        &self,
+        holder: &str,
+        view: &Authority,
+        lease: Duration,
+    ) -> Result<(), StorageError> {
+        // Every replica renews, so each clears what expired: a replica restarted is a
+        // new holder, and the rows of those gone would otherwise pile up.
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM replica_configs WHERE expires_at < clock_timestamp()")
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO replica_configs (holder, fingerprint, view, expires_at) \
+             VALUES ($1, $2, $3, clock_timestamp() + make_interval(secs => $4)) \
+             ON CONFLICT (holder) DO UPDATE \
+             SET fingerprint = EXCLUDED.fingerprint, view = EXCLUDED.view, \
+             expires_at = EXCLUDED.expires_at",
+        )
+        .bind(holder)
+        .bind(view.fingerprint().as_str())
+        .bind(view.canonical_json())
+        .bind(lease.as_secs_f64())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn live_configs(&self) -> Result<Option<Vec<LiveConfig>>, StorageError> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT holder, fingerprint FROM replica_configs \
+             WHERE expires_at >= clock_timestamp() ORDER BY holder",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(holder, fingerprint)| {
+                let fingerprint =
+                    Fingerprint::parse(&fingerprint).ok_or_else(|| StorageError::Corrupt {
+                        id: holder.clone(),
+                        what: "replica configuration fingerprint".into(),
+                    })?;
+                Ok(LiveConfig {
+                    holder,
+                    fingerprint,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
+    async fn config_view(
+        &self,
+        fingerprint: &Fingerprint,
+    ) -> Result<Option<Authority>, StorageError> {
+        let view: Option<String> =
+            sqlx::query_scalar("SELECT view FROM replica_configs WHERE fingerprint = $1 LIMIT 1")
+                .bind(fingerprint.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+        view.map(|v| {
+            serde_json::from_str(&v).map_err(|e| StorageError::Corrupt {
+                id: fingerprint.to_string(),
+                what: format!("replica configuration view: {e}"),
+            })
+        })
+        .transpose()
+    }
+
+    async fn release_config(&self, holder: &str) -> Result<(), StorageError> {
+        sqlx::query("DELETE FROM replica_configs WHERE holder = $1")
             .bind(holder)
             .execute(&self.pool)
             .await?;
