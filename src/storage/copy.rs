@@ -41,8 +41,10 @@ const TABLES: &[&str] = &[
     "route_chats",
 ];
 
-/// Tables of the PostgreSQL schema that hold no data to carry over.
-const NOT_COPIED: &[&str] = &["_sqlx_migrations", "leases"];
+/// Tables of the PostgreSQL schema that hold no data to carry over: the migrations'
+/// own, and what live replicas hold (the leader's lease, each replica's configuration),
+/// which a single SQLite process never records.
+const NOT_COPIED: &[&str] = &["_sqlx_migrations", "leases", "replica_configs"];
 
 /// Rows written per `INSERT` (PostgreSQL takes at most 65,535 parameters a statement).
 const BATCH: usize = 500;
