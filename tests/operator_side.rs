@@ -293,11 +293,23 @@ async fn more_time_moves_the_deadline_for_a_blocked_agent_within_its_bounds() {
     let first_deadline = before["expires_at"].as_str().unwrap().to_owned();
 
     let toast = tap(&app, &question, "⏳ +1 min", alice()).await;
-    assert!(toast.contains("deadline is now"), "{toast}");
     let (_, moved) = get_by_message(&app, question.message_id).await;
     assert_eq!(moved["progress"]["extensions"], 1);
     let gained = seconds_between(&first_deadline, moved["expires_at"].as_str().unwrap());
     assert!((59.9..=60.1).contains(&gained), "{gained}");
+    // The toast writes the new deadline as the messages do (`2026-12-05 12:59:11 UTC`),
+    // not as the API's RFC 3339.
+    let new_deadline = hitl_telegram::domain::confirmation::operator_time(
+        time::OffsetDateTime::parse(
+            moved["expires_at"].as_str().unwrap(),
+            &time::format_description::well_known::Rfc3339,
+        )
+        .unwrap(),
+    );
+    assert_eq!(
+        toast,
+        format!("⏳ More time: the deadline is now {new_deadline}")
+    );
     let shown = app
         .telegram
         .wait_for_message(OPS_CHAT, question.message_id, "the new deadline", |m| {
@@ -305,6 +317,13 @@ async fn more_time_moves_the_deadline_for_a_blocked_agent_within_its_bounds() {
         })
         .await;
     assert!(shown.has_buttons());
+    assert!(
+        shown
+            .visible_text
+            .contains(&format!("Deadline: {new_deadline}")),
+        "the message shows the deadline the toast named: {}",
+        shown.visible_text
+    );
 
     // Past the first deadline the agent is still blocked, waiting for a human.
     tokio::time::sleep(Duration::from_millis(3500)).await;

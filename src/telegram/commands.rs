@@ -14,7 +14,7 @@ use teloxide::utils::html::escape;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::confirmation::Confirmation;
+use crate::domain::confirmation::{Confirmation, operator_time as date_time};
 use crate::domain::ids::ConfirmationId;
 use crate::domain::text::{self, Layout};
 use crate::service::{CommandReply, Service, Setup};
@@ -405,13 +405,6 @@ fn left(d: time::Duration) -> String {
         s if s < 3600 => format!("{} min", s / 60),
         s => format!("{} h {} min", s / 3600, (s % 3600) / 60),
     }
-}
-
-fn date_time(t: OffsetDateTime) -> String {
-    let f = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
-    t.to_offset(time::UtcOffset::UTC)
-        .format(&f)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup};
 use teloxide::utils::html::escape;
 use time::OffsetDateTime;
 
-use crate::domain::confirmation::{Confirmation, Status, Via};
+use crate::domain::confirmation::{Confirmation, Status, Via, operator_time as date_time};
 use crate::domain::ids::CallbackToken;
 use crate::domain::interaction::{
     ConsensusMode, Interaction, InteractionType, Scope, Severity, TimeoutAction,
@@ -112,11 +112,6 @@ fn quoted(label: &str, s: &str, budget: usize, what: &str) -> (String, bool) {
 
 fn clock(t: OffsetDateTime) -> String {
     let f = time::macros::format_description!("[hour]:[minute]:[second] UTC");
-    t.format(&f).unwrap_or_default()
-}
-
-fn date_time(t: OffsetDateTime) -> String {
-    let f = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
     t.format(&f).unwrap_or_default()
 }
 
