@@ -452,6 +452,45 @@ async fn reminders_come_at_their_points_across_a_restart_and_stop_with_the_decis
 }
 
 #[tokio::test]
+async fn a_reminder_names_each_approver_by_people_name_or_else_by_the_name_telegram_gives() {
+    // Bob is an approver of `ops` but not in [people]: Telegram knows him as "Bob".
+    let app = TestApp::spawn_with_settings(|toml| {
+        ops_with("remind_after = [\"1s\"]")(toml.replacen(&format!("bob = {BOB}\n"), "", 1))
+    })
+    .await;
+    app.telegram.set_chat_members(OPS_CHAT, &[ALICE, BOB]);
+    app.telegram
+        .send_text_message(OPS_CHAT, bob().last_name("Builder"), "good morning");
+    let (_, message_id) = app.ask_suspended(deploy(json!({}))).await;
+    let reminder = nth_message(&app, OPS_CHAT, 2).await;
+    assert_eq!(
+        reminder.reply_to,
+        Some(message_id),
+        "{}",
+        reminder.visible_text
+    );
+    assert!(
+        reminder.visible_text.contains("Still waiting"),
+        "{}",
+        reminder.visible_text
+    );
+    for (user, name) in [(ALICE, "alice"), (BOB, "Bob Builder")] {
+        assert!(
+            reminder
+                .text
+                .contains(&format!("<a href=\"tg://user?id={user}\">{name}</a>")),
+            "mentions {name} by name: {}",
+            reminder.text
+        );
+        assert!(
+            !reminder.visible_text.contains(&user.to_string()),
+            "no bare id: {}",
+            reminder.visible_text
+        );
+    }
+}
+
+#[tokio::test]
 async fn an_escalated_question_is_decided_in_the_second_route_and_both_show_it() {
     let app =
         TestApp::spawn_with_settings(ops_with("escalate_after = \"1s\"\nescalate_to = \"other\""))

@@ -686,7 +686,11 @@ pub fn reminder_text(r: &Confirmation, waiting: &[crate::service::Mention]) -> S
         let shown: Vec<String> = waiting
             .iter()
             .take(crate::service::MAX_MENTIONS)
-            .map(|m| mention(m.user_id, &m.name))
+            .map(|m| {
+                // Unnamed only when neither `[people]` nor Telegram could name them.
+                let name = m.name.clone().unwrap_or_else(|| m.user_id.to_string());
+                mention(m.user_id, &name)
+            })
             .collect();
         text.push_str("\n👥 ");
         text.push_str(&shown.join(", "));
