@@ -1561,7 +1561,7 @@ impl Config {
         for r in routes {
             if r.chat_id == EXAMPLE_CHAT_ID {
                 warnings.push(format!(
-                    "route '{}': chat_id {EXAMPLE_CHAT_ID} is the example's placeholder; put your group's id there (the bot logs it when someone writes in a group it does not know)",
+                    "route '{}': chat_id {EXAMPLE_CHAT_ID} is the example's placeholder; put your group's id there (add the bot to the group and send /start@<bot username> there: the bot answers with the group's chat_id)",
                     r.name
                 ));
             }

@@ -246,6 +246,13 @@ async fn check_config_warns_about_the_examples_placeholders_but_accepts_them() {
         err.contains("warning: route 'ops': chat_id -1001234567890 is the example's placeholder"),
         "{err}"
     );
+    // It says how to learn the group's id the way the bot really tells it (an answer to
+    // /start in the group, see tests/operator_commands.rs), not a log line that never comes.
+    assert!(
+        err.contains("send /start@<bot username> there: the bot answers with the group's chat_id"),
+        "{err}"
+    );
+    assert!(!err.contains("logs it"), "{err}");
     assert!(
         err.contains(
             "warning: route 'ops': approvers [11111111, 22222222] are the example's placeholder ids"
