@@ -696,6 +696,73 @@ async fn demo_mode_needs_only_the_operator_id_and_two_tokens() {
 }
 
 #[tokio::test]
+async fn routes_are_set_from_the_environment_by_index_or_whole_and_a_wrong_form_says_which_works() {
+    let check = |vars: &[(&str, &str)]| {
+        let mut c = config_cmd(&["check-config"]);
+        c.env("TELEGRAM_BOT_TOKEN", "1:x")
+            .env("HITL_AGENT_WORKDAY_TOKEN", WORKDAY_TOKEN);
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        c.output()
+    };
+    // One key of the file's first route, the rest kept: no placeholder left to warn of.
+    let out = check(&[
+        ("HITL__ROUTES__0__APPROVERS", "[424242, 434343]"),
+        ("HITL__ROUTES__0__CHAT_ID", "-1009876"),
+    ])
+    .await
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("placeholder"), "{err}");
+    // The index after the last adds a route.
+    let out = check(&[
+        ("HITL__ROUTES__1__NAME", "billing"),
+        ("HITL__ROUTES__1__CHAT_ID", "-1005555"),
+        ("HITL__ROUTES__1__APPROVERS", "[424242]"),
+    ])
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("2 route(s)"));
+    // The whole list in one variable.
+    let out = check(&[(
+        "HITL__ROUTES",
+        r#"[{name="ops", chat_id=-1009876, approvers=[424242]}]"#,
+    )])
+    .await
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("placeholder"), "{err}");
+
+    // A list without brackets, and an index that leaves a gap, say what works.
+    let out = check(&[("HITL__ROUTES__0__APPROVERS", "424242")])
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("HITL__ROUTES__0__APPROVERS='[11111111, 22222222]'"),
+        "{err}"
+    );
+    assert!(!err.contains("found map"), "{err}");
+    let out = check(&[("HITL__ROUTES__3__NAME", "x")]).await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("HITL__ROUTES__3__") && err.contains("the next new entry is index 1"),
+        "{err}"
+    );
+    assert!(!err.contains("found map"), "{err}");
+}
+
+#[tokio::test]
 async fn an_environment_variable_overrides_a_single_key() {
     let out = config_cmd(&["check-config"])
         .env("TELEGRAM_BOT_TOKEN", "1:x")
