@@ -70,6 +70,8 @@ enum Command {
         online: bool,
     },
     /// Ask through a running service; exit 0 confirmed, 1 cancelled, 2 timeout, 3 error.
+    /// The record goes to stdout; which request it asked, and that it still waits, to
+    /// stderr.
     Ask(Box<AskArgs>),
     /// Claude Code's PermissionRequest hook: reads the event on stdin, asks on Telegram,
     /// prints Claude Code's decision JSON on stdout and exits 0.
@@ -109,36 +111,50 @@ enum AuditCommand {
     },
 }
 
+/// `ask`'s arguments: every one says what it is for in `ask --help`.
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("auth").required(true).args(["token", "token_env"])))]
 struct AskArgs {
-    /// Base URL of the service, e.g. http://127.0.0.1:8080
+    /// Base URL of the service, e.g. http://127.0.0.1:8080 (a loopback address without
+    /// a scheme means http; any other host needs its https://).
     #[arg(long)]
     url: String,
-    /// The agent's bearer token.
+    /// The agent's bearer token (visible in the process list: prefer --token-env).
     #[arg(long)]
     token: Option<String>,
     /// Name of the environment variable holding the agent's bearer token.
     #[arg(long)]
     token_env: Option<String>,
+    /// The tool call to approve, as the operator sees it, e.g. deploy.
     #[arg(long)]
     tool: String,
-    /// key=value (a string) or key:=json (any JSON value); repeatable, order kept.
+    /// A parameter of the call: key=value (a string) or key:=json (any JSON value, e.g.
+    /// replicas:=3); repeatable, order kept.
     #[arg(long = "param")]
     params: Vec<String>,
-    /// Python str.format briefing template, e.g. "Deploy {service} to {env}?"
+    /// Python str.format briefing template shown above the parameters, e.g.
+    /// "Deploy {service} to {env}?"
     #[arg(long)]
     template: Option<String>,
-    /// Seconds to wait for a human.
+    /// Seconds to wait for a human (default: the service's confirmation
+    /// default_timeout_seconds, 120 as shipped); no answer by then exits 2.
     #[arg(long)]
     timeout: Option<f64>,
+    /// On whose behalf the call is made (owner_id, default "anonymous"): windows are per
+    /// owner, and a route with forbid_self_approval refuses the owner's own approval
+    /// ([owner_telegram_ids]).
     #[arg(long)]
     owner: Option<String>,
+    /// A line of context shown with the question, e.g. why the call is made.
     #[arg(long)]
     context: Option<String>,
+    /// The route (named Telegram destination) to ask in; default: the agent's
+    /// default_route.
     #[arg(long)]
     route: Option<String>,
-    /// Confirmation window in seconds.
+    /// Confirmation window in seconds: after an approval, identical calls (same agent,
+    /// owner, tool and parameters) pass without asking until it ends (cut to the route's
+    /// max_window_seconds).
     #[arg(long)]
     window: Option<u64>,
 }

@@ -56,6 +56,62 @@ async fn ask_exits_0_when_approved_and_prints_the_record() {
     let record: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(record["status"], "confirmed");
     assert_eq!(record["parameters"]["replicas"], 3);
+    // What it did meanwhile went to stderr, naming the request.
+    assert!(
+        err.contains(&format!(
+            "ask: asked (request {}); waiting up to 30 s for an approver on Telegram (until ",
+            record["id"].as_str().unwrap()
+        )),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn ask_help_describes_every_flag() {
+    let out = Command::new(BIN)
+        .args(["ask", "--help"])
+        .output()
+        .await
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{help}");
+    let flags: Vec<&str> = help
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with('-'))
+        .collect();
+    assert!(flags.len() >= 14, "{help}");
+    for line in flags {
+        let described = line
+            .split_once("  ")
+            .is_some_and(|(_, text)| !text.trim().is_empty());
+        assert!(described, "a flag without a description: {line}\n{help}");
+    }
+    assert!(
+        help.contains("stderr"),
+        "says where the progress goes: {help}"
+    );
+}
+
+#[tokio::test]
+async fn ask_says_on_stderr_that_it_is_still_waiting_and_keeps_stdout_for_the_record() {
+    let app = TestApp::spawn().await;
+    let (code, out, err) = finish(ask(&app, TOKEN_A, &["--timeout", "3"])).await;
+    assert_eq!(code, 2, "{out}\n{err}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap()["status"],
+        "timeout",
+        "stdout is the record alone"
+    );
+    assert!(err.contains("ask: asked (request cf_"), "{err}");
+    assert!(
+        err.contains("ask: still waiting for an approver ("),
+        "a line while it waits: {err}"
+    );
+    assert!(
+        err.lines().all(|l| l.starts_with("ask: ")),
+        "only its own lines: {err}"
+    );
 }
 
 #[tokio::test]
