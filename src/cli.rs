@@ -13,24 +13,51 @@ use crate::domain::pyjson;
 /// Variables the `--demo` mode reads.
 pub const DEMO_OPERATOR_ENV: &str = "HITL_DEMO_OPERATOR_ID";
 pub const DEMO_AGENT_TOKEN_ENV: &str = "HITL_DEMO_AGENT_TOKEN";
+/// The demo's one route.
+pub const DEMO_ROUTE: &str = "demo";
+/// How long `serve --demo` without an operator id waits for someone to adopt.
+pub const DEMO_ADOPT_SECONDS: u64 = 60;
+/// The approver a demo configuration is checked with before anyone is adopted: any id
+/// that passes the checks (not 0, not the bot's, a chat id too) will do, since it never
+/// runs; this one is no bot's (their ids are far smaller).
+const DEMO_STAND_IN_OPERATOR: u64 = i64::MAX as u64;
 
-/// Replaces routes and agents with one route (the operator's private chat with the bot,
-/// the operator as its only approver) and one agent `demo`, so a newcomer needs no file
-/// edits: only a bot token, their Telegram user id and a token for their agent.
-pub fn demo_settings(mut s: Settings, operator_id: Option<String>) -> anyhow::Result<Settings> {
-    let raw = operator_id.with_context(|| {
-        format!(
-            "--demo needs {DEMO_OPERATOR_ENV}: your numeric Telegram user id (ask @userinfobot)"
-        )
-    })?;
-    let operator: u64 = raw
-        .trim()
+/// `HITL_DEMO_OPERATOR_ID` as given: a Telegram user id, or `None` when unset or empty
+/// (the demo then adopts the first person who sends `/start`).
+pub fn demo_operator(raw: Option<String>) -> anyhow::Result<Option<u64>> {
+    let Some(raw) = raw.filter(|r| !r.trim().is_empty()) else {
+        return Ok(None);
+    };
+    raw.trim()
         .parse()
         .ok()
         .filter(|id| *id != 0)
-        .with_context(|| format!("{DEMO_OPERATOR_ENV} must be a numeric Telegram user id"))?;
+        .map(Some)
+        .with_context(|| {
+            format!(
+                "{DEMO_OPERATOR_ENV} must be a numeric Telegram user id (or unset, to adopt the \
+                 first person who sends /start to the bot)"
+            )
+        })
+}
+
+/// The demo's configuration: `s` with [`demo_settings`], checked, marked as the demo.
+/// Without an operator it is checked with a stand-in approver, for `check-config` and
+/// for failing fast before `serve` waits for someone to adopt.
+pub fn demo_config(s: Settings, operator: Option<u64>) -> anyhow::Result<Config> {
+    let settings = demo_settings(s, operator.unwrap_or(DEMO_STAND_IN_OPERATOR))?;
+    let mut config = Config::from_settings_and_process_env(settings)?;
+    config.demo = true;
+    Ok(config)
+}
+
+/// Replaces routes and agents with one route (the operator's private chat with the bot,
+/// the operator as its only approver) and one agent `demo`, so a newcomer needs no file
+/// edits: only a bot token and a token for their agent (and their Telegram user id, or
+/// a `/start` to the bot in the first minute).
+pub fn demo_settings(mut s: Settings, operator: u64) -> anyhow::Result<Settings> {
     s.routes = vec![RouteSettings {
-        name: "demo".into(),
+        name: DEMO_ROUTE.into(),
         // In a private chat the chat id is the user's id.
         chat_id: i64::try_from(operator).context("Telegram user id out of range")?,
         approvers: vec![operator],
@@ -48,8 +75,8 @@ pub fn demo_settings(mut s: Settings, operator_id: Option<String>) -> anyhow::Re
     s.agents = vec![AgentSettings {
         name: "demo".into(),
         token_env: DEMO_AGENT_TOKEN_ENV.into(),
-        routes: vec!["demo".into()],
-        default_route: Some("demo".into()),
+        routes: vec![DEMO_ROUTE.into()],
+        default_route: Some(DEMO_ROUTE.into()),
         webhook_secret_env: None,
         callback_url_prefixes: Vec::new(),
         requests_per_minute: 120,

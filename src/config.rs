@@ -1077,6 +1077,10 @@ pub struct Config {
     pub metrics_token: Option<TokenDigest>,
     /// `[server]`: timeouts and the connection limit of the HTTP server.
     pub http: HttpLimits,
+    /// Running as `serve --demo` (one route, the approver's private chat): what the bot
+    /// answers to `/start` speaks of the demo rather than of `[[routes]]` in a file the
+    /// demo does not read. Set by the caller; `false` from [`Config::from_settings`].
+    pub demo: bool,
 }
 
 /// A bearer token's SHA-256, the form it is checked in. Never printed: a digest of a
@@ -1684,6 +1688,7 @@ impl Config {
             redis_bridge,
             metrics_token,
             http,
+            demo: false,
         })
     }
 

@@ -727,7 +727,7 @@ async fn check_config_refuses_an_unknown_route_in_an_agent() {
 }
 
 #[tokio::test]
-async fn demo_mode_needs_only_the_operator_id_and_two_tokens() {
+async fn demo_mode_needs_two_tokens_and_an_operator_id_or_says_it_will_adopt_one() {
     let out = config_cmd(&["check-config", "--demo"])
         .env("TELEGRAM_BOT_TOKEN", "1:x")
         .env("HITL_DEMO_AGENT_TOKEN", WORKDAY_TOKEN)
@@ -747,8 +747,189 @@ async fn demo_mode_needs_only_the_operator_id_and_two_tokens() {
         .output()
         .await
         .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("HITL_DEMO_OPERATOR_ID is not set")
+            && err.contains("first person who sends /start"),
+        "{err}"
+    );
+    let out = config_cmd(&["check-config", "--demo"])
+        .env("TELEGRAM_BOT_TOKEN", "1:x")
+        .env("HITL_DEMO_AGENT_TOKEN", WORKDAY_TOKEN)
+        .env("HITL_DEMO_OPERATOR_ID", "me")
+        .output()
+        .await
+        .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("HITL_DEMO_OPERATOR_ID"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("HITL_DEMO_OPERATOR_ID must be a numeric Telegram user id")
+    );
+}
+
+/// `serve --demo` against `telegram`, with no operator id: it waits for a /start.
+fn demo_without_operator(
+    dir: &std::path::Path,
+    telegram: &support::fake_telegram::FakeTelegram,
+    extra: &[&str],
+) -> support::process::ServiceProcess {
+    let db_url = format!("sqlite://{}/hitl.db", dir.display());
+    let config = support::process::write_config(dir, telegram, &db_url);
+    let mut args = vec!["--demo"];
+    args.extend_from_slice(extra);
+    support::process::ServiceProcess::spawn(
+        &config,
+        &args,
+        &[
+            ("HITL_DEMO_AGENT_TOKEN", Some(WORKDAY_TOKEN)),
+            ("HITL_DEMO_OPERATOR_ID", None),
+        ],
+    )
+}
+
+#[tokio::test]
+async fn the_demo_without_an_operator_id_adopts_the_first_person_to_send_start_and_nobody_else() {
+    use support::fake_telegram::{FakeTelegram, TgUser};
+
+    let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
+    // A /start from before the demo started is no claim made now.
+    telegram.send_text_message(MALLORY as i64, mallory(), "/start");
+    tokio::time::sleep(std::time::Duration::from_millis(3100)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut service = demo_without_operator(dir.path(), &telegram, &[]);
+    assert!(
+        service
+            .logs_within(
+                "the first person to send /start to the bot in a private chat",
+                std::time::Duration::from_secs(20)
+            )
+            .await,
+        "{}",
+        service.log_text()
+    );
+    // Neither a bot nor a group counts; the first person in a private chat does, and
+    // only they: Carol, after Alice, is answered by the running demo.
+    let robot = TgUser::new(555_555, "Robot").bot();
+    telegram.send_text_message(555_555, robot, "/start");
+    telegram.send_text_message(OPS_CHAT, bob(), "/start");
+    telegram.send_text_message(ALICE as i64, alice(), "/start");
+    telegram.send_text_message(CAROL as i64, carol(), "/start");
+    service.serving().await;
+
+    let welcome = telegram
+        .wait_for_message_in(ALICE as i64, 1)
+        .await
+        .remove(0);
+    assert!(
+        welcome
+            .visible_text
+            .contains("You are this demo's approver")
+            && welcome
+                .visible_text
+                .contains(&format!("HITL_DEMO_OPERATOR_ID={ALICE}")),
+        "{}",
+        welcome.visible_text
+    );
+    let refused = telegram
+        .wait_for_message_in(CAROL as i64, 1)
+        .await
+        .remove(0);
+    assert!(
+        refused
+            .visible_text
+            .contains("its approver is someone else")
+            && refused
+                .visible_text
+                .contains(&format!("HITL_DEMO_OPERATOR_ID={CAROL}"))
+            && !refused.visible_text.contains("[[routes]]"),
+        "{}",
+        refused.visible_text
+    );
+    let log = service.log_text();
+    let adopted: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("demo: adopted the first person"))
+        .collect();
+    assert_eq!(adopted.len(), 1, "{log}");
+    assert!(
+        adopted[0].contains(&format!("\"user_id\":{ALICE}")),
+        "{log}"
+    );
+    for why in [
+        "it was sent before the demo started",
+        "it comes from a bot",
+        "it was sent in a group",
+    ] {
+        assert!(log.contains(why), "{why}: {log}");
+    }
+    assert!(
+        telegram.messages_in(MALLORY as i64).is_empty()
+            && telegram.messages_in(OPS_CHAT).is_empty()
+    );
+
+    // The demo asks Alice, in her private chat, and her tap decides.
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let base = service.base.clone();
+    let asked = tokio::spawn(async move {
+        client
+            .post(format!("{base}/v1/confirmations"))
+            .bearer_auth(WORKDAY_TOKEN)
+            .json(&serde_json::json!({"tool": "deploy", "params": {"service": "billing"}}))
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    });
+    let question = telegram
+        .wait_for_message_in(ALICE as i64, 2)
+        .await
+        .remove(1);
+    telegram.tap(ALICE as i64, question.message_id, "✅ Approve", alice());
+    let decided = asked.await.unwrap();
+    assert_eq!(decided["status"], "confirmed", "{decided}");
+    assert_eq!(decided["decided_by"]["id"], ALICE);
+
+    // The audit trail says who was adopted, and why.
+    let config = dir.path().join("config.toml");
+    let out = Command::new(BIN)
+        .args(["--config", config.to_str().unwrap(), "audit", "export"])
+        .output()
+        .await
+        .unwrap();
+    let export = String::from_utf8_lossy(&out.stdout);
+    let event: Value = export
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["kind"] == "approver_adopted")
+        .unwrap_or_else(|| panic!("no approver_adopted event: {export}"));
+    assert_eq!(event["actor"], format!("telegram:{ALICE}"));
+    assert_eq!(event["detail"]["route"], "demo");
+    assert_eq!(event["detail"]["chat_id"], ALICE);
+    assert!(service.terminate().await.success());
+}
+
+#[tokio::test]
+async fn the_demo_without_an_operator_id_exits_saying_how_to_go_on_when_nobody_sends_start() {
+    let telegram = support::fake_telegram::FakeTelegram::start_with_token(BOT_TOKEN).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut service = demo_without_operator(dir.path(), &telegram, &["--adopt-within", "1"]);
+    let status = tokio::time::timeout(std::time::Duration::from_secs(20), service.child.wait())
+        .await
+        .expect("it gives up after its minute (here: a second)")
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let log = service.log_text();
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("nobody sent /start to @")
+            && log.contains("send /start")
+            && log.contains("or set HITL_DEMO_OPERATOR_ID to your numeric Telegram user id"),
+        "{log}"
+    );
+    assert!(!log.contains("hitl-telegram is serving"), "{log}");
 }
 
 #[tokio::test]
