@@ -196,3 +196,56 @@ fn the_readme_deploy_steps_are_the_ones_the_compose_check_runs() {
     let ignored = read(&root().join(".gitignore"));
     assert!(ignored.lines().any(|l| l == "/config/local.toml"));
 }
+
+/// The string literals of `src` that follow `marker` (`kind: "` ...), up to their `"`.
+fn literals_after<'a>(src: &'a str, marker: &str) -> Vec<&'a str> {
+    src.match_indices(marker)
+        .filter_map(|(at, m)| {
+            let rest = &src[at + m.len()..];
+            rest.find('"').map(|end| &rest[..end])
+        })
+        .collect()
+}
+
+#[test]
+fn the_readme_names_every_kind_of_audit_event() {
+    let audit = read(&root().join("src/domain/audit.rs"));
+    let steps = read(&root().join("src/domain/confirmation.rs"));
+    let mut kinds: Vec<&str> = literals_after(&audit, "kind: \"");
+    // `webhook()` picks its kind with an `if`.
+    kinds.extend(literals_after(
+        &audit,
+        "kind: if delivered {\n            \"",
+    ));
+    kinds.extend(literals_after(&audit, "} else {\n            \""));
+    // The steps of a pending question are events of their own kind (`audit::step`).
+    let step_impl = &steps[steps.find("impl Step").expect("impl Step")..];
+    let step_impl = &step_impl[..step_impl.find("\n}\n").expect("its end")];
+    kinds.extend(literals_after(step_impl, "=> \""));
+    kinds.sort_unstable();
+    kinds.dedup();
+    for expected in [
+        "answered",
+        "copy_found",
+        "webhook_given_up",
+        "reason_requested",
+    ] {
+        assert!(kinds.contains(&expected), "{expected} not found: {kinds:?}");
+    }
+    let readme = read(&root().join("README.md"));
+    let from = readme
+        .find("\n### Audit trail\n")
+        .expect("the Audit trail section");
+    let len = readme[from + 1..]
+        .find("\n## ")
+        .map_or(readme.len() - from, |n| n + 1);
+    let trail = &readme[from..from + len];
+    let missing: Vec<&&str> = kinds
+        .iter()
+        .filter(|k| !trail.contains(&format!("`{k}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the README's Audit trail lacks these kinds: {missing:?}"
+    );
+}
