@@ -249,3 +249,17 @@ fn the_readme_names_every_kind_of_audit_event() {
         "the README's Audit trail lacks these kinds: {missing:?}"
     );
 }
+
+#[test]
+fn every_pg_dump_in_the_docs_writes_an_owner_only_file() {
+    for doc in DOCS {
+        let text = read(&root().join(doc));
+        for line in text.lines().filter(|l| l.contains("pg_dump")) {
+            let writes = line.contains("--file") || line.contains(" > ") || line.contains(" -f ");
+            assert!(
+                !writes || line.contains("umask 077"),
+                "{doc}: a pg_dump that writes a file must do it owner-only (umask 077): {line}"
+            );
+        }
+    }
+}
