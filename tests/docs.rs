@@ -1,7 +1,9 @@
 //! The documentation holds together: every relative link and `#anchor` resolves, and
 //! the README reads in the order a newcomer needs it (quick start, group route,
 //! configure, deploy, operate, API, integrations), with the deploy steps that
-//! `tests/compose.rs` runs for real.
+//! `tests/compose.rs` runs for real; and what it says agrees with what is there: every
+//! kind of audit event the code writes is named, every `pg_dump` writes an owner-only
+//! file, and the compose file's commented blocks clash with none of its own names.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -262,4 +264,35 @@ fn every_pg_dump_in_the_docs_writes_an_owner_only_file() {
             );
         }
     }
+}
+
+#[test]
+fn the_compose_files_commented_blocks_clash_with_no_name_it_defines() {
+    let compose = read(&root().join("docker-compose.yml"));
+    // A name is a key at the second level (a service, a config, a volume).
+    let names = |lines: Vec<&str>| -> Vec<String> {
+        lines
+            .into_iter()
+            .filter(|l| l.starts_with("  ") && !l.starts_with("   ") && l.ends_with(':'))
+            .map(|l| l.trim().trim_end_matches(':').to_owned())
+            .filter(|n| !n.contains(' '))
+            .collect()
+    };
+    let live = names(compose.lines().filter(|l| !l.starts_with('#')).collect());
+    assert!(live.iter().any(|n| n == "caddy"), "{live:?}");
+    let commented = names(
+        compose
+            .lines()
+            .filter_map(|l| l.strip_prefix("# "))
+            .collect(),
+    );
+    assert!(
+        commented.iter().any(|n| n == "caddy-single"),
+        "the single box's Caddy block: {commented:?}"
+    );
+    let clashes: Vec<&String> = commented.iter().filter(|n| live.contains(n)).collect();
+    assert!(
+        clashes.is_empty(),
+        "uncommented, these would clash with the file's own: {clashes:?}"
+    );
 }
