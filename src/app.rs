@@ -82,6 +82,12 @@ impl Application {
         })
     }
 
+    /// The database, for what the caller records before serving (the demo's adopted
+    /// approver, in the audit trail).
+    pub fn store(&self) -> &Arc<dyn Store> {
+        self.service.store()
+    }
+
     pub fn local_addr(&self) -> SocketAddr {
         self.listener
             .local_addr()

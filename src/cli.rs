@@ -13,24 +13,51 @@ use crate::domain::pyjson;
 /// Variables the `--demo` mode reads.
 pub const DEMO_OPERATOR_ENV: &str = "HITL_DEMO_OPERATOR_ID";
 pub const DEMO_AGENT_TOKEN_ENV: &str = "HITL_DEMO_AGENT_TOKEN";
+/// The demo's one route.
+pub const DEMO_ROUTE: &str = "demo";
+/// How long `serve --demo` without an operator id waits for someone to adopt.
+pub const DEMO_ADOPT_SECONDS: u64 = 60;
+/// The approver a demo configuration is checked with before anyone is adopted: any id
+/// that passes the checks (not 0, not the bot's, a chat id too) will do, since it never
+/// runs; this one is no bot's (their ids are far smaller).
+const DEMO_STAND_IN_OPERATOR: u64 = i64::MAX as u64;
 
-/// Replaces routes and agents with one route (the operator's private chat with the bot,
-/// the operator as its only approver) and one agent `demo`, so a newcomer needs no file
-/// edits: only a bot token, their Telegram user id and a token for their agent.
-pub fn demo_settings(mut s: Settings, operator_id: Option<String>) -> anyhow::Result<Settings> {
-    let raw = operator_id.with_context(|| {
-        format!(
-            "--demo needs {DEMO_OPERATOR_ENV}: your numeric Telegram user id (ask @userinfobot)"
-        )
-    })?;
-    let operator: u64 = raw
-        .trim()
+/// `HITL_DEMO_OPERATOR_ID` as given: a Telegram user id, or `None` when unset or empty
+/// (the demo then adopts the first person who sends `/start`).
+pub fn demo_operator(raw: Option<String>) -> anyhow::Result<Option<u64>> {
+    let Some(raw) = raw.filter(|r| !r.trim().is_empty()) else {
+        return Ok(None);
+    };
+    raw.trim()
         .parse()
         .ok()
         .filter(|id| *id != 0)
-        .with_context(|| format!("{DEMO_OPERATOR_ENV} must be a numeric Telegram user id"))?;
+        .map(Some)
+        .with_context(|| {
+            format!(
+                "{DEMO_OPERATOR_ENV} must be a numeric Telegram user id (or unset, to adopt the \
+                 first person who sends /start to the bot)"
+            )
+        })
+}
+
+/// The demo's configuration: `s` with [`demo_settings`], checked, marked as the demo.
+/// Without an operator it is checked with a stand-in approver, for `check-config` and
+/// for failing fast before `serve` waits for someone to adopt.
+pub fn demo_config(s: Settings, operator: Option<u64>) -> anyhow::Result<Config> {
+    let settings = demo_settings(s, operator.unwrap_or(DEMO_STAND_IN_OPERATOR))?;
+    let mut config = Config::from_settings_and_process_env(settings)?;
+    config.demo = true;
+    Ok(config)
+}
+
+/// Replaces routes and agents with one route (the operator's private chat with the bot,
+/// the operator as its only approver) and one agent `demo`, so a newcomer needs no file
+/// edits: only a bot token and a token for their agent (and their Telegram user id, or
+/// a `/start` to the bot in the first minute).
+pub fn demo_settings(mut s: Settings, operator: u64) -> anyhow::Result<Settings> {
     s.routes = vec![RouteSettings {
-        name: "demo".into(),
+        name: DEMO_ROUTE.into(),
         // In a private chat the chat id is the user's id.
         chat_id: i64::try_from(operator).context("Telegram user id out of range")?,
         approvers: vec![operator],
@@ -48,8 +75,8 @@ pub fn demo_settings(mut s: Settings, operator_id: Option<String>) -> anyhow::Re
     s.agents = vec![AgentSettings {
         name: "demo".into(),
         token_env: DEMO_AGENT_TOKEN_ENV.into(),
-        routes: vec!["demo".into()],
-        default_route: Some("demo".into()),
+        routes: vec![DEMO_ROUTE.into()],
+        default_route: Some(DEMO_ROUTE.into()),
         webhook_secret_env: None,
         callback_url_prefixes: Vec::new(),
         allow_link_local_callbacks: false,
@@ -135,96 +162,193 @@ pub fn service_url(given: &str) -> anyhow::Result<String> {
 }
 
 /// Asks through a running service and waits for the decision. Returns the exit code
-/// and what to print (the record, or the error body).
+/// and what to print on stdout (the record) or stderr (the error). While it waits it
+/// says so on stderr ([`progress`]), so stdout stays the record alone for a script.
 pub async fn ask(req: AskRequest) -> (u8, String) {
-    match ask_inner(&req).await {
+    match ask_inner(&req, &mut |line| eprintln!("ask: {line}")).await {
         Ok((code, out)) => (code, out),
         Err(e) => (EXIT_ERROR, format!("error: {e:#}")),
     }
 }
 
-async fn ask_inner(req: &AskRequest) -> anyhow::Result<(u8, String)> {
+/// Most seconds between two "still waiting" lines, and the longest single long-poll.
+const PROGRESS_EVERY_MAX: Duration = Duration::from_secs(30);
+/// How many times in a row `ask` tries to reach the service before it gives up.
+const ASK_ATTEMPTS: u32 = 3;
+
+/// The request body `ask` sends: `wait: "suspend"`, so the service answers as soon as
+/// the question is stored and `ask` can say which request it waits for.
+fn ask_body(req: &AskRequest, key: &str) -> anyhow::Result<String> {
     let params = params_json(&req.params)?;
+    let mut body = format!(
+        "{{\"tool\": {}, \"params\": {params}, \"wait\": \"suspend\", \"idempotency_key\": {}",
+        serde_json::to_string(&req.tool)?,
+        serde_json::to_string(key)?
+    );
+    let text = |v: &Option<String>| v.as_ref().map(|t| Value::from(t.as_str()).to_string());
+    for (name, v) in [
+        ("template", text(&req.template)),
+        (
+            "timeout_seconds",
+            req.timeout_seconds.map(|t| t.to_string()),
+        ),
+        ("owner_id", text(&req.owner_id)),
+        ("context", text(&req.context)),
+        ("route", text(&req.route)),
+        ("window_seconds", req.window_seconds.map(|t| t.to_string())),
+    ] {
+        if let Some(v) = v {
+            body.push_str(&format!(", \"{name}\": {v}"));
+        }
+    }
+    body.push('}');
+    Ok(body)
+}
+
+/// Seconds from now until the record's `expires_at` (0 once past, or unreadable).
+fn seconds_left(record: &Value) -> u64 {
+    use time::format_description::well_known::Rfc3339;
+    record
+        .get("expires_at")
+        .and_then(Value::as_str)
+        .and_then(|t| time::OffsetDateTime::parse(t, &Rfc3339).ok())
+        .map_or(0, |at| {
+            let left = (at - time::OffsetDateTime::now_utc()).as_seconds_f64();
+            left.max(0.0).ceil() as u64
+        })
+}
+
+/// The time between "still waiting" lines for a question of `total` seconds: a quarter
+/// of it, between 1 and [`PROGRESS_EVERY_MAX`] seconds.
+fn progress_every(total: u64) -> Duration {
+    Duration::from_secs((total / 4).max(1)).min(PROGRESS_EVERY_MAX)
+}
+
+/// Sends one request, retried (after a second) while the service cannot be reached or
+/// answers 503, and after `Retry-After` when it answers 429 (too many long-polls).
+async fn send_retrying(
+    build: impl Fn() -> reqwest::RequestBuilder,
+    progress: &mut dyn FnMut(String),
+) -> anyhow::Result<reqwest::Response> {
+    let mut failures = 0;
+    loop {
+        let wait = match build().send().await {
+            Ok(r) if r.status() == reqwest::StatusCode::TOO_MANY_REQUESTS => {
+                let secs = r
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(1)
+                    .clamp(1, 60);
+                progress(format!("the service is busy; trying again in {secs} s"));
+                Duration::from_secs(secs)
+            }
+            Ok(r) if r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
+                failures += 1;
+                if failures >= ASK_ATTEMPTS {
+                    return Ok(r);
+                }
+                Duration::from_secs(1)
+            }
+            Ok(r) => return Ok(r),
+            Err(e) => {
+                failures += 1;
+                if failures >= ASK_ATTEMPTS || !(e.is_connect() || e.is_request()) {
+                    return Err(e).context("cannot reach the service");
+                }
+                progress(format!("{e}; retrying"));
+                Duration::from_secs(1)
+            }
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// [`ask`], telling `progress` what it is doing.
+async fn ask_inner(
+    req: &AskRequest,
+    progress: &mut dyn FnMut(String),
+) -> anyhow::Result<(u8, String)> {
     // One idempotency key for every attempt: a retry after a dropped connection finds
     // the same request instead of asking the operator twice.
     let key = format!(
         "ask-{}",
         crate::domain::ids::CallbackToken::generate().as_str()
     );
-    let mut body = format!(
-        "{{\"tool\": {}, \"params\": {params}, \"wait\": \"block\", \"idempotency_key\": {}",
-        serde_json::to_string(&req.tool)?,
-        serde_json::to_string(&key)?
-    );
-    let mut add = |name: &str, v: Option<String>| {
-        if let Some(v) = v {
-            body.push_str(&format!(", \"{name}\": {v}"));
-        }
-    };
-    add(
-        "template",
-        req.template
-            .as_ref()
-            .map(|t| Value::from(t.as_str()).to_string()),
-    );
-    add(
-        "timeout_seconds",
-        req.timeout_seconds.map(|t| t.to_string()),
-    );
-    add(
-        "owner_id",
-        req.owner_id
-            .as_ref()
-            .map(|t| Value::from(t.as_str()).to_string()),
-    );
-    add(
-        "context",
-        req.context
-            .as_ref()
-            .map(|t| Value::from(t.as_str()).to_string()),
-    );
-    add(
-        "route",
-        req.route
-            .as_ref()
-            .map(|t| Value::from(t.as_str()).to_string()),
-    );
-    add("window_seconds", req.window_seconds.map(|t| t.to_string()));
-    body.push('}');
-
-    let endpoint = format!("{}/v1/confirmations", service_url(&req.url)?);
+    let body = ask_body(req, &key)?;
+    let base = service_url(&req.url)?;
+    let endpoint = format!("{base}/v1/confirmations");
     let client = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .build()?;
-    let mut attempt = 0;
-    let response = loop {
-        attempt += 1;
-        let result = client
-            .post(&endpoint)
-            .bearer_auth(&req.token)
-            .header("content-type", "application/json")
-            .body(body.clone())
-            .send()
-            .await;
-        match result {
-            Ok(r) if r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE && attempt < 3 => {}
-            Ok(r) => break r,
-            Err(e) if attempt < 3 && (e.is_connect() || e.is_request()) => {
-                eprintln!("ask: {e}; retrying");
+    let response = send_retrying(
+        || {
+            client
+                .post(&endpoint)
+                .bearer_auth(&req.token)
+                .header("content-type", "application/json")
+                .body(body.clone())
+        },
+        progress,
+    )
+    .await?;
+    let mut record = read_record(response).await?;
+    if let Ok(first) = &record
+        && first.get("status").and_then(Value::as_str) == Some("pending")
+    {
+        let id = first
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_owned();
+        let total = seconds_left(first);
+        let until = first
+            .get("expires_at")
+            .and_then(Value::as_str)
+            .and_then(|t| {
+                time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
+            })
+            .map(crate::domain::confirmation::operator_time)
+            .unwrap_or_default();
+        progress(format!(
+            "asked (request {id}); waiting up to {total} s for an approver on Telegram (until {until})"
+        ));
+        let every = progress_every(total);
+        let url = format!("{endpoint}/{id}");
+        loop {
+            let left = match &record {
+                Ok(r) if r.get("status").and_then(Value::as_str) == Some("pending") => {
+                    seconds_left(r)
+                }
+                _ => break,
+            };
+            let wait = every.as_secs().min(left.max(1));
+            let response = send_retrying(
+                || {
+                    client
+                        .get(&url)
+                        .query(&[("wait", wait)])
+                        .bearer_auth(&req.token)
+                },
+                progress,
+            )
+            .await?;
+            record = read_record(response).await?;
+            if let Ok(r) = &record
+                && r.get("status").and_then(Value::as_str) == Some("pending")
+            {
+                progress(format!(
+                    "still waiting for an approver ({} s left)",
+                    seconds_left(r)
+                ));
             }
-            Err(e) => return Err(e).context("cannot reach the service"),
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
-    let status = response.status();
-    let text = response
-        .text()
-        .await
-        .context("cannot read the service's answer")?;
-    if !status.is_success() {
-        return Ok((EXIT_ERROR, text));
     }
-    let record: Value = serde_json::from_str(&text).context("the service's answer is not JSON")?;
+    let record = match record {
+        Ok(r) => r,
+        Err(text) => return Ok((EXIT_ERROR, text)),
+    };
     let code = match record.get("status").and_then(Value::as_str) {
         Some("confirmed") => EXIT_CONFIRMED,
         Some("cancelled") => EXIT_CANCELLED,
@@ -232,6 +356,20 @@ async fn ask_inner(req: &AskRequest) -> anyhow::Result<(u8, String)> {
         _ => EXIT_ERROR,
     };
     Ok((code, serde_json::to_string_pretty(&record)?))
+}
+
+/// The record in a 2xx answer, or the error body of any other.
+async fn read_record(response: reqwest::Response) -> anyhow::Result<Result<Value, String>> {
+    let status = response.status();
+    let text = response
+        .text()
+        .await
+        .context("cannot read the service's answer")?;
+    if !status.is_success() {
+        return Ok(Err(text));
+    }
+    let record = serde_json::from_str(&text).context("the service's answer is not JSON")?;
+    Ok(Ok(record))
 }
 
 /// An error and its causes, each said once: `a: b: c`, leaving out a cause whose text

@@ -659,21 +659,13 @@ impl Settings {
                 path.display()
             )));
         }
-        Figment::new()
-            .merge(Toml::file_exact(path))
-            .merge(Env::prefixed(ENV_OVERRIDE_PREFIX).split("__"))
-            .extract()
-            .map_err(|e| ConfigError::Load(e.to_string()))
+        with_env_overrides(Figment::from(Toml::file_exact(path)))
     }
 
     /// The shipped `config/default.toml`, built in: what `--demo` runs on when no
     /// configuration file is found, so the demo works from any folder.
     pub fn builtin() -> Result<Settings, ConfigError> {
-        Figment::new()
-            .merge(Toml::string(BUILTIN_CONFIG))
-            .merge(Env::prefixed(ENV_OVERRIDE_PREFIX).split("__"))
-            .extract()
-            .map_err(|e| ConfigError::Load(e.to_string()))
+        with_env_overrides(Figment::from(Toml::string(BUILTIN_CONFIG)))
     }
 
     /// Parses settings from TOML text, without environment overrides (tests, `--demo`).
@@ -683,6 +675,150 @@ impl Settings {
             .extract()
             .map_err(|e| ConfigError::Load(e.to_string()))
     }
+}
+
+/// The settings `file` holds, with `HITL__SECTION__KEY` variables over them.
+fn with_env_overrides(file: Figment) -> Result<Settings, ConfigError> {
+    let env = IndexedEnv { file: &file };
+    let layered = file.clone().merge(env);
+    layered.extract().map_err(|e| {
+        let mut text = e.to_string();
+        if text.contains("expected a sequence") {
+            text.push_str(LIST_FROM_ENV_HINT);
+        }
+        ConfigError::Load(text)
+    })
+}
+
+/// What a list from the environment looks like, said when one has the wrong shape.
+const LIST_FROM_ENV_HINT: &str = " (a list from the environment is one value in brackets: \
+    HITL__ROUTES__0__APPROVERS='[11111111, 22222222]' changes one key of the file's first \
+    route, and HITL__ROUTES='[{name=\"ops\", chat_id=-1001234567890, approvers=[11111111]}]' \
+    replaces every route)";
+
+/// The `HITL__…` variables as figment's [`Env`] reads them, except that an index into a
+/// list of the file (`HITL__ROUTES__0__APPROVERS`: `routes[0].approvers`) changes that
+/// entry, or appends the next one, instead of replacing the whole list with a map (which
+/// figment would do, and then fail with "found map, expected a sequence").
+struct IndexedEnv<'a> {
+    file: &'a Figment,
+}
+
+impl IndexedEnv<'_> {
+    fn env() -> Env {
+        Env::prefixed(ENV_OVERRIDE_PREFIX).split("__")
+    }
+}
+
+impl figment::Provider for IndexedEnv<'_> {
+    fn metadata(&self) -> figment::Metadata {
+        Self::env().metadata()
+    }
+
+    fn data(
+        &self,
+    ) -> Result<figment::value::Map<figment::Profile, figment::value::Dict>, figment::Error> {
+        let mut data = Self::env().data()?;
+        let file = self.file.data()?;
+        let nothing = figment::value::Dict::new();
+        for (profile, dict) in data.iter_mut() {
+            let base = file.get(profile).unwrap_or(&nothing);
+            let mut path = Vec::new();
+            indexed_into_lists(dict, base, &mut path).map_err(figment::Error::from)?;
+        }
+        Ok(data)
+    }
+}
+
+/// Turns each map of `env` that indexes a list of `base` into that list with the
+/// indexed entries changed (deeply, key by key) or appended; `path` is where `env` is,
+/// for the error that names a bad index.
+fn indexed_into_lists(
+    env: &mut figment::value::Dict,
+    base: &figment::value::Dict,
+    path: &mut Vec<String>,
+) -> Result<(), String> {
+    use figment::value::Value;
+    for (key, value) in env.iter_mut() {
+        path.push(key.clone());
+        let replacement = match (&mut *value, base.get(key)) {
+            (Value::Dict(_, over), Some(Value::Array(tag, list))) => {
+                let mut list = list.clone();
+                let mut indexed: Vec<(usize, Value)> = Vec::new();
+                for (index, v) in std::mem::take(over) {
+                    let i = index.parse::<usize>().map_err(|_| {
+                        format!(
+                            "{}__{}__…: '{}' is a list, so the next part of the variable's \
+                             name is an index (0 for the first entry), not '{index}'",
+                            env_var_name(path),
+                            index.to_ascii_uppercase(),
+                            path.join(".")
+                        )
+                    })?;
+                    indexed.push((i, v));
+                }
+                indexed.sort_by_key(|(i, _)| *i);
+                for (i, mut v) in indexed {
+                    path.push(i.to_string());
+                    if i < list.len() {
+                        if let (Value::Dict(_, over), Value::Dict(_, entry)) = (&mut v, &list[i]) {
+                            indexed_into_lists(over, entry, path)?;
+                        }
+                        list[i] = merged(list[i].clone(), v);
+                    } else if i == list.len() {
+                        list.push(v);
+                    } else {
+                        let n = list.len();
+                        return Err(format!(
+                            "{}__…: '{}' has {n} {}, so index {i} leaves a gap: the next new \
+                             entry is index {n}",
+                            env_var_name(path),
+                            path[..path.len() - 1].join("."),
+                            if n == 1 { "entry" } else { "entries" },
+                        ));
+                    }
+                    path.pop();
+                }
+                Some(Value::Array(*tag, list))
+            }
+            (Value::Dict(_, over), Some(Value::Dict(_, inner))) => {
+                indexed_into_lists(over, inner, path)?;
+                None
+            }
+            _ => None,
+        };
+        if let Some(list) = replacement {
+            *value = list;
+        }
+        path.pop();
+    }
+    Ok(())
+}
+
+/// `over` laid on `base`: maps key by key, anything else replaced.
+fn merged(base: figment::value::Value, over: figment::value::Value) -> figment::value::Value {
+    use figment::value::Value;
+    match (base, over) {
+        (Value::Dict(tag, mut base), Value::Dict(_, over)) => {
+            for (k, v) in over {
+                let v = match base.remove(&k) {
+                    Some(b) => merged(b, v),
+                    None => v,
+                };
+                base.insert(k, v);
+            }
+            Value::Dict(tag, base)
+        }
+        (_, over) => over,
+    }
+}
+
+/// `HITL__ROUTES__0__APPROVERS` for the path `routes.0.approvers`.
+fn env_var_name(path: &[String]) -> String {
+    format!(
+        "{ENV_OVERRIDE_PREFIX}{}",
+        path.join("__").to_ascii_uppercase()
+    )
 }
 
 /// A named Telegram destination and who may decide there.
@@ -1000,6 +1136,10 @@ pub struct Config {
     pub metrics_token: Option<TokenDigest>,
     /// `[server]`: timeouts and the connection limit of the HTTP server.
     pub http: HttpLimits,
+    /// Running as `serve --demo` (one route, the approver's private chat): what the bot
+    /// answers to `/start` speaks of the demo rather than of `[[routes]]` in a file the
+    /// demo does not read. Set by the caller; `false` from [`Config::from_settings`].
+    pub demo: bool,
 }
 
 /// A bearer token's SHA-256, the form it is checked in. Never printed: a digest of a
@@ -1619,6 +1759,7 @@ impl Config {
             redis_bridge,
             metrics_token,
             http,
+            demo: false,
         })
     }
 
@@ -1632,7 +1773,7 @@ impl Config {
         for r in routes {
             if r.chat_id == EXAMPLE_CHAT_ID {
                 warnings.push(format!(
-                    "route '{}': chat_id {EXAMPLE_CHAT_ID} is the example's placeholder; put your group's id there (the bot logs it when someone writes in a group it does not know)",
+                    "route '{}': chat_id {EXAMPLE_CHAT_ID} is the example's placeholder; put your group's id there (add the bot to the group and send /start@<bot username> there: the bot answers with the group's chat_id)",
                     r.name
                 ));
             }

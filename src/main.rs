@@ -9,6 +9,7 @@ use hitl_telegram::claude_hook::{self, Fallback, HookOptions, OwnerFrom};
 use hitl_telegram::cli::{self, AskRequest};
 use hitl_telegram::config::{Config, Settings};
 use hitl_telegram::storage::{self, ConnectMode};
+use hitl_telegram::telegram::adopt::{self, Adopted};
 use hitl_telegram::{Application, app, telemetry};
 use tokio_util::sync::CancellationToken;
 
@@ -43,10 +44,17 @@ struct Cli {
 enum Command {
     /// Run the service (the default).
     Serve {
-        /// One route (your private chat with the bot) and one agent `demo`, from
-        /// HITL_DEMO_OPERATOR_ID and HITL_DEMO_AGENT_TOKEN: no file to edit.
+        /// One route (your private chat with the bot) and one agent `demo` whose token
+        /// is HITL_DEMO_AGENT_TOKEN: no file to edit. The approver is
+        /// HITL_DEMO_OPERATOR_ID, or when that is unset the first person who sends
+        /// /start to the bot in a private chat within --adopt-within seconds.
         #[arg(long)]
         demo: bool,
+        /// With --demo and no HITL_DEMO_OPERATOR_ID: how long to wait for the /start
+        /// that makes its sender the demo's approver.
+        #[arg(long, value_name = "SECONDS", default_value_t = cli::DEMO_ADOPT_SECONDS,
+              value_parser = clap::value_parser!(u64).range(1..=600))]
+        adopt_within: u64,
     },
     /// Apply database migrations and exit.
     Migrate,
@@ -63,6 +71,7 @@ enum Command {
     /// Check the configuration (and that the token variables are set) and exit; print a
     /// warning for what is accepted but likely wrong.
     CheckConfig {
+        /// Check the configuration `serve --demo` would run on.
         #[arg(long)]
         demo: bool,
         /// Also ask Telegram (getMe, getChat, getChatMember; nothing is sent) whether the
@@ -71,6 +80,8 @@ enum Command {
         online: bool,
     },
     /// Ask through a running service; exit 0 confirmed, 1 cancelled, 2 timeout, 3 error.
+    /// The record goes to stdout; which request it asked, and that it still waits, to
+    /// stderr.
     Ask(Box<AskArgs>),
     /// Claude Code's PermissionRequest hook: reads the event on stdin, asks on Telegram,
     /// prints Claude Code's decision JSON on stdout and exits 0.
@@ -112,36 +123,50 @@ enum AuditCommand {
     },
 }
 
+/// `ask`'s arguments: every one says what it is for in `ask --help`.
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("auth").required(true).args(["token", "token_env"])))]
 struct AskArgs {
-    /// Base URL of the service, e.g. http://127.0.0.1:8080
+    /// Base URL of the service, e.g. http://127.0.0.1:8080 (a loopback address without
+    /// a scheme means http; any other host needs its https://).
     #[arg(long)]
     url: String,
-    /// The agent's bearer token.
+    /// The agent's bearer token (visible in the process list: prefer --token-env).
     #[arg(long)]
     token: Option<String>,
     /// Name of the environment variable holding the agent's bearer token.
     #[arg(long)]
     token_env: Option<String>,
+    /// The tool call to approve, as the operator sees it, e.g. deploy.
     #[arg(long)]
     tool: String,
-    /// key=value (a string) or key:=json (any JSON value); repeatable, order kept.
+    /// A parameter of the call: key=value (a string) or key:=json (any JSON value, e.g.
+    /// replicas:=3); repeatable, order kept.
     #[arg(long = "param")]
     params: Vec<String>,
-    /// Python str.format briefing template, e.g. "Deploy {service} to {env}?"
+    /// Python str.format briefing template shown above the parameters, e.g.
+    /// "Deploy {service} to {env}?"
     #[arg(long)]
     template: Option<String>,
-    /// Seconds to wait for a human.
+    /// Seconds to wait for a human (default: the service's confirmation
+    /// default_timeout_seconds, 120 as shipped); no answer by then exits 2.
     #[arg(long)]
     timeout: Option<f64>,
+    /// On whose behalf the call is made (owner_id, default "anonymous"): windows are per
+    /// owner, and a route with forbid_self_approval refuses the owner's own approval
+    /// ([owner_telegram_ids]).
     #[arg(long)]
     owner: Option<String>,
+    /// A line of context shown with the question, e.g. why the call is made.
     #[arg(long)]
     context: Option<String>,
+    /// The route (named Telegram destination) to ask in; default: the agent's
+    /// default_route.
     #[arg(long)]
     route: Option<String>,
-    /// Confirmation window in seconds.
+    /// Confirmation window in seconds: after an approval, identical calls (same agent,
+    /// owner, tool and parameters) pass without asking until it ends (cut to the route's
+    /// max_window_seconds).
     #[arg(long)]
     window: Option<u64>,
 }
@@ -180,24 +205,62 @@ struct ClaudeHookArgs {
     owner_from: OwnerFrom,
 }
 
-fn load_config(path: &std::path::Path, demo: bool) -> anyhow::Result<Config> {
-    let mut settings = if demo && !path.exists() {
+/// The settings `path` holds; for the demo, the built-in defaults when there is no file.
+fn load_settings(path: &std::path::Path, demo: bool) -> anyhow::Result<Settings> {
+    if demo && !path.exists() {
         // The demo needs no file of its own: it replaces the routes and agents anyway.
         eprintln!(
             "note: {} not found; the demo runs on the built-in defaults",
             path.display()
         );
-        Settings::builtin()?
-    } else {
-        Settings::load(path)?
-    };
+        return Ok(Settings::builtin()?);
+    }
+    Ok(Settings::load(path)?)
+}
+
+/// The configuration to check (`check-config`): the demo's is checked with a stand-in
+/// approver when nobody is named yet.
+fn load_config(path: &std::path::Path, demo: bool) -> anyhow::Result<Config> {
+    let settings = load_settings(path, demo)?;
     if demo {
-        settings = cli::demo_settings(settings, std::env::var(cli::DEMO_OPERATOR_ENV).ok())?;
+        let operator = cli::demo_operator(std::env::var(cli::DEMO_OPERATOR_ENV).ok())?;
+        if operator.is_none() {
+            eprintln!(
+                "note: {} is not set: `serve --demo` makes the first person who sends /start \
+                 to the bot in a private chat within {} s its approver",
+                cli::DEMO_OPERATOR_ENV,
+                cli::DEMO_ADOPT_SECONDS
+            );
+        }
+        return cli::demo_config(settings, operator);
     }
     Ok(Config::from_settings_and_process_env(settings)?)
 }
 
-async fn serve(path: &std::path::Path, demo: bool) -> anyhow::Result<()> {
+/// The configuration `serve` runs on. For the demo without an operator id, everything
+/// else is checked first, then the first person to send /start is adopted
+/// (`hitl_telegram::telegram::adopt`) and returned with it.
+async fn serving_config(
+    path: &std::path::Path,
+    demo: bool,
+    adopt_within: u64,
+    stop: &CancellationToken,
+) -> anyhow::Result<(Config, Option<Adopted>)> {
+    let settings = load_settings(path, demo)?;
+    if !demo {
+        return Ok((Config::from_settings_and_process_env(settings)?, None));
+    }
+    if let Some(id) = cli::demo_operator(std::env::var(cli::DEMO_OPERATOR_ENV).ok())? {
+        return Ok((cli::demo_config(settings, Some(id))?, None));
+    }
+    let unadopted = cli::demo_config(settings.clone(), None)?;
+    let within = std::time::Duration::from_secs(adopt_within);
+    let adopted = adopt::adopt_first_starter(&unadopted, within, stop).await?;
+    let config = cli::demo_config(settings, Some(adopted.operator.id))?;
+    Ok((config, Some(adopted)))
+}
+
+async fn serve(path: &std::path::Path, demo: bool, adopt_within: u64) -> anyhow::Result<()> {
     // Before binding: the connection limit is fitted to the open-file limit.
     match hitl_telegram::api::serve::raise_open_file_limit() {
         Ok(files) if files.before != files.now => {
@@ -210,17 +273,30 @@ async fn serve(path: &std::path::Path, demo: bool) -> anyhow::Result<()> {
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
     }
-    let config = load_config(path, demo)?;
-    for warning in config.warnings() {
-        tracing::warn!("configuration: {warning}");
-    }
-    let app = Application::build(config).await?;
     let shutdown = CancellationToken::new();
     let trigger = shutdown.clone();
     tokio::spawn(async move {
         app::shutdown_signal().await;
         trigger.cancel();
     });
+    let (config, adopted) = serving_config(path, demo, adopt_within, &shutdown).await?;
+    for warning in config.warnings() {
+        tracing::warn!("configuration: {warning}");
+    }
+    let app = Application::build(config).await?;
+    if let Some(a) = adopted {
+        let event = hitl_telegram::domain::audit::approver_adopted(
+            cli::DEMO_ROUTE,
+            &a.operator,
+            i64::try_from(a.operator.id).unwrap_or_default(),
+            adopt_within,
+            a.at,
+        );
+        app.store()
+            .record_event(event)
+            .await
+            .context("cannot record the demo's adopted approver in the audit trail")?;
+    }
     app.run_until_stopped(shutdown).await
 }
 
@@ -367,8 +443,12 @@ async fn check_config(path: &std::path::Path, demo: bool, online: bool) -> anyho
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init(cli.log_json);
-    let result = match cli.command.unwrap_or(Command::Serve { demo: false }) {
-        Command::Serve { demo } => serve(&cli.config, demo).await,
+    let default = Command::Serve {
+        demo: false,
+        adopt_within: cli::DEMO_ADOPT_SECONDS,
+    };
+    let result = match cli.command.unwrap_or(default) {
+        Command::Serve { demo, adopt_within } => serve(&cli.config, demo, adopt_within).await,
         Command::Migrate => {
             async {
                 let settings = Settings::load(&cli.config)?;

@@ -56,6 +56,62 @@ async fn ask_exits_0_when_approved_and_prints_the_record() {
     let record: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(record["status"], "confirmed");
     assert_eq!(record["parameters"]["replicas"], 3);
+    // What it did meanwhile went to stderr, naming the request.
+    assert!(
+        err.contains(&format!(
+            "ask: asked (request {}); waiting up to 30 s for an approver on Telegram (until ",
+            record["id"].as_str().unwrap()
+        )),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn ask_help_describes_every_flag() {
+    let out = Command::new(BIN)
+        .args(["ask", "--help"])
+        .output()
+        .await
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{help}");
+    let flags: Vec<&str> = help
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with('-'))
+        .collect();
+    assert!(flags.len() >= 14, "{help}");
+    for line in flags {
+        let described = line
+            .split_once("  ")
+            .is_some_and(|(_, text)| !text.trim().is_empty());
+        assert!(described, "a flag without a description: {line}\n{help}");
+    }
+    assert!(
+        help.contains("stderr"),
+        "says where the progress goes: {help}"
+    );
+}
+
+#[tokio::test]
+async fn ask_says_on_stderr_that_it_is_still_waiting_and_keeps_stdout_for_the_record() {
+    let app = TestApp::spawn().await;
+    let (code, out, err) = finish(ask(&app, TOKEN_A, &["--timeout", "3"])).await;
+    assert_eq!(code, 2, "{out}\n{err}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap()["status"],
+        "timeout",
+        "stdout is the record alone"
+    );
+    assert!(err.contains("ask: asked (request cf_"), "{err}");
+    assert!(
+        err.contains("ask: still waiting for an approver ("),
+        "a line while it waits: {err}"
+    );
+    assert!(
+        err.lines().all(|l| l.starts_with("ask: ")),
+        "only its own lines: {err}"
+    );
 }
 
 #[tokio::test]
@@ -281,6 +337,13 @@ async fn check_config_warns_about_the_examples_placeholders_but_accepts_them() {
         err.contains("warning: route 'ops': chat_id -1001234567890 is the example's placeholder"),
         "{err}"
     );
+    // It says how to learn the group's id the way the bot really tells it (an answer to
+    // /start in the group, see tests/operator_commands.rs), not a log line that never comes.
+    assert!(
+        err.contains("send /start@<bot username> there: the bot answers with the group's chat_id"),
+        "{err}"
+    );
+    assert!(!err.contains("logs it"), "{err}");
     assert!(
         err.contains(
             "warning: route 'ops': approvers [11111111, 22222222] are the example's placeholder ids"
@@ -699,7 +762,7 @@ async fn check_config_refuses_an_unknown_route_in_an_agent() {
 }
 
 #[tokio::test]
-async fn demo_mode_needs_only_the_operator_id_and_two_tokens() {
+async fn demo_mode_needs_two_tokens_and_an_operator_id_or_says_it_will_adopt_one() {
     let out = config_cmd(&["check-config", "--demo"])
         .env("TELEGRAM_BOT_TOKEN", "1:x")
         .env("HITL_DEMO_AGENT_TOKEN", WORKDAY_TOKEN)
@@ -719,8 +782,256 @@ async fn demo_mode_needs_only_the_operator_id_and_two_tokens() {
         .output()
         .await
         .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("HITL_DEMO_OPERATOR_ID is not set")
+            && err.contains("first person who sends /start"),
+        "{err}"
+    );
+    let out = config_cmd(&["check-config", "--demo"])
+        .env("TELEGRAM_BOT_TOKEN", "1:x")
+        .env("HITL_DEMO_AGENT_TOKEN", WORKDAY_TOKEN)
+        .env("HITL_DEMO_OPERATOR_ID", "me")
+        .output()
+        .await
+        .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("HITL_DEMO_OPERATOR_ID"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("HITL_DEMO_OPERATOR_ID must be a numeric Telegram user id")
+    );
+}
+
+/// `serve --demo` against `telegram`, with no operator id: it waits for a /start.
+fn demo_without_operator(
+    dir: &std::path::Path,
+    telegram: &support::fake_telegram::FakeTelegram,
+    extra: &[&str],
+) -> support::process::ServiceProcess {
+    let db_url = format!("sqlite://{}/hitl.db", dir.display());
+    let config = support::process::write_config(dir, telegram, &db_url);
+    let mut args = vec!["--demo"];
+    args.extend_from_slice(extra);
+    support::process::ServiceProcess::spawn(
+        &config,
+        &args,
+        &[
+            ("HITL_DEMO_AGENT_TOKEN", Some(WORKDAY_TOKEN)),
+            ("HITL_DEMO_OPERATOR_ID", None),
+        ],
+    )
+}
+
+#[tokio::test]
+async fn the_demo_without_an_operator_id_adopts_the_first_person_to_send_start_and_nobody_else() {
+    use support::fake_telegram::{FakeTelegram, TgUser};
+
+    let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
+    // A /start from before the demo started is no claim made now.
+    telegram.send_text_message(MALLORY as i64, mallory(), "/start");
+    tokio::time::sleep(std::time::Duration::from_millis(3100)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut service = demo_without_operator(dir.path(), &telegram, &[]);
+    assert!(
+        service
+            .logs_within(
+                "the first person to send /start to the bot in a private chat",
+                std::time::Duration::from_secs(20)
+            )
+            .await,
+        "{}",
+        service.log_text()
+    );
+    // Neither a bot nor a group counts; the first person in a private chat does, and
+    // only they: Carol, after Alice, is answered by the running demo.
+    let robot = TgUser::new(555_555, "Robot").bot();
+    telegram.send_text_message(555_555, robot, "/start");
+    telegram.send_text_message(OPS_CHAT, bob(), "/start");
+    telegram.send_text_message(ALICE as i64, alice(), "/start");
+    telegram.send_text_message(CAROL as i64, carol(), "/start");
+    service.serving().await;
+
+    let welcome = telegram
+        .wait_for_message_in(ALICE as i64, 1)
+        .await
+        .remove(0);
+    assert!(
+        welcome
+            .visible_text
+            .contains("You are this demo's approver")
+            && welcome
+                .visible_text
+                .contains(&format!("HITL_DEMO_OPERATOR_ID={ALICE}")),
+        "{}",
+        welcome.visible_text
+    );
+    let refused = telegram
+        .wait_for_message_in(CAROL as i64, 1)
+        .await
+        .remove(0);
+    assert!(
+        refused
+            .visible_text
+            .contains("its approver is someone else")
+            && refused
+                .visible_text
+                .contains(&format!("HITL_DEMO_OPERATOR_ID={CAROL}"))
+            && !refused.visible_text.contains("[[routes]]"),
+        "{}",
+        refused.visible_text
+    );
+    let log = service.log_text();
+    let adopted: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("demo: adopted the first person"))
+        .collect();
+    assert_eq!(adopted.len(), 1, "{log}");
+    assert!(
+        adopted[0].contains(&format!("\"user_id\":{ALICE}")),
+        "{log}"
+    );
+    for why in [
+        "it was sent before the demo started",
+        "it comes from a bot",
+        "it was sent in a group",
+    ] {
+        assert!(log.contains(why), "{why}: {log}");
+    }
+    assert!(
+        telegram.messages_in(MALLORY as i64).is_empty()
+            && telegram.messages_in(OPS_CHAT).is_empty()
+    );
+
+    // The demo asks Alice, in her private chat, and her tap decides.
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let base = service.base.clone();
+    let asked = tokio::spawn(async move {
+        client
+            .post(format!("{base}/v1/confirmations"))
+            .bearer_auth(WORKDAY_TOKEN)
+            .json(&serde_json::json!({"tool": "deploy", "params": {"service": "billing"}}))
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    });
+    let question = telegram
+        .wait_for_message_in(ALICE as i64, 2)
+        .await
+        .remove(1);
+    telegram.tap(ALICE as i64, question.message_id, "✅ Approve", alice());
+    let decided = asked.await.unwrap();
+    assert_eq!(decided["status"], "confirmed", "{decided}");
+    assert_eq!(decided["decided_by"]["id"], ALICE);
+
+    // The audit trail says who was adopted, and why.
+    let config = dir.path().join("config.toml");
+    let out = Command::new(BIN)
+        .args(["--config", config.to_str().unwrap(), "audit", "export"])
+        .output()
+        .await
+        .unwrap();
+    let export = String::from_utf8_lossy(&out.stdout);
+    let event: Value = export
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["kind"] == "approver_adopted")
+        .unwrap_or_else(|| panic!("no approver_adopted event: {export}"));
+    assert_eq!(event["actor"], format!("telegram:{ALICE}"));
+    assert_eq!(event["detail"]["route"], "demo");
+    assert_eq!(event["detail"]["chat_id"], ALICE);
+    assert!(service.terminate().await.success());
+}
+
+#[tokio::test]
+async fn the_demo_without_an_operator_id_exits_saying_how_to_go_on_when_nobody_sends_start() {
+    let telegram = support::fake_telegram::FakeTelegram::start_with_token(BOT_TOKEN).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut service = demo_without_operator(dir.path(), &telegram, &["--adopt-within", "1"]);
+    let status = tokio::time::timeout(std::time::Duration::from_secs(20), service.child.wait())
+        .await
+        .expect("it gives up after its minute (here: a second)")
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let log = service.log_text();
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("nobody sent /start to @")
+            && log.contains("send /start")
+            && log.contains("or set HITL_DEMO_OPERATOR_ID to your numeric Telegram user id"),
+        "{log}"
+    );
+    assert!(!log.contains("hitl-telegram is serving"), "{log}");
+}
+
+#[tokio::test]
+async fn routes_are_set_from_the_environment_by_index_or_whole_and_a_wrong_form_says_which_works() {
+    let check = |vars: &[(&str, &str)]| {
+        let mut c = config_cmd(&["check-config"]);
+        c.env("TELEGRAM_BOT_TOKEN", "1:x")
+            .env("HITL_AGENT_WORKDAY_TOKEN", WORKDAY_TOKEN);
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        c.output()
+    };
+    // One key of the file's first route, the rest kept: no placeholder left to warn of.
+    let out = check(&[
+        ("HITL__ROUTES__0__APPROVERS", "[424242, 434343]"),
+        ("HITL__ROUTES__0__CHAT_ID", "-1009876"),
+    ])
+    .await
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("placeholder"), "{err}");
+    // The index after the last adds a route.
+    let out = check(&[
+        ("HITL__ROUTES__1__NAME", "billing"),
+        ("HITL__ROUTES__1__CHAT_ID", "-1005555"),
+        ("HITL__ROUTES__1__APPROVERS", "[424242]"),
+    ])
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("2 route(s)"));
+    // The whole list in one variable.
+    let out = check(&[(
+        "HITL__ROUTES",
+        r#"[{name="ops", chat_id=-1009876, approvers=[424242]}]"#,
+    )])
+    .await
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("placeholder"), "{err}");
+
+    // A list without brackets, and an index that leaves a gap, say what works.
+    let out = check(&[("HITL__ROUTES__0__APPROVERS", "424242")])
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("HITL__ROUTES__0__APPROVERS='[11111111, 22222222]'"),
+        "{err}"
+    );
+    assert!(!err.contains("found map"), "{err}");
+    let out = check(&[("HITL__ROUTES__3__NAME", "x")]).await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("HITL__ROUTES__3__") && err.contains("the next new entry is index 1"),
+        "{err}"
+    );
+    assert!(!err.contains("found map"), "{err}");
 }
 
 #[tokio::test]

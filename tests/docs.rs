@@ -1,7 +1,9 @@
 //! The documentation holds together: every relative link and `#anchor` resolves, and
 //! the README reads in the order a newcomer needs it (quick start, group route,
 //! configure, deploy, operate, API, integrations), with the deploy steps that
-//! `tests/compose.rs` runs for real.
+//! `tests/compose.rs` runs for real; and what it says agrees with what is there: every
+//! kind of audit event the code writes is named, every `pg_dump` writes an owner-only
+//! file, and the compose file's commented blocks clash with none of its own names.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -195,4 +197,102 @@ fn the_readme_deploy_steps_are_the_ones_the_compose_check_runs() {
     assert!(compose.contains("HITL_CONFIG: \"/app/config/local.toml\""));
     let ignored = read(&root().join(".gitignore"));
     assert!(ignored.lines().any(|l| l == "/config/local.toml"));
+}
+
+/// The string literals of `src` that follow `marker` (`kind: "` ...), up to their `"`.
+fn literals_after<'a>(src: &'a str, marker: &str) -> Vec<&'a str> {
+    src.match_indices(marker)
+        .filter_map(|(at, m)| {
+            let rest = &src[at + m.len()..];
+            rest.find('"').map(|end| &rest[..end])
+        })
+        .collect()
+}
+
+#[test]
+fn the_readme_names_every_kind_of_audit_event() {
+    let audit = read(&root().join("src/domain/audit.rs"));
+    let steps = read(&root().join("src/domain/confirmation.rs"));
+    let mut kinds: Vec<&str> = literals_after(&audit, "kind: \"");
+    // `webhook()` picks its kind with an `if`.
+    kinds.extend(literals_after(
+        &audit,
+        "kind: if delivered {\n            \"",
+    ));
+    kinds.extend(literals_after(&audit, "} else {\n            \""));
+    // The steps of a pending question are events of their own kind (`audit::step`).
+    let step_impl = &steps[steps.find("impl Step").expect("impl Step")..];
+    let step_impl = &step_impl[..step_impl.find("\n}\n").expect("its end")];
+    kinds.extend(literals_after(step_impl, "=> \""));
+    kinds.sort_unstable();
+    kinds.dedup();
+    for expected in [
+        "answered",
+        "copy_found",
+        "webhook_given_up",
+        "reason_requested",
+    ] {
+        assert!(kinds.contains(&expected), "{expected} not found: {kinds:?}");
+    }
+    let readme = read(&root().join("README.md"));
+    let from = readme
+        .find("\n### Audit trail\n")
+        .expect("the Audit trail section");
+    let len = readme[from + 1..]
+        .find("\n## ")
+        .map_or(readme.len() - from, |n| n + 1);
+    let trail = &readme[from..from + len];
+    let missing: Vec<&&str> = kinds
+        .iter()
+        .filter(|k| !trail.contains(&format!("`{k}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the README's Audit trail lacks these kinds: {missing:?}"
+    );
+}
+
+#[test]
+fn every_pg_dump_in_the_docs_writes_an_owner_only_file() {
+    for doc in DOCS {
+        let text = read(&root().join(doc));
+        for line in text.lines().filter(|l| l.contains("pg_dump")) {
+            let writes = line.contains("--file") || line.contains(" > ") || line.contains(" -f ");
+            assert!(
+                !writes || line.contains("umask 077"),
+                "{doc}: a pg_dump that writes a file must do it owner-only (umask 077): {line}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_compose_files_commented_blocks_clash_with_no_name_it_defines() {
+    let compose = read(&root().join("docker-compose.yml"));
+    // A name is a key at the second level (a service, a config, a volume).
+    let names = |lines: Vec<&str>| -> Vec<String> {
+        lines
+            .into_iter()
+            .filter(|l| l.starts_with("  ") && !l.starts_with("   ") && l.ends_with(':'))
+            .map(|l| l.trim().trim_end_matches(':').to_owned())
+            .filter(|n| !n.contains(' '))
+            .collect()
+    };
+    let live = names(compose.lines().filter(|l| !l.starts_with('#')).collect());
+    assert!(live.iter().any(|n| n == "caddy"), "{live:?}");
+    let commented = names(
+        compose
+            .lines()
+            .filter_map(|l| l.strip_prefix("# "))
+            .collect(),
+    );
+    assert!(
+        commented.iter().any(|n| n == "caddy-single"),
+        "the single box's Caddy block: {commented:?}"
+    );
+    let clashes: Vec<&String> = commented.iter().filter(|n| live.contains(n)).collect();
+    assert!(
+        clashes.is_empty(),
+        "uncommented, these would clash with the file's own: {clashes:?}"
+    );
 }

@@ -293,11 +293,23 @@ async fn more_time_moves_the_deadline_for_a_blocked_agent_within_its_bounds() {
     let first_deadline = before["expires_at"].as_str().unwrap().to_owned();
 
     let toast = tap(&app, &question, "⏳ +1 min", alice()).await;
-    assert!(toast.contains("deadline is now"), "{toast}");
     let (_, moved) = get_by_message(&app, question.message_id).await;
     assert_eq!(moved["progress"]["extensions"], 1);
     let gained = seconds_between(&first_deadline, moved["expires_at"].as_str().unwrap());
     assert!((59.9..=60.1).contains(&gained), "{gained}");
+    // The toast writes the new deadline as the messages do (`2026-12-05 12:59:11 UTC`),
+    // not as the API's RFC 3339.
+    let new_deadline = hitl_telegram::domain::confirmation::operator_time(
+        time::OffsetDateTime::parse(
+            moved["expires_at"].as_str().unwrap(),
+            &time::format_description::well_known::Rfc3339,
+        )
+        .unwrap(),
+    );
+    assert_eq!(
+        toast,
+        format!("⏳ More time: the deadline is now {new_deadline}")
+    );
     let shown = app
         .telegram
         .wait_for_message(OPS_CHAT, question.message_id, "the new deadline", |m| {
@@ -305,6 +317,13 @@ async fn more_time_moves_the_deadline_for_a_blocked_agent_within_its_bounds() {
         })
         .await;
     assert!(shown.has_buttons());
+    assert!(
+        shown
+            .visible_text
+            .contains(&format!("Deadline: {new_deadline}")),
+        "the message shows the deadline the toast named: {}",
+        shown.visible_text
+    );
 
     // Past the first deadline the agent is still blocked, waiting for a human.
     tokio::time::sleep(Duration::from_millis(3500)).await;
@@ -430,6 +449,45 @@ async fn reminders_come_at_their_points_across_a_restart_and_stop_with_the_decis
     );
     let events = app.audit_events(&id).await;
     assert_eq!(events.iter().filter(|e| e["kind"] == "reminded").count(), 2);
+}
+
+#[tokio::test]
+async fn a_reminder_names_each_approver_by_people_name_or_else_by_the_name_telegram_gives() {
+    // Bob is an approver of `ops` but not in [people]: Telegram knows him as "Bob".
+    let app = TestApp::spawn_with_settings(|toml| {
+        ops_with("remind_after = [\"1s\"]")(toml.replacen(&format!("bob = {BOB}\n"), "", 1))
+    })
+    .await;
+    app.telegram.set_chat_members(OPS_CHAT, &[ALICE, BOB]);
+    app.telegram
+        .send_text_message(OPS_CHAT, bob().last_name("Builder"), "good morning");
+    let (_, message_id) = app.ask_suspended(deploy(json!({}))).await;
+    let reminder = nth_message(&app, OPS_CHAT, 2).await;
+    assert_eq!(
+        reminder.reply_to,
+        Some(message_id),
+        "{}",
+        reminder.visible_text
+    );
+    assert!(
+        reminder.visible_text.contains("Still waiting"),
+        "{}",
+        reminder.visible_text
+    );
+    for (user, name) in [(ALICE, "alice"), (BOB, "Bob Builder")] {
+        assert!(
+            reminder
+                .text
+                .contains(&format!("<a href=\"tg://user?id={user}\">{name}</a>")),
+            "mentions {name} by name: {}",
+            reminder.text
+        );
+        assert!(
+            !reminder.visible_text.contains(&user.to_string()),
+            "no bare id: {}",
+            reminder.visible_text
+        );
+    }
 }
 
 #[tokio::test]

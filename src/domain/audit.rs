@@ -777,6 +777,32 @@ pub fn webhook_dropped(
     }
 }
 
+/// `serve --demo` without an operator id made `operator`, the first person to send
+/// `/start` in their private chat with the bot (`chat_id`) within `within_seconds` of
+/// the start, the only approver of its route.
+pub fn approver_adopted(
+    route: &str,
+    operator: &Operator,
+    chat_id: i64,
+    within_seconds: u64,
+    at: OffsetDateTime,
+) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: None,
+        kind: "approver_adopted",
+        actor: format!("telegram:{}", operator.id),
+        detail: json!({
+            "route": route,
+            "operator": operator_json(operator),
+            "chat_id": chat_id,
+            "why": format!(
+                "serve --demo without an operator id: the first person to send /start in a private chat within {within_seconds} s of the start"
+            ),
+        }),
+    }
+}
+
 /// A route's group became a supergroup.
 pub fn route_moved(route: &str, from: i64, to: i64, at: OffsetDateTime) -> NewEvent {
     NewEvent {

@@ -657,6 +657,17 @@ pub fn human_duration(d: Duration) -> String {
     }
 }
 
+/// A moment as operators read it in Telegram, `2026-12-05 12:59:11 UTC`: the one format
+/// of every message, command answer and button toast, so a deadline reads the same
+/// wherever it is shown.
+pub fn operator_time(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    let fmt =
+        time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
+    t.format(&fmt)
+        .unwrap_or_else(|_| t.unix_timestamp().to_string())
+}
+
 /// RFC 3339 in UTC with millisecond precision, the one time format of the API.
 pub fn rfc3339(t: OffsetDateTime) -> String {
     let t = t.to_offset(time::UtcOffset::UTC);

@@ -460,7 +460,7 @@ impl Service {
         Ok((
             cut_for_toast(&format!(
                 "⏳ More time: the deadline is now {}",
-                crate::domain::confirmation::rfc3339(extended.expires_at)
+                crate::domain::confirmation::operator_time(extended.expires_at)
             )),
             false,
             After::Refresh(extended),

@@ -76,6 +76,9 @@ pub struct Setup {
     pub approves_here: bool,
     /// In a private chat only: the routes the person approves anywhere, sorted.
     pub approver_of: Option<Vec<String>>,
+    /// The service runs as `serve --demo`: its one route is set by the demo, not by
+    /// `[[routes]]` in a file, so the answer says how the demo works instead.
+    pub demo: bool,
 }
 
 const NOT_AN_APPROVER: &str = "Only approvers of this chat's route can use operator commands.";
@@ -185,6 +188,7 @@ impl Service {
             routes,
             approves_here,
             approver_of,
+            demo: self.config.demo,
         }))
     }
 

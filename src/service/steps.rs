@@ -11,8 +11,9 @@ use crate::config::Escalation;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mention {
     pub user_id: u64,
-    /// Their `[people]` name, else their id.
-    pub name: String,
+    /// Their `[people]` name, if the configuration gives one; otherwise the messenger
+    /// shows the name Telegram knows them by (a bare id helps nobody in a chat).
+    pub name: Option<String>,
 }
 
 /// Most people one reminder mentions; the rest are counted. Telegram notifies only a
@@ -227,8 +228,9 @@ impl Service {
         }
     }
 
-    /// A person's `[people]` name, else their id in decimal.
-    fn name_of(&self, user_id: u64) -> String {
+    /// A person's `[people]` name, if they have one (the first in sorted order when
+    /// several names map to one id).
+    fn name_of(&self, user_id: u64) -> Option<String> {
         let mut names: Vec<&String> = self
             .config
             .people
@@ -237,9 +239,7 @@ impl Service {
             .map(|(name, _)| name)
             .collect();
         names.sort();
-        names
-            .first()
-            .map_or_else(|| user_id.to_string(), |n| (*n).clone())
+        names.first().map(|n| (*n).clone())
     }
 
     /// The forum topic a message of `r` in `chat_id` goes to: its route's (or the

@@ -1,5 +1,5 @@
-//! Talking to the Bot API: sending questions, showing outcomes, answering taps, and
-//! riding out Telegram's faults on the way.
+//! Talking to the Bot API: sending questions, showing outcomes, answering taps, naming
+//! the people a reminder mentions, and riding out Telegram's faults on the way.
 //!
 //! Every call goes through `retrying_observed`, which counts it in the metrics and
 //! sorts each failure (`classify`):
@@ -36,7 +36,7 @@ use rand::Rng;
 use teloxide::prelude::*;
 use teloxide::types::{
     CallbackQueryId, ForceReply, InlineKeyboardMarkup, InputFile, LinkPreviewOptions, MessageId,
-    ParseMode, ReplyMarkup, ReplyParameters, ThreadId,
+    ParseMode, ReplyMarkup, ReplyParameters, ThreadId, UserId,
 };
 use teloxide::{ApiError, RequestError};
 use time::OffsetDateTime;
@@ -58,6 +58,12 @@ const EDIT_PATIENCE: Duration = Duration::from_secs(10 * 60);
 const ANSWER_PATIENCE: Duration = Duration::from_secs(12);
 /// How long a notification may keep its caller waiting on retries.
 const NOTIFY_PATIENCE: Duration = Duration::from_secs(8);
+/// How long a reminder waits, in all, for Telegram to name the people the configuration
+/// does not (`getChatMember`): whoever is still unnamed then is named by id.
+const NAME_PATIENCE: Duration = Duration::from_secs(3);
+/// How long a name Telegram gave is reused before it is asked again (people rename
+/// themselves rarely; reminders come in bursts).
+const NAME_TTL: Duration = Duration::from_secs(3600);
 /// The first backoff step after a transient failure; each failure doubles it.
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 /// The largest backoff step: long enough to let a Telegram outage pass without hammering
@@ -100,6 +106,9 @@ pub struct TelegramMessenger {
     limiter: Arc<RateLimiter>,
     /// Where every Bot API attempt is counted and timed.
     metrics: Arc<Metrics>,
+    /// Names Telegram gave for people the configuration does not name, by user id, with
+    /// when they were asked ([`NAME_TTL`]).
+    names: Arc<std::sync::Mutex<std::collections::HashMap<u64, (String, Instant)>>>,
 }
 
 impl TelegramMessenger {
@@ -115,6 +124,7 @@ impl TelegramMessenger {
             bot,
             limiter,
             metrics: Arc::new(Metrics::new()),
+            names: Arc::default(),
         }
     }
 
@@ -168,6 +178,62 @@ impl TelegramMessenger {
     }
 }
 
+impl TelegramMessenger {
+    /// The name Telegram knows `user_id` by (first and last name, as decisions are
+    /// signed), asked with `getChatMember` in `chat_id`, the chat the reminder goes to;
+    /// `None` when Telegram cannot say before `deadline`.
+    async fn telegram_name(&self, chat_id: i64, user_id: u64, deadline: Instant) -> Option<String> {
+        {
+            let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((name, at)) = names.get(&user_id)
+                && at.elapsed() < NAME_TTL
+            {
+                return Some(name.clone());
+            }
+        }
+        // Bounded as a whole: a first attempt is made even past the deadline, and an
+        // answer that never comes would hold the reminder back.
+        let member = tokio::time::timeout_at(
+            deadline,
+            retrying_observed(
+                &self.limiter,
+                &self.metrics,
+                Method::GetChatMember,
+                None,
+                deadline,
+                || {
+                    self.bot
+                        .get_chat_member(ChatId(chat_id), UserId(user_id))
+                        .send()
+                },
+            ),
+        )
+        .await;
+        let user = match member {
+            Ok(Ok(Some(member))) => member.user,
+            Ok(Ok(None)) | Err(_) => return None,
+            Ok(Err(e)) => {
+                tracing::debug!(chat_id, user_id, error = ?e.last.as_ref().map(describe),
+                    "Telegram did not name a person for a reminder; naming them by id");
+                return None;
+            }
+        };
+        let name = match &user.last_name {
+            Some(last) => format!("{} {last}", user.first_name),
+            None => user.first_name.clone(),
+        };
+        let name = crate::domain::text::without_nul(&name).into_owned();
+        if name.trim().is_empty() {
+            return None;
+        }
+        self.names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(user_id, (name.clone(), Instant::now()));
+        Some(name)
+    }
+}
+
 /// How a message that is not a question goes out, besides its text.
 #[derive(Default)]
 struct Extra {
@@ -207,6 +273,7 @@ enum Method {
     SendDocument,
     EditMessageText,
     AnswerCallbackQuery,
+    GetChatMember,
 }
 
 impl Method {
@@ -216,6 +283,7 @@ impl Method {
             Method::SendDocument => "sendDocument",
             Method::EditMessageText => "editMessageText",
             Method::AnswerCallbackQuery => "answerCallbackQuery",
+            Method::GetChatMember => "getChatMember",
         }
     }
 }
@@ -770,7 +838,18 @@ impl Messenger for TelegramMessenger {
         reply_to: i32,
         waiting: &[Mention],
     ) -> Result<i32, DeliveryError> {
-        let text = render::reminder_text(r, waiting);
+        // Everyone by name: the configuration's `[people]` name, else Telegram's.
+        let mut named = Vec::with_capacity(waiting.len());
+        let deadline = Instant::now() + NAME_PATIENCE;
+        for m in waiting.iter().take(crate::service::MAX_MENTIONS) {
+            let name = match &m.name {
+                Some(name) => Some(name.clone()),
+                None => self.telegram_name(chat_id, m.user_id, deadline).await,
+            };
+            named.push(Mention { name, ..m.clone() });
+        }
+        named.extend(waiting.iter().skip(crate::service::MAX_MENTIONS).cloned());
+        let text = render::reminder_text(r, &named);
         let reply_to = ReplyParameters::new(MessageId(reply_to)).allow_sending_without_reply();
         let extra = Extra {
             thread,

@@ -14,7 +14,7 @@ use teloxide::utils::html::escape;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::confirmation::Confirmation;
+use crate::domain::confirmation::{Confirmation, operator_time as date_time};
 use crate::domain::ids::ConfirmationId;
 use crate::domain::text::{self, Layout};
 use crate::service::{CommandReply, Service, Setup};
@@ -250,6 +250,10 @@ fn setup_text(s: &Setup) -> String {
         "Chat id: <code>{}</code>\nYour user id: <code>{}</code>\n",
         s.chat_id, s.user_id
     ));
+    if s.demo {
+        out.push_str(&demo_setup_text(s));
+        return out;
+    }
     match s.routes.as_slice() {
         [] => out.push_str(&format!(
             "This chat is not a route: add <code>chat_id = {}</code> to a \
@@ -300,6 +304,36 @@ fn setup_text(s: &Setup) -> String {
         );
     }
     out
+}
+
+/// What a chat and a person are to `serve --demo`, whose one route is its approver's
+/// private chat: nothing here is changed by editing `[[routes]]`, which the demo does
+/// not read.
+fn demo_setup_text(s: &Setup) -> String {
+    if s.approves_here {
+        return "This chat is the demo's route: the questions of the agent <b>demo</b> come \
+                here, and you decide them. Operator commands (/pending, /windows, /revoke) \
+                work here; /help lists them."
+            .to_owned();
+    }
+    if s.chat_id > 0 {
+        format!(
+            "This bot runs the demo (<code>serve --demo</code>), and its approver is someone \
+             else: questions go only to their private chat with the bot, and you cannot \
+             decide them. To have the demo ask you, start it with \
+             <code>HITL_DEMO_OPERATOR_ID={}</code>.",
+            s.user_id
+        )
+    } else {
+        format!(
+            "This bot runs the demo (<code>serve --demo</code>), which asks only its approver, \
+             in their private chat with the bot, never in a group. To have questions come to \
+             this group, run the service without <code>--demo</code>, from a configuration \
+             file with a route whose <code>chat_id = {}</code> (the README's \"Set up a group \
+             route\").",
+            s.chat_id
+        )
+    }
 }
 
 /// A route's name, as configured (escaped: it is the operator's own text, but HTML).
@@ -405,13 +439,6 @@ fn left(d: time::Duration) -> String {
         s if s < 3600 => format!("{} min", s / 60),
         s => format!("{} h {} min", s / 3600, (s % 3600) / 60),
     }
-}
-
-fn date_time(t: OffsetDateTime) -> String {
-    let f = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
-    t.to_offset(time::UtcOffset::UTC)
-        .format(&f)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -552,6 +579,28 @@ mod tests {
             routes: names(routes),
             approves_here,
             approver_of: approver_of.map(names),
+            demo: false,
+        }
+    }
+
+    #[test]
+    fn setup_in_demo_mode_speaks_of_the_demo_and_never_of_routes_in_a_file() {
+        let demo = |chat_id: i64, routes: &[&str], approves_here: bool| Setup {
+            chat_id,
+            demo: true,
+            ..setup(routes, approves_here, (chat_id > 0).then_some(routes))
+        };
+        let mine = setup_text(&demo(42, &["demo"], true));
+        assert!(mine.contains("This chat is the demo's route"), "{mine}");
+        let theirs = setup_text(&demo(43, &[], false));
+        assert!(theirs.contains("its approver is someone else"), "{theirs}");
+        assert!(theirs.contains("HITL_DEMO_OPERATOR_ID=42"), "{theirs}");
+        let group = setup_text(&demo(-1_001_000_000_001, &[], false));
+        assert!(group.contains("without <code>--demo</code>"), "{group}");
+        assert!(group.contains("chat_id = -1001000000001"), "{group}");
+        for text in [mine, theirs, group] {
+            assert!(!text.contains("[[routes]]"), "{text}");
+            assert!(!text.contains("add <code>"), "{text}");
         }
     }
 

@@ -143,7 +143,7 @@ pub async fn run(
 /// `ApiError::CantGetUpdates`, but matches the description exactly and expects it without
 /// the `Conflict: ` prefix and the advice Telegram appends, so the real text arrives as
 /// `ApiError::Unknown`: both are recognised.
-fn is_webhook_conflict(e: &teloxide::RequestError) -> bool {
+pub(crate) fn is_webhook_conflict(e: &teloxide::RequestError) -> bool {
     match e {
         teloxide::RequestError::Api(teloxide::ApiError::CantGetUpdates) => true,
         teloxide::RequestError::Api(teloxide::ApiError::Unknown(text)) => {

@@ -20,7 +20,7 @@ use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup};
 use teloxide::utils::html::escape;
 use time::OffsetDateTime;
 
-use crate::domain::confirmation::{Confirmation, Status, Via};
+use crate::domain::confirmation::{Confirmation, Status, Via, operator_time as date_time};
 use crate::domain::ids::CallbackToken;
 use crate::domain::interaction::{
     ConsensusMode, Interaction, InteractionType, Scope, Severity, TimeoutAction,
@@ -112,11 +112,6 @@ fn quoted(label: &str, s: &str, budget: usize, what: &str) -> (String, bool) {
 
 fn clock(t: OffsetDateTime) -> String {
     let f = time::macros::format_description!("[hour]:[minute]:[second] UTC");
-    t.format(&f).unwrap_or_default()
-}
-
-fn date_time(t: OffsetDateTime) -> String {
-    let f = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second] UTC");
     t.format(&f).unwrap_or_default()
 }
 
@@ -691,7 +686,11 @@ pub fn reminder_text(r: &Confirmation, waiting: &[crate::service::Mention]) -> S
         let shown: Vec<String> = waiting
             .iter()
             .take(crate::service::MAX_MENTIONS)
-            .map(|m| mention(m.user_id, &m.name))
+            .map(|m| {
+                // Unnamed only when neither `[people]` nor Telegram could name them.
+                let name = m.name.clone().unwrap_or_else(|| m.user_id.to_string());
+                mention(m.user_id, &name)
+            })
             .collect();
         text.push_str("\n👥 ");
         text.push_str(&shown.join(", "));

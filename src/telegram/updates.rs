@@ -57,7 +57,8 @@ pub fn input_from(update: Update, me: Option<&str>, bot_id: Option<u64>) -> Opti
     }
 }
 
-fn operator(user: &teloxide::types::User) -> Operator {
+/// The person a Telegram user is to the service.
+pub(crate) fn operator(user: &teloxide::types::User) -> Operator {
     let name = match &user.last_name {
         Some(last) => format!("{} {last}", user.first_name),
         None => user.first_name.clone(),

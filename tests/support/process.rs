@@ -16,8 +16,11 @@ use super::fake_telegram::FakeTelegram;
 
 pub struct ServiceProcess {
     pub child: Child,
+    /// `http://ADDR`, once it serves (empty before [`ServiceProcess::serving`]).
     pub base: String,
     pub log: Arc<Mutex<Vec<String>>>,
+    /// Its address, from the log line that says it is serving.
+    addr: Option<tokio::sync::oneshot::Receiver<String>>,
 }
 
 /// Writes the standard test config (against `telegram`, on `db_url`) into `dir`.
@@ -32,16 +35,34 @@ pub fn write_config(dir: &Path, telegram: &FakeTelegram, db_url: &str) -> PathBu
 impl ServiceProcess {
     /// Starts `serve` and waits (up to 30 s) until it logs that it is serving.
     pub async fn start(config: &Path) -> ServiceProcess {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_hitl-telegram"))
+        let mut process = Self::spawn(config, &[], &[]);
+        process.serving().await;
+        process
+    }
+
+    /// Starts `serve` with `extra` arguments and `env` over the test environment (a
+    /// value of `None` removes the variable), without waiting for it to serve: for what
+    /// it does before ([`ServiceProcess::serving`] then waits).
+    pub fn spawn(config: &Path, extra: &[&str], env: &[(&str, Option<&str>)]) -> ServiceProcess {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hitl-telegram"));
+        command
             .args([
                 "--log-json",
                 "serve",
                 "--config",
                 config.to_str().expect("utf-8 path"),
             ])
+            .args(extra)
             .envs(test_env())
             .env("RUST_LOG", "debug")
-            .env("NO_PROXY", "127.0.0.1")
+            .env("NO_PROXY", "127.0.0.1");
+        for (key, value) in env {
+            match value {
+                Some(v) => command.env(key, v),
+                None => command.env_remove(key),
+            };
+        }
+        let mut child = command
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
             .kill_on_drop(true)
@@ -63,18 +84,22 @@ impl ServiceProcess {
                 sink.lock().unwrap().push(line);
             }
         });
-        let addr = match tokio::time::timeout(Duration::from_secs(30), addr_rx).await {
-            Ok(Ok(a)) => a,
-            _ => panic!(
-                "the service did not start:\n{}",
-                log.lock().unwrap().join("\n")
-            ),
-        };
         ServiceProcess {
             child,
-            base: format!("http://{addr}"),
+            base: String::new(),
             log,
+            addr: Some(addr_rx),
         }
+    }
+
+    /// Waits (up to 30 s) until it logs that it is serving, and notes its address.
+    pub async fn serving(&mut self) {
+        let addr_rx = self.addr.take().expect("serving() once");
+        let addr = match tokio::time::timeout(Duration::from_secs(30), addr_rx).await {
+            Ok(Ok(a)) => a,
+            _ => panic!("the service did not start:\n{}", self.log_text()),
+        };
+        self.base = format!("http://{addr}");
     }
 
     pub fn log_text(&self) -> String {
