@@ -882,8 +882,9 @@ impl Api {
     /// Long-polls the record until it is terminal, riding out a short outage.
     async fn wait_until_terminal(&self, id: &str, deadline: Instant) -> Result<Value, String> {
         let url = format!(
-            "{}/v1/confirmations/{id}?wait={LONG_POLL_SECONDS}",
-            self.base
+            "{}/v1/confirmations/{}?wait={LONG_POLL_SECONDS}",
+            self.base,
+            crate::api::path_segment(id)
         );
         let mut outage_since: Option<Instant> = None;
         loop {
@@ -914,7 +915,11 @@ impl Api {
     async fn withdraw(&self, id: &str) -> bool {
         let request = self
             .client
-            .delete(format!("{}/v1/confirmations/{id}", self.base))
+            .delete(format!(
+                "{}/v1/confirmations/{}",
+                self.base,
+                crate::api::path_segment(id)
+            ))
             .bearer_auth(&self.token)
             .timeout(Duration::from_secs(5));
         matches!(request.send().await, Ok(r) if r.status().is_success())

@@ -189,6 +189,17 @@ pub fn parse(v: &Value, max_timeout_seconds: f64) -> Result<Interaction, FieldEr
             "must be non-empty and free of control characters",
         ));
     }
+    // The id is a path segment of /v1/interactions/{interaction_id}, percent-encoded by
+    // every client of ours; but URL parsers (WHATWG's, reqwest's, yarl's) resolve a `.`
+    // or `..` segment even when its dots are encoded, so no client could read or
+    // withdraw it: refused here rather than asked and then unreachable.
+    if matches!(interaction_id.as_str(), "." | "..") {
+        return Err(err(
+            "interaction_id",
+            "cannot be \".\" or \"..\": a URL path cannot carry it (GET and DELETE \
+             /v1/interactions/{interaction_id} could never reach it)",
+        ));
+    }
     let question = free_text(opt_str(o, "question", MAX_QUESTION_CHARS)?, "question")?
         .filter(|q| !q.trim().is_empty())
         .ok_or_else(|| err("question", "is required (a non-empty string)"))?;
@@ -612,6 +623,18 @@ mod tests {
             parse(&v, 60.0).unwrap_err().field,
             "interaction.options[1].key"
         );
+    }
+
+    #[test]
+    fn an_interaction_id_no_path_can_carry_is_refused_naming_it() {
+        for id in [".", ".."] {
+            let v = json!({"interaction_id": id, "question": "q"});
+            let e = parse(&v, 3600.0).unwrap_err();
+            assert_eq!(e.field, "interaction.interaction_id", "{id}");
+            assert!(e.reason.contains("URL path"), "{}", e.reason);
+        }
+        let v = json!({"interaction_id": "a/b?c#d%e...", "question": "q"});
+        assert!(parse(&v, 3600.0).is_ok());
     }
 
     #[test]
