@@ -20,8 +20,11 @@
 //! This module asks the service as a confirmation (tool = `tool_name`, params =
 //! `tool_input`), waits for the operator, and maps the outcome: `confirmed` allows,
 //! anything else denies with a message saying who cancelled, that nobody answered in
-//! time, or that the question could not be delivered. When the service cannot be asked
-//! at all it denies (fail closed), or with `--fallback ask` prints nothing.
+//! time, or that the question could not be delivered. An operator's deny reason is
+//! quoted in it as their words, a JSON string with invisible characters escaped
+//! ([`text::their_words`]), so Claude reads it as data, not as an instruction. When the
+//! service cannot be asked at all it denies (fail closed), or with `--fallback ask`
+//! prints nothing.
 //!
 //! The tool input is sent whole, byte for byte as Claude Code gave it, and nothing in
 //! it is shortened or rewritten here: the service shows every key, cuts a long value
@@ -50,6 +53,7 @@ use time::format_description::well_known::Rfc3339;
 use crate::api::MAX_BODY_BYTES;
 use crate::api::confirmations::MAX_PARAM_KEYS;
 use crate::domain::pyjson;
+use crate::domain::text::{self, Layout};
 
 /// Largest event read from stdin; anything longer is denied unread. Well above what a
 /// request to the service may hold ([`MAX_BODY_BYTES`]), so that an event carrying an
@@ -319,9 +323,11 @@ fn verdict(record: &Value, requested_timeout: f64) -> HookResult {
                 .and_then(Value::as_str)
                 .map(|n| clean(n, 64));
             match (record.get("denial_reason").and_then(Value::as_str), by) {
+                // Their words as data: quoted as a JSON string, with every invisible
+                // character as the escape the operator saw, never a sentence of ours.
                 (Some(why), Some(by)) => HookResult::deny(format!(
-                    "Permission denied on Telegram by {by}, who said: \"{}\". The call was not executed; do not retry it as it is.",
-                    clean(why, 600)
+                    "Permission denied on Telegram by {by}; {}. The call was not executed; do not retry it as it is.",
+                    text::their_words(&text::visible_within(why, Layout::Line, 600))
                 )),
                 _ => HookResult::deny(format!(
                     "Permission denied on Telegram: {}. The call was not executed; do not retry it as it is.",
@@ -876,8 +882,9 @@ impl Api {
     /// Long-polls the record until it is terminal, riding out a short outage.
     async fn wait_until_terminal(&self, id: &str, deadline: Instant) -> Result<Value, String> {
         let url = format!(
-            "{}/v1/confirmations/{id}?wait={LONG_POLL_SECONDS}",
-            self.base
+            "{}/v1/confirmations/{}?wait={LONG_POLL_SECONDS}",
+            self.base,
+            crate::api::path_segment(id)
         );
         let mut outage_since: Option<Instant> = None;
         loop {
@@ -908,7 +915,11 @@ impl Api {
     async fn withdraw(&self, id: &str) -> bool {
         let request = self
             .client
-            .delete(format!("{}/v1/confirmations/{id}", self.base))
+            .delete(format!(
+                "{}/v1/confirmations/{}",
+                self.base,
+                crate::api::path_segment(id)
+            ))
             .bearer_auth(&self.token)
             .timeout(Duration::from_secs(5));
         matches!(request.send().await, Ok(r) if r.status().is_success())

@@ -8,9 +8,16 @@
 //! `/mcp` route they go straight into its router, in process. One pipeline either way.
 //!
 //! Fail closed, visibly: whatever keeps a call from being approved (a cancel, a
-//! timeout, an undeliverable question, a dead service, a refused request) is a tool
-//! result whose first words are "NOT APPROVED" and that tells the model not to run the
-//! call, never a protocol error that a client might retry blindly.
+//! timeout, an undeliverable question, a dead service, a refused request, arguments
+//! that are not valid) is a tool result whose first words are "NOT APPROVED" and that
+//! tells the model not to run the call, never a protocol error that a client might retry
+//! blindly. And it is true: a blocking call that cannot keep waiting (its long-poll
+//! refused by `max_long_polls`, the service gone) withdraws the question it asked before
+//! it says NOT APPROVED, so nobody approves a call that nobody runs; a decision that came
+//! first is reported as it is.
+//!
+//! An operator's deny reason reaches the model as their words, quoted as a JSON string
+//! ([`text::their_words`]), never as a sentence of ours.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,15 +25,18 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use axum::response::IntoResponse as _;
-use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, ProgressNotificationParam};
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, ProgressNotificationParam};
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 use tower::ServiceExt;
+
+use crate::api::path_segment;
+use crate::domain::text;
 
 /// How long one long-poll of the API waits before the tool reports progress and polls
 /// again: well under the 60 s many MCP clients allow a call without progress.
@@ -242,8 +252,9 @@ fn decision_text(record: &Value) -> String {
         ),
         Some("cancelled") => match record["denial_reason"].as_str() {
             Some(why) => format!(
-                "NOT APPROVED: the operator denied it, saying: \"{why}\". Do not run {tool}, and do \
-                 not retry the same call; act on the operator's reason instead. Request {id}."
+                "NOT APPROVED: the operator denied it; {}. Do not run {tool}, and do not retry \
+                 the same call. Request {id}.",
+                text::their_words(why)
             ),
             None => format!(
                 "NOT APPROVED: cancelled ({reason}). Do not run {tool}, and do not retry the same \
@@ -263,7 +274,14 @@ fn decision_text(record: &Value) -> String {
 fn answer_text(record: &Value) -> String {
     let id = record["interaction_id"].as_str().unwrap_or("?");
     match record["status"].as_str() {
-        Some("completed") => format!("ANSWERED: {}. Question {id}.", record["result"]),
+        Some("completed") => match record["denial_reason"].as_str() {
+            Some(why) => format!(
+                "ANSWERED: {} (the operator said no; {}). Question {id}.",
+                record["result"],
+                text::their_words(why)
+            ),
+            None => format!("ANSWERED: {}. Question {id}.", record["result"]),
+        },
         Some("timeout") => format!("NO ANSWER: nobody answered in time. Question {id}."),
         Some("cancelled") => format!(
             "NO ANSWER: the question was cancelled ({}). Question {id}.",
@@ -299,6 +317,101 @@ fn unreachable(what: &str, why: &str) -> CallToolResult {
         None,
         true,
     )
+}
+
+/// A tool's arguments as `T`, or what is wrong with them (the field, then serde's words).
+fn arguments<T: DeserializeOwned>(args: JsonObject) -> Result<T, String> {
+    serde_path_to_error::deserialize(Value::Object(args)).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            e.into_inner().to_string()
+        } else {
+            format!("{path}: {}", e.into_inner())
+        }
+    })
+}
+
+/// Arguments that are not valid: nothing was asked, and the call is not to be run.
+fn not_valid(tool: &str, what: &str, why: &str) -> CallToolResult {
+    text_result(
+        format!(
+            "NOT APPROVED: the arguments of {tool} are not valid ({why}), so nothing was \
+             asked. Do not run {what}; call {tool} again with valid arguments."
+        ),
+        None,
+        true,
+    )
+}
+
+/// The input schema of a tool that takes `T`. The tools read their arguments as a JSON
+/// object and parse it themselves (see [`arguments`]), so a mistake is their own
+/// NOT APPROVED and not rmcp's "failed to deserialize parameters"; the schema the
+/// client sees is still `T`'s.
+fn input_schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
+    // The schemas are derived from this module's own types: an invalid one is a bug
+    // that listing the tools shows at once (every MCP test does), as rmcp's own
+    // `Parameters` would.
+    rmcp::handler::server::common::schema_for_input::<T>().unwrap_or_else(|e| {
+        panic!(
+            "invalid input schema for {}: {e}",
+            std::any::type_name::<T>()
+        )
+    })
+}
+
+/// What a blocking tool asked, by the id its API path takes.
+enum Asked {
+    /// A confirmation, by its record id (`cf_...`).
+    Confirmation(String),
+    /// An interaction, by its own `interaction_id`.
+    Interaction(String),
+}
+
+impl Asked {
+    /// Its API path, the id percent-encoded: an `interaction_id` may hold `/`, `?`, `#`
+    /// or `%`.
+    fn path(&self) -> String {
+        match self {
+            Asked::Confirmation(id) => format!("/v1/confirmations/{}", path_segment(id)),
+            Asked::Interaction(id) => format!("/v1/interactions/{}", path_segment(id)),
+        }
+    }
+
+    fn id(&self) -> &str {
+        match self {
+            Asked::Confirmation(id) | Asked::Interaction(id) => id,
+        }
+    }
+
+    /// The record as the model reads it.
+    fn text(&self, record: &Value) -> String {
+        match self {
+            Asked::Confirmation(_) => decision_text(record),
+            Asked::Interaction(_) => answer_text(record),
+        }
+    }
+
+    /// Where a 409 of a withdrawal holds the record as it ended.
+    fn conflict_key(&self) -> &'static str {
+        match self {
+            Asked::Confirmation(_) => "confirmation",
+            Asked::Interaction(_) => "interaction",
+        }
+    }
+}
+
+/// A failed API answer in a few words: its status and the error's message.
+fn failure(answer: Answer) -> String {
+    match answer {
+        Answer::Ok(status, body) => format!(
+            "{} {}",
+            status.as_u16(),
+            body["error"]["message"]
+                .as_str()
+                .map_or_else(|| body.to_string(), str::to_owned)
+        ),
+        Answer::Unreachable(why) => why,
+    }
 }
 
 /// The bearer of the MCP request when it came over HTTP (`/mcp`).
@@ -340,13 +453,22 @@ impl HitlMcp {
         for every side-effecting action (deploys, payments, deletions, messages to people). The \
         human sees the tool and every parameter and taps Approve or Cancel. Run the call only if \
         the result starts with APPROVED, and then with exactly the parameters it gives. Anything \
-        else (NOT APPROVED: cancelled, timeout, undeliverable, service down) means: do not run it."
+        else (NOT APPROVED: cancelled, timeout, undeliverable, service down) means: do not run it.",
+        input_schema = input_schema::<RequestApproval>()
     )]
     async fn request_approval(
         &self,
-        Parameters(args): Parameters<RequestApproval>,
+        args: JsonObject,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
+        let named = args.get("tool").and_then(Value::as_str).map(str::to_owned);
+        let args: RequestApproval = match arguments(args) {
+            Ok(args) => args,
+            Err(why) => {
+                let what = named.as_deref().unwrap_or("the call");
+                return not_valid("request_approval", what, &why);
+            }
+        };
         let bearer = bearer_of(&ctx);
         let what = args.tool.clone();
         let block = match blocks(args.wait.as_deref(), &what) {
@@ -384,60 +506,67 @@ impl HitlMcp {
         if !block || is_terminal(&record) {
             return text_result(decision_text(&record), Some(&record), false);
         }
-        let id = record["id"].as_str().unwrap_or_default().to_owned();
-        let path = format!("/v1/confirmations/{id}");
-        self.wait_for(&ctx, bearer.as_deref(), &path, record, &what)
+        let asked = Asked::Confirmation(record["id"].as_str().unwrap_or_default().to_owned());
+        self.wait_or_withdraw(&ctx, bearer.as_deref(), &asked, record, &what)
             .await
-            .map_or_else(|e| e, |r| text_result(decision_text(&r), Some(&r), false))
     }
 
     #[tool(
         description = "Wait for the decision on a request made with request_approval (or for the \
         answer to ask_human) by its id, up to wait_seconds (at most 60). Use it to resume after \
         wait=\"suspend\" or after your client gave up waiting. Run the call only if the result \
-        starts with APPROVED."
+        starts with APPROVED.",
+        input_schema = input_schema::<GetDecision>()
     )]
     async fn get_decision(
         &self,
-        Parameters(args): Parameters<GetDecision>,
+        args: JsonObject,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
+        let args: GetDecision = match arguments(args) {
+            Ok(args) => args,
+            Err(why) => return not_valid("get_decision", "the call", &why),
+        };
         let bearer = bearer_of(&ctx);
         let wait = args.wait_seconds.unwrap_or(MAX_WAIT_SECONDS);
         if !(wait.is_finite() && (0.0..=MAX_WAIT_SECONDS).contains(&wait)) {
             return text_result(
-                "NOT APPROVED: wait_seconds must be a number from 0 to 60.".into(),
+                "NOT APPROVED: wait_seconds must be a number from 0 to 60. Do not run the call."
+                    .into(),
                 None,
                 true,
             );
         }
         // Confirmation ids start with cf_; anything else is an interaction_id.
-        let confirmation = args.id.starts_with("cf_");
-        let id: String = args
-            .id
-            .bytes()
-            .map(|b| {
-                if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
-                    (b as char).to_string()
-                } else {
-                    format!("%{b:02X}")
-                }
-            })
-            .collect();
-        let path = if confirmation {
-            format!("/v1/confirmations/{id}?wait={wait}")
+        let asked = if args.id.starts_with("cf_") {
+            Asked::Confirmation(args.id)
         } else {
-            format!("/v1/interactions/{id}?wait={wait}")
+            Asked::Interaction(args.id)
         };
-        match self
+        let waited = self
             .api
-            .call(bearer.as_deref(), Method::GET, &path, None)
-            .await
-        {
-            Answer::Ok(s, r) if s.is_success() && confirmation => {
-                text_result(decision_text(&r), Some(&r), false)
+            .call(
+                bearer.as_deref(),
+                Method::GET,
+                &format!("{}?wait={wait}", asked.path()),
+                None,
+            )
+            .await;
+        let answer = match waited {
+            // The wait itself was refused (this agent's max_long_polls, a replica shutting
+            // down): the record is read as it is now, so a question still open is
+            // reported as open (NOT APPROVED YET), not as refused.
+            Answer::Ok(s, _)
+                if s == StatusCode::TOO_MANY_REQUESTS || s == StatusCode::SERVICE_UNAVAILABLE =>
+            {
+                self.api
+                    .call(bearer.as_deref(), Method::GET, &asked.path(), None)
+                    .await
             }
-            Answer::Ok(s, r) if s.is_success() => text_result(answer_text(&r), Some(&r), false),
+            answer => answer,
+        };
+        match answer {
+            Answer::Ok(s, r) if s.is_success() => text_result(asked.text(&r), Some(&r), false),
             Answer::Ok(s, body) => refused("the call", s, &body),
             Answer::Unreachable(why) => unreachable("the call", &why),
         }
@@ -446,15 +575,17 @@ impl HitlMcp {
     #[tool(
         description = "Ask a human on Telegram a question and wait for the answer: free text, a \
         choice among options (single_choice, multi_choice, poll) or a yes/no approval. Returns \
-        the answer (ANSWERED: ...) or NO ANSWER."
+        the answer (ANSWERED: ...) or NO ANSWER.",
+        input_schema = input_schema::<AskHuman>()
     )]
-    async fn ask_human(
-        &self,
-        Parameters(args): Parameters<AskHuman>,
-        ctx: RequestContext<RoleServer>,
-    ) -> CallToolResult {
+    async fn ask_human(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        const WHAT: &str = "anything that needs the answer";
+        let args: AskHuman = match arguments(args) {
+            Ok(args) => args,
+            Err(why) => return not_valid("ask_human", WHAT, &why),
+        };
         let bearer = bearer_of(&ctx);
-        let block = match blocks(args.wait.as_deref(), "anything that needs the answer") {
+        let block = match blocks(args.wait.as_deref(), WHAT) {
             Ok(block) => block,
             Err(refusal) => return refusal,
         };
@@ -488,27 +619,37 @@ impl HitlMcp {
             .await
         {
             Answer::Ok(s, record) if s.is_success() => record,
-            Answer::Ok(s, body) => return refused("anything that needs the answer", s, &body),
-            Answer::Unreachable(why) => return unreachable("anything that needs the answer", &why),
+            Answer::Ok(s, body) => return refused(WHAT, s, &body),
+            Answer::Unreachable(why) => return unreachable(WHAT, &why),
         };
         if !block {
             return text_result(answer_text(&record), Some(&record), false);
         }
-        let path = format!("/v1/interactions/{interaction_id}");
-        self.wait_for(&ctx, bearer.as_deref(), &path, record, "anything")
+        let asked = Asked::Interaction(interaction_id);
+        self.wait_or_withdraw(&ctx, bearer.as_deref(), &asked, record, WHAT)
             .await
-            .map_or_else(|e| e, |r| text_result(answer_text(&r), Some(&r), false))
     }
 
     #[tool(
         description = "Send a one-way message to the humans on Telegram (no answer expected), \
-        e.g. to report what you did."
+        e.g. to report what you did.",
+        input_schema = input_schema::<NotifyHuman>()
     )]
     async fn notify_human(
         &self,
-        Parameters(args): Parameters<NotifyHuman>,
+        args: JsonObject,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
+        let args: NotifyHuman = match arguments(args) {
+            Ok(args) => args,
+            Err(why) => {
+                return text_result(
+                    format!("NOT SENT: the arguments of notify_human are not valid ({why})."),
+                    None,
+                    true,
+                );
+            }
+        };
         let bearer = bearer_of(&ctx);
         let mut body = json!({"message": args.message});
         if let Some(route) = args.route {
@@ -542,18 +683,34 @@ impl HitlMcp {
 }
 
 impl HitlMcp {
-    /// Long-polls `path` until the record is terminal, sending a progress notification
-    /// after every poll (so clients that reset their timeout on progress keep waiting).
-    /// Gives up at the request's deadline plus a margin, or when the client cancels, and
-    /// then says the request is still pending (it is: get_decision resumes it).
+    /// Waits for what a blocking tool asked (see [`Self::wait_for`]) and says how it
+    /// ended; when the wait fails, withdraws it first (see [`Self::withdraw`]).
+    async fn wait_or_withdraw(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        bearer: Option<&str>,
+        asked: &Asked,
+        record: Value,
+        what: &str,
+    ) -> CallToolResult {
+        match self.wait_for(ctx, bearer, asked, record).await {
+            Ok(record) => text_result(asked.text(&record), Some(&record), false),
+            Err(why) => self.withdraw(bearer, asked, what, &why).await,
+        }
+    }
+
+    /// Long-polls what was asked until its record is terminal, sending a progress
+    /// notification after every poll (so clients that reset their timeout on progress
+    /// keep waiting). Gives up at the request's deadline plus a margin, or when the client
+    /// cancels, and then returns the record as it is (still pending, which the model is
+    /// told: get_decision resumes it). `Err` says why a poll failed.
     async fn wait_for(
         &self,
         ctx: &RequestContext<RoleServer>,
         bearer: Option<&str>,
-        path: &str,
+        asked: &Asked,
         mut record: Value,
-        what: &str,
-    ) -> Result<Value, CallToolResult> {
+    ) -> Result<Value, String> {
         let token = ctx.meta.get_progress_token();
         let started = Instant::now();
         let total = record["expires_at"]
@@ -567,7 +724,7 @@ impl HitlMcp {
                     .max(0.0)
             });
         let give_up = total.map(|t| Duration::from_secs_f64(t) + Duration::from_secs(30));
-        let poll = format!("{path}?wait={}", POLL.as_secs());
+        let poll = format!("{}?wait={}", asked.path(), POLL.as_secs());
         loop {
             if is_terminal(&record) {
                 return Ok(record);
@@ -593,9 +750,52 @@ impl HitlMcp {
             };
             record = match answer {
                 Answer::Ok(s, r) if s.is_success() => r,
-                Answer::Ok(s, body) => return Err(refused(what, s, &body)),
-                Answer::Unreachable(why) => return Err(unreachable(what, &why)),
+                failed => return Err(failure(failed)),
             };
+        }
+    }
+
+    /// The wait failed (`why`): the question is withdrawn before the model is told NOT
+    /// APPROVED, so it cannot be approved while nobody waits for it. A decision that
+    /// came first (the withdrawal's 409) is the answer instead; a withdrawal that fails
+    /// too is said as it is, with the id to read the outcome by.
+    async fn withdraw(
+        &self,
+        bearer: Option<&str>,
+        asked: &Asked,
+        what: &str,
+        why: &str,
+    ) -> CallToolResult {
+        let id = asked.id();
+        match self
+            .api
+            .call(bearer, Method::DELETE, &asked.path(), None)
+            .await
+        {
+            Answer::Ok(s, record) if s.is_success() => text_result(
+                format!(
+                    "NOT APPROVED: waiting for the decision failed ({why}), so the question was \
+                     withdrawn from Telegram and nobody can answer it now. Do not run {what}. \
+                     Question {id}."
+                ),
+                Some(&record),
+                true,
+            ),
+            Answer::Ok(StatusCode::CONFLICT, body) if is_terminal(&body[asked.conflict_key()]) => {
+                let record = &body[asked.conflict_key()];
+                text_result(asked.text(record), Some(record), false)
+            }
+            failed => text_result(
+                format!(
+                    "NOT APPROVED: waiting for the decision failed ({why}), and the question \
+                     could not be withdrawn ({}): it may still be answered on Telegram until \
+                     it expires. Do not run {what} on this result; call get_decision with id \
+                     \"{id}\" to learn how it ended.",
+                    failure(failed)
+                ),
+                None,
+                true,
+            ),
         }
     }
 }
@@ -655,6 +855,9 @@ pub fn router(v1: axum::Router, service: Arc<crate::service::Service>) -> axum::
                     let (parts, body) = request.into_parts();
                     match axum::body::to_bytes(body, MAX_MCP_BODY).await {
                         Ok(bytes) => {
+                            if let Some(refusal) = not_a_message(&parts, &bytes) {
+                                return refusal;
+                            }
                             next.run(axum::extract::Request::from_parts(parts, Body::from(bytes)))
                                 .await
                         }
@@ -667,4 +870,38 @@ pub fn router(v1: axum::Router, service: Arc<crate::service::Service>) -> axum::
                 }
             },
         ))
+}
+
+/// A JSON POST to `/mcp` whose body is not an MCP message: 400 with a JSON-RPC error
+/// (`-32700` when it is not JSON at all, `-32600` when it is JSON but no message), where
+/// rmcp would answer 415 (a wrong media type, which this is not: the Content-Type said
+/// JSON). The same parse as rmcp's, so whatever passes here it reads. A POST of another
+/// media type is left to rmcp's 415.
+fn not_a_message(
+    parts: &axum::http::request::Parts,
+    body: &[u8],
+) -> Option<axum::response::Response> {
+    let json = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+        });
+    if parts.method != Method::POST || !json {
+        return None;
+    }
+    let e = serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(body).err()?;
+    let (code, message) = if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() {
+        (-32700, format!("Parse error: the body is not JSON ({e})"))
+    } else {
+        (
+            -32600,
+            format!("Invalid Request: the body is not an MCP (JSON-RPC) message ({e})"),
+        )
+    };
+    let error = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
+    Some((StatusCode::BAD_REQUEST, axum::Json(error)).into_response())
 }

@@ -18,9 +18,13 @@
 //!   removed from `processing`. After a crash anywhere in between, the next start re-drives
 //!   whatever `processing` holds; creating is idempotent on the agent and the
 //!   `interaction_id`, so an item is never lost and never asked twice. An item that cannot
-//!   be asked (not JSON, not a valid `HumanInteraction`, an `interaction_id` reused for
-//!   another question, ...) is moved to `{prefix}:R:dead` with a warning naming the reason
-//!   (never the content), and the next one is taken.
+//!   be asked (not JSON, not a valid `HumanInteraction`, a key repeated, an
+//!   `interaction_id` reused for another question, ...) is moved to `{prefix}:R:dead` with
+//!   a warning naming the reason (never the content), and, when it names an
+//!   `interaction_id` the service has not asked, answered on `{prefix}:R:responses` as
+//!   refused (the "no" of its type, `metadata.refused` and the reason; see
+//!   [`interaction::refusal_response`]) in the same step, so the agent stops waiting
+//!   instead of timing out. Then the next one is taken.
 //! - **Withdrawals.** `{"cancelled": id}` on a served `notify` channel withdraws the
 //!   interaction (its message is edited, its buttons removed). A withdrawal that arrives
 //!   before its question was taken leaves a marker (`{prefix}:_hitl:cancelled:<id>`), so the
@@ -380,7 +384,7 @@ impl Bridge {
         let processing = self.keys.processing(recipient);
         let interaction = match self.parse(item) {
             Taken::Ask(i) => *i,
-            Taken::Refuse(reason) => return self.bury(recipient, item, &reason, con).await,
+            Taken::Refuse(reason) => return self.refuse(recipient, item, &reason, con).await,
         };
         let id = interaction.interaction_id.clone();
         let cancelled = self.keys.cancelled(&id);
@@ -441,7 +445,7 @@ impl Bridge {
                     retry = (retry * 2).min(MAX_BACKOFF);
                 }
                 Err(ServiceError::ShuttingDown) => return Ok(()),
-                Err(e) => return self.bury(recipient, item, &e.to_string(), con).await,
+                Err(e) => return self.refuse(recipient, item, &e.to_string(), con).await,
             }
         }
         let _: i64 = redis::cmd("LREM")
@@ -504,8 +508,11 @@ impl Bridge {
         }
     }
 
-    /// Moves an item that cannot be asked from `processing` to `dead`, in one step.
-    async fn bury(
+    /// Refuses an item that cannot be asked, in one step: moves it from `processing` to
+    /// `dead` and, when it names its `interaction_id`, answers it on `recipient`'s
+    /// `responses` as refused (so a crash in between neither loses the answer nor
+    /// pushes it twice: the item is refused again from `processing`, whole).
+    async fn refuse(
         &self,
         recipient: &str,
         item: &[u8],
@@ -513,8 +520,36 @@ impl Bridge {
         con: &mut MultiplexedConnection,
     ) -> anyhow::Result<()> {
         let dead = self.keys.dead(recipient);
-        redis::pipe()
-            .atomic()
+        // Read as serde_json reads it (the last of a repeated key, as pydantic does):
+        // the id AI-Parrot's manager waits on is the one its own model holds.
+        // An item far over the API's limit is not parsed again just to answer it.
+        let mut answer = (item.len() <= 16 * crate::api::MAX_BODY_BYTES)
+            .then(|| serde_json::from_slice::<Value>(item).ok())
+            .flatten()
+            .and_then(|v| {
+                interaction::refusal_response(
+                    &v,
+                    recipient,
+                    reason,
+                    time::OffsetDateTime::now_utc(),
+                )
+            });
+        // An id the service already holds (an `interaction_id` reused for another
+        // question) names a question that was asked: AI-Parrot's manager knows both by
+        // that one id, so a refusal would answer the question still open in Telegram.
+        // Its own answers come through the event stream; this item is only recorded.
+        if let Some(id) = answer.as_ref().and_then(|a| a["interaction_id"].as_str()) {
+            match self.service.get_interaction(&self.agent, id).await {
+                Err(ServiceError::NotFound) => {}
+                Ok(_) => answer = None,
+                Err(e) => {
+                    return Err(anyhow::Error::from(e)
+                        .context("reading whether a refused question's interaction_id was asked"));
+                }
+            }
+        }
+        let mut pipe = redis::pipe();
+        pipe.atomic()
             .cmd("LPUSH")
             .arg(&dead)
             .arg(item)
@@ -523,12 +558,19 @@ impl Bridge {
             .arg(self.keys.processing(recipient))
             .arg(1)
             .arg(item)
-            .ignore()
-            .exec_async(con)
+            .ignore();
+        if let Some(answer) = &answer {
+            pipe.cmd("LPUSH")
+                .arg(self.keys.responses(recipient))
+                .arg(answer.to_string())
+                .ignore();
+        }
+        pipe.exec_async(con)
             .await
             .context("moving an item to the dead-letter list")?;
-        tracing::warn!(recipient, reason, dead_letter = %dead,
-            "redis bridge: a queued question cannot be asked; moved it to the dead-letter list");
+        tracing::warn!(recipient, reason, dead_letter = %dead, answered = answer.is_some(),
+            "redis bridge: a queued question cannot be asked; moved it to the dead-letter list \
+             (and answered it as refused when it names its interaction_id)");
         Ok(())
     }
 

@@ -1,5 +1,6 @@
 //! Logging through `tracing`: human-readable text by default, JSON lines with `--log-json`
-//! (or `HITL_LOG_JSON=true`). The filter comes from `RUST_LOG` (default `info`).
+//! (or `HITL_LOG_JSON=true`). The filter comes from `RUST_LOG` (default `info`); the MCP
+//! library's own per-session lines are kept at `warn` unless `RUST_LOG` names `rmcp`.
 //!
 //! Text is coloured only when stderr is a terminal and `NO_COLOR` is unset or empty
 //! (<https://no-color.org>): `docker logs`, journald, files and the stderr Claude Code
@@ -13,7 +14,7 @@ use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber. Calling it twice is harmless (tests do).
 pub fn init(json: bool) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = filter(std::env::var("RUST_LOG").ok().as_deref());
     let no_color = std::env::var_os("NO_COLOR");
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -24,6 +25,21 @@ pub fn init(json: bool) {
     } else {
         builder.try_init()
     };
+}
+
+/// The filter: `RUST_LOG` (default `info`), with rmcp (the MCP library) at `warn` unless
+/// `RUST_LOG` names it. rmcp logs each MCP session's start at info with the client's
+/// whole `peer_info` (its name, version, capabilities), and its end: a line per session
+/// that nobody can act on, on the stderr an MCP client shows for `hitl-telegram mcp`
+/// and in the service's log for every POST to `/mcp`.
+fn filter(rust_log: Option<&str>) -> EnvFilter {
+    let spec = rust_log.filter(|s| !s.trim().is_empty()).unwrap_or("info");
+    let spec = if spec.contains("rmcp") {
+        spec.to_owned()
+    } else {
+        format!("{spec},rmcp=warn")
+    };
+    EnvFilter::try_new(&spec).unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"))
 }
 
 /// Whether text logs are coloured: only on a terminal, and never when `NO_COLOR` holds
@@ -56,6 +72,15 @@ pub fn causes(e: &dyn std::error::Error) -> String {
 mod tests {
     use super::*;
     use std::ffi::OsStr;
+
+    #[test]
+    fn rmcp_is_kept_at_warn_unless_rust_log_names_it() {
+        for rust_log in [None, Some(""), Some("debug"), Some("hitl_telegram=debug")] {
+            let shown = filter(rust_log).to_string();
+            assert!(shown.contains("rmcp=warn"), "{rust_log:?}: {shown}");
+        }
+        assert!(!filter(Some("rmcp=debug")).to_string().contains("rmcp=warn"));
+    }
 
     #[test]
     fn colour_only_on_a_terminal_without_no_color() {

@@ -496,6 +496,8 @@ async fn a_cancel_notice_withdraws_the_question_and_an_early_one_keeps_it_from_b
 
 #[tokio::test]
 async fn a_malformed_item_goes_to_the_dead_letter_list_and_the_next_one_is_still_asked() {
+    // (An item that names an interaction_id nobody asked is also answered as refused:
+    // see the repeated-key test. A reused id is not: it names a question still open.)
     let Some(mut parrot) = Parrot::connect("dead").await else {
         return;
     };
@@ -533,6 +535,17 @@ async fn a_malformed_item_goes_to_the_dead_letter_list_and_the_next_one_is_still
     assert_eq!(parrot.llen(&pending).await, 0);
     assert_eq!(parrot.llen(&parrot.key("alice", "processing")).await, 0);
     assert_eq!(app.telegram.messages_in(ALICE_CHAT).len(), 2);
+    // Answered as refused: only the one whose interaction_id names nothing asked. Not
+    // the unreadable ones (no id), and not the clash, whose id is the open question a's.
+    let answered: Vec<Value> = parrot
+        .lrange(&parrot.key("alice", "responses"))
+        .await
+        .iter()
+        .map(|r| serde_json::from_slice(r).unwrap())
+        .collect();
+    assert_eq!(answered.len(), 1, "{answered:?}");
+    assert_eq!(answered[0]["interaction_id"], "x-1");
+    assert_eq!(answered[0]["metadata"]["refused"], true);
     parrot.clean().await;
 }
 
@@ -845,6 +858,33 @@ async fn the_redis_bridge_never_asks_an_interaction_that_repeats_a_key() {
     assert_eq!(dead, vec![repeated.as_bytes().to_vec()], "kept as it was");
     let (status, _) = record(&app, "rep-1").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "never stored");
+
+    // The agent is told at once, on its responses list: refused, with the reason, as
+    // the "no" of an approval, which AI-Parrot itself accepts for that question (as its
+    // reader reads the item: the last of a repeated key).
+    let refusal = parrot.next_response("alice").await;
+    let as_read: Value = serde_json::from_str(repeated).unwrap();
+    assert_is_human_response(&refusal, &as_read);
+    assert_eq!(refusal["value"], false, "{refusal}");
+    assert_eq!(refusal["respondent"], "alice", "{refusal}");
+    assert_eq!(refusal["metadata"]["refused"], true, "{refusal}");
+    let reason = refusal["metadata"]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("refused by hitl-telegram and never asked")
+            && reason.contains("question")
+            && reason.contains("repeat"),
+        "{reason}"
+    );
+    assert!(
+        !reason.contains("Drop the production") && !reason.contains("Restart"),
+        "the reason never quotes the item: {reason}"
+    );
+    ai_parrot_accepts(json!([{"interaction": as_read, "response": refusal}])).await;
+    assert_eq!(
+        parrot.llen(&parrot.key("alice", "responses")).await,
+        0,
+        "answered once"
+    );
     let shown: Vec<String> = app
         .telegram
         .sent_messages()

@@ -693,8 +693,10 @@ impl PartialSchema for HumanInteraction {
                     .min_length(Some(1))
                     .max_length(Some(MAX_INTERACTION_ID_CHARS))
                     .description(Some(
-                        "The agent's id of the question: no control characters. The same \
-                         id again (e.g. for another recipient) finds the same interaction.",
+                        "The agent's id of the question: no control characters, and not \
+                         `.` or `..` (no URL path can carry them). The same id again (e.g. \
+                         for another recipient) finds the same interaction; percent-encode \
+                         it in the paths below.",
                     )),
             )
             .required("interaction_id")

@@ -17,6 +17,7 @@ use serde_json::Value;
 use super::args_hash::ArgsHash;
 use super::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
 use super::interaction::{Answer, Interaction, InteractionType, Scope, TimeoutAction};
+use super::text::{self, Layout};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -421,17 +422,18 @@ impl Step {
 /// can use, and the outcome line must still fit the message.
 pub const MAX_REASON_CHARS: usize = 500;
 
-/// An operator's reason as stored: trimmed, at most [`MAX_REASON_CHARS`] characters
-/// (cut with an ellipsis); `None` when nothing is left.
+/// An operator's reason as stored: trimmed, with every invisible character (bidi and
+/// other format controls, control characters such as ESC and newlines, separators,
+/// private use) as the visible escape the operator saw in Telegram (`\u202e`; see
+/// [`text::visible`]), at most [`MAX_REASON_CHARS`] characters (cut with an ellipsis,
+/// never inside an escape); `None` when nothing is left. What the agent is given is then
+/// what the operator saw, whatever was pasted into the reply.
 pub fn reason_text(raw: &str) -> Option<String> {
     let t = raw.trim();
     if t.is_empty() {
         return None;
     }
-    if t.chars().count() <= MAX_REASON_CHARS {
-        return Some(t.to_owned());
-    }
-    Some(t.chars().take(MAX_REASON_CHARS - 1).collect::<String>() + "…")
+    Some(text::visible_within(t, Layout::Line, MAX_REASON_CHARS))
 }
 
 /// What ended a request. Each maps to exactly one (status, via) pair.
@@ -523,7 +525,8 @@ impl Outcome {
             ),
             Outcome::Denied { by, reason } => {
                 let text = format!(
-                    "denied by {by}: {reason} (not executed; do not retry this call as it is)"
+                    "denied by {by}; {} (not executed; do not retry this call as it is)",
+                    text::their_words(&reason)
                 );
                 denial_reason = Some(reason);
                 (Status::Cancelled, Via::Operator, text, Some(by))

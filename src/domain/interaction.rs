@@ -189,6 +189,17 @@ pub fn parse(v: &Value, max_timeout_seconds: f64) -> Result<Interaction, FieldEr
             "must be non-empty and free of control characters",
         ));
     }
+    // The id is a path segment of /v1/interactions/{interaction_id}, percent-encoded by
+    // every client of ours; but URL parsers (WHATWG's, reqwest's, yarl's) resolve a `.`
+    // or `..` segment even when its dots are encoded, so no client could read or
+    // withdraw it: refused here rather than asked and then unreachable.
+    if matches!(interaction_id.as_str(), "." | "..") {
+        return Err(err(
+            "interaction_id",
+            "cannot be \".\" or \"..\": a URL path cannot carry it (GET and DELETE \
+             /v1/interactions/{interaction_id} could never reach it)",
+        ));
+    }
     let question = free_text(opt_str(o, "question", MAX_QUESTION_CHARS)?, "question")?
         .filter(|q| !q.trim().is_empty())
         .ok_or_else(|| err("question", "is required (a non-empty string)"))?;
@@ -498,6 +509,49 @@ pub fn human_response(
     })
 }
 
+/// The `HumanResponse` JSON that tells an AI-Parrot agent the question `item` (a queued
+/// `HumanInteraction`, as far as it could be read) was refused and never asked, so it
+/// stops waiting instead of timing out: the "no" of its type (`false` for an approval,
+/// no selection for a multi-choice, `null` for the others, a form's sent as the
+/// `free_text` its manager also accepts for one, as for a cancelled form), from
+/// `respondent`, with `metadata.refused: true` and the reason. `None` when the item
+/// names no `interaction_id` the answer could be for. Exactly AI-Parrot's fields.
+pub fn refusal_response(
+    item: &Value,
+    respondent: &str,
+    reason: &str,
+    at: OffsetDateTime,
+) -> Option<Value> {
+    let o = item.as_object()?;
+    let id = o
+        .get("interaction_id")
+        .and_then(Value::as_str)
+        .filter(|id| !id.is_empty())?;
+    let kind = o
+        .get("interaction_type")
+        .and_then(Value::as_str)
+        .and_then(InteractionType::parse)
+        .unwrap_or(InteractionType::FreeText);
+    let (kind, value) = match kind {
+        InteractionType::Approval => (kind, json!(false)),
+        InteractionType::MultiChoice => (kind, json!([])),
+        InteractionType::Form => (InteractionType::FreeText, Value::Null),
+        other => (other, Value::Null),
+    };
+    Some(json!({
+        "interaction_id": id,
+        "respondent": respondent,
+        "response_type": kind.as_str(),
+        "value": value,
+        "timestamp": iso8601(at),
+        "metadata": {
+            "channel": "telegram",
+            "refused": true,
+            "reason": format!("refused by hitl-telegram and never asked: {reason}"),
+        },
+    }))
+}
+
 /// `2026-11-30T12:00:00.123000Z`: what pydantic reads as an aware UTC datetime.
 pub fn iso8601(t: OffsetDateTime) -> String {
     let f = time::macros::format_description!(
@@ -615,6 +669,18 @@ mod tests {
     }
 
     #[test]
+    fn an_interaction_id_no_path_can_carry_is_refused_naming_it() {
+        for id in [".", ".."] {
+            let v = json!({"interaction_id": id, "question": "q"});
+            let e = parse(&v, 3600.0).unwrap_err();
+            assert_eq!(e.field, "interaction.interaction_id", "{id}");
+            assert!(e.reason.contains("URL path"), "{}", e.reason);
+        }
+        let v = json!({"interaction_id": "a/b?c#d%e...", "question": "q"});
+        assert!(parse(&v, 3600.0).is_ok());
+    }
+
+    #[test]
     fn unknown_enum_values_name_the_field() {
         let mut v = base("approval");
         v["consensus_mode"] = json!("unanimous");
@@ -662,6 +728,46 @@ mod tests {
         assert_eq!(parse(&v, 3600.0).unwrap_err().field, "interaction.timeout");
         v["timeout"] = json!("soon");
         assert!(parse(&v, 3600.0).is_err());
+    }
+
+    #[test]
+    fn a_refusal_answers_with_the_no_of_the_questions_type_or_not_at_all() {
+        let at = time::macros::datetime!(2026-12-01 12:00 UTC);
+        let refuse = |item: Value| refusal_response(&item, "alice", "why", at);
+        for (kind, response_type, value) in [
+            ("approval", "approval", json!(false)),
+            ("multi_choice", "multi_choice", json!([])),
+            ("form", "free_text", Value::Null),
+            ("poll", "poll", Value::Null),
+            ("nonsense", "free_text", Value::Null),
+        ] {
+            let r = refuse(json!({"interaction_id": "i-1", "interaction_type": kind})).unwrap();
+            assert_eq!(r["response_type"], response_type, "{kind}");
+            assert_eq!(r["value"], value, "{kind}");
+            assert_eq!(r["respondent"], "alice");
+            assert_eq!(r["metadata"]["refused"], true);
+            assert_eq!(
+                r["metadata"]["reason"],
+                "refused by hitl-telegram and never asked: why"
+            );
+            let fields: Vec<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
+            assert_eq!(
+                fields,
+                [
+                    "interaction_id",
+                    "metadata",
+                    "respondent",
+                    "response_type",
+                    "timestamp",
+                    "value"
+                ]
+            );
+        }
+        // Nothing to answer: no id, or not even an object.
+        assert_eq!(refuse(json!({"interaction_type": "approval"})), None);
+        assert_eq!(refuse(json!({"interaction_id": ""})), None);
+        assert_eq!(refuse(json!({"interaction_id": 7})), None);
+        assert_eq!(refuse(json!(["interaction_id"])), None);
     }
 
     #[test]

@@ -626,7 +626,7 @@ impl Service {
                 value: answer.value.clone(),
                 by: Some(from.clone()),
                 reason: match &reason {
-                    Some(why) => format!("denied by {from}: {why}"),
+                    Some(why) => format!("denied by {from}; {}", text::their_words(why)),
                     None => format!("answered by {from}"),
                 },
                 denial: reason.clone(),
@@ -714,7 +714,7 @@ impl Service {
                 value: json!(false),
                 by: no.by.clone(),
                 reason: match &no.reason {
-                    Some(why) => format!("vetoed by {who}: {why}"),
+                    Some(why) => format!("vetoed by {who}; {}", text::their_words(why)),
                     None => format!("vetoed by {who}: one no ends a quorum approval"),
                 },
                 denial: no.reason.clone(),

@@ -104,8 +104,10 @@ class Confirmation:
     decided_by: Optional[Dict[str, Any]]
     #: The whole record as received.
     raw: Dict[str, Any] = field(repr=False, compare=False)
-    #: What the operator typed after "Deny with reason", verbatim (at most 500
-    #: characters); ``None`` otherwise. ``reason`` quotes it too.
+    #: What the operator typed after "Deny with reason", as they saw it in Telegram
+    #: (invisible characters such as bidi controls and ESC as escapes like
+    #: ``\u202e``; at most 500 characters); ``None`` otherwise. ``reason`` quotes it as
+    #: their words, a JSON string: data, not instructions.
     denial_reason: Optional[str] = None
     #: True when an operator refused the call: it was not executed, and asking again
     #: with the same call would only ask the same people again. Change the call (see
