@@ -106,6 +106,9 @@ pub struct ServerSettings {
     /// its next request.
     #[serde(default = "default_idle_timeout_seconds")]
     pub idle_timeout_seconds: f64,
+    /// Seconds a request's whole body may take to arrive, from the end of its headers.
+    #[serde(default = "default_body_read_timeout_seconds")]
+    pub body_read_timeout_seconds: f64,
     /// Most connections open at once (fewer when the open-file limit is lower).
     #[serde(default = "default_max_connections")]
     pub max_connections: u32,
@@ -117,10 +120,14 @@ pub const DEFAULT_HEADER_READ_TIMEOUT_SECONDS: f64 = 10.0;
 /// See [`ServerSettings::idle_timeout_seconds`]: longer than the keep-alive of common
 /// HTTP clients' pools, so they rarely reuse a connection the service is closing.
 pub const DEFAULT_IDLE_TIMEOUT_SECONDS: f64 = 60.0;
+/// See [`ServerSettings::body_read_timeout_seconds`]: the largest body (64 KiB) takes
+/// well under a second even on a poor mobile link; 10 s leaves ample room.
+pub const DEFAULT_BODY_READ_TIMEOUT_SECONDS: f64 = 10.0;
 /// See [`ServerSettings::max_connections`]: room for 10,000 blocked agents (benchmark
 /// B3) and more.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 16_384;
-/// The longest `header_read_timeout_seconds` / `idle_timeout_seconds` accepted.
+/// The longest `header_read_timeout_seconds` / `idle_timeout_seconds` /
+/// `body_read_timeout_seconds` accepted.
 pub const MAX_HTTP_TIMEOUT_SECONDS: f64 = 3600.0;
 
 fn default_header_read_timeout_seconds() -> f64 {
@@ -129,6 +136,10 @@ fn default_header_read_timeout_seconds() -> f64 {
 
 fn default_idle_timeout_seconds() -> f64 {
     DEFAULT_IDLE_TIMEOUT_SECONDS
+}
+
+fn default_body_read_timeout_seconds() -> f64 {
+    DEFAULT_BODY_READ_TIMEOUT_SECONDS
 }
 
 fn default_max_connections() -> u32 {
@@ -140,6 +151,8 @@ fn default_max_connections() -> u32 {
 pub struct HttpLimits {
     pub header_read_timeout: std::time::Duration,
     pub idle_timeout: std::time::Duration,
+    /// The deadline for a request's whole body, from the end of its headers.
+    pub body_read_timeout: std::time::Duration,
     /// As configured; the server lowers it to what the open-file limit allows.
     pub max_connections: usize,
 }
@@ -169,6 +182,7 @@ impl HttpLimits {
                 s.header_read_timeout_seconds,
             )?,
             idle_timeout: seconds("idle_timeout_seconds", s.idle_timeout_seconds)?,
+            body_read_timeout: seconds("body_read_timeout_seconds", s.body_read_timeout_seconds)?,
             max_connections: s.max_connections as usize,
         })
     }
@@ -2524,6 +2538,7 @@ routes = ["ops"]
             HttpLimits {
                 header_read_timeout: std::time::Duration::from_secs(10),
                 idle_timeout: std::time::Duration::from_secs(60),
+                body_read_timeout: std::time::Duration::from_secs(10),
                 max_connections: 16_384,
             }
         );
@@ -2550,6 +2565,18 @@ routes = ["ops"]
                 "server.header_read_timeout_seconds",
             ),
             ("idle_timeout_seconds = 3601", "server.idle_timeout_seconds"),
+            (
+                "body_read_timeout_seconds = 0",
+                "server.body_read_timeout_seconds",
+            ),
+            (
+                "body_read_timeout_seconds = nan",
+                "server.body_read_timeout_seconds",
+            ),
+            (
+                "body_read_timeout_seconds = 3601",
+                "server.body_read_timeout_seconds",
+            ),
             ("max_connections = 0", "server.max_connections"),
         ] {
             let e = err_of(&server(line));

@@ -850,6 +850,7 @@ pub fn router(v1: axum::Router, service: Arc<crate::service::Service>) -> axum::
                         )
                         .into_response();
                     }
+                    crate::api::serve::mark_authenticated(request.extensions());
                     // rmcp reads a POST's whole body: bound it as /v1 bounds its own
                     // (a tool call's arguments become one /v1 body, plus the envelope).
                     let (parts, body) = request.into_parts();

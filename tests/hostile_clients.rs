@@ -1,7 +1,8 @@
 //! The HTTP server against hostile clients: sockets that never ask anything, slow-loris
-//! headers, and agents opening more event streams and long-polls than they may. Raw TCP
-//! sockets play the attackers; `/healthz`, the agents' API and the Telegram webhook route
-//! must keep answering.
+//! headers, slow bodies (strangers' on the public Telegram webhook route, and agents'),
+//! and agents opening more event streams and long-polls than they may. Raw TCP sockets
+//! play the attackers; `/healthz`, the agents' API and the Telegram webhook route must
+//! keep answering.
 //!
 //! Bounds are generous: every "answers" is checked against a wait far shorter than the
 //! timeout that would otherwise have freed a connection, and every "is closed" against a
@@ -11,6 +12,7 @@ mod support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -476,4 +478,327 @@ async fn read_response(socket: &mut TcpStream) -> String {
     .await
     .expect("a response");
     String::from_utf8_lossy(&data).into_owned()
+}
+
+/// Settings edit: `max_connections` 64 (hundreds of attackers exceed it), and every
+/// timeout a minute, so that only what the tests are about can let anyone in.
+fn pool_of_64() -> impl FnOnce(String) -> String {
+    server(
+        "max_connections = 64\nheader_read_timeout_seconds = 60\nidle_timeout_seconds = 60\n\
+         body_read_timeout_seconds = 60\n",
+    )
+}
+
+/// How long each of `/healthz`, an agent's create and a tap may take under attack.
+const WITHIN_A_SECOND: Duration = Duration::from_secs(1);
+
+/// A client that opens a connection of its own for each request: a pooled one may have
+/// been closed, while idle, to make room for the attackers.
+fn fresh_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("client")
+}
+
+/// The head of a `POST` to the webhook route announcing a body of `content_length`
+/// bytes, with `secret` (if any) as the Telegram secret header.
+fn webhook_head(secret: Option<&str>, content_length: usize) -> String {
+    let mut head = format!(
+        "POST {WEBHOOK_PATH} HTTP/1.1\r\nHost: hitl\r\nContent-Type: application/json\r\n\
+         Content-Length: {content_length}\r\n"
+    );
+    if let Some(secret) = secret {
+        head.push_str(&format!("X-Telegram-Bot-Api-Secret-Token: {secret}\r\n"));
+    }
+    head.push_str("\r\n");
+    head
+}
+
+/// One attacker without the webhook's secret (`secret` is none or a wrong one): sends
+/// the headers of a 64 KiB update, then its body one byte every `every`, for as long as
+/// the service lets it; when the connection is closed it opens another a second later.
+/// Counts in `sent` the requests it got out (headers and a first byte).
+async fn slow_webhook_body(
+    addr: SocketAddr,
+    secret: Option<&'static str>,
+    every: Duration,
+    sent: Arc<AtomicUsize>,
+) {
+    let mut request = webhook_head(secret, 64 * 1024);
+    request.push('{');
+    loop {
+        if let Ok(mut socket) = TcpStream::connect(addr).await
+            && socket.write_all(request.as_bytes()).await.is_ok()
+        {
+            sent.fetch_add(1, Ordering::Relaxed);
+            let mut buf = [0u8; 1024];
+            loop {
+                match tokio::time::timeout(every, socket.read(&mut buf)).await {
+                    Ok(Ok(0) | Err(_)) => break,
+                    Ok(Ok(_)) => {}
+                    Err(_) => {
+                        if socket.write_all(b" ").await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundreds_of_slow_bodies_without_the_webhook_secret_keep_out_neither_healthz_nor_agents_nor_telegram()
+ {
+    let telegram = Arc::new(FakeTelegram::start_with_token(BOT_TOKEN).await);
+    let app = TestApp::spawn_on(telegram, true, DEFAULT_CALLBACK_PREFIX, pool_of_64()).await;
+    let (record, message_id) = app
+        .ask_suspended(json!({"tool": "deploy", "params": {"env": "prod"}}))
+        .await;
+    let id = record["id"].as_str().expect("id").to_owned();
+
+    // 300 attackers (over four times the 64 connections), half without the secret
+    // header, half with a wrong one, each sending a byte every 3 s and coming back a
+    // second after each refusal.
+    const ATTACKERS: usize = 300;
+    let sent = Arc::new(AtomicUsize::new(0));
+    let attackers: Vec<_> = (0..ATTACKERS)
+        .map(|i| {
+            let secret = (i % 2 == 0).then_some("not-the-webhook-secret");
+            tokio::spawn(slow_webhook_body(
+                app.addr,
+                secret,
+                Duration::from_secs(3),
+                sent.clone(),
+            ))
+        })
+        .collect();
+    // Every attacker's request is in, and the next ones are on their way.
+    let deadline = Instant::now() + PROMPT;
+    while sent.load(Ordering::Relaxed) < ATTACKERS {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {ATTACKERS} attackers got their request out",
+            sent.load(Ordering::Relaxed)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let client = fresh_client();
+    for _ in 0..3 {
+        let r = tokio::time::timeout(WITHIN_A_SECOND, client.get(app.url("/healthz")).send())
+            .await
+            .expect("/healthz answers within a second under the flood")
+            .expect("request");
+        assert_eq!(r.status(), StatusCode::OK);
+
+        let r = tokio::time::timeout(
+            WITHIN_A_SECOND,
+            client
+                .post(app.url("/v1/confirmations"))
+                .bearer_auth(TOKEN_A)
+                .json(&json!({"tool": "deploy", "params": {}, "wait": "suspend"}))
+                .send(),
+        )
+        .await
+        .expect("an agent's create answers within a second under the flood")
+        .expect("request");
+        assert_eq!(r.status(), StatusCode::ACCEPTED);
+    }
+
+    // A real tap, which the fake Telegram POSTs to the webhook route with the secret.
+    let tapped = Instant::now();
+    app.telegram
+        .tap(OPS_CHAT, message_id, "✅ Approve", alice());
+    let decided = tokio::time::timeout(WITHIN_A_SECOND, async {
+        loop {
+            let r = client
+                .get(app.url(&format!("/v1/confirmations/{id}?wait=1")))
+                .bearer_auth(TOKEN_A)
+                .send()
+                .await
+                .expect("request");
+            let (status, body) = json_of(r).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            if body["status"] == "confirmed" {
+                return body;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "the tap was not decided within a second ({:?}); webhook deliveries: {:?}",
+            tapped.elapsed(),
+            app.telegram.webhook_deliveries()
+        )
+    });
+    assert_eq!(decided["decided_by"]["id"], ALICE);
+    // The attack went on all along: the attackers were turned away and came back.
+    assert!(sent.load(Ordering::Relaxed) > ATTACKERS);
+    for attacker in attackers {
+        attacker.abort();
+    }
+}
+
+/// The status line and headers of a response read from `socket`, in lowercase.
+async fn response_head(socket: &mut TcpStream) -> String {
+    let response = read_response(socket).await;
+    let end = response.find("\r\n\r\n").unwrap_or(response.len());
+    response[..end].to_ascii_lowercase()
+}
+
+#[tokio::test]
+async fn a_webhook_request_without_the_secret_is_refused_before_its_body_and_its_connection_closed()
+{
+    let telegram = Arc::new(FakeTelegram::start_with_token(BOT_TOKEN).await);
+    let app = TestApp::spawn_on(telegram, true, DEFAULT_CALLBACK_PREFIX, |toml| toml).await;
+    for secret in [None, Some("not-the-webhook-secret")] {
+        let mut socket = TcpStream::connect(app.addr).await.expect("connect");
+        // The headers of a 64 KiB body, and not one byte of it.
+        socket
+            .write_all(webhook_head(secret, 64 * 1024).as_bytes())
+            .await
+            .expect("write");
+        let started = Instant::now();
+        let response = read_response(&mut socket).await.to_ascii_lowercase();
+        assert!(
+            started.elapsed() < WITHIN_A_SECOND,
+            "answered after {:?}",
+            started.elapsed()
+        );
+        assert!(
+            response.starts_with("http/1.1 401"),
+            "{secret:?}: {response}"
+        );
+        assert!(response.contains("\r\nconnection: close\r\n"), "{response}");
+        assert!(response.contains(r#""code":"unauthorized""#), "{response}");
+        assert!(
+            closed_within(&mut socket, WITHIN_A_SECOND).await,
+            "{secret:?}: the connection is still open"
+        );
+    }
+
+    // With the secret, the same headers are followed by a wait for the body, which is
+    // then taken.
+    let update = r#"{"update_id": 900001}"#;
+    let mut socket = TcpStream::connect(app.addr).await.expect("connect");
+    socket
+        .write_all(webhook_head(Some(TELEGRAM_WEBHOOK_SECRET), update.len()).as_bytes())
+        .await
+        .expect("write");
+    assert!(
+        still_open(&mut socket).await,
+        "answered before the body came"
+    );
+    socket.write_all(update.as_bytes()).await.expect("write");
+    let head = response_head(&mut socket).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+}
+
+/// The head of `POST /v1/confirmations` as agent-a, for a body of `length` bytes.
+fn agent_post_head(length: usize) -> String {
+    format!(
+        "POST /v1/confirmations HTTP/1.1\r\nHost: hitl\r\nAuthorization: Bearer {TOKEN_A}\r\n\
+         Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    )
+}
+
+/// Sends `POST /v1/confirmations` as agent-a with `body` in `parts` pieces, `gap` apart.
+async fn agent_post_in_pieces(
+    addr: SocketAddr,
+    body: &[u8],
+    parts: usize,
+    gap: Duration,
+) -> TcpStream {
+    let mut socket = TcpStream::connect(addr).await.expect("connect");
+    socket
+        .write_all(agent_post_head(body.len()).as_bytes())
+        .await
+        .expect("write");
+    for (i, piece) in body.chunks(body.len().div_ceil(parts)).enumerate() {
+        if i > 0 {
+            tokio::time::sleep(gap).await;
+        }
+        socket.write_all(piece).await.expect("write a piece");
+    }
+    socket
+}
+
+#[tokio::test]
+async fn an_agents_body_slower_than_the_deadline_is_answered_408_and_its_connection_closed() {
+    let app = TestApp::spawn_with_settings(server(
+        "header_read_timeout_seconds = 60\nidle_timeout_seconds = 60\nbody_read_timeout_seconds = 1\n",
+    ))
+    .await;
+    let body = br#"{"tool": "deploy", "params": {}, "wait": "suspend"}"#;
+
+    // One byte every 100 ms: the whole body would take about 5 s.
+    let mut socket = TcpStream::connect(app.addr).await.expect("connect");
+    socket
+        .write_all(agent_post_head(body.len()).as_bytes())
+        .await
+        .expect("write");
+    let started = Instant::now();
+    let mut received = Vec::new();
+    let closed = tokio::time::timeout(CLOSE_WAIT, async {
+        let mut buf = [0u8; 1024];
+        for byte in body {
+            if socket.write_all(&[*byte]).await.is_err() {
+                break;
+            }
+            match tokio::time::timeout(Duration::from_millis(100), socket.read(&mut buf)).await {
+                Ok(Ok(0) | Err(_)) => return,
+                Ok(Ok(n)) => received.extend_from_slice(&buf[..n]),
+                Err(_) => {}
+            }
+        }
+        // Whatever happens next, read until the connection closes, so the assertions
+        // below say what happened.
+        loop {
+            match socket.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => received.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    let elapsed = started.elapsed();
+    let received = String::from_utf8_lossy(&received).to_ascii_lowercase();
+    assert!(closed.is_ok(), "still open: {received}");
+    assert!(
+        elapsed >= Duration::from_millis(950) && elapsed < Duration::from_secs(3),
+        "closed after {elapsed:?}, not at the 1 s deadline: {received}"
+    );
+    assert!(received.starts_with("http/1.1 408"), "{received}");
+    assert!(received.contains("\r\nconnection: close\r\n"), "{received}");
+    assert!(
+        received.contains(r#""code":"request_timeout""#),
+        "{received}"
+    );
+    assert!(received.contains("body_read_timeout_seconds"), "{received}");
+    assert!(
+        app.telegram.sent_messages().is_empty(),
+        "the cut request was asked anyway"
+    );
+
+    // A body that arrives within the deadline, in pieces, is unaffected, and its
+    // connection is kept alive...
+    let mut socket = agent_post_in_pieces(app.addr, body, 3, Duration::from_millis(250)).await;
+    let head = response_head(&mut socket).await;
+    assert!(head.starts_with("http/1.1 202"), "{head}");
+    assert!(
+        still_open(&mut socket).await,
+        "a kept-alive connection was closed"
+    );
+
+    // ... and so is the largest one allowed (64 KiB: the JSON padded with spaces).
+    let mut largest = body.to_vec();
+    largest.resize(64 * 1024, b' ');
+    let mut socket = agent_post_in_pieces(app.addr, &largest, 4, Duration::from_millis(200)).await;
+    let head = response_head(&mut socket).await;
+    assert!(head.starts_with("http/1.1 202"), "{head}");
 }

@@ -27,6 +27,9 @@ pub enum ApiError {
     Forbidden(String),
     /// 404
     NotFound(String),
+    /// 408: the request's body did not arrive in full within
+    /// `server.body_read_timeout_seconds`; the connection is closed after the answer.
+    BodyTimeout(std::time::Duration),
     /// 409, with the stored record.
     AlreadyDecided(Box<Confirmation>),
     /// 409, with the stored interaction: it already ended.
@@ -78,6 +81,8 @@ pub enum ErrorCode {
     Unauthorized,
     Forbidden,
     NotFound,
+    /// The body did not arrive within `server.body_read_timeout_seconds`.
+    RequestTimeout,
     AlreadyDecided,
     Conflict,
     PayloadTooLarge,
@@ -173,6 +178,22 @@ impl IntoResponse for ApiError {
             }
             ApiError::Forbidden(m) => body(StatusCode::FORBIDDEN, ErrorCode::Forbidden, m),
             ApiError::NotFound(m) => body(StatusCode::NOT_FOUND, ErrorCode::NotFound, m),
+            ApiError::BodyTimeout(limit) => {
+                let mut r = body(
+                    StatusCode::REQUEST_TIMEOUT,
+                    ErrorCode::RequestTimeout,
+                    format!(
+                        "the request body did not arrive within {} s \
+                         (server.body_read_timeout_seconds); the connection is closed",
+                        limit.as_secs_f64()
+                    ),
+                );
+                r.headers_mut().insert(
+                    header::CONNECTION,
+                    header::HeaderValue::from_static("close"),
+                );
+                r
+            }
             ApiError::AlreadyDecided(r) => {
                 let error = ErrorDetail {
                     code: ErrorCode::AlreadyDecided,

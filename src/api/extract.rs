@@ -42,6 +42,8 @@ impl FromRequestParts<AppState> for AuthAgent {
             .map(|agent| {
                 // The request's span (see `api::trace`) names the agent from here on.
                 tracing::Span::current().record("agent", agent.name.as_str());
+                // Its connection is no longer one a stranger's may displace.
+                super::serve::mark_authenticated(&parts.extensions);
                 AuthAgent(agent)
             })
             .ok_or(ApiError::Unauthorized("unknown token"))

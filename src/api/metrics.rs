@@ -1,8 +1,8 @@
 //! `GET /metrics`: the Prometheus exposition, behind an optional bearer token.
 
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::http::header::CONTENT_TYPE;
+use axum::http::{Extensions, HeaderMap};
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
@@ -29,12 +29,18 @@ use crate::service::now;
 pub async fn serve(
     State(state): State<AppState>,
     headers: HeaderMap,
+    extensions: Extensions,
 ) -> Result<Response, ApiError> {
     let config = state.service.config();
     if !config.metrics_token_accepted(bearer_token(&headers)) {
         return Err(ApiError::Unauthorized(
             "GET /metrics needs the header Authorization: Bearer <the token named by metrics.token_env>",
         ));
+    }
+    // A scraper holding the token keeps its connection in a flood; an open endpoint
+    // vouches for no one.
+    if config.metrics_token.is_some() {
+        super::serve::mark_authenticated(&extensions);
     }
     // A scrape that cannot read the stored state fails rather than report stale gauges;
     // Prometheus then shows the target down, as /healthz would.

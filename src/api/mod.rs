@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::StatusCode;
+use axum::http::{Extensions, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::json;
@@ -97,7 +97,12 @@ pub fn router(state: AppState) -> Router {
         (status = 503, description = "The database does not answer.", body = error::ErrorBody),
     ),
 )]
-async fn healthz(State(state): State<AppState>) -> Response {
+async fn healthz(State(state): State<AppState>, extensions: Extensions) -> Response {
+    // No credentials, but counted as authenticated by the connection pool (see
+    // `serve`): it reads no body and holds its connection for one database ping (and,
+    // with several replicas, one read of their configurations), and load balancers
+    // decide by it whether the service lives, so a flood must not cut it.
+    serve::mark_authenticated(&extensions);
     let checked = async {
         state.service.store().ping().await?;
         state.service.config_report().await

@@ -4,8 +4,14 @@
 //! Two parts: [`router`], the update route (mounted by `app.rs` only in webhook mode),
 //! which checks Telegram's secret header and hands the update to the
 //! [`super::inbox::Inbox`], as polling does, answering only once it is handled; and
-//! [`register`], which
-//! calls `setWebhook` at start until Telegram accepts it.
+//! [`register`], which calls `setWebhook` at start until Telegram accepts it.
+//!
+//! This is the route operators publish to the internet, so the secret is checked from
+//! the headers before a byte of the body is read: a request without it is answered 401
+//! at once with `Connection: close`, and its body is never read (hyper then closes the
+//! connection after the answer). A request with it is marked authenticated for the HTTP
+//! server's connection pool (`api::serve`), so floods of strangers cannot take the room
+//! Telegram's deliveries need.
 //!
 //! The webhook is never deleted at shutdown: in a rolling deploy the old instance stops
 //! after the new one has set the (same) webhook, and deleting it then would leave the new
@@ -15,9 +21,10 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, StatusCode};
+// Not `Request`: teloxide's prelude has a trait of that name.
+use axum::extract::{DefaultBodyLimit, FromRequest, Request as HttpRequest, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use secrecy::ExposeSecret;
 use sha2::{Digest, Sha256};
@@ -60,11 +67,28 @@ pub fn router(service: Arc<Service>, webhook: &WebhookMode) -> Router {
 /// (in order with the others about its question), so a crash before that makes Telegram
 /// send it again; a 503 when nothing could be stored asks for the same. A redelivery
 /// is harmless, since exactly-once is the database's job.
-async fn receive(
-    State(state): State<RouteState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<StatusCode, ApiError> {
+///
+/// Takes the whole request, not a body extractor: axum runs extractors before the
+/// handler, and a body extractor would read the body before the secret is checked.
+async fn receive(State(state): State<RouteState>, request: HttpRequest) -> Response {
+    if let Err(refused) = check_secret(&state, request.headers()) {
+        // Nothing more from this client is worth reading: the connection closes after
+        // this answer, the body unread.
+        let mut response = refused.into_response();
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return response;
+    }
+    crate::api::serve::mark_authenticated(request.extensions());
+    match handle(&state, request).await {
+        Ok(status) => status.into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Whether the request carries the webhook's secret header.
+fn check_secret(state: &RouteState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(sent) = headers.get(SECRET_HEADER) else {
         tracing::warn!("Telegram webhook: update refused, no secret header");
         return Err(ApiError::Unauthorized(
@@ -80,7 +104,13 @@ async fn receive(
             "wrong X-Telegram-Bot-Api-Secret-Token",
         ));
     }
-    let body = body.map_err(|r| {
+    Ok(())
+}
+
+/// Reads the update of an authenticated request (within the body limit the route's
+/// `DefaultBodyLimit` sets) and hands it to the inbox.
+async fn handle(state: &RouteState, request: HttpRequest) -> Result<StatusCode, ApiError> {
+    let body = Bytes::from_request(request, &()).await.map_err(|r| {
         if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::PayloadTooLarge
         } else {
