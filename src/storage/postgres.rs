@@ -546,15 +546,7 @@ pub(super) async fn audit_snapshot_in(
     )
     .fetch_all(&mut **tx)
     .await?;
-    let rows = rows
-        .into_iter()
-        .map(AuditRow::into_stored)
-        .collect::<Result<_, _>>()?;
-    let statuses = statuses
-        .into_iter()
-        .map(|(id, status)| audit::StoredStatus { id, status })
-        .collect();
-    Ok((rows, statuses))
+    super::rows::audit_snapshot(rows, statuses)
 }
 
 #[async_trait]

@@ -315,6 +315,23 @@ pub(super) fn gauges(
     }
 }
 
+/// What `audit verify` reads, from the rows of `audit_events` (in `seq` order) and each
+/// question's `(id, status)`, as both backends read them.
+pub(super) fn audit_snapshot(
+    rows: Vec<AuditRow>,
+    statuses: Vec<(String, String)>,
+) -> Result<(Vec<StoredRow>, Vec<audit::StoredStatus>), StorageError> {
+    let rows = rows
+        .into_iter()
+        .map(AuditRow::into_stored)
+        .collect::<Result<_, _>>()?;
+    let statuses = statuses
+        .into_iter()
+        .map(|(id, status)| audit::StoredStatus { id, status })
+        .collect();
+    Ok((rows, statuses))
+}
+
 /// A row of `audit_events` (`SELECT *`).
 #[derive(FromRow)]
 pub(super) struct AuditRow {

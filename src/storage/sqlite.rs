@@ -1069,15 +1069,7 @@ impl Store for SqliteStore {
                 .fetch_all(&mut *tx)
                 .await?;
         tx.rollback().await?;
-        let rows = rows
-            .into_iter()
-            .map(AuditRow::into_stored)
-            .collect::<Result<_, _>>()?;
-        let statuses = statuses
-            .into_iter()
-            .map(|(id, status)| audit::StoredStatus { id, status })
-            .collect();
-        Ok((rows, statuses))
+        super::rows::audit_snapshot(rows, statuses)
     }
 
     async fn audit_head(&self) -> Result<audit::Head, StorageError> {
