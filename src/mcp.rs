@@ -41,6 +41,11 @@ use crate::domain::text;
 /// How long one long-poll of the API waits before the tool reports progress and polls
 /// again: well under the 60 s many MCP clients allow a call without progress.
 const POLL: Duration = Duration::from_secs(10);
+/// How long a blocking wait keeps asking while the service answers 503 or cannot be
+/// reached (as the Claude Code hook does), before it withdraws its question.
+const OUTAGE_PATIENCE: Duration = Duration::from_secs(30);
+/// The pause between two asks during such an outage.
+const OUTAGE_RETRY: Duration = Duration::from_secs(1);
 /// The longest `wait_seconds` of `get_decision` (the API's long-poll cap).
 const MAX_WAIT_SECONDS: f64 = 60.0;
 /// The largest MCP message (one POST to /mcp) accepted: the API's own body limit plus
@@ -725,6 +730,7 @@ impl HitlMcp {
             });
         let give_up = total.map(|t| Duration::from_secs_f64(t) + Duration::from_secs(30));
         let poll = format!("{}?wait={}", asked.path(), POLL.as_secs());
+        let mut outage_since: Option<Instant> = None;
         loop {
             if is_terminal(&record) {
                 return Ok(record);
@@ -748,10 +754,25 @@ impl HitlMcp {
                 answer = self.api.call(bearer, Method::GET, &poll, None) => answer,
                 () = ctx.ct.cancelled() => return Ok(record),
             };
-            record = match answer {
-                Answer::Ok(s, r) if s.is_success() => r,
+            match answer {
+                Answer::Ok(s, r) if s.is_success() => {
+                    outage_since = None;
+                    record = r;
+                }
+                // A replica restarting (503) or out of reach: the question is kept in
+                // the database, so the wait rides out a short outage (a rolling
+                // restart behind a load balancer) before it gives up and withdraws.
+                Answer::Ok(StatusCode::SERVICE_UNAVAILABLE, _) | Answer::Unreachable(_)
+                    if outage_since.get_or_insert_with(Instant::now).elapsed()
+                        < OUTAGE_PATIENCE =>
+                {
+                    tokio::select! {
+                        () = tokio::time::sleep(OUTAGE_RETRY) => {}
+                        () = ctx.ct.cancelled() => return Ok(record),
+                    }
+                }
                 failed => return Err(failure(failed)),
-            };
+            }
         }
     }
 

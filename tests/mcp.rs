@@ -50,18 +50,19 @@ struct Driver {
 
 impl Driver {
     async fn start(python: &PathBuf, app: &TestApp, transport: Transport, token: &str) -> Driver {
-        Self::spawn(python, app, transport, token, Stdio::inherit()).await
+        Self::spawn(python, app.addr, transport, token, Stdio::inherit()).await
     }
 
     /// [`Self::start`] with the driver's stderr (and so the stdio server's, which the SDK
     /// passes on) captured, and `RUST_LOG` unset: the server's own default logging.
     async fn start_capturing_stderr(python: &PathBuf, app: &TestApp, token: &str) -> Driver {
-        Self::spawn(python, app, Transport::Stdio, token, Stdio::piped()).await
+        Self::spawn(python, app.addr, Transport::Stdio, token, Stdio::piped()).await
     }
 
+    /// The server (or a proxy in front of it) at `addr`.
     async fn spawn(
         python: &PathBuf,
-        app: &TestApp,
+        addr: std::net::SocketAddr,
         transport: Transport,
         token: &str,
         stderr: Stdio,
@@ -72,12 +73,12 @@ impl Driver {
             Transport::Stdio => {
                 command
                     .args(["stdio", env!("CARGO_BIN_EXE_hitl-telegram"), "mcp"])
-                    .args(["--url", &format!("http://{}", app.addr)])
+                    .args(["--url", &format!("http://{addr}")])
                     .args(["--token-env", "MCP_AGENT_TOKEN"])
                     .env("MCP_AGENT_TOKEN", token);
             }
             Transport::Http => {
-                command.args(["http", &format!("http://{}/mcp", app.addr), token]);
+                command.args(["http", &format!("http://{addr}/mcp"), token]);
             }
         }
         let mut child = command
@@ -703,6 +704,47 @@ async fn over_stdio_a_wait_refused_by_max_long_polls_withdraws_its_question() {
 #[tokio::test]
 async fn over_streamable_http_a_wait_refused_by_max_long_polls_withdraws_its_question() {
     an_over_limit_wait_leaves_no_question_behind(Transport::Http).await;
+}
+
+/// A blocking wait rides out a short outage of the service (a replica restarting behind
+/// a load balancer, a network blip): the question stays asked, and the decision taken
+/// meanwhile reaches the model, instead of a withdrawal at the first failed poll.
+#[tokio::test]
+async fn over_stdio_a_blocking_wait_rides_out_a_short_outage_of_the_service() {
+    let Some(python) = mcp_python() else {
+        return;
+    };
+    let app = TestApp::spawn().await;
+    let proxy = support::tcp_proxy::TcpProxy::start(app.addr).await;
+    let mut mcp = Driver::spawn(
+        &python,
+        proxy.addr,
+        Transport::Stdio,
+        TOKEN_A,
+        Stdio::inherit(),
+    )
+    .await;
+    mcp.ready().await;
+    mcp.call(
+        "request_approval",
+        json!({"tool": "rotate_keys", "params": {"env": "prod"}}),
+    )
+    .await;
+    let question = question_about(&app, "rotate_keys").await;
+    // The service is out of reach for the stdio server for a few seconds (its long-poll
+    // cut, new connections refused), and the operator approves meanwhile.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.cut();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    app.telegram
+        .tap(OPS_CHAT, question.message_id, "✅ Approve", alice());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.restore();
+    let (result, _) = mcp.outcome().await;
+    let (error, verdict, record) = split(&result);
+    assert!(!error, "{verdict}");
+    assert!(verdict.starts_with("APPROVED"), "{verdict}");
+    assert_eq!(record.unwrap()["status"], "confirmed");
 }
 
 /// What an operator pastes as a deny reason: a right-to-left override, an ESC
