@@ -1,9 +1,11 @@
-//! The documentation holds together: every relative link and `#anchor` resolves, and
-//! the README reads in the order a newcomer needs it (quick start, group route,
-//! configure, deploy, operate, API, integrations), with the deploy steps that
-//! `tests/compose.rs` runs for real; and what it says agrees with what is there: every
-//! kind of audit event the code writes is named, every `pg_dump` writes an owner-only
-//! file, and the compose file's commented blocks clash with none of its own names.
+//! The documentation holds together: every relative link and `#anchor` resolves; the
+//! README is a front page (at most 350 lines) that reads in the order a newcomer needs
+//! it (quick start, group route, deploy, then a map of `docs/` in the order configure,
+//! operate, API, integrations), links every page of `docs/`, none of which runs past 600
+//! lines, and holds the deploy steps that `tests/compose.rs` runs for real; and what the
+//! docs say agrees with what is there: every kind of audit event the code writes is
+//! named, every `pg_dump` writes an owner-only file, and the compose file's commented
+//! blocks clash with none of its own names.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -13,6 +15,12 @@ const DOCS: &[&str] = &[
     "CONTRIBUTING.md",
     "BENCHMARKS.md",
     "docs/aiparrot.md",
+    "docs/architecture.md",
+    "docs/configuration.md",
+    "docs/http-api.md",
+    "docs/integrations.md",
+    "docs/operations.md",
+    "docs/operator-guide.md",
     "docs/security.md",
     "clients/python/README.md",
     "fuzz/README.md",
@@ -134,14 +142,12 @@ fn section(readme: &str, title: &str) -> usize {
 fn the_readme_goes_from_quick_start_to_a_group_route_to_deployment_before_the_reference() {
     let readme = read(&root().join("README.md"));
     let order = [
-        "Contents",
+        "The flow in 30 seconds",
         "Quick start",
         "Set up a group route",
-        "Configuration",
         "Deploy with docker compose",
-        "Operate",
-        "HTTP API",
-        "Integrations",
+        "Documentation",
+        "Run the tests (one command)",
     ];
     let at: Vec<usize> = order.iter().map(|t| section(&readme, t)).collect();
     for (pair, titles) in at.windows(2).zip(order.windows(2)) {
@@ -161,11 +167,83 @@ fn the_readme_goes_from_quick_start_to_a_group_route_to_deployment_before_the_re
     assert!(export < ask, "the export must come before ask");
     // The group route starts with /start in the group.
     assert!(readme[at[2]..at[3]].contains("/start@your_bot"));
+    // The map of docs/ goes on in the same order: configure, operate, the API, the
+    // integrations.
+    let map = &readme[at[4]..at[5]];
+    let pages = [
+        "(docs/configuration.md)",
+        "(docs/operator-guide.md)",
+        "(docs/operations.md)",
+        "(docs/http-api.md)",
+        "(docs/integrations.md)",
+    ];
+    let mut from = 0;
+    for page in pages {
+        let i = map[from..]
+            .find(page)
+            .unwrap_or_else(|| panic!("the README's map lacks (or misorders) {page}"));
+        from += i + page.len();
+    }
+}
+
+#[test]
+fn the_readme_is_a_front_page_that_links_every_page_of_the_docs() {
+    let readme = read(&root().join("README.md"));
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 350,
+        "the README has {lines} lines: keep it a front page (at most 350) and move the \
+         rest to docs/"
+    );
+    let linked: HashSet<String> = link_targets(&readme)
+        .into_iter()
+        .map(|t| t.split('#').next().unwrap_or_default().to_owned())
+        .collect();
+    let mut pages: Vec<String> = std::fs::read_dir(root().join("docs"))
+        .expect("docs/")
+        .map(|e| format!("docs/{}", e.unwrap().file_name().to_string_lossy()))
+        .collect();
+    pages.sort();
+    let unlinked: Vec<&String> = pages.iter().filter(|p| !linked.contains(*p)).collect();
+    assert!(
+        unlinked.is_empty(),
+        "the README's map of docs/ lacks {unlinked:?}"
+    );
+    // Every page is checked for broken links too.
+    let unchecked: Vec<&String> = pages
+        .iter()
+        .filter(|p| !DOCS.contains(&p.as_str()))
+        .collect();
+    assert!(unchecked.is_empty(), "add {unchecked:?} to DOCS");
+    // The test command that .ci/run calls literally.
+    let tests = &readme[section(&readme, "Run the tests (one command)")..];
+    assert!(
+        tests.starts_with("\n## Run the tests (one command)\n\n```sh\ncargo test --locked\n```\n"),
+        "the README's test command must stay `cargo test --locked`"
+    );
+}
+
+#[test]
+fn no_page_of_the_docs_runs_past_600_lines() {
+    let mut long = Vec::new();
+    for entry in std::fs::read_dir(root().join("docs")).expect("docs/") {
+        let path = entry.unwrap().path();
+        let lines = read(&path).lines().count();
+        if lines > 600 {
+            long.push(format!("{}: {lines} lines", path.display()));
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "split these pages by reader (at most about 600 lines each):\n{}",
+        long.join("\n")
+    );
 }
 
 #[test]
 fn the_readme_deploy_steps_are_the_ones_the_compose_check_runs() {
     let readme = read(&root().join("README.md"));
+    let operations = read(&root().join("docs/operations.md"));
     let deploy = &readme[section(&readme, "Deploy with docker compose")..];
     let steps = [
         "cp .env.example .env",
@@ -187,8 +265,8 @@ fn the_readme_deploy_steps_are_the_ones_the_compose_check_runs() {
         "docker compose exec hitl-telegram rm /app/data/backup.db",
     ] {
         assert!(
-            readme.contains(backup),
-            "the backup copy-out lacks `{backup}`"
+            operations.contains(backup),
+            "the backup copy-out (docs/operations.md) lacks `{backup}`"
         );
     }
     // What tests/compose.rs mounts and runs is what the compose file says.
@@ -210,7 +288,7 @@ fn literals_after<'a>(src: &'a str, marker: &str) -> Vec<&'a str> {
 }
 
 #[test]
-fn the_readme_names_every_kind_of_audit_event() {
+fn the_audit_trail_page_names_every_kind_of_audit_event() {
     let audit = read(&root().join("src/domain/audit.rs"));
     let steps = read(&root().join("src/domain/confirmation.rs"));
     let mut kinds: Vec<&str> = literals_after(&audit, "kind: \"");
@@ -234,21 +312,21 @@ fn the_readme_names_every_kind_of_audit_event() {
     ] {
         assert!(kinds.contains(&expected), "{expected} not found: {kinds:?}");
     }
-    let readme = read(&root().join("README.md"));
-    let from = readme
-        .find("\n### Audit trail\n")
-        .expect("the Audit trail section");
-    let len = readme[from + 1..]
+    let page = read(&root().join("docs/operations.md"));
+    let from = page
+        .find("\n## Audit trail\n")
+        .expect("the Audit trail section of docs/operations.md");
+    let len = page[from + 1..]
         .find("\n## ")
-        .map_or(readme.len() - from, |n| n + 1);
-    let trail = &readme[from..from + len];
+        .map_or(page.len() - from, |n| n + 1);
+    let trail = &page[from..from + len];
     let missing: Vec<&&str> = kinds
         .iter()
         .filter(|k| !trail.contains(&format!("`{k}`")))
         .collect();
     assert!(
         missing.is_empty(),
-        "the README's Audit trail lacks these kinds: {missing:?}"
+        "the Audit trail of docs/operations.md lacks these kinds: {missing:?}"
     );
 }
 

@@ -1,7 +1,7 @@
 //! Signed webhooks: every ending is POSTed to the agent's callback URL, retried until
 //! the receiver takes it, across restarts, with a signature the receiver can check
-//! (the README's recipe, run as written); one agent's hanging receiver or backlog does
-//! not hold back another agent's deliveries.
+//! (the recipe in docs/http-api.md, run as written); one agent's hanging receiver or
+//! backlog does not hold back another agent's deliveries.
 
 mod support;
 
@@ -107,7 +107,7 @@ async fn receive(
     }
 }
 
-/// The documented check, exactly as the README's recipe does it: HMAC-SHA256 over
+/// The documented check, exactly as the docs' recipe does it: HMAC-SHA256 over
 /// "<X-Hitl-Timestamp>.<X-Hitl-Delivery>.<raw body>", compared with X-Hitl-Signature.
 /// (The age check is left to the tests that run the recipe itself.)
 fn signature_is_valid(r: &Received, secret: &str) -> bool {
@@ -135,16 +135,17 @@ fn tampered(r: &Received, header: &str, value: &str, body: Option<&[u8]>) -> Rec
     }
 }
 
-/// The receiver recipe from the README's "Webhooks" section: its first `python` block.
+/// The receiver recipe from the "Webhooks" section of docs/http-api.md: its first
+/// `python` block.
 fn readme_recipe() -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/http-api.md"))
+        .expect("docs/http-api.md");
     let section = &readme[readme.find("\n## Webhooks\n").expect("a Webhooks section")..];
     let code = &section[section.find("```python\n").expect("a python recipe") + 10..];
     code[..code.find("```").expect("the recipe's end")].to_owned()
 }
 
-/// The headers of `r` the recipe reads, under the names the README writes them.
+/// The headers of `r` the recipe reads, under the names the docs write them.
 fn recipe_headers(r: &Received) -> Value {
     let header = |name: &str| r.headers[name].to_str().unwrap().to_owned();
     json!({
@@ -154,7 +155,7 @@ fn recipe_headers(r: &Received) -> Value {
     })
 }
 
-/// Runs the README's `valid(secret, headers, raw_body)` with python3 on each delivery;
+/// Runs the docs' `valid(secret, headers, raw_body)` with python3 on each delivery;
 /// `None` when python3 is not installed.
 fn readme_recipe_says(secret: &str, deliveries: &[&Received]) -> Option<Vec<bool>> {
     let cases = deliveries
@@ -164,7 +165,7 @@ fn readme_recipe_says(secret: &str, deliveries: &[&Received]) -> Option<Vec<bool
     readme_recipe_on(secret, cases)
 }
 
-/// Runs the README's `valid` with python3 on each (headers as a dict, raw body) case;
+/// Runs the docs' `valid` with python3 on each (headers as a dict, raw body) case;
 /// `None` when python3 is not installed. Fails if the recipe raises for any of them.
 fn readme_recipe_on(secret: &str, cases: Vec<(Value, Vec<u8>)>) -> Option<Vec<bool>> {
     let cases: Vec<Value> = cases
@@ -186,7 +187,7 @@ fn readme_recipe_on(secret: &str, cases: Vec<(Value, Vec<u8>)>) -> Option<Vec<bo
     {
         Ok(child) => child,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!("skipping the README recipe run: python3 is not on PATH");
+            eprintln!("skipping the docs' recipe run: python3 is not on PATH");
             return None;
         }
         Err(e) => panic!("could not run python3: {e}"),
@@ -200,7 +201,7 @@ fn readme_recipe_on(secret: &str, cases: Vec<(Value, Vec<u8>)>) -> Option<Vec<bo
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
-        "the README recipe failed: {}",
+        "the docs' recipe failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     Some(
@@ -590,7 +591,7 @@ async fn a_replayed_delivery_with_a_changed_delivery_id_fails_verification_with_
         .unwrap();
     let new_ts = tampered(&genuine, "x-hitl-timestamp", &(ts + 1).to_string(), None);
 
-    // The recipe as implemented here, and the README's own Python, agree on all four.
+    // The recipe as implemented here, and the docs' own Python, agree on all four.
     let cases = [&genuine, &new_id, &new_body, &new_ts];
     let expected = vec![true, false, false, false];
     let here: Vec<bool> = cases
@@ -599,7 +600,7 @@ async fn a_replayed_delivery_with_a_changed_delivery_id_fails_verification_with_
         .collect();
     assert_eq!(here, expected);
     if let Some(readme) = readme_recipe_says(HOOK_SECRET_A, &cases) {
-        assert_eq!(readme, expected, "the README's recipe");
+        assert_eq!(readme, expected, "the docs' recipe");
         assert_eq!(
             readme_recipe_says("another-secret", &[&genuine]),
             Some(vec![false])
