@@ -296,7 +296,7 @@ pub struct WebhookSettings {
     pub max_in_flight_per_host: u32,
     /// Most undelivered (queued, not yet delivered nor given up) deliveries one agent may
     /// have. When an outcome would exceed it, its delivery is dropped instead of queued,
-    /// with a `webhook_dropped` audit event (see the README's "Webhooks").
+    /// with a `webhook_dropped` audit event (see "Webhooks" in docs/http-api.md).
     pub max_backlog_per_agent: u32,
 }
 

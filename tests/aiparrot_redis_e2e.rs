@@ -46,7 +46,7 @@ const DRIVER: &str = concat!(
 /// longest wait is a 3 s timeout).
 const EVENT_WAIT: Duration = Duration::from_secs(45);
 
-/// The bridge's own agent (as the README asks), and its token: the test environment has
+/// The bridge's own agent (as docs/integrations.md asks), and its token: the test environment has
 /// no spare variable, and HOOK_A's value is unique among the agents' tokens.
 const BRIDGE_AGENT: &str = "parrot-bridge";
 const BRIDGE_TOKEN: &str = HOOK_SECRET_A;

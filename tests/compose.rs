@@ -523,7 +523,7 @@ async fn the_compose_deployment_approves_through_the_container_and_keeps_its_dec
     let base = project.base.as_str();
     let request = approved(&client, &telegram, (base, base), "2.4.1", 1).await;
 
-    // The README's backup copy-out.
+    // The backup copy-out of docs/operations.md ("Backups").
     project
         .run(&[
             "exec",
@@ -599,7 +599,7 @@ async fn the_ha_profile_runs_two_replicas_on_postgresql_behind_caddy_and_carries
     let project = make_project(compose, &image, &telegram, true);
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
 
-    // The README's steps for several replicas: `.env` filled in, then one command.
+    // The steps for several replicas (docs/operations.md): `.env` filled in, then one command.
     project.run(&["up", "-d"]).await;
     for service in ["postgres", "hitl-telegram", "hitl-telegram-2"] {
         project.wait_healthy(service).await;

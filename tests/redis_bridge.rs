@@ -25,7 +25,7 @@ use support::fake_telegram::SentMessage;
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
-/// The agent the bridge asks as (its own, as the README asks).
+/// The agent the bridge asks as (its own, as docs/integrations.md asks).
 const BRIDGE_AGENT: &str = "parrot-bridge";
 /// Its bearer token: TestApp's environment has no spare variable, and HOOK_A's value is
 /// unique among the agents' tokens.

@@ -954,8 +954,8 @@ async fn replace_every_replica_under_load(how: Stop) {
             "{view}"
         );
         // A kill in the instant between Telegram accepting a post and its message id
-        // being stored makes the next leader post it again (README, "Several
-        // replicas"); the first copy's buttons decide it all the same.
+        // being stored makes the next leader post it again (docs/operations.md,
+        // "Several replicas"); the first copy's buttons decide it all the same.
         let posts = posts_of(&telegram, &id);
         match how {
             Stop::Terminate => assert_eq!(posts, 1, "{id} posted once"),

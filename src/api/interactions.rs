@@ -72,7 +72,7 @@ fn object(bytes: &[u8], known: &[&str]) -> Result<Map<String, Value>, ApiError> 
         Ok(None) => {}
         Ok(Some(r)) => return Err(repeated_key_error(&r)),
         // What serde_json takes and the strict reader does not is nesting past
-        // `pyjson::MAX_DEPTH` (serde_json allows 128): refused, as the README promises
+        // `pyjson::MAX_DEPTH` (serde_json allows 128): refused, as docs/security.md promises
         // for every body, rather than read without the check.
         Err(e) => return Err(ApiError::field("body", e.to_string())),
     }

@@ -44,7 +44,7 @@ class HitlError(Exception):
             ``unreachable`` or ``client_timeout``).
         code: The service's error code (``unauthorized``, ``forbidden``, ``not_found``,
             ``already_decided``, ``invalid_field``, ``rate_limited``, ``unavailable``,
-            ...; see the README's "Errors"), or ``unexpected_response`` for an answer
+            ...; see "Errors" in the service's docs/http-api.md), or ``unexpected_response`` for an answer
             that is not the service's JSON (a proxy's error page).
         message: The service's sentence (it names the field for ``invalid_field``).
         retry_after: Seconds from ``Retry-After`` (429, 503), else ``None``.

@@ -3,11 +3,12 @@
 The service signs every attempt: ``X-Hitl-Signature: sha256=<hex>``, the lowercase hex
 HMAC-SHA256, keyed with the agent's webhook secret, of
 ``"<X-Hitl-Timestamp>.<X-Hitl-Delivery>.<raw body>"`` (``src/webhooks.rs`` ``sign``,
-the README's "Webhooks"). :func:`verify_webhook` is that recipe, stricter where a loose
-reading would let a forgery through: the timestamp must be plain digits and the delivery
-id exactly ``wh_`` and 32 lowercase hex digits. A dot in the id would let the three
-parts shift (id ``wh_a.b`` with body ``c`` signs the same bytes as id ``wh_a`` with body
-``b.c``), so a captured delivery could be replayed under a new id with a changed body.
+"Webhooks" in the service's docs/http-api.md). :func:`verify_webhook` is that recipe,
+stricter where a loose reading would let a forgery through: the timestamp must be plain
+digits and the delivery id exactly ``wh_`` and 32 lowercase hex digits. A dot in the id
+would let the three parts shift (id ``wh_a.b`` with body ``c`` signs the same bytes as
+id ``wh_a`` with body ``b.c``), so a captured delivery could be replayed under a new id
+with a changed body.
 
 A valid signature is not the whole defence against replays: the receiver must still
 drop a delivery id it has already seen (keep seen ids at least ``tolerance`` seconds),
