@@ -43,7 +43,7 @@ use std::io::Read;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -52,6 +52,10 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::api::MAX_BODY_BYTES;
 use crate::api::confirmations::MAX_PARAM_KEYS;
+use crate::client::{
+    Failure, Kind, NewConfirmation, OUTAGE_PATIENCE, OUTAGE_RETRY, Outage, Reply, Retry, Retrying,
+    V1Client, is_terminal,
+};
 use crate::domain::pyjson;
 use crate::domain::text::{self, Layout};
 
@@ -69,8 +73,6 @@ const LONG_POLL_SECONDS: u32 = 60;
 /// How many earlier, already decided identical requests a run steps over before it
 /// gives up re-attaching and asks under a fresh random key.
 const MAX_HOPS: usize = 16;
-/// How long the service may stay unreachable while a question is open.
-const OUTAGE_PATIENCE: Duration = Duration::from_secs(30);
 /// Slack for clock skew when only the local clock can tell a fresh decision from an
 /// earlier one (the service sent no `Date` header).
 const CLOCK_SLACK: Duration = Duration::from_secs(2);
@@ -588,21 +590,6 @@ struct Request {
     base_key: String,
 }
 
-#[derive(Serialize)]
-struct CreateBody<'a> {
-    tool: &'a str,
-    params: &'a RawValue,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    owner_id: Option<&'a str>,
-    template: &'a str,
-    context: &'a str,
-    timeout_seconds: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    route: Option<&'a str>,
-    wait: &'static str,
-    idempotency_key: &'a str,
-}
-
 impl Request {
     /// The request for `event`, or the deny message when the service could not take
     /// its input whole.
@@ -667,29 +654,20 @@ impl Request {
     }
 
     fn body(&self, key: &str) -> String {
-        serde_json::to_string(&CreateBody {
+        NewConfirmation {
             tool: &self.tool,
             params: &self.params,
             owner_id: self.owner_id.as_deref(),
-            template: &self.template,
-            context: &self.context,
-            timeout_seconds: self.timeout_seconds,
+            template: Some(&self.template),
+            context: Some(&self.context),
+            timeout_seconds: Some(self.timeout_seconds),
             route: self.route.as_deref(),
-            // The pending record comes back at once; the wait is a series of
-            // long-polls, none longer than a minute, so no proxy or client timeout
-            // cuts it.
+            window_seconds: None,
             wait: "suspend",
             idempotency_key: key,
-        })
-        .unwrap_or_default()
+        }
+        .to_json()
     }
-}
-
-fn is_terminal(record: &Value) -> bool {
-    !matches!(
-        record.get("status").and_then(Value::as_str),
-        None | Some("pending")
-    )
 }
 
 /// Asks and waits for a terminal record.
@@ -825,11 +803,25 @@ impl CallError {
     }
 }
 
+/// The statuses worth another attempt: the service busy or failing.
+fn worth_retrying(status: reqwest::StatusCode) -> bool {
+    status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS
+}
+
+/// Creating a question: four attempts in all, a quarter of a second apart and then
+/// twice as long each time, while the service cannot be reached or is busy.
+const CREATE_RETRY: Retry = Retry {
+    attempts: 4,
+    delay: Duration::from_millis(250),
+    doubling: true,
+    retry_status: worth_retrying,
+    busy_waits: false,
+    retry_failure: |_| true,
+};
+
 /// The service's API, as this agent.
 struct Api {
-    client: reqwest::Client,
-    base: String,
-    token: String,
+    client: V1Client,
 }
 
 impl Api {
@@ -841,70 +833,61 @@ impl Api {
                 clean(url, 200)
             ));
         }
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
+        let client = V1Client::new(&base, token.into(), None)
             .map_err(|e| format!("cannot set up HTTP: {e}"))?;
-        Ok(Api {
-            client,
-            base,
-            token,
-        })
+        Ok(Api { client })
     }
 
     /// POST /v1/confirmations, retried a few times while the service is unreachable or
     /// busy. Returns the record and the service's clock.
     async fn create(&self, body: &str) -> Result<(Value, Option<OffsetDateTime>), String> {
-        let url = format!("{}/v1/confirmations", self.base);
-        let mut delay = Duration::from_millis(250);
-        let mut attempt = 1;
-        loop {
-            let request = self
-                .client
-                .post(&url)
-                .bearer_auth(&self.token)
-                .header("content-type", "application/json")
-                .timeout(Duration::from_secs(30))
-                .body(body.to_owned());
-            match self.call(request).await {
-                Ok(answer) => return Ok(answer),
-                Err(CallError::Retry(e)) if attempt < 4 => {
+        let mut attempt = 0;
+        let answer = self
+            .client
+            .create(
+                body,
+                Some(Duration::from_secs(30)),
+                &CREATE_RETRY,
+                &mut |retrying| {
+                    attempt += 1;
+                    let e = match retrying {
+                        Retrying::Status(reply) => self.status_error(reply),
+                        Retrying::Failed(failure) => self.failure(failure),
+                        Retrying::Busy(_) => return,
+                    };
                     tracing::warn!(attempt, "{e}; retrying");
-                }
-                Err(e) => return Err(e.message()),
-            }
-            tokio::time::sleep(delay).await;
-            delay *= 2;
-            attempt += 1;
-        }
+                },
+            )
+            .await;
+        self.record(answer).map_err(CallError::message)
     }
 
     /// Long-polls the record until it is terminal, riding out a short outage.
     async fn wait_until_terminal(&self, id: &str, deadline: Instant) -> Result<Value, String> {
-        let url = format!(
-            "{}/v1/confirmations/{}?wait={LONG_POLL_SECONDS}",
-            self.base,
-            crate::api::path_segment(id)
-        );
-        let mut outage_since: Option<Instant> = None;
+        let mut outage = Outage::new(OUTAGE_PATIENCE);
         loop {
             if Instant::now() >= deadline {
                 return Err("the service gave no decision in time".into());
             }
-            let request = self
+            let answer = self
                 .client
-                .get(&url)
-                .bearer_auth(&self.token)
-                .timeout(Duration::from_secs(u64::from(LONG_POLL_SECONDS) + 15));
-            match self.call(request).await {
+                .poll(
+                    Kind::Confirmation,
+                    id,
+                    LONG_POLL_SECONDS.into(),
+                    Some(Duration::from_secs(u64::from(LONG_POLL_SECONDS) + 15)),
+                    &Retry::ONCE,
+                    &mut |_| {},
+                )
+                .await;
+            match self.record(answer) {
                 Ok((record, _)) if is_terminal(&record) => return Ok(record),
-                Ok(_) => outage_since = None,
+                Ok(_) => outage.over(),
                 Err(CallError::Retry(e)) => {
-                    let since = *outage_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= OUTAGE_PATIENCE {
+                    if !outage.bearable() {
                         return Err(e);
                     }
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    tokio::time::sleep(OUTAGE_RETRY).await;
                 }
                 Err(CallError::Fatal(e)) => return Err(e),
             }
@@ -913,77 +896,58 @@ impl Api {
 
     /// DELETE /v1/confirmations/{id}; true when the question was withdrawn.
     async fn withdraw(&self, id: &str) -> bool {
-        let request = self
-            .client
-            .delete(format!(
-                "{}/v1/confirmations/{}",
-                self.base,
-                crate::api::path_segment(id)
-            ))
-            .bearer_auth(&self.token)
-            .timeout(Duration::from_secs(5));
-        matches!(request.send().await, Ok(r) if r.status().is_success())
+        matches!(
+            self.client
+                .withdraw(Kind::Confirmation, id, Some(Duration::from_secs(5)))
+                .await,
+            Ok(r) if r.status.is_success()
+        )
     }
 
-    async fn call(
+    /// The record and the service's clock in an answer, or why there is none.
+    fn record(
         &self,
-        request: reqwest::RequestBuilder,
+        answer: Result<Reply, Failure>,
     ) -> Result<(Value, Option<OffsetDateTime>), CallError> {
-        let response = request.send().await.map_err(|e| {
-            CallError::Retry(format!(
-                "cannot reach the service at {}: {}",
-                self.base,
-                crate::telemetry::causes(&e)
-            ))
-        })?;
-        let status = response.status();
-        let server_now = response
-            .headers()
-            .get(reqwest::header::DATE)
-            .and_then(|d| d.to_str().ok())
-            .and_then(http_date);
-        let text = response.text().await.map_err(|e| {
-            CallError::Retry(format!(
-                "the service's answer was cut off: {}",
-                crate::telemetry::causes(&e)
-            ))
-        })?;
+        let reply = answer.map_err(|f| CallError::Retry(self.failure(&f)))?;
+        let status = reply.status;
         if status.is_success() {
-            return match serde_json::from_str::<Value>(&text) {
-                Ok(v) if v.get("status").and_then(Value::as_str).is_some() => Ok((v, server_now)),
+            return match reply.json() {
+                Ok(v) if v.get("status").and_then(Value::as_str).is_some() => Ok((v, reply.date)),
                 _ => Err(CallError::Fatal(format!(
                     "the service answered {status} with something that is not a confirmation record"
                 ))),
             };
         }
-        let detail = serde_json::from_str::<Value>(&text)
-            .ok()
-            .and_then(|v| {
-                let e = v.get("error")?;
-                Some(format!(
-                    "{}: {}",
-                    e.get("code")?.as_str()?,
-                    e.get("message")?.as_str()?
-                ))
-            })
-            .unwrap_or_else(|| text.clone());
-        let message = format!("the service answered {status}: {}", clean(&detail, 300));
-        if status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS {
+        let message = self.status_error(&reply);
+        if worth_retrying(status) {
             Err(CallError::Retry(message))
         } else {
             Err(CallError::Fatal(message))
         }
     }
-}
 
-/// An HTTP `Date` header (IMF-fixdate, e.g. `Sun, 06 Nov 1994 08:49:37 GMT`).
-fn http_date(s: &str) -> Option<OffsetDateTime> {
-    let f = time::macros::format_description!(
-        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
-    );
-    time::PrimitiveDateTime::parse(s.trim(), &f)
-        .ok()
-        .map(|t| t.assume_utc())
+    fn status_error(&self, reply: &Reply) -> String {
+        format!(
+            "the service answered {}: {}",
+            reply.status,
+            clean(&reply.error_detail(), 300)
+        )
+    }
+
+    fn failure(&self, failure: &Failure) -> String {
+        match failure {
+            Failure::Unreachable(e) => format!(
+                "cannot reach the service at {}: {}",
+                self.client.base(),
+                crate::telemetry::causes(e)
+            ),
+            Failure::CutOff(_, e) => format!(
+                "the service's answer was cut off: {}",
+                crate::telemetry::causes(e)
+            ),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1347,13 +1311,6 @@ mod tests {
         let mut undated = r.clone();
         undated["decided_at"] = Value::Null;
         assert!(!decided_during_run(&undated, Some(now), ago(5), decided));
-    }
-
-    #[test]
-    fn http_dates_parse() {
-        let t = http_date("Sun, 06 Nov 1994 08:49:37 GMT").unwrap();
-        assert_eq!(t.unix_timestamp(), 784_111_777);
-        assert!(http_date("yesterday").is_none());
     }
 
     #[test]

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
+use crate::client::{Failure, Kind, NewConfirmation, Reply, Retry, Retrying, V1Client};
 use crate::config::{AgentSettings, Config, RouteSettings, Settings};
 use crate::domain::pyjson;
 
@@ -179,30 +181,20 @@ const ASK_ATTEMPTS: u32 = 3;
 /// The request body `ask` sends: `wait: "suspend"`, so the service answers as soon as
 /// the question is stored and `ask` can say which request it waits for.
 fn ask_body(req: &AskRequest, key: &str) -> anyhow::Result<String> {
-    let params = params_json(&req.params)?;
-    let mut body = format!(
-        "{{\"tool\": {}, \"params\": {params}, \"wait\": \"suspend\", \"idempotency_key\": {}",
-        serde_json::to_string(&req.tool)?,
-        serde_json::to_string(key)?
-    );
-    let text = |v: &Option<String>| v.as_ref().map(|t| Value::from(t.as_str()).to_string());
-    for (name, v) in [
-        ("template", text(&req.template)),
-        (
-            "timeout_seconds",
-            req.timeout_seconds.map(|t| t.to_string()),
-        ),
-        ("owner_id", text(&req.owner_id)),
-        ("context", text(&req.context)),
-        ("route", text(&req.route)),
-        ("window_seconds", req.window_seconds.map(|t| t.to_string())),
-    ] {
-        if let Some(v) = v {
-            body.push_str(&format!(", \"{name}\": {v}"));
-        }
+    let params = RawValue::from_string(params_json(&req.params)?)?;
+    Ok(NewConfirmation {
+        tool: &req.tool,
+        params: &params,
+        owner_id: req.owner_id.as_deref(),
+        template: req.template.as_deref(),
+        context: req.context.as_deref(),
+        timeout_seconds: req.timeout_seconds,
+        route: req.route.as_deref(),
+        window_seconds: req.window_seconds,
+        wait: "suspend",
+        idempotency_key: key,
     }
-    body.push('}');
-    Ok(body)
+    .to_json())
 }
 
 /// Seconds from now until the record's `expires_at` (0 once past, or unreadable).
@@ -224,44 +216,24 @@ fn progress_every(total: u64) -> Duration {
     Duration::from_secs((total / 4).max(1)).min(PROGRESS_EVERY_MAX)
 }
 
-/// Sends one request, retried (after a second) while the service cannot be reached or
-/// answers 503, and after `Retry-After` when it answers 429 (too many long-polls).
-async fn send_retrying(
-    build: impl Fn() -> reqwest::RequestBuilder,
-    progress: &mut dyn FnMut(String),
-) -> anyhow::Result<reqwest::Response> {
-    let mut failures = 0;
-    loop {
-        let wait = match build().send().await {
-            Ok(r) if r.status() == reqwest::StatusCode::TOO_MANY_REQUESTS => {
-                let secs = r
-                    .headers()
-                    .get("retry-after")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or(1)
-                    .clamp(1, 60);
-                progress(format!("the service is busy; trying again in {secs} s"));
-                Duration::from_secs(secs)
-            }
-            Ok(r) if r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
-                failures += 1;
-                if failures >= ASK_ATTEMPTS {
-                    return Ok(r);
-                }
-                Duration::from_secs(1)
-            }
-            Ok(r) => return Ok(r),
-            Err(e) => {
-                failures += 1;
-                if failures >= ASK_ATTEMPTS || !(e.is_connect() || e.is_request()) {
-                    return Err(e).context("cannot reach the service");
-                }
-                progress(format!("{e}; retrying"));
-                Duration::from_secs(1)
-            }
-        };
-        tokio::time::sleep(wait).await;
+/// How `ask` retries a request: after a second while the service cannot be reached or
+/// answers 503, [`ASK_ATTEMPTS`] times in all, and after `Retry-After` for as long as
+/// it answers 429 (too many long-polls: a person waits anyway).
+const ASK_RETRY: Retry = Retry {
+    attempts: ASK_ATTEMPTS,
+    delay: Duration::from_secs(1),
+    doubling: false,
+    retry_status: |status| status == reqwest::StatusCode::SERVICE_UNAVAILABLE,
+    busy_waits: true,
+    retry_failure: |failure| matches!(failure, Failure::Unreachable(e) if e.is_connect() || e.is_request()),
+};
+
+/// What `ask` says while it retries.
+fn say_retrying(progress: &mut dyn FnMut(String)) -> impl FnMut(Retrying<'_>) + '_ {
+    move |retrying| match retrying {
+        Retrying::Busy(secs) => progress(format!("the service is busy; trying again in {secs} s")),
+        Retrying::Failed(failure) => progress(format!("{}; retrying", failure.error())),
+        Retrying::Status(_) => {}
     }
 }
 
@@ -278,22 +250,11 @@ async fn ask_inner(
     );
     let body = ask_body(req, &key)?;
     let base = service_url(&req.url)?;
-    let endpoint = format!("{base}/v1/confirmations");
-    let client = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .build()?;
-    let response = send_retrying(
-        || {
-            client
-                .post(&endpoint)
-                .bearer_auth(&req.token)
-                .header("content-type", "application/json")
-                .body(body.clone())
-        },
-        progress,
-    )
-    .await?;
-    let mut record = read_record(response).await?;
+    let client = V1Client::new(&base, req.token.clone().into(), None)?;
+    let response = client
+        .create(&body, None, &ASK_RETRY, &mut say_retrying(progress))
+        .await;
+    let mut record = read_record(response)?;
     if let Ok(first) = &record
         && first.get("status").and_then(Value::as_str) == Some("pending")
     {
@@ -315,7 +276,6 @@ async fn ask_inner(
             "asked (request {id}); waiting up to {total} s for an approver on Telegram (until {until})"
         ));
         let every = progress_every(total);
-        let url = format!("{endpoint}/{id}");
         loop {
             let left = match &record {
                 Ok(r) if r.get("status").and_then(Value::as_str) == Some("pending") => {
@@ -324,17 +284,17 @@ async fn ask_inner(
                 _ => break,
             };
             let wait = every.as_secs().min(left.max(1));
-            let response = send_retrying(
-                || {
-                    client
-                        .get(&url)
-                        .query(&[("wait", wait)])
-                        .bearer_auth(&req.token)
-                },
-                progress,
-            )
-            .await?;
-            record = read_record(response).await?;
+            let response = client
+                .poll(
+                    Kind::Confirmation,
+                    &id,
+                    wait,
+                    None,
+                    &ASK_RETRY,
+                    &mut say_retrying(progress),
+                )
+                .await;
+            record = read_record(response)?;
             if let Ok(r) = &record
                 && r.get("status").and_then(Value::as_str) == Some("pending")
             {
@@ -359,16 +319,16 @@ async fn ask_inner(
 }
 
 /// The record in a 2xx answer, or the error body of any other.
-async fn read_record(response: reqwest::Response) -> anyhow::Result<Result<Value, String>> {
-    let status = response.status();
-    let text = response
-        .text()
-        .await
-        .context("cannot read the service's answer")?;
-    if !status.is_success() {
-        return Ok(Err(text));
+fn read_record(answer: Result<Reply, Failure>) -> anyhow::Result<Result<Value, String>> {
+    let reply = match answer {
+        Ok(reply) => reply,
+        Err(Failure::Unreachable(e)) => return Err(e).context("cannot reach the service"),
+        Err(Failure::CutOff(_, e)) => return Err(e).context("cannot read the service's answer"),
+    };
+    if !reply.status.is_success() {
+        return Ok(Err(reply.body));
     }
-    let record = serde_json::from_str(&text).context("the service's answer is not JSON")?;
+    let record = reply.json().context("the service's answer is not JSON")?;
     Ok(Ok(record))
 }
 

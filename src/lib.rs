@@ -11,6 +11,7 @@ pub mod app;
 pub mod audit_head;
 pub mod claude_hook;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod domain;
 pub mod mcp;

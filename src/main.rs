@@ -560,14 +560,10 @@ async fn mcp_stdio(a: McpArgs) -> anyhow::Result<()> {
     let base = cli::service_url(&a.url)?;
     // Every request the tools make returns within a minute (the longest long-poll is
     // get_decision's 60 s): a service that stops answering is an error, not a hang.
-    let client = reqwest::Client::builder()
-        .connect_timeout(std::time::Duration::from_secs(10))
-        .timeout(std::time::Duration::from_secs(90))
-        .build()?;
-    hitl_telegram::mcp::serve_stdio(hitl_telegram::mcp::Api::Http {
-        client,
-        base,
-        token: token.into(),
-    })
-    .await
+    let client = hitl_telegram::client::V1Client::new(
+        &base,
+        token.into(),
+        Some(std::time::Duration::from_secs(90)),
+    )?;
+    hitl_telegram::mcp::serve_stdio(hitl_telegram::mcp::Api::Http(client)).await
 }

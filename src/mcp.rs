@@ -29,23 +29,17 @@ use rmcp::model::{CallToolResult, ContentBlock, JsonObject, ProgressNotification
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
-use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 use tower::ServiceExt;
 
-use crate::api::path_segment;
+use crate::client::{Failure, Kind, OUTAGE_PATIENCE, OUTAGE_RETRY, Outage, V1Client};
 use crate::domain::text;
 
 /// How long one long-poll of the API waits before the tool reports progress and polls
 /// again: well under the 60 s many MCP clients allow a call without progress.
 const POLL: Duration = Duration::from_secs(10);
-/// How long a blocking wait keeps asking while the service answers 503 or cannot be
-/// reached (as the Claude Code hook does), before it withdraws its question.
-const OUTAGE_PATIENCE: Duration = Duration::from_secs(30);
-/// The pause between two asks during such an outage.
-const OUTAGE_RETRY: Duration = Duration::from_secs(1);
 /// The longest `wait_seconds` of `get_decision` (the API's long-poll cap).
 const MAX_WAIT_SECONDS: f64 = 60.0;
 /// The largest MCP message (one POST to /mcp) accepted: the API's own body limit plus
@@ -58,11 +52,7 @@ const MAX_BODY: usize = 4 * 1024 * 1024;
 #[derive(Clone)]
 pub enum Api {
     /// A running service, over HTTP, with one agent's token (`hitl-telegram mcp`).
-    Http {
-        client: reqwest::Client,
-        base: String,
-        token: SecretString,
-    },
+    Http(V1Client),
     /// The service's own router (`/mcp`): the token is the MCP request's own bearer.
     InProcess(axum::Router),
 }
@@ -82,28 +72,21 @@ impl Api {
         body: Option<&Value>,
     ) -> Answer {
         match self {
-            Api::Http {
-                client,
-                base,
-                token,
-            } => {
-                let mut request = client
-                    .request(method, format!("{base}{path}"))
-                    .bearer_auth(token.expose_secret());
-                if let Some(body) = body {
-                    request = request.json(body);
-                }
-                match request.send().await {
-                    Ok(response) => {
-                        let status = response.status();
-                        match response.json::<Value>().await {
-                            Ok(v) => Answer::Ok(status, v),
-                            Err(e) => Answer::Unreachable(format!(
-                                "the service's answer ({status}) is not JSON: {e}"
-                            )),
-                        }
-                    }
-                    Err(e) => Answer::Unreachable(format!(
+            Api::Http(client) => {
+                let body = body.map(Value::to_string);
+                match client.send(method, path, body.as_deref(), None).await {
+                    Ok(reply) => match reply.json() {
+                        Ok(v) => Answer::Ok(reply.status, v),
+                        Err(e) => Answer::Unreachable(format!(
+                            "the service's answer ({}) is not JSON: {e}",
+                            reply.status
+                        )),
+                    },
+                    Err(Failure::CutOff(status, e)) => Answer::Unreachable(format!(
+                        "the service's answer ({status}) is not JSON: {}",
+                        crate::telemetry::causes(&e)
+                    )),
+                    Err(Failure::Unreachable(e)) => Answer::Unreachable(format!(
                         "cannot reach the service: {}",
                         crate::telemetry::causes(&e)
                     )),
@@ -377,8 +360,8 @@ impl Asked {
     /// or `%`.
     fn path(&self) -> String {
         match self {
-            Asked::Confirmation(id) => format!("/v1/confirmations/{}", path_segment(id)),
-            Asked::Interaction(id) => format!("/v1/interactions/{}", path_segment(id)),
+            Asked::Confirmation(id) => Kind::Confirmation.path(id),
+            Asked::Interaction(id) => Kind::Interaction.path(id),
         }
     }
 
@@ -730,7 +713,7 @@ impl HitlMcp {
             });
         let give_up = total.map(|t| Duration::from_secs_f64(t) + Duration::from_secs(30));
         let poll = format!("{}?wait={}", asked.path(), POLL.as_secs());
-        let mut outage_since: Option<Instant> = None;
+        let mut outage = Outage::new(OUTAGE_PATIENCE);
         loop {
             if is_terminal(&record) {
                 return Ok(record);
@@ -756,15 +739,14 @@ impl HitlMcp {
             };
             match answer {
                 Answer::Ok(s, r) if s.is_success() => {
-                    outage_since = None;
+                    outage.over();
                     record = r;
                 }
                 // A replica restarting (503) or out of reach: the question is kept in
                 // the database, so the wait rides out a short outage (a rolling
                 // restart behind a load balancer) before it gives up and withdraws.
                 Answer::Ok(StatusCode::SERVICE_UNAVAILABLE, _) | Answer::Unreachable(_)
-                    if outage_since.get_or_insert_with(Instant::now).elapsed()
-                        < OUTAGE_PATIENCE =>
+                    if outage.bearable() =>
                 {
                     tokio::select! {
                         () = tokio::time::sleep(OUTAGE_RETRY) => {}
