@@ -50,8 +50,8 @@ use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::api::MAX_BODY_BYTES;
-use crate::api::confirmations::MAX_PARAM_KEYS;
+use crate::domain::ids::path_segment;
+use crate::domain::limits::{MAX_BODY_BYTES, MAX_LONG_POLL_SECONDS, MAX_PARAM_KEYS};
 use crate::domain::pyjson;
 use crate::domain::text::{self, Layout};
 
@@ -65,7 +65,7 @@ pub const DEFAULT_TIMEOUT_SECONDS: f64 = 120.0;
 pub const EVENT_NAME: &str = "PermissionRequest";
 
 /// Longest long-poll the service allows.
-const LONG_POLL_SECONDS: u32 = 60;
+const LONG_POLL_SECONDS: u32 = MAX_LONG_POLL_SECONDS as u32;
 /// How many earlier, already decided identical requests a run steps over before it
 /// gives up re-attaching and asks under a fresh random key.
 const MAX_HOPS: usize = 16;
@@ -884,7 +884,7 @@ impl Api {
         let url = format!(
             "{}/v1/confirmations/{}?wait={LONG_POLL_SECONDS}",
             self.base,
-            crate::api::path_segment(id)
+            path_segment(id)
         );
         let mut outage_since: Option<Instant> = None;
         loop {
@@ -918,7 +918,7 @@ impl Api {
             .delete(format!(
                 "{}/v1/confirmations/{}",
                 self.base,
-                crate::api::path_segment(id)
+                path_segment(id)
             ))
             .bearer_auth(&self.token)
             .timeout(Duration::from_secs(5));

@@ -35,7 +35,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 use tower::ServiceExt;
 
-use crate::api::path_segment;
+use crate::domain::ids::path_segment;
+use crate::domain::limits::{MAX_BODY_BYTES, MAX_LONG_POLL_SECONDS};
 use crate::domain::text;
 
 /// How long one long-poll of the API waits before the tool reports progress and polls
@@ -47,10 +48,10 @@ const OUTAGE_PATIENCE: Duration = Duration::from_secs(30);
 /// The pause between two asks during such an outage.
 const OUTAGE_RETRY: Duration = Duration::from_secs(1);
 /// The longest `wait_seconds` of `get_decision` (the API's long-poll cap).
-const MAX_WAIT_SECONDS: f64 = 60.0;
+const MAX_WAIT_SECONDS: f64 = MAX_LONG_POLL_SECONDS;
 /// The largest MCP message (one POST to /mcp) accepted: the API's own body limit plus
 /// room for the JSON-RPC envelope.
-const MAX_MCP_BODY: usize = crate::api::MAX_BODY_BYTES + 16 * 1024;
+const MAX_MCP_BODY: usize = MAX_BODY_BYTES + 16 * 1024;
 /// Responses larger than this from the in-process API are refused (records are small).
 const MAX_BODY: usize = 4 * 1024 * 1024;
 
