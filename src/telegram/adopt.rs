@@ -28,9 +28,10 @@ use time::OffsetDateTime;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::commands::{Command, Parsed};
+use super::commands::Parsed;
 use crate::config::Config;
 use crate::domain::confirmation::Operator;
+use crate::service::Command;
 
 /// How long before the start a `/start` may be dated and still count: Telegram dates
 /// messages in whole seconds, by its own clock.
