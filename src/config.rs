@@ -311,7 +311,7 @@ impl Default for WebhookSettings {
             max_in_flight: 32,
             max_in_flight_per_agent: 2,
             max_in_flight_per_host: 4,
-            max_backlog_per_agent: 1000,
+            max_backlog_per_agent: crate::storage::DEFAULT_WEBHOOK_BACKLOG_BOUND,
         }
     }
 }
