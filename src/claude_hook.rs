@@ -50,12 +50,11 @@ use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::api::MAX_BODY_BYTES;
-use crate::api::confirmations::MAX_PARAM_KEYS;
 use crate::client::{
     Failure, Kind, NewConfirmation, OUTAGE_PATIENCE, OUTAGE_RETRY, Outage, Reply, Retry, Retrying,
     V1Client, is_terminal,
 };
+use crate::domain::limits::{MAX_BODY_BYTES, MAX_LONG_POLL_SECONDS, MAX_PARAM_KEYS};
 use crate::domain::pyjson;
 use crate::domain::text::{self, Layout};
 
@@ -69,7 +68,7 @@ pub const DEFAULT_TIMEOUT_SECONDS: f64 = 120.0;
 pub const EVENT_NAME: &str = "PermissionRequest";
 
 /// Longest long-poll the service allows.
-const LONG_POLL_SECONDS: u32 = 60;
+const LONG_POLL_SECONDS: u32 = MAX_LONG_POLL_SECONDS as u32;
 /// How many earlier, already decided identical requests a run steps over before it
 /// gives up re-attaching and asks under a fresh random key.
 const MAX_HOPS: usize = 16;

@@ -20,29 +20,13 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use time::OffsetDateTime;
 
+use crate::domain::ids::path_segment;
+
 /// How long a long-poll waits ride out the service answering 503 or being out of reach
 /// (a replica restarting behind a load balancer) before they give up.
 pub const OUTAGE_PATIENCE: Duration = Duration::from_secs(30);
 /// The pause between two asks during such an outage.
 pub const OUTAGE_RETRY: Duration = Duration::from_secs(1);
-
-/// `id` as one segment of an API path: every byte but ASCII letters, digits, `-` and
-/// `_` percent-encoded, so an `interaction_id` or idempotency key holding `/`, `?`, `#`
-/// or `%` names itself and not another path, a query or a fragment. (`.` is encoded
-/// too, but URL parsers resolve `%2E%2E` as `..` anyway: that is why the API refuses `.`
-/// and `..` as an id.)
-pub fn path_segment(id: &str) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::with_capacity(id.len());
-    for b in id.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
-}
 
 /// Which kind of request an id names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -413,14 +397,6 @@ fn http_date(s: &str) -> Option<OffsetDateTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_id_is_one_path_segment_whatever_it_holds() {
-        assert_eq!(path_segment("cf_0123abc"), "cf_0123abc");
-        assert_eq!(path_segment("a/b?c#d%e f"), "a%2Fb%3Fc%23d%25e%20f");
-        assert_eq!(path_segment("é"), "%C3%A9");
-        assert_eq!(path_segment(".."), "%2E%2E");
-    }
 
     #[test]
     fn the_services_clock_is_read_from_an_imf_fixdate() {

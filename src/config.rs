@@ -311,7 +311,7 @@ impl Default for WebhookSettings {
             max_in_flight: 32,
             max_in_flight_per_agent: 2,
             max_in_flight_per_host: 4,
-            max_backlog_per_agent: 1000,
+            max_backlog_per_agent: crate::storage::DEFAULT_WEBHOOK_BACKLOG_BOUND,
         }
     }
 }
@@ -1483,12 +1483,12 @@ impl Config {
                 max_extensions: r.max_extensions,
                 topic_id: r.topic_id,
             };
-            if r.max_window_seconds > crate::api::confirmations::MAX_WINDOW_SECONDS {
+            if r.max_window_seconds > crate::domain::limits::MAX_WINDOW_SECONDS {
                 return Err(invalid(
                     format!("{key}.max_window_seconds"),
                     format!(
                         "must be at most {} (366 days)",
-                        crate::api::confirmations::MAX_WINDOW_SECONDS
+                        crate::domain::limits::MAX_WINDOW_SECONDS
                     ),
                 ));
             }

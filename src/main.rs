@@ -255,7 +255,8 @@ async fn serving_config(
     }
     let unadopted = cli::demo_config(settings.clone(), None)?;
     let within = std::time::Duration::from_secs(adopt_within);
-    let adopted = adopt::adopt_first_starter(&unadopted, within, stop).await?;
+    let adopted =
+        adopt::adopt_first_starter(&unadopted, cli::DEMO_OPERATOR_ENV, within, stop).await?;
     let config = cli::demo_config(settings, Some(adopted.operator.id))?;
     Ok((config, Some(adopted)))
 }

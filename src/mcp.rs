@@ -35,16 +35,17 @@ use serde_json::{Map, Value, json};
 use tower::ServiceExt;
 
 use crate::client::{Failure, Kind, OUTAGE_PATIENCE, OUTAGE_RETRY, Outage, V1Client};
+use crate::domain::limits::{MAX_BODY_BYTES, MAX_LONG_POLL_SECONDS};
 use crate::domain::text;
 
 /// How long one long-poll of the API waits before the tool reports progress and polls
 /// again: well under the 60 s many MCP clients allow a call without progress.
 const POLL: Duration = Duration::from_secs(10);
 /// The longest `wait_seconds` of `get_decision` (the API's long-poll cap).
-const MAX_WAIT_SECONDS: f64 = 60.0;
+const MAX_WAIT_SECONDS: f64 = MAX_LONG_POLL_SECONDS;
 /// The largest MCP message (one POST to /mcp) accepted: the API's own body limit plus
 /// room for the JSON-RPC envelope.
-const MAX_MCP_BODY: usize = crate::api::MAX_BODY_BYTES + 16 * 1024;
+const MAX_MCP_BODY: usize = MAX_BODY_BYTES + 16 * 1024;
 /// Responses larger than this from the in-process API are refused (records are small).
 const MAX_BODY: usize = 4 * 1024 * 1024;
 

@@ -63,6 +63,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Agent, RedisBridge};
 use crate::domain::ids::ConfirmationId;
 use crate::domain::interaction::{self, Interaction};
+use crate::domain::limits::MAX_BODY_BYTES;
 use crate::domain::pyjson;
 use crate::service::{NewInteraction, Service, ServiceError};
 use crate::storage::AgentEvent;
@@ -469,8 +470,8 @@ impl Bridge {
 
     /// A queued item as a question, or why it is not one (never quoting it).
     fn parse(&self, item: &[u8]) -> Taken {
-        if item.len() > crate::api::MAX_BODY_BYTES {
-            return Taken::Refuse(format!("larger than {} bytes", crate::api::MAX_BODY_BYTES));
+        if item.len() > MAX_BODY_BYTES {
+            return Taken::Refuse(format!("larger than {MAX_BODY_BYTES} bytes"));
         }
         let value: Value = match serde_json::from_slice(item) {
             Ok(v) => v,
@@ -523,7 +524,7 @@ impl Bridge {
         // Read as serde_json reads it (the last of a repeated key, as pydantic does):
         // the id AI-Parrot's manager waits on is the one its own model holds.
         // An item far over the API's limit is not parsed again just to answer it.
-        let mut answer = (item.len() <= 16 * crate::api::MAX_BODY_BYTES)
+        let mut answer = (item.len() <= 16 * MAX_BODY_BYTES)
             .then(|| serde_json::from_slice::<Value>(item).ok())
             .flatten()
             .and_then(|v| {

@@ -22,19 +22,12 @@ use crate::domain::pyvalue::PyDict;
 use crate::domain::{pyjson, text};
 use crate::service::NewConfirmation;
 
-/// Longest `?wait=` a long-poll may ask for.
-pub const MAX_LONG_POLL_SECONDS: f64 = 60.0;
-/// Upper bounds on free-text fields, so one request cannot flood an operator's screen or
-/// the database.
-pub const MAX_TEMPLATE_CHARS: usize = 4096;
-pub const MAX_CONTEXT_CHARS: usize = 2048;
-pub const MAX_ROUTE_CHARS: usize = 128;
-pub const MAX_CALLBACK_URL_CHARS: usize = 2048;
-/// Most object keys in `params`, counted at every depth.
-pub const MAX_PARAM_KEYS: usize = 1000;
-/// The longest confirmation window: a year. Longer standing approvals are a policy
-/// decision nobody should take by typo.
-pub const MAX_WINDOW_SECONDS: u64 = 366 * 24 * 3600;
+/// The limits a confirmation request is held to (their one home is
+/// [`crate::domain::limits`]), under the names this module has always exported.
+pub use crate::domain::limits::{
+    MAX_CALLBACK_URL_CHARS, MAX_CONTEXT_CHARS, MAX_LONG_POLL_SECONDS, MAX_PARAM_KEYS,
+    MAX_ROUTE_CHARS, MAX_TEMPLATE_CHARS, MAX_WINDOW_SECONDS,
+};
 
 /// `block`: answer with the final decision; `suspend`: answer at once with the pending
 /// record.

@@ -12,6 +12,7 @@ use utoipa::ToSchema;
 
 use super::record::{InteractionView, RecordView};
 use crate::domain::confirmation::Confirmation;
+use crate::domain::limits::MAX_BODY_BYTES;
 use crate::service::ServiceError;
 use crate::storage::StorageError;
 
@@ -229,7 +230,7 @@ impl IntoResponse for ApiError {
             ApiError::PayloadTooLarge => body(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 ErrorCode::PayloadTooLarge,
-                format!("the body is larger than {} bytes", super::MAX_BODY_BYTES),
+                format!("the body is larger than {MAX_BODY_BYTES} bytes"),
             ),
             ApiError::InvalidField { field, reason } => body(
                 StatusCode::UNPROCESSABLE_ENTITY,

@@ -28,10 +28,8 @@ use crate::domain::interaction::{self, MAX_INTERACTION_ID_CHARS};
 use crate::domain::pyjson;
 use crate::service::{Call, NewInteraction};
 
-/// Longest `recipient` (a `[people]` name).
-pub const MAX_RECIPIENT_CHARS: usize = 200;
-/// Longest notification text; Telegram's own limit is 4096 after the bell we prepend.
-pub const MAX_NOTIFICATION_CHARS: usize = 4000;
+/// The limits of a notification's fields (their one home is [`crate::domain::limits`]).
+pub use crate::domain::limits::{MAX_NOTIFICATION_CHARS, MAX_RECIPIENT_CHARS};
 
 /// The fields of a `POST /v1/interactions` body.
 pub const FIELDS: &[&str] = &["interaction", "route", "recipient", "callback_url", "call"];

@@ -22,11 +22,9 @@ use axum::routing::{get, post};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::limits::MAX_BODY_BYTES;
 use crate::service::Service;
 use error::ApiError;
-
-/// Largest accepted request body.
-pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 #[derive(Clone)]
 pub struct AppState {

@@ -237,6 +237,24 @@ impl OwnerId {
     }
 }
 
+/// `id` as one segment of an API path, for this crate's own clients of the API (the MCP
+/// tools, the Claude Code hook): every byte but ASCII letters, digits, `-` and `_`
+/// percent-encoded, so an `interaction_id` holding `/`, `?`, `#` or `%` names itself and
+/// not another path, a query or a fragment. (`.` is encoded too, but URL parsers resolve
+/// `%2E%2E` as `..` anyway: that is why the API refuses `.` and `..` as an id.)
+pub fn path_segment(id: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(id.len());
+    for b in id.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,5 +338,13 @@ mod tests {
     fn a_callback_token_never_prints() {
         let t = CallbackToken::generate();
         assert!(!format!("{t:?}").contains(t.as_str()));
+    }
+
+    #[test]
+    fn an_id_is_one_path_segment_whatever_it_holds() {
+        assert_eq!(path_segment("cf_0123abc"), "cf_0123abc");
+        assert_eq!(path_segment("a/b?c#d%e f"), "a%2Fb%3Fc%23d%25e%20f");
+        assert_eq!(path_segment("é"), "%C3%A9");
+        assert_eq!(path_segment(".."), "%2E%2E");
     }
 }

@@ -6,7 +6,8 @@
 //! values; `confirmation` is the request's state machine and its windows; `audit` is
 //! the hash chain of the audit trail; `authority` is who may decide, as one
 //! configuration says (compared across replicas); `text` makes what operators read show
-//! every character that is there.
+//! every character that is there; `limits` is what one request may hold, the one place
+//! every adapter and the configuration read the protocol's limits from.
 
 pub mod args_hash;
 pub mod audit;
@@ -15,6 +16,7 @@ pub mod briefing;
 pub mod confirmation;
 pub mod ids;
 pub mod interaction;
+pub mod limits;
 pub mod pycanon;
 pub mod pyformat;
 pub mod pyjson;

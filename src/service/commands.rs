@@ -1,5 +1,6 @@
-//! Operator commands (`/start`, `/pending`, `/windows`, `/revoke`, `/help`): who may use
-//! them and what they do. Telegram's syntax and how the answers read live in
+//! Operator commands (`/start`, `/pending`, `/windows`, `/revoke`, `/help`): which there
+//! are ([`Command`]), who may use them and what they do. Telegram's syntax (reading a
+//! message's text into a [`Command`]) and how the answers read live in
 //! `crate::telegram::commands`.
 //!
 //! Fail closed: a command counts only in a chat that is some route's chat, and only from
@@ -24,8 +25,52 @@ use super::{Service, now};
 use crate::config::Route;
 use crate::domain::audit;
 use crate::domain::confirmation::{Confirmation, Operator};
+use crate::domain::ids::ConfirmationId;
 use crate::storage::{LiveWindow, StorageError};
-use crate::telegram::commands::{Command, CommandError};
+
+/// A command the service acts on. The Telegram adapter reads it from a message's text
+/// (`crate::telegram::commands::parse`), the only place one is built, so a `Revoke`
+/// always carries a well-formed id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// What this chat and this person are to the service; also what a private chat
+    /// with the bot starts with (a deep-link payload after it is ignored).
+    Start,
+    Pending,
+    Windows,
+    /// The window's id is the id of the request that opened it (a request opens at most
+    /// one window): unambiguous, and already in that request's audit trail.
+    Revoke(ConfirmationId),
+    Help,
+}
+
+impl Command {
+    /// The command's name, for logs and the audit trail.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Start => "start",
+            Command::Pending => "pending",
+            Command::Windows => "windows",
+            Command::Revoke(_) => "revoke",
+            Command::Help => "help",
+        }
+    }
+}
+
+/// One of our commands, typed wrong. The operator is told exactly which way.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    #[error("/revoke needs the id of a window: /revoke <window id> (see /windows)")]
+    RevokeWithoutId,
+    #[error(
+        "'{0}' is not a window id: window ids look like cf_ followed by 32 hex digits (see /windows)"
+    )]
+    MalformedId(String),
+    #[error("/revoke takes one window id, not several")]
+    RevokeTooManyIds,
+    #[error("/{0} is not a command of this bot; see /help")]
+    Unknown(String),
+}
 
 /// A command as typed in a chat.
 #[derive(Debug, Clone)]

@@ -52,7 +52,7 @@ mod recover;
 mod steps;
 mod wait;
 pub use agree::ConfigReport;
-pub use commands::{CommandMessage, CommandReply, Setup};
+pub use commands::{Command, CommandError, CommandMessage, CommandReply, Setup};
 pub use steps::{MAX_MENTIONS, Mention};
 
 /// Why Telegram could not carry a message.

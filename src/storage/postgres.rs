@@ -180,9 +180,7 @@ impl PgStore {
             origin,
             writers: Arc::default(),
             hits: Arc::default(),
-            webhook_backlog_bound: AtomicU32::new(
-                crate::config::WebhookSettings::default().max_backlog_per_agent,
-            ),
+            webhook_backlog_bound: AtomicU32::new(super::DEFAULT_WEBHOOK_BACKLOG_BOUND),
         })
     }
 

@@ -219,7 +219,7 @@ impl SqliteStore {
             hits: Arc::new(HitQueue::default()),
             hit_thread: std::sync::Mutex::new(None),
             webhook_backlog_bound: std::sync::atomic::AtomicU32::new(
-                crate::config::WebhookSettings::default().max_backlog_per_agent,
+                super::DEFAULT_WEBHOOK_BACKLOG_BOUND,
             ),
         })
     }

@@ -28,9 +28,10 @@ use time::OffsetDateTime;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::commands::{Command, Parsed};
+use super::commands::Parsed;
 use crate::config::Config;
 use crate::domain::confirmation::Operator;
+use crate::service::Command;
 
 /// How long before the start a `/start` may be dated and still count: Telegram dates
 /// messages in whole seconds, by its own clock.
@@ -76,16 +77,21 @@ fn passed_over(update: &Update, started_unix: i64, me: &str) -> Option<Result<()
 ///
 /// Updates read meanwhile that adopt nobody are consumed (the service has no question
 /// for them to answer yet); those after the adopting `/start` are left for the service.
+///
+/// `operator_env` is the variable that would have named the approver
+/// (`HITL_DEMO_OPERATOR_ID`), which the caller reads; the messages tell people to set it.
+/// It is passed in so that this adapter does not import the command line's.
 pub async fn adopt_first_starter(
     config: &Config,
+    operator_env: &str,
     within: Duration,
     stop: &CancellationToken,
 ) -> anyhow::Result<Adopted> {
     if !matches!(config.telegram_mode, crate::config::TelegramMode::Polling) {
         bail!(
-            "--demo without {} learns its approver by long polling, and telegram.mode is \
-             \"webhook\": set {0} to your numeric Telegram user id, or use mode = \"polling\"",
-            crate::cli::DEMO_OPERATOR_ENV
+            "--demo without {operator_env} learns its approver by long polling, and \
+             telegram.mode is \"webhook\": set {operator_env} to your numeric Telegram user \
+             id, or use mode = \"polling\""
         );
     }
     let started = OffsetDateTime::now_utc();
@@ -117,7 +123,7 @@ pub async fn adopt_first_starter(
         within_s = within.as_secs(),
         "demo: no {} set; the first person to send /start to the bot in a private chat \
          within the next {} s becomes the demo's only approver",
-        crate::cli::DEMO_OPERATOR_ENV,
+        operator_env,
         within.as_secs()
     );
 
@@ -200,7 +206,7 @@ pub async fn adopt_first_starter(
              numeric Telegram user id (once the demo runs, the bot's answer to /start \
              names it)",
             within.as_secs(),
-            crate::cli::DEMO_OPERATOR_ENV
+            operator_env
         );
     };
     tracing::warn!(
@@ -215,7 +221,7 @@ pub async fn adopt_first_starter(
          Your user id is <code>{id}</code>: start the demo with \
          <code>{env}={id}</code> to skip this step next time.",
         id = operator.id,
-        env = escape(crate::cli::DEMO_OPERATOR_ENV),
+        env = escape(operator_env),
     );
     let sent = bot
         .send_message(chat, text)

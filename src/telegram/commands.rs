@@ -3,8 +3,10 @@
 //! read (HTML within Telegram's 4096 characters), and registering them with Telegram at
 //! start (`getMe` for the bot's username, `setMyCommands` for the clients' menu).
 //!
-//! Who may use them and what they do is the service's business
-//! (`crate::service::commands`); this module only knows Telegram's side.
+//! Which commands there are ([`Command`]), who may use them and what they do is the
+//! service's business (`crate::service::commands`); this module only knows Telegram's
+//! side: it reads a message's text into a `Command`, as `updates` reads a tap's callback
+//! data into a `Button`.
 
 use std::sync::Arc;
 
@@ -17,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::domain::confirmation::{Confirmation, operator_time as date_time};
 use crate::domain::ids::ConfirmationId;
 use crate::domain::text::{self, Layout};
-use crate::service::{CommandReply, Service, Setup};
+use crate::service::{Command, CommandError, CommandReply, Service, Setup};
 use crate::storage::LiveWindow;
 
 /// The commands, their descriptions (Telegram's menu and `/help`) and what they take.
@@ -49,49 +51,6 @@ fn menu_description(name: &str, description: &str, args: &str) -> String {
     } else {
         format!("{description}: /{name}{args}")
     }
-}
-
-/// A command the service acts on. Built only by [`parse`], so a `Revoke` always carries
-/// a well-formed id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command {
-    /// What this chat and this person are to the service; also what a private chat
-    /// with the bot starts with (a deep-link payload after it is ignored).
-    Start,
-    Pending,
-    Windows,
-    /// The window's id is the id of the request that opened it (a request opens at most
-    /// one window): unambiguous, and already in that request's audit trail.
-    Revoke(ConfirmationId),
-    Help,
-}
-
-impl Command {
-    /// The command's name, for logs and the audit trail.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Command::Start => "start",
-            Command::Pending => "pending",
-            Command::Windows => "windows",
-            Command::Revoke(_) => "revoke",
-            Command::Help => "help",
-        }
-    }
-}
-
-/// One of our commands, typed wrong. The operator is told exactly which way.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CommandError {
-    #[error("/revoke needs the id of a window: /revoke <window id> (see /windows)")]
-    RevokeWithoutId,
-    #[error(
-        "'{0}' is not a window id: window ids look like cf_ followed by 32 hex digits (see /windows)"
-    )]
-    MalformedId(String),
-    #[error("/revoke takes one window id, not several")]
-    RevokeTooManyIds,
-    #[error("/{0} is not a command of this bot; see /help")]
-    Unknown(String),
 }
 
 /// What a message's text is to the service.

@@ -34,9 +34,9 @@ use teloxide::types::Update;
 use tokio_util::sync::CancellationToken;
 
 use super::inbox::{Handled, Inbox, WEBHOOK_GRACE};
-use crate::api::MAX_BODY_BYTES;
 use crate::api::error::ApiError;
 use crate::config::WebhookMode;
+use crate::domain::limits::MAX_BODY_BYTES;
 use crate::metrics::Metrics;
 use crate::service::Service;
 
