@@ -16,6 +16,7 @@ pub mod config;
 pub mod domain;
 pub mod mcp;
 pub mod metrics;
+pub mod program;
 pub mod redis_bridge;
 pub mod scheduler;
 pub mod service;
