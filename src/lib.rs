@@ -63,6 +63,7 @@ pub mod domain;
 mod layers;
 pub mod mcp;
 pub mod metrics;
+pub mod program;
 pub mod redis_bridge;
 pub mod scheduler;
 pub mod service;

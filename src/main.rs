@@ -1,17 +1,13 @@
-//! `hitl-telegram`: argument parsing only; everything else lives in the library.
+//! `hitl-telegram`: argument parsing only; what each command does is
+//! `hitl_telegram::program` (and `cli`, `claude_hook` for the agent-side commands).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use hitl_telegram::claude_hook::{self, Fallback, HookOptions, OwnerFrom};
 use hitl_telegram::cli::{self, AskRequest};
-use hitl_telegram::config::{Config, Settings};
-use hitl_telegram::storage::{self, ConnectMode};
-use hitl_telegram::telegram::adopt::{self, Adopted};
-use hitl_telegram::{Application, app, telemetry};
-use tokio_util::sync::CancellationToken;
+use hitl_telegram::{program, telemetry};
 
 /// jemalloc rather than glibc's malloc: see its line in Cargo.toml.
 #[global_allocator]
@@ -205,241 +201,6 @@ struct ClaudeHookArgs {
     owner_from: OwnerFrom,
 }
 
-/// The settings `path` holds; for the demo, the built-in defaults when there is no file.
-fn load_settings(path: &std::path::Path, demo: bool) -> anyhow::Result<Settings> {
-    if demo && !path.exists() {
-        // The demo needs no file of its own: it replaces the routes and agents anyway.
-        eprintln!(
-            "note: {} not found; the demo runs on the built-in defaults",
-            path.display()
-        );
-        return Ok(Settings::builtin()?);
-    }
-    Ok(Settings::load(path)?)
-}
-
-/// The configuration to check (`check-config`): the demo's is checked with a stand-in
-/// approver when nobody is named yet.
-fn load_config(path: &std::path::Path, demo: bool) -> anyhow::Result<Config> {
-    let settings = load_settings(path, demo)?;
-    if demo {
-        let operator = cli::demo_operator(std::env::var(cli::DEMO_OPERATOR_ENV).ok())?;
-        if operator.is_none() {
-            eprintln!(
-                "note: {} is not set: `serve --demo` makes the first person who sends /start \
-                 to the bot in a private chat within {} s its approver",
-                cli::DEMO_OPERATOR_ENV,
-                cli::DEMO_ADOPT_SECONDS
-            );
-        }
-        return cli::demo_config(settings, operator);
-    }
-    Ok(Config::from_settings_and_process_env(settings)?)
-}
-
-/// The configuration `serve` runs on. For the demo without an operator id, everything
-/// else is checked first, then the first person to send /start is adopted
-/// (`hitl_telegram::telegram::adopt`) and returned with it.
-async fn serving_config(
-    path: &std::path::Path,
-    demo: bool,
-    adopt_within: u64,
-    stop: &CancellationToken,
-) -> anyhow::Result<(Config, Option<Adopted>)> {
-    let settings = load_settings(path, demo)?;
-    if !demo {
-        return Ok((Config::from_settings_and_process_env(settings)?, None));
-    }
-    if let Some(id) = cli::demo_operator(std::env::var(cli::DEMO_OPERATOR_ENV).ok())? {
-        return Ok((cli::demo_config(settings, Some(id))?, None));
-    }
-    let unadopted = cli::demo_config(settings.clone(), None)?;
-    let within = std::time::Duration::from_secs(adopt_within);
-    let adopted =
-        adopt::adopt_first_starter(&unadopted, cli::DEMO_OPERATOR_ENV, within, stop).await?;
-    let config = cli::demo_config(settings, Some(adopted.operator.id))?;
-    Ok((config, Some(adopted)))
-}
-
-async fn serve(path: &std::path::Path, demo: bool, adopt_within: u64) -> anyhow::Result<()> {
-    // Before binding: the connection limit is fitted to the open-file limit.
-    match hitl_telegram::api::serve::raise_open_file_limit() {
-        Ok(files) if files.before != files.now => {
-            tracing::info!(
-                from = ?files.before,
-                to = ?files.now,
-                "open-file limit raised to the hard limit"
-            );
-        }
-        Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
-    }
-    let shutdown = CancellationToken::new();
-    let trigger = shutdown.clone();
-    tokio::spawn(async move {
-        app::shutdown_signal().await;
-        trigger.cancel();
-    });
-    let (config, adopted) = serving_config(path, demo, adopt_within, &shutdown).await?;
-    for warning in config.warnings() {
-        tracing::warn!("configuration: {warning}");
-    }
-    let app = Application::build(config).await?;
-    if let Some(a) = adopted {
-        let event = hitl_telegram::domain::audit::approver_adopted(
-            cli::DEMO_ROUTE,
-            &a.operator,
-            i64::try_from(a.operator.id).unwrap_or_default(),
-            adopt_within,
-            a.at,
-        );
-        app.store()
-            .record_event(event)
-            .await
-            .context("cannot record the demo's adopted approver in the audit trail")?;
-    }
-    app.run_until_stopped(shutdown).await
-}
-
-async fn audit(path: &std::path::Path, command: AuditCommand) -> anyhow::Result<()> {
-    use hitl_telegram::domain::audit;
-    use std::io::Write;
-    let settings = Settings::load(path)?;
-    // Existing: a mistyped path or an empty database is refused, never created and
-    // reported as an empty trail.
-    let store = storage::connect(&settings.database.url, ConnectMode::Existing)
-        .await
-        .context("cannot open the database (database.url)")?;
-    store.migrate().await?;
-    match command {
-        AuditCommand::Export { since } => {
-            let since = since.as_deref().map(cli::parse_since).transpose()?;
-            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            for row in store.audit_rows(since).await? {
-                let line = serde_json::json!({
-                    "seq": row.seq,
-                    "at": hitl_telegram::domain::confirmation::rfc3339(row.at),
-                    "confirmation_id": row.confirmation_id,
-                    "kind": row.kind,
-                    "actor": row.actor,
-                    "detail": serde_json::from_str::<serde_json::Value>(&row.detail_text)
-                        .unwrap_or(serde_json::Value::String(row.detail_text.clone())),
-                    "prev_hash": row.prev_hash,
-                    "hash": row.hash,
-                });
-                match writeln!(out, "{line}") {
-                    // The reader (`| head`) has all it wanted: a normal end.
-                    Err(e) if cli::is_broken_pipe(&e) => return Ok(()),
-                    other => other?,
-                }
-            }
-            match out.flush() {
-                Err(e) if cli::is_broken_pipe(&e) => Ok(()),
-                other => Ok(other?),
-            }
-        }
-        AuditCommand::Verify { expect_head } => {
-            let (rows, statuses) = store.audit_snapshot().await?;
-            store.close().await;
-            let report = audit::check(&rows, &statuses, expect_head.as_ref());
-            if !report.problems.is_empty() {
-                let mut text = format!(
-                    "audit trail failed verification ({} problem(s)):",
-                    report.problems.len()
-                );
-                for p in &report.problems {
-                    text.push_str(&format!("\n  {p}"));
-                }
-                anyhow::bail!(text);
-            }
-            println!("audit chain OK: {} events", report.events);
-            println!(
-                "statuses OK: {} ended request(s), each as its decision event records",
-                report.ended
-            );
-            if let (Some(expected), Some(head)) = (&expect_head, &report.head) {
-                println!(
-                    "expected head {expected} is in the trail ({} event(s) since)",
-                    head.seq() - expected.seq()
-                );
-            }
-            if let Some(head) = &report.head {
-                println!("head: {head}");
-            }
-            Ok(())
-        }
-    }
-}
-
-/// `migrate-to-postgres`: the source's audit trail verified, the copy, and the copied
-/// trail verified before it commits (see `storage::copy`).
-async fn migrate_to_postgres(path: &std::path::Path, to: &str) -> anyhow::Result<()> {
-    use hitl_telegram::storage::Backend;
-    let settings = Settings::load(path)?;
-    let from = settings.database.url.as_str();
-    anyhow::ensure!(
-        Backend::of_url(from)? == Backend::Sqlite,
-        "database.url must name the SQLite database to copy"
-    );
-    anyhow::ensure!(
-        Backend::of_url(to)? == Backend::Postgres,
-        "--to must be a postgres:// URL"
-    );
-    let copied = storage::copy::sqlite_to_postgres(from, to).await?;
-    for (table, rows) in &copied.tables {
-        println!("{table}: {rows} row(s)");
-    }
-    println!(
-        "audit chain OK on PostgreSQL: {} events, the same as in SQLite",
-        copied.events
-    );
-    if let Some(head) = &copied.head {
-        println!("head: {head}");
-    }
-    println!(
-        "copied to {}: set database.url to it and start the service",
-        storage::redact_url(to)
-    );
-    Ok(())
-}
-
-/// `check-config`: refusals fail it, warnings go to stderr, `--online` asks Telegram.
-async fn check_config(path: &std::path::Path, demo: bool, online: bool) -> anyhow::Result<()> {
-    let c = load_config(path, demo)?;
-    for warning in c.warnings() {
-        eprintln!("warning: {warning}");
-    }
-    println!(
-        "configuration OK: {} route(s), {} agent(s)",
-        c.routes.len(),
-        c.agents.len()
-    );
-    match &c.telegram_mode {
-        hitl_telegram::config::TelegramMode::Polling => {
-            println!("Telegram updates: long polling");
-        }
-        hitl_telegram::config::TelegramMode::Webhook(w) => {
-            println!("Telegram updates: webhook at {}", w.url);
-        }
-    }
-    if !online {
-        return Ok(());
-    }
-    let report = cli::check_online(&c).await;
-    for note in &report.notes {
-        println!("{note}");
-    }
-    if report.problems.is_empty() {
-        println!("online checks OK");
-        return Ok(());
-    }
-    let mut text = format!("online checks found {} problem(s):", report.problems.len());
-    for p in &report.problems {
-        text.push_str(&format!("\n  {p}"));
-    }
-    anyhow::bail!(text)
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -449,39 +210,21 @@ async fn main() -> ExitCode {
         adopt_within: cli::DEMO_ADOPT_SECONDS,
     };
     let result = match cli.command.unwrap_or(default) {
-        Command::Serve { demo, adopt_within } => serve(&cli.config, demo, adopt_within).await,
-        Command::Migrate => {
-            async {
-                let settings = Settings::load(&cli.config)?;
-                let store = storage::connect(&settings.database.url, ConnectMode::Create)
-                    .await
-                    .context("cannot open the database (database.url)")?;
-                store.migrate().await?;
-                store.close().await;
-                // Without the password, if the URL has one.
-                let url = storage::redact_url(&settings.database.url);
-                println!("migrations applied to {url}");
-                Ok(())
-            }
-            .await
+        Command::Serve { demo, adopt_within } => {
+            program::serve(&cli.config, demo, adopt_within).await
         }
-        Command::Audit { command } => audit(&cli.config, command).await,
-        Command::MigrateToPostgres { to } => migrate_to_postgres(&cli.config, &to).await,
-        Command::Backup { file } => {
-            async {
-                let settings = Settings::load(&cli.config)?;
-                let store = storage::connect(&settings.database.url, ConnectMode::Existing)
-                    .await
-                    .context("cannot open the database (database.url)")?;
-                let done = store.backup_to(&file).await.context("backup failed");
-                store.close().await;
-                done?;
-                println!("backup written to {}", file.display());
-                Ok(())
-            }
-            .await
+        Command::Migrate => program::migrate(&cli.config).await,
+        Command::Audit {
+            command: AuditCommand::Export { since },
+        } => program::audit_export(&cli.config, since.as_deref()).await,
+        Command::Audit {
+            command: AuditCommand::Verify { expect_head },
+        } => program::audit_verify(&cli.config, expect_head).await,
+        Command::MigrateToPostgres { to } => program::migrate_to_postgres(&cli.config, &to).await,
+        Command::Backup { file } => program::backup(&cli.config, &file).await,
+        Command::CheckConfig { demo, online } => {
+            program::check_config(&cli.config, demo, online).await
         }
-        Command::CheckConfig { demo, online } => check_config(&cli.config, demo, online).await,
         Command::ClaudeHook(a) => {
             let opts = HookOptions {
                 url: a.url,
@@ -504,12 +247,12 @@ async fn main() -> ExitCode {
             }
             return ExitCode::from(result.exit_code);
         }
-        Command::Mcp(a) => mcp_stdio(a).await,
+        Command::Mcp(a) => program::mcp_stdio(&a.url, &a.token_env).await,
         Command::Ask(a) => {
             let a = *a;
             let token = match (a.token, a.token_env) {
                 (Some(t), _) => Ok(t),
-                (None, Some(var)) => token_from_env(&var),
+                (None, Some(var)) => program::token_from_env(&var),
                 (None, None) => Err(anyhow::anyhow!("--token or --token-env is required")),
             };
             let token = match token {
@@ -547,24 +290,4 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// An agent's token from the variable `--token-env` names.
-fn token_from_env(var: &str) -> anyhow::Result<String> {
-    std::env::var(var).with_context(|| format!("environment variable {var} is not set"))
-}
-
-/// `mcp`: the MCP tools on stdin/stdout (logs go to stderr), against the service at
-/// `--url`.
-async fn mcp_stdio(a: McpArgs) -> anyhow::Result<()> {
-    let token = token_from_env(&a.token_env)?;
-    let base = cli::service_url(&a.url)?;
-    // Every request the tools make returns within a minute (the longest long-poll is
-    // get_decision's 60 s): a service that stops answering is an error, not a hang.
-    let client = hitl_telegram::client::V1Client::new(
-        &base,
-        token.into(),
-        Some(std::time::Duration::from_secs(90)),
-    )?;
-    hitl_telegram::mcp::serve_stdio(hitl_telegram::mcp::Api::Http(client)).await
 }

@@ -1,0 +1,304 @@
+//! What each command of the `hitl-telegram` binary does, from its parsed arguments:
+//! `main.rs` parses the command line and calls one of these. They wire the library
+//! together (configuration, storage, the application), so this module sits at the top
+//! with `app`; the agent-side commands' own logic is in `cli` (`ask`), `claude_hook`
+//! and `mcp`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli;
+use crate::config::{Config, Settings};
+use crate::domain::audit;
+use crate::storage::{self, ConnectMode, Store};
+use crate::telegram::adopt::{self, Adopted};
+use crate::{Application, app};
+
+/// The settings `path` holds; for the demo, the built-in defaults when there is no file.
+fn load_settings(path: &Path, demo: bool) -> anyhow::Result<Settings> {
+    if demo && !path.exists() {
+        // The demo needs no file of its own: it replaces the routes and agents anyway.
+        eprintln!(
+            "note: {} not found; the demo runs on the built-in defaults",
+            path.display()
+        );
+        return Ok(Settings::builtin()?);
+    }
+    Ok(Settings::load(path)?)
+}
+
+/// The configuration to check (`check-config`): the demo's is checked with a stand-in
+/// approver when nobody is named yet.
+fn load_config(path: &Path, demo: bool) -> anyhow::Result<Config> {
+    let settings = load_settings(path, demo)?;
+    if demo {
+        let operator = cli::demo_operator(std::env::var(cli::DEMO_OPERATOR_ENV).ok())?;
+        if operator.is_none() {
+            eprintln!(
+                "note: {} is not set: `serve --demo` makes the first person who sends /start \
+                 to the bot in a private chat within {} s its approver",
+                cli::DEMO_OPERATOR_ENV,
+                cli::DEMO_ADOPT_SECONDS
+            );
+        }
+        return cli::demo_config(settings, operator);
+    }
+    Ok(Config::from_settings_and_process_env(settings)?)
+}
+
+/// The configuration `serve` runs on. For the demo without an operator id, everything
+/// else is checked first, then the first person to send /start is adopted
+/// (`crate::telegram::adopt`) and returned with it.
+async fn serving_config(
+    path: &Path,
+    demo: bool,
+    adopt_within: u64,
+    stop: &CancellationToken,
+) -> anyhow::Result<(Config, Option<Adopted>)> {
+    let settings = load_settings(path, demo)?;
+    if !demo {
+        return Ok((Config::from_settings_and_process_env(settings)?, None));
+    }
+    if let Some(id) = cli::demo_operator(std::env::var(cli::DEMO_OPERATOR_ENV).ok())? {
+        return Ok((cli::demo_config(settings, Some(id))?, None));
+    }
+    let unadopted = cli::demo_config(settings.clone(), None)?;
+    let within = std::time::Duration::from_secs(adopt_within);
+    let adopted =
+        adopt::adopt_first_starter(&unadopted, cli::DEMO_OPERATOR_ENV, within, stop).await?;
+    let config = cli::demo_config(settings, Some(adopted.operator.id))?;
+    Ok((config, Some(adopted)))
+}
+
+pub async fn serve(path: &Path, demo: bool, adopt_within: u64) -> anyhow::Result<()> {
+    // Before binding: the connection limit is fitted to the open-file limit.
+    match crate::api::serve::raise_open_file_limit() {
+        Ok(files) if files.before != files.now => {
+            tracing::info!(
+                from = ?files.before,
+                to = ?files.now,
+                "open-file limit raised to the hard limit"
+            );
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+    }
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
+    tokio::spawn(async move {
+        app::shutdown_signal().await;
+        trigger.cancel();
+    });
+    let (config, adopted) = serving_config(path, demo, adopt_within, &shutdown).await?;
+    for warning in config.warnings() {
+        tracing::warn!("configuration: {warning}");
+    }
+    let app = Application::build(config).await?;
+    if let Some(a) = adopted {
+        let event = crate::domain::audit::approver_adopted(
+            cli::DEMO_ROUTE,
+            &a.operator,
+            i64::try_from(a.operator.id).unwrap_or_default(),
+            adopt_within,
+            a.at,
+        );
+        app.store()
+            .record_event(event)
+            .await
+            .context("cannot record the demo's adopted approver in the audit trail")?;
+    }
+    app.run_until_stopped(shutdown).await
+}
+
+/// The database `database.url` names, which must exist and hold hitl-telegram's tables:
+/// a mistyped path or an empty database is refused, never created and reported as an
+/// empty trail or backed up as one.
+async fn existing_store(path: &Path) -> anyhow::Result<Arc<dyn Store>> {
+    let settings = Settings::load(path)?;
+    let store = storage::connect(&settings.database.url, ConnectMode::Existing)
+        .await
+        .context("cannot open the database (database.url)")?;
+    Ok(store)
+}
+
+/// `audit export`: every event (from `since`) as JSON lines on stdout.
+pub async fn audit_export(path: &Path, since: Option<&str>) -> anyhow::Result<()> {
+    use std::io::Write;
+    let store = existing_store(path).await?;
+    store.migrate().await?;
+    let since = since.map(cli::parse_since).transpose()?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for row in store.audit_rows(since).await? {
+        let line = serde_json::json!({
+            "seq": row.seq,
+            "at": crate::domain::confirmation::rfc3339(row.at),
+            "confirmation_id": row.confirmation_id,
+            "kind": row.kind,
+            "actor": row.actor,
+            "detail": serde_json::from_str::<serde_json::Value>(&row.detail_text)
+                .unwrap_or(serde_json::Value::String(row.detail_text.clone())),
+            "prev_hash": row.prev_hash,
+            "hash": row.hash,
+        });
+        match writeln!(out, "{line}") {
+            // The reader (`| head`) has all it wanted: a normal end.
+            Err(e) if cli::is_broken_pipe(&e) => return Ok(()),
+            other => other?,
+        }
+    }
+    match out.flush() {
+        Err(e) if cli::is_broken_pipe(&e) => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+/// `audit verify`: the hash chain, and every ended request's status against its
+/// decision event; the head printed, and `expect_head` found in the trail if given.
+pub async fn audit_verify(path: &Path, expect_head: Option<audit::Head>) -> anyhow::Result<()> {
+    let store = existing_store(path).await?;
+    store.migrate().await?;
+    let (rows, statuses) = store.audit_snapshot().await?;
+    store.close().await;
+    let report = audit::check(&rows, &statuses, expect_head.as_ref());
+    if !report.problems.is_empty() {
+        let mut text = format!(
+            "audit trail failed verification ({} problem(s)):",
+            report.problems.len()
+        );
+        for p in &report.problems {
+            text.push_str(&format!("\n  {p}"));
+        }
+        anyhow::bail!(text);
+    }
+    println!("audit chain OK: {} events", report.events);
+    println!(
+        "statuses OK: {} ended request(s), each as its decision event records",
+        report.ended
+    );
+    if let (Some(expected), Some(head)) = (&expect_head, &report.head) {
+        println!(
+            "expected head {expected} is in the trail ({} event(s) since)",
+            head.seq() - expected.seq()
+        );
+    }
+    if let Some(head) = &report.head {
+        println!("head: {head}");
+    }
+    Ok(())
+}
+
+/// `migrate`: the database's migrations applied (it is created if need be).
+pub async fn migrate(path: &Path) -> anyhow::Result<()> {
+    let settings = Settings::load(path)?;
+    let store = storage::connect(&settings.database.url, ConnectMode::Create)
+        .await
+        .context("cannot open the database (database.url)")?;
+    store.migrate().await?;
+    store.close().await;
+    // Without the password, if the URL has one.
+    let url = storage::redact_url(&settings.database.url);
+    println!("migrations applied to {url}");
+    Ok(())
+}
+
+/// `backup`: a consistent copy of the database in `file`.
+pub async fn backup(path: &Path, file: &Path) -> anyhow::Result<()> {
+    let store = existing_store(path).await?;
+    let done = store.backup_to(file).await.context("backup failed");
+    store.close().await;
+    done?;
+    println!("backup written to {}", file.display());
+    Ok(())
+}
+
+/// `migrate-to-postgres`: the source's audit trail verified, the copy, and the copied
+/// trail verified before it commits (see `storage::copy`).
+pub async fn migrate_to_postgres(path: &Path, to: &str) -> anyhow::Result<()> {
+    use crate::storage::Backend;
+    let settings = Settings::load(path)?;
+    let from = settings.database.url.as_str();
+    anyhow::ensure!(
+        Backend::of_url(from)? == Backend::Sqlite,
+        "database.url must name the SQLite database to copy"
+    );
+    anyhow::ensure!(
+        Backend::of_url(to)? == Backend::Postgres,
+        "--to must be a postgres:// URL"
+    );
+    let copied = storage::copy::sqlite_to_postgres(from, to).await?;
+    for (table, rows) in &copied.tables {
+        println!("{table}: {rows} row(s)");
+    }
+    println!(
+        "audit chain OK on PostgreSQL: {} events, the same as in SQLite",
+        copied.events
+    );
+    if let Some(head) = &copied.head {
+        println!("head: {head}");
+    }
+    println!(
+        "copied to {}: set database.url to it and start the service",
+        storage::redact_url(to)
+    );
+    Ok(())
+}
+
+/// `check-config`: refusals fail it, warnings go to stderr, `--online` asks Telegram.
+pub async fn check_config(path: &Path, demo: bool, online: bool) -> anyhow::Result<()> {
+    let c = load_config(path, demo)?;
+    for warning in c.warnings() {
+        eprintln!("warning: {warning}");
+    }
+    println!(
+        "configuration OK: {} route(s), {} agent(s)",
+        c.routes.len(),
+        c.agents.len()
+    );
+    match &c.telegram_mode {
+        crate::config::TelegramMode::Polling => {
+            println!("Telegram updates: long polling");
+        }
+        crate::config::TelegramMode::Webhook(w) => {
+            println!("Telegram updates: webhook at {}", w.url);
+        }
+    }
+    if !online {
+        return Ok(());
+    }
+    let report = cli::check_online(&c).await;
+    for note in &report.notes {
+        println!("{note}");
+    }
+    if report.problems.is_empty() {
+        println!("online checks OK");
+        return Ok(());
+    }
+    let mut text = format!("online checks found {} problem(s):", report.problems.len());
+    for p in &report.problems {
+        text.push_str(&format!("\n  {p}"));
+    }
+    anyhow::bail!(text)
+}
+
+/// An agent's token from the variable `--token-env` names.
+pub fn token_from_env(var: &str) -> anyhow::Result<String> {
+    std::env::var(var).with_context(|| format!("environment variable {var} is not set"))
+}
+
+/// `mcp`: the MCP tools on stdin/stdout (logs go to stderr), against the service at
+/// `--url`.
+pub async fn mcp_stdio(url: &str, token_env: &str) -> anyhow::Result<()> {
+    let token = token_from_env(token_env)?;
+    let base = cli::service_url(url)?;
+    // Every request the tools make returns within a minute (the longest long-poll is
+    // get_decision's 60 s): a service that stops answering is an error, not a hang.
+    let client = crate::client::V1Client::new(
+        &base,
+        token.into(),
+        Some(std::time::Duration::from_secs(90)),
+    )?;
+    crate::mcp::serve_stdio(crate::mcp::Api::Http(client)).await
+}
