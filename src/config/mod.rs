@@ -6,29 +6,48 @@
 //! silently ignored key; [`Config`] is what the service runs on, built by
 //! [`Config::from_settings`] only after every cross-reference has been checked and every
 //! secret has been read from the environment. Secrets never live in files.
+//!
+//! Each section of the file has a module of its own, which holds what the file says
+//! (`…Settings`), what the service runs on, and the checks that turn one into the other,
+//! each naming the key at fault: `server`, `database`, `telegram` (with how updates
+//! arrive), `confirmation`, `webhooks`, `redis_bridge` and `metrics`; `load` reads the
+//! file and the environment. [`Config::from_settings`] calls their checks in turn, then
+//! checks what spans sections.
+
+mod confirmation;
+mod database;
+mod load;
+mod metrics;
+mod redis_bridge;
+mod server;
+mod telegram;
+mod webhooks;
+
+pub use confirmation::{ConfirmationSettings, MAX_TIMEOUT_LIMIT};
+pub use database::{DatabaseSettings, DatabaseUrl};
+pub use load::ENV_OVERRIDE_PREFIX;
+pub use metrics::MetricsSettings;
+pub use redis_bridge::{RedisBridge, RedisBridgeSettings};
+pub use server::{
+    DEFAULT_BODY_READ_TIMEOUT_SECONDS, DEFAULT_HEADER_READ_TIMEOUT_SECONDS,
+    DEFAULT_IDLE_TIMEOUT_SECONDS, DEFAULT_MAX_CONNECTIONS, HttpLimits, MAX_HTTP_TIMEOUT_SECONDS,
+    ServerSettings,
+};
+pub use telegram::{
+    BOT_TOKEN_ENV, DEFAULT_WEBHOOK_PATH, DEFAULT_WEBHOOK_SECRET_ENV, TelegramMode,
+    TelegramModeSetting, TelegramSettings, WebhookMode, bot_id_of_token,
+};
+pub use webhooks::WebhookSettings;
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use figment::Figment;
-use figment::providers::{Env, Format, Toml};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
-
-/// Environment variable that carries the Telegram bot token.
-pub const BOT_TOKEN_ENV: &str = "TELEGRAM_BOT_TOKEN";
-
-/// Prefix of the environment variables that override single keys:
-/// `HITL__SERVER__BIND=0.0.0.0:8080` sets `[server] bind`.
-pub const ENV_OVERRIDE_PREFIX: &str = "HITL__";
-
-/// The largest `confirmation.max_timeout_seconds` accepted.
-pub const MAX_TIMEOUT_LIMIT: f64 = 366.0 * 24.0 * 3600.0;
 
 /// The shortest agent bearer token accepted: a token is the agent's only credential,
 /// and a few characters can be guessed over the network.
@@ -43,19 +62,6 @@ pub const EXAMPLE_CHAT_ID: i64 = -1_001_234_567_890;
 /// The user ids in the shipped example config (approvers, `[people]`,
 /// `[owner_telegram_ids]`).
 pub const EXAMPLE_USER_IDS: [u64; 2] = [11_111_111, 22_222_222];
-
-/// The bot's own user id: the digits before ':' of a well-formed bot token
-/// (`123456789:AA...`). `None` when the token does not have that shape.
-pub fn bot_id_of_token(token: &str) -> Option<u64> {
-    let (id, secret) = token.split_once(':')?;
-    let well_formed = !id.is_empty()
-        && id.bytes().all(|b| b.is_ascii_digit())
-        && !secret.is_empty()
-        && secret
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if well_formed { id.parse().ok() } else { None }
-}
 
 /// The file as written, after environment overrides.
 #[derive(Debug, Clone, Deserialize)]
@@ -84,236 +90,6 @@ pub struct Settings {
     /// `GET /metrics`.
     #[serde(default)]
     pub metrics: MetricsSettings,
-}
-
-/// `[metrics]`: who may read `GET /metrics`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MetricsSettings {
-    /// Variable holding the bearer token `GET /metrics` requires; unset, the endpoint is
-    /// open (bind the service to a private network then).
-    pub token_env: Option<String>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServerSettings {
-    pub bind: String,
-    /// Seconds a new connection has to send the headers of its first request.
-    #[serde(default = "default_header_read_timeout_seconds")]
-    pub header_read_timeout_seconds: f64,
-    /// Seconds a kept-alive connection may wait, after a response, for the headers of
-    /// its next request.
-    #[serde(default = "default_idle_timeout_seconds")]
-    pub idle_timeout_seconds: f64,
-    /// Seconds a request's whole body may take to arrive, from the end of its headers.
-    #[serde(default = "default_body_read_timeout_seconds")]
-    pub body_read_timeout_seconds: f64,
-    /// Most connections open at once (fewer when the open-file limit is lower).
-    #[serde(default = "default_max_connections")]
-    pub max_connections: u32,
-}
-
-/// See [`ServerSettings::header_read_timeout_seconds`]: a client sends its headers in
-/// one go; 10 s is ample even for a phone on a poor network.
-pub const DEFAULT_HEADER_READ_TIMEOUT_SECONDS: f64 = 10.0;
-/// See [`ServerSettings::idle_timeout_seconds`]: longer than the keep-alive of common
-/// HTTP clients' pools, so they rarely reuse a connection the service is closing.
-pub const DEFAULT_IDLE_TIMEOUT_SECONDS: f64 = 60.0;
-/// See [`ServerSettings::body_read_timeout_seconds`]: the largest body (64 KiB) takes
-/// well under a second even on a poor mobile link; 10 s leaves ample room.
-pub const DEFAULT_BODY_READ_TIMEOUT_SECONDS: f64 = 10.0;
-/// See [`ServerSettings::max_connections`]: room for 10,000 blocked agents (benchmark
-/// B3) and more.
-pub const DEFAULT_MAX_CONNECTIONS: u32 = 16_384;
-/// The longest `header_read_timeout_seconds` / `idle_timeout_seconds` /
-/// `body_read_timeout_seconds` accepted.
-pub const MAX_HTTP_TIMEOUT_SECONDS: f64 = 3600.0;
-
-fn default_header_read_timeout_seconds() -> f64 {
-    DEFAULT_HEADER_READ_TIMEOUT_SECONDS
-}
-
-fn default_idle_timeout_seconds() -> f64 {
-    DEFAULT_IDLE_TIMEOUT_SECONDS
-}
-
-fn default_body_read_timeout_seconds() -> f64 {
-    DEFAULT_BODY_READ_TIMEOUT_SECONDS
-}
-
-fn default_max_connections() -> u32 {
-    DEFAULT_MAX_CONNECTIONS
-}
-
-/// The checked `[server]` limits the HTTP server runs with (see `api::serve`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct HttpLimits {
-    pub header_read_timeout: std::time::Duration,
-    pub idle_timeout: std::time::Duration,
-    /// The deadline for a request's whole body, from the end of its headers.
-    pub body_read_timeout: std::time::Duration,
-    /// As configured; the server lowers it to what the open-file limit allows.
-    pub max_connections: usize,
-}
-
-impl HttpLimits {
-    /// Checks the `[server]` limits, naming the key at fault.
-    fn from_settings(s: &ServerSettings) -> Result<HttpLimits, ConfigError> {
-        let seconds = |key: &str, v: f64| {
-            if v.is_finite() && v > 0.0 && v <= MAX_HTTP_TIMEOUT_SECONDS {
-                Ok(std::time::Duration::from_secs_f64(v))
-            } else {
-                Err(invalid(
-                    format!("server.{key}"),
-                    format!(
-                        "must be a number of seconds greater than 0 and at most \
-                         {MAX_HTTP_TIMEOUT_SECONDS}"
-                    ),
-                ))
-            }
-        };
-        if s.max_connections == 0 {
-            return Err(invalid("server.max_connections", "must be at least 1"));
-        }
-        Ok(HttpLimits {
-            header_read_timeout: seconds(
-                "header_read_timeout_seconds",
-                s.header_read_timeout_seconds,
-            )?,
-            idle_timeout: seconds("idle_timeout_seconds", s.idle_timeout_seconds)?,
-            body_read_timeout: seconds("body_read_timeout_seconds", s.body_read_timeout_seconds)?,
-            max_connections: s.max_connections as usize,
-        })
-    }
-}
-
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DatabaseSettings {
-    /// `sqlite://…` or `postgres://user:password@host/database`: may hold a password, so
-    /// `Debug` shows it redacted.
-    pub url: String,
-    /// Several replicas on one PostgreSQL: how long the replica doing the work that must
-    /// happen once (deadlines, posting questions, webhooks, the Redis bridge, polling)
-    /// holds it without renewing; a replica that dies hands it over within this.
-    #[serde(default = "default_lease_seconds")]
-    pub lease_seconds: u64,
-}
-
-/// A few seconds: a dead replica's work waits this long for another; renewing a third
-/// of it costs one statement every couple of seconds.
-fn default_lease_seconds() -> u64 {
-    5
-}
-
-/// The bounds of `database.lease_seconds`: renewed every third, a lease under 2 s renews
-/// more often than a slow database answers; past 5 minutes a dead replica's questions
-/// would miss their deadlines by that much.
-const LEASE_SECONDS: std::ops::RangeInclusive<u64> = 2..=300;
-
-impl std::fmt::Debug for DatabaseSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DatabaseSettings")
-            .field("url", &crate::storage::redact_url(&self.url))
-            .field("lease_seconds", &self.lease_seconds)
-            .finish()
-    }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TelegramSettings {
-    pub api_url: String,
-    pub poll_timeout_seconds: u32,
-    /// How updates arrive: `polling` (the default) or `webhook`.
-    #[serde(default)]
-    pub mode: TelegramModeSetting,
-    /// Webhook mode: the path of the update route on the service's own HTTP server.
-    #[serde(default = "default_webhook_path")]
-    pub webhook_path: String,
-    /// Webhook mode: the public base URL Telegram reaches the service at; the webhook URL
-    /// is this joined with `webhook_path`.
-    #[serde(default)]
-    pub public_url: Option<String>,
-    /// Webhook mode: the variable holding the secret Telegram sends back in
-    /// `X-Telegram-Bot-Api-Secret-Token`.
-    #[serde(default = "default_webhook_secret_env")]
-    pub webhook_secret_env: String,
-}
-
-/// `[telegram] mode` as written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TelegramModeSetting {
-    #[default]
-    Polling,
-    Webhook,
-}
-
-/// Where the webhook route is mounted unless `[telegram] webhook_path` says otherwise.
-pub const DEFAULT_WEBHOOK_PATH: &str = "/telegram/webhook";
-/// The variable holding the webhook secret unless `[telegram] webhook_secret_env` says
-/// otherwise.
-pub const DEFAULT_WEBHOOK_SECRET_ENV: &str = "TELEGRAM_WEBHOOK_SECRET";
-
-fn default_webhook_path() -> String {
-    DEFAULT_WEBHOOK_PATH.to_owned()
-}
-
-fn default_webhook_secret_env() -> String {
-    DEFAULT_WEBHOOK_SECRET_ENV.to_owned()
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ConfirmationSettings {
-    pub default_timeout_seconds: f64,
-    pub max_timeout_seconds: f64,
-    pub default_window_seconds: u64,
-}
-
-/// How webhooks to agents are retried, and how many run at once.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct WebhookSettings {
-    pub timeout_seconds: f64,
-    pub initial_backoff_seconds: f64,
-    pub max_backoff_seconds: f64,
-    pub give_up_after_seconds: f64,
-    /// Seconds to wait for the receiver's connection (TCP and TLS), within
-    /// `timeout_seconds`: short, because a receiver that does not even accept is down,
-    /// and waiting longer only holds one of its agent's slots.
-    pub connect_timeout_seconds: f64,
-    /// Most attempts in flight at once, all agents together.
-    pub max_in_flight: u32,
-    /// Most attempts in flight at once for one agent: a receiver that hangs holds only
-    /// its own agent's slots, never another agent's.
-    pub max_in_flight_per_agent: u32,
-    /// Most attempts in flight at once to one receiving origin (scheme, host and port),
-    /// whichever agents they are for, so a receiver shared by many agents is not hit by
-    /// all of them at once.
-    pub max_in_flight_per_host: u32,
-    /// Most undelivered (queued, not yet delivered nor given up) deliveries one agent may
-    /// have. When an outcome would exceed it, its delivery is dropped instead of queued,
-    /// with a `webhook_dropped` audit event (see the README's "Webhooks").
-    pub max_backlog_per_agent: u32,
-}
-
-impl Default for WebhookSettings {
-    fn default() -> Self {
-        WebhookSettings {
-            timeout_seconds: 10.0,
-            initial_backoff_seconds: 1.0,
-            max_backoff_seconds: 600.0,
-            give_up_after_seconds: 86400.0,
-            connect_timeout_seconds: 3.0,
-            max_in_flight: 32,
-            max_in_flight_per_agent: 2,
-            max_in_flight_per_host: 4,
-            max_backlog_per_agent: 1000,
-        }
-    }
 }
 
 /// The first percent-encoded `/`, `\` or `.` (`%2F`, `%5C`, `%2E`, in any case) in
@@ -589,43 +365,6 @@ fn default_max_long_polls() -> u32 {
     DEFAULT_MAX_LONG_POLLS
 }
 
-/// `[redis_bridge]`: serve AI-Parrot's `CLIDaemonHumanChannel` queues
-/// (`{prefix}:{recipient}:pending|notify|responses`) as if the service were its CLI
-/// companion.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RedisBridgeSettings {
-    #[serde(default)]
-    pub enabled: bool,
-    #[serde(default = "default_redis_url")]
-    pub url: String,
-    /// AI-Parrot's `queue_prefix`.
-    #[serde(default = "default_redis_prefix")]
-    pub prefix: String,
-    /// The `[[agents]]` name the bridge asks as. Use an agent of its own: every answer
-    /// to one of this agent's interactions is pushed back to Redis.
-    pub agent: Option<String>,
-    /// The `[people]` names whose queues the bridge serves (AI-Parrot's recipients).
-    #[serde(default)]
-    pub recipients: Vec<String>,
-    /// A group route (one of the agent's) to ask in instead of each recipient's private
-    /// chat.
-    pub route: Option<String>,
-    /// The confirmation window of the AI-Parrot agents behind the bridge
-    /// (`ConfirmationConfig.window_seconds`): their guard keeps it itself and its
-    /// questions do not say so, so the operator is told from here. 0: none.
-    #[serde(default)]
-    pub agent_window_seconds: u64,
-}
-
-fn default_redis_url() -> String {
-    "redis://127.0.0.1:6379".to_owned()
-}
-
-fn default_redis_prefix() -> String {
-    "hitl:cli_queue".to_owned()
-}
-
 fn default_requests_per_minute() -> u32 {
     120
 }
@@ -648,191 +387,6 @@ fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
         key: key.into(),
         reason: reason.into(),
     }
-}
-
-/// The shipped example configuration (see [`Settings::builtin`]).
-const BUILTIN_CONFIG: &str = include_str!("../config/default.toml");
-
-impl Settings {
-    /// Reads `path`, then applies `HITL__SECTION__KEY` overrides from the process
-    /// environment.
-    pub fn load(path: &Path) -> Result<Settings, ConfigError> {
-        if !path.exists() {
-            return Err(ConfigError::Load(format!(
-                "configuration file {} does not exist",
-                path.display()
-            )));
-        }
-        if path.is_dir() {
-            // What Docker leaves when a bind-mounted file is missing on the host: an
-            // empty directory in its place. Say so, rather than a bare read error.
-            return Err(ConfigError::Load(format!(
-                "configuration file {} is a directory (Docker creates an empty one when \
-                 the file it should mount is missing: create it first, e.g. \
-                 `cp config/default.toml config/local.toml`)",
-                path.display()
-            )));
-        }
-        with_env_overrides(Figment::from(Toml::file_exact(path)))
-    }
-
-    /// The shipped `config/default.toml`, built in: what `--demo` runs on when no
-    /// configuration file is found, so the demo works from any folder.
-    pub fn builtin() -> Result<Settings, ConfigError> {
-        with_env_overrides(Figment::from(Toml::string(BUILTIN_CONFIG)))
-    }
-
-    /// Parses settings from TOML text, without environment overrides (tests, `--demo`).
-    pub fn from_toml(text: &str) -> Result<Settings, ConfigError> {
-        Figment::new()
-            .merge(Toml::string(text))
-            .extract()
-            .map_err(|e| ConfigError::Load(e.to_string()))
-    }
-}
-
-/// The settings `file` holds, with `HITL__SECTION__KEY` variables over them.
-fn with_env_overrides(file: Figment) -> Result<Settings, ConfigError> {
-    let env = IndexedEnv { file: &file };
-    let layered = file.clone().merge(env);
-    layered.extract().map_err(|e| {
-        let mut text = e.to_string();
-        if text.contains("expected a sequence") {
-            text.push_str(LIST_FROM_ENV_HINT);
-        }
-        ConfigError::Load(text)
-    })
-}
-
-/// What a list from the environment looks like, said when one has the wrong shape.
-const LIST_FROM_ENV_HINT: &str = " (a list from the environment is one value in brackets: \
-    HITL__ROUTES__0__APPROVERS='[11111111, 22222222]' changes one key of the file's first \
-    route, and HITL__ROUTES='[{name=\"ops\", chat_id=-1001234567890, approvers=[11111111]}]' \
-    replaces every route)";
-
-/// The `HITL__…` variables as figment's [`Env`] reads them, except that an index into a
-/// list of the file (`HITL__ROUTES__0__APPROVERS`: `routes[0].approvers`) changes that
-/// entry, or appends the next one, instead of replacing the whole list with a map (which
-/// figment would do, and then fail with "found map, expected a sequence").
-struct IndexedEnv<'a> {
-    file: &'a Figment,
-}
-
-impl IndexedEnv<'_> {
-    fn env() -> Env {
-        Env::prefixed(ENV_OVERRIDE_PREFIX).split("__")
-    }
-}
-
-impl figment::Provider for IndexedEnv<'_> {
-    fn metadata(&self) -> figment::Metadata {
-        Self::env().metadata()
-    }
-
-    fn data(
-        &self,
-    ) -> Result<figment::value::Map<figment::Profile, figment::value::Dict>, figment::Error> {
-        let mut data = Self::env().data()?;
-        let file = self.file.data()?;
-        let nothing = figment::value::Dict::new();
-        for (profile, dict) in data.iter_mut() {
-            let base = file.get(profile).unwrap_or(&nothing);
-            let mut path = Vec::new();
-            indexed_into_lists(dict, base, &mut path).map_err(figment::Error::from)?;
-        }
-        Ok(data)
-    }
-}
-
-/// Turns each map of `env` that indexes a list of `base` into that list with the
-/// indexed entries changed (deeply, key by key) or appended; `path` is where `env` is,
-/// for the error that names a bad index.
-fn indexed_into_lists(
-    env: &mut figment::value::Dict,
-    base: &figment::value::Dict,
-    path: &mut Vec<String>,
-) -> Result<(), String> {
-    use figment::value::Value;
-    for (key, value) in env.iter_mut() {
-        path.push(key.clone());
-        let replacement = match (&mut *value, base.get(key)) {
-            (Value::Dict(_, over), Some(Value::Array(tag, list))) => {
-                let mut list = list.clone();
-                let mut indexed: Vec<(usize, Value)> = Vec::new();
-                for (index, v) in std::mem::take(over) {
-                    let i = index.parse::<usize>().map_err(|_| {
-                        format!(
-                            "{}__{}__…: '{}' is a list, so the next part of the variable's \
-                             name is an index (0 for the first entry), not '{index}'",
-                            env_var_name(path),
-                            index.to_ascii_uppercase(),
-                            path.join(".")
-                        )
-                    })?;
-                    indexed.push((i, v));
-                }
-                indexed.sort_by_key(|(i, _)| *i);
-                for (i, mut v) in indexed {
-                    path.push(i.to_string());
-                    if i < list.len() {
-                        if let (Value::Dict(_, over), Value::Dict(_, entry)) = (&mut v, &list[i]) {
-                            indexed_into_lists(over, entry, path)?;
-                        }
-                        list[i] = merged(list[i].clone(), v);
-                    } else if i == list.len() {
-                        list.push(v);
-                    } else {
-                        let n = list.len();
-                        return Err(format!(
-                            "{}__…: '{}' has {n} {}, so index {i} leaves a gap: the next new \
-                             entry is index {n}",
-                            env_var_name(path),
-                            path[..path.len() - 1].join("."),
-                            if n == 1 { "entry" } else { "entries" },
-                        ));
-                    }
-                    path.pop();
-                }
-                Some(Value::Array(*tag, list))
-            }
-            (Value::Dict(_, over), Some(Value::Dict(_, inner))) => {
-                indexed_into_lists(over, inner, path)?;
-                None
-            }
-            _ => None,
-        };
-        if let Some(list) = replacement {
-            *value = list;
-        }
-        path.pop();
-    }
-    Ok(())
-}
-
-/// `over` laid on `base`: maps key by key, anything else replaced.
-fn merged(base: figment::value::Value, over: figment::value::Value) -> figment::value::Value {
-    use figment::value::Value;
-    match (base, over) {
-        (Value::Dict(tag, mut base), Value::Dict(_, over)) => {
-            for (k, v) in over {
-                let v = match base.remove(&k) {
-                    Some(b) => merged(b, v),
-                    None => v,
-                };
-                base.insert(k, v);
-            }
-            Value::Dict(tag, base)
-        }
-        (_, over) => over,
-    }
-}
-
-/// `HITL__ROUTES__0__APPROVERS` for the path `routes.0.approvers`.
-fn env_var_name(path: &[String]) -> String {
-    format!(
-        "{ENV_OVERRIDE_PREFIX}{}",
-        path.join("__").to_ascii_uppercase()
-    )
 }
 
 /// A named Telegram destination and who may decide there.
@@ -925,206 +479,6 @@ impl std::fmt::Debug for Agent {
     }
 }
 
-/// The checked `[redis_bridge]` section, present only when enabled.
-#[derive(Clone)]
-pub struct RedisBridge {
-    /// May hold a password: never shown (see the `Debug` impl).
-    pub url: SecretString,
-    pub prefix: String,
-    /// An agent of [`Config::agents`].
-    pub agent: String,
-    /// Each one a `[people]` name, without duplicates.
-    pub recipients: Vec<String>,
-    /// One of the agent's routes.
-    pub route: Option<String>,
-    /// What an approval lets through in the agents' own guard (disclosed, not enforced).
-    pub agent_window_seconds: u64,
-}
-
-impl std::fmt::Debug for RedisBridge {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisBridge")
-            .field("url", &"[redacted]")
-            .field("prefix", &self.prefix)
-            .field("agent", &self.agent)
-            .field("recipients", &self.recipients)
-            .field("route", &self.route)
-            .field("agent_window_seconds", &self.agent_window_seconds)
-            .finish()
-    }
-}
-
-/// How Telegram updates reach the service.
-#[derive(Debug, Clone)]
-pub enum TelegramMode {
-    /// The service long-polls `getUpdates`.
-    Polling,
-    /// Telegram POSTs updates to the service's own HTTP server.
-    Webhook(WebhookMode),
-}
-
-/// The checked webhook settings.
-#[derive(Debug, Clone)]
-pub struct WebhookMode {
-    /// The route's path on the service's server; starts with `/`, names no API route.
-    pub path: String,
-    /// The URL given to `setWebhook`: `public_url` joined with `path`.
-    pub url: reqwest::Url,
-    /// What Telegram must send in `X-Telegram-Bot-Api-Secret-Token`: 1 to 256 of
-    /// `A-Za-z0-9_-`. `SecretString`'s `Debug` does not show it.
-    pub secret: SecretString,
-}
-
-/// Paths the agents' API (and the operational routes) use; the webhook route may not
-/// shadow them. `/metrics` is included for the Prometheus endpoint.
-const RESERVED_PATHS: &[&str] = &["/healthz", "/openapi.json", "/metrics", "/mcp"];
-
-/// Checks `[telegram] mode` and, in webhook mode, the keys it needs.
-fn telegram_mode(
-    t: &TelegramSettings,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<TelegramMode, ConfigError> {
-    let path = &t.webhook_path;
-    let path_ok = path.len() > 1
-        && path.starts_with('/')
-        && !path.contains("//")
-        && path
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"/-._~".contains(&b));
-    if !path_ok {
-        return Err(invalid(
-            "telegram.webhook_path",
-            format!(
-                "'{path}' is not a path like /telegram/webhook (a leading /, then letters, \
-                 digits and - . _ ~ /)"
-            ),
-        ));
-    }
-    let trimmed = path.trim_end_matches('/');
-    if RESERVED_PATHS.contains(&trimmed)
-        || trimmed == "/v1"
-        || trimmed.starts_with("/v1/")
-        || trimmed.starts_with("/mcp/")
-    {
-        return Err(invalid(
-            "telegram.webhook_path",
-            format!(
-                "'{path}' collides with the service's API routes (/v1/..., /mcp, /healthz, ...)"
-            ),
-        ));
-    }
-    if t.mode == TelegramModeSetting::Polling {
-        return Ok(TelegramMode::Polling);
-    }
-
-    let raw = t.public_url.as_deref().ok_or_else(|| {
-        invalid(
-            "telegram.public_url",
-            "is required in webhook mode: the https URL Telegram reaches this service at",
-        )
-    })?;
-    let public = reqwest::Url::parse(raw)
-        .ok()
-        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some())
-        .ok_or_else(|| {
-            invalid(
-                "telegram.public_url",
-                format!("'{raw}' is not an https URL"),
-            )
-        })?;
-    if !public.username().is_empty()
-        || public.password().is_some()
-        || public.query().is_some()
-        || public.fragment().is_some()
-    {
-        return Err(invalid(
-            "telegram.public_url",
-            "must be a plain base URL, without user, password, query or fragment",
-        ));
-    }
-    let loopback = public.host_str().is_some_and(|h| {
-        h.eq_ignore_ascii_case("localhost")
-            || h.trim_start_matches('[')
-                .trim_end_matches(']')
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback())
-    });
-    // Telegram calls webhooks over https only; plain http is accepted for a loopback
-    // host so a local Bot API server or the test fake can reach the route.
-    if public.scheme() != "https" && !loopback {
-        return Err(invalid(
-            "telegram.public_url",
-            format!("'{raw}' must be https (http is accepted for loopback hosts only)"),
-        ));
-    }
-    // Telegram refuses any other port in setWebhook; saying so here beats a retry loop.
-    if !loopback && !matches!(public.port_or_known_default(), Some(443 | 80 | 88 | 8443)) {
-        return Err(invalid(
-            "telegram.public_url",
-            "Telegram only calls webhooks on ports 443, 80, 88 or 8443",
-        ));
-    }
-    let joined = format!("{}{path}", public.as_str().trim_end_matches('/'));
-    let url = reqwest::Url::parse(&joined).map_err(|e| {
-        invalid(
-            "telegram.public_url",
-            format!("joined with webhook_path it is not a URL ({e})"),
-        )
-    })?;
-
-    let var = &t.webhook_secret_env;
-    let secret = env(var).ok_or_else(|| {
-        invalid(
-            "telegram.webhook_secret_env",
-            format!("environment variable {var} (the Telegram webhook secret) is not set"),
-        )
-    })?;
-    // Telegram's rule for secret_token; anything else setWebhook would refuse.
-    let secret_ok = (1..=256).contains(&secret.len())
-        && secret
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if !secret_ok {
-        return Err(invalid(
-            "telegram.webhook_secret_env",
-            format!(
-                "environment variable {var} must hold 1 to 256 characters of A-Z, a-z, 0-9, _ \
-                 and - (Telegram's rule for the webhook secret)"
-            ),
-        ));
-    }
-    Ok(TelegramMode::Webhook(WebhookMode {
-        path: path.clone(),
-        url,
-        secret: SecretString::from(secret),
-    }))
-}
-
-/// `database.url`, checked: a `sqlite:` or `postgres://` URL. It may hold a password,
-/// so `Debug` shows it redacted; [`DatabaseUrl::as_str`] is the URL itself.
-#[derive(Clone, PartialEq, Eq)]
-pub struct DatabaseUrl(String);
-
-impl DatabaseUrl {
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::ops::Deref for DatabaseUrl {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for DatabaseUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DatabaseUrl({:?})", crate::storage::redact_url(&self.0))
-    }
-}
-
 /// The validated configuration the service runs on.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -1167,77 +521,6 @@ impl std::fmt::Debug for TokenDigest {
     }
 }
 
-/// Checks an enabled `[redis_bridge]` against the agents and people.
-fn redis_bridge(
-    b: RedisBridgeSettings,
-    agents: &[Arc<Agent>],
-    people: &HashMap<String, u64>,
-) -> Result<RedisBridge, ConfigError> {
-    if let Err(e) = redis::Client::open(b.url.as_str()) {
-        // Redis's reason names no part of the URL, which may carry a password.
-        return Err(invalid(
-            "redis_bridge.url",
-            format!("is not a Redis URL like redis://127.0.0.1:6379 ({e})"),
-        ));
-    }
-    if b.prefix.is_empty() {
-        return Err(invalid(
-            "redis_bridge.prefix",
-            "must not be empty (AI-Parrot's default is hitl:cli_queue)",
-        ));
-    }
-    let agent_name = b.agent.ok_or_else(|| {
-        invalid(
-            "redis_bridge.agent",
-            "is required: the name of the [[agents]] entry the bridge asks as (give it an agent of its own)",
-        )
-    })?;
-    let Some(agent) = agents.iter().find(|a| a.name == agent_name) else {
-        return Err(invalid(
-            "redis_bridge.agent",
-            format!("'{agent_name}' is not one of the [[agents]]"),
-        ));
-    };
-    if b.recipients.is_empty() {
-        return Err(invalid(
-            "redis_bridge.recipients",
-            "must name at least one person from [people] whose queue the bridge serves",
-        ));
-    }
-    let mut seen = HashSet::new();
-    for (i, r) in b.recipients.iter().enumerate() {
-        let key = format!("redis_bridge.recipients[{i}]");
-        if !people.contains_key(r) {
-            return Err(invalid(key, format!("'{r}' is not in [people]")));
-        }
-        if r.starts_with("_hitl") {
-            return Err(invalid(
-                key,
-                "names starting with _hitl are reserved for the bridge's own keys",
-            ));
-        }
-        if !seen.insert(r.as_str()) {
-            return Err(invalid(key, format!("'{r}' is listed twice")));
-        }
-    }
-    if let Some(route) = &b.route
-        && !agent.routes.contains(route)
-    {
-        return Err(invalid(
-            "redis_bridge.route",
-            format!("'{route}' is not one of agent '{agent_name}' routes"),
-        ));
-    }
-    Ok(RedisBridge {
-        url: SecretString::from(b.url),
-        prefix: b.prefix,
-        agent: agent_name,
-        recipients: b.recipients,
-        route: b.route,
-        agent_window_seconds: b.agent_window_seconds,
-    })
-}
-
 /// SHA-256 of a bearer token, the only form in which tokens are kept.
 pub fn token_digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
@@ -1246,95 +529,24 @@ pub fn token_digest(token: &str) -> [u8; 32] {
 impl Config {
     /// Checks every cross-reference and reads the secrets through `env` (the process
     /// environment in production, a map in tests).
+    /// Checks every section and what spans sections, and reads the secrets through `env`
+    /// (the process environment in production, a map in tests).
+    ///
+    /// The sections are checked in a fixed order, so a configuration with several faults
+    /// is always refused for the same one; a section that names another's entries
+    /// (agents name routes; the Redis bridge an agent, people and a route) is checked
+    /// after it, against what its check produced.
     pub fn from_settings(
         s: Settings,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
-        if s.server.bind.parse::<std::net::SocketAddr>().is_err() {
-            return Err(invalid(
-                "server.bind",
-                format!("'{}' is not an address like 127.0.0.1:8080", s.server.bind),
-            ));
-        }
-        match crate::storage::Backend::of_url(&s.database.url) {
-            Err(_) => {
-                return Err(invalid(
-                    "database.url",
-                    "must be a sqlite: URL (for example sqlite://data/hitl.db) or a postgres:// \
-                     (or postgresql://) URL (for example postgres://hitl:PASSWORD@db.internal/hitl)",
-                ));
-            }
-            Ok(crate::storage::Backend::Postgres) => {
-                if let Err(e) = crate::storage::refuse_unknown_params(&s.database.url) {
-                    let why = e.to_string();
-                    let why = why.trim_start_matches("database.url: ");
-                    return Err(invalid("database.url", why));
-                }
-            }
-            Ok(crate::storage::Backend::Sqlite) => {}
-        }
-        if !LEASE_SECONDS.contains(&s.database.lease_seconds) {
-            return Err(invalid(
-                "database.lease_seconds",
-                format!(
-                    "{} is out of range: use {} to {} seconds",
-                    s.database.lease_seconds,
-                    LEASE_SECONDS.start(),
-                    LEASE_SECONDS.end()
-                ),
-            ));
-        }
-        let telegram_api_url = reqwest::Url::parse(&s.telegram.api_url)
-            .ok()
-            .filter(|u| matches!(u.scheme(), "http" | "https") && !u.cannot_be_a_base())
-            .ok_or_else(|| {
-                invalid(
-                    "telegram.api_url",
-                    format!("'{}' is not an http(s) URL", s.telegram.api_url),
-                )
-            })?;
-        // teloxide's HTTP client gives up after 17 s; a longer long-poll would always fail.
-        if !(1..=15).contains(&s.telegram.poll_timeout_seconds) {
-            return Err(invalid(
-                "telegram.poll_timeout_seconds",
-                "must be between 1 and 15",
-            ));
-        }
+        s.server.check_bind()?;
+        let (database_url, lease) = s.database.checked()?;
+        let telegram_api_url = s.telegram.checked_api_url()?;
         let http = HttpLimits::from_settings(&s.server)?;
-        let telegram_mode = telegram_mode(&s.telegram, env)?;
-        let c = &s.confirmation;
-        if !(c.max_timeout_seconds.is_finite() && c.max_timeout_seconds > 0.0) {
-            return Err(invalid(
-                "confirmation.max_timeout_seconds",
-                "must be a number greater than 0",
-            ));
-        }
-        // A deadline is stored as epoch milliseconds; a year is far beyond any human wait
-        // and keeps every deadline arithmetic far from overflow.
-        if c.max_timeout_seconds > MAX_TIMEOUT_LIMIT {
-            return Err(invalid(
-                "confirmation.max_timeout_seconds",
-                format!("must be at most {MAX_TIMEOUT_LIMIT} (366 days)"),
-            ));
-        }
-        if !(c.default_timeout_seconds.is_finite()
-            && c.default_timeout_seconds > 0.0
-            && c.default_timeout_seconds <= c.max_timeout_seconds)
-        {
-            return Err(invalid(
-                "confirmation.default_timeout_seconds",
-                "must be greater than 0 and at most confirmation.max_timeout_seconds",
-            ));
-        }
-
-        let bot_token = env(BOT_TOKEN_ENV)
-            .filter(|t| !t.trim().is_empty())
-            .ok_or_else(|| {
-                invalid(
-                    BOT_TOKEN_ENV,
-                    "the environment variable with the Telegram bot token is not set",
-                )
-            })?;
+        let telegram_mode = telegram::telegram_mode(&s.telegram, env)?;
+        s.confirmation.check()?;
+        let bot_token = telegram::bot_token(env)?;
 
         let bot_id = bot_id_of_token(bot_token.trim());
 
@@ -1693,78 +905,36 @@ impl Config {
                 max_long_polls: a.max_long_polls,
             }));
         }
-        let w = &s.webhooks;
-        for (name, v) in [
-            ("webhooks.timeout_seconds", w.timeout_seconds),
-            (
-                "webhooks.initial_backoff_seconds",
-                w.initial_backoff_seconds,
-            ),
-            ("webhooks.max_backoff_seconds", w.max_backoff_seconds),
-            ("webhooks.give_up_after_seconds", w.give_up_after_seconds),
-            (
-                "webhooks.connect_timeout_seconds",
-                w.connect_timeout_seconds,
-            ),
-        ] {
-            if !(v.is_finite() && v > 0.0 && v <= MAX_TIMEOUT_LIMIT) {
-                return Err(invalid(name, "must be a number of seconds greater than 0"));
-            }
-        }
-        for (name, v) in [
-            ("webhooks.max_in_flight", w.max_in_flight),
-            (
-                "webhooks.max_in_flight_per_agent",
-                w.max_in_flight_per_agent,
-            ),
-            ("webhooks.max_in_flight_per_host", w.max_in_flight_per_host),
-            ("webhooks.max_backlog_per_agent", w.max_backlog_per_agent),
-        ] {
-            if v == 0 {
-                return Err(invalid(name, "must be at least 1"));
-            }
-        }
+        s.webhooks.check()?;
         if agents.is_empty() {
             return Err(invalid("agents", "at least one agent must be configured"));
         }
         let redis_bridge = match s.redis_bridge {
-            Some(b) if b.enabled => Some(redis_bridge(b, &agents, &s.people)?),
+            Some(b) if b.enabled => Some(b.checked(&agents, &s.people)?),
             _ => None,
         };
-        let metrics_token = match &s.metrics.token_env {
-            Some(var) => {
-                let token = env(var).filter(|t| !t.trim().is_empty()).ok_or_else(|| {
-                    invalid(
-                        "metrics.token_env",
-                        format!(
-                            "environment variable {var} (the token of GET /metrics) is not set"
-                        ),
-                    )
-                })?;
-                let digest = token_digest(token.trim());
-                // An agent's token would then also read the metrics, and the reverse.
-                if agents.iter().any(|a| a.token_sha256 == digest) {
-                    return Err(invalid(
-                        "metrics.token_env",
-                        "the metrics token must differ from every agent's token",
-                    ));
-                }
-                Some(TokenDigest(digest))
-            }
-            None => None,
-        };
+        let metrics_token = s.metrics.token(env)?;
+        // An agent's token would then also read the metrics, and the reverse.
+        if let Some(TokenDigest(digest)) = &metrics_token
+            && agents.iter().any(|a| a.token_sha256 == *digest)
+        {
+            return Err(invalid(
+                "metrics.token_env",
+                "the metrics token must differ from every agent's token",
+            ));
+        }
 
         Ok(Config {
             bind: s.server.bind,
-            database_url: DatabaseUrl(s.database.url),
-            lease: Duration::from_secs(s.database.lease_seconds),
+            database_url,
+            lease,
             telegram_api_url,
             poll_timeout_seconds: s.telegram.poll_timeout_seconds,
             telegram_mode,
-            bot_token: SecretString::from(bot_token.trim().to_owned()),
-            default_timeout_seconds: c.default_timeout_seconds,
-            max_timeout_seconds: c.max_timeout_seconds,
-            default_window_seconds: c.default_window_seconds,
+            bot_token: SecretString::from(bot_token),
+            default_timeout_seconds: s.confirmation.default_timeout_seconds,
+            max_timeout_seconds: s.confirmation.max_timeout_seconds,
+            default_window_seconds: s.confirmation.default_window_seconds,
             webhooks: s.webhooks,
             owner_telegram_ids: s.owner_telegram_ids,
             people: s.people,
@@ -1904,11 +1074,13 @@ impl Config {
     }
 }
 
+/// What the sections' unit tests share: a small valid configuration, and the
+/// environment that holds its secrets.
 #[cfg(test)]
-mod tests {
-    use super::*;
+mod testing {
+    use super::{BOT_TOKEN_ENV, Config, Settings};
 
-    const BASE: &str = r#"
+    pub(super) const BASE: &str = r#"
 [server]
 bind = "127.0.0.1:8080"
 [database]
@@ -1930,7 +1102,7 @@ token_env = "AGENT_TOKEN"
 routes = ["ops"]
 "#;
 
-    fn env(k: &str) -> Option<String> {
+    pub(super) fn env(k: &str) -> Option<String> {
         match k {
             BOT_TOKEN_ENV => Some("123:abc".into()),
             "AGENT_TOKEN" => Some("agent-secret-0123456789".into()),
@@ -1938,10 +1110,16 @@ routes = ["ops"]
         }
     }
 
-    fn err_of(toml: &str) -> String {
+    pub(super) fn err_of(toml: &str) -> String {
         let s = Settings::from_toml(toml).expect("parses");
         Config::from_settings(s, &env).unwrap_err().to_string()
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{BASE, env, err_of};
+    use super::*;
 
     #[test]
     fn a_valid_config_is_accepted_and_the_single_route_is_the_default() {
@@ -1970,21 +1148,6 @@ routes = ["ops"]
             e.contains("MISSING_TOKEN") && e.contains("agents[0].token_env"),
             "{e}"
         );
-    }
-
-    #[test]
-    fn a_missing_bot_token_is_refused() {
-        let s = Settings::from_toml(BASE).unwrap();
-        let e = Config::from_settings(s, &|_| None).unwrap_err().to_string();
-        assert!(e.contains(BOT_TOKEN_ENV), "{e}");
-    }
-
-    #[test]
-    fn an_unknown_key_in_the_file_is_refused() {
-        let e = Settings::from_toml(&BASE.replace("[server]", "[server]\nbnd = 1"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("bnd"), "{e}");
     }
 
     #[test]
@@ -2172,115 +1335,6 @@ routes = ["ops"]
     }
 
     #[test]
-    fn webhook_concurrency_and_backlog_bounds_must_be_at_least_one() {
-        for key in [
-            "max_in_flight",
-            "max_in_flight_per_agent",
-            "max_in_flight_per_host",
-            "max_backlog_per_agent",
-        ] {
-            let e = err_of(&format!("{BASE}\n[webhooks]\n{key} = 0\n"));
-            assert!(
-                e.contains(&format!("webhooks.{key}: must be at least 1")),
-                "{e}"
-            );
-        }
-        let e = err_of(&format!(
-            "{BASE}\n[webhooks]\nconnect_timeout_seconds = 0\n"
-        ));
-        assert!(e.contains("webhooks.connect_timeout_seconds"), "{e}");
-    }
-
-    fn with_bridge(section: &str) -> String {
-        format!("{BASE}\n[people]\nalice = 1\nbob = 2\n\n[redis_bridge]\n{section}\n")
-    }
-
-    #[test]
-    fn an_enabled_redis_bridge_gets_the_defaults_and_hides_its_url() {
-        let toml = with_bridge(
-            "enabled = true\nagent = \"bot\"\nrecipients = [\"alice\", \"bob\"]\nurl = \"redis://:pw-secret@127.0.0.1:6379\"",
-        );
-        let c = Config::from_settings(Settings::from_toml(&toml).unwrap(), &env).unwrap();
-        let b = c.redis_bridge.as_ref().expect("enabled");
-        assert_eq!(b.prefix, "hitl:cli_queue");
-        assert_eq!(b.agent, "bot");
-        assert_eq!(b.recipients, ["alice", "bob"]);
-        assert_eq!(b.route, None);
-        assert!(!format!("{c:?}").contains("pw-secret"));
-        let s = Settings::from_toml(&with_bridge("agent = \"bot\"")).unwrap();
-        assert_eq!(
-            s.redis_bridge.as_ref().map(|b| b.url.as_str()),
-            Some("redis://127.0.0.1:6379")
-        );
-        let c = Config::from_settings(s, &env).unwrap();
-        assert!(c.redis_bridge.is_none(), "disabled unless enabled = true");
-    }
-
-    #[test]
-    fn more_time_on_the_bridges_route_is_warned_about() {
-        let toml = with_bridge(
-            "enabled = true\nagent = \"bot\"\nrecipients = [\"alice\"]\nroute = \"ops\"",
-        );
-        let quiet = Config::from_settings(Settings::from_toml(&toml).unwrap(), &env).unwrap();
-        assert!(
-            !quiet
-                .warnings()
-                .iter()
-                .any(|w| w.contains("extend_minutes"))
-        );
-        let toml = toml.replace(
-            "approvers = [1, 2]\n",
-            "approvers = [1, 2]\nextend_minutes = 5\n",
-        );
-        let c = Config::from_settings(Settings::from_toml(&toml).unwrap(), &env).unwrap();
-        assert!(
-            c.warnings()
-                .iter()
-                .any(|w| w.contains("route 'ops' offers more time") && w.contains("redis_bridge")),
-            "{:?}",
-            c.warnings()
-        );
-    }
-
-    #[test]
-    fn a_redis_bridge_must_name_a_known_agent_people_and_an_allowed_route() {
-        let e = err_of(&with_bridge("enabled = true\nrecipients = [\"alice\"]"));
-        assert!(e.contains("redis_bridge.agent"), "{e}");
-        let e = err_of(&with_bridge(
-            "enabled = true\nagent = \"nobody\"\nrecipients = [\"alice\"]",
-        ));
-        assert!(
-            e.contains("redis_bridge.agent") && e.contains("nobody"),
-            "{e}"
-        );
-        let e = err_of(&with_bridge("enabled = true\nagent = \"bot\""));
-        assert!(e.contains("redis_bridge.recipients"), "{e}");
-        let e = err_of(&with_bridge(
-            "enabled = true\nagent = \"bot\"\nrecipients = [\"alice\", \"carol\"]",
-        ));
-        assert!(
-            e.contains("redis_bridge.recipients[1]") && e.contains("carol"),
-            "{e}"
-        );
-        let e = err_of(&with_bridge(
-            "enabled = true\nagent = \"bot\"\nrecipients = [\"alice\", \"alice\"]",
-        ));
-        assert!(e.contains("redis_bridge.recipients[1]"), "{e}");
-        let e = err_of(&with_bridge(
-            "enabled = true\nagent = \"bot\"\nrecipients = [\"alice\"]\nroute = \"elsewhere\"",
-        ));
-        assert!(e.contains("redis_bridge.route"), "{e}");
-        let e = err_of(&with_bridge(
-            "enabled = true\nagent = \"bot\"\nrecipients = [\"alice\"]\nurl = \"http://x\"",
-        ));
-        assert!(e.contains("redis_bridge.url"), "{e}");
-        let e = err_of(&with_bridge(
-            "enabled = true\nagent = \"bot\"\nrecipients = [\"alice\"]\nprefix = \"\"",
-        ));
-        assert!(e.contains("redis_bridge.prefix"), "{e}");
-    }
-
-    #[test]
     fn the_debug_output_of_a_config_shows_no_secret() {
         let c = Config::from_settings(Settings::from_toml(BASE).unwrap(), &env).unwrap();
         let dbg = format!("{c:?}");
@@ -2288,69 +1342,6 @@ routes = ["ops"]
             !dbg.contains("123:abc") && !dbg.contains("agent-secret"),
             "{dbg}"
         );
-    }
-
-    #[test]
-    fn a_postgres_url_is_accepted_other_schemes_are_refused_and_no_password_prints() {
-        let with_url = |url: &str| BASE.replace("sqlite://data/hitl.db", url);
-        for url in [
-            "postgres://hitl:pg-secret@db.internal:5432/hitl",
-            "postgresql://hitl:pg-secret@db.internal/hitl?sslmode=require",
-        ] {
-            let settings = Settings::from_toml(&with_url(url)).unwrap();
-            assert!(!format!("{settings:?}").contains("pg-secret"));
-            let c = Config::from_settings(settings, &env).unwrap();
-            assert_eq!(c.database_url.as_str(), url);
-            let dbg = format!("{c:?}");
-            assert!(
-                !dbg.contains("pg-secret") && dbg.contains("db.internal"),
-                "{dbg}"
-            );
-        }
-        for url in ["mysql://u:p@h/db", "data/hitl.db", "postgres:hitl"] {
-            let e = err_of(&with_url(url));
-            assert!(e.contains("database.url"), "{e}");
-            assert!(!e.contains("u:p"), "{e}");
-        }
-        // A parameter the driver would ignore (and log with its value) is refused by name.
-        let e = err_of(&with_url("postgres://hitl@db/hitl?sslpassword=pg-secret"));
-        assert!(
-            e.contains("database.url") && e.contains("'sslpassword'"),
-            "{e}"
-        );
-        assert!(!e.contains("pg-secret"), "{e}");
-    }
-
-    #[test]
-    fn without_a_metrics_token_anyone_may_scrape_and_with_one_only_its_holder() {
-        let open = Config::from_settings(Settings::from_toml(BASE).unwrap(), &env).unwrap();
-        assert!(open.metrics_token_accepted(None));
-        assert!(open.metrics_token_accepted(Some("anything")));
-
-        let toml = format!("{BASE}\n[metrics]\ntoken_env = \"METRICS\"\n");
-        let env = |k: &str| match k {
-            "METRICS" => Some(" scrape-secret ".into()),
-            other => env(other),
-        };
-        let closed = Config::from_settings(Settings::from_toml(&toml).unwrap(), &env).unwrap();
-        assert!(closed.metrics_token_accepted(Some("scrape-secret")));
-        assert!(!closed.metrics_token_accepted(None));
-        assert!(!closed.metrics_token_accepted(Some("agent-secret-0123456789")));
-        let dbg = format!("{closed:?}");
-        assert!(dbg.contains("TokenDigest([redacted])"), "{dbg}");
-        let digest = format!("{:?}", token_digest("scrape-secret"));
-        assert!(!dbg.contains(&digest[1..digest.len() - 1]), "{dbg}");
-    }
-
-    #[test]
-    fn a_metrics_token_must_be_set_and_differ_from_the_agents_tokens() {
-        let unset = err_of(&format!("{BASE}\n[metrics]\ntoken_env = \"NOPE\"\n"));
-        assert!(
-            unset.contains("metrics.token_env") && unset.contains("NOPE"),
-            "{unset}"
-        );
-        let shared = err_of(&format!("{BASE}\n[metrics]\ntoken_env = \"AGENT_TOKEN\"\n"));
-        assert!(shared.contains("must differ"), "{shared}");
     }
 
     #[test]
@@ -2445,16 +1436,6 @@ routes = ["ops"]
     }
 
     #[test]
-    fn the_bot_id_is_the_digits_before_the_colon_of_a_well_formed_token() {
-        assert_eq!(bot_id_of_token("123456789:AAH-x_9"), Some(123_456_789));
-        for bad in [
-            "x", "123456", ":abc", "12a:abc", "123:", "123:a b", "123:a:b",
-        ] {
-            assert_eq!(bot_id_of_token(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
     fn short_agent_tokens_the_bot_token_approver_0_and_the_bot_as_approver_are_refused() {
         let with_env = |token: &'static str, toml: &str| {
             let env = move |k: &str| match k {
@@ -2528,66 +1509,5 @@ routes = ["ops"]
             w[0].contains("is the placeholder from .env.example"),
             "{w:?}"
         );
-    }
-
-    #[test]
-    fn the_http_limits_and_the_agents_caps_have_defaults_and_refuse_nonsense() {
-        let c = Config::from_settings(Settings::from_toml(BASE).unwrap(), &env).unwrap();
-        assert_eq!(
-            c.http,
-            HttpLimits {
-                header_read_timeout: std::time::Duration::from_secs(10),
-                idle_timeout: std::time::Duration::from_secs(60),
-                body_read_timeout: std::time::Duration::from_secs(10),
-                max_connections: 16_384,
-            }
-        );
-        assert_eq!(c.agents[0].max_streams, DEFAULT_MAX_STREAMS);
-        assert_eq!(c.agents[0].max_long_polls, DEFAULT_MAX_LONG_POLLS);
-
-        let server = |line: &str| BASE.replace("[server]\n", &format!("[server]\n{line}\n"));
-        let c = Config::from_settings(
-            Settings::from_toml(&server("header_read_timeout_seconds = 0.5")).unwrap(),
-            &env,
-        )
-        .unwrap();
-        assert_eq!(
-            c.http.header_read_timeout,
-            std::time::Duration::from_millis(500)
-        );
-        for (line, key) in [
-            (
-                "header_read_timeout_seconds = 0",
-                "server.header_read_timeout_seconds",
-            ),
-            (
-                "header_read_timeout_seconds = -1",
-                "server.header_read_timeout_seconds",
-            ),
-            ("idle_timeout_seconds = 3601", "server.idle_timeout_seconds"),
-            (
-                "body_read_timeout_seconds = 0",
-                "server.body_read_timeout_seconds",
-            ),
-            (
-                "body_read_timeout_seconds = nan",
-                "server.body_read_timeout_seconds",
-            ),
-            (
-                "body_read_timeout_seconds = 3601",
-                "server.body_read_timeout_seconds",
-            ),
-            ("max_connections = 0", "server.max_connections"),
-        ] {
-            let e = err_of(&server(line));
-            assert!(e.contains(key), "{line}: {e}");
-        }
-        for key in ["max_streams", "max_long_polls"] {
-            let e = err_of(&BASE.replace(
-                r#"routes = ["ops"]"#,
-                &format!("routes = [\"ops\"]\n{key} = 0"),
-            ));
-            assert!(e.contains(&format!("agents[0].{key}")), "{e}");
-        }
     }
 }
