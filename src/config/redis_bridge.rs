@@ -7,7 +7,7 @@ use std::sync::Arc;
 use secrecy::SecretString;
 use serde::Deserialize;
 
-use super::Agent;
+use super::agents::Agent;
 use super::{ConfigError, invalid};
 
 /// `[redis_bridge]`: serve AI-Parrot's `CLIDaemonHumanChannel` queues
