@@ -32,7 +32,8 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     // `layers` is this test, compiled for tests only.
-    ("app", &["app", "layers", "program"]),
+    ("app", &["app", "layers"]),
+    ("program", &["program"]),
 ];
 
 /// Where a module may name another of its own layer, as `lib.rs` states with the reason:

@@ -11,7 +11,7 @@
 //! module of its own layer but itself (`a <- b` reads "`a` is imported by `b`"):
 //!
 //! ```text
-//! domain <- storage <- support <- service <- adapters <- app
+//! domain <- storage <- support <- service <- adapters <- app <- program
 //!
 //! support:  client, config, metrics, scheduler, telemetry
 //! adapters: api, telegram, mcp, claude_hook, redis_bridge, cli, webhooks, audit_head
@@ -43,8 +43,8 @@
 //!     `/mcp` checks an agent's bearer token as the API does (`api::extract`);
 //!   - [`webhooks`] sends the record as the API returns it (`api::record`), one
 //!     serialisation for both, so a webhook and a `GET` never differ.
-//! - [`app`] wires it all, and [`program`] holds what each command of the binary does;
-//!   `main.rs` (a crate of its own) parses arguments and calls them.
+//! - [`app`] wires it all; above it, [`program`] holds what each command of the binary
+//!   does, and `main.rs` (a crate of its own) parses arguments and calls it.
 //!
 //! A unit test (`src/layers.rs`) holds this: it reads every file under `src/` and names,
 //! by file and line, each `crate::` path, `use crate::{…}` group member and `super::`

@@ -1,7 +1,7 @@
 //! What each command of the `hitl-telegram` binary does, from its parsed arguments:
 //! `main.rs` parses the command line and calls one of these. They wire the library
-//! together (configuration, storage, the application), so this module sits at the top
-//! with `app`; the agent-side commands' own logic is in `cli` (`ask`), `claude_hook`
+//! together (configuration, storage, the application), so this module is the top
+//! layer, above `app`; the agent-side commands' own logic is in `cli` (`ask`), `claude_hook`
 //! and `mcp`.
 
 use std::path::Path;
@@ -15,7 +15,7 @@ use crate::config::{Config, Settings};
 use crate::domain::audit;
 use crate::storage::{self, ConnectMode, Store};
 use crate::telegram::adopt::{self, Adopted};
-use crate::{Application, app};
+use crate::app::{self, Application};
 
 /// The settings `path` holds; for the demo, the built-in defaults when there is no file.
 fn load_settings(path: &Path, demo: bool) -> anyhow::Result<Settings> {

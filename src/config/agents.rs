@@ -1,0 +1,484 @@
+//! `[[agents]]`: who may call the API, with which token, on which routes, where its
+//! webhooks may go, and how much of the service it may hold at once.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use secrecy::SecretString;
+use serde::Deserialize;
+
+use super::callbacks::{callback_path_refusal, encoded_separator, link_local_refusal};
+use super::routes::Route;
+use super::{BOT_TOKEN_ENV, ConfigError, EXAMPLE_SECRET_PREFIX, invalid, token_digest};
+
+/// The shortest agent bearer token accepted: a token is the agent's only credential,
+/// and a few characters can be guessed over the network.
+pub const MIN_AGENT_TOKEN_CHARS: usize = 16;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSettings {
+    pub name: String,
+    pub token_env: String,
+    #[serde(default)]
+    pub routes: Vec<String>,
+    pub default_route: Option<String>,
+    /// Variable holding the secret that signs this agent's webhooks.
+    pub webhook_secret_env: Option<String>,
+    /// `callback_url`s this agent may use must start with one of these.
+    #[serde(default)]
+    pub callback_url_prefixes: Vec<String>,
+    /// Lets `callback_url_prefixes` name link-local and cloud metadata addresses
+    /// ([`link_local_refusal`]), which are refused without it.
+    #[serde(default)]
+    pub allow_link_local_callbacks: bool,
+    /// Most `POST /v1/confirmations` per minute (a burst of this many, then a steady
+    /// rate); more get 429 with `Retry-After`.
+    #[serde(default = "default_requests_per_minute")]
+    pub requests_per_minute: u32,
+    /// Most requests pending at once; more get 429.
+    #[serde(default = "default_max_pending")]
+    pub max_pending: u32,
+    /// Most `GET /v1/events` streams open at once; more get 429 with `Retry-After`.
+    #[serde(default = "default_max_streams")]
+    pub max_streams: u32,
+    /// Most long-polls (`GET /v1/confirmations/{id}?wait=N`,
+    /// `GET /v1/interactions/{id}?wait=N`) waiting at once; more get 429 with
+    /// `Retry-After`.
+    #[serde(default = "default_max_long_polls")]
+    pub max_long_polls: u32,
+}
+
+/// See [`AgentSettings::max_streams`]: one stream per agent process is the usual use;
+/// eight leaves room for replicas and a reconnect overlapping its old stream.
+pub const DEFAULT_MAX_STREAMS: u32 = 8;
+/// See [`AgentSettings::max_long_polls`]: one long-poll per pending request at the
+/// default `max_pending`.
+pub const DEFAULT_MAX_LONG_POLLS: u32 = 100;
+
+fn default_max_streams() -> u32 {
+    DEFAULT_MAX_STREAMS
+}
+
+fn default_max_long_polls() -> u32 {
+    DEFAULT_MAX_LONG_POLLS
+}
+
+fn default_requests_per_minute() -> u32 {
+    120
+}
+
+fn default_max_pending() -> u32 {
+    100
+}
+
+/// One agent allowed to call the API. Only the SHA-256 of its token is kept, so the token
+/// itself cannot leak from memory dumps, `Debug` output or logs.
+#[derive(Clone)]
+pub struct Agent {
+    pub name: String,
+    pub token_sha256: [u8; 32],
+    pub routes: HashSet<String>,
+    pub default_route: String,
+    /// Signs webhooks; present whenever `callback_url_prefixes` is not empty.
+    pub webhook_secret: Option<SecretString>,
+    pub callback_url_prefixes: Vec<reqwest::Url>,
+    pub requests_per_minute: u32,
+    pub max_pending: u32,
+    /// Most event streams open at once.
+    pub max_streams: u32,
+    /// Most long-polls waiting at once.
+    pub max_long_polls: u32,
+}
+
+impl Agent {
+    /// Whether `url` lies under one of the agent's allowed prefixes: same scheme, host
+    /// and port, and a path under the prefix's path at a `/` boundary, so the prefix
+    /// `https://a.example/hooks` admits neither `https://a.example.evil.net/...` nor
+    /// `https://a.example/hooks-evil`.
+    pub fn allows_callback(&self, url: &reqwest::Url) -> bool {
+        if !url.username().is_empty() || url.password().is_some() {
+            return false;
+        }
+        if encoded_separator(url.path()).is_some() {
+            return false;
+        }
+        self.callback_url_prefixes.iter().any(|p| {
+            p.scheme() == url.scheme()
+                && p.host_str() == url.host_str()
+                && p.port_or_known_default() == url.port_or_known_default()
+                && {
+                    let base = p.path();
+                    let path = url.path();
+                    base.ends_with('/') && path.starts_with(base)
+                        || path == base
+                        || path.starts_with(&format!("{base}/"))
+                }
+        })
+    }
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("name", &self.name)
+            .field("routes", &self.routes)
+            .field("default_route", &self.default_route)
+            .field(
+                "callback_url_prefixes",
+                &self
+                    .callback_url_prefixes
+                    .iter()
+                    .map(|u| u.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// Checks `[[agents]]` in order, against the routes and the bot token (`bot_token`,
+/// trimmed), reading each agent's secrets through `env`.
+pub(super) fn check_all(
+    settings: Vec<AgentSettings>,
+    routes: &HashMap<String, Arc<Route>>,
+    bot_token: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<Arc<Agent>>, ConfigError> {
+    let mut agents: Vec<Arc<Agent>> = Vec::new();
+    for (i, a) in settings.into_iter().enumerate() {
+        let key = format!("agents[{i}]");
+        let agent = a.checked(&key, &agents, routes, bot_token, env)?;
+        agents.push(Arc::new(agent));
+    }
+    Ok(agents)
+}
+
+impl AgentSettings {
+    /// Checks one agent, `key` saying where it is (`agents[0]`): `others` are the agents
+    /// before it, whose names and tokens it may not share.
+    fn checked(
+        self,
+        key: &str,
+        others: &[Arc<Agent>],
+        routes: &HashMap<String, Arc<Route>>,
+        bot_token: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Agent, ConfigError> {
+        if self.name.trim().is_empty() {
+            return Err(invalid(format!("{key}.name"), "must not be empty"));
+        }
+        if others.iter().any(|other| other.name == self.name) {
+            return Err(invalid(
+                format!("{key}.name"),
+                format!("agent '{}' is defined twice", self.name),
+            ));
+        }
+        if self.routes.is_empty() {
+            return Err(invalid(
+                format!("{key}.routes"),
+                format!("agent '{}' has no routes", self.name),
+            ));
+        }
+        for r in &self.routes {
+            if !routes.contains_key(r) {
+                return Err(invalid(
+                    format!("{key}.routes"),
+                    format!("agent '{}' names unknown route '{r}'", self.name),
+                ));
+            }
+        }
+        let default_route = self.default_route(key)?;
+        let token_sha256 = self.token_sha256(key, others, bot_token, env)?;
+        if self.requests_per_minute == 0 {
+            return Err(invalid(
+                format!("{key}.requests_per_minute"),
+                "must be at least 1",
+            ));
+        }
+        if self.max_pending == 0 {
+            return Err(invalid(format!("{key}.max_pending"), "must be at least 1"));
+        }
+        if self.max_streams == 0 {
+            return Err(invalid(format!("{key}.max_streams"), "must be at least 1"));
+        }
+        if self.max_long_polls == 0 {
+            return Err(invalid(
+                format!("{key}.max_long_polls"),
+                "must be at least 1",
+            ));
+        }
+        let callback_url_prefixes = self.callback_url_prefixes(key)?;
+        let webhook_secret = self.webhook_secret(key, !callback_url_prefixes.is_empty(), env)?;
+        Ok(Agent {
+            name: self.name,
+            token_sha256,
+            routes: self.routes.into_iter().collect(),
+            default_route,
+            webhook_secret,
+            callback_url_prefixes,
+            requests_per_minute: self.requests_per_minute,
+            max_pending: self.max_pending,
+            max_streams: self.max_streams,
+            max_long_polls: self.max_long_polls,
+        })
+    }
+
+    /// `default_route`: one of the agent's routes, which may go unsaid when it has one.
+    fn default_route(&self, key: &str) -> Result<String, ConfigError> {
+        match &self.default_route {
+            Some(d) if self.routes.contains(d) => Ok(d.clone()),
+            Some(d) => Err(invalid(
+                format!("{key}.default_route"),
+                format!("'{d}' is not one of agent '{}' routes", self.name),
+            )),
+            None if self.routes.len() == 1 => Ok(self.routes[0].clone()),
+            None => Err(invalid(
+                format!("{key}.default_route"),
+                format!("agent '{}' has several routes: name the default", self.name),
+            )),
+        }
+    }
+
+    /// The SHA-256 of the agent's token, read through `env` from `token_env`: long
+    /// enough, neither the bot token nor the example's placeholder, and no other agent's.
+    fn token_sha256(
+        &self,
+        key: &str,
+        others: &[Arc<Agent>],
+        bot_token: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<[u8; 32], ConfigError> {
+        let token = env(&self.token_env)
+            .filter(|t| !t.trim().is_empty())
+            .ok_or_else(|| {
+                invalid(
+                    format!("{key}.token_env"),
+                    format!(
+                        "environment variable {} (the token of agent '{}') is not set",
+                        self.token_env, self.name
+                    ),
+                )
+            })?;
+        let token = token.trim();
+        // Checked first: the bot token is refused for what it is, whatever its length.
+        if token == bot_token {
+            return Err(invalid(
+                format!("{key}.token_env"),
+                format!(
+                    "the token of agent '{}' (in {}) is the bot token ({BOT_TOKEN_ENV}): give the agent a token of its own",
+                    self.name, self.token_env
+                ),
+            ));
+        }
+        if token.chars().count() < MIN_AGENT_TOKEN_CHARS {
+            return Err(invalid(
+                format!("{key}.token_env"),
+                format!(
+                    "the token of agent '{}' (in {}) is {} long; use at least {MIN_AGENT_TOKEN_CHARS} characters (e.g. from `openssl rand -hex 32`)",
+                    self.name,
+                    self.token_env,
+                    match token.chars().count() {
+                        1 => "1 character".to_owned(),
+                        n => format!("{n} characters"),
+                    }
+                ),
+            ));
+        }
+        // The example's placeholder is public: anyone who read .env.example could
+        // use it. Refuse it whatever its length.
+        if token.starts_with(EXAMPLE_SECRET_PREFIX) {
+            return Err(invalid(
+                format!("{key}.token_env"),
+                format!(
+                    "the token of agent '{}' (in {}) is the placeholder from .env.example; set a random one (e.g. from `openssl rand -hex 32`)",
+                    self.name, self.token_env
+                ),
+            ));
+        }
+        let token_sha256 = token_digest(token);
+        if others
+            .iter()
+            .any(|other| other.token_sha256 == token_sha256)
+        {
+            return Err(invalid(
+                format!("{key}.token_env"),
+                format!(
+                    "agent '{}' has the same token as another agent: tokens must identify one agent",
+                    self.name
+                ),
+            ));
+        }
+        Ok(token_sha256)
+    }
+
+    /// `callback_url_prefixes`, parsed: http(s) URLs whose path holds no encoded
+    /// separator and whose host is not link-local unless the agent opts in.
+    fn callback_url_prefixes(&self, key: &str) -> Result<Vec<reqwest::Url>, ConfigError> {
+        let mut callback_url_prefixes = Vec::new();
+        for p in &self.callback_url_prefixes {
+            let url = reqwest::Url::parse(p)
+                .ok()
+                .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some())
+                .ok_or_else(|| {
+                    invalid(
+                        format!("{key}.callback_url_prefixes"),
+                        format!("'{p}' is not an http(s) URL"),
+                    )
+                })?;
+            if let Some(reason) = callback_path_refusal(p, &url) {
+                return Err(invalid(
+                    format!("{key}.callback_url_prefixes"),
+                    format!("'{p}' {reason}"),
+                ));
+            }
+            if !self.allow_link_local_callbacks
+                && let Some(what) = link_local_refusal(&url)
+            {
+                return Err(invalid(
+                    format!("{key}.callback_url_prefixes"),
+                    format!(
+                        "'{p}' reaches {what}, where a webhook could read the machine's \
+                         credentials; if this agent's receiver really lives there, set \
+                         {key}.allow_link_local_callbacks = true"
+                    ),
+                ));
+            }
+            callback_url_prefixes.push(url);
+        }
+        Ok(callback_url_prefixes)
+    }
+
+    /// The secret that signs the agent's webhooks, read through `env` from
+    /// `webhook_secret_env`: required when the agent allows callback URLs.
+    fn webhook_secret(
+        &self,
+        key: &str,
+        allows_callbacks: bool,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Option<SecretString>, ConfigError> {
+        Ok(match &self.webhook_secret_env {
+            Some(var) => Some(
+                env(var)
+                    .filter(|t| !t.trim().is_empty())
+                    .map(|t| SecretString::from(t.trim().to_owned()))
+                    .ok_or_else(|| {
+                        invalid(
+                            format!("{key}.webhook_secret_env"),
+                            format!(
+                                "environment variable {var} (the webhook secret of agent '{}') is not set",
+                                self.name
+                            ),
+                        )
+                    })?,
+            ),
+            None if allows_callbacks => {
+                return Err(invalid(
+                    format!("{key}.webhook_secret_env"),
+                    format!(
+                        "agent '{}' allows callback URLs, so it needs a webhook secret",
+                        self.name
+                    ),
+                ));
+            }
+            None => None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::testing::{BASE, env, err_of};
+    use crate::config::{Config, Settings};
+
+    #[test]
+    fn an_agent_naming_an_unknown_route_is_refused_naming_the_key() {
+        let e = err_of(&BASE.replace(r#"routes = ["ops"]"#, r#"routes = ["nope"]"#));
+        assert!(e.contains("agents[0].routes") && e.contains("nope"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_agent_token_variable_is_refused_naming_it() {
+        let e = err_of(&BASE.replace("AGENT_TOKEN", "MISSING_TOKEN"));
+        assert!(
+            e.contains("MISSING_TOKEN") && e.contains("agents[0].token_env"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn callback_prefixes_match_only_at_origin_and_path_boundaries() {
+        let toml = BASE.replace(
+            r#"routes = ["ops"]"#,
+            "routes = [\"ops\"]\nwebhook_secret_env = \"HOOK\"\ncallback_url_prefixes = [\"https://a.example/hooks\"]",
+        );
+        let env = |k: &str| {
+            if k == "HOOK" {
+                Some("s".to_owned())
+            } else {
+                env(k)
+            }
+        };
+        let c = Config::from_settings(Settings::from_toml(&toml).unwrap(), &env).unwrap();
+        let a = &c.agents[0];
+        let ok = |u: &str| a.allows_callback(&reqwest::Url::parse(u).unwrap());
+        assert!(ok("https://a.example/hooks"));
+        assert!(ok("https://a.example/hooks/x?y=1"));
+        assert!(ok("https://a.example:443/hooks/x"));
+        assert!(!ok("https://a.example/hooks-evil"));
+        assert!(!ok("https://a.example.evil.net/hooks/x"));
+        assert!(!ok("http://a.example/hooks/x"));
+        assert!(!ok("https://a.example:8443/hooks/x"));
+        assert!(!ok("https://user:pw@a.example/hooks/x"));
+    }
+
+    #[test]
+    fn callback_prefixes_without_a_webhook_secret_are_refused() {
+        let toml = BASE.replace(
+            r#"routes = ["ops"]"#,
+            "routes = [\"ops\"]\ncallback_url_prefixes = [\"https://a.example/\"]",
+        );
+        let e = err_of(&toml);
+        assert!(e.contains("agents[0].webhook_secret_env"), "{e}");
+    }
+
+    #[test]
+    fn short_agent_tokens_the_bot_token_approver_0_and_the_bot_as_approver_are_refused() {
+        let with_env = |token: &'static str, toml: &str| {
+            let env = move |k: &str| match k {
+                "AGENT_TOKEN" => Some(token.to_owned()),
+                other => env(other),
+            };
+            Config::from_settings(Settings::from_toml(toml).unwrap(), &env)
+                .map(|_| ())
+                .unwrap_err()
+                .to_string()
+        };
+        let e = with_env("fifteen-chars-x", BASE);
+        assert!(
+            e.contains("agents[0].token_env")
+                && e.contains("15 characters")
+                && !e.contains("fifteen"),
+            "{e}"
+        );
+        let e = with_env("123:abc", BASE);
+        assert!(
+            e.contains("agents[0].token_env") && e.contains("is the bot token"),
+            "{e}"
+        );
+        let e = with_env("replace-with-a-long-random-string", BASE);
+        assert!(
+            e.contains("agents[0].token_env") && e.contains("placeholder from .env.example"),
+            "{e}"
+        );
+        let e = err_of(&BASE.replace("approvers = [1, 2]", "approvers = [1, 0]"));
+        assert!(
+            e.contains("routes[0].approvers: 0 is not a Telegram user id"),
+            "{e}"
+        );
+        let e = err_of(&BASE.replace("approvers = [1, 2]", "approvers = [1, 123]"));
+        assert!(
+            e.contains("routes[0].approvers: 123 is the bot itself"),
+            "{e}"
+        );
+    }
+}

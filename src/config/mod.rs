@@ -1,0 +1,456 @@
+//! Settings: the TOML file, environment overrides, and the checks that turn them into a
+//! [`Config`] the service can trust.
+//!
+//! Two layers, on purpose: [`Settings`] is what the file (plus `HITL__SECTION__KEY`
+//! environment overrides) says, deserialised strictly so a typo is an error rather than a
+//! silently ignored key; [`Config`] is what the service runs on, built by
+//! [`Config::from_settings`] only after every cross-reference has been checked and every
+//! secret has been read from the environment. Secrets never live in files.
+//!
+//! Each section of the file has a module of its own, which holds what the file says
+//! (`…Settings`), what the service runs on, and the checks that turn one into the other,
+//! each naming the key at fault: `server`, `database`, `telegram` (with how updates
+//! arrive), `confirmation`, `routes` (with `when`, the reminder and escalation points),
+//! `agents` (with `callbacks`, where their webhooks may go), `webhooks`, `redis_bridge`
+//! and `metrics`; `load` reads the file and the environment. [`Config::from_settings`]
+//! calls their checks in turn, then checks what spans sections.
+
+mod agents;
+mod callbacks;
+mod confirmation;
+mod database;
+mod load;
+mod metrics;
+mod redis_bridge;
+mod routes;
+mod server;
+mod telegram;
+mod webhooks;
+mod when;
+
+pub use agents::{
+    Agent, AgentSettings, DEFAULT_MAX_LONG_POLLS, DEFAULT_MAX_STREAMS, MIN_AGENT_TOKEN_CHARS,
+};
+pub use callbacks::{callback_path_refusal, encoded_separator, link_local_refusal};
+pub use confirmation::{ConfirmationSettings, MAX_TIMEOUT_LIMIT};
+pub use database::{DatabaseSettings, DatabaseUrl};
+pub use load::ENV_OVERRIDE_PREFIX;
+pub use metrics::MetricsSettings;
+pub use redis_bridge::{RedisBridge, RedisBridgeSettings};
+pub use routes::{
+    DEFAULT_MAX_EXTENSIONS, DEFAULT_MAX_WINDOW_SECONDS, Escalation, MAX_REMINDERS, Route,
+    RouteSettings,
+};
+pub use server::{
+    DEFAULT_BODY_READ_TIMEOUT_SECONDS, DEFAULT_HEADER_READ_TIMEOUT_SECONDS,
+    DEFAULT_IDLE_TIMEOUT_SECONDS, DEFAULT_MAX_CONNECTIONS, HttpLimits, MAX_HTTP_TIMEOUT_SECONDS,
+    ServerSettings,
+};
+pub use telegram::{
+    BOT_TOKEN_ENV, DEFAULT_WEBHOOK_PATH, DEFAULT_WEBHOOK_SECRET_ENV, TelegramMode,
+    TelegramModeSetting, TelegramSettings, WebhookMode, bot_id_of_token,
+};
+pub use webhooks::WebhookSettings;
+pub use when::{When, WhenSetting};
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+/// How `.env.example`'s placeholder secrets begin (`replace-with-a-long-random-string`,
+/// the bot token's `123456789:replace-me`).
+const EXAMPLE_SECRET_PREFIX: &str = "replace-";
+
+/// The group chat id in the shipped example config (`config/default.toml`): a
+/// configuration still holding it has not been filled in yet.
+pub const EXAMPLE_CHAT_ID: i64 = -1_001_234_567_890;
+/// The user ids in the shipped example config (approvers, `[people]`,
+/// `[owner_telegram_ids]`).
+pub const EXAMPLE_USER_IDS: [u64; 2] = [11_111_111, 22_222_222];
+
+/// The file as written, after environment overrides.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub server: ServerSettings,
+    pub database: DatabaseSettings,
+    pub telegram: TelegramSettings,
+    pub confirmation: ConfirmationSettings,
+    #[serde(default)]
+    pub webhooks: WebhookSettings,
+    /// Maps agents' `owner_id` values to Telegram user ids, for `forbid_self_approval`.
+    #[serde(default)]
+    pub owner_telegram_ids: HashMap<String, u64>,
+    /// People by name, with their Telegram user ids: interaction recipients and
+    /// `target_humans` name them (`alice = 11111111`).
+    #[serde(default)]
+    pub people: HashMap<String, u64>,
+    #[serde(default)]
+    pub routes: Vec<RouteSettings>,
+    #[serde(default)]
+    pub agents: Vec<AgentSettings>,
+    /// AI-Parrot's `CLIDaemonHumanChannel` Redis queues, served as a channel.
+    #[serde(default)]
+    pub redis_bridge: Option<RedisBridgeSettings>,
+    /// `GET /metrics`.
+    #[serde(default)]
+    pub metrics: MetricsSettings,
+}
+
+/// Why a configuration was refused. Each message names the key at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read configuration: {0}")]
+    Load(String),
+    #[error("invalid configuration: {key}: {reason}")]
+    Invalid { key: String, reason: String },
+}
+
+fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        reason: reason.into(),
+    }
+}
+
+/// The validated configuration the service runs on.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub bind: String,
+    pub database_url: DatabaseUrl,
+    /// `database.lease_seconds`: how long the leader's lease lasts unrenewed.
+    pub lease: Duration,
+    pub telegram_api_url: reqwest::Url,
+    pub poll_timeout_seconds: u32,
+    /// Long polling or the webhook route.
+    pub telegram_mode: TelegramMode,
+    pub bot_token: SecretString,
+    pub default_timeout_seconds: f64,
+    pub max_timeout_seconds: f64,
+    pub default_window_seconds: u64,
+    pub webhooks: WebhookSettings,
+    pub owner_telegram_ids: HashMap<String, u64>,
+    pub people: HashMap<String, u64>,
+    pub routes: HashMap<String, Arc<Route>>,
+    pub agents: Vec<Arc<Agent>>,
+    pub redis_bridge: Option<RedisBridge>,
+    /// The bearer token `GET /metrics` requires, if it requires one.
+    pub metrics_token: Option<TokenDigest>,
+    /// `[server]`: timeouts and the connection limit of the HTTP server.
+    pub http: HttpLimits,
+    /// Running as `serve --demo` (one route, the approver's private chat): what the bot
+    /// answers to `/start` speaks of the demo rather than of `[[routes]]` in a file the
+    /// demo does not read. Set by the caller; `false` from [`Config::from_settings`].
+    pub demo: bool,
+}
+
+/// A bearer token's SHA-256, the form it is checked in. Never printed: a digest of a
+/// weak token can be brute-forced.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TokenDigest(pub [u8; 32]);
+
+impl std::fmt::Debug for TokenDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenDigest([redacted])")
+    }
+}
+
+/// SHA-256 of a bearer token, the only form in which tokens are kept.
+pub fn token_digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+impl Config {
+    /// Checks every section and what spans sections, and reads the secrets through `env`
+    /// (the process environment in production, a map in tests).
+    ///
+    /// The sections are checked in a fixed order, so a configuration with several faults
+    /// is always refused for the same one; a section that names another's entries
+    /// (agents name routes; the Redis bridge an agent, people and a route) is checked
+    /// after it, against what its check produced.
+    pub fn from_settings(
+        s: Settings,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        s.server.check_bind()?;
+        let (database_url, lease) = s.database.checked()?;
+        let telegram_api_url = s.telegram.checked_api_url()?;
+        let http = HttpLimits::from_settings(&s.server)?;
+        let telegram_mode = telegram::telegram_mode(&s.telegram, env)?;
+        s.confirmation.check()?;
+        let bot_token = telegram::bot_token(env)?;
+        let routes = routes::check_all(s.routes, bot_id_of_token(&bot_token))?;
+        let agents = agents::check_all(s.agents, &routes, &bot_token, env)?;
+        s.webhooks.check()?;
+        if agents.is_empty() {
+            return Err(invalid("agents", "at least one agent must be configured"));
+        }
+        let redis_bridge = match s.redis_bridge {
+            Some(b) if b.enabled => Some(b.checked(&agents, &s.people)?),
+            _ => None,
+        };
+        let metrics_token = s.metrics.token(env)?;
+        // An agent's token would then also read the metrics, and the reverse.
+        if let Some(TokenDigest(digest)) = &metrics_token
+            && agents.iter().any(|a| a.token_sha256 == *digest)
+        {
+            return Err(invalid(
+                "metrics.token_env",
+                "the metrics token must differ from every agent's token",
+            ));
+        }
+
+        Ok(Config {
+            bind: s.server.bind,
+            database_url,
+            lease,
+            telegram_api_url,
+            poll_timeout_seconds: s.telegram.poll_timeout_seconds,
+            telegram_mode,
+            bot_token: SecretString::from(bot_token),
+            default_timeout_seconds: s.confirmation.default_timeout_seconds,
+            max_timeout_seconds: s.confirmation.max_timeout_seconds,
+            default_window_seconds: s.confirmation.default_window_seconds,
+            webhooks: s.webhooks,
+            owner_telegram_ids: s.owner_telegram_ids,
+            people: s.people,
+            routes,
+            agents,
+            redis_bridge,
+            metrics_token,
+            http,
+            demo: false,
+        })
+    }
+
+    /// What is accepted but likely wrong: the example's placeholder ids, a bot token
+    /// not shaped like `digits:secret`, an open `GET /metrics` on a non-loopback
+    /// address. `check-config` prints these and `serve` logs them; neither refuses.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let mut routes: Vec<&Arc<Route>> = self.routes.values().collect();
+        routes.sort_by(|a, b| a.name.cmp(&b.name));
+        for r in routes {
+            if r.chat_id == EXAMPLE_CHAT_ID {
+                warnings.push(format!(
+                    "route '{}': chat_id {EXAMPLE_CHAT_ID} is the example's placeholder; put your group's id there (add the bot to the group and send /start@<bot username> there: the bot answers with the group's chat_id)",
+                    r.name
+                ));
+            }
+            let mut placeholders: Vec<u64> = EXAMPLE_USER_IDS
+                .into_iter()
+                .filter(|id| r.approvers.contains(id))
+                .collect();
+            placeholders.sort_unstable();
+            if !placeholders.is_empty() {
+                warnings.push(format!(
+                    "route '{}': approvers {placeholders:?} are the example's placeholder ids; put your operators' Telegram user ids there",
+                    r.name
+                ));
+            }
+        }
+        if let Some(bridge) = &self.redis_bridge
+            && let Some(route) = bridge.route.as_deref().and_then(|r| self.route(r))
+            && route.extend_by.is_some()
+        {
+            warnings.push(format!(
+                "route '{}' offers more time (extend_minutes) and [redis_bridge] asks there: AI-Parrot agents behind the bridge keep their own timer (the queue protocol cannot move it), so they still give up at the first deadline",
+                route.name
+            ));
+        }
+        let mut named: Vec<(&str, &String, &u64)> = self
+            .people
+            .iter()
+            .map(|(k, v)| ("people", k, v))
+            .chain(
+                self.owner_telegram_ids
+                    .iter()
+                    .map(|(k, v)| ("owner_telegram_ids", k, v)),
+            )
+            .filter(|(_, _, id)| EXAMPLE_USER_IDS.contains(id))
+            .collect();
+        named.sort();
+        for (section, name, id) in named {
+            warnings.push(format!(
+                "[{section}] {name} = {id} is the example's placeholder id"
+            ));
+        }
+        if self
+            .bot_token()
+            .split_once(':')
+            .is_some_and(|(_, secret)| secret.starts_with(EXAMPLE_SECRET_PREFIX))
+        {
+            warnings.push(format!(
+                "{BOT_TOKEN_ENV} is the placeholder from .env.example; put the token @BotFather gave you there"
+            ));
+        } else if bot_id_of_token(self.bot_token()).is_none() {
+            warnings.push(format!(
+                "{BOT_TOKEN_ENV} does not look like a bot token (digits:secret, as @BotFather gives it)"
+            ));
+        }
+        let loopback = self
+            .bind
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|a| a.ip().is_loopback());
+        if !loopback && self.metrics_token.is_none() {
+            warnings.push(format!(
+                "server.bind {} is not a loopback address and [metrics] token_env is unset: anyone who can reach it may read GET /metrics (under docker compose the port is published on 127.0.0.1 only, which is fine unless you publish it wider)",
+                self.bind
+            ));
+        }
+        warnings
+    }
+
+    /// Reads everything from the process environment.
+    pub fn from_settings_and_process_env(s: Settings) -> Result<Config, ConfigError> {
+        Config::from_settings(s, &|k| std::env::var(k).ok())
+    }
+
+    /// Whether `token` may read `GET /metrics`: any token when none is configured.
+    /// Compared as digests in constant time, like the agents' tokens.
+    pub fn metrics_token_accepted(&self, token: Option<&str>) -> bool {
+        use subtle::ConstantTimeEq;
+        match (&self.metrics_token, token) {
+            (None, _) => true,
+            (Some(expected), Some(token)) => bool::from(expected.0.ct_eq(&token_digest(token))),
+            (Some(_), None) => false,
+        }
+    }
+
+    /// The agent a bearer token belongs to. Every candidate is compared in constant time,
+    /// so response timing says nothing about how close a guess was.
+    pub fn agent_for_token(&self, token: &str) -> Option<Arc<Agent>> {
+        use subtle::ConstantTimeEq;
+        let digest = token_digest(token);
+        let mut found = None;
+        for agent in &self.agents {
+            if bool::from(agent.token_sha256.ct_eq(&digest)) {
+                found = Some(agent.clone());
+            }
+        }
+        found
+    }
+
+    /// The Telegram user an agent's `owner_id` stands for, if the config maps it.
+    pub fn owner_telegram_id(&self, owner_id: &str) -> Option<u64> {
+        self.owner_telegram_ids.get(owner_id).copied()
+    }
+
+    /// The Telegram user id of a person named in `[people]`.
+    pub fn person(&self, name: &str) -> Option<u64> {
+        self.people.get(name).copied()
+    }
+
+    pub fn route(&self, name: &str) -> Option<&Arc<Route>> {
+        self.routes.get(name)
+    }
+
+    pub fn bot_token(&self) -> &str {
+        self.bot_token.expose_secret()
+    }
+}
+
+/// What the sections' unit tests share: a small valid configuration, and the
+/// environment that holds its secrets.
+#[cfg(test)]
+mod testing {
+    use super::{BOT_TOKEN_ENV, Config, Settings};
+
+    pub(super) const BASE: &str = r#"
+[server]
+bind = "127.0.0.1:8080"
+[database]
+url = "sqlite://data/hitl.db"
+[telegram]
+api_url = "https://api.telegram.org"
+poll_timeout_seconds = 10
+[confirmation]
+default_timeout_seconds = 120
+max_timeout_seconds = 86400
+default_window_seconds = 0
+[[routes]]
+name = "ops"
+chat_id = -100123
+approvers = [1, 2]
+[[agents]]
+name = "bot"
+token_env = "AGENT_TOKEN"
+routes = ["ops"]
+"#;
+
+    pub(super) fn env(k: &str) -> Option<String> {
+        match k {
+            BOT_TOKEN_ENV => Some("123:abc".into()),
+            "AGENT_TOKEN" => Some("agent-secret-0123456789".into()),
+            _ => None,
+        }
+    }
+
+    pub(super) fn err_of(toml: &str) -> String {
+        let s = Settings::from_toml(toml).expect("parses");
+        Config::from_settings(s, &env).unwrap_err().to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{BASE, env};
+    use super::*;
+
+    #[test]
+    fn a_valid_config_is_accepted_and_the_single_route_is_the_default() {
+        let c = Config::from_settings(Settings::from_toml(BASE).unwrap(), &env).unwrap();
+        assert_eq!(c.agents[0].default_route, "ops");
+        assert!(c.agent_for_token("agent-secret-0123456789").is_some());
+        assert!(c.agent_for_token("agent-secreT").is_none());
+    }
+
+    #[test]
+    fn the_debug_output_of_a_config_shows_no_secret() {
+        let c = Config::from_settings(Settings::from_toml(BASE).unwrap(), &env).unwrap();
+        let dbg = format!("{c:?}");
+        assert!(
+            !dbg.contains("123:abc") && !dbg.contains("agent-secret"),
+            "{dbg}"
+        );
+    }
+
+    #[test]
+    fn placeholders_an_odd_bot_token_and_open_metrics_off_loopback_are_warned_about() {
+        let c = Config::from_settings(Settings::from_toml(BASE).unwrap(), &env).unwrap();
+        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+        let toml = BASE
+            .replace("chat_id = -100123", "chat_id = -1001234567890")
+            .replace("approvers = [1, 2]", "approvers = [11111111, 2]")
+            .replace("127.0.0.1:8080", "0.0.0.0:8080");
+        let env = |k: &str| match k {
+            BOT_TOKEN_ENV => Some("x".into()),
+            other => env(other),
+        };
+        let w = Config::from_settings(Settings::from_toml(&toml).unwrap(), &env)
+            .unwrap()
+            .warnings();
+        assert_eq!(w.len(), 4, "{w:?}");
+        assert!(w[0].contains("chat_id -1001234567890 is the example's placeholder"));
+        assert!(w[1].contains("approvers [11111111] are the example's placeholder"));
+        assert!(w[2].contains("does not look like a bot token"));
+        assert!(w[3].contains("server.bind 0.0.0.0:8080 is not a loopback address"));
+
+        let env = |k: &str| match k {
+            BOT_TOKEN_ENV => Some("123456789:replace-me".into()),
+            other => env(other),
+        };
+        let w = Config::from_settings(Settings::from_toml(BASE).unwrap(), &env)
+            .unwrap()
+            .warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("is the placeholder from .env.example"),
+            "{w:?}"
+        );
+    }
+}
