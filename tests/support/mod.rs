@@ -1,4 +1,4 @@
-//! Test support shared by the integration test binaries: the fake Telegram Bot API and
+//! Test support shared by the integration test executables: the fake Telegram Bot API and
 //! the real service spawned against it.
 
 pub mod app;

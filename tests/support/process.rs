@@ -1,6 +1,6 @@
 //! The real `hitl-telegram` binary as a child process: started from a config file,
 //! its address read from its JSON log, its whole log kept for assertions.
-#![allow(dead_code)] // each test binary uses a subset
+#![allow(dead_code)] // each test executable uses a subset
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
