@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::app::*;
 use crate::support::fake_telegram::FakeTelegram;
+use crate::support::process::free_port;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::process::Command;
@@ -262,14 +263,6 @@ fn succeeded(out: std::process::Output, what: &str) -> String {
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The `ha` profile's secrets, as a user would fill them into `.env`.

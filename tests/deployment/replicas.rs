@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::support::app::*;
 use crate::support::fake_telegram::FakeTelegram;
 use crate::support::postgres::PgDatabase;
-use crate::support::process::ServiceProcess;
+use crate::support::process::{ServiceProcess, free_port};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::{Connection, postgres::PgConnection};
@@ -88,10 +88,7 @@ async fn replica_with(
 ) -> ServiceProcess {
     // The address is part of the configuration (the webhook's URL), so it is chosen
     // before the process starts: a port the kernel just handed out, freed again.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port();
+    let port = free_port();
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let toml = settings_toml(&telegram.api_url(), db_url)
         .replace("{CALLBACK_PREFIX}", callback_prefix)

@@ -25,11 +25,11 @@ use std::time::Duration;
 
 use crate::support::app::*;
 use crate::support::fake_telegram::{SentMessage, TgUser};
+use crate::support::interactions::{post_interaction, wait_for_status_as};
 use crate::support::parrot_driver::parrot_python;
 use reqwest::StatusCode;
 use serde_json::{Map, Value, json};
 use tokio::io::AsyncWriteExt;
-use tokio::time::Instant;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/aiparrot");
 const VALIDATOR: &str = concat!(
@@ -261,51 +261,6 @@ impl Answered {
     }
 }
 
-async fn post_interaction(app: &TestApp, body: Value) -> (StatusCode, Value) {
-    let r = app
-        .client
-        .post(app.url("/v1/interactions"))
-        .bearer_auth(TOKEN_A)
-        .json(&body)
-        .send()
-        .await
-        .expect("request");
-    json_of(r).await
-}
-
-async fn get_interaction(app: &TestApp, interaction_id: &str, wait: &str) -> Value {
-    let r = app
-        .client
-        .get(app.url(&format!("/v1/interactions/{interaction_id}?wait={wait}")))
-        .bearer_auth(TOKEN_A)
-        .send()
-        .await
-        .expect("request");
-    let (status, view) = json_of(r).await;
-    assert_eq!(status, StatusCode::OK, "{view}");
-    view
-}
-
-/// Long-polls until the interaction's status is `status`, failing after `within`.
-async fn wait_for_status(
-    app: &TestApp,
-    interaction_id: &str,
-    status: &str,
-    within: Duration,
-) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
-        let view = get_interaction(app, interaction_id, "1").await;
-        if view["status"] == status {
-            return view;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{interaction_id} never reached {status}: {view}"
-        );
-    }
-}
-
 /// Posts a case and checks its message; returns the message once the service has stored
 /// its id (status `delivered`), so taps and replies are bound to it.
 async fn ask(
@@ -334,7 +289,7 @@ async fn ask(
         "{name}: the HumanInteraction is echoed exactly"
     );
     let msg = app.telegram.wait_for_message_in(chat, 1).await[0].clone();
-    wait_for_status(app, id, "delivered", Duration::from_secs(10)).await;
+    wait_for_status_as(app, TOKEN_A, id, "delivered", Duration::from_secs(10)).await;
 
     let question = interaction["question"].as_str().expect("question");
     assert!(
@@ -392,7 +347,7 @@ async fn finish(
     let id = interaction["interaction_id"]
         .as_str()
         .expect("interaction_id");
-    let view = wait_for_status(app, id, "completed", Duration::from_secs(10)).await;
+    let view = wait_for_status_as(app, TOKEN_A, id, "completed", Duration::from_secs(10)).await;
     assert_eq!(view["result"], plan.result, "{name}: {view}");
     let responses = view["responses"].as_array().expect("responses");
     let respondents: Vec<&str> = responses

@@ -33,7 +33,7 @@ use crate::support::fake_telegram::{FakeTelegram, SentMessage, TgUser};
 use crate::support::parrot_driver::{
     Driver, interaction, parrot_python, required, wait_delivered, wait_for_question,
 };
-use crate::support::process::{ServiceProcess, write_config};
+use crate::support::process::{ServiceProcess, free_port, write_config};
 use serde_json::{Value, json};
 
 const DRIVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python/e2e/driver.py");
@@ -86,15 +86,6 @@ async fn stored_view(client: &reqwest::Client, base: &str, id: &str) -> Value {
     interaction(client, base, TOKEN_A, id)
         .await
         .unwrap_or_else(|| panic!("{id} is not stored"))
-}
-
-/// A free loopback port, so the service can be restarted where the channel expects it.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
 }
 
 /// Every parameter of `params` (a JSON object), as the message's parameters block shows

@@ -9,7 +9,10 @@ use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
 use crate::support::app::*;
-use crate::support::fake_telegram::{SentMessage, TgUser};
+use crate::support::fake_telegram::SentMessage;
+use crate::support::interactions::{
+    get_interaction_as, post_interaction_as, tap, wait_for_status_as,
+};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -230,46 +233,13 @@ fn approval(interaction_id: &str, target_humans: &[&str], consensus: &str) -> Va
 
 /// POST /v1/interactions; asserts 202 and returns the view.
 async fn ask(app: &TestApp, token: &str, body: Value) -> Value {
-    let r = app
-        .client
-        .post(app.url("/v1/interactions"))
-        .bearer_auth(token)
-        .json(&body)
-        .send()
-        .await
-        .expect("request");
-    let (status, view) = json_of(r).await;
+    let (status, view) = post_interaction_as(app, token, body).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{view}");
     view
 }
 
-async fn get_interaction(app: &TestApp, token: &str, interaction_id: &str, wait: &str) -> Value {
-    let r = app
-        .client
-        .get(app.url(&format!("/v1/interactions/{interaction_id}?wait={wait}")))
-        .bearer_auth(token)
-        .send()
-        .await
-        .expect("request");
-    let (status, view) = json_of(r).await;
-    assert_eq!(status, StatusCode::OK, "{view}");
-    view
-}
-
-/// Long-polls until the interaction's status is `status` (10 s at most).
-async fn wait_for_status(app: &TestApp, token: &str, interaction_id: &str, status: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let view = get_interaction(app, token, interaction_id, "1").await;
-        if view["status"] == status {
-            return view;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{interaction_id} never reached {status}: {view}"
-        );
-    }
-}
+/// How long a question may take to reach a status (`wait_for_status_as`).
+const WAIT: Duration = Duration::from_secs(10);
 
 /// The question's message in `chat_id` (the newest one there), once the service has
 /// stored its message id (status `delivered`).
@@ -281,14 +251,8 @@ async fn question_in(
     interaction_id: &str,
 ) -> SentMessage {
     let msgs = app.telegram.wait_for_message_in(chat_id, n).await;
-    wait_for_status(app, token, interaction_id, "delivered").await;
+    wait_for_status_as(app, token, interaction_id, "delivered", WAIT).await;
     msgs[n - 1].clone()
-}
-
-/// Taps a button as `user` and waits until the service answered the tap.
-async fn tap_and_wait(app: &TestApp, msg: &SentMessage, button: &str, user: TgUser) {
-    let q = app.telegram.tap(msg.chat_id, msg.message_id, button, user);
-    app.telegram.wait_for_callback_answer(&q).await;
 }
 
 fn keys(v: &Value) -> BTreeSet<&str> {
@@ -378,10 +342,10 @@ async fn a_listener_receives_its_interactions_events_as_they_happen() {
     );
 
     // Each answer is on the stream before the next person taps.
-    tap_and_wait(&app, &msg, "✅ Approve", alice()).await;
+    tap(&app, &msg, "✅ Approve", alice()).await;
     let first = events.take(2).await;
     assert_eq!(labels(&first), ["response:alice", "status:partial"]);
-    tap_and_wait(&app, &msg, "✅ Approve", bob()).await;
+    tap(&app, &msg, "✅ Approve", bob()).await;
     let second = events.take(2).await;
     assert_eq!(labels(&second), ["response:bob", "status:completed"]);
 
@@ -401,7 +365,8 @@ async fn a_listener_receives_its_interactions_events_as_they_happen() {
     assert_eq!(all[0].data["result"], Value::Null);
 
     // The stream carries exactly the HumanResponses the record holds.
-    let view = get_interaction(&app, TOKEN_A, "ev-live", "0").await;
+    let (status, view) = get_interaction_as(&app, TOKEN_A, "ev-live", Some("0")).await;
+    assert_eq!(status, StatusCode::OK, "{view}");
     assert_eq!(view["status"], "completed");
     assert_eq!(
         view["responses"],
@@ -424,7 +389,7 @@ async fn another_agents_listener_sees_none_of_them() {
     )
     .await;
     let msg = question_in(&app, TOKEN_A, OPS_CHAT, 1, "shared-id").await;
-    tap_and_wait(&app, &msg, "✅ Approve", alice()).await;
+    tap(&app, &msg, "✅ Approve", alice()).await;
     // The first answer settles a first_response question: no `partial` in between.
     let a_events = a.take(4).await;
     assert_eq!(
@@ -463,7 +428,7 @@ async fn another_agents_listener_sees_none_of_them() {
 
     // B's question is answered in its chat; only B hears of it.
     let b_msg = question_in(&app, TOKEN_B, OTHER_CHAT, 1, "shared-id").await;
-    tap_and_wait(&app, &b_msg, "❌ Reject", bob()).await;
+    tap(&app, &b_msg, "❌ Reject", bob()).await;
     let b_rest = b.take(3).await;
     assert_eq!(
         labels(&b_rest),
@@ -491,7 +456,7 @@ async fn reconnecting_with_last_event_id_resumes_exactly_after_that_event() {
     )
     .await;
     let msg = question_in(&app, TOKEN_A, OPS_CHAT, 1, "resume-1").await;
-    tap_and_wait(&app, &msg, "✅ Approve", alice()).await;
+    tap(&app, &msg, "✅ Approve", alice()).await;
     let seen = first.take(4).await;
     assert_eq!(
         labels(&seen),
@@ -507,8 +472,8 @@ async fn reconnecting_with_last_event_id_resumes_exactly_after_that_event() {
     let cursor = seen[1].id.clone();
 
     // While nobody listens: bob's answer settles it, and another question is asked.
-    tap_and_wait(&app, &msg, "✅ Approve", bob()).await;
-    wait_for_status(&app, TOKEN_A, "resume-1", "completed").await;
+    tap(&app, &msg, "✅ Approve", bob()).await;
+    wait_for_status_as(&app, TOKEN_A, "resume-1", "completed", WAIT).await;
     ask(
         &app,
         TOKEN_A,
@@ -581,8 +546,8 @@ async fn without_last_event_id_no_history_is_replayed() {
     )
     .await;
     let msg = question_in(&app, TOKEN_A, OPS_CHAT, 1, "old").await;
-    tap_and_wait(&app, &msg, "❌ Reject", bob()).await;
-    wait_for_status(&app, TOKEN_A, "old", "completed").await;
+    tap(&app, &msg, "❌ Reject", bob()).await;
+    wait_for_status_as(&app, TOKEN_A, "old", "completed", WAIT).await;
 
     let mut fresh = listen(&app, TOKEN_A, None).await;
     fresh

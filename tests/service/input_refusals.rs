@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use crate::support::app::*;
-use crate::support::fake_telegram::SentMessage;
+use crate::support::interactions::{get_interaction, tap, wait_for_status_as};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -68,40 +68,11 @@ async fn assert_nothing_sent(app: &TestApp) {
     assert!(sent.is_empty(), "nothing may be asked: {sent:?}");
 }
 
+/// How long an interaction may take to reach a status (`wait_for_status_as`).
+const WAIT: Duration = Duration::from_secs(15);
+
 fn approval(id: &str, question: &str) -> Value {
     json!({"interaction_id": id, "question": question, "interaction_type": "approval"})
-}
-
-async fn get_interaction(app: &TestApp, id: &str) -> (StatusCode, Value) {
-    let r = app
-        .client
-        .get(app.url(&format!("/v1/interactions/{id}")))
-        .bearer_auth(TOKEN_A)
-        .send()
-        .await
-        .expect("request");
-    json_of(r).await
-}
-
-/// Long-polls interaction `id` until it reports `status`; fails after about 15 s.
-async fn wait_for_status(app: &TestApp, id: &str, status: &str) -> Value {
-    let mut last = Value::Null;
-    for _ in 0..15 {
-        let r = app
-            .client
-            .get(app.url(&format!("/v1/interactions/{id}?wait=1")))
-            .bearer_auth(TOKEN_A)
-            .send()
-            .await
-            .expect("request");
-        let (code, v) = json_of(r).await;
-        assert_eq!(code, StatusCode::OK, "{v}");
-        if v["status"] == status {
-            return v;
-        }
-        last = v;
-    }
-    panic!("interaction {id} never reached {status}; last seen: {last:#}");
 }
 
 // ----- Identifiers ------------------------------------------------------------------
@@ -219,7 +190,7 @@ async fn nul_and_esc_in_an_interactions_question_or_context_are_refused() {
             &format!("interaction.{field}: must not contain NUL or ESC characters"),
         );
     }
-    let (s, _) = get_interaction(&app, "text-1").await;
+    let (s, _) = get_interaction(&app, "text-1", None).await;
     assert_eq!(s, StatusCode::NOT_FOUND, "nothing was stored");
     assert_nothing_sent(&app).await;
 }
@@ -367,7 +338,7 @@ async fn an_interaction_that_repeats_a_key_is_refused() {
         assert_refused(s, &b, message);
     }
     for id in ["form-1", "q-1", "c-1", "d-1", "r-1"] {
-        let (s, _) = get_interaction(&app, id).await;
+        let (s, _) = get_interaction(&app, id, None).await;
         assert_eq!(s, StatusCode::NOT_FOUND, "{id} was not stored");
     }
     assert_nothing_sent(&app).await;
@@ -437,15 +408,15 @@ async fn duplicate_target_humans_count_once() {
         "{}",
         msg.visible_text
     );
-    wait_for_status(&app, "dup-1", "delivered").await;
+    wait_for_status_as(&app, TOKEN_A, "dup-1", "delivered", WAIT).await;
 
     tap(&app, &msg, "✅ Approve", alice()).await;
-    wait_for_status(&app, "dup-1", "partial").await;
+    wait_for_status_as(&app, TOKEN_A, "dup-1", "partial", WAIT).await;
     app.telegram
         .wait_for_message_text_containing(msg.chat_id, msg.message_id, "👥 1 of 2 answered")
         .await;
     tap(&app, &msg, "✅ Approve", bob()).await;
-    let done = wait_for_status(&app, "dup-1", "completed").await;
+    let done = wait_for_status_as(&app, TOKEN_A, "dup-1", "completed", WAIT).await;
     assert_eq!(done["result"], true, "{done}");
     assert_eq!(
         done["responses"].as_array().map(Vec::len),
@@ -469,25 +440,12 @@ async fn one_person_named_twice_settles_an_all_required_question_with_one_answer
         "{}",
         msg.visible_text
     );
-    wait_for_status(&app, "dup-2", "delivered").await;
+    wait_for_status_as(&app, TOKEN_A, "dup-2", "delivered", WAIT).await;
 
     tap(&app, &msg, "✅ Approve", alice()).await;
-    let done = wait_for_status(&app, "dup-2", "completed").await;
+    let done = wait_for_status_as(&app, TOKEN_A, "dup-2", "completed", WAIT).await;
     assert_eq!(done["result"], true, "{done}");
     let responses = done["responses"].as_array().expect("responses");
     assert_eq!(responses.len(), 1, "{done}");
     assert_eq!(responses[0]["respondent"], "alice", "{done}");
-}
-
-/// Taps `button` as `user` and waits for the bot's answer to the tap.
-async fn tap(
-    app: &TestApp,
-    message: &SentMessage,
-    button: &str,
-    user: crate::support::fake_telegram::TgUser,
-) {
-    let q = app
-        .telegram
-        .tap(message.chat_id, message.message_id, button, user);
-    app.telegram.wait_for_callback_answer(&q).await;
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::app::*;
 use crate::support::fake_telegram::{CallbackAnswer, SentMessage, TgUser};
+use crate::support::interactions::{delete_interaction, get_interaction, post_interaction, tap};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -46,50 +47,10 @@ fn colours(id: &str, kind: &str) -> Value {
     )
 }
 
-/// POST /v1/interactions as agent-a.
-async fn post_interaction(app: &TestApp, body: Value) -> (StatusCode, Value) {
-    let r = app
-        .client
-        .post(app.url("/v1/interactions"))
-        .bearer_auth(TOKEN_A)
-        .json(&body)
-        .send()
-        .await
-        .expect("request");
-    json_of(r).await
-}
-
-/// GET /v1/interactions/{id}, long-polling `wait` seconds when given.
-async fn get_interaction(app: &TestApp, id: &str, wait: Option<&str>) -> (StatusCode, Value) {
-    let mut url = app.url(&format!("/v1/interactions/{id}"));
-    if let Some(w) = wait {
-        url.push_str(&format!("?wait={w}"));
-    }
-    let r = app
-        .client
-        .get(url)
-        .bearer_auth(TOKEN_A)
-        .send()
-        .await
-        .expect("request");
-    json_of(r).await
-}
-
 async fn view(app: &TestApp, id: &str) -> Value {
     let (status, v) = get_interaction(app, id, None).await;
     assert_eq!(status, StatusCode::OK, "{v}");
     v
-}
-
-async fn delete_interaction(app: &TestApp, id: &str) -> (StatusCode, Value) {
-    let r = app
-        .client
-        .delete(app.url(&format!("/v1/interactions/{id}")))
-        .bearer_auth(TOKEN_A)
-        .send()
-        .await
-        .expect("request");
-    json_of(r).await
 }
 
 async fn notify(app: &TestApp, body: Value) -> (StatusCode, Value) {
@@ -150,14 +111,6 @@ async fn ask(app: &TestApp, body: Value, chat: i64) -> (Value, SentMessage) {
     })
     .await;
     (created, message)
-}
-
-/// Taps `button` as `user` and returns the bot's answer to the tap.
-async fn tap(app: &TestApp, message: &SentMessage, button: &str, user: TgUser) -> CallbackAnswer {
-    let q = app
-        .telegram
-        .tap(message.chat_id, message.message_id, button, user);
-    app.telegram.wait_for_callback_answer(&q).await
 }
 
 /// Replays a button that is no longer shown, as a stale client can.

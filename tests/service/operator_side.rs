@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::support::app::*;
 use crate::support::fake_telegram::SentMessage;
+use crate::support::interactions::tap;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -42,20 +43,6 @@ async fn nth_message(app: &TestApp, chat: i64, n: usize) -> SentMessage {
     app.telegram.wait_for_message_in(chat, n).await[n - 1].clone()
 }
 
-async fn tap(
-    app: &TestApp,
-    msg: &SentMessage,
-    button: &str,
-    user: crate::support::fake_telegram::TgUser,
-) -> String {
-    let q = app.telegram.tap(msg.chat_id, msg.message_id, button, user);
-    app.telegram
-        .wait_for_callback_answer(&q)
-        .await
-        .text
-        .unwrap_or_default()
-}
-
 /// The metric line's value for `step` (0 when absent).
 fn step_count(metrics: &str, step: &str) -> u64 {
     metrics
@@ -78,7 +65,10 @@ async fn deny_with_reason_asks_the_tapper_and_their_reply_denies_with_it() {
         "Deny with reason sits beside Cancel"
     );
 
-    let toast = tap(&app, &question, DENY, alice()).await;
+    let toast = tap(&app, &question, DENY, alice())
+        .await
+        .text
+        .unwrap_or_default();
     assert!(toast.contains("Reply"), "{toast}");
     let prompt = nth_message(&app, OPS_CHAT, 2).await;
     assert!(prompt.force_reply && prompt.selective, "{prompt:?}");
@@ -349,7 +339,10 @@ async fn more_time_moves_the_deadline_for_a_blocked_agent_within_its_bounds() {
     let (_, before) = get_by_message(&app, question.message_id).await;
     let first_deadline = before["expires_at"].as_str().unwrap().to_owned();
 
-    let toast = tap(&app, &question, "⏳ +1 min", alice()).await;
+    let toast = tap(&app, &question, "⏳ +1 min", alice())
+        .await
+        .text
+        .unwrap_or_default();
     let (_, moved) = get_by_message(&app, question.message_id).await;
     assert_eq!(moved["progress"]["extensions"], 1);
     let gained = seconds_between(&first_deadline, moved["expires_at"].as_str().unwrap());
@@ -579,7 +572,10 @@ async fn an_escalated_question_is_decided_in_the_second_route_and_both_show_it()
     );
 
     // Carol approves nothing anywhere; Bob approves `other`.
-    let refused = tap(&app, &copy, "✅ Approve", carol()).await;
+    let refused = tap(&app, &copy, "✅ Approve", carol())
+        .await
+        .text
+        .unwrap_or_default();
     assert!(refused.contains("not allowed"), "{refused}");
     tap(&app, &copy, "✅ Approve", bob()).await;
     let decided = app.wait_status(id, "confirmed").await;
@@ -714,7 +710,10 @@ async fn each_chat_keeps_its_own_approvers_when_the_route_says_so() {
     .await;
     let (record, _) = app.ask_suspended(deploy(json!({}))).await;
     let copy = nth_message(&app, OTHER_CHAT, 1).await;
-    let refused = tap(&app, &copy, "✅ Approve", alice()).await;
+    let refused = tap(&app, &copy, "✅ Approve", alice())
+        .await
+        .text
+        .unwrap_or_default();
     assert!(refused.contains("not allowed"), "{refused}");
     tap(&app, &copy, "✅ Approve", bob()).await;
     let ended = app

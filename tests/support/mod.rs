@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod fake_telegram;
+pub mod interactions;
 pub mod parrot_driver;
 pub mod postgres;
 pub mod process;

@@ -23,6 +23,15 @@ pub struct ServiceProcess {
     addr: Option<tokio::sync::oneshot::Receiver<String>>,
 }
 
+/// A loopback port the kernel just handed out, freed again: for a process whose address
+/// must be known before it starts (a webhook's URL, a client told where to reconnect).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
 /// Writes the standard test config (against `telegram`, on `db_url`) into `dir`.
 pub fn write_config(dir: &Path, telegram: &FakeTelegram, db_url: &str) -> PathBuf {
     let path = dir.join("config.toml");
