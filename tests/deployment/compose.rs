@@ -24,6 +24,11 @@ const AGENT_TOKEN: &str = "compose-check-agent-token-0123456789";
 /// The compose file's `stop_grace_period`.
 const GRACE: Duration = Duration::from_secs(30);
 
+/// One compose project at a time: each test runs a whole deployment on the host's
+/// network, so they run one after the other even when the tests of this executable run
+/// in parallel threads (`scripts/compose-check` also runs them with one thread).
+static ONE_PROJECT_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The compose command (`docker compose` or `docker-compose`), the image, or None to
 /// skip. Panics when `HITL_REQUIRE_COMPOSE=1` and something is missing.
 fn compose_setup() -> Option<(Vec<String>, String)> {
@@ -478,6 +483,7 @@ async fn the_compose_deployment_approves_through_the_container_and_keeps_its_dec
     let Some((compose, image)) = compose_setup() else {
         return;
     };
+    let _one_at_a_time = ONE_PROJECT_AT_A_TIME.lock().await;
     let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
     let project = make_project(compose, &image, &telegram, false);
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
@@ -584,6 +590,7 @@ async fn the_ha_profile_runs_two_replicas_on_postgresql_behind_caddy_and_carries
     let Some((compose, image)) = compose_setup() else {
         return;
     };
+    let _one_at_a_time = ONE_PROJECT_AT_A_TIME.lock().await;
     let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
     // Each replica alone may need the lease of a killed one (5 s) before it posts.
     telegram.set_wait_timeout(Duration::from_secs(30));
