@@ -1,5 +1,5 @@
 """Drives hitl-telegram's MCP server with the official Python MCP SDK (`mcp`), for
-tests/mcp.rs: a real MCP client that nobody here wrote.
+tests/integrations/mcp.rs: a real MCP client that nobody here wrote.
 
   python mcp_driver.py stdio COMMAND [ARGS...]   # starts the server as a subprocess
   python mcp_driver.py http URL TOKEN            # streamable HTTP, Authorization: Bearer

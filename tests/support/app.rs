@@ -1,11 +1,12 @@
 //! Spawns the real service on port 0 with a temporary SQLite database, pointed at a
 //! [`FakeTelegram`], and gives tests typed helpers to drive it through its HTTP API.
 //!
-//! The Telegram mode is chosen per test binary: a binary whose name ends in `_webhook`
-//! (a wrapper such as `tests/confirmations_webhook.rs` that mounts `confirmations.rs`)
-//! runs the service in webhook mode, with `public_url` set to its own loopback address,
-//! and every other binary polls. The same tests so run both ways under `cargo test`.
-#![allow(dead_code)] // each test binary uses a subset
+//! The Telegram mode is chosen by where a test sits ([`webhook_mode`]): in the `service`
+//! executable a test under `webhook::` (where `tests/service/main.rs` mounts a file such
+//! as `confirmations.rs` a second time) runs the service in webhook mode, with
+//! `public_url` set to its own loopback address, and one under `polling::` polls. The
+//! same tests so run both ways under `cargo test`.
+#![allow(dead_code)] // each test executable uses a subset
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -19,7 +20,7 @@ use hitl_telegram::telegram::render::approve_for_label;
 
 /// The button that approves a request with its window: "✅ Approve for 1 min", or
 /// plain "✅ Approve" when it has none.
-#[allow(dead_code)] // each test binary compiles this module; not all of them tap one
+#[allow(dead_code)] // each test executable compiles this module; not all of them tap one
 pub fn approve_label(window_seconds: u64) -> String {
     if window_seconds == 0 {
         "✅ Approve".to_owned()
@@ -54,10 +55,49 @@ pub const TELEGRAM_WEBHOOK_SECRET: &str = "telegram-webhook-secret_0123";
 /// Where the webhook route is mounted (the default `webhook_path`).
 pub const WEBHOOK_PATH: &str = "/telegram/webhook";
 
-/// Whether this test binary runs the service in webhook mode (its name ends in
-/// `_webhook`); otherwise it polls.
+/// Where the Telegram mode of the services an executable's tests start comes from: each
+/// test executable's `main.rs` says it in its `TELEGRAM_MODE` constant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModeRule {
+    /// Every test polls (an executable without webhook twins).
+    Polling,
+    /// By the test's module: under `polling::` it polls, under `webhook::` it runs in
+    /// webhook mode, and anywhere else [`webhook_mode`] panics.
+    ByModule,
+}
+
+/// Whether the calling test runs the service in webhook mode; otherwise it polls.
+///
+/// Under [`ModeRule::ByModule`] the mode is the first segment of the test's path, read
+/// from the name of the thread libtest (and cargo-nextest, through it) runs the test on:
+/// `webhook::windows::an_identical_call…` is webhook mode, `polling::windows::…` polls.
+/// Called from any other thread (a task on a multi-threaded runtime's worker, a thread a
+/// test spawned) or from a test outside those two modules, it panics rather than guess.
 pub fn webhook_mode() -> bool {
-    env!("CARGO_CRATE_NAME").ends_with("_webhook")
+    match crate::TELEGRAM_MODE {
+        ModeRule::Polling => false,
+        ModeRule::ByModule => mode_of_test_path(std::thread::current().name()),
+    }
+}
+
+/// The mode a test at `path` (a libtest thread name) runs in, or a panic that says why
+/// there is none.
+fn mode_of_test_path(path: Option<&str>) -> bool {
+    match path
+        .and_then(|p| p.split_once("::"))
+        .map(|(first, _)| first)
+    {
+        Some("webhook") => true,
+        Some("polling") => false,
+        _ => panic!(
+            "webhook_mode(): the Telegram mode is the first segment of the test's path \
+             (`polling::…` or `webhook::…`), read from the name of the thread libtest runs \
+             the test on, but this thread is named {path:?}. Start the service from the \
+             test's own thread (not from a spawned task on a multi-threaded runtime or a \
+             thread of the test's), from a test mounted under `polling` or `webhook`, or \
+             pass the mode explicitly (`TestApp::spawn_on`)."
+        ),
+    }
 }
 
 /// Rewrites settings TOML (as [`settings_toml`] makes it) for webhook mode with the
@@ -200,7 +240,7 @@ impl TestApp {
     }
 
     /// Spawns against a fake the test prepared (a fault queued, a webhook left over), in
-    /// webhook mode or polling mode whatever the binary's name says.
+    /// webhook mode or polling mode as `webhook` says (usually [`webhook_mode`]).
     pub async fn spawn_on(
         telegram: Arc<FakeTelegram>,
         webhook: bool,

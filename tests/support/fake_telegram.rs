@@ -65,7 +65,7 @@
 //!   [`FakeTelegram::delete_topic`] makes a topic answer `message thread not found`.
 //!   Topics are not otherwise modelled (no `createForumTopic`, no General topic rules).
 
-// Each integration-test binary compiles this module and uses only part of it.
+// Each integration-test executable compiles this module and uses only part of it.
 #![allow(dead_code)]
 
 use std::{

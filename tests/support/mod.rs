@@ -1,8 +1,9 @@
-//! Test support shared by the integration test binaries: the fake Telegram Bot API and
+//! Test support shared by the integration test executables: the fake Telegram Bot API and
 //! the real service spawned against it.
 
 pub mod app;
 pub mod fake_telegram;
+pub mod interactions;
 pub mod parrot_driver;
 pub mod postgres;
 pub mod process;

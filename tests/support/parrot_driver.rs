@@ -1,10 +1,10 @@
-//! The harness of the end-to-end tests with the real AI-Parrot (`tests/aiparrot_e2e.rs`,
-//! `tests/aiparrot_redis_e2e.rs`): finding the interpreter with ai-parrot, running a
+//! The harness of the end-to-end tests with the real AI-Parrot (`tests/integrations/aiparrot_e2e.rs`,
+//! `tests/integrations/aiparrot_redis_e2e.rs`): finding the interpreter with ai-parrot, running a
 //! Python driver (`clients/python/e2e/driver*.py`) and reading its protocol, one JSON
 //! object per stdout line (`ready`, `asked`, `result`, `done`, or `skip`/`fatal`), and
 //! waiting for the questions it posted to show up in Telegram.
 
-#![allow(dead_code)] // each test binary uses a subset
+#![allow(dead_code)] // each test executable uses a subset
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -7,7 +7,7 @@
 //! note, unless `HITL_REQUIRE_POSTGRES=1` (set by `.ci/run`, which starts PostgreSQL):
 //! then it fails.
 
-#![allow(dead_code)] // each test binary uses a subset
+#![allow(dead_code)] // each test executable uses a subset
 
 use std::str::FromStr;
 use std::time::Duration;

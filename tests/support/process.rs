@@ -1,6 +1,6 @@
 //! The real `hitl-telegram` binary as a child process: started from a config file,
 //! its address read from its JSON log, its whole log kept for assertions.
-#![allow(dead_code)] // each test binary uses a subset
+#![allow(dead_code)] // each test executable uses a subset
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -21,6 +21,15 @@ pub struct ServiceProcess {
     pub log: Arc<Mutex<Vec<String>>>,
     /// Its address, from the log line that says it is serving.
     addr: Option<tokio::sync::oneshot::Receiver<String>>,
+}
+
+/// A loopback port the kernel just handed out, freed again: for a process whose address
+/// must be known before it starts (a webhook's URL, a client told where to reconnect).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
 }
 
 /// Writes the standard test config (against `telegram`, on `db_url`) into `dir`.

@@ -3,7 +3,7 @@
 //! connections reset, new ones refused) without stopping the server the other tests
 //! share.
 
-#![allow(dead_code)] // each test binary uses a subset
+#![allow(dead_code)] // each test executable uses a subset
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end driver: the real AI-Parrot ``HumanInteractionManager`` and
 ``ConfirmationGuard`` asking through ``HitlTelegramChannel`` against a running
-hitl-telegram service (run by ``tests/aiparrot_e2e.rs`` against the fake Bot API).
+hitl-telegram service (run by ``tests/integrations/aiparrot_e2e.rs`` against the fake Bot API).
 
 Environment:
     HITL_BASE_URL   the service, e.g. http://127.0.0.1:PORT

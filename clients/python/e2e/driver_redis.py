@@ -2,7 +2,7 @@
 """End-to-end driver for the Redis path: the real AI-Parrot ``HumanInteractionManager``
 and ``ConfirmationGuard`` asking through AI-Parrot's own ``CLIDaemonHumanChannel``
 (Redis queues), which a hitl-telegram service with ``[redis_bridge]`` serves (run by
-``tests/aiparrot_redis_e2e.rs`` against the fake Bot API).
+``tests/integrations/aiparrot_redis_e2e.rs`` against the fake Bot API).
 
 Nothing of hitl-telegram's Python client is on the wire here: the channel is AI-Parrot's,
 unchanged, with its stock response listener. Two managers:

@@ -2,7 +2,7 @@
 
 Against a stub of the service (http.server on 127.0.0.1:0) for what the real service
 never does (a proxy's HTML error page, a self-contradicting record, no answer at all);
-tests/python_client.rs runs the client against the real service. Runs with any python,
+tests/integrations/python_client.rs runs the client against the real service. Runs with any python,
 with or without ai-parrot:
 
     python3 -m unittest clients/python/tests/test_client.py

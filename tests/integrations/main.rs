@@ -1,0 +1,20 @@
+//! The tools and clients around the service, one test executable (`cargo test --test
+//! integrations`): the command line, the MCP server, the Claude Code hook, the Redis
+//! bridge, the Python client, AI-Parrot (its wire format, and end to end with the real
+//! package), and the API fuzzed from its OpenAPI document.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+/// Every service these tests start polls Telegram (see `support::app::webhook_mode`).
+const TELEGRAM_MODE: support::app::ModeRule = support::app::ModeRule::Polling;
+
+mod aiparrot;
+mod aiparrot_e2e;
+mod aiparrot_redis_e2e;
+mod claude_hook;
+mod cli;
+mod mcp;
+mod openapi_fuzz;
+mod python_client;
+mod redis_bridge;
