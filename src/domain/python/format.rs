@@ -26,8 +26,8 @@ use std::collections::HashMap;
 
 use num_bigint::{BigInt, BigUint, Sign};
 
-use crate::domain::pyjson::{MAX_INT_DIGITS, float_repr};
-use crate::domain::pyvalue::{PyDict, PyValue};
+use crate::domain::python::json::{MAX_INT_DIGITS, float_repr};
+use crate::domain::python::value::{PyDict, PyValue};
 
 /// Why a value or template could not be formatted. Reasons name the Python exception
 /// and the rule, never a parameter value, so they are safe to log.

@@ -22,7 +22,7 @@ use std::fmt::Write as _;
 
 use num_bigint::BigInt;
 
-use crate::domain::pyvalue::{PyDict, PyValue};
+use crate::domain::python::value::{PyDict, PyValue};
 use crate::domain::text::{Layout, visible};
 
 /// Deepest nesting of arrays and objects [`parse`] accepts; the top-level container is

@@ -1,6 +1,6 @@
 //! AI-Parrot's canonical parameters text, written straight from the agent's JSON text.
 //!
-//! [`pyjson::dumps_sorted_dict`] of [`pyjson::parse_object`] is the reference:
+//! [`json::dumps_sorted_dict`] of [`json::parse_object`] is the reference:
 //! `json.dumps(json.loads(text), sort_keys=True, default=str)` through a Python value
 //! tree. A window hit needs only the text, so this module writes the same bytes in one
 //! pass over the input without building the tree: scalars and strings are written out
@@ -9,19 +9,19 @@
 //! Python's order at its closing brace.
 //!
 //! Every refusal is the reference's own: any text this reader does not accept is handed
-//! to [`pyjson::parse_object`], which produces the error (or, should this reader ever be
+//! to [`json::parse_object`], which produces the error (or, should this reader ever be
 //! stricter than the reference, the canonical text). The reader never accepts a text the
 //! reference refuses: it follows the same grammar, limits ([`MAX_DEPTH`],
 //! [`MAX_INT_DIGITS`]) and refusals (non-standard literals, lone surrogates).
 
 use std::cell::RefCell;
 
-use crate::domain::pyjson::{
+use crate::domain::python::json::{
     self, JsonError, MAX_DEPTH, MAX_INT_DIGITS, write_json_float, write_str_ascii,
 };
 
 /// `json.dumps(json.loads(text), sort_keys=True, default=str)` for an object `text`:
-/// byte for byte [`pyjson::dumps_sorted_dict`] of [`pyjson::parse_object`], and the same
+/// byte for byte [`json::dumps_sorted_dict`] of [`json::parse_object`], and the same
 /// error when that refuses `text`.
 pub fn canonical_sorted(text: &str) -> Result<String, JsonError> {
     with_canonical_sorted(text, str::to_owned)
@@ -80,8 +80,8 @@ impl Scratch {
             Ok(()) => Ok(f(&self.out)),
             // The cold path: the reference says why the text is refused.
             Err(Refused) => {
-                let dict = pyjson::parse_object(text)?;
-                Ok(f(&pyjson::dumps_sorted_dict(&dict)))
+                let dict = json::parse_object(text)?;
+                Ok(f(&json::dumps_sorted_dict(&dict)))
             }
         }
     }
@@ -98,7 +98,7 @@ impl Scratch {
     }
 }
 
-/// The text is not one this reader accepts; [`pyjson::parse_object`] says why.
+/// The text is not one this reader accepts; [`json::parse_object`] says why.
 #[derive(Debug)]
 struct Refused;
 
@@ -595,7 +595,7 @@ mod tests {
     use super::*;
 
     fn tree(text: &str) -> Result<String, JsonError> {
-        pyjson::parse_object(text).map(|dict| pyjson::dumps_sorted_dict(&dict))
+        json::parse_object(text).map(|dict| json::dumps_sorted_dict(&dict))
     }
 
     #[test]
