@@ -26,7 +26,8 @@ use std::collections::HashMap;
 
 use num_bigint::{BigInt, BigUint, Sign};
 
-use crate::domain::python::json::{MAX_INT_DIGITS, float_repr};
+use crate::domain::python::float_repr::float_repr;
+use crate::domain::python::json::MAX_INT_DIGITS;
 use crate::domain::python::value::{PyDict, PyValue};
 
 /// Why a value or template could not be formatted. Reasons name the Python exception

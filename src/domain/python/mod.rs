@@ -13,7 +13,10 @@
 //!   insertion order with a repeated key keeping its first position and last value).
 //! - [`json`]: `json.loads` and `json.dumps` (`Lib/json/decoder.py`, `scanner.py`,
 //!   `encoder.py` and their C accelerators in `Modules/_json.c`), plus the strict reading
-//!   that refuses a repeated key.
+//!   that finds a repeated key.
+//! - [`float_repr`]: `repr(float)`, as `json.dumps` and `repr()` print a float
+//!   (`Objects/floatobject.c`, `Python/pystrtod.c`, the shortest digits of
+//!   `Python/dtoa.c`).
 //! - [`canon`]: `json.dumps(json.loads(text), sort_keys=True)` written in one pass over
 //!   the text, byte for byte the same as [`json`]'s round trip.
 //! - [`format`]: `str.format`, `format()`, `str()`, `repr()` and `ascii()`
@@ -24,6 +27,7 @@
 //! port; of the rest of the domain it uses only `domain::text`, to show a repeated key.
 
 pub mod canon;
+pub mod float_repr;
 pub mod format;
 pub mod json;
 pub mod value;
