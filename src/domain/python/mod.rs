@@ -21,7 +21,8 @@
 //!   the text, byte for byte the same as [`json`]'s round trip.
 //! - [`format`]: `str.format`, `format()`, `str()`, `repr()` and `ascii()`
 //!   (`Objects/stringlib/unicode_format.h`, `Python/formatter_unicode.c`,
-//!   `Python/pystrtod.c`).
+//!   `Python/pystrtod.c`, the `repr` of `str`, `list` and `dict` in `Objects/`, and
+//!   `Objects/unicodectype.c`), one file each.
 //!
 //! The args hash and the briefing (`domain::args_hash`, `domain::briefing`) stand on this
 //! port; of the rest of the domain it uses only `domain::text`, to show a repeated key.
