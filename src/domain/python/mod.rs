@@ -19,7 +19,7 @@
 //!   `Python/dtoa.c`).
 //! - [`canon`]: `json.dumps(json.loads(text), sort_keys=True)` written in one pass over
 //!   the text, byte for byte the same as [`json`]'s round trip.
-//! - [`format`]: `str.format`, `format()`, `str()`, `repr()` and `ascii()`
+//! - [`format`](mod@format): `str.format`, `format()`, `str()`, `repr()` and `ascii()`
 //!   (`Objects/stringlib/unicode_format.h`, `Python/formatter_unicode.c`,
 //!   `Python/pystrtod.c`, the `repr` of `str`, `list` and `dict` in `Objects/`, and
 //!   `Objects/unicodectype.c`), one file each.
