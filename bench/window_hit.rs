@@ -2,7 +2,7 @@
 //!
 //! A window hit is what a busy agent repeating an approved call costs us: canonicalise
 //! the parameters as AI-Parrot does (Python's `json.dumps(sort_keys=True)`, written
-//! straight from the JSON text by `pycanon`), hash them,
+//! straight from the JSON text by `domain::python::canon`), hash them,
 //! and look the key up among the live windows. This bench runs exactly those public
 //! functions against a real SQLite store holding one open window, once through the
 //! store's in-memory window index (what the service uses) and once through a store that
@@ -18,7 +18,7 @@ use hitl_telegram::domain::confirmation::{
     Confirmation, Operator, Outcome, PENDING_REASON, Status, WindowKey,
 };
 use hitl_telegram::domain::ids::{CallbackToken, ConfirmationId, OwnerId, ToolName};
-use hitl_telegram::domain::pyjson;
+use hitl_telegram::domain::python;
 use hitl_telegram::storage::{Decided, SqliteStore, Store};
 use time::OffsetDateTime;
 
@@ -48,7 +48,8 @@ async fn decide(store: &dyn Store, tool: &ToolName, owner: &OwnerId) -> bool {
 /// window, through the store's own write path.
 async fn open_window(store: &SqliteStore, tool: &ToolName, owner: &OwnerId) {
     let now = OffsetDateTime::now_utc();
-    let params = pyjson::parse_object(PARAMS).expect("the bench parameters are a JSON object");
+    let params =
+        python::json::parse_object(PARAMS).expect("the bench parameters are a JSON object");
     let record = Confirmation {
         id: ConfirmationId::generate(),
         agent: AGENT.to_owned(),
@@ -166,7 +167,7 @@ fn count_mode(spec: &str) {
         hits += u64::from(match what {
             "decision" => world.hit(&world.indexed),
             "canonical" => ArgsHash::of_json(std::hint::black_box(PARAMS)).is_ok(),
-            "tree" => pyjson::parse_object(std::hint::black_box(PARAMS))
+            "tree" => python::json::parse_object(std::hint::black_box(PARAMS))
                 .map(|params| ArgsHash::of(&params))
                 .is_ok(),
             other => panic!("B1_COUNT: unknown operation {other:?}"),
@@ -197,7 +198,7 @@ fn window_hit(c: &mut Criterion) {
     // refusal's error): parse into Python values, then write them sorted.
     group.bench_function("canonicalise_and_hash_tree", |b| {
         b.iter(|| {
-            let params = pyjson::parse_object(std::hint::black_box(PARAMS))
+            let params = python::json::parse_object(std::hint::black_box(PARAMS))
                 .expect("the bench parameters are a JSON object");
             ArgsHash::of(&params)
         })

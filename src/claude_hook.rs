@@ -55,7 +55,7 @@ use crate::client::{
     V1Client, is_terminal,
 };
 use crate::domain::limits::{MAX_BODY_BYTES, MAX_LONG_POLL_SECONDS, MAX_PARAM_KEYS};
-use crate::domain::pyjson;
+use crate::domain::python;
 use crate::domain::text::{self, Layout};
 
 /// Largest event read from stdin; anything longer is denied unread. Well above what a
@@ -632,7 +632,7 @@ impl Request {
                 MAX_BODY_BYTES / 1024
             ));
         }
-        let keys = pyjson::parse_object(request.params.get())
+        let keys = python::json::parse_object(request.params.get())
             .map_err(|e| {
                 format!(
                     "Permission denied: the hitl-telegram service cannot take this \
@@ -1111,7 +1111,7 @@ mod tests {
         let long = format!("{}; rm -rf /tmp/x", "echo a && ".repeat(600));
         let e = json!({"tool_name": "Bash", "tool_input": {"command": long}}).to_string();
         let r = request_for(&e).unwrap();
-        let params = pyjson::parse_object(r.params.get()).unwrap();
+        let params = python::json::parse_object(r.params.get()).unwrap();
         let shown = crate::domain::briefing::render(Some(&r.template), "Bash", &params);
         assert_eq!(shown.fallback_reason, None);
         assert_eq!(

@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 
 use crate::client::{Failure, Kind, NewConfirmation, Reply, Retry, Retrying, V1Client};
 use crate::config::{AgentSettings, Config, RouteSettings, Settings};
-use crate::domain::pyjson;
+use crate::domain::python;
 
 /// Variables the `--demo` mode reads.
 pub const DEMO_OPERATOR_ENV: &str = "HITL_DEMO_OPERATOR_ID";
@@ -117,7 +117,8 @@ pub fn params_json(args: &[String]) -> anyhow::Result<String> {
                 let (k, v) = arg.split_once('=').unwrap_or((arg, ""));
                 (k, serde_json::to_string(v)?)
             } else {
-                pyjson::parse(v).with_context(|| format!("--param {k}:= needs a JSON value"))?;
+                python::json::parse(v)
+                    .with_context(|| format!("--param {k}:= needs a JSON value"))?;
                 (k, v.to_owned())
             }
         } else if let Some((k, v)) = arg.split_once('=') {

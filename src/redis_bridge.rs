@@ -64,7 +64,7 @@ use crate::config::{Agent, RedisBridge};
 use crate::domain::ids::ConfirmationId;
 use crate::domain::interaction::{self, Interaction};
 use crate::domain::limits::MAX_BODY_BYTES;
-use crate::domain::pyjson;
+use crate::domain::python;
 use crate::service::{NewInteraction, Service, ServiceError};
 use crate::storage::AgentEvent;
 
@@ -488,7 +488,7 @@ impl Bridge {
         // value a reader keeps (serde_json the last), so the humans could be asked
         // something other than what the agent meant. Nesting deeper than the strict
         // reader goes is refused too, rather than asked unchecked.
-        match std::str::from_utf8(item).map(pyjson::repeated_key) {
+        match std::str::from_utf8(item).map(python::json::repeated_key) {
             Ok(Ok(None)) => {}
             Ok(Ok(Some(r))) => {
                 return Taken::Refuse(format!(

@@ -1,4 +1,4 @@
-//! The args-hash canonicaliser: `pyjson::parse_object`, then `ArgsHash::of` and
+//! The args-hash canonicaliser: `python::json::parse_object`, then `ArgsHash::of` and
 //! `dumps_sorted`, on arbitrary text.
 //!
 //! Beyond "never panics": the hash is the SHA-256 of the canonical text; the canonical
@@ -9,10 +9,10 @@
 #![no_main]
 
 use hitl_telegram::domain::args_hash::ArgsHash;
-use hitl_telegram::domain::pyjson::{
+use hitl_telegram::domain::python::json::{
     JsonErrorKind, dumps_sorted, dumps_sorted_dict, parse_object, to_pretty_json,
 };
-use hitl_telegram::domain::pyvalue::PyValue;
+use hitl_telegram::domain::python::value::PyValue;
 use libfuzzer_sys::fuzz_target;
 use sha2::{Digest, Sha256};
 

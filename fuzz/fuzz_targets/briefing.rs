@@ -11,8 +11,8 @@
 use std::sync::LazyLock;
 
 use hitl_telegram::domain::briefing::{MAX_BRIEFING_CHARS, fallback, render};
-use hitl_telegram::domain::pyjson::parse_object;
-use hitl_telegram::domain::pyvalue::PyDict;
+use hitl_telegram::domain::python::json::parse_object;
+use hitl_telegram::domain::python::value::PyDict;
 use libfuzzer_sys::fuzz_target;
 
 /// One parameter of each kind a template can meet, under the names a dictionary or a

@@ -10,7 +10,7 @@ use std::sync::{Arc, LazyLock};
 
 use hitl_telegram::api::confirmations::{WaitMode, parse_create};
 use hitl_telegram::config::{Agent, Config, Settings};
-use hitl_telegram::domain::pyjson::parse_object;
+use hitl_telegram::domain::python::json::parse_object;
 use hitl_telegram::service::NewConfirmation;
 use libfuzzer_sys::fuzz_target;
 

@@ -18,8 +18,8 @@ use super::record::RecordView;
 use crate::config::{Agent, Config};
 use crate::domain::confirmation::Confirmation;
 use crate::domain::ids::{ConfirmationId, IdempotencyKey, OwnerId, ToolName};
-use crate::domain::pyvalue::PyDict;
-use crate::domain::{pyjson, text};
+use crate::domain::python::value::PyDict;
+use crate::domain::{python, text};
 use crate::service::NewConfirmation;
 
 /// The limits a confirmation request is held to (their one home is
@@ -105,7 +105,7 @@ pub fn call_fields(body: &RawObject, at: &str) -> Result<CallFields, ApiError> {
         .get("params")
         .filter(|r| r.get() != "null")
         .ok_or_else(|| ApiError::field(named("params"), "is required (a JSON object)"))?;
-    let params = pyjson::parse_object(raw_params.get())
+    let params = python::json::parse_object(raw_params.get())
         .map_err(|e| ApiError::field(named("params"), format!("must be a JSON object: {e}")))?;
     let keys = params.count_keys();
     if keys > MAX_PARAM_KEYS {
@@ -187,7 +187,7 @@ fn shown_text(
 /// body itself). Readers disagree on which value a repeated key has (serde_json and
 /// Python keep the last, others the first), so what the operator is shown could differ
 /// from what the tool gets: such a body is refused rather than read either way.
-pub(super) fn repeated_key_error(r: &pyjson::RepeatedKey) -> ApiError {
+pub(super) fn repeated_key_error(r: &python::json::RepeatedKey) -> ApiError {
     let path = r.path();
     let field = if path.is_empty() {
         "body".to_owned()
@@ -212,7 +212,7 @@ pub fn parse_create(
     })?;
     // A body the strict reader refuses is left to the checks below: every value in it is
     // read strictly (`params` by the same reader), and they name the field at fault.
-    if let Ok(Ok(Some(r))) = std::str::from_utf8(bytes).map(pyjson::repeated_key) {
+    if let Ok(Ok(Some(r))) = std::str::from_utf8(bytes).map(python::json::repeated_key) {
         return Err(repeated_key_error(&r));
     }
     if let Some(unknown) = body.keys().find(|k| !FIELDS.contains(&k.as_str())) {

@@ -25,7 +25,7 @@ use super::record::InteractionView;
 use crate::config::{Agent, Config};
 use crate::domain::interaction::InteractionType;
 use crate::domain::interaction::{self, MAX_INTERACTION_ID_CHARS};
-use crate::domain::pyjson;
+use crate::domain::python;
 use crate::service::{Call, NewInteraction};
 
 /// The limits of a notification's fields (their one home is [`crate::domain::limits`]).
@@ -66,11 +66,11 @@ fn object(bytes: &[u8], known: &[&str]) -> Result<Map<String, Value>, ApiError> 
         }
     })?;
     let text = std::str::from_utf8(bytes).map_err(|e| ApiError::MalformedJson(e.to_string()))?;
-    match pyjson::repeated_key(text) {
+    match python::json::repeated_key(text) {
         Ok(None) => {}
         Ok(Some(r)) => return Err(repeated_key_error(&r)),
         // What serde_json takes and the strict reader does not is nesting past
-        // `pyjson::MAX_DEPTH` (serde_json allows 128): refused, as docs/security.md promises
+        // `python::json::MAX_DEPTH` (serde_json allows 128): refused, as docs/security.md promises
         // for every body, rather than read without the check.
         Err(e) => return Err(ApiError::field("body", e.to_string())),
     }

@@ -42,7 +42,7 @@ use crate::domain::interaction::{
     MAX_INTERACTION_ID_CHARS, MAX_OPTION_KEY_CHARS, MAX_OPTION_LABEL_CHARS, MAX_OPTIONS,
     MAX_QUESTION_CHARS, MAX_TARGET_HUMANS, Severity, TimeoutAction,
 };
-use crate::domain::pyjson;
+use crate::domain::python;
 
 /// The name of the bearer-token scheme; the `/v1` handlers' `security(("bearer" = []))`
 /// name it (utoipa wants a literal there).
@@ -349,8 +349,8 @@ impl PartialSchema for CreateConfirmationBody {
                 "The exact call parameters, returned byte for byte when allowed. At most \
                  {MAX_PARAM_KEYS} object keys counted at every depth, nesting at most {} \
                  levels, integers at most {} digits; no object may repeat a key.",
-                pyjson::MAX_DEPTH,
-                pyjson::MAX_INT_DIGITS
+                python::json::MAX_DEPTH,
+                python::json::MAX_INT_DIGITS
             )))
             .build();
         let owner_id = ObjectBuilder::new()
@@ -824,7 +824,7 @@ impl PartialSchema for CreateInteractionBody {
             .description(Some(format!(
                 "An interaction to ask. `null` counts as absent; unknown fields, repeated keys \
                  (at any depth) and nesting deeper than {} levels are refused.",
-                pyjson::MAX_DEPTH
+                python::json::MAX_DEPTH
             )))
             .into()
     }

@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use crate::domain::pycanon;
-use crate::domain::pyjson::{JsonError, dumps_sorted_dict};
-use crate::domain::pyvalue::PyDict;
+use crate::domain::python::canon;
+use crate::domain::python::json::{JsonError, dumps_sorted_dict};
+use crate::domain::python::value::PyDict;
 
 /// Lowercase hex SHA-256 of the parameters' canonical Python JSON.
 ///
@@ -39,10 +39,10 @@ impl ArgsHash {
     }
 
     /// AI-Parrot's `compute_args_hash(json.loads(text))` for a JSON object `text`, the
-    /// same hash as [`ArgsHash::of`] of [`parse_object`](crate::domain::pyjson::parse_object)
-    /// but written straight from the text (see [`pycanon`]), with the same refusals.
+    /// same hash as [`ArgsHash::of`] of [`parse_object`](crate::domain::python::json::parse_object)
+    /// but written straight from the text (see [`canon`]), with the same refusals.
     pub fn of_json(text: &str) -> Result<ArgsHash, JsonError> {
-        pycanon::with_canonical_sorted(text, ArgsHash::of_canonical)
+        canon::with_canonical_sorted(text, ArgsHash::of_canonical)
     }
 
     /// The hash of a canonical text already written.
@@ -119,8 +119,8 @@ impl<'de> serde::Deserialize<'de> for ArgsHash {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::pyjson::{dumps_sorted, parse_object, to_pretty_json};
-    use crate::domain::pyvalue::PyValue;
+    use crate::domain::python::json::{dumps_sorted, parse_object, to_pretty_json};
+    use crate::domain::python::value::PyValue;
 
     /// Written by `scripts/gen_args_hash_vectors.py` from Python's own `json` module.
     const VECTORS: &str = include_str!("../../tests/fixtures/args_hash_vectors.json");
@@ -161,7 +161,7 @@ mod tests {
             );
             assert_eq!(ArgsHash::of(&params).as_str(), v.args_hash, "{}", v.name);
             assert_eq!(
-                pycanon::canonical_sorted(&v.params_json).as_deref(),
+                canon::canonical_sorted(&v.params_json).as_deref(),
                 Ok(v.canonical.as_str()),
                 "{}: the direct canonicaliser",
                 v.name
@@ -227,7 +227,7 @@ mod tests {
                 "line {line_no}"
             );
             assert_eq!(
-                pycanon::canonical_sorted(&v.params_json).as_deref(),
+                canon::canonical_sorted(&v.params_json).as_deref(),
                 Ok(v.canonical.as_str()),
                 "line {line_no}: the direct canonicaliser: {}",
                 v.params_json

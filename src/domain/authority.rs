@@ -403,7 +403,7 @@ mod tests {
     }
 
     fn question(owner: &str) -> Confirmation {
-        let params = crate::domain::pyjson::parse_object("{}").unwrap();
+        let params = crate::domain::python::json::parse_object("{}").unwrap();
         let t = OffsetDateTime::UNIX_EPOCH;
         Confirmation {
             id: ConfirmationId::generate(),

@@ -11,8 +11,8 @@
 
 use std::collections::HashMap;
 
-use crate::domain::pyformat::{format_template, py_repr};
-use crate::domain::pyvalue::{PyDict, PyValue};
+use crate::domain::python::format::{format_template, py_repr};
+use crate::domain::python::value::{PyDict, PyValue};
 
 /// Longest rendered briefing, in characters; a longer one falls back. Also bounds
 /// every width and precision, so a hostile `{x:>999999999}` is refused before
@@ -100,7 +100,7 @@ mod tests {
     use num_bigint::BigInt;
 
     use super::*;
-    use crate::domain::pyjson::parse_object;
+    use crate::domain::python::json::parse_object;
 
     /// One case written by `scripts/gen_briefing_cases.py`, its `expected` computed by
     /// Python exactly as AI-Parrot renders.

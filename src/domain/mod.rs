@@ -1,9 +1,9 @@
 //! The confirmation engine: pure code, no I/O, unit-tested.
 //!
-//! `pyvalue`/`pyjson` see parameters as Python sees them, and `pycanon` writes their
-//! canonical text straight from JSON without the value tree; `args_hash` is AI-Parrot's
-//! `compute_args_hash`; `pyformat`/`briefing` are Python's `str.format` over those
-//! values; `confirmation` is the request's state machine and its windows; `audit` is
+//! `python` is the Python-compatibility port: parameters seen as Python sees them, their
+//! canonical text written straight from JSON, and Python's `str.format` over them;
+//! `args_hash` is AI-Parrot's `compute_args_hash` and `briefing` its briefing, both on
+//! that port; `confirmation` is the request's state machine and its windows; `audit` is
 //! the hash chain of the audit trail; `authority` is who may decide, as one
 //! configuration says (compared across replicas); `text` makes what operators read show
 //! every character that is there; `limits` is what one request may hold, the one place
@@ -17,8 +17,5 @@ pub mod confirmation;
 pub mod ids;
 pub mod interaction;
 pub mod limits;
-pub mod pycanon;
-pub mod pyformat;
-pub mod pyjson;
-pub mod pyvalue;
+pub mod python;
 pub mod text;

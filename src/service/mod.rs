@@ -35,7 +35,7 @@ use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId,
 use crate::domain::interaction::{
     self, Answer, Consensus, ConsensusMode, Interaction, InteractionType, TimeoutAction,
 };
-use crate::domain::pyvalue::PyDict;
+use crate::domain::python::value::PyDict;
 use crate::domain::text;
 use crate::metrics::Metrics;
 use crate::scheduler::Deadlines;

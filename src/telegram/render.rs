@@ -25,8 +25,8 @@ use crate::domain::ids::CallbackToken;
 use crate::domain::interaction::{
     ConsensusMode, Interaction, InteractionType, Scope, Severity, TimeoutAction,
 };
-use crate::domain::pyjson;
-use crate::domain::pyvalue::PyValue;
+use crate::domain::python;
+use crate::domain::python::value::PyValue;
 use crate::domain::text::{self, Layout};
 use crate::service::{TapAction, View};
 
@@ -236,7 +236,7 @@ fn write_value(out: &mut String, v: &PyValue, level: usize, cap: usize, cut: &mu
         PyValue::Str(s) => write_cut(out, &json_inner(s), s, true, cap, cut),
         scalar => {
             // A lone scalar prints as it does inside a document.
-            let literal = pyjson::to_pretty_json(scalar);
+            let literal = python::json::to_pretty_json(scalar);
             write_cut(out, &literal, &literal, false, cap, cut);
         }
     }
@@ -245,7 +245,7 @@ fn write_value(out: &mut String, v: &PyValue, level: usize, cap: usize, cut: &mu
 /// The parameters block: `<pre>` with the widest values that let the message fit in
 /// `budget` UTF-16 units; whether anything was cut (then the file goes along).
 fn params_block(params_json: &str, budget: usize) -> (String, bool) {
-    let Ok(value) = pyjson::parse(params_json) else {
+    let Ok(value) = python::json::parse(params_json) else {
         // Stored text was checked JSON; if not, show it raw (visible, cut) and attach.
         let (shown, omitted) = shown_within(params_json, budget.saturating_sub(20));
         return (format!("<pre>{shown}</pre>"), omitted > 0);
@@ -288,8 +288,8 @@ pub fn attachment(r: &Confirmation) -> Option<Attachment> {
     if !cut {
         return None;
     }
-    let canonical = pyjson::parse_object(&r.params_json)
-        .map(|d| pyjson::dumps_sorted_dict(&d))
+    let canonical = python::json::parse_object(&r.params_json)
+        .map(|d| python::json::dumps_sorted_dict(&d))
         .unwrap_or_else(|_| r.params_json.clone());
     Some(Attachment {
         file_name: format!("{}-params.json", r.id),
@@ -1013,7 +1013,7 @@ mod tests {
     use crate::domain::ids::{ConfirmationId, OwnerId, ToolName};
 
     fn record(params_json: &str) -> Confirmation {
-        let params = pyjson::parse_object(params_json).unwrap();
+        let params = python::json::parse_object(params_json).unwrap();
         let t = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
         Confirmation {
             id: ConfirmationId::generate(),
@@ -1088,7 +1088,7 @@ mod tests {
             assert!(text.contains(needle), "missing {needle:?} in {text}");
         }
         let file = attachment(&r).expect("a cut message sends the parameters along");
-        let canonical = pyjson::dumps_sorted_dict(&pyjson::parse_object(&big).unwrap());
+        let canonical = python::json::dumps_sorted_dict(&python::json::parse_object(&big).unwrap());
         assert_eq!(file.content, canonical.as_bytes());
         assert_eq!(
             hex::encode(Sha256::digest(&file.content)),

@@ -22,11 +22,11 @@ use hitl_telegram::config::{Agent, Config, Settings};
 use hitl_telegram::domain::args_hash::ArgsHash;
 use hitl_telegram::domain::briefing::{MAX_BRIEFING_CHARS, fallback, render};
 use hitl_telegram::domain::ids::CallbackToken;
-use hitl_telegram::domain::pycanon::canonical_sorted;
-use hitl_telegram::domain::pyjson::{
+use hitl_telegram::domain::python::canon::canonical_sorted;
+use hitl_telegram::domain::python::json::{
     JsonErrorKind, dumps_sorted, dumps_sorted_dict, parse, parse_object,
 };
-use hitl_telegram::domain::pyvalue::{PyDict, PyValue};
+use hitl_telegram::domain::python::value::{PyDict, PyValue};
 use hitl_telegram::service::{NewConfirmation, TapAction};
 use hitl_telegram::telegram::render::{callback_data, parse_callback_data};
 use num_bigint::BigInt;

@@ -21,7 +21,7 @@ use hitl_telegram::domain::ids::{
     CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName,
 };
 use hitl_telegram::domain::interaction::Answer;
-use hitl_telegram::domain::pyjson;
+use hitl_telegram::domain::python;
 use hitl_telegram::service::now;
 use hitl_telegram::storage::{
     self, Answered, ConnectMode, Decided, Inserted, SqliteStore, StorageError, Store,
@@ -130,7 +130,7 @@ on_both_backends! {
 }
 
 fn pending(key: Option<&str>) -> Confirmation {
-    let params = pyjson::parse_object(r#"{"a": 1}"#).unwrap();
+    let params = python::json::parse_object(r#"{"a": 1}"#).unwrap();
     let t = now();
     Confirmation {
         id: ConfirmationId::generate(),

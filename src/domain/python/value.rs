@@ -5,7 +5,7 @@
 //! keep every digit however long, and objects keep the order the agent sent (with a
 //! repeated key keeping its first position and its last value, as `dict` does).
 //! Every piece of domain code that must agree with Python byte for byte works on this
-//! type: the args hash (`pyjson`), the briefing (`briefing`) and the operator's view.
+//! type: the args hash (`json`), the briefing (`briefing`) and the operator's view.
 
 use num_bigint::BigInt;
 

@@ -1,6 +1,6 @@
 //! AI-Parrot's canonical parameters text, written straight from the agent's JSON text.
 //!
-//! [`pyjson::dumps_sorted_dict`] of [`pyjson::parse_object`] is the reference:
+//! [`json::dumps_sorted_dict`] of [`json::parse_object`] is the reference:
 //! `json.dumps(json.loads(text), sort_keys=True, default=str)` through a Python value
 //! tree. A window hit needs only the text, so this module writes the same bytes in one
 //! pass over the input without building the tree: scalars and strings are written out
@@ -9,19 +9,19 @@
 //! Python's order at its closing brace.
 //!
 //! Every refusal is the reference's own: any text this reader does not accept is handed
-//! to [`pyjson::parse_object`], which produces the error (or, should this reader ever be
+//! to [`json::parse_object`], which produces the error (or, should this reader ever be
 //! stricter than the reference, the canonical text). The reader never accepts a text the
 //! reference refuses: it follows the same grammar, limits ([`MAX_DEPTH`],
 //! [`MAX_INT_DIGITS`]) and refusals (non-standard literals, lone surrogates).
 
 use std::cell::RefCell;
 
-use crate::domain::pyjson::{
+use crate::domain::python::json::{
     self, JsonError, MAX_DEPTH, MAX_INT_DIGITS, write_json_float, write_str_ascii,
 };
 
 /// `json.dumps(json.loads(text), sort_keys=True, default=str)` for an object `text`:
-/// byte for byte [`pyjson::dumps_sorted_dict`] of [`pyjson::parse_object`], and the same
+/// byte for byte [`json::dumps_sorted_dict`] of [`json::parse_object`], and the same
 /// error when that refuses `text`.
 pub fn canonical_sorted(text: &str) -> Result<String, JsonError> {
     with_canonical_sorted(text, str::to_owned)
@@ -80,8 +80,8 @@ impl Scratch {
             Ok(()) => Ok(f(&self.out)),
             // The cold path: the reference says why the text is refused.
             Err(Refused) => {
-                let dict = pyjson::parse_object(text)?;
-                Ok(f(&pyjson::dumps_sorted_dict(&dict)))
+                let dict = json::parse_object(text)?;
+                Ok(f(&json::dumps_sorted_dict(&dict)))
             }
         }
     }
@@ -98,7 +98,7 @@ impl Scratch {
     }
 }
 
-/// The text is not one this reader accepts; [`pyjson::parse_object`] says why.
+/// The text is not one this reader accepts; [`json::parse_object`] says why.
 #[derive(Debug)]
 struct Refused;
 
@@ -591,79 +591,4 @@ fn hex4(bytes: &[u8], at: usize) -> Result<u16, Refused> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn tree(text: &str) -> Result<String, JsonError> {
-        pyjson::parse_object(text).map(|dict| pyjson::dumps_sorted_dict(&dict))
-    }
-
-    #[test]
-    fn keys_are_put_in_pythons_order_at_every_depth_and_a_repeat_keeps_its_last_value() {
-        let text = r#"{"z":{"b":1,"a":[{"y":2,"x":1}]},"é":1,"\u00e9":2,"a":-0,"a":-0.0}"#;
-        assert_eq!(
-            canonical_sorted(text).as_deref(),
-            Ok(r#"{"a": -0.0, "z": {"a": [{"x": 1, "y": 2}], "b": 1}, "\u00e9": 2}"#)
-        );
-        assert_eq!(canonical_sorted(text), tree(text));
-    }
-
-    #[test]
-    fn a_refused_text_gets_the_references_own_error() {
-        for text in [
-            "",
-            "[]",
-            r#"{"a":NaN}"#,
-            r#"{"a":-Infinity}"#,
-            r#"{"a":01}"#,
-            r#"{"a":"\ud800"}"#,
-            "{\"a\":\"\u{1}\"}",
-            r#"{"a":1,}"#,
-            r#"{"a":1} x"#,
-        ] {
-            let error = tree(text).expect_err(text);
-            assert_eq!(canonical_sorted(text), Err(error), "{text}");
-        }
-        let deep = format!(
-            "{{\"a\":{}{}}}",
-            "[".repeat(MAX_DEPTH),
-            "]".repeat(MAX_DEPTH)
-        );
-        assert!(tree(&deep).is_err());
-        assert_eq!(canonical_sorted(&deep), tree(&deep));
-    }
-
-    #[test]
-    fn a_short_decimal_is_its_own_repr_and_anything_else_goes_the_long_way() {
-        for (literal, repr) in [
-            ("2.50", Some("2.5")),
-            ("-0.000", Some("-0.0")),
-            ("0.0001", Some("0.0001")),
-            ("0.00001", None),
-            ("123456789012345.0", Some("123456789012345.0")),
-            ("1234567890123456.0", None),
-            ("0.1000000000000000055511151231257827", None),
-            ("1.5e3", None),
-        ] {
-            let mut out = String::new();
-            let short = write_short_decimal(&mut out, literal);
-            assert_eq!(short.then_some(out.as_str()), repr, "{literal}");
-            let text = format!("{{\"f\":{literal}}}");
-            assert_eq!(canonical_sorted(&text), tree(&text), "{literal}");
-        }
-    }
-
-    #[test]
-    fn a_huge_document_does_not_pin_its_buffers_on_the_thread() {
-        let big = format!("{{\"k\":\"{}\"}}", "x".repeat(4 * KEEP_BYTES));
-        assert_eq!(canonical_sorted(&big), tree(&big));
-        SCRATCH.with(|cell| {
-            let scratch = cell.borrow();
-            assert!(
-                scratch.out.capacity() <= KEEP_BYTES,
-                "{}",
-                scratch.out.capacity()
-            );
-        });
-    }
-}
+mod tests;
