@@ -10,12 +10,12 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
+use crate::app::{self, Application};
 use crate::cli;
 use crate::config::{Config, Settings};
 use crate::domain::audit;
 use crate::storage::{self, ConnectMode, Store};
 use crate::telegram::adopt::{self, Adopted};
-use crate::app::{self, Application};
 
 /// The settings `path` holds; for the demo, the built-in defaults when there is no file.
 fn load_settings(path: &Path, demo: bool) -> anyhow::Result<Settings> {

@@ -39,7 +39,7 @@ use crate::domain::pyvalue::PyDict;
 use crate::domain::text;
 use crate::metrics::Metrics;
 use crate::scheduler::Deadlines;
-use crate::storage::{Answered, Change, Decided, Inserted, StorageError, Store};
+use crate::storage::{Answered, Change, Decided, Inserted, Shown, StorageError, Store};
 
 mod agree;
 mod answer;

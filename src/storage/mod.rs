@@ -282,6 +282,20 @@ pub struct AgentEvent {
     pub data: String,
 }
 
+/// What a message of a question now shows ([`Store::mark_shown`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shown {
+    /// The first message was followed by its file with the full parameters (or the file
+    /// was found not needed).
+    Attachment,
+    /// The question's first message shows its outcome.
+    Outcome,
+    /// The message of the question's copy in `chat_id` shows the outcome.
+    CopyOutcome { chat_id: i64 },
+    /// A message learned from a tap (a stray) shows the outcome.
+    StrayOutcome { chat_id: i64, message_id: i32 },
+}
+
 /// A pending request as restart recovery needs it.
 #[derive(Debug, Clone)]
 pub struct PendingEntry {
@@ -401,9 +415,6 @@ pub trait Store: Send + Sync + 'static {
         message_id: i32,
     ) -> Result<(), StorageError>;
 
-    /// Records that the first message's file was sent or was not needed.
-    async fn mark_attached(&self, id: &ConfirmationId) -> Result<(), StorageError>;
-
     /// Moves a pending request to its outcome with one conditional update. In the same
     /// transaction it opens the confirmation window (when an operator confirmed a request
     /// with `window_seconds > 0`) and queues the webhook (when it has a `callback_url`).
@@ -420,8 +431,9 @@ pub trait Store: Send + Sync + 'static {
         now: OffsetDateTime,
     ) -> Result<Option<Window>, StorageError>;
 
-    /// Records that the request's (first) message shows its outcome.
-    async fn mark_outcome_shown(&self, id: &ConfirmationId) -> Result<(), StorageError>;
+    /// Records that a message of the question shows what `what` says (its outcome, or
+    /// the file with the full parameters), so a restart does not show it again.
+    async fn mark_shown(&self, id: &ConfirmationId, what: Shown) -> Result<(), StorageError>;
 
     /// Decided requests whose message does not show the outcome yet (restart recovery).
     async fn unshown_outcomes(&self) -> Result<Vec<Confirmation>, StorageError>;
@@ -538,9 +550,6 @@ pub trait Store: Send + Sync + 'static {
         now: OffsetDateTime,
     ) -> Result<(), StorageError>;
 
-    /// Records that a copy's message shows the outcome.
-    async fn mark_copy_shown(&self, id: &ConfirmationId, chat_id: i64) -> Result<(), StorageError>;
-
     /// Records (audited) a message of the question learned from a tap on it, unless it
     /// is known already; returns the record as it is then (`None`: no such question).
     async fn add_stray(
@@ -550,14 +559,6 @@ pub trait Store: Send + Sync + 'static {
         message_id: i32,
         now: OffsetDateTime,
     ) -> Result<Option<Confirmation>, StorageError>;
-
-    /// Records that a learned message shows the outcome.
-    async fn mark_stray_shown(
-        &self,
-        id: &ConfirmationId,
-        chat_id: i64,
-        message_id: i32,
-    ) -> Result<(), StorageError>;
 
     /// Stores one person's answer to a pending question, with its audit and stream
     /// events, unless they already answered or the question ended. With `settles`, the

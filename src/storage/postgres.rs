@@ -58,7 +58,7 @@ use super::rows::{
 };
 use super::{
     AgentEvent, Answered, Change, Decided, Gauges, IDEMPOTENCY_TTL, Inserted, LiveConfig,
-    LiveWindow, OutboxEntry, PendingEntry, StorageError, Store, WebhookAttempt,
+    LiveWindow, OutboxEntry, PendingEntry, Shown, StorageError, Store, WebhookAttempt,
 };
 use crate::domain::audit::{self, AuditEvent, NewEvent, StoredRow};
 use crate::domain::authority::{Authority, Fingerprint};
@@ -639,10 +639,6 @@ impl Store for PgStore {
         Ok(())
     }
 
-    async fn mark_attached(&self, id: &ConfirmationId) -> Result<(), StorageError> {
-        sql::mark_attached(&self.pool, id).await
-    }
-
     async fn decide(&self, id: &ConfirmationId, d: &Decision) -> Result<Decided, StorageError> {
         let (_writer, mut tx) = self.audit_tx().await?;
         let decided = apply_decision(&mut tx, id, d, self.webhook_backlog_bound()).await?;
@@ -675,8 +671,8 @@ impl Store for PgStore {
             .transpose()
     }
 
-    async fn mark_outcome_shown(&self, id: &ConfirmationId) -> Result<(), StorageError> {
-        sql::mark_outcome_shown(&self.pool, id).await
+    async fn mark_shown(&self, id: &ConfirmationId, what: Shown) -> Result<(), StorageError> {
+        sql::mark_shown(&self.pool, id, what).await
     }
 
     async fn unshown_outcomes(&self) -> Result<Vec<Confirmation>, StorageError> {
@@ -940,10 +936,6 @@ impl Store for PgStore {
         sql::set_copy_message_id(tx, id, chat_id, message_id, now).await
     }
 
-    async fn mark_copy_shown(&self, id: &ConfirmationId, chat_id: i64) -> Result<(), StorageError> {
-        sql::mark_copy_shown(&self.pool, id, chat_id).await
-    }
-
     async fn add_stray(
         &self,
         id: &ConfirmationId,
@@ -955,15 +947,6 @@ impl Store for PgStore {
         sql::add_stray(tx, id, chat_id, message_id, now).await?;
         drop(writer);
         self.get(id).await
-    }
-
-    async fn mark_stray_shown(
-        &self,
-        id: &ConfirmationId,
-        chat_id: i64,
-        message_id: i32,
-    ) -> Result<(), StorageError> {
-        sql::mark_stray_shown(&self.pool, id, chat_id, message_id).await
     }
 
     async fn add_answer(

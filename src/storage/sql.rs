@@ -40,7 +40,7 @@ use crate::storage::rows::{
 };
 use crate::storage::{
     AgentEvent, Decided, Gauges, IDEMPOTENCY_TTL, Inserted, LiveWindow, OutboxEntry, PendingEntry,
-    StorageError,
+    Shown, StorageError,
 };
 
 /// The question `id` as `tx` sees it, with its answers, copies and strays (`None`: no
@@ -556,60 +556,37 @@ pub(super) async fn live_window_opened_by(
     row.map(WindowRow::into_domain).transpose()
 }
 
-/// See [`crate::storage::Store::mark_stray_shown`].
-pub(super) async fn mark_stray_shown(
+/// See [`crate::storage::Store::mark_shown`].
+pub(super) async fn mark_shown(
     pool: &Pool<Db>,
     id: &ConfirmationId,
-    chat_id: i64,
-    message_id: i32,
+    what: Shown,
 ) -> Result<(), StorageError> {
-    sqlx::query(
-        "UPDATE strays SET outcome_shown = TRUE
-         WHERE question_id = $1 AND chat_id = $2 AND message_id = $3",
-    )
-    .bind(id.as_str())
-    .bind(chat_id)
-    .bind(i64::from(message_id))
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// See [`crate::storage::Store::mark_attached`].
-pub(super) async fn mark_attached(
-    pool: &Pool<Db>,
-    id: &ConfirmationId,
-) -> Result<(), StorageError> {
-    sqlx::query("UPDATE confirmations SET attached = TRUE WHERE id = $1")
+    let query = match what {
+        Shown::Attachment => {
+            sqlx::query("UPDATE confirmations SET attached = TRUE WHERE id = $1").bind(id.as_str())
+        }
+        Shown::Outcome => {
+            sqlx::query("UPDATE confirmations SET outcome_shown = TRUE WHERE id = $1")
+                .bind(id.as_str())
+        }
+        Shown::CopyOutcome { chat_id } => sqlx::query(
+            "UPDATE copies SET outcome_shown = TRUE WHERE question_id = $1 AND chat_id = $2",
+        )
         .bind(id.as_str())
-        .execute(pool)
-        .await?;
-    Ok(())
-}
-
-/// See [`crate::storage::Store::mark_outcome_shown`].
-pub(super) async fn mark_outcome_shown(
-    pool: &Pool<Db>,
-    id: &ConfirmationId,
-) -> Result<(), StorageError> {
-    sqlx::query("UPDATE confirmations SET outcome_shown = TRUE WHERE id = $1")
-        .bind(id.as_str())
-        .execute(pool)
-        .await?;
-    Ok(())
-}
-
-/// See [`crate::storage::Store::mark_copy_shown`].
-pub(super) async fn mark_copy_shown(
-    pool: &Pool<Db>,
-    id: &ConfirmationId,
-    chat_id: i64,
-) -> Result<(), StorageError> {
-    sqlx::query("UPDATE copies SET outcome_shown = TRUE WHERE question_id = $1 AND chat_id = $2")
+        .bind(chat_id),
+        Shown::StrayOutcome {
+            chat_id,
+            message_id,
+        } => sqlx::query(
+            "UPDATE strays SET outcome_shown = TRUE
+             WHERE question_id = $1 AND chat_id = $2 AND message_id = $3",
+        )
         .bind(id.as_str())
         .bind(chat_id)
-        .execute(pool)
-        .await?;
+        .bind(i64::from(message_id)),
+    };
+    query.execute(pool).await?;
     Ok(())
 }
 

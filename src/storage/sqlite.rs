@@ -18,7 +18,7 @@ use super::rows::{
 };
 use super::{
     AgentEvent, Answered, Decided, Gauges, IDEMPOTENCY_TTL, Inserted, LiveWindow, OutboxEntry,
-    PendingEntry, StorageError, Store, WebhookAttempt,
+    PendingEntry, Shown, StorageError, Store, WebhookAttempt,
 };
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit::{self, AuditEvent, GENESIS_HASH, NewEvent, StoredRow};
@@ -875,8 +875,8 @@ impl Store for SqliteStore {
             .transpose()
     }
 
-    async fn mark_outcome_shown(&self, id: &ConfirmationId) -> Result<(), StorageError> {
-        sql::mark_outcome_shown(&self.pool, id).await
+    async fn mark_shown(&self, id: &ConfirmationId, what: Shown) -> Result<(), StorageError> {
+        sql::mark_shown(&self.pool, id, what).await
     }
 
     async fn unshown_outcomes(&self) -> Result<Vec<Confirmation>, StorageError> {
@@ -1144,10 +1144,6 @@ impl Store for SqliteStore {
         sql::set_copy_message_id(tx, id, chat_id, message_id, now).await
     }
 
-    async fn mark_copy_shown(&self, id: &ConfirmationId, chat_id: i64) -> Result<(), StorageError> {
-        sql::mark_copy_shown(&self.pool, id, chat_id).await
-    }
-
     async fn add_stray(
         &self,
         id: &ConfirmationId,
@@ -1159,19 +1155,6 @@ impl Store for SqliteStore {
         sql::add_stray(tx, id, chat_id, message_id, now).await?;
         drop(writer);
         self.get(id).await
-    }
-
-    async fn mark_attached(&self, id: &ConfirmationId) -> Result<(), StorageError> {
-        sql::mark_attached(&self.pool, id).await
-    }
-
-    async fn mark_stray_shown(
-        &self,
-        id: &ConfirmationId,
-        chat_id: i64,
-        message_id: i32,
-    ) -> Result<(), StorageError> {
-        sql::mark_stray_shown(&self.pool, id, chat_id, message_id).await
     }
 
     async fn add_answer(
