@@ -45,24 +45,20 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgArguments, PgConnectOptions, PgListener, PgPoolOptions};
-use sqlx::query::QueryAs;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
 use time::OffsetDateTime;
 use tokio::sync::mpsc;
 
 use super::hits::{self, QueuedHit};
-use super::rows::{
-    self, AuditRow, OutboxRow, Row, WindowRow, from_ms, insert_runs, ms, select_where,
-    select_windows_where, user_column,
-};
+use super::rows::{self, insert_runs};
 use super::{
-    AgentEvent, Answered, Change, Decided, Gauges, IDEMPOTENCY_TTL, Inserted, LiveConfig,
-    LiveWindow, OutboxEntry, PendingEntry, Shown, StorageError, Store, WebhookAttempt,
+    AgentEvent, Answered, Change, Decided, Gauges, Inserted, LiveConfig, LiveWindow, OutboxEntry,
+    PendingEntry, Shown, StorageError, Store, WebhookAttempt,
 };
 use crate::domain::audit::{self, AuditEvent, NewEvent, StoredRow};
 use crate::domain::authority::{Authority, Fingerprint};
-use crate::domain::confirmation::{Confirmation, Decision, Operator, Step, Window, WindowKey};
+use crate::domain::confirmation::{Confirmation, Decision, Operator, Window, WindowKey};
 use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey};
 use crate::domain::interaction::Answer;
 
@@ -78,6 +74,21 @@ macro_rules! insertion_order {
     };
 }
 
+/// An `outcome_shown` flag that is false, as the partial indexes say it (see `sql`).
+macro_rules! not_shown {
+    ($prefix:literal) => {
+        concat!("NOT ", $prefix, "outcome_shown")
+    };
+}
+
+/// Keeps the window row read by `revoke_window` as read until the commit (a purge in
+/// another process waits), so its delete removes exactly that row.
+macro_rules! lock_window {
+    () => {
+        " FOR UPDATE OF w"
+    };
+}
+
 /// Text compared by bytes in an `ORDER BY`, as SQLite compares it.
 macro_rules! bytewise {
     () => {
@@ -89,10 +100,8 @@ macro_rules! bytewise {
 #[allow(clippy::duplicate_mod)]
 #[path = "sql.rs"]
 mod sql;
-use sql::{
-    apply_decision, hydrate, hydrate_all, insert_answer, insert_hits, insert_in, push_agent_event,
-    read_in,
-};
+pub(super) use sql::audit_snapshot_in;
+use sql::{apply_decision, insert_hits, insert_in};
 
 /// The advisory lock (`pg_advisory_xact_lock`) that serialises appends to the audit
 /// chain and writes to the agents' event streams, in every process sharing the database.
@@ -235,6 +244,11 @@ impl PgStore {
         Ok((writer, begin_audit(&self.pool).await?))
     }
 
+    /// A transaction that appends nothing to the audit chain (and so needs no lock).
+    async fn write_tx(&self) -> Result<Transaction<'static, Postgres>, StorageError> {
+        Ok(self.pool.begin().await?)
+    }
+
     /// Stores a window hit by the group commit, and answers once the transaction holding
     /// it has committed. The writing runs in a task of its own ([`GroupCommit`]), so an
     /// agent hanging up cannot cut a batch short; a hit whose caller hung up is stored
@@ -260,28 +274,6 @@ impl PgStore {
             tokio::spawn(commit.run());
         }
         waiting.outcome().await
-    }
-
-    /// The one question `query` finds, with its answers, copies and strays.
-    async fn fetch_one(
-        &self,
-        query: QueryAs<'_, Postgres, Row, PgArguments>,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let mut conn = self.pool.acquire().await?;
-        match query.fetch_optional(&mut *conn).await? {
-            Some(row) => Ok(Some(hydrate(&mut conn, row.into_domain()?).await?)),
-            None => Ok(None),
-        }
-    }
-
-    /// Every question `query` finds, in its order, each with its answers and copies.
-    async fn fetch_all(
-        &self,
-        query: QueryAs<'_, Postgres, Row, PgArguments>,
-    ) -> Result<Vec<Confirmation>, StorageError> {
-        let mut conn = self.pool.acquire().await?;
-        let rows = query.fetch_all(&mut *conn).await?;
-        hydrate_all(&mut conn, rows).await
     }
 }
 
@@ -395,11 +387,6 @@ async fn write_hits(
     let results = insert_hits(&mut tx, batch, bound).await?;
     tx.commit().await?;
     Ok(results)
-}
-
-/// A query for [`Row`]s (`SELECT *` from `confirmations`), binds to follow.
-fn select<'q>(sql: &'static str) -> QueryAs<'q, Postgres, Row, PgArguments> {
-    sqlx::query_as(sql)
 }
 
 /// Appends `event` to the audit chain inside `tx` (an [`PgStore::audit_tx`]).
@@ -530,23 +517,6 @@ async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     Ok(listener)
 }
 
-/// The audit trail in sequence order and every request's status, as `tx` sees them:
-/// [`Store::audit_snapshot`], and `migrate-to-postgres`'s check of what it copied before
-/// it commits.
-pub(super) async fn audit_snapshot_in(
-    tx: &mut Transaction<'_, Postgres>,
-) -> Result<(Vec<StoredRow>, Vec<audit::StoredStatus>), StorageError> {
-    let rows: Vec<AuditRow> = sqlx::query_as("SELECT * FROM audit_events ORDER BY seq")
-        .fetch_all(&mut **tx)
-        .await?;
-    let statuses: Vec<(String, String)> = sqlx::query_as(
-        r#"SELECT id, status FROM confirmations ORDER BY created_at, id COLLATE "C""#,
-    )
-    .fetch_all(&mut **tx)
-    .await?;
-    super::rows::audit_snapshot(rows, statuses)
-}
-
 #[async_trait]
 impl Store for PgStore {
     async fn migrate(&self) -> Result<(), StorageError> {
@@ -581,16 +551,14 @@ impl Store for PgStore {
     }
 
     async fn get(&self, id: &ConfirmationId) -> Result<Option<Confirmation>, StorageError> {
-        self.fetch_one(select(select_where!("id = $1")).bind(id.as_str()))
-            .await
+        sql::get(&self.pool, id).await
     }
 
     async fn find_by_token(
         &self,
         token: &CallbackToken,
     ) -> Result<Option<Confirmation>, StorageError> {
-        self.fetch_one(select(select_where!("callback_token = $1")).bind(token.as_str()))
-            .await
+        sql::find_by_token(&self.pool, token).await
     }
 
     async fn find_by_idempotency_key(
@@ -599,15 +567,7 @@ impl Store for PgStore {
         key: &IdempotencyKey,
         now: OffsetDateTime,
     ) -> Result<Option<Confirmation>, StorageError> {
-        self.fetch_one(
-            select(select_where!(
-                "agent = $1 AND idempotency_key = $2 AND created_at > $3"
-            ))
-            .bind(agent)
-            .bind(key.as_str())
-            .bind(ms(now - IDEMPOTENCY_TTL)),
-        )
-        .await
+        sql::find_by_idempotency_key(&self.pool, agent, key, now).await
     }
 
     async fn set_message_id(
@@ -615,28 +575,8 @@ impl Store for PgStore {
         id: &ConfirmationId,
         message_id: i32,
     ) -> Result<(), StorageError> {
-        let (_writer, mut tx) = self.audit_tx().await?;
-        let chat: Option<(i64,)> = sqlx::query_as(
-            "UPDATE confirmations SET message_id = $1 WHERE id = $2 RETURNING chat_id",
-        )
-        .bind(i64::from(message_id))
-        .bind(id.as_str())
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some((chat_id,)) = chat {
-            let now = OffsetDateTime::now_utc();
-            let event = audit::delivered(id.as_str(), chat_id, message_id, now);
-            append_event(&mut tx, &event).await?;
-            // Streams an interaction's new status (`delivered`).
-            if let Some(record) = read_in(&mut tx, id).await?
-                && !record.is_terminal()
-            {
-                let step = record.step_event(Step::Delivered);
-                push_agent_event(&mut tx, &record, "status", &step, now).await?;
-            }
-        }
-        tx.commit().await?;
-        Ok(())
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::set_message_id(tx, id, message_id).await
     }
 
     async fn decide(&self, id: &ConfirmationId, d: &Decision) -> Result<Decided, StorageError> {
@@ -654,21 +594,7 @@ impl Store for PgStore {
         now: OffsetDateTime,
     ) -> Result<Option<Window>, StorageError> {
         // No cache (see the module's header): the primary key answers.
-        let row: Option<(i64, String)> = sqlx::query_as(
-            "SELECT expires_at, opened_by FROM windows
-             WHERE agent = $1 AND route = $2 AND owner_id = $3 AND tool = $4
-               AND args_hash = $5 AND expires_at > $6",
-        )
-        .bind(&key.agent)
-        .bind(&key.route)
-        .bind(key.owner_id.as_str())
-        .bind(key.tool.as_str())
-        .bind(key.args_hash.as_str())
-        .bind(ms(now))
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|(expires_at, opened_by)| rows::window(key, expires_at, &opened_by))
-            .transpose()
+        sql::live_window(&self.pool, key, now).await
     }
 
     async fn mark_shown(&self, id: &ConfirmationId, what: Shown) -> Result<(), StorageError> {
@@ -676,15 +602,7 @@ impl Store for PgStore {
     }
 
     async fn unshown_outcomes(&self) -> Result<Vec<Confirmation>, StorageError> {
-        self.fetch_all(select(select_where!(
-            "status <> 'pending' AND ((NOT outcome_shown AND message_id IS NOT NULL)
-             OR EXISTS (SELECT 1 FROM copies c WHERE c.question_id = confirmations.id
-                        AND NOT c.outcome_shown AND c.message_id IS NOT NULL)
-             OR EXISTS (SELECT 1 FROM strays s WHERE s.question_id = confirmations.id
-                        AND NOT s.outcome_shown))
-             ORDER BY decided_at"
-        )))
-        .await
+        sql::unshown_outcomes(&self.pool).await
     }
 
     async fn count_pending(&self, agent: &str) -> Result<u64, StorageError> {
@@ -696,11 +614,7 @@ impl Store for PgStore {
     }
 
     async fn purge_expired_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError> {
-        Ok(sqlx::query("DELETE FROM windows WHERE expires_at <= $1")
-            .bind(ms(now))
-            .execute(&self.pool)
-            .await?
-            .rows_affected())
+        sql::purge_expired_windows(&self.pool, now).await
     }
 
     async fn due_webhooks(
@@ -712,12 +626,7 @@ impl Store for PgStore {
     }
 
     async fn next_webhook_due(&self) -> Result<Option<OffsetDateTime>, StorageError> {
-        let (due,): (Option<i64>,) = sqlx::query_as(
-            "SELECT MIN(next_attempt_at) FROM webhook_outbox WHERE state = 'pending'",
-        )
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(due.and_then(from_ms))
+        sql::next_webhook_due(&self.pool).await
     }
 
     async fn webhook_attempted(
@@ -726,66 +635,16 @@ impl Store for PgStore {
         result: WebhookAttempt,
         now: OffsetDateTime,
     ) -> Result<(), StorageError> {
-        let id = entry.delivery_id.as_str();
-        let (q, event) = match &result {
-            WebhookAttempt::Delivered => (
-                sqlx::query(
-                    "UPDATE webhook_outbox SET state = 'delivered', attempts = attempts + 1,
-                        last_error = NULL, finished_at = $1
-                     WHERE delivery_id = $2 AND state = 'pending'",
-                )
-                .bind(ms(now)),
-                Some(audit::webhook(
-                    entry.confirmation_id.as_str(),
-                    id,
-                    true,
-                    None,
-                    now,
-                )),
-            ),
-            WebhookAttempt::Retry { next_at, error } => (
-                sqlx::query(
-                    "UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = $1,
-                        last_error = $2 WHERE delivery_id = $3 AND state = 'pending'",
-                )
-                .bind(ms(*next_at))
-                .bind(error.as_str()),
-                None,
-            ),
-            WebhookAttempt::GiveUp { error } => (
-                sqlx::query(
-                    "UPDATE webhook_outbox SET state = 'given_up', attempts = attempts + 1,
-                        last_error = $1, finished_at = $2
-                     WHERE delivery_id = $3 AND state = 'pending'",
-                )
-                .bind(error.as_str())
-                .bind(ms(now)),
-                Some(audit::webhook(
-                    entry.confirmation_id.as_str(),
-                    id,
-                    false,
-                    Some(error),
-                    now,
-                )),
-            ),
-        };
+        let event = sql::attempt_event(entry, &result, now);
         // Only a final attempt appends to the audit chain, and so needs the lock.
-        let (_writer, mut tx) = match event {
+        let (_writer, tx) = match event {
             Some(_) => {
                 let (writer, tx) = self.audit_tx().await?;
                 (Some(writer), tx)
             }
-            None => (None, self.pool.begin().await?),
+            None => (None, self.write_tx().await?),
         };
-        // Conditional on the delivery still pending: another process (a CLI tool, a
-        // second worker) that already finished it keeps its outcome, and no second,
-        // contradictory audit event is chained.
-        let changed = q.bind(id).execute(&mut *tx).await?.rows_affected() == 1;
-        if let Some(e) = event.as_ref().filter(|_| changed) {
-            append_event(&mut tx, e).await?;
-        }
-        tx.commit().await?;
-        Ok(())
+        sql::webhook_attempted(tx, entry, &result, event.as_ref(), now).await
     }
 
     async fn due_webhooks_by_agent(
@@ -793,39 +652,14 @@ impl Store for PgStore {
         now: OffsetDateTime,
         per_agent: u32,
     ) -> Result<Vec<OutboxEntry>, StorageError> {
-        // Each agent's rows ranked by when they are due (then by when they were queued),
-        // and served rank by rank. `COLLATE "C"`: ties break by bytes, as in SQLite,
-        // whatever the database's locale.
-        let rows: Vec<OutboxRow> = sqlx::query_as(
-            r#"SELECT delivery_id, confirmation_id, agent, url, created_at, attempts FROM (
-                 SELECT delivery_id, confirmation_id, agent, url, created_at, attempts,
-                        next_attempt_at,
-                        ROW_NUMBER() OVER (
-                            PARTITION BY agent
-                            ORDER BY next_attempt_at, created_at, delivery_id COLLATE "C"
-                        ) AS turn
-                 FROM webhook_outbox WHERE state = 'pending' AND next_attempt_at <= $1
-             ) AS due WHERE turn <= $2 ORDER BY turn, next_attempt_at, delivery_id COLLATE "C""#,
-        )
-        .bind(ms(now))
-        .bind(i64::from(per_agent))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter().map(OutboxRow::into_entry).collect()
+        sql::due_webhooks_by_agent(&self.pool, now, per_agent).await
     }
 
     async fn next_webhook_due_after(
         &self,
         after: OffsetDateTime,
     ) -> Result<Option<OffsetDateTime>, StorageError> {
-        let (due,): (Option<i64>,) = sqlx::query_as(
-            "SELECT MIN(next_attempt_at) FROM webhook_outbox
-             WHERE state = 'pending' AND next_attempt_at > $1",
-        )
-        .bind(ms(after))
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(due.and_then(from_ms))
+        sql::next_webhook_due_after(&self.pool, after).await
     }
 
     async fn record_event(&self, event: NewEvent) -> Result<(), StorageError> {
@@ -855,7 +689,7 @@ impl Store for PgStore {
             .pool
             .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             .await?;
-        let snapshot = audit_snapshot_in(&mut tx).await?;
+        let snapshot = sql::audit_snapshot_in(&mut tx).await?;
         tx.rollback().await?;
         Ok(snapshot)
     }
@@ -884,12 +718,7 @@ impl Store for PgStore {
         agent: &str,
         interaction_id: &str,
     ) -> Result<Option<Confirmation>, StorageError> {
-        self.fetch_one(
-            select(select_where!("agent = $1 AND interaction_id = $2"))
-                .bind(agent)
-                .bind(interaction_id),
-        )
-        .await
+        sql::find_interaction(&self.pool, agent, interaction_id).await
     }
 
     async fn find_by_message(
@@ -897,21 +726,7 @@ impl Store for PgStore {
         chat_id: i64,
         message_id: i32,
     ) -> Result<Option<Confirmation>, StorageError> {
-        // `IN`, not `=`: PostgreSQL refuses a scalar subquery with several rows, where
-        // SQLite takes the first; `LIMIT 1` takes the first question found likewise.
-        self.fetch_one(
-            select(select_where!(
-                "(chat_id = $1 AND message_id = $2)
-                 OR id IN (SELECT question_id FROM copies
-                           WHERE chat_id = $1 AND message_id = $2)
-                 OR id IN (SELECT question_id FROM strays
-                           WHERE chat_id = $1 AND message_id = $2)
-                 LIMIT 1"
-            ))
-            .bind(chat_id)
-            .bind(i64::from(message_id)),
-        )
-        .await
+        sql::find_by_message(&self.pool, chat_id, message_id).await
     }
 
     async fn add_copy(
@@ -955,51 +770,8 @@ impl Store for PgStore {
         answer: &Answer,
         settles: Option<&Decision>,
     ) -> Result<Answered, StorageError> {
-        let (_writer, mut tx) = self.audit_tx().await?;
-        let row = sqlx::query_as::<_, Row>(select_where!("id = $1"))
-            .bind(id.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(row) = row else {
-            return Ok(Answered::NotFound);
-        };
-        let record = row.into_domain()?;
-        if record.is_terminal() {
-            let record = hydrate(&mut tx, record).await?;
-            return Ok(Answered::Closed(record));
-        }
-        let added = insert_answer(&mut tx, id, answer).await?;
-        let record = hydrate(&mut tx, record).await?;
-        if !added {
-            return Ok(Answered::AlreadyAnswered(record));
-        }
-        append_event(&mut tx, &audit::answered(id.as_str(), answer)).await?;
-        push_agent_event(
-            &mut tx,
-            &record,
-            "response",
-            &record.response_event(answer),
-            answer.at,
-        )
-        .await?;
-        let record = match settles {
-            // The answer decides the question: both commit together, so no one ever sees
-            // the answer stored and the question still open.
-            Some(d) => match apply_decision(&mut tx, id, d, self.webhook_backlog_bound()).await? {
-                Decided::Applied(r) => r,
-                Decided::AlreadyTerminal(r) => return Ok(Answered::Closed(r)),
-                Decided::NotFound => return Ok(Answered::NotFound),
-            },
-            None => {
-                if record.interaction.is_some() && record.answers.len() == 1 {
-                    let status = record.status_event();
-                    push_agent_event(&mut tx, &record, "status", &status, answer.at).await?;
-                }
-                record
-            }
-        };
-        tx.commit().await?;
-        Ok(Answered::Added(record))
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::add_answer(tx, id, answer, settles, self.webhook_backlog_bound()).await
     }
 
     async fn selection(
@@ -1037,13 +809,7 @@ impl Store for PgStore {
     }
 
     async fn pending_in_chat(&self, chat_id: i64) -> Result<Vec<Confirmation>, StorageError> {
-        self.fetch_all(
-            select(select_where!(
-                r#"chat_id = $1 AND status = 'pending' ORDER BY created_at, id COLLATE "C""#
-            ))
-            .bind(chat_id),
-        )
-        .await
+        sql::pending_in_chat(&self.pool, chat_id).await
     }
 
     async fn live_windows(
@@ -1069,37 +835,8 @@ impl Store for PgStore {
         chat_id: i64,
         now: OffsetDateTime,
     ) -> Result<Option<LiveWindow>, StorageError> {
-        let (_writer, mut tx) = self.audit_tx().await?;
-        // `FOR UPDATE OF w`: the window row stays as read until the commit (a purge in
-        // another process waits), so the delete below removes exactly this row.
-        let row: Option<WindowRow> = sqlx::query_as(select_windows_where!(
-            "w.opened_by = $1 AND w.expires_at > $2 FOR UPDATE OF w"
-        ))
-        .bind(opened_by.as_str())
-        .bind(ms(now))
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let live = row.into_domain()?;
-        sqlx::query(
-            "DELETE FROM windows
-             WHERE agent = $1 AND route = $2 AND owner_id = $3 AND tool = $4
-               AND args_hash = $5 AND opened_by = $6",
-        )
-        .bind(&live.window.key.agent)
-        .bind(&live.window.key.route)
-        .bind(live.window.key.owner_id.as_str())
-        .bind(live.window.key.tool.as_str())
-        .bind(live.window.key.args_hash.as_str())
-        .bind(opened_by.as_str())
-        .execute(&mut *tx)
-        .await?;
-        let event = audit::window_revoked(&live.window, &live.route, by, chat_id, now);
-        append_event(&mut tx, &event).await?;
-        tx.commit().await?;
-        Ok(Some(live))
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::revoke_window(tx, opened_by, by, chat_id, now).await
     }
 
     async fn backup_to(&self, _file: &std::path::Path) -> Result<(), StorageError> {
@@ -1137,31 +874,8 @@ impl Store for PgStore {
         named: Option<&ConfirmationId>,
         user_id: u64,
     ) -> Result<Option<Confirmation>, StorageError> {
-        // The reply may answer the prompt, or (if the prompt's id was never stored, or
-        // the person replied to the question instead) any message of the question in
-        // the chat where they asked.
-        let found: Option<(String,)> = sqlx::query_as(
-            "SELECT r.question_id FROM reason_requests r
-             JOIN confirmations c ON c.id = r.question_id
-             WHERE r.user_id = $3 AND r.chat_id = $1
-               AND (r.prompt_message_id = $2
-                    OR r.question_id = $4
-                    OR (c.chat_id = $1 AND c.message_id = $2)
-                    OR EXISTS (SELECT 1 FROM copies k WHERE k.question_id = c.id
-                               AND k.chat_id = $1 AND k.message_id = $2))
-             ORDER BY r.asked_at DESC LIMIT 1",
-        )
-        .bind(chat_id)
-        .bind(i64::from(reply_to))
-        .bind(user_column(user_id))
-        .bind(named.map(|id| id.as_str()))
-        .fetch_optional(&self.pool)
-        .await?;
-        match found {
-            Some((id,)) => match ConfirmationId::parse(&id) {
-                Ok(id) => self.get(&id).await,
-                Err(_) => Ok(None),
-            },
+        match sql::reason_request_for(&self.pool, chat_id, reply_to, named, user_id).await? {
+            Some(id) => self.get(&id).await,
             None => Ok(None),
         }
     }

@@ -12,17 +12,14 @@ use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 use time::OffsetDateTime;
 
 use super::hits::{self, QueuedHit};
-use super::rows::{
-    self, AuditRow, OutboxRow, Row, WindowRow, confirmation_columns, from_ms, insert_runs, ms,
-    operator_columns, select_where, select_windows_where, user_column,
-};
+use super::rows::{self, confirmation_columns, from_ms, insert_runs, ms, operator_columns};
 use super::{
-    AgentEvent, Answered, Decided, Gauges, IDEMPOTENCY_TTL, Inserted, LiveWindow, OutboxEntry,
-    PendingEntry, Shown, StorageError, Store, WebhookAttempt,
+    AgentEvent, Answered, Decided, Gauges, Inserted, LiveWindow, OutboxEntry, PendingEntry, Shown,
+    StorageError, Store, WebhookAttempt,
 };
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit::{self, AuditEvent, GENESIS_HASH, NewEvent, StoredRow};
-use crate::domain::confirmation::{Confirmation, Decision, Operator, Step, Via, Window, WindowKey};
+use crate::domain::confirmation::{Confirmation, Decision, Operator, Via, Window, WindowKey};
 use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
 use crate::domain::interaction::Answer;
 
@@ -38,6 +35,20 @@ macro_rules! insertion_order {
     };
 }
 
+/// An `outcome_shown` flag that is false, as the partial indexes say it (see `sql`).
+macro_rules! not_shown {
+    ($prefix:literal) => {
+        concat!($prefix, "outcome_shown = 0")
+    };
+}
+
+/// Nothing: the write transaction of `revoke_window` holds the database (see `sql`).
+macro_rules! lock_window {
+    () => {
+        ""
+    };
+}
+
 /// Text compared by bytes in an `ORDER BY`: SQLite's default collation does that.
 macro_rules! bytewise {
     () => {
@@ -49,9 +60,7 @@ macro_rules! bytewise {
 #[allow(clippy::duplicate_mod)]
 #[path = "sql.rs"]
 mod sql;
-use sql::{
-    apply_decision, hydrate, hydrate_all, insert_answer, insert_hits, insert_in, push_agent_event,
-};
+use sql::{apply_decision, insert_hits, insert_in};
 
 pub struct SqliteStore {
     pool: SqlitePool,
@@ -438,49 +447,6 @@ impl SqliteStore {
     async fn write_tx(&self) -> Result<sqlx::Transaction<'_, sqlx::Sqlite>, StorageError> {
         Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
     }
-
-    /// Streams an interaction's new status (`delivered`) inside `tx`.
-    async fn push_status_if_changed(
-        &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-        id: &ConfirmationId,
-        now: OffsetDateTime,
-    ) -> Result<(), StorageError> {
-        let row = sqlx::query_as::<_, Row>(select_where!("id = ?"))
-            .bind(id.as_str())
-            .fetch_optional(&mut **tx)
-            .await?;
-        if let Some(row) = row {
-            let record = hydrate(&mut *tx, row.into_domain()?).await?;
-            if !record.is_terminal() {
-                push_agent_event(
-                    tx,
-                    &record,
-                    "status",
-                    &record.step_event(Step::Delivered),
-                    now,
-                )
-                .await?;
-            }
-        }
-        Ok(())
-    }
-
-    async fn fetch_one_where(
-        &self,
-        sql: &'static str,
-        binds: &[&str],
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let mut conn = self.pool.acquire().await?;
-        let mut q = sqlx::query_as::<_, Row>(sql);
-        for b in binds {
-            q = q.bind(*b);
-        }
-        match q.fetch_optional(&mut *conn).await? {
-            Some(row) => Ok(Some(hydrate(&mut conn, row.into_domain()?).await?)),
-            None => Ok(None),
-        }
-    }
 }
 
 /// Appends `event` to the audit chain inside `tx`. The caller holds the audit lock.
@@ -784,16 +750,14 @@ impl Store for SqliteStore {
     }
 
     async fn get(&self, id: &ConfirmationId) -> Result<Option<Confirmation>, StorageError> {
-        self.fetch_one_where(select_where!("id = ?"), &[id.as_str()])
-            .await
+        sql::get(&self.pool, id).await
     }
 
     async fn find_by_token(
         &self,
         token: &CallbackToken,
     ) -> Result<Option<Confirmation>, StorageError> {
-        self.fetch_one_where(select_where!("callback_token = ?"), &[token.as_str()])
-            .await
+        sql::find_by_token(&self.pool, token).await
     }
 
     async fn find_by_idempotency_key(
@@ -802,12 +766,7 @@ impl Store for SqliteStore {
         key: &IdempotencyKey,
         now: OffsetDateTime,
     ) -> Result<Option<Confirmation>, StorageError> {
-        let since = ms(now - IDEMPOTENCY_TTL).to_string();
-        self.fetch_one_where(
-            select_where!("agent = ? AND idempotency_key = ? AND created_at > CAST(? AS INTEGER)"),
-            &[agent, key.as_str(), &since],
-        )
-        .await
+        sql::find_by_idempotency_key(&self.pool, agent, key, now).await
     }
 
     async fn set_message_id(
@@ -815,23 +774,8 @@ impl Store for SqliteStore {
         id: &ConfirmationId,
         message_id: i32,
     ) -> Result<(), StorageError> {
-        let _audit = self.lock_audit().await;
-        let mut tx = self.write_tx().await?;
-        let chat: Option<(i64,)> = sqlx::query_as(
-            "UPDATE confirmations SET message_id = ? WHERE id = ? RETURNING chat_id",
-        )
-        .bind(i64::from(message_id))
-        .bind(id.as_str())
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some((chat_id,)) = chat {
-            let now = OffsetDateTime::now_utc();
-            let event = audit::delivered(id.as_str(), chat_id, message_id, now);
-            append_event(&mut tx, &event).await?;
-            self.push_status_if_changed(&mut tx, id, now).await?;
-        }
-        tx.commit().await?;
-        Ok(())
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::set_message_id(tx, id, message_id).await
     }
 
     async fn decide(&self, id: &ConfirmationId, d: &Decision) -> Result<Decided, StorageError> {
@@ -858,21 +802,7 @@ impl Store for SqliteStore {
         {
             return Ok(map.get(key).filter(|w| w.is_live(now)).cloned());
         }
-        let row: Option<(i64, String)> = sqlx::query_as(
-            "SELECT expires_at, opened_by FROM windows
-             WHERE agent = ? AND route = ? AND owner_id = ? AND tool = ? AND args_hash = ?
-               AND expires_at > ?",
-        )
-        .bind(&key.agent)
-        .bind(&key.route)
-        .bind(key.owner_id.as_str())
-        .bind(key.tool.as_str())
-        .bind(key.args_hash.as_str())
-        .bind(ms(now))
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|(expires_at, opened_by)| rows::window(key, expires_at, &opened_by))
-            .transpose()
+        sql::live_window(&self.pool, key, now).await
     }
 
     async fn mark_shown(&self, id: &ConfirmationId, what: Shown) -> Result<(), StorageError> {
@@ -880,18 +810,7 @@ impl Store for SqliteStore {
     }
 
     async fn unshown_outcomes(&self) -> Result<Vec<Confirmation>, StorageError> {
-        let mut conn = self.pool.acquire().await?;
-        let rows: Vec<Row> = sqlx::query_as(select_where!(
-            "status <> 'pending' AND ((outcome_shown = 0 AND message_id IS NOT NULL)
-             OR EXISTS (SELECT 1 FROM copies c WHERE c.question_id = confirmations.id
-                        AND c.outcome_shown = 0 AND c.message_id IS NOT NULL)
-             OR EXISTS (SELECT 1 FROM strays s WHERE s.question_id = confirmations.id
-                        AND s.outcome_shown = 0))
-             ORDER BY decided_at"
-        ))
-        .fetch_all(&mut *conn)
-        .await?;
-        hydrate_all(&mut conn, rows).await
+        sql::unshown_outcomes(&self.pool).await
     }
 
     async fn count_pending(&self, agent: &str) -> Result<u64, StorageError> {
@@ -904,11 +823,7 @@ impl Store for SqliteStore {
 
     async fn purge_expired_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError> {
         let _audit = self.lock_audit().await;
-        let purged = sqlx::query("DELETE FROM windows WHERE expires_at <= ?")
-            .bind(ms(now))
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
+        let purged = sql::purge_expired_windows(&self.pool, now).await?;
         if let Some(map) = self
             .windows
             .write()
@@ -929,12 +844,7 @@ impl Store for SqliteStore {
     }
 
     async fn next_webhook_due(&self) -> Result<Option<OffsetDateTime>, StorageError> {
-        let row: Option<(Option<i64>,)> = sqlx::query_as(
-            "SELECT MIN(next_attempt_at) FROM webhook_outbox WHERE state = 'pending'",
-        )
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.and_then(|(v,)| v).and_then(from_ms))
+        sql::next_webhook_due(&self.pool).await
     }
 
     async fn webhook_attempted(
@@ -943,58 +853,16 @@ impl Store for SqliteStore {
         result: WebhookAttempt,
         now: OffsetDateTime,
     ) -> Result<(), StorageError> {
-        let id = entry.delivery_id.as_str();
-        let (q, event) = match &result {
-            WebhookAttempt::Delivered => (
-                sqlx::query(
-                    "UPDATE webhook_outbox SET state = 'delivered', attempts = attempts + 1,
-                        last_error = NULL, finished_at = ? WHERE delivery_id = ?",
-                )
-                .bind(ms(now)),
-                Some(audit::webhook(
-                    entry.confirmation_id.as_str(),
-                    id,
-                    true,
-                    None,
-                    now,
-                )),
-            ),
-            WebhookAttempt::Retry { next_at, error } => (
-                sqlx::query(
-                    "UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = ?,
-                        last_error = ? WHERE delivery_id = ?",
-                )
-                .bind(ms(*next_at))
-                .bind(error.as_str()),
-                None,
-            ),
-            WebhookAttempt::GiveUp { error } => (
-                sqlx::query(
-                    "UPDATE webhook_outbox SET state = 'given_up', attempts = attempts + 1,
-                        last_error = ?, finished_at = ? WHERE delivery_id = ?",
-                )
-                .bind(error.as_str())
-                .bind(ms(now)),
-                Some(audit::webhook(
-                    entry.confirmation_id.as_str(),
-                    id,
-                    false,
-                    Some(error),
-                    now,
-                )),
-            ),
+        let event = sql::attempt_event(entry, &result, now);
+        // Only a final attempt appends to the audit chain, and so needs the lock.
+        let (_writer, tx) = match event {
+            Some(_) => {
+                let (writer, tx) = self.audit_tx().await?;
+                (Some(writer), tx)
+            }
+            None => (None, self.write_tx().await?),
         };
-        let _audit = match event {
-            Some(_) => Some(self.lock_audit().await),
-            None => None,
-        };
-        let mut tx = self.write_tx().await?;
-        q.bind(id).execute(&mut *tx).await?;
-        if let Some(e) = &event {
-            append_event(&mut tx, e).await?;
-        }
-        tx.commit().await?;
-        Ok(())
+        sql::webhook_attempted(tx, entry, &result, event.as_ref(), now).await
     }
 
     async fn due_webhooks_by_agent(
@@ -1002,38 +870,14 @@ impl Store for SqliteStore {
         now: OffsetDateTime,
         per_agent: u32,
     ) -> Result<Vec<OutboxEntry>, StorageError> {
-        // Each agent's rows ranked by when they are due (then by when they were queued),
-        // and served rank by rank: one agent's thousand due rows come after every other
-        // agent's first.
-        let rows: Vec<OutboxRow> = sqlx::query_as(
-            "SELECT delivery_id, confirmation_id, agent, url, created_at, attempts FROM (
-                 SELECT delivery_id, confirmation_id, agent, url, created_at, attempts,
-                        next_attempt_at,
-                        ROW_NUMBER() OVER (
-                            PARTITION BY agent ORDER BY next_attempt_at, created_at, delivery_id
-                        ) AS turn
-                 FROM webhook_outbox WHERE state = 'pending' AND next_attempt_at <= ?
-             ) WHERE turn <= ? ORDER BY turn, next_attempt_at, delivery_id",
-        )
-        .bind(ms(now))
-        .bind(i64::from(per_agent))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter().map(OutboxRow::into_entry).collect()
+        sql::due_webhooks_by_agent(&self.pool, now, per_agent).await
     }
 
     async fn next_webhook_due_after(
         &self,
         after: OffsetDateTime,
     ) -> Result<Option<OffsetDateTime>, StorageError> {
-        let row: Option<(Option<i64>,)> = sqlx::query_as(
-            "SELECT MIN(next_attempt_at) FROM webhook_outbox
-             WHERE state = 'pending' AND next_attempt_at > ?",
-        )
-        .bind(ms(after))
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.and_then(|(v,)| v).and_then(from_ms))
+        sql::next_webhook_due_after(&self.pool, after).await
     }
 
     async fn record_event(&self, event: NewEvent) -> Result<(), StorageError> {
@@ -1061,15 +905,9 @@ impl Store for SqliteStore {
         // One read transaction is one WAL snapshot: a decision committed between the two
         // queries is in both or in neither.
         let mut tx = self.pool.begin().await?;
-        let rows: Vec<AuditRow> = sqlx::query_as("SELECT * FROM audit_events ORDER BY seq")
-            .fetch_all(&mut *tx)
-            .await?;
-        let statuses: Vec<(String, String)> =
-            sqlx::query_as("SELECT id, status FROM confirmations ORDER BY created_at, id")
-                .fetch_all(&mut *tx)
-                .await?;
+        let snapshot = sql::audit_snapshot_in(&mut tx).await?;
         tx.rollback().await?;
-        super::rows::audit_snapshot(rows, statuses)
+        Ok(snapshot)
     }
 
     async fn audit_head(&self) -> Result<audit::Head, StorageError> {
@@ -1096,11 +934,7 @@ impl Store for SqliteStore {
         agent: &str,
         interaction_id: &str,
     ) -> Result<Option<Confirmation>, StorageError> {
-        self.fetch_one_where(
-            select_where!("agent = ? AND interaction_id = ?"),
-            &[agent, interaction_id],
-        )
-        .await
+        sql::find_interaction(&self.pool, agent, interaction_id).await
     }
 
     async fn find_by_message(
@@ -1108,18 +942,7 @@ impl Store for SqliteStore {
         chat_id: i64,
         message_id: i32,
     ) -> Result<Option<Confirmation>, StorageError> {
-        let (chat, message) = (chat_id.to_string(), message_id.to_string());
-        self.fetch_one_where(
-            select_where!(
-                "(chat_id = CAST(?1 AS INTEGER) AND message_id = CAST(?2 AS INTEGER))
-                 OR id = (SELECT question_id FROM copies
-                          WHERE chat_id = CAST(?1 AS INTEGER) AND message_id = CAST(?2 AS INTEGER))
-                 OR id = (SELECT question_id FROM strays
-                          WHERE chat_id = CAST(?1 AS INTEGER) AND message_id = CAST(?2 AS INTEGER))"
-            ),
-            &[&chat, &message],
-        )
-        .await
+        sql::find_by_message(&self.pool, chat_id, message_id).await
     }
 
     async fn add_copy(
@@ -1163,61 +986,13 @@ impl Store for SqliteStore {
         answer: &Answer,
         settles: Option<&Decision>,
     ) -> Result<Answered, StorageError> {
-        let _audit = self.lock_audit().await;
-        let mut tx = self.write_tx().await?;
-        let row = sqlx::query_as::<_, Row>(select_where!("id = ?"))
-            .bind(id.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(row) = row else {
-            return Ok(Answered::NotFound);
-        };
-        let record = row.into_domain()?;
-        if record.is_terminal() {
-            let record = hydrate(&mut tx, record).await?;
-            return Ok(Answered::Closed(record));
+        let (_audit, tx) = self.audit_tx().await?;
+        let answered =
+            sql::add_answer(tx, id, answer, settles, self.webhook_backlog_bound()).await?;
+        if let (Some(_), Answered::Added(record)) = (settles, &answered) {
+            self.remember_window(record);
         }
-        let added = insert_answer(&mut tx, id, answer).await?;
-        let record = hydrate(&mut tx, record).await?;
-        if !added {
-            return Ok(Answered::AlreadyAnswered(record));
-        }
-        append_event(&mut tx, &audit::answered(id.as_str(), answer)).await?;
-        push_agent_event(
-            &mut tx,
-            &record,
-            "response",
-            &record.response_event(answer),
-            answer.at,
-        )
-        .await?;
-        let record = match settles {
-            // The answer decides the question: both commit together, so no one ever sees
-            // the answer stored and the question still open.
-            Some(d) => match apply_decision(&mut tx, id, d, self.webhook_backlog_bound()).await? {
-                Decided::Applied(r) => r,
-                Decided::AlreadyTerminal(r) => return Ok(Answered::Closed(r)),
-                Decided::NotFound => return Ok(Answered::NotFound),
-            },
-            None => {
-                if record.interaction.is_some() && record.answers.len() == 1 {
-                    push_agent_event(
-                        &mut tx,
-                        &record,
-                        "status",
-                        &record.status_event(),
-                        answer.at,
-                    )
-                    .await?;
-                }
-                record
-            }
-        };
-        tx.commit().await?;
-        if settles.is_some() {
-            self.remember_window(&record);
-        }
-        Ok(Answered::Added(record))
+        Ok(answered)
     }
 
     async fn selection(
@@ -1255,14 +1030,7 @@ impl Store for SqliteStore {
     }
 
     async fn pending_in_chat(&self, chat_id: i64) -> Result<Vec<Confirmation>, StorageError> {
-        let mut conn = self.pool.acquire().await?;
-        let rows: Vec<Row> = sqlx::query_as(select_where!(
-            "chat_id = ?1 AND status = 'pending' ORDER BY created_at, id"
-        ))
-        .bind(chat_id)
-        .fetch_all(&mut *conn)
-        .await?;
-        hydrate_all(&mut conn, rows).await
+        sql::pending_in_chat(&self.pool, chat_id).await
     }
 
     async fn live_windows(
@@ -1288,37 +1056,10 @@ impl Store for SqliteStore {
         chat_id: i64,
         now: OffsetDateTime,
     ) -> Result<Option<LiveWindow>, StorageError> {
-        let _audit = self.lock_audit().await;
-        let mut tx = self.write_tx().await?;
-        let row: Option<WindowRow> = sqlx::query_as(select_windows_where!(
-            "w.opened_by = ?1 AND w.expires_at > ?2"
-        ))
-        .bind(opened_by.as_str())
-        .bind(ms(now))
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(row) = row else {
+        let (_audit, tx) = self.audit_tx().await?;
+        let Some(live) = sql::revoke_window(tx, opened_by, by, chat_id, now).await? else {
             return Ok(None);
         };
-        let live = row.into_domain()?;
-        // Keyed by the window itself, not only by its opener: the write lock is held
-        // since the read, so this deletes exactly the row just read.
-        sqlx::query(
-            "DELETE FROM windows
-             WHERE agent = ?1 AND route = ?2 AND owner_id = ?3 AND tool = ?4
-               AND args_hash = ?5 AND opened_by = ?6",
-        )
-        .bind(&live.window.key.agent)
-        .bind(&live.window.key.route)
-        .bind(live.window.key.owner_id.as_str())
-        .bind(live.window.key.tool.as_str())
-        .bind(live.window.key.args_hash.as_str())
-        .bind(opened_by.as_str())
-        .execute(&mut *tx)
-        .await?;
-        let event = audit::window_revoked(&live.window, &live.route, by, chat_id, now);
-        append_event(&mut tx, &event).await?;
-        tx.commit().await?;
         // The in-memory index follows the commit (the audit lock is still held, so no
         // decision's window slips in between): window hits stop at once.
         if let Some(map) = self
@@ -1394,31 +1135,8 @@ impl Store for SqliteStore {
         named: Option<&ConfirmationId>,
         user_id: u64,
     ) -> Result<Option<Confirmation>, StorageError> {
-        // The reply may answer the prompt, or (if the prompt's id was never stored, or
-        // the person replied to the question instead) any message of the question in
-        // the chat where they asked.
-        let found: Option<(String,)> = sqlx::query_as(
-            "SELECT r.question_id FROM reason_requests r
-             JOIN confirmations c ON c.id = r.question_id
-             WHERE r.user_id = ?3 AND r.chat_id = ?1
-               AND (r.prompt_message_id = ?2
-                    OR r.question_id = ?4
-                    OR (c.chat_id = ?1 AND c.message_id = ?2)
-                    OR EXISTS (SELECT 1 FROM copies k WHERE k.question_id = c.id
-                               AND k.chat_id = ?1 AND k.message_id = ?2))
-             ORDER BY r.asked_at DESC LIMIT 1",
-        )
-        .bind(chat_id)
-        .bind(i64::from(reply_to))
-        .bind(user_column(user_id))
-        .bind(named.map(|id| id.as_str()))
-        .fetch_optional(&self.pool)
-        .await?;
-        match found {
-            Some((id,)) => match ConfirmationId::parse(&id) {
-                Ok(id) => self.get(&id).await,
-                Err(_) => Ok(None),
-            },
+        match sql::reason_request_for(&self.pool, chat_id, reply_to, named, user_id).await? {
+            Some(id) => self.get(&id).await,
             None => Ok(None),
         }
     }
