@@ -27,8 +27,8 @@ use hitl_telegram::domain::interaction::Answer;
 use hitl_telegram::domain::pyjson;
 use hitl_telegram::service::now;
 use hitl_telegram::storage::{
-    self, Answered, ConnectMode, Decided, Inserted, Shown, SqliteStore, StorageError, Store,
-    WebhookAttempt,
+    self, Administration, Answered, ConnectMode, Decided, Inserted, Shown, SqliteStore,
+    StorageError, Store, WebhookAttempt,
 };
 use pg_support::PgDatabase;
 

@@ -1,26 +1,31 @@
-//! The PostgreSQL backend (`database.url = "postgres://…"`): the same [`Store`] as the
-//! SQLite backend, statement for statement, with its own migrations
+//! The PostgreSQL backend (`database.url = "postgres://…"`): the same roles as the
+//! SQLite backend, statement for statement (`common`, `sql`), with its own migrations
 //! (`migrations/postgres/`, embedded in the binary).
 //!
 //! It is written for a database that several processes share, so it keeps no state
 //! that another process could make stale. Those processes are the service and the CLI
 //! tools beside it, and may be several *replicas* of the service: every change to a
-//! question is announced on commit (`NOTIFY`, see [`Store::follow_changes`]), so an agent
-//! blocked on one replica hears a decision taken on another at once. Work that must be
-//! done once (posting, deadlines, the outbox, Telegram's one poller) is the leader's,
-//! the replica holding the `leader` lease ([`Store::hold_lease`], `service::lead`).
-//! Each replica also records what its configuration says about who may decide
-//! ([`Store::hold_config`], renewed like the lease), so that while the replicas'
-//! configurations differ every one of them is asked (`service::agree`).
+//! question is announced on commit (`NOTIFY`, see
+//! [`Coordination::follow_changes`](crate::storage::Coordination::follow_changes)), so an
+//! agent blocked on one replica hears a decision taken on another at once. Work that must
+//! be done once (posting, deadlines, the outbox, Telegram's one poller) is the leader's,
+//! the replica holding the `leader` lease
+//! ([`Coordination::hold_lease`](crate::storage::Coordination::hold_lease),
+//! `service::lead`). Each replica also records what its configuration says about who may
+//! decide ([`Coordination::hold_config`](crate::storage::Coordination::hold_config),
+//! renewed like the lease), so that while the replicas' configurations differ every one of
+//! them is asked (`service::agree`).
 //! * **No window cache.** SQLite's store answers window lookups from memory because only
 //!   the service process writes windows; here another process may open or revoke one at
-//!   any moment, so [`Store::live_window`] is one indexed `SELECT` on the primary key.
+//!   any moment, so [`Windows::live_window`](crate::storage::Windows::live_window) is one
+//!   indexed `SELECT` on the primary key.
 //! * **Window hits are group-committed.** A window hit (a terminal record given to
-//!   [`Store::insert`]) appends to the audit chain, so it holds the audit lock until its
-//!   commit returns: one transaction per hit would allow one hit per commit latency for
-//!   the whole database. Hits are queued instead, and one task writes everything queued
-//!   in one transaction (multi-row statements for the plain ones), then what came
-//!   meanwhile ([`PgStore::insert_window_hit`]), as SQLite's store does.
+//!   [`Questions::insert`](crate::storage::Questions::insert)) appends to the audit chain,
+//!   so it holds the audit lock until its commit returns: one transaction per hit would
+//!   allow one hit per commit latency for the whole database. Hits are queued instead, and
+//!   one task writes everything queued in one transaction (multi-row statements for the
+//!   plain ones), then what came meanwhile ([`PgStore::insert_window_hit`]), as SQLite's
+//!   store does.
 //! * **The audit chain is serialised in the database**, not by a mutex: every transaction
 //!   that appends audit events first takes one transaction-level advisory lock
 //!   ([`AUDIT_LOCK`]), then reads the chain's head. Each row's hash covers the previous
@@ -52,20 +57,20 @@ use tokio::sync::mpsc;
 
 use super::hits::{self, QueuedHit};
 use super::rows::{self, insert_runs};
-use super::{
-    AgentEvent, Answered, Change, Decided, Gauges, Inserted, LiveConfig, LiveWindow, OutboxEntry,
-    PendingEntry, Shown, StorageError, Store, WebhookAttempt,
-};
-use crate::domain::audit::{self, AuditEvent, NewEvent, StoredRow};
+use super::{Change, Coordination, Inserted, LiveConfig, StorageError, WindowCache};
+use crate::domain::audit::{self, NewEvent};
 use crate::domain::authority::{Authority, Fingerprint};
-use crate::domain::confirmation::{Confirmation, Decision, Operator, Window, WindowKey};
-use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey};
-use crate::domain::interaction::Answer;
+use crate::domain::confirmation::Confirmation;
+use crate::domain::ids::ConfirmationId;
 
+/// The schema's migrations ([`Administration::migrate`](super::Administration::migrate)).
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 /// The database type of the statements in `sql` (compiled for this backend).
 type Db = Postgres;
+
+/// The store `common` implements the roles for (compiled for this backend).
+type This = PgStore;
 
 /// `copies` and `strays` in the order they were added (see `sql`).
 macro_rules! insertion_order {
@@ -101,7 +106,12 @@ macro_rules! bytewise {
 #[path = "sql.rs"]
 mod sql;
 pub(super) use sql::audit_snapshot_in;
-use sql::{apply_decision, insert_hits, insert_in};
+use sql::insert_hits;
+
+// Compiled once per backend on purpose: see the header of common.rs.
+#[allow(clippy::duplicate_mod)]
+#[path = "common.rs"]
+mod common;
 
 /// The advisory lock (`pg_advisory_xact_lock`) that serialises appends to the audit
 /// chain and writes to the agents' event streams, in every process sharing the database.
@@ -112,7 +122,8 @@ pub const AUDIT_LOCK: i64 = 0x6869_746c_6175_6474;
 /// reads (long-polls hold no connection while they wait).
 const MAX_CONNECTIONS: u32 = 10;
 
-/// What [`Store::backup_to`] answers: PostgreSQL has its own online backups.
+/// What [`Administration::backup_to`](crate::storage::Administration::backup_to) answers:
+/// PostgreSQL has its own online backups.
 const BACKUP_WITH_PG_DUMP: &str = "`backup` copies SQLite databases only; for PostgreSQL use \
      pg_dump (for example: pg_dump --format=custom --file=hitl.dump \"$DATABASE_URL\"), which \
      takes a consistent snapshot while the service runs";
@@ -145,21 +156,24 @@ pub struct PgStore {
     writers: Arc<tokio::sync::Mutex<()>>,
     /// Window hits for the group commit.
     hits: Arc<std::sync::Mutex<HitQueue>>,
-    /// `webhooks.max_backlog_per_agent` (see [`Store::set_webhook_backlog_bound`]).
+    /// `webhooks.max_backlog_per_agent` (see
+    /// [`Outbox::set_webhook_backlog_bound`](crate::storage::Outbox::set_webhook_backlog_bound)).
     webhook_backlog_bound: AtomicU32,
 }
 
 impl PgStore {
     /// Connects to the database at `url` (`postgres://user:password@host:port/database`,
     /// with any of libpq's URL parameters, such as `sslmode`). Nothing is created: the
-    /// database must exist, and [`Store::migrate`] creates the tables.
+    /// database must exist, and
+    /// [`Administration::migrate`](crate::storage::Administration::migrate) creates the
+    /// tables.
     pub async fn connect(url: &str) -> Result<PgStore, StorageError> {
         refuse_unknown_params(url)?;
         let origin = format!("{:016x}", rand::random::<u64>());
         let options = PgConnectOptions::from_str(url)?
             .application_name("hitl-telegram")
             .options([
-                // Signs this store's change notices ([`append_event`]), so that its
+                // Signs this store's change notices ([`append_events`]), so that its
                 // own feed can tell them from other replicas'.
                 ("hitl.origin", origin.as_str()),
                 // The audit lock's argument (module header) holds under READ COMMITTED
@@ -389,14 +403,6 @@ async fn write_hits(
     Ok(results)
 }
 
-/// Appends `event` to the audit chain inside `tx` (an [`PgStore::audit_tx`]).
-async fn append_event(
-    tx: &mut Transaction<'_, Postgres>,
-    event: &NewEvent,
-) -> Result<(), StorageError> {
-    append_events(tx, std::slice::from_ref(event)).await
-}
-
 /// Appends `events`, in order, to the audit chain inside `tx` (an
 /// [`PgStore::audit_tx`]): the head is read once, every hash is computed here, the rows
 /// go in by multi-row `INSERT`s, and one statement sends every change notice.
@@ -517,407 +523,41 @@ async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     Ok(listener)
 }
 
-#[async_trait]
-impl Store for PgStore {
-    async fn migrate(&self) -> Result<(), StorageError> {
-        // sqlx's PostgreSQL migrator holds an advisory lock of its own while it runs, so
-        // replicas starting together migrate once.
-        MIGRATOR.run(&self.pool).await?;
-        Ok(())
-    }
-
-    async fn ping(&self) -> Result<(), StorageError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
-    }
-
-    fn set_webhook_backlog_bound(&self, bound: u32) {
-        self.webhook_backlog_bound
-            .store(bound.max(1), Ordering::Relaxed);
-    }
-
-    async fn insert(
-        &self,
-        r: &Confirmation,
-        now: OffsetDateTime,
-    ) -> Result<Inserted, StorageError> {
-        if r.is_terminal() {
-            return self.insert_window_hit(r, now).await;
-        }
-        let (_writer, mut tx) = self.audit_tx().await?;
-        let inserted = Box::pin(insert_in(&mut tx, r, now, self.webhook_backlog_bound())).await?;
-        tx.commit().await?;
-        Ok(inserted)
-    }
-
-    async fn get(&self, id: &ConfirmationId) -> Result<Option<Confirmation>, StorageError> {
-        sql::get(&self.pool, id).await
-    }
-
-    async fn find_by_token(
-        &self,
-        token: &CallbackToken,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        sql::find_by_token(&self.pool, token).await
-    }
-
-    async fn find_by_idempotency_key(
-        &self,
-        agent: &str,
-        key: &IdempotencyKey,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        sql::find_by_idempotency_key(&self.pool, agent, key, now).await
-    }
-
-    async fn set_message_id(
-        &self,
-        id: &ConfirmationId,
-        message_id: i32,
-    ) -> Result<(), StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::set_message_id(tx, id, message_id).await
-    }
-
-    async fn decide(&self, id: &ConfirmationId, d: &Decision) -> Result<Decided, StorageError> {
-        let (_writer, mut tx) = self.audit_tx().await?;
-        let decided = apply_decision(&mut tx, id, d, self.webhook_backlog_bound()).await?;
-        if let Decided::Applied(_) = &decided {
-            tx.commit().await?;
-        }
-        Ok(decided)
-    }
-
-    async fn live_window(
-        &self,
-        key: &WindowKey,
-        now: OffsetDateTime,
-    ) -> Result<Option<Window>, StorageError> {
-        // No cache (see the module's header): the primary key answers.
-        sql::live_window(&self.pool, key, now).await
-    }
-
-    async fn mark_shown(&self, id: &ConfirmationId, what: Shown) -> Result<(), StorageError> {
-        sql::mark_shown(&self.pool, id, what).await
-    }
-
-    async fn unshown_outcomes(&self) -> Result<Vec<Confirmation>, StorageError> {
-        sql::unshown_outcomes(&self.pool).await
-    }
-
-    async fn count_pending(&self, agent: &str) -> Result<u64, StorageError> {
-        sql::count_pending(&self.pool, agent).await
-    }
-
-    async fn pending(&self) -> Result<Vec<PendingEntry>, StorageError> {
-        sql::pending(&self.pool).await
-    }
-
-    async fn purge_expired_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError> {
+impl PgStore {
+    /// See
+    /// [`Windows::purge_expired_windows`](crate::storage::Windows::purge_expired_windows).
+    async fn purge_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError> {
         sql::purge_expired_windows(&self.pool, now).await
     }
 
-    async fn due_webhooks(
-        &self,
-        now: OffsetDateTime,
-        limit: u32,
-    ) -> Result<Vec<OutboxEntry>, StorageError> {
-        sql::due_webhooks(&self.pool, now, limit).await
-    }
-
-    async fn next_webhook_due(&self) -> Result<Option<OffsetDateTime>, StorageError> {
-        sql::next_webhook_due(&self.pool).await
-    }
-
-    async fn webhook_attempted(
-        &self,
-        entry: &OutboxEntry,
-        result: WebhookAttempt,
-        now: OffsetDateTime,
-    ) -> Result<(), StorageError> {
-        let event = sql::attempt_event(entry, &result, now);
-        // Only a final attempt appends to the audit chain, and so needs the lock.
-        let (_writer, tx) = match event {
-            Some(_) => {
-                let (writer, tx) = self.audit_tx().await?;
-                (Some(writer), tx)
-            }
-            None => (None, self.write_tx().await?),
-        };
-        sql::webhook_attempted(tx, entry, &result, event.as_ref(), now).await
-    }
-
-    async fn due_webhooks_by_agent(
-        &self,
-        now: OffsetDateTime,
-        per_agent: u32,
-    ) -> Result<Vec<OutboxEntry>, StorageError> {
-        sql::due_webhooks_by_agent(&self.pool, now, per_agent).await
-    }
-
-    async fn next_webhook_due_after(
-        &self,
-        after: OffsetDateTime,
-    ) -> Result<Option<OffsetDateTime>, StorageError> {
-        sql::next_webhook_due_after(&self.pool, after).await
-    }
-
-    async fn record_event(&self, event: NewEvent) -> Result<(), StorageError> {
-        let (_writer, mut tx) = self.audit_tx().await?;
-        append_event(&mut tx, &event).await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn events_for(&self, id: &ConfirmationId) -> Result<Vec<AuditEvent>, StorageError> {
-        sql::events_for(&self.pool, id).await
-    }
-
-    async fn audit_rows(
-        &self,
-        since: Option<OffsetDateTime>,
-    ) -> Result<Vec<StoredRow>, StorageError> {
-        sql::audit_rows(&self.pool, since).await
-    }
-
-    async fn audit_snapshot(
-        &self,
-    ) -> Result<(Vec<StoredRow>, Vec<audit::StoredStatus>), StorageError> {
-        // REPEATABLE READ: both queries read one snapshot, so a decision committed
-        // between them is in both or in neither. Read-only, it never fails to serialise.
-        let mut tx = self
+    /// REPEATABLE READ: every query reads one snapshot
+    /// ([`Audit::audit_snapshot`](crate::storage::Audit::audit_snapshot)). Read-only, it
+    /// never fails to serialise.
+    async fn snapshot_tx(&self) -> Result<Transaction<'static, Postgres>, StorageError> {
+        let tx = self
             .pool
             .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             .await?;
-        let snapshot = sql::audit_snapshot_in(&mut tx).await?;
-        tx.rollback().await?;
-        Ok(snapshot)
+        Ok(tx)
     }
 
-    async fn audit_head(&self) -> Result<audit::Head, StorageError> {
-        sql::audit_head(&self.pool).await
-    }
-
-    async fn route_chats(&self) -> Result<Vec<(String, i64)>, StorageError> {
-        sql::route_chats(&self.pool).await
-    }
-
-    async fn move_route_chat(
-        &self,
-        route: &str,
-        from_chat: i64,
-        to_chat: i64,
-        now: OffsetDateTime,
-    ) -> Result<(), StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::move_route_chat(tx, route, from_chat, to_chat, now).await
-    }
-
-    async fn find_interaction(
-        &self,
-        agent: &str,
-        interaction_id: &str,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        sql::find_interaction(&self.pool, agent, interaction_id).await
-    }
-
-    async fn find_by_message(
-        &self,
-        chat_id: i64,
-        message_id: i32,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        sql::find_by_message(&self.pool, chat_id, message_id).await
-    }
-
-    async fn add_copy(
-        &self,
-        id: &ConfirmationId,
-        recipient: &str,
-        chat_id: i64,
-        now: OffsetDateTime,
-    ) -> Result<bool, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::add_copy(tx, id, recipient, chat_id, now).await
-    }
-
-    async fn set_copy_message_id(
-        &self,
-        id: &ConfirmationId,
-        chat_id: i64,
-        message_id: i32,
-        now: OffsetDateTime,
-    ) -> Result<(), StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::set_copy_message_id(tx, id, chat_id, message_id, now).await
-    }
-
-    async fn add_stray(
-        &self,
-        id: &ConfirmationId,
-        chat_id: i64,
-        message_id: i32,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (writer, tx) = self.audit_tx().await?;
-        sql::add_stray(tx, id, chat_id, message_id, now).await?;
-        drop(writer);
-        self.get(id).await
-    }
-
-    async fn add_answer(
-        &self,
-        id: &ConfirmationId,
-        answer: &Answer,
-        settles: Option<&Decision>,
-    ) -> Result<Answered, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::add_answer(tx, id, answer, settles, self.webhook_backlog_bound()).await
-    }
-
-    async fn selection(
-        &self,
-        id: &ConfirmationId,
-        user_id: u64,
-    ) -> Result<Vec<String>, StorageError> {
-        sql::selection(&self.pool, id, user_id).await
-    }
-
-    async fn set_selection(
-        &self,
-        id: &ConfirmationId,
-        user_id: u64,
-        keys: &[String],
-    ) -> Result<(), StorageError> {
-        sql::set_selection(&self.pool, id, user_id, keys).await
-    }
-
-    async fn agent_events(
-        &self,
-        agent: &str,
-        after: i64,
-        limit: u32,
-    ) -> Result<Vec<AgentEvent>, StorageError> {
-        sql::agent_events(&self.pool, agent, after, limit).await
-    }
-
-    async fn purge_agent_events(&self, before: OffsetDateTime) -> Result<u64, StorageError> {
-        sql::purge_agent_events(&self.pool, before).await
-    }
-
-    async fn last_agent_event(&self, agent: &str) -> Result<i64, StorageError> {
-        sql::last_agent_event(&self.pool, agent).await
-    }
-
-    async fn pending_in_chat(&self, chat_id: i64) -> Result<Vec<Confirmation>, StorageError> {
-        sql::pending_in_chat(&self.pool, chat_id).await
-    }
-
-    async fn live_windows(
-        &self,
-        route: &str,
-        now: OffsetDateTime,
-    ) -> Result<Vec<LiveWindow>, StorageError> {
-        sql::live_windows(&self.pool, route, now).await
-    }
-
-    async fn live_window_opened_by(
-        &self,
-        opened_by: &ConfirmationId,
-        now: OffsetDateTime,
-    ) -> Result<Option<LiveWindow>, StorageError> {
-        sql::live_window_opened_by(&self.pool, opened_by, now).await
-    }
-
-    async fn revoke_window(
-        &self,
-        opened_by: &ConfirmationId,
-        by: &Operator,
-        chat_id: i64,
-        now: OffsetDateTime,
-    ) -> Result<Option<LiveWindow>, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::revoke_window(tx, opened_by, by, chat_id, now).await
-    }
-
-    async fn backup_to(&self, _file: &std::path::Path) -> Result<(), StorageError> {
+    /// See [`Administration::backup_to`](crate::storage::Administration::backup_to):
+    /// PostgreSQL has its own online backups.
+    async fn backup_into(&self, _file: &std::path::Path) -> Result<(), StorageError> {
         Err(StorageError::Unsupported(BACKUP_WITH_PG_DUMP))
     }
 
-    async fn gauges(&self) -> Result<Gauges, StorageError> {
-        sql::gauges(&self.pool).await
-    }
-
-    async fn request_reason(
-        &self,
-        id: &ConfirmationId,
-        by: &Operator,
-        chat_id: i64,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::request_reason(tx, id, by, chat_id, now).await
-    }
-
-    async fn set_reason_prompt(
-        &self,
-        id: &ConfirmationId,
-        user_id: u64,
-        prompt_message_id: i32,
-    ) -> Result<(), StorageError> {
-        sql::set_reason_prompt(&self.pool, id, user_id, prompt_message_id).await
-    }
-
-    async fn reason_request_for(
-        &self,
-        chat_id: i64,
-        reply_to: i32,
-        named: Option<&ConfirmationId>,
-        user_id: u64,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        match sql::reason_request_for(&self.pool, chat_id, reply_to, named, user_id).await? {
-            Some(id) => self.get(&id).await,
-            None => Ok(None),
-        }
-    }
-
-    async fn extend(
-        &self,
-        id: &ConfirmationId,
-        from: OffsetDateTime,
-        to: OffsetDateTime,
-        by: &Operator,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::extend(tx, id, from, to, by, now).await
-    }
-
-    async fn claim_reminders(
-        &self,
-        id: &ConfirmationId,
-        sent: u32,
-        passed: u32,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::claim_reminders(tx, id, sent, passed, now).await
-    }
-
-    async fn escalate(
-        &self,
-        id: &ConfirmationId,
-        recipient: &str,
-        chat_id: i64,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::escalate(tx, id, recipient, chat_id, now).await
-    }
-
-    async fn close(&self) {
+    /// See [`Administration::close`](crate::storage::Administration::close).
+    async fn shut_down(&self) {
         self.pool.close().await;
     }
+}
 
+/// No window cache (see the module's header): the primary key answers.
+impl WindowCache for PgStore {}
+
+#[async_trait]
+impl Coordination for PgStore {
     async fn follow_changes(&self) -> Result<Option<mpsc::Receiver<Change>>, StorageError> {
         let listener = listen(&self.pool).await?;
         // Bounded: a service that stops reading slows the feed (and no notice is lost

@@ -11,8 +11,8 @@
 //! `ON CONFLICT … DO NOTHING/UPDATE`, `COUNT`, `MIN`. What differs is the parent
 //! backend's to give:
 //! * `Db`: `sqlx::Sqlite` or `sqlx::Postgres`;
-//! * `append_event`: SQLite chains from the tip it keeps under its audit mutex,
-//!   PostgreSQL reads the head under its advisory lock;
+//! * `append_events`: SQLite chains from the tip it keeps under its audit mutex,
+//!   PostgreSQL reads the head under its advisory lock (and sends the change notices);
 //! * `insertion_order!()`: the column that orders `copies`, `strays` and the outbox as
 //!   their rows were added (SQLite's `rowid`; PostgreSQL's identity column `pos`);
 //! * `bytewise!()`: what makes an `ORDER BY` of text compare bytes (nothing on SQLite,
@@ -35,7 +35,7 @@ use sqlx::{Database, Pool, QueryBuilder, Transaction};
 use time::OffsetDateTime;
 
 use super::Db;
-use super::{append_event, append_events};
+use super::append_events;
 use crate::domain::audit::{self, AuditEvent, NewEvent, StoredRow, StoredStatus};
 use crate::domain::confirmation::{
     Confirmation, Decision, Operator, Step, Window, WindowKey, rfc3339,
@@ -51,6 +51,15 @@ use crate::storage::{
     AgentEvent, Answered, Decided, Gauges, IDEMPOTENCY_TTL, Inserted, LiveWindow, OutboxEntry,
     PendingEntry, Shown, StorageError, WebhookAttempt,
 };
+
+/// Appends `event` to the audit chain inside `tx`, the backend's audit transaction
+/// (its audit lock held): see the backend's `append_events`.
+pub(super) async fn append_event(
+    tx: &mut Transaction<'_, Db>,
+    event: &NewEvent,
+) -> Result<(), StorageError> {
+    append_events(tx, std::slice::from_ref(event)).await
+}
 
 /// The question `id` as `tx` sees it, with its answers, copies and strays (`None`: no
 /// such question).
@@ -286,7 +295,7 @@ pub(super) async fn apply_decision(
 }
 
 /// Stores a new request inside `tx` (an audit transaction; the caller commits); see
-/// [`crate::storage::Store::insert`].
+/// [`crate::storage::Questions::insert`].
 pub(super) async fn insert_in(
     tx: &mut Transaction<'_, Db>,
     r: &Confirmation,
@@ -360,7 +369,7 @@ pub(super) async fn commit_step(
     Ok(Some(record))
 }
 
-/// See [`crate::storage::Store::count_pending`].
+/// See [`crate::storage::Questions::count_pending`].
 pub(super) async fn count_pending(pool: &Pool<Db>, agent: &str) -> Result<u64, StorageError> {
     let (n,): (i64,) = sqlx::query_as(
         "SELECT COUNT(*) FROM confirmations WHERE agent = $1 AND status = 'pending'",
@@ -371,7 +380,7 @@ pub(super) async fn count_pending(pool: &Pool<Db>, agent: &str) -> Result<u64, S
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-/// See [`crate::storage::Store::pending`].
+/// See [`crate::storage::Questions::pending`].
 pub(super) async fn pending(pool: &Pool<Db>) -> Result<Vec<PendingEntry>, StorageError> {
     let rows: Vec<PendingRow> = sqlx::query_as(
         "SELECT id, expires_at, message_id IS NOT NULL AND NOT EXISTS (
@@ -384,7 +393,7 @@ pub(super) async fn pending(pool: &Pool<Db>) -> Result<Vec<PendingEntry>, Storag
     rows.into_iter().map(rows::pending_entry).collect()
 }
 
-/// See [`crate::storage::Store::events_for`].
+/// See [`crate::storage::Audit::events_for`].
 pub(super) async fn events_for(
     pool: &Pool<Db>,
     id: &ConfirmationId,
@@ -397,7 +406,7 @@ pub(super) async fn events_for(
     rows.into_iter().map(AuditRow::into_event).collect()
 }
 
-/// See [`crate::storage::Store::audit_rows`].
+/// See [`crate::storage::Audit::audit_rows`].
 pub(super) async fn audit_rows(
     pool: &Pool<Db>,
     since: Option<OffsetDateTime>,
@@ -410,7 +419,7 @@ pub(super) async fn audit_rows(
     rows.into_iter().map(AuditRow::into_stored).collect()
 }
 
-/// See [`crate::storage::Store::audit_head`].
+/// See [`crate::storage::Audit::audit_head`].
 pub(super) async fn audit_head(pool: &Pool<Db>) -> Result<audit::Head, StorageError> {
     let last: Option<(i64, String)> =
         sqlx::query_as("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1")
@@ -419,14 +428,14 @@ pub(super) async fn audit_head(pool: &Pool<Db>) -> Result<audit::Head, StorageEr
     rows::head(last)
 }
 
-/// See [`crate::storage::Store::route_chats`].
+/// See [`crate::storage::Messages::route_chats`].
 pub(super) async fn route_chats(pool: &Pool<Db>) -> Result<Vec<(String, i64)>, StorageError> {
     Ok(sqlx::query_as("SELECT route, chat_id FROM route_chats")
         .fetch_all(pool)
         .await?)
 }
 
-/// See [`crate::storage::Store::selection`].
+/// See [`crate::storage::Steps::selection`].
 pub(super) async fn selection(
     pool: &Pool<Db>,
     id: &ConfirmationId,
@@ -443,7 +452,7 @@ pub(super) async fn selection(
         .unwrap_or_default())
 }
 
-/// See [`crate::storage::Store::set_selection`].
+/// See [`crate::storage::Steps::set_selection`].
 pub(super) async fn set_selection(
     pool: &Pool<Db>,
     id: &ConfirmationId,
@@ -462,7 +471,7 @@ pub(super) async fn set_selection(
     Ok(())
 }
 
-/// See [`crate::storage::Store::agent_events`].
+/// See [`crate::storage::AgentEvents::agent_events`].
 pub(super) async fn agent_events(
     pool: &Pool<Db>,
     agent: &str,
@@ -484,7 +493,7 @@ pub(super) async fn agent_events(
         .collect())
 }
 
-/// See [`crate::storage::Store::purge_agent_events`].
+/// See [`crate::storage::AgentEvents::purge_agent_events`].
 pub(super) async fn purge_agent_events(
     pool: &Pool<Db>,
     before: OffsetDateTime,
@@ -496,7 +505,7 @@ pub(super) async fn purge_agent_events(
         .rows_affected())
 }
 
-/// See [`crate::storage::Store::last_agent_event`].
+/// See [`crate::storage::AgentEvents::last_agent_event`].
 pub(super) async fn last_agent_event(pool: &Pool<Db>, agent: &str) -> Result<i64, StorageError> {
     let (n,): (Option<i64>,) = sqlx::query_as("SELECT MAX(seq) FROM agent_events WHERE agent = $1")
         .bind(agent)
@@ -505,7 +514,7 @@ pub(super) async fn last_agent_event(pool: &Pool<Db>, agent: &str) -> Result<i64
     Ok(n.unwrap_or(0))
 }
 
-/// See [`crate::storage::Store::gauges`]. All read through partial indexes (pending
+/// See [`crate::storage::Administration::gauges`]. All read through partial indexes (pending
 /// rows, dropped deliveries), so a scrape stays cheap however much history the
 /// database holds; agents in byte order, so a scrape reads the same on either backend.
 pub(super) async fn gauges(pool: &Pool<Db>) -> Result<Gauges, StorageError> {
@@ -530,7 +539,7 @@ pub(super) async fn gauges(pool: &Pool<Db>) -> Result<Gauges, StorageError> {
     Ok(rows::gauges(pending, backlog, dropped))
 }
 
-/// See [`crate::storage::Store::live_windows`].
+/// See [`crate::storage::Windows::live_windows`].
 pub(super) async fn live_windows(
     pool: &Pool<Db>,
     route: &str,
@@ -549,7 +558,7 @@ pub(super) async fn live_windows(
     rows.into_iter().map(WindowRow::into_domain).collect()
 }
 
-/// See [`crate::storage::Store::live_window_opened_by`].
+/// See [`crate::storage::Windows::live_window_opened_by`].
 pub(super) async fn live_window_opened_by(
     pool: &Pool<Db>,
     opened_by: &ConfirmationId,
@@ -565,7 +574,7 @@ pub(super) async fn live_window_opened_by(
     row.map(WindowRow::into_domain).transpose()
 }
 
-/// See [`crate::storage::Store::mark_shown`].
+/// See [`crate::storage::Messages::mark_shown`].
 pub(super) async fn mark_shown(
     pool: &Pool<Db>,
     id: &ConfirmationId,
@@ -599,7 +608,7 @@ pub(super) async fn mark_shown(
     Ok(())
 }
 
-/// See [`crate::storage::Store::due_webhooks`].
+/// See [`crate::storage::Outbox::due_webhooks`].
 pub(super) async fn due_webhooks(
     pool: &Pool<Db>,
     now: OffsetDateTime,
@@ -619,7 +628,7 @@ pub(super) async fn due_webhooks(
     rows.into_iter().map(OutboxRow::into_entry).collect()
 }
 
-/// See [`crate::storage::Store::extend`]; `tx` is the backend's audit transaction.
+/// See [`crate::storage::Steps::extend`]; `tx` is the backend's audit transaction.
 pub(super) async fn extend(
     mut tx: Transaction<'_, Db>,
     id: &ConfirmationId,
@@ -647,7 +656,7 @@ pub(super) async fn extend(
     commit_step(tx, id, Step::Extended, Some(by), detail, now).await
 }
 
-/// See [`crate::storage::Store::claim_reminders`]; `tx` is the backend's audit transaction.
+/// See [`crate::storage::Steps::claim_reminders`]; `tx` is the backend's audit transaction.
 pub(super) async fn claim_reminders(
     mut tx: Transaction<'_, Db>,
     id: &ConfirmationId,
@@ -673,7 +682,7 @@ pub(super) async fn claim_reminders(
     commit_step(tx, id, Step::Reminded, None, detail, now).await
 }
 
-/// See [`crate::storage::Store::escalate`]; `tx` is the backend's audit transaction.
+/// See [`crate::storage::Steps::escalate`]; `tx` is the backend's audit transaction.
 pub(super) async fn escalate(
     mut tx: Transaction<'_, Db>,
     id: &ConfirmationId,
@@ -707,7 +716,7 @@ pub(super) async fn escalate(
     commit_step(tx, id, Step::Escalated, None, detail, now).await
 }
 
-/// See [`crate::storage::Store::request_reason`]; `tx` is the backend's audit transaction.
+/// See [`crate::storage::Steps::request_reason`]; `tx` is the backend's audit transaction.
 pub(super) async fn request_reason(
     mut tx: Transaction<'_, Db>,
     id: &ConfirmationId,
@@ -743,7 +752,7 @@ pub(super) async fn request_reason(
     commit_step(tx, id, Step::ReasonRequested, Some(by), detail, now).await
 }
 
-/// See [`crate::storage::Store::move_route_chat`]; `tx` is the backend's audit transaction.
+/// See [`crate::storage::Messages::move_route_chat`]; `tx` is the backend's audit transaction.
 pub(super) async fn move_route_chat(
     mut tx: Transaction<'_, Db>,
     route: &str,
@@ -776,7 +785,7 @@ pub(super) async fn move_route_chat(
     Ok(())
 }
 
-/// See [`crate::storage::Store::add_copy`]; `tx` is the backend's audit transaction.
+/// See [`crate::storage::Messages::add_copy`]; `tx` is the backend's audit transaction.
 pub(super) async fn add_copy(
     mut tx: Transaction<'_, Db>,
     id: &ConfirmationId,
@@ -805,7 +814,7 @@ pub(super) async fn add_copy(
     Ok(added)
 }
 
-/// See [`crate::storage::Store::set_copy_message_id`]; `tx` is the backend's audit transaction.
+/// See [`crate::storage::Messages::set_copy_message_id`]; `tx` is the backend's audit transaction.
 pub(super) async fn set_copy_message_id(
     mut tx: Transaction<'_, Db>,
     id: &ConfirmationId,
@@ -825,7 +834,7 @@ pub(super) async fn set_copy_message_id(
     Ok(())
 }
 
-/// See [`crate::storage::Store::set_reason_prompt`].
+/// See [`crate::storage::Steps::set_reason_prompt`].
 pub(super) async fn set_reason_prompt(
     pool: &Pool<Db>,
     id: &ConfirmationId,
@@ -845,7 +854,7 @@ pub(super) async fn set_reason_prompt(
 }
 
 /// Records a stray message of question `id` (see
-/// [`crate::storage::Store::add_stray`]) in `tx`, the backend's audit transaction, and
+/// [`crate::storage::Messages::add_stray`]) in `tx`, the backend's audit transaction, and
 /// commits; the caller reads the question back.
 pub(super) async fn add_stray(
     mut tx: Transaction<'_, Db>,
@@ -953,7 +962,7 @@ async fn one(
     }
 }
 
-/// See [`crate::storage::Store::get`].
+/// See [`crate::storage::Questions::get`].
 pub(super) async fn get(
     pool: &Pool<Db>,
     id: &ConfirmationId,
@@ -966,7 +975,7 @@ pub(super) async fn get(
     one(&mut conn, row).await
 }
 
-/// See [`crate::storage::Store::find_by_token`].
+/// See [`crate::storage::Questions::find_by_token`].
 pub(super) async fn find_by_token(
     pool: &Pool<Db>,
     token: &CallbackToken,
@@ -979,7 +988,7 @@ pub(super) async fn find_by_token(
     one(&mut conn, row).await
 }
 
-/// See [`crate::storage::Store::find_by_idempotency_key`].
+/// See [`crate::storage::Questions::find_by_idempotency_key`].
 pub(super) async fn find_by_idempotency_key(
     pool: &Pool<Db>,
     agent: &str,
@@ -998,7 +1007,7 @@ pub(super) async fn find_by_idempotency_key(
     one(&mut conn, row).await
 }
 
-/// See [`crate::storage::Store::find_interaction`].
+/// See [`crate::storage::Questions::find_interaction`].
 pub(super) async fn find_interaction(
     pool: &Pool<Db>,
     agent: &str,
@@ -1013,7 +1022,7 @@ pub(super) async fn find_interaction(
     one(&mut conn, row).await
 }
 
-/// See [`crate::storage::Store::find_by_message`]. `IN`, not `=`: PostgreSQL refuses a
+/// See [`crate::storage::Questions::find_by_message`]. `IN`, not `=`: PostgreSQL refuses a
 /// scalar subquery with several rows (where SQLite took the first), so every copy and
 /// stray in that chat with that message counts; `LIMIT 1` takes the first question found.
 pub(super) async fn find_by_message(
@@ -1037,7 +1046,7 @@ pub(super) async fn find_by_message(
     one(&mut conn, row).await
 }
 
-/// See [`crate::storage::Store::pending_in_chat`].
+/// See [`crate::storage::Questions::pending_in_chat`].
 pub(super) async fn pending_in_chat(
     pool: &Pool<Db>,
     chat_id: i64,
@@ -1053,7 +1062,7 @@ pub(super) async fn pending_in_chat(
     hydrate_all(&mut conn, rows).await
 }
 
-/// See [`crate::storage::Store::unshown_outcomes`].
+/// See [`crate::storage::Questions::unshown_outcomes`].
 pub(super) async fn unshown_outcomes(pool: &Pool<Db>) -> Result<Vec<Confirmation>, StorageError> {
     let mut conn = pool.acquire().await?;
     let rows: Vec<Row> = sqlx::query_as(select_where!(concat!(
@@ -1075,7 +1084,7 @@ pub(super) async fn unshown_outcomes(pool: &Pool<Db>) -> Result<Vec<Confirmation
     hydrate_all(&mut conn, rows).await
 }
 
-/// See [`crate::storage::Store::live_window`] (read from the table).
+/// See [`crate::storage::Windows::live_window`] (read from the table).
 pub(super) async fn live_window(
     pool: &Pool<Db>,
     key: &WindowKey,
@@ -1098,7 +1107,7 @@ pub(super) async fn live_window(
         .transpose()
 }
 
-/// See [`crate::storage::Store::purge_expired_windows`].
+/// See [`crate::storage::Windows::purge_expired_windows`].
 pub(super) async fn purge_expired_windows(
     pool: &Pool<Db>,
     now: OffsetDateTime,
@@ -1111,7 +1120,7 @@ pub(super) async fn purge_expired_windows(
 }
 
 /// Closes the window `opened_by` opened, if it is live at `now`, in `tx` (the backend's
-/// audit transaction), which it commits; see [`crate::storage::Store::revoke_window`].
+/// audit transaction), which it commits; see [`crate::storage::Windows::revoke_window`].
 pub(super) async fn revoke_window(
     mut tx: Transaction<'_, Db>,
     opened_by: &ConfirmationId,
@@ -1152,7 +1161,7 @@ pub(super) async fn revoke_window(
     Ok(Some(live))
 }
 
-/// See [`crate::storage::Store::next_webhook_due`].
+/// See [`crate::storage::Outbox::next_webhook_due`].
 pub(super) async fn next_webhook_due(
     pool: &Pool<Db>,
 ) -> Result<Option<OffsetDateTime>, StorageError> {
@@ -1163,7 +1172,7 @@ pub(super) async fn next_webhook_due(
     Ok(due.and_then(rows::from_ms))
 }
 
-/// See [`crate::storage::Store::next_webhook_due_after`].
+/// See [`crate::storage::Outbox::next_webhook_due_after`].
 pub(super) async fn next_webhook_due_after(
     pool: &Pool<Db>,
     after: OffsetDateTime,
@@ -1178,7 +1187,7 @@ pub(super) async fn next_webhook_due_after(
     Ok(due.and_then(rows::from_ms))
 }
 
-/// See [`crate::storage::Store::due_webhooks_by_agent`]. Each agent's rows are ranked by
+/// See [`crate::storage::Outbox::due_webhooks_by_agent`]. Each agent's rows are ranked by
 /// when they are due (then by when they were queued) and served rank by rank: one
 /// agent's thousand due rows come after every other agent's first. Ties break by bytes
 /// on either backend.
@@ -1227,7 +1236,7 @@ pub(super) fn attempt_event(
 
 /// Records a webhook attempt in `tx` (an audit transaction when `event`, the attempt's
 /// [`attempt_event`], is some) and commits; see
-/// [`crate::storage::Store::webhook_attempted`]. Conditional on the delivery still
+/// [`crate::storage::Outbox::webhook_attempted`]. Conditional on the delivery still
 /// pending: another process (a CLI tool, a second worker) that already finished it keeps
 /// its outcome, and no second, contradictory audit event is chained.
 pub(super) async fn webhook_attempted(
@@ -1272,7 +1281,7 @@ pub(super) async fn webhook_attempted(
 }
 
 /// The audit trail in sequence order and every request's status, as `tx` sees them:
-/// [`crate::storage::Store::audit_snapshot`], and `migrate-to-postgres`'s check of what
+/// [`crate::storage::Audit::audit_snapshot`], and `migrate-to-postgres`'s check of what
 /// it copied before it commits.
 pub(crate) async fn audit_snapshot_in(
     tx: &mut Transaction<'_, Db>,
@@ -1291,7 +1300,7 @@ pub(crate) async fn audit_snapshot_in(
 
 /// Records the Telegram message that carries the question's buttons in `tx` (the
 /// backend's audit transaction), audited, with an interaction's new status streamed,
-/// and commits; see [`crate::storage::Store::set_message_id`].
+/// and commits; see [`crate::storage::Messages::set_message_id`].
 pub(super) async fn set_message_id(
     mut tx: Transaction<'_, Db>,
     id: &ConfirmationId,
@@ -1320,7 +1329,7 @@ pub(super) async fn set_message_id(
 }
 
 /// Stores one person's answer in `tx` (the backend's audit transaction) and commits it
-/// when it was added; see [`crate::storage::Store::add_answer`].
+/// when it was added; see [`crate::storage::Steps::add_answer`].
 pub(super) async fn add_answer(
     mut tx: Transaction<'_, Db>,
     id: &ConfirmationId,
@@ -1374,7 +1383,7 @@ pub(super) async fn add_answer(
     Ok(Answered::Added(record))
 }
 
-/// See [`crate::storage::Store::reason_request_for`]: the id of the question whose
+/// See [`crate::storage::Steps::reason_request_for`]: the id of the question whose
 /// reason `user_id` was asked for. The reply may answer the prompt, or (if the prompt's
 /// id was never stored, or the person replied to the question instead) any message of
 /// the question in the chat where they asked.

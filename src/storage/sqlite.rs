@@ -13,20 +13,20 @@ use time::OffsetDateTime;
 
 use super::hits::{self, QueuedHit};
 use super::rows::{self, confirmation_columns, from_ms, insert_runs, ms, operator_columns};
-use super::{
-    AgentEvent, Answered, Decided, Gauges, Inserted, LiveWindow, OutboxEntry, PendingEntry, Shown,
-    StorageError, Store, WebhookAttempt,
-};
+use super::{Coordination, Inserted, LiveWindow, StorageError, WindowCache};
 use crate::domain::args_hash::ArgsHash;
-use crate::domain::audit::{self, AuditEvent, GENESIS_HASH, NewEvent, StoredRow};
-use crate::domain::confirmation::{Confirmation, Decision, Operator, Via, Window, WindowKey};
-use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
-use crate::domain::interaction::Answer;
+use crate::domain::audit::{self, GENESIS_HASH, NewEvent};
+use crate::domain::confirmation::{Confirmation, Via, Window, WindowKey};
+use crate::domain::ids::{ConfirmationId, OwnerId, ToolName};
 
+/// The schema's migrations ([`Administration::migrate`](super::Administration::migrate)).
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// The database type of the statements in `sql` (compiled for this backend).
 type Db = Sqlite;
+
+/// The store `common` implements the roles for (compiled for this backend).
+type This = SqliteStore;
 
 /// `copies` and `strays` in the order they were added (see `sql`).
 macro_rules! insertion_order {
@@ -60,7 +60,12 @@ macro_rules! bytewise {
 #[allow(clippy::duplicate_mod)]
 #[path = "sql.rs"]
 mod sql;
-use sql::{apply_decision, insert_hits, insert_in};
+use sql::insert_hits;
+
+// Compiled once per backend on purpose: see the header of common.rs.
+#[allow(clippy::duplicate_mod)]
+#[path = "common.rs"]
+mod common;
 
 pub struct SqliteStore {
     pool: SqlitePool,
@@ -74,21 +79,23 @@ pub struct SqliteStore {
     file: Option<std::path::PathBuf>,
     /// Every stored confirmation window, by key: a window hit is decided from memory
     /// without touching SQLite (a lookup is the hot path of a busy agent). `None` until
-    /// [`Store::migrate`] has loaded the table, and lookups go to SQLite meanwhile (the
-    /// CLI tools open a store without migrating). Written only after the transaction
-    /// that changed the table has committed, under the audit lock like every window
-    /// write, so it never shows a window the database does not hold. Only the service
-    /// process writes windows, so no other process can make it stale.
+    /// [`Administration::migrate`](crate::storage::Administration::migrate) has loaded the
+    /// table, and lookups go to SQLite meanwhile (the CLI tools open a store without
+    /// migrating). Written only after the transaction that changed the table has committed,
+    /// under the audit lock like every window write, so it never shows a window the
+    /// database does not hold. Only the service process writes windows, so no other process
+    /// can make it stale.
     windows: RwLock<Option<HashMap<WindowKey, Window>>>,
     /// Window hits waiting for the group commit, and its writer thread; see
     /// [`SqliteStore::insert_window_hit`].
     hits: Arc<HitQueue>,
-    /// The writer thread, started by the first window hit, joined by [`Store::close`].
+    /// The writer thread, started by the first window hit, joined by
+    /// [`Administration::close`](crate::storage::Administration::close).
     hit_thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     /// `webhooks.max_backlog_per_agent`: an outcome whose agent already has this many
     /// undelivered webhooks gets its delivery dropped (audited) instead of queued. Set by
-    /// the service at start ([`Store::set_webhook_backlog_bound`]); the CLI tools,
-    /// which decide nothing, keep the default.
+    /// the service at start
+    /// ([`Outbox::set_webhook_backlog_bound`](crate::storage::Outbox::set_webhook_backlog_bound)); the CLI tools, which decide nothing, keep the default.
     webhook_backlog_bound: std::sync::atomic::AtomicU32,
 }
 
@@ -240,8 +247,9 @@ impl SqliteStore {
 }
 
 impl Drop for SqliteStore {
-    /// A store dropped without [`Store::close`] still stops its writer thread (after
-    /// what is queued).
+    /// A store dropped without
+    /// [`Administration::close`](crate::storage::Administration::close) still stops its
+    /// writer thread (after what is queued).
     fn drop(&mut self) {
         self.hits.close();
     }
@@ -312,46 +320,6 @@ impl SqliteStore {
         }
         *self.windows.write().unwrap_or_else(PoisonError::into_inner) = Some(map);
         Ok(())
-    }
-
-    /// Mirrors, after its commit, the window a decision opened (the same rule as the
-    /// SQL upsert: a later expiry replaces an earlier one, never the reverse).
-    fn remember_window(&self, record: &Confirmation) {
-        let Some(until) = record.window_until() else {
-            return;
-        };
-        let mut guard = self.windows.write().unwrap_or_else(PoisonError::into_inner);
-        let Some(map) = guard.as_mut() else {
-            return;
-        };
-        let key = record.window_key();
-        // Stored at millisecond precision, as SQLite holds it.
-        let expires_at = from_ms(ms(until)).unwrap_or(until);
-        match map.get(&key) {
-            Some(w) if w.expires_at >= expires_at => {}
-            _ => {
-                map.insert(
-                    key.clone(),
-                    Window {
-                        key,
-                        expires_at,
-                        opened_by: record.id.clone(),
-                    },
-                );
-            }
-        }
-    }
-
-    /// Stores one request in a transaction of its own (the caller holds the audit lock).
-    async fn insert_alone(
-        &self,
-        r: &Confirmation,
-        now: OffsetDateTime,
-    ) -> Result<Inserted, StorageError> {
-        let mut tx = self.write_tx().await?;
-        let inserted = insert_in(&mut tx, r, now, self.webhook_backlog_bound()).await?;
-        tx.commit().await?;
-        Ok(inserted)
     }
 
     /// Takes the audit lock to write anything but a group commit of window hits: the
@@ -449,14 +417,6 @@ impl SqliteStore {
     }
 }
 
-/// Appends `event` to the audit chain inside `tx`. The caller holds the audit lock.
-async fn append_event(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    event: &NewEvent,
-) -> Result<(), StorageError> {
-    append_events(tx, std::slice::from_ref(event)).await
-}
-
 /// Appends `events`, in order, to the audit chain inside `tx`: the chain's head is read
 /// once, every hash is computed here, and the rows go in by multi-row `INSERT`s (a batch
 /// of window hits costs two statements, not two per hit). The caller holds the audit
@@ -526,7 +486,7 @@ fn hit_writer_loop(w: HitWriterThread) {
 /// A batch of plain hits (no idempotency key, interaction id or webhook: nothing to
 /// look up or queue), the hot path of an agent looping over an approved call, is
 /// written by the lock's own connection ([`write_plain_hits`]). A batch with any other
-/// hit, or a database in memory, takes [`insert_in`]'s path for those, one by one, in
+/// hit, or a database in memory, takes [`sql::insert_in`]'s path for those, one by one, in
 /// one sqlx transaction.
 fn write_hits(w: &HitWriterThread, batch: Vec<QueuedHit>) {
     let mut audit = w.audit.blocking_lock();
@@ -554,7 +514,7 @@ fn is_plain(hit: &QueuedHit) -> bool {
     sql::is_plain(&hit.record)
 }
 
-/// A batch with hits that need [`insert_in`], in one transaction ([`insert_hits`]).
+/// A batch with hits that need [`sql::insert_in`], in one transaction ([`insert_hits`]).
 async fn write_mixed_hits(
     pool: &SqlitePool,
     batch: &[QueuedHit],
@@ -716,112 +676,11 @@ const INSERT_CONFIRMATION: &str = concat!(
     ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 );
 
-#[async_trait]
-impl Store for SqliteStore {
-    async fn migrate(&self) -> Result<(), StorageError> {
-        MIGRATOR.run(&self.pool).await?;
-        let _audit = self.lock_audit().await;
-        self.reload_windows().await
-    }
-
-    async fn ping(&self) -> Result<(), StorageError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
-    }
-
-    fn set_webhook_backlog_bound(&self, bound: u32) {
-        self.webhook_backlog_bound
-            .store(bound.max(1), std::sync::atomic::Ordering::Relaxed);
-    }
-
-    async fn insert(
-        &self,
-        r: &Confirmation,
-        now: OffsetDateTime,
-    ) -> Result<Inserted, StorageError> {
-        if r.is_terminal() {
-            return self.insert_window_hit(r, now).await;
-        }
-        let _audit = self.lock_audit().await;
-        // Boxed, here and in `insert_window_hit`: requests arriving together wait for the
-        // audit lock by the thousand, and each waiting future is as large as its largest
-        // state, which is the writing that comes after the lock.
-        Box::pin(self.insert_alone(r, now)).await
-    }
-
-    async fn get(&self, id: &ConfirmationId) -> Result<Option<Confirmation>, StorageError> {
-        sql::get(&self.pool, id).await
-    }
-
-    async fn find_by_token(
-        &self,
-        token: &CallbackToken,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        sql::find_by_token(&self.pool, token).await
-    }
-
-    async fn find_by_idempotency_key(
-        &self,
-        agent: &str,
-        key: &IdempotencyKey,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        sql::find_by_idempotency_key(&self.pool, agent, key, now).await
-    }
-
-    async fn set_message_id(
-        &self,
-        id: &ConfirmationId,
-        message_id: i32,
-    ) -> Result<(), StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::set_message_id(tx, id, message_id).await
-    }
-
-    async fn decide(&self, id: &ConfirmationId, d: &Decision) -> Result<Decided, StorageError> {
-        let _audit = self.lock_audit().await;
-        let mut tx = self.write_tx().await?;
-        let decided = apply_decision(&mut tx, id, d, self.webhook_backlog_bound()).await?;
-        if let Decided::Applied(record) = &decided {
-            tx.commit().await?;
-            self.remember_window(record);
-        }
-        Ok(decided)
-    }
-
-    async fn live_window(
-        &self,
-        key: &WindowKey,
-        now: OffsetDateTime,
-    ) -> Result<Option<Window>, StorageError> {
-        if let Some(map) = self
-            .windows
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-        {
-            return Ok(map.get(key).filter(|w| w.is_live(now)).cloned());
-        }
-        sql::live_window(&self.pool, key, now).await
-    }
-
-    async fn mark_shown(&self, id: &ConfirmationId, what: Shown) -> Result<(), StorageError> {
-        sql::mark_shown(&self.pool, id, what).await
-    }
-
-    async fn unshown_outcomes(&self) -> Result<Vec<Confirmation>, StorageError> {
-        sql::unshown_outcomes(&self.pool).await
-    }
-
-    async fn count_pending(&self, agent: &str) -> Result<u64, StorageError> {
-        sql::count_pending(&self.pool, agent).await
-    }
-
-    async fn pending(&self) -> Result<Vec<PendingEntry>, StorageError> {
-        sql::pending(&self.pool).await
-    }
-
-    async fn purge_expired_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError> {
+impl SqliteStore {
+    /// See
+    /// [`Windows::purge_expired_windows`](crate::storage::Windows::purge_expired_windows):
+    /// under the audit lock, like every write of windows, and the cache follows.
+    async fn purge_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError> {
         let _audit = self.lock_audit().await;
         let purged = sql::purge_expired_windows(&self.pool, now).await?;
         if let Some(map) = self
@@ -835,248 +694,14 @@ impl Store for SqliteStore {
         Ok(purged)
     }
 
-    async fn due_webhooks(
-        &self,
-        now: OffsetDateTime,
-        limit: u32,
-    ) -> Result<Vec<OutboxEntry>, StorageError> {
-        sql::due_webhooks(&self.pool, now, limit).await
+    /// One read transaction is one WAL snapshot
+    /// ([`Audit::audit_snapshot`](crate::storage::Audit::audit_snapshot)).
+    async fn snapshot_tx(&self) -> Result<sqlx::Transaction<'_, Sqlite>, StorageError> {
+        Ok(self.pool.begin().await?)
     }
 
-    async fn next_webhook_due(&self) -> Result<Option<OffsetDateTime>, StorageError> {
-        sql::next_webhook_due(&self.pool).await
-    }
-
-    async fn webhook_attempted(
-        &self,
-        entry: &OutboxEntry,
-        result: WebhookAttempt,
-        now: OffsetDateTime,
-    ) -> Result<(), StorageError> {
-        let event = sql::attempt_event(entry, &result, now);
-        // Only a final attempt appends to the audit chain, and so needs the lock.
-        let (_writer, tx) = match event {
-            Some(_) => {
-                let (writer, tx) = self.audit_tx().await?;
-                (Some(writer), tx)
-            }
-            None => (None, self.write_tx().await?),
-        };
-        sql::webhook_attempted(tx, entry, &result, event.as_ref(), now).await
-    }
-
-    async fn due_webhooks_by_agent(
-        &self,
-        now: OffsetDateTime,
-        per_agent: u32,
-    ) -> Result<Vec<OutboxEntry>, StorageError> {
-        sql::due_webhooks_by_agent(&self.pool, now, per_agent).await
-    }
-
-    async fn next_webhook_due_after(
-        &self,
-        after: OffsetDateTime,
-    ) -> Result<Option<OffsetDateTime>, StorageError> {
-        sql::next_webhook_due_after(&self.pool, after).await
-    }
-
-    async fn record_event(&self, event: NewEvent) -> Result<(), StorageError> {
-        let _audit = self.lock_audit().await;
-        let mut tx = self.write_tx().await?;
-        append_event(&mut tx, &event).await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn events_for(&self, id: &ConfirmationId) -> Result<Vec<AuditEvent>, StorageError> {
-        sql::events_for(&self.pool, id).await
-    }
-
-    async fn audit_rows(
-        &self,
-        since: Option<OffsetDateTime>,
-    ) -> Result<Vec<StoredRow>, StorageError> {
-        sql::audit_rows(&self.pool, since).await
-    }
-
-    async fn audit_snapshot(
-        &self,
-    ) -> Result<(Vec<StoredRow>, Vec<audit::StoredStatus>), StorageError> {
-        // One read transaction is one WAL snapshot: a decision committed between the two
-        // queries is in both or in neither.
-        let mut tx = self.pool.begin().await?;
-        let snapshot = sql::audit_snapshot_in(&mut tx).await?;
-        tx.rollback().await?;
-        Ok(snapshot)
-    }
-
-    async fn audit_head(&self) -> Result<audit::Head, StorageError> {
-        sql::audit_head(&self.pool).await
-    }
-
-    async fn route_chats(&self) -> Result<Vec<(String, i64)>, StorageError> {
-        sql::route_chats(&self.pool).await
-    }
-
-    async fn move_route_chat(
-        &self,
-        route: &str,
-        from_chat: i64,
-        to_chat: i64,
-        now: OffsetDateTime,
-    ) -> Result<(), StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::move_route_chat(tx, route, from_chat, to_chat, now).await
-    }
-
-    async fn find_interaction(
-        &self,
-        agent: &str,
-        interaction_id: &str,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        sql::find_interaction(&self.pool, agent, interaction_id).await
-    }
-
-    async fn find_by_message(
-        &self,
-        chat_id: i64,
-        message_id: i32,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        sql::find_by_message(&self.pool, chat_id, message_id).await
-    }
-
-    async fn add_copy(
-        &self,
-        id: &ConfirmationId,
-        recipient: &str,
-        chat_id: i64,
-        now: OffsetDateTime,
-    ) -> Result<bool, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::add_copy(tx, id, recipient, chat_id, now).await
-    }
-
-    async fn set_copy_message_id(
-        &self,
-        id: &ConfirmationId,
-        chat_id: i64,
-        message_id: i32,
-        now: OffsetDateTime,
-    ) -> Result<(), StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::set_copy_message_id(tx, id, chat_id, message_id, now).await
-    }
-
-    async fn add_stray(
-        &self,
-        id: &ConfirmationId,
-        chat_id: i64,
-        message_id: i32,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (writer, tx) = self.audit_tx().await?;
-        sql::add_stray(tx, id, chat_id, message_id, now).await?;
-        drop(writer);
-        self.get(id).await
-    }
-
-    async fn add_answer(
-        &self,
-        id: &ConfirmationId,
-        answer: &Answer,
-        settles: Option<&Decision>,
-    ) -> Result<Answered, StorageError> {
-        let (_audit, tx) = self.audit_tx().await?;
-        let answered =
-            sql::add_answer(tx, id, answer, settles, self.webhook_backlog_bound()).await?;
-        if let (Some(_), Answered::Added(record)) = (settles, &answered) {
-            self.remember_window(record);
-        }
-        Ok(answered)
-    }
-
-    async fn selection(
-        &self,
-        id: &ConfirmationId,
-        user_id: u64,
-    ) -> Result<Vec<String>, StorageError> {
-        sql::selection(&self.pool, id, user_id).await
-    }
-
-    async fn set_selection(
-        &self,
-        id: &ConfirmationId,
-        user_id: u64,
-        keys: &[String],
-    ) -> Result<(), StorageError> {
-        sql::set_selection(&self.pool, id, user_id, keys).await
-    }
-
-    async fn agent_events(
-        &self,
-        agent: &str,
-        after: i64,
-        limit: u32,
-    ) -> Result<Vec<AgentEvent>, StorageError> {
-        sql::agent_events(&self.pool, agent, after, limit).await
-    }
-
-    async fn purge_agent_events(&self, before: OffsetDateTime) -> Result<u64, StorageError> {
-        sql::purge_agent_events(&self.pool, before).await
-    }
-
-    async fn last_agent_event(&self, agent: &str) -> Result<i64, StorageError> {
-        sql::last_agent_event(&self.pool, agent).await
-    }
-
-    async fn pending_in_chat(&self, chat_id: i64) -> Result<Vec<Confirmation>, StorageError> {
-        sql::pending_in_chat(&self.pool, chat_id).await
-    }
-
-    async fn live_windows(
-        &self,
-        route: &str,
-        now: OffsetDateTime,
-    ) -> Result<Vec<LiveWindow>, StorageError> {
-        sql::live_windows(&self.pool, route, now).await
-    }
-
-    async fn live_window_opened_by(
-        &self,
-        opened_by: &ConfirmationId,
-        now: OffsetDateTime,
-    ) -> Result<Option<LiveWindow>, StorageError> {
-        sql::live_window_opened_by(&self.pool, opened_by, now).await
-    }
-
-    async fn revoke_window(
-        &self,
-        opened_by: &ConfirmationId,
-        by: &Operator,
-        chat_id: i64,
-        now: OffsetDateTime,
-    ) -> Result<Option<LiveWindow>, StorageError> {
-        let (_audit, tx) = self.audit_tx().await?;
-        let Some(live) = sql::revoke_window(tx, opened_by, by, chat_id, now).await? else {
-            return Ok(None);
-        };
-        // The in-memory index follows the commit (the audit lock is still held, so no
-        // decision's window slips in between): window hits stop at once.
-        if let Some(map) = self
-            .windows
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_mut()
-            && map
-                .get(&live.window.key)
-                .is_some_and(|w| w.opened_by == *opened_by)
-        {
-            map.remove(&live.window.key);
-        }
-        Ok(Some(live))
-    }
-
-    async fn backup_to(&self, file: &Path) -> Result<(), StorageError> {
+    /// See [`Administration::backup_to`](crate::storage::Administration::backup_to).
+    async fn backup_into(&self, file: &Path) -> Result<(), StorageError> {
         if file.exists() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::AlreadyExists,
@@ -1104,78 +729,8 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn gauges(&self) -> Result<Gauges, StorageError> {
-        sql::gauges(&self.pool).await
-    }
-
-    async fn request_reason(
-        &self,
-        id: &ConfirmationId,
-        by: &Operator,
-        chat_id: i64,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::request_reason(tx, id, by, chat_id, now).await
-    }
-
-    async fn set_reason_prompt(
-        &self,
-        id: &ConfirmationId,
-        user_id: u64,
-        prompt_message_id: i32,
-    ) -> Result<(), StorageError> {
-        sql::set_reason_prompt(&self.pool, id, user_id, prompt_message_id).await
-    }
-
-    async fn reason_request_for(
-        &self,
-        chat_id: i64,
-        reply_to: i32,
-        named: Option<&ConfirmationId>,
-        user_id: u64,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        match sql::reason_request_for(&self.pool, chat_id, reply_to, named, user_id).await? {
-            Some(id) => self.get(&id).await,
-            None => Ok(None),
-        }
-    }
-
-    async fn extend(
-        &self,
-        id: &ConfirmationId,
-        from: OffsetDateTime,
-        to: OffsetDateTime,
-        by: &Operator,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::extend(tx, id, from, to, by, now).await
-    }
-
-    async fn claim_reminders(
-        &self,
-        id: &ConfirmationId,
-        sent: u32,
-        passed: u32,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::claim_reminders(tx, id, sent, passed, now).await
-    }
-
-    async fn escalate(
-        &self,
-        id: &ConfirmationId,
-        recipient: &str,
-        chat_id: i64,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::escalate(tx, id, recipient, chat_id, now).await
-    }
-
-    async fn close(&self) {
+    /// See [`Administration::close`](crate::storage::Administration::close).
+    async fn shut_down(&self) {
         // The group commit writes what is queued, then stops.
         self.hits.close();
         let thread = self
@@ -1187,5 +742,65 @@ impl Store for SqliteStore {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
         self.pool.close().await;
+    }
+}
+
+/// One process writes a SQLite database: every [`Coordination`] default holds.
+impl Coordination for SqliteStore {}
+
+/// Every stored window, in memory ([`SqliteStore::windows`]).
+#[async_trait]
+impl WindowCache for SqliteStore {
+    async fn load_windows(&self) -> Result<(), StorageError> {
+        let _audit = self.lock_audit().await;
+        self.reload_windows().await
+    }
+
+    fn cached_window(&self, key: &WindowKey, now: OffsetDateTime) -> Option<Option<Window>> {
+        let windows = self.windows.read().unwrap_or_else(PoisonError::into_inner);
+        let map = windows.as_ref()?;
+        Some(map.get(key).filter(|w| w.is_live(now)).cloned())
+    }
+
+    /// Mirrors, after its commit, the window a decision opened (the same rule as the
+    /// SQL upsert: a later expiry replaces an earlier one, never the reverse).
+    fn remember_window(&self, record: &Confirmation) {
+        let Some(until) = record.window_until() else {
+            return;
+        };
+        let mut guard = self.windows.write().unwrap_or_else(PoisonError::into_inner);
+        let Some(map) = guard.as_mut() else {
+            return;
+        };
+        let key = record.window_key();
+        // Stored at millisecond precision, as SQLite holds it.
+        let expires_at = from_ms(ms(until)).unwrap_or(until);
+        match map.get(&key) {
+            Some(w) if w.expires_at >= expires_at => {}
+            _ => {
+                map.insert(
+                    key.clone(),
+                    Window {
+                        key,
+                        expires_at,
+                        opened_by: record.id.clone(),
+                    },
+                );
+            }
+        }
+    }
+
+    fn forget_window(&self, revoked: &LiveWindow) {
+        if let Some(map) = self
+            .windows
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+            && map
+                .get(&revoked.window.key)
+                .is_some_and(|w| w.opened_by == revoked.window.opened_by)
+        {
+            map.remove(&revoked.window.key);
+        }
     }
 }
