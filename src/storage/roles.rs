@@ -9,8 +9,6 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 use tokio::sync::mpsc;
 
-#[allow(unused_imports)] // for the documentation
-use super::IDEMPOTENCY_TTL;
 use super::{
     AgentEvent, Answered, Change, Decided, Gauges, Inserted, LiveConfig, LiveWindow, OutboxEntry,
     PendingEntry, Shown, StorageError, WebhookAttempt,
@@ -21,12 +19,14 @@ use crate::domain::confirmation::{Confirmation, Decision, Operator, Window, Wind
 use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey};
 use crate::domain::interaction::Answer;
 
-/// Asking and finding questions: storing a new one, deciding it, and the lookups of one or many.
+/// Asking and finding questions: storing a new one, deciding it, and the lookups of one or
+/// many.
 #[async_trait]
 pub trait Questions: Send + Sync + 'static {
     /// Stores a new request, unless the same agent already used its idempotency key
-    /// within [`IDEMPOTENCY_TTL`] of `now`. The record may already be terminal (a window
-    /// hit is stored confirmed at once); then its webhook is queued in the same transaction.
+    /// within [`IDEMPOTENCY_TTL`](super::IDEMPOTENCY_TTL) of `now`. The record may
+    /// already be terminal (a window hit is stored confirmed at once); then its webhook
+    /// is queued in the same transaction.
     async fn insert(
         &self,
         record: &Confirmation,
@@ -85,7 +85,8 @@ pub trait Questions: Send + Sync + 'static {
     ) -> Result<Decided, StorageError>;
 }
 
-/// Where a question is shown: its Telegram messages (the first, its copies, the strays learned from taps), what they show, and the chats routes live in.
+/// Where a question is shown: its Telegram messages (the first, its copies, the strays
+/// learned from taps), what they show, and the chats routes live in.
 #[async_trait]
 pub trait Messages: Send + Sync + 'static {
     /// Records the Telegram message that carries the request's buttons (audited).
@@ -141,7 +142,8 @@ pub trait Messages: Send + Sync + 'static {
     ) -> Result<(), StorageError>;
 }
 
-/// What operators do to a pending question besides deciding it: answers and selections, the reason asked for, deadlines moved, reminders and escalation.
+/// What operators do to a pending question besides deciding it: answers and selections, the
+/// reason asked for, deadlines moved, reminders and escalation.
 #[async_trait]
 pub trait Steps: Send + Sync + 'static {
     /// Stores one person's answer to a pending question, with its audit and stream
@@ -229,7 +231,8 @@ pub trait Steps: Send + Sync + 'static {
     ) -> Result<Option<Confirmation>, StorageError>;
 }
 
-/// Confirmation windows: the lookups a window hit is decided by, and their end (revoked or expired).
+/// Confirmation windows: the lookups a window hit is decided by, and their end (revoked or
+/// expired).
 #[async_trait]
 pub trait Windows: Send + Sync + 'static {
     /// The live window for `key` at `now`, if any.
@@ -341,7 +344,8 @@ pub trait Audit: Send + Sync + 'static {
     async fn audit_head(&self) -> Result<Head, StorageError>;
 }
 
-/// The agents' event streams (long polls and SSE read them; every write that changes a question appends to them in its own transaction).
+/// The agents' event streams (long polls and SSE read them; every write that changes a
+/// question appends to them in its own transaction).
 #[async_trait]
 pub trait AgentEvents: Send + Sync + 'static {
     /// The agent's stream events after `after`, oldest first.
@@ -359,7 +363,9 @@ pub trait AgentEvents: Send + Sync + 'static {
     async fn last_agent_event(&self, agent: &str) -> Result<i64, StorageError>;
 }
 
-/// What processes sharing one database tell each other: the change feed, leases and the replicas' configurations. Every method has a default for a backend with one writing process (SQLite).
+/// What processes sharing one database tell each other: the change feed, leases and the
+/// replicas' configurations. Every method has a default for a backend with one writing
+/// process (SQLite).
 #[async_trait]
 pub trait Coordination: Send + Sync + 'static {
     /// What other processes sharing this database commit, as they commit: a replica's
@@ -427,7 +433,8 @@ pub trait Coordination: Send + Sync + 'static {
     }
 }
 
-/// Keeping the database itself: its schema, health, backups, the gauges the metrics read, and closing it.
+/// Keeping the database itself: its schema, health, backups, the gauges the metrics read,
+/// and closing it.
 #[async_trait]
 pub trait Administration: Send + Sync + 'static {
     /// Applies pending migrations.

@@ -5,7 +5,8 @@
 //! database type. Why not generic code over sqlx's `Database`: every function would
 //! carry a dozen `Encode`/`Decode`/`Executor` bounds that Rust does not imply, for code
 //! that is in fact about two concrete databases. Compiled against each, the types are
-//! plain and the text is one.
+//! plain and the text is one. The role traits' implementations that run these
+//! statements are written once likewise (`common.rs`).
 //!
 //! The SQL here is the dialect the two share: `$N` placeholders (SQLite reads them too),
 //! `ON CONFLICT … DO NOTHING/UPDATE`, `COUNT`, `MIN`. What differs is the parent

@@ -95,7 +95,8 @@ pub struct SqliteStore {
     /// `webhooks.max_backlog_per_agent`: an outcome whose agent already has this many
     /// undelivered webhooks gets its delivery dropped (audited) instead of queued. Set by
     /// the service at start
-    /// ([`Outbox::set_webhook_backlog_bound`](crate::storage::Outbox::set_webhook_backlog_bound)); the CLI tools, which decide nothing, keep the default.
+    /// ([`Outbox::set_webhook_backlog_bound`](crate::storage::Outbox::set_webhook_backlog_bound));
+    /// the CLI tools, which decide nothing, keep the default.
     webhook_backlog_bound: std::sync::atomic::AtomicU32,
 }
 
