@@ -19,7 +19,7 @@ use hitl_telegram::domain::confirmation::{
 };
 use hitl_telegram::domain::ids::{CallbackToken, ConfirmationId, OwnerId, ToolName};
 use hitl_telegram::domain::python;
-use hitl_telegram::storage::{Decided, SqliteStore, Store};
+use hitl_telegram::storage::{Administration, Decided, Questions, SqliteStore, Store};
 use time::OffsetDateTime;
 
 /// A typical tool call: a handful of keys, nested values, a float.

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::storage::Store;
+use crate::storage::Audit;
 
 /// How often the running service logs the head. Events newer than the last head that
 /// left the machine are the ones an attacker can remove unnoticed, so this bounds that
@@ -26,7 +26,7 @@ pub const MESSAGE: &str = "audit chain head";
 /// Logs the head at once, then every `every`, until `stop` fires. The line at shutdown
 /// is [`log_head`]'s, called by the application once everything else has stopped
 /// writing, so it is the trail's final head.
-pub async fn log_audit_head(store: Arc<dyn Store>, every: Duration, stop: CancellationToken) {
+pub async fn log_audit_head(store: Arc<dyn Audit>, every: Duration, stop: CancellationToken) {
     log_head(store.as_ref(), "start").await;
     let mut tick = tokio::time::interval_at(Instant::now() + every, every);
     // After a suspended host, one line, not a burst of identical ones.
@@ -41,7 +41,7 @@ pub async fn log_audit_head(store: Arc<dyn Store>, every: Duration, stop: Cancel
 }
 
 /// Logs the current head once; `when` says why (`start`, `periodic`, `shutdown`).
-pub async fn log_head(store: &dyn Store, when: &'static str) {
+pub async fn log_head(store: &dyn Audit, when: &'static str) {
     match store.audit_head().await {
         Ok(head) => tracing::info!(
             head = %head,

@@ -20,7 +20,8 @@
 //! - [`domain`]: the confirmation engine, pure code that imports nothing else of the
 //!   crate; with it the protocol's limits ([`domain::limits`]), which every adapter and
 //!   the configuration read, so none takes a limit from another's handler code.
-//! - [`storage`]: persistence behind [`storage::Store`], speaking domain types. It takes
+//! - [`storage`]: persistence by role ([`storage::Store`] is the union of the roles),
+//!   speaking domain types. It takes
 //!   plain values (a database URL, a backlog bound), never the configuration.
 //! - Support, what the service and the adapters stand on, each needing at most storage
 //!   and the domain: [`config`], the checked settings, above storage because it checks

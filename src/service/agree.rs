@@ -4,13 +4,14 @@
 //! and several replicas sharing one database may run different ones for a while (a
 //! rolling deploy, a forgotten restart). So each replica records in the database what
 //! its configuration says about who may decide (its [`Authority`], with the
-//! [`Fingerprint`] of it; [`Store::hold_config`]), renewed like the leader's lease, so
-//! that a dead replica's record expires with it. While the live replicas' fingerprints
-//! differ, an operator's action (a tap, a reply, a command) counts only if *every* live
-//! replica's configuration allows it: an approver removed in a new configuration stops
-//! at once, one added waits until every replica has them. Every replica says so, and
-//! how the configurations differ, in its log (when the set of configurations changes,
-//! not on every renewal), in `/healthz` and in `hitl_config_mismatch`.
+//! [`Fingerprint`] of it;
+//! [`Coordination::hold_config`](crate::storage::Coordination::hold_config)), renewed like
+//! the leader's lease, so that a dead replica's record expires with it. While the live
+//! replicas' fingerprints differ, an operator's action (a tap, a reply, a command) counts
+//! only if *every* live replica's configuration allows it: an approver removed in a new
+//! configuration stops at once, one added waits until every replica has them. Every replica
+//! says so, and how the configurations differ, in its log (when the set of configurations
+//! changes, not on every renewal), in `/healthz` and in `hitl_config_mismatch`.
 //!
 //! Which configurations are live is read from the database for every operator action
 //! that this replica's own configuration allows (one indexed read of a few rows): a

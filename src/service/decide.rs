@@ -47,11 +47,12 @@ impl Service {
                 };
                 shown.push((chat_id, message_id));
                 if me.show_outcome(&record, chat_id, message_id).await {
-                    let marked = if chat_id == record.chat_id {
-                        me.store.mark_outcome_shown(&record.id).await
+                    let what = if chat_id == record.chat_id {
+                        Shown::Outcome
                     } else {
-                        me.store.mark_copy_shown(&record.id, chat_id).await
+                        Shown::CopyOutcome { chat_id }
                     };
+                    let marked = me.store.mark_shown(&record.id, what).await;
                     if let Err(e) = marked {
                         tracing::warn!(id = %record.id, error = %e, "could not record the shown outcome");
                     }
@@ -61,10 +62,11 @@ impl Service {
                 // A tap that raced the storing of the id can make a known message a
                 // stray too: it is edited once, with the message it is.
                 if shown.contains(&(stray.chat_id, stray.message_id)) {
-                    let marked = me
-                        .store
-                        .mark_stray_shown(&record.id, stray.chat_id, stray.message_id)
-                        .await;
+                    let what = Shown::StrayOutcome {
+                        chat_id: stray.chat_id,
+                        message_id: stray.message_id,
+                    };
+                    let marked = me.store.mark_shown(&record.id, what).await;
                     if let Err(e) = marked {
                         tracing::warn!(id = %record.id, error = %e, "could not record the shown outcome");
                     }
@@ -93,7 +95,13 @@ impl Service {
         if self.show_outcome(record, chat_id, message_id).await
             && let Err(e) = self
                 .store
-                .mark_stray_shown(&record.id, chat_id, message_id)
+                .mark_shown(
+                    &record.id,
+                    Shown::StrayOutcome {
+                        chat_id,
+                        message_id,
+                    },
+                )
                 .await
         {
             tracing::warn!(id = %record.id, error = %e, "could not record the shown outcome");

@@ -277,7 +277,7 @@ impl Service {
             .await
         {
             Ok(_) => {
-                if let Err(e) = self.store.mark_attached(&record.id).await {
+                if let Err(e) = self.store.mark_shown(&record.id, Shown::Attachment).await {
                     // Recovery would send the file once more: harmless.
                     tracing::warn!(id = %record.id, error = %e, "could not record the sent file");
                 }

@@ -6,10 +6,11 @@
 //! outcome (within the bot's limits, which are the bot's, not a replica's), its
 //! reminders, escalation and timeout, the webhook outbox, the Redis bridge, and
 //! `getUpdates` (one poller per bot token, or Telegram answers 409). One replica, the
-//! leader, does all of it: the one holding the `leader` lease ([`Store::hold_lease`]),
-//! renewed every third of `database.lease_seconds`. A follower's own replies to what an
-//! operator just did there (a command's answer, a reason prompt, a progress edit, a tap's
-//! toast) stay its own: they answer that operator, and are few.
+//! leader, does all of it: the one holding the `leader` lease
+//! ([`Coordination::hold_lease`](crate::storage::Coordination::hold_lease)), renewed every
+//! third of `database.lease_seconds`. A follower's own replies to what an operator just did
+//! there (a command's answer, a reason prompt, a progress edit, a tap's toast) stay its
+//! own: they answer that operator, and are few.
 //!
 //! Why one leader rather than a claim per question (`FOR UPDATE SKIP LOCKED`): the
 //! rate limiter that keeps the bot within Telegram's limits, the deadline set and the

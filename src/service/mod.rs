@@ -10,8 +10,9 @@
 //!
 //! The service owns no I/O of its own: storage is a [`Store`], Telegram is a
 //! [`Messenger`], deadlines are [`Deadlines`]. It decides *what* happens; every outcome is
-//! written by one conditional update ([`Store::decide`]), so a tap racing a timeout or a
-//! withdrawal ends in exactly one outcome, and each loser is shown the stored one.
+//! written by one conditional update
+//! ([`Questions::decide`](crate::storage::Questions::decide)), so a tap racing a timeout or
+//! a withdrawal ends in exactly one outcome, and each loser is shown the stored one.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -39,7 +40,7 @@ use crate::domain::python::value::PyDict;
 use crate::domain::text;
 use crate::metrics::Metrics;
 use crate::scheduler::Deadlines;
-use crate::storage::{Answered, Change, Decided, Inserted, StorageError, Store};
+use crate::storage::{Answered, Change, Decided, Inserted, Shown, StorageError, Store};
 
 mod agree;
 mod answer;
@@ -520,8 +521,10 @@ impl Service {
     }
 
     /// Wakes this process's waiters and event streams for what other processes sharing
-    /// the database commit ([`Store::follow_changes`]), until `stop` or the feed ends.
-    /// Its own changes come back too; waking a waiter twice only costs it a read.
+    /// the database commit
+    /// ([`Coordination::follow_changes`](crate::storage::Coordination::follow_changes)),
+    /// until `stop` or the feed ends. Its own changes come back too; waking a waiter twice
+    /// only costs it a read.
     pub async fn follow_changes(
         self: Arc<Self>,
         mut changes: mpsc::Receiver<Change>,

@@ -1,16 +1,29 @@
-//! Persistence behind one narrow trait.
+//! Persistence by role.
 //!
-//! The service talks to [`Store`] only; SQL lives in the backend modules. Two backends
-//! sit behind it, chosen by `database.url` ([`connect`]): SQLite (`sqlite://…`, one file
-//! in WAL mode, the default) and PostgreSQL (`postgres://…`). The trait is small and
-//! speaks domain types: the only database features it relies on are transactions, a
-//! conditional `UPDATE` and a unique index. What the two backends share that is not SQL
-//! (rows to domain values, the audit chain's hashing, the insert column lists) lives in
-//! `rows`.
+//! What the service keeps is split into role traits, one for each part of it
+//! ([`roles`]): [`Questions`] (storing, deciding and finding questions), [`Messages`]
+//! (their Telegram messages, copies and strays, and what those show), [`Steps`]
+//! (answers, reasons, extensions, reminders, escalation), [`Windows`], [`Outbox`]
+//! (webhook deliveries), [`Audit`], [`AgentEvents`] (the agents' event streams),
+//! [`Coordination`] (the change feed, leases and replica configurations, for processes
+//! sharing one database) and [`Administration`] (migrations, health, backups, gauges,
+//! closing). [`Store`] is their union, for the places that need everything (`Arc<dyn
+//! Store>`); a part that needs one role takes that role. They speak domain types: the
+//! only database features they rely on are transactions, a conditional `UPDATE` and a
+//! unique index.
+//!
+//! Two backends implement every role, chosen by `database.url` ([`connect`]): SQLite
+//! (`sqlite://…`, one file in WAL mode, the default) and PostgreSQL (`postgres://…`).
+//! What they share is written once: the implementations of the roles (`common`) and the
+//! statements (`sql`), each compiled for both backends, and what is not SQL (rows to
+//! domain values, the audit chain's hashing, the insert column lists) in `rows`. A
+//! backend module holds only what is its own: connecting, its locks and group commit,
+//! SQLite's window cache, PostgreSQL's change feed, leases and replica configurations.
 
 pub mod copy;
 mod hits;
 mod postgres;
+pub mod roles;
 mod rows;
 mod sqlite;
 
@@ -18,18 +31,18 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
-use tokio::sync::mpsc;
 
-use crate::domain::audit::{AuditEvent, Head, NewEvent, StoredRow, StoredStatus};
-use crate::domain::authority::{Authority, Fingerprint};
-use crate::domain::confirmation::{Confirmation, Decision, Operator, Window, WindowKey};
-use crate::domain::ids::{CallbackToken, ConfirmationId, DeliveryId, IdempotencyKey};
-use crate::domain::interaction::Answer;
+use crate::domain::authority::Fingerprint;
+use crate::domain::confirmation::{Confirmation, Window, WindowKey};
+use crate::domain::ids::{ConfirmationId, DeliveryId};
 
 pub use postgres::{PgStore, refuse_unknown_params};
+pub use roles::{
+    Administration, AgentEvents, Audit, Coordination, Messages, Outbox, Questions, Steps, Windows,
+};
 pub use sqlite::SqliteStore;
 
-/// A change committed by some process sharing the database ([`Store::follow_changes`]).
+/// A change committed by some process sharing the database ([`Coordination::follow_changes`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     /// Something about this question changed (its status, answers, steps or events).
@@ -50,7 +63,7 @@ pub enum Change {
 /// How long an idempotency key keeps pointing at its request.
 pub const IDEMPOTENCY_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
-/// The webhook backlog bound a store applies until [`Store::set_webhook_backlog_bound`]
+/// The webhook backlog bound a store applies until [`Outbox::set_webhook_backlog_bound`]
 /// sets the configured one; also the default of `webhooks.max_backlog_per_agent`, which
 /// the configuration reads from here (storage sits below the configuration and takes
 /// plain values from it, never a setting).
@@ -157,7 +170,7 @@ impl Backend {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnectMode {
     /// The service and `migrate`: SQLite creates the file (and its folder) when missing.
-    /// PostgreSQL never creates the database itself: its tables come with [`Store::migrate`].
+    /// PostgreSQL never creates the database itself: its tables come with [`Administration::migrate`].
     Create,
     /// Tools that read what is there (`backup`, `audit`, the source of
     /// `migrate-to-postgres`), which must never create an empty database because of a
@@ -169,7 +182,7 @@ pub enum ConnectMode {
 }
 
 /// Opens the store `url` selects (see [`Backend::of_url`]); migrations are the caller's
-/// ([`Store::migrate`]).
+/// ([`Administration::migrate`]).
 pub async fn connect(url: &str, mode: ConnectMode) -> Result<Arc<dyn Store>, StorageError> {
     let store: Arc<dyn Store> = match (Backend::of_url(url)?, mode) {
         (Backend::Sqlite, ConnectMode::Create) => Arc::new(SqliteStore::connect(url).await?),
@@ -282,6 +295,20 @@ pub struct AgentEvent {
     pub data: String,
 }
 
+/// What a message of a question now shows ([`Messages::mark_shown`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shown {
+    /// The first message was followed by its file with the full parameters (or the file
+    /// was found not needed).
+    Attachment,
+    /// The question's first message shows its outcome.
+    Outcome,
+    /// The message of the question's copy in `chat_id` shows the outcome.
+    CopyOutcome { chat_id: i64 },
+    /// A message learned from a tap (a stray) shows the outcome.
+    StrayOutcome { chat_id: i64, message_id: i32 },
+}
+
 /// A pending request as restart recovery needs it.
 #[derive(Debug, Clone)]
 pub struct PendingEntry {
@@ -322,7 +349,7 @@ pub struct Gauges {
     pub webhook_dropped_by_agent: Vec<(String, u64)>,
 }
 
-/// A live replica's configuration, as it recorded it ([`Store::hold_config`]).
+/// A live replica's configuration, as it recorded it ([`Coordination::hold_config`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveConfig {
     /// Who the replica is (its lease holder name).
@@ -356,411 +383,58 @@ pub enum WebhookAttempt {
     },
 }
 
+/// Everything the service stores, as one trait object (`Arc<dyn Store>`): the union of
+/// the role traits ([`Questions`], [`Messages`], [`Steps`], [`Windows`], [`Outbox`],
+/// [`Audit`], [`AgentEvents`], [`Coordination`], [`Administration`]), implemented for
+/// every type that implements them all. A part of the service that needs one role can
+/// take that role alone (`&dyn Audit`); a `&dyn Store` coerces to any of them.
+pub trait Store:
+    Questions
+    + Messages
+    + Steps
+    + Windows
+    + Outbox
+    + Audit
+    + AgentEvents
+    + Coordination
+    + Administration
+{
+}
+
+/// The windows a backend keeps in memory, if any (SQLite's, see [`SqliteStore`]): the
+/// shared code (`common.rs`) calls these around the reads and writes of windows. The
+/// defaults keep none (PostgreSQL's).
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
-    /// Applies pending migrations.
-    async fn migrate(&self) -> Result<(), StorageError>;
-
-    /// Answers when the database does.
-    async fn ping(&self) -> Result<(), StorageError>;
-
-    /// Sets `webhooks.max_backlog_per_agent` (at least 1): an outcome whose agent already
-    /// has this many undelivered webhooks gets its delivery dropped (audited) instead of
-    /// queued. The service sets it at start; the CLI tools, which decide nothing, keep the
-    /// default.
-    fn set_webhook_backlog_bound(&self, bound: u32);
-
-    /// Stores a new request, unless the same agent already used its idempotency key
-    /// within [`IDEMPOTENCY_TTL`] of `now`. The record may already be terminal (a window
-    /// hit is stored confirmed at once); then its webhook is queued in the same transaction.
-    async fn insert(
-        &self,
-        record: &Confirmation,
-        now: OffsetDateTime,
-    ) -> Result<Inserted, StorageError>;
-
-    async fn get(&self, id: &ConfirmationId) -> Result<Option<Confirmation>, StorageError>;
-
-    async fn find_by_token(
-        &self,
-        token: &CallbackToken,
-    ) -> Result<Option<Confirmation>, StorageError>;
-
-    /// The agent's live request under `key`, if any.
-    async fn find_by_idempotency_key(
-        &self,
-        agent: &str,
-        key: &IdempotencyKey,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError>;
-
-    /// Records the Telegram message that carries the request's buttons (audited).
-    async fn set_message_id(
-        &self,
-        id: &ConfirmationId,
-        message_id: i32,
-    ) -> Result<(), StorageError>;
-
-    /// Records that the first message's file was sent or was not needed.
-    async fn mark_attached(&self, id: &ConfirmationId) -> Result<(), StorageError>;
-
-    /// Moves a pending request to its outcome with one conditional update. In the same
-    /// transaction it opens the confirmation window (when an operator confirmed a request
-    /// with `window_seconds > 0`) and queues the webhook (when it has a `callback_url`).
-    async fn decide(
-        &self,
-        id: &ConfirmationId,
-        decision: &Decision,
-    ) -> Result<Decided, StorageError>;
-
-    /// The live window for `key` at `now`, if any.
-    async fn live_window(
-        &self,
-        key: &WindowKey,
-        now: OffsetDateTime,
-    ) -> Result<Option<Window>, StorageError>;
-
-    /// Records that the request's (first) message shows its outcome.
-    async fn mark_outcome_shown(&self, id: &ConfirmationId) -> Result<(), StorageError>;
-
-    /// Decided requests whose message does not show the outcome yet (restart recovery).
-    async fn unshown_outcomes(&self) -> Result<Vec<Confirmation>, StorageError>;
-
-    /// How many requests of `agent` are pending.
-    async fn count_pending(&self, agent: &str) -> Result<u64, StorageError>;
-
-    /// Every pending request's id, deadline and whether its message was recorded
-    /// (restart recovery).
-    async fn pending(&self) -> Result<Vec<PendingEntry>, StorageError>;
-
-    /// Deletes windows that expired before `now`; returns how many.
-    async fn purge_expired_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError>;
-
-    /// Outbox entries due at `now`, oldest first.
-    async fn due_webhooks(
-        &self,
-        now: OffsetDateTime,
-        limit: u32,
-    ) -> Result<Vec<OutboxEntry>, StorageError>;
-
-    /// When the next pending webhook is due, if any.
-    async fn next_webhook_due(&self) -> Result<Option<OffsetDateTime>, StorageError>;
-
-    /// Records the result of an attempt (and, when it is final, its audit event).
-    async fn webhook_attempted(
-        &self,
-        entry: &OutboxEntry,
-        result: WebhookAttempt,
-        now: OffsetDateTime,
-    ) -> Result<(), StorageError>;
-
-    /// Outbox entries due at `now`, at most `per_agent` of each agent (its oldest due),
-    /// in turns: every agent's first, then every agent's second, and so on. An agent with
-    /// a long backlog thus never hides another agent's due delivery from the worker.
-    async fn due_webhooks_by_agent(
-        &self,
-        now: OffsetDateTime,
-        per_agent: u32,
-    ) -> Result<Vec<OutboxEntry>, StorageError>;
-
-    /// When the next pending webhook not yet due at `after` is due, if any. (Rows due
-    /// already are the worker's to start, or in flight.)
-    async fn next_webhook_due_after(
-        &self,
-        after: OffsetDateTime,
-    ) -> Result<Option<OffsetDateTime>, StorageError>;
-
-    /// Appends an event to the audit trail. State changes append theirs inside their own
-    /// transaction; this is for events that change nothing else (a refused tap).
-    async fn record_event(&self, event: NewEvent) -> Result<(), StorageError>;
-
-    /// One request's events, oldest first.
-    async fn events_for(&self, id: &ConfirmationId) -> Result<Vec<AuditEvent>, StorageError>;
-
-    /// The whole trail (from `since`, if given), in sequence order, as stored.
-    async fn audit_rows(
-        &self,
-        since: Option<OffsetDateTime>,
-    ) -> Result<Vec<StoredRow>, StorageError>;
-
-    /// The whole trail (in sequence order) and every request's stored status (pending
-    /// ones too, so a decided request set back to pending shows), read in one
-    /// transaction: while the service keeps deciding, the two still agree, so
-    /// `audit verify` reports no drift that is only a race.
-    async fn audit_snapshot(&self) -> Result<(Vec<StoredRow>, Vec<StoredStatus>), StorageError>;
-
-    /// The newest event's sequence number and hash (the genesis head for an empty
-    /// trail), for the log.
-    async fn audit_head(&self) -> Result<Head, StorageError>;
-
-    /// Routes whose chat moved (a group upgraded to a supergroup), with the new chat.
-    async fn route_chats(&self) -> Result<Vec<(String, i64)>, StorageError>;
-
-    /// Records that `route` now lives in `to_chat`, and moves its pending requests there.
-    async fn move_route_chat(
-        &self,
-        route: &str,
-        from_chat: i64,
-        to_chat: i64,
-        now: OffsetDateTime,
-    ) -> Result<(), StorageError>;
-
-    /// The agent's interaction with its own `interaction_id`.
-    async fn find_interaction(
-        &self,
-        agent: &str,
-        interaction_id: &str,
-    ) -> Result<Option<Confirmation>, StorageError>;
-
-    /// The question posted as `message_id` in `chat_id` (its first message or a copy).
-    async fn find_by_message(
-        &self,
-        chat_id: i64,
-        message_id: i32,
-    ) -> Result<Option<Confirmation>, StorageError>;
-
-    /// Adds a further destination for a pending question; false when it already had
-    /// that chat (or is no longer pending).
-    async fn add_copy(
-        &self,
-        id: &ConfirmationId,
-        recipient: &str,
-        chat_id: i64,
-        now: OffsetDateTime,
-    ) -> Result<bool, StorageError>;
-
-    /// Records the message of a copy (audited).
-    async fn set_copy_message_id(
-        &self,
-        id: &ConfirmationId,
-        chat_id: i64,
-        message_id: i32,
-        now: OffsetDateTime,
-    ) -> Result<(), StorageError>;
-
-    /// Records that a copy's message shows the outcome.
-    async fn mark_copy_shown(&self, id: &ConfirmationId, chat_id: i64) -> Result<(), StorageError>;
-
-    /// Records (audited) a message of the question learned from a tap on it, unless it
-    /// is known already; returns the record as it is then (`None`: no such question).
-    async fn add_stray(
-        &self,
-        id: &ConfirmationId,
-        chat_id: i64,
-        message_id: i32,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError>;
-
-    /// Records that a learned message shows the outcome.
-    async fn mark_stray_shown(
-        &self,
-        id: &ConfirmationId,
-        chat_id: i64,
-        message_id: i32,
-    ) -> Result<(), StorageError>;
-
-    /// Stores one person's answer to a pending question, with its audit and stream
-    /// events, unless they already answered or the question ended. With `settles`, the
-    /// answer decides the question in the same transaction (as [`Store::decide`]).
-    async fn add_answer(
-        &self,
-        id: &ConfirmationId,
-        answer: &Answer,
-        settles: Option<&Decision>,
-    ) -> Result<Answered, StorageError>;
-
-    /// A person's multi-choice selection in progress.
-    async fn selection(
-        &self,
-        id: &ConfirmationId,
-        user_id: u64,
-    ) -> Result<Vec<String>, StorageError>;
-
-    async fn set_selection(
-        &self,
-        id: &ConfirmationId,
-        user_id: u64,
-        keys: &[String],
-    ) -> Result<(), StorageError>;
-
-    /// The agent's stream events after `after`, oldest first.
-    async fn agent_events(
-        &self,
-        agent: &str,
-        after: i64,
-        limit: u32,
-    ) -> Result<Vec<AgentEvent>, StorageError>;
-
-    /// Deletes stream events written before `before`; returns how many.
-    async fn purge_agent_events(&self, before: OffsetDateTime) -> Result<u64, StorageError>;
-
-    /// The newest event number of the agent's stream (0 when it has none).
-    async fn last_agent_event(&self, agent: &str) -> Result<i64, StorageError>;
-
-    /// The pending questions posted in `chat_id` (as their first message), oldest first.
-    async fn pending_in_chat(&self, chat_id: i64) -> Result<Vec<Confirmation>, StorageError>;
-
-    /// The windows live at `now` that a request of `route` opened, soonest expiry first.
-    async fn live_windows(
-        &self,
-        route: &str,
-        now: OffsetDateTime,
-    ) -> Result<Vec<LiveWindow>, StorageError>;
-
-    /// The window live at `now` that `opened_by` opened, if any. A request opens at most
-    /// one window, so its id names the window.
-    async fn live_window_opened_by(
-        &self,
-        opened_by: &ConfirmationId,
-        now: OffsetDateTime,
-    ) -> Result<Option<LiveWindow>, StorageError>;
-
-    /// Closes the window `opened_by` opened, if it is still live at `now`, and records in
-    /// the same transaction that `by` revoked it (in `chat_id`). Returns the window
-    /// closed; `None` when there was none live (nothing is written then). The one way a
-    /// window ends early, so a cache of windows is invalidated here.
-    async fn revoke_window(
-        &self,
-        opened_by: &ConfirmationId,
-        by: &Operator,
-        chat_id: i64,
-        now: OffsetDateTime,
-    ) -> Result<Option<LiveWindow>, StorageError>;
-
-    /// Writes a consistent copy of the whole database to `file` (which must not exist)
-    /// while the service keeps running. SQLite only: PostgreSQL answers
-    /// [`StorageError::Unsupported`] (its backups are `pg_dump`'s).
-    async fn backup_to(&self, file: &std::path::Path) -> Result<(), StorageError>;
-
-    /// Pending requests and the webhook backlog, for the metrics.
-    async fn gauges(&self) -> Result<Gauges, StorageError>;
-
-    /// Records (audited, streamed) that `by` tapped "Deny with reason" in `chat_id`;
-    /// returns the record, or `None` when the question is no longer pending.
-    async fn request_reason(
-        &self,
-        id: &ConfirmationId,
-        by: &Operator,
-        chat_id: i64,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError>;
-
-    /// Records the message that asks `user_id` for their reason.
-    async fn set_reason_prompt(
-        &self,
-        id: &ConfirmationId,
-        user_id: u64,
-        prompt_message_id: i32,
-    ) -> Result<(), StorageError>;
-
-    /// The question whose reason `user_id` was asked for in `chat_id`, when
-    /// `reply_to` is the prompt or a message of that question there, or when the
-    /// replied-to message (the bot's own) names it (`named`).
-    async fn reason_request_for(
-        &self,
-        chat_id: i64,
-        reply_to: i32,
-        named: Option<&ConfirmationId>,
-        user_id: u64,
-    ) -> Result<Option<Confirmation>, StorageError>;
-
-    /// Moves a pending question's deadline from `from` to `to` (conditional on `from`,
-    /// so concurrent taps move it once), audited and streamed; `None` when nothing moved.
-    async fn extend(
-        &self,
-        id: &ConfirmationId,
-        from: OffsetDateTime,
-        to: OffsetDateTime,
-        by: &Operator,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError>;
-
-    /// Claims the reminders up to `passed` of a pending question that has sent `sent`
-    /// (audited, streamed); `None` when another claim came first or it ended.
-    async fn claim_reminders(
-        &self,
-        id: &ConfirmationId,
-        sent: u32,
-        passed: u32,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError>;
-
-    /// Claims a pending question's escalation and adds its copy for `chat_id` (audited,
-    /// streamed); `None` when it was escalated already or ended.
-    async fn escalate(
-        &self,
-        id: &ConfirmationId,
-        recipient: &str,
-        chat_id: i64,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError>;
-
-    /// Closes the connections cleanly (SQLite checkpoints the WAL).
-    async fn close(&self);
-
-    /// What other processes sharing this database commit, as they commit: a replica's
-    /// blocked agents, long polls and event streams must hear a decision taken by
-    /// another replica at once. `None`: this backend has one writing process (SQLite),
-    /// which hears its own changes directly. The feed ends when the receiver is dropped
-    /// or the store closes.
-    async fn follow_changes(&self) -> Result<Option<mpsc::Receiver<Change>>, StorageError> {
-        Ok(None)
-    }
-
-    /// Takes the lease `name` for `holder`, or renews it, for `lease` from now on the
-    /// database's clock; `true` while `holder` holds it (nobody else held it unexpired).
-    /// The default: this backend has one process (SQLite), which always holds it.
-    async fn hold_lease(
-        &self,
-        _name: &str,
-        _holder: &str,
-        _lease: std::time::Duration,
-    ) -> Result<bool, StorageError> {
-        Ok(true)
-    }
-
-    /// Gives the lease up (if `holder` holds it), so another takes it at once rather
-    /// than when it expires.
-    async fn release_lease(&self, _name: &str, _holder: &str) -> Result<(), StorageError> {
+trait WindowCache: Sync {
+    /// Fills the cache from the table (after the migrations).
+    async fn load_windows(&self) -> Result<(), StorageError> {
         Ok(())
     }
 
-    /// Records that `holder` runs a configuration whose authorisation view is `view`
-    /// (stored with its fingerprint), for `lease` from now on the database's clock, and
-    /// forgets the replicas whose record expired. Renewed like a lease. The default:
-    /// this backend has one process (SQLite), whose own configuration is the only one,
-    /// so nothing is recorded.
-    async fn hold_config(
-        &self,
-        _holder: &str,
-        _view: &Authority,
-        _lease: std::time::Duration,
-    ) -> Result<(), StorageError> {
-        Ok(())
+    /// The window for `key` live at `now`, answered from memory; `None` when the cache
+    /// cannot answer (the table does).
+    fn cached_window(&self, _key: &WindowKey, _now: OffsetDateTime) -> Option<Option<Window>> {
+        None
     }
 
-    /// The configurations of the replicas whose record has not expired, by holder.
-    /// `None`: this backend has one process (SQLite), whose own configuration is the
-    /// only one.
-    async fn live_configs(&self) -> Result<Option<Vec<LiveConfig>>, StorageError> {
-        Ok(None)
-    }
+    /// Mirrors, after its commit, the window a decision opened.
+    fn remember_window(&self, _record: &Confirmation) {}
 
-    /// The view recorded under `fingerprint` (by any replica, live or not), if one is.
-    /// A view that cannot be read (a newer version's, a damaged row) is
-    /// [`StorageError::Corrupt`].
-    async fn config_view(
-        &self,
-        _fingerprint: &Fingerprint,
-    ) -> Result<Option<Authority>, StorageError> {
-        Ok(None)
-    }
+    /// Forgets, after its commit, the window revoked.
+    fn forget_window(&self, _revoked: &LiveWindow) {}
+}
 
-    /// Forgets `holder`'s configuration at shutdown, so it stops counting at once
-    /// rather than when its record expires.
-    async fn release_config(&self, _holder: &str) -> Result<(), StorageError> {
-        Ok(())
-    }
+impl<T> Store for T where
+    T: Questions
+        + Messages
+        + Steps
+        + Windows
+        + Outbox
+        + Audit
+        + AgentEvents
+        + Coordination
+        + Administration
+{
 }
 
 #[cfg(test)]

@@ -1,26 +1,31 @@
-//! The PostgreSQL backend (`database.url = "postgres://…"`): the same [`Store`] as the
-//! SQLite backend, statement for statement, with its own migrations
+//! The PostgreSQL backend (`database.url = "postgres://…"`): the same roles as the
+//! SQLite backend, statement for statement (`common`, `sql`), with its own migrations
 //! (`migrations/postgres/`, embedded in the binary).
 //!
 //! It is written for a database that several processes share, so it keeps no state
 //! that another process could make stale. Those processes are the service and the CLI
 //! tools beside it, and may be several *replicas* of the service: every change to a
-//! question is announced on commit (`NOTIFY`, see [`Store::follow_changes`]), so an agent
-//! blocked on one replica hears a decision taken on another at once. Work that must be
-//! done once (posting, deadlines, the outbox, Telegram's one poller) is the leader's,
-//! the replica holding the `leader` lease ([`Store::hold_lease`], `service::lead`).
-//! Each replica also records what its configuration says about who may decide
-//! ([`Store::hold_config`], renewed like the lease), so that while the replicas'
-//! configurations differ every one of them is asked (`service::agree`).
+//! question is announced on commit (`NOTIFY`, see
+//! [`Coordination::follow_changes`](crate::storage::Coordination::follow_changes)), so an
+//! agent blocked on one replica hears a decision taken on another at once. Work that must
+//! be done once (posting, deadlines, the outbox, Telegram's one poller) is the leader's,
+//! the replica holding the `leader` lease
+//! ([`Coordination::hold_lease`](crate::storage::Coordination::hold_lease),
+//! `service::lead`). Each replica also records what its configuration says about who may
+//! decide ([`Coordination::hold_config`](crate::storage::Coordination::hold_config),
+//! renewed like the lease), so that while the replicas' configurations differ every one of
+//! them is asked (`service::agree`).
 //! * **No window cache.** SQLite's store answers window lookups from memory because only
 //!   the service process writes windows; here another process may open or revoke one at
-//!   any moment, so [`Store::live_window`] is one indexed `SELECT` on the primary key.
+//!   any moment, so [`Windows::live_window`](crate::storage::Windows::live_window) is one
+//!   indexed `SELECT` on the primary key.
 //! * **Window hits are group-committed.** A window hit (a terminal record given to
-//!   [`Store::insert`]) appends to the audit chain, so it holds the audit lock until its
-//!   commit returns: one transaction per hit would allow one hit per commit latency for
-//!   the whole database. Hits are queued instead, and one task writes everything queued
-//!   in one transaction (multi-row statements for the plain ones), then what came
-//!   meanwhile ([`PgStore::insert_window_hit`]), as SQLite's store does.
+//!   [`Questions::insert`](crate::storage::Questions::insert)) appends to the audit chain,
+//!   so it holds the audit lock until its commit returns: one transaction per hit would
+//!   allow one hit per commit latency for the whole database. Hits are queued instead, and
+//!   one task writes everything queued in one transaction (multi-row statements for the
+//!   plain ones), then what came meanwhile ([`PgStore::insert_window_hit`]), as SQLite's
+//!   store does.
 //! * **The audit chain is serialised in the database**, not by a mutex: every transaction
 //!   that appends audit events first takes one transaction-level advisory lock
 //!   ([`AUDIT_LOCK`]), then reads the chain's head. Each row's hash covers the previous
@@ -45,36 +50,47 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgArguments, PgConnectOptions, PgListener, PgPoolOptions};
-use sqlx::query::QueryAs;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
 use time::OffsetDateTime;
 use tokio::sync::mpsc;
 
 use super::hits::{self, QueuedHit};
-use super::rows::{
-    self, AuditRow, OutboxRow, Row, WindowRow, from_ms, insert_runs, ms, select_where,
-    select_windows_where, user_column,
-};
-use super::{
-    AgentEvent, Answered, Change, Decided, Gauges, IDEMPOTENCY_TTL, Inserted, LiveConfig,
-    LiveWindow, OutboxEntry, PendingEntry, StorageError, Store, WebhookAttempt,
-};
-use crate::domain::audit::{self, AuditEvent, NewEvent, StoredRow};
+use super::rows::{self, insert_runs};
+use super::{Change, Coordination, Inserted, LiveConfig, StorageError, WindowCache};
+use crate::domain::audit::{self, NewEvent};
 use crate::domain::authority::{Authority, Fingerprint};
-use crate::domain::confirmation::{Confirmation, Decision, Operator, Step, Window, WindowKey};
-use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey};
-use crate::domain::interaction::Answer;
+use crate::domain::confirmation::Confirmation;
+use crate::domain::ids::ConfirmationId;
 
+/// The schema's migrations ([`Administration::migrate`](super::Administration::migrate)).
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 /// The database type of the statements in `sql` (compiled for this backend).
 type Db = Postgres;
 
+/// The store `common` implements the roles for (compiled for this backend).
+type This = PgStore;
+
 /// `copies` and `strays` in the order they were added (see `sql`).
 macro_rules! insertion_order {
     () => {
         "pos"
+    };
+}
+
+/// An `outcome_shown` flag that is false, as the partial indexes say it (see `sql`).
+macro_rules! not_shown {
+    ($prefix:literal) => {
+        concat!("NOT ", $prefix, "outcome_shown")
+    };
+}
+
+/// Keeps the window row read by `revoke_window` as read until the commit (a purge in
+/// another process waits), so its delete removes exactly that row.
+macro_rules! lock_window {
+    () => {
+        " FOR UPDATE OF w"
     };
 }
 
@@ -89,10 +105,13 @@ macro_rules! bytewise {
 #[allow(clippy::duplicate_mod)]
 #[path = "sql.rs"]
 mod sql;
-use sql::{
-    apply_decision, hydrate, hydrate_all, insert_answer, insert_hits, insert_in, push_agent_event,
-    read_in,
-};
+pub(super) use sql::audit_snapshot_in;
+use sql::insert_hits;
+
+// Compiled once per backend on purpose: see the header of common.rs.
+#[allow(clippy::duplicate_mod)]
+#[path = "common.rs"]
+mod common;
 
 /// The advisory lock (`pg_advisory_xact_lock`) that serialises appends to the audit
 /// chain and writes to the agents' event streams, in every process sharing the database.
@@ -103,7 +122,8 @@ pub const AUDIT_LOCK: i64 = 0x6869_746c_6175_6474;
 /// reads (long-polls hold no connection while they wait).
 const MAX_CONNECTIONS: u32 = 10;
 
-/// What [`Store::backup_to`] answers: PostgreSQL has its own online backups.
+/// What [`Administration::backup_to`](crate::storage::Administration::backup_to) answers:
+/// PostgreSQL has its own online backups.
 const BACKUP_WITH_PG_DUMP: &str = "`backup` copies SQLite databases only; for PostgreSQL use \
      pg_dump (for example: pg_dump --format=custom --file=hitl.dump \"$DATABASE_URL\"), which \
      takes a consistent snapshot while the service runs";
@@ -136,21 +156,24 @@ pub struct PgStore {
     writers: Arc<tokio::sync::Mutex<()>>,
     /// Window hits for the group commit.
     hits: Arc<std::sync::Mutex<HitQueue>>,
-    /// `webhooks.max_backlog_per_agent` (see [`Store::set_webhook_backlog_bound`]).
+    /// `webhooks.max_backlog_per_agent` (see
+    /// [`Outbox::set_webhook_backlog_bound`](crate::storage::Outbox::set_webhook_backlog_bound)).
     webhook_backlog_bound: AtomicU32,
 }
 
 impl PgStore {
     /// Connects to the database at `url` (`postgres://user:password@host:port/database`,
     /// with any of libpq's URL parameters, such as `sslmode`). Nothing is created: the
-    /// database must exist, and [`Store::migrate`] creates the tables.
+    /// database must exist, and
+    /// [`Administration::migrate`](crate::storage::Administration::migrate) creates the
+    /// tables.
     pub async fn connect(url: &str) -> Result<PgStore, StorageError> {
         refuse_unknown_params(url)?;
         let origin = format!("{:016x}", rand::random::<u64>());
         let options = PgConnectOptions::from_str(url)?
             .application_name("hitl-telegram")
             .options([
-                // Signs this store's change notices ([`append_event`]), so that its
+                // Signs this store's change notices ([`append_events`]), so that its
                 // own feed can tell them from other replicas'.
                 ("hitl.origin", origin.as_str()),
                 // The audit lock's argument (module header) holds under READ COMMITTED
@@ -235,6 +258,11 @@ impl PgStore {
         Ok((writer, begin_audit(&self.pool).await?))
     }
 
+    /// A transaction that appends nothing to the audit chain (and so needs no lock).
+    async fn write_tx(&self) -> Result<Transaction<'static, Postgres>, StorageError> {
+        Ok(self.pool.begin().await?)
+    }
+
     /// Stores a window hit by the group commit, and answers once the transaction holding
     /// it has committed. The writing runs in a task of its own ([`GroupCommit`]), so an
     /// agent hanging up cannot cut a batch short; a hit whose caller hung up is stored
@@ -260,28 +288,6 @@ impl PgStore {
             tokio::spawn(commit.run());
         }
         waiting.outcome().await
-    }
-
-    /// The one question `query` finds, with its answers, copies and strays.
-    async fn fetch_one(
-        &self,
-        query: QueryAs<'_, Postgres, Row, PgArguments>,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let mut conn = self.pool.acquire().await?;
-        match query.fetch_optional(&mut *conn).await? {
-            Some(row) => Ok(Some(hydrate(&mut conn, row.into_domain()?).await?)),
-            None => Ok(None),
-        }
-    }
-
-    /// Every question `query` finds, in its order, each with its answers and copies.
-    async fn fetch_all(
-        &self,
-        query: QueryAs<'_, Postgres, Row, PgArguments>,
-    ) -> Result<Vec<Confirmation>, StorageError> {
-        let mut conn = self.pool.acquire().await?;
-        let rows = query.fetch_all(&mut *conn).await?;
-        hydrate_all(&mut conn, rows).await
     }
 }
 
@@ -395,19 +401,6 @@ async fn write_hits(
     let results = insert_hits(&mut tx, batch, bound).await?;
     tx.commit().await?;
     Ok(results)
-}
-
-/// A query for [`Row`]s (`SELECT *` from `confirmations`), binds to follow.
-fn select<'q>(sql: &'static str) -> QueryAs<'q, Postgres, Row, PgArguments> {
-    sqlx::query_as(sql)
-}
-
-/// Appends `event` to the audit chain inside `tx` (an [`PgStore::audit_tx`]).
-async fn append_event(
-    tx: &mut Transaction<'_, Postgres>,
-    event: &NewEvent,
-) -> Result<(), StorageError> {
-    append_events(tx, std::slice::from_ref(event)).await
 }
 
 /// Appends `events`, in order, to the audit chain inside `tx` (an
@@ -530,697 +523,41 @@ async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     Ok(listener)
 }
 
-/// The audit trail in sequence order and every request's status, as `tx` sees them:
-/// [`Store::audit_snapshot`], and `migrate-to-postgres`'s check of what it copied before
-/// it commits.
-pub(super) async fn audit_snapshot_in(
-    tx: &mut Transaction<'_, Postgres>,
-) -> Result<(Vec<StoredRow>, Vec<audit::StoredStatus>), StorageError> {
-    let rows: Vec<AuditRow> = sqlx::query_as("SELECT * FROM audit_events ORDER BY seq")
-        .fetch_all(&mut **tx)
-        .await?;
-    let statuses: Vec<(String, String)> = sqlx::query_as(
-        r#"SELECT id, status FROM confirmations ORDER BY created_at, id COLLATE "C""#,
-    )
-    .fetch_all(&mut **tx)
-    .await?;
-    super::rows::audit_snapshot(rows, statuses)
-}
-
-#[async_trait]
-impl Store for PgStore {
-    async fn migrate(&self) -> Result<(), StorageError> {
-        // sqlx's PostgreSQL migrator holds an advisory lock of its own while it runs, so
-        // replicas starting together migrate once.
-        MIGRATOR.run(&self.pool).await?;
-        Ok(())
+impl PgStore {
+    /// See
+    /// [`Windows::purge_expired_windows`](crate::storage::Windows::purge_expired_windows).
+    async fn purge_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError> {
+        sql::purge_expired_windows(&self.pool, now).await
     }
 
-    async fn ping(&self) -> Result<(), StorageError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
-    }
-
-    fn set_webhook_backlog_bound(&self, bound: u32) {
-        self.webhook_backlog_bound
-            .store(bound.max(1), Ordering::Relaxed);
-    }
-
-    async fn insert(
-        &self,
-        r: &Confirmation,
-        now: OffsetDateTime,
-    ) -> Result<Inserted, StorageError> {
-        if r.is_terminal() {
-            return self.insert_window_hit(r, now).await;
-        }
-        let (_writer, mut tx) = self.audit_tx().await?;
-        let inserted = Box::pin(insert_in(&mut tx, r, now, self.webhook_backlog_bound())).await?;
-        tx.commit().await?;
-        Ok(inserted)
-    }
-
-    async fn get(&self, id: &ConfirmationId) -> Result<Option<Confirmation>, StorageError> {
-        self.fetch_one(select(select_where!("id = $1")).bind(id.as_str()))
-            .await
-    }
-
-    async fn find_by_token(
-        &self,
-        token: &CallbackToken,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        self.fetch_one(select(select_where!("callback_token = $1")).bind(token.as_str()))
-            .await
-    }
-
-    async fn find_by_idempotency_key(
-        &self,
-        agent: &str,
-        key: &IdempotencyKey,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        self.fetch_one(
-            select(select_where!(
-                "agent = $1 AND idempotency_key = $2 AND created_at > $3"
-            ))
-            .bind(agent)
-            .bind(key.as_str())
-            .bind(ms(now - IDEMPOTENCY_TTL)),
-        )
-        .await
-    }
-
-    async fn set_message_id(
-        &self,
-        id: &ConfirmationId,
-        message_id: i32,
-    ) -> Result<(), StorageError> {
-        let (_writer, mut tx) = self.audit_tx().await?;
-        let chat: Option<(i64,)> = sqlx::query_as(
-            "UPDATE confirmations SET message_id = $1 WHERE id = $2 RETURNING chat_id",
-        )
-        .bind(i64::from(message_id))
-        .bind(id.as_str())
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some((chat_id,)) = chat {
-            let now = OffsetDateTime::now_utc();
-            let event = audit::delivered(id.as_str(), chat_id, message_id, now);
-            append_event(&mut tx, &event).await?;
-            // Streams an interaction's new status (`delivered`).
-            if let Some(record) = read_in(&mut tx, id).await?
-                && !record.is_terminal()
-            {
-                let step = record.step_event(Step::Delivered);
-                push_agent_event(&mut tx, &record, "status", &step, now).await?;
-            }
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn mark_attached(&self, id: &ConfirmationId) -> Result<(), StorageError> {
-        sql::mark_attached(&self.pool, id).await
-    }
-
-    async fn decide(&self, id: &ConfirmationId, d: &Decision) -> Result<Decided, StorageError> {
-        let (_writer, mut tx) = self.audit_tx().await?;
-        let decided = apply_decision(&mut tx, id, d, self.webhook_backlog_bound()).await?;
-        if let Decided::Applied(_) = &decided {
-            tx.commit().await?;
-        }
-        Ok(decided)
-    }
-
-    async fn live_window(
-        &self,
-        key: &WindowKey,
-        now: OffsetDateTime,
-    ) -> Result<Option<Window>, StorageError> {
-        // No cache (see the module's header): the primary key answers.
-        let row: Option<(i64, String)> = sqlx::query_as(
-            "SELECT expires_at, opened_by FROM windows
-             WHERE agent = $1 AND route = $2 AND owner_id = $3 AND tool = $4
-               AND args_hash = $5 AND expires_at > $6",
-        )
-        .bind(&key.agent)
-        .bind(&key.route)
-        .bind(key.owner_id.as_str())
-        .bind(key.tool.as_str())
-        .bind(key.args_hash.as_str())
-        .bind(ms(now))
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|(expires_at, opened_by)| rows::window(key, expires_at, &opened_by))
-            .transpose()
-    }
-
-    async fn mark_outcome_shown(&self, id: &ConfirmationId) -> Result<(), StorageError> {
-        sql::mark_outcome_shown(&self.pool, id).await
-    }
-
-    async fn unshown_outcomes(&self) -> Result<Vec<Confirmation>, StorageError> {
-        self.fetch_all(select(select_where!(
-            "status <> 'pending' AND ((NOT outcome_shown AND message_id IS NOT NULL)
-             OR EXISTS (SELECT 1 FROM copies c WHERE c.question_id = confirmations.id
-                        AND NOT c.outcome_shown AND c.message_id IS NOT NULL)
-             OR EXISTS (SELECT 1 FROM strays s WHERE s.question_id = confirmations.id
-                        AND NOT s.outcome_shown))
-             ORDER BY decided_at"
-        )))
-        .await
-    }
-
-    async fn count_pending(&self, agent: &str) -> Result<u64, StorageError> {
-        sql::count_pending(&self.pool, agent).await
-    }
-
-    async fn pending(&self) -> Result<Vec<PendingEntry>, StorageError> {
-        sql::pending(&self.pool).await
-    }
-
-    async fn purge_expired_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError> {
-        Ok(sqlx::query("DELETE FROM windows WHERE expires_at <= $1")
-            .bind(ms(now))
-            .execute(&self.pool)
-            .await?
-            .rows_affected())
-    }
-
-    async fn due_webhooks(
-        &self,
-        now: OffsetDateTime,
-        limit: u32,
-    ) -> Result<Vec<OutboxEntry>, StorageError> {
-        sql::due_webhooks(&self.pool, now, limit).await
-    }
-
-    async fn next_webhook_due(&self) -> Result<Option<OffsetDateTime>, StorageError> {
-        let (due,): (Option<i64>,) = sqlx::query_as(
-            "SELECT MIN(next_attempt_at) FROM webhook_outbox WHERE state = 'pending'",
-        )
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(due.and_then(from_ms))
-    }
-
-    async fn webhook_attempted(
-        &self,
-        entry: &OutboxEntry,
-        result: WebhookAttempt,
-        now: OffsetDateTime,
-    ) -> Result<(), StorageError> {
-        let id = entry.delivery_id.as_str();
-        let (q, event) = match &result {
-            WebhookAttempt::Delivered => (
-                sqlx::query(
-                    "UPDATE webhook_outbox SET state = 'delivered', attempts = attempts + 1,
-                        last_error = NULL, finished_at = $1
-                     WHERE delivery_id = $2 AND state = 'pending'",
-                )
-                .bind(ms(now)),
-                Some(audit::webhook(
-                    entry.confirmation_id.as_str(),
-                    id,
-                    true,
-                    None,
-                    now,
-                )),
-            ),
-            WebhookAttempt::Retry { next_at, error } => (
-                sqlx::query(
-                    "UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = $1,
-                        last_error = $2 WHERE delivery_id = $3 AND state = 'pending'",
-                )
-                .bind(ms(*next_at))
-                .bind(error.as_str()),
-                None,
-            ),
-            WebhookAttempt::GiveUp { error } => (
-                sqlx::query(
-                    "UPDATE webhook_outbox SET state = 'given_up', attempts = attempts + 1,
-                        last_error = $1, finished_at = $2
-                     WHERE delivery_id = $3 AND state = 'pending'",
-                )
-                .bind(error.as_str())
-                .bind(ms(now)),
-                Some(audit::webhook(
-                    entry.confirmation_id.as_str(),
-                    id,
-                    false,
-                    Some(error),
-                    now,
-                )),
-            ),
-        };
-        // Only a final attempt appends to the audit chain, and so needs the lock.
-        let (_writer, mut tx) = match event {
-            Some(_) => {
-                let (writer, tx) = self.audit_tx().await?;
-                (Some(writer), tx)
-            }
-            None => (None, self.pool.begin().await?),
-        };
-        // Conditional on the delivery still pending: another process (a CLI tool, a
-        // second worker) that already finished it keeps its outcome, and no second,
-        // contradictory audit event is chained.
-        let changed = q.bind(id).execute(&mut *tx).await?.rows_affected() == 1;
-        if let Some(e) = event.as_ref().filter(|_| changed) {
-            append_event(&mut tx, e).await?;
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn due_webhooks_by_agent(
-        &self,
-        now: OffsetDateTime,
-        per_agent: u32,
-    ) -> Result<Vec<OutboxEntry>, StorageError> {
-        // Each agent's rows ranked by when they are due (then by when they were queued),
-        // and served rank by rank. `COLLATE "C"`: ties break by bytes, as in SQLite,
-        // whatever the database's locale.
-        let rows: Vec<OutboxRow> = sqlx::query_as(
-            r#"SELECT delivery_id, confirmation_id, agent, url, created_at, attempts FROM (
-                 SELECT delivery_id, confirmation_id, agent, url, created_at, attempts,
-                        next_attempt_at,
-                        ROW_NUMBER() OVER (
-                            PARTITION BY agent
-                            ORDER BY next_attempt_at, created_at, delivery_id COLLATE "C"
-                        ) AS turn
-                 FROM webhook_outbox WHERE state = 'pending' AND next_attempt_at <= $1
-             ) AS due WHERE turn <= $2 ORDER BY turn, next_attempt_at, delivery_id COLLATE "C""#,
-        )
-        .bind(ms(now))
-        .bind(i64::from(per_agent))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter().map(OutboxRow::into_entry).collect()
-    }
-
-    async fn next_webhook_due_after(
-        &self,
-        after: OffsetDateTime,
-    ) -> Result<Option<OffsetDateTime>, StorageError> {
-        let (due,): (Option<i64>,) = sqlx::query_as(
-            "SELECT MIN(next_attempt_at) FROM webhook_outbox
-             WHERE state = 'pending' AND next_attempt_at > $1",
-        )
-        .bind(ms(after))
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(due.and_then(from_ms))
-    }
-
-    async fn record_event(&self, event: NewEvent) -> Result<(), StorageError> {
-        let (_writer, mut tx) = self.audit_tx().await?;
-        append_event(&mut tx, &event).await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn events_for(&self, id: &ConfirmationId) -> Result<Vec<AuditEvent>, StorageError> {
-        sql::events_for(&self.pool, id).await
-    }
-
-    async fn audit_rows(
-        &self,
-        since: Option<OffsetDateTime>,
-    ) -> Result<Vec<StoredRow>, StorageError> {
-        sql::audit_rows(&self.pool, since).await
-    }
-
-    async fn audit_snapshot(
-        &self,
-    ) -> Result<(Vec<StoredRow>, Vec<audit::StoredStatus>), StorageError> {
-        // REPEATABLE READ: both queries read one snapshot, so a decision committed
-        // between them is in both or in neither. Read-only, it never fails to serialise.
-        let mut tx = self
+    /// REPEATABLE READ: every query reads one snapshot
+    /// ([`Audit::audit_snapshot`](crate::storage::Audit::audit_snapshot)). Read-only, it
+    /// never fails to serialise.
+    async fn snapshot_tx(&self) -> Result<Transaction<'static, Postgres>, StorageError> {
+        let tx = self
             .pool
             .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             .await?;
-        let snapshot = audit_snapshot_in(&mut tx).await?;
-        tx.rollback().await?;
-        Ok(snapshot)
+        Ok(tx)
     }
 
-    async fn audit_head(&self) -> Result<audit::Head, StorageError> {
-        sql::audit_head(&self.pool).await
-    }
-
-    async fn route_chats(&self) -> Result<Vec<(String, i64)>, StorageError> {
-        sql::route_chats(&self.pool).await
-    }
-
-    async fn move_route_chat(
-        &self,
-        route: &str,
-        from_chat: i64,
-        to_chat: i64,
-        now: OffsetDateTime,
-    ) -> Result<(), StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::move_route_chat(tx, route, from_chat, to_chat, now).await
-    }
-
-    async fn find_interaction(
-        &self,
-        agent: &str,
-        interaction_id: &str,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        self.fetch_one(
-            select(select_where!("agent = $1 AND interaction_id = $2"))
-                .bind(agent)
-                .bind(interaction_id),
-        )
-        .await
-    }
-
-    async fn find_by_message(
-        &self,
-        chat_id: i64,
-        message_id: i32,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        // `IN`, not `=`: PostgreSQL refuses a scalar subquery with several rows, where
-        // SQLite takes the first; `LIMIT 1` takes the first question found likewise.
-        self.fetch_one(
-            select(select_where!(
-                "(chat_id = $1 AND message_id = $2)
-                 OR id IN (SELECT question_id FROM copies
-                           WHERE chat_id = $1 AND message_id = $2)
-                 OR id IN (SELECT question_id FROM strays
-                           WHERE chat_id = $1 AND message_id = $2)
-                 LIMIT 1"
-            ))
-            .bind(chat_id)
-            .bind(i64::from(message_id)),
-        )
-        .await
-    }
-
-    async fn add_copy(
-        &self,
-        id: &ConfirmationId,
-        recipient: &str,
-        chat_id: i64,
-        now: OffsetDateTime,
-    ) -> Result<bool, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::add_copy(tx, id, recipient, chat_id, now).await
-    }
-
-    async fn set_copy_message_id(
-        &self,
-        id: &ConfirmationId,
-        chat_id: i64,
-        message_id: i32,
-        now: OffsetDateTime,
-    ) -> Result<(), StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::set_copy_message_id(tx, id, chat_id, message_id, now).await
-    }
-
-    async fn mark_copy_shown(&self, id: &ConfirmationId, chat_id: i64) -> Result<(), StorageError> {
-        sql::mark_copy_shown(&self.pool, id, chat_id).await
-    }
-
-    async fn add_stray(
-        &self,
-        id: &ConfirmationId,
-        chat_id: i64,
-        message_id: i32,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (writer, tx) = self.audit_tx().await?;
-        sql::add_stray(tx, id, chat_id, message_id, now).await?;
-        drop(writer);
-        self.get(id).await
-    }
-
-    async fn mark_stray_shown(
-        &self,
-        id: &ConfirmationId,
-        chat_id: i64,
-        message_id: i32,
-    ) -> Result<(), StorageError> {
-        sql::mark_stray_shown(&self.pool, id, chat_id, message_id).await
-    }
-
-    async fn add_answer(
-        &self,
-        id: &ConfirmationId,
-        answer: &Answer,
-        settles: Option<&Decision>,
-    ) -> Result<Answered, StorageError> {
-        let (_writer, mut tx) = self.audit_tx().await?;
-        let row = sqlx::query_as::<_, Row>(select_where!("id = $1"))
-            .bind(id.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(row) = row else {
-            return Ok(Answered::NotFound);
-        };
-        let record = row.into_domain()?;
-        if record.is_terminal() {
-            let record = hydrate(&mut tx, record).await?;
-            return Ok(Answered::Closed(record));
-        }
-        let added = insert_answer(&mut tx, id, answer).await?;
-        let record = hydrate(&mut tx, record).await?;
-        if !added {
-            return Ok(Answered::AlreadyAnswered(record));
-        }
-        append_event(&mut tx, &audit::answered(id.as_str(), answer)).await?;
-        push_agent_event(
-            &mut tx,
-            &record,
-            "response",
-            &record.response_event(answer),
-            answer.at,
-        )
-        .await?;
-        let record = match settles {
-            // The answer decides the question: both commit together, so no one ever sees
-            // the answer stored and the question still open.
-            Some(d) => match apply_decision(&mut tx, id, d, self.webhook_backlog_bound()).await? {
-                Decided::Applied(r) => r,
-                Decided::AlreadyTerminal(r) => return Ok(Answered::Closed(r)),
-                Decided::NotFound => return Ok(Answered::NotFound),
-            },
-            None => {
-                if record.interaction.is_some() && record.answers.len() == 1 {
-                    let status = record.status_event();
-                    push_agent_event(&mut tx, &record, "status", &status, answer.at).await?;
-                }
-                record
-            }
-        };
-        tx.commit().await?;
-        Ok(Answered::Added(record))
-    }
-
-    async fn selection(
-        &self,
-        id: &ConfirmationId,
-        user_id: u64,
-    ) -> Result<Vec<String>, StorageError> {
-        sql::selection(&self.pool, id, user_id).await
-    }
-
-    async fn set_selection(
-        &self,
-        id: &ConfirmationId,
-        user_id: u64,
-        keys: &[String],
-    ) -> Result<(), StorageError> {
-        sql::set_selection(&self.pool, id, user_id, keys).await
-    }
-
-    async fn agent_events(
-        &self,
-        agent: &str,
-        after: i64,
-        limit: u32,
-    ) -> Result<Vec<AgentEvent>, StorageError> {
-        sql::agent_events(&self.pool, agent, after, limit).await
-    }
-
-    async fn purge_agent_events(&self, before: OffsetDateTime) -> Result<u64, StorageError> {
-        sql::purge_agent_events(&self.pool, before).await
-    }
-
-    async fn last_agent_event(&self, agent: &str) -> Result<i64, StorageError> {
-        sql::last_agent_event(&self.pool, agent).await
-    }
-
-    async fn pending_in_chat(&self, chat_id: i64) -> Result<Vec<Confirmation>, StorageError> {
-        self.fetch_all(
-            select(select_where!(
-                r#"chat_id = $1 AND status = 'pending' ORDER BY created_at, id COLLATE "C""#
-            ))
-            .bind(chat_id),
-        )
-        .await
-    }
-
-    async fn live_windows(
-        &self,
-        route: &str,
-        now: OffsetDateTime,
-    ) -> Result<Vec<LiveWindow>, StorageError> {
-        sql::live_windows(&self.pool, route, now).await
-    }
-
-    async fn live_window_opened_by(
-        &self,
-        opened_by: &ConfirmationId,
-        now: OffsetDateTime,
-    ) -> Result<Option<LiveWindow>, StorageError> {
-        sql::live_window_opened_by(&self.pool, opened_by, now).await
-    }
-
-    async fn revoke_window(
-        &self,
-        opened_by: &ConfirmationId,
-        by: &Operator,
-        chat_id: i64,
-        now: OffsetDateTime,
-    ) -> Result<Option<LiveWindow>, StorageError> {
-        let (_writer, mut tx) = self.audit_tx().await?;
-        // `FOR UPDATE OF w`: the window row stays as read until the commit (a purge in
-        // another process waits), so the delete below removes exactly this row.
-        let row: Option<WindowRow> = sqlx::query_as(select_windows_where!(
-            "w.opened_by = $1 AND w.expires_at > $2 FOR UPDATE OF w"
-        ))
-        .bind(opened_by.as_str())
-        .bind(ms(now))
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let live = row.into_domain()?;
-        sqlx::query(
-            "DELETE FROM windows
-             WHERE agent = $1 AND route = $2 AND owner_id = $3 AND tool = $4
-               AND args_hash = $5 AND opened_by = $6",
-        )
-        .bind(&live.window.key.agent)
-        .bind(&live.window.key.route)
-        .bind(live.window.key.owner_id.as_str())
-        .bind(live.window.key.tool.as_str())
-        .bind(live.window.key.args_hash.as_str())
-        .bind(opened_by.as_str())
-        .execute(&mut *tx)
-        .await?;
-        let event = audit::window_revoked(&live.window, &live.route, by, chat_id, now);
-        append_event(&mut tx, &event).await?;
-        tx.commit().await?;
-        Ok(Some(live))
-    }
-
-    async fn backup_to(&self, _file: &std::path::Path) -> Result<(), StorageError> {
+    /// See [`Administration::backup_to`](crate::storage::Administration::backup_to):
+    /// PostgreSQL has its own online backups.
+    async fn backup_into(&self, _file: &std::path::Path) -> Result<(), StorageError> {
         Err(StorageError::Unsupported(BACKUP_WITH_PG_DUMP))
     }
 
-    async fn gauges(&self) -> Result<Gauges, StorageError> {
-        sql::gauges(&self.pool).await
-    }
-
-    async fn request_reason(
-        &self,
-        id: &ConfirmationId,
-        by: &Operator,
-        chat_id: i64,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::request_reason(tx, id, by, chat_id, now).await
-    }
-
-    async fn set_reason_prompt(
-        &self,
-        id: &ConfirmationId,
-        user_id: u64,
-        prompt_message_id: i32,
-    ) -> Result<(), StorageError> {
-        sql::set_reason_prompt(&self.pool, id, user_id, prompt_message_id).await
-    }
-
-    async fn reason_request_for(
-        &self,
-        chat_id: i64,
-        reply_to: i32,
-        named: Option<&ConfirmationId>,
-        user_id: u64,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        // The reply may answer the prompt, or (if the prompt's id was never stored, or
-        // the person replied to the question instead) any message of the question in
-        // the chat where they asked.
-        let found: Option<(String,)> = sqlx::query_as(
-            "SELECT r.question_id FROM reason_requests r
-             JOIN confirmations c ON c.id = r.question_id
-             WHERE r.user_id = $3 AND r.chat_id = $1
-               AND (r.prompt_message_id = $2
-                    OR r.question_id = $4
-                    OR (c.chat_id = $1 AND c.message_id = $2)
-                    OR EXISTS (SELECT 1 FROM copies k WHERE k.question_id = c.id
-                               AND k.chat_id = $1 AND k.message_id = $2))
-             ORDER BY r.asked_at DESC LIMIT 1",
-        )
-        .bind(chat_id)
-        .bind(i64::from(reply_to))
-        .bind(user_column(user_id))
-        .bind(named.map(|id| id.as_str()))
-        .fetch_optional(&self.pool)
-        .await?;
-        match found {
-            Some((id,)) => match ConfirmationId::parse(&id) {
-                Ok(id) => self.get(&id).await,
-                Err(_) => Ok(None),
-            },
-            None => Ok(None),
-        }
-    }
-
-    async fn extend(
-        &self,
-        id: &ConfirmationId,
-        from: OffsetDateTime,
-        to: OffsetDateTime,
-        by: &Operator,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::extend(tx, id, from, to, by, now).await
-    }
-
-    async fn claim_reminders(
-        &self,
-        id: &ConfirmationId,
-        sent: u32,
-        passed: u32,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::claim_reminders(tx, id, sent, passed, now).await
-    }
-
-    async fn escalate(
-        &self,
-        id: &ConfirmationId,
-        recipient: &str,
-        chat_id: i64,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::escalate(tx, id, recipient, chat_id, now).await
-    }
-
-    async fn close(&self) {
+    /// See [`Administration::close`](crate::storage::Administration::close).
+    async fn shut_down(&self) {
         self.pool.close().await;
     }
+}
 
+/// No window cache (see the module's header): the primary key answers.
+impl WindowCache for PgStore {}
+
+#[async_trait]
+impl Coordination for PgStore {
     async fn follow_changes(&self) -> Result<Option<mpsc::Receiver<Change>>, StorageError> {
         let listener = listen(&self.pool).await?;
         // Bounded: a service that stops reading slows the feed (and no notice is lost

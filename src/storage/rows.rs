@@ -570,7 +570,7 @@ pub(super) struct WindowRow {
 /// SQL it can see is not built from input). The clause is the backend's own (its
 /// placeholders differ).
 macro_rules! select_where {
-    ($clause:literal) => {
+    ($clause:expr) => {
         concat!("SELECT * FROM confirmations WHERE ", $clause)
     };
 }

@@ -5,18 +5,25 @@
 //! database type. Why not generic code over sqlx's `Database`: every function would
 //! carry a dozen `Encode`/`Decode`/`Executor` bounds that Rust does not imply, for code
 //! that is in fact about two concrete databases. Compiled against each, the types are
-//! plain and the text is one.
+//! plain and the text is one. The role traits' implementations that run these
+//! statements are written once likewise (`common.rs`).
 //!
 //! The SQL here is the dialect the two share: `$N` placeholders (SQLite reads them too),
 //! `ON CONFLICT … DO NOTHING/UPDATE`, `COUNT`, `MIN`. What differs is the parent
 //! backend's to give:
 //! * `Db`: `sqlx::Sqlite` or `sqlx::Postgres`;
-//! * `append_event`: SQLite chains from the tip it keeps under its audit mutex,
-//!   PostgreSQL reads the head under its advisory lock;
+//! * `append_events`: SQLite chains from the tip it keeps under its audit mutex,
+//!   PostgreSQL reads the head under its advisory lock (and sends the change notices);
 //! * `insertion_order!()`: the column that orders `copies`, `strays` and the outbox as
 //!   their rows were added (SQLite's `rowid`; PostgreSQL's identity column `pos`);
 //! * `bytewise!()`: what makes an `ORDER BY` of text compare bytes (nothing on SQLite,
-//!   whose default collation does; `COLLATE "C"` on PostgreSQL).
+//!   whose default collation does; `COLLATE "C"` on PostgreSQL);
+//! * `not_shown!(prefix)`: "this `outcome_shown` flag is false", in the very form the
+//!   backend's partial indexes are written in (`outcome_shown = 0` on SQLite, whose
+//!   flags are integers; `NOT outcome_shown` on PostgreSQL);
+//! * `lock_window!()`: what keeps a window row as read until the commit (nothing on
+//!   SQLite, whose write transaction holds the database; `FOR UPDATE OF w` on
+//!   PostgreSQL).
 //!
 //! Transactions are the backend's to open (its audit lock held, see each backend's
 //! header): a function taking `&mut Transaction` runs inside it and never commits; one
@@ -24,14 +31,17 @@
 //! added) and commits it, or drops it (rolling back) when its condition did not hold.
 
 use serde_json::json;
+use sqlx::pool::PoolConnection;
 use sqlx::{Database, Pool, QueryBuilder, Transaction};
 use time::OffsetDateTime;
 
 use super::Db;
-use super::{append_event, append_events};
-use crate::domain::audit::{self, AuditEvent, StoredRow};
-use crate::domain::confirmation::{Confirmation, Decision, Operator, Step, rfc3339};
-use crate::domain::ids::{ConfirmationId, DeliveryId};
+use super::append_events;
+use crate::domain::audit::{self, AuditEvent, NewEvent, StoredRow, StoredStatus};
+use crate::domain::confirmation::{
+    Confirmation, Decision, Operator, Step, Window, WindowKey, rfc3339,
+};
+use crate::domain::ids::{CallbackToken, ConfirmationId, DeliveryId, IdempotencyKey};
 use crate::domain::interaction::{Answer, TimeoutAction};
 use crate::storage::hits::QueuedHit;
 use crate::storage::rows::{
@@ -39,9 +49,18 @@ use crate::storage::rows::{
     insert_confirmations, ms, operator_columns, select_where, select_windows_where, user_column,
 };
 use crate::storage::{
-    AgentEvent, Decided, Gauges, IDEMPOTENCY_TTL, Inserted, LiveWindow, OutboxEntry, PendingEntry,
-    StorageError,
+    AgentEvent, Answered, Decided, Gauges, IDEMPOTENCY_TTL, Inserted, LiveWindow, OutboxEntry,
+    PendingEntry, Shown, StorageError, WebhookAttempt,
 };
+
+/// Appends `event` to the audit chain inside `tx`, the backend's audit transaction
+/// (its audit lock held): see the backend's `append_events`.
+pub(super) async fn append_event(
+    tx: &mut Transaction<'_, Db>,
+    event: &NewEvent,
+) -> Result<(), StorageError> {
+    append_events(tx, std::slice::from_ref(event)).await
+}
 
 /// The question `id` as `tx` sees it, with its answers, copies and strays (`None`: no
 /// such question).
@@ -277,7 +296,7 @@ pub(super) async fn apply_decision(
 }
 
 /// Stores a new request inside `tx` (an audit transaction; the caller commits); see
-/// [`crate::storage::Store::insert`].
+/// [`crate::storage::Questions::insert`].
 pub(super) async fn insert_in(
     tx: &mut Transaction<'_, Db>,
     r: &Confirmation,
@@ -351,7 +370,7 @@ pub(super) async fn commit_step(
     Ok(Some(record))
 }
 
-/// See [`crate::storage::Store::count_pending`].
+/// See [`crate::storage::Questions::count_pending`].
 pub(super) async fn count_pending(pool: &Pool<Db>, agent: &str) -> Result<u64, StorageError> {
     let (n,): (i64,) = sqlx::query_as(
         "SELECT COUNT(*) FROM confirmations WHERE agent = $1 AND status = 'pending'",
@@ -362,7 +381,7 @@ pub(super) async fn count_pending(pool: &Pool<Db>, agent: &str) -> Result<u64, S
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-/// See [`crate::storage::Store::pending`].
+/// See [`crate::storage::Questions::pending`].
 pub(super) async fn pending(pool: &Pool<Db>) -> Result<Vec<PendingEntry>, StorageError> {
     let rows: Vec<PendingRow> = sqlx::query_as(
         "SELECT id, expires_at, message_id IS NOT NULL AND NOT EXISTS (
@@ -375,7 +394,7 @@ pub(super) async fn pending(pool: &Pool<Db>) -> Result<Vec<PendingEntry>, Storag
     rows.into_iter().map(rows::pending_entry).collect()
 }
 
-/// See [`crate::storage::Store::events_for`].
+/// See [`crate::storage::Audit::events_for`].
 pub(super) async fn events_for(
     pool: &Pool<Db>,
     id: &ConfirmationId,
@@ -388,7 +407,7 @@ pub(super) async fn events_for(
     rows.into_iter().map(AuditRow::into_event).collect()
 }
 
-/// See [`crate::storage::Store::audit_rows`].
+/// See [`crate::storage::Audit::audit_rows`].
 pub(super) async fn audit_rows(
     pool: &Pool<Db>,
     since: Option<OffsetDateTime>,
@@ -401,7 +420,7 @@ pub(super) async fn audit_rows(
     rows.into_iter().map(AuditRow::into_stored).collect()
 }
 
-/// See [`crate::storage::Store::audit_head`].
+/// See [`crate::storage::Audit::audit_head`].
 pub(super) async fn audit_head(pool: &Pool<Db>) -> Result<audit::Head, StorageError> {
     let last: Option<(i64, String)> =
         sqlx::query_as("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1")
@@ -410,14 +429,14 @@ pub(super) async fn audit_head(pool: &Pool<Db>) -> Result<audit::Head, StorageEr
     rows::head(last)
 }
 
-/// See [`crate::storage::Store::route_chats`].
+/// See [`crate::storage::Messages::route_chats`].
 pub(super) async fn route_chats(pool: &Pool<Db>) -> Result<Vec<(String, i64)>, StorageError> {
     Ok(sqlx::query_as("SELECT route, chat_id FROM route_chats")
         .fetch_all(pool)
         .await?)
 }
 
-/// See [`crate::storage::Store::selection`].
+/// See [`crate::storage::Steps::selection`].
 pub(super) async fn selection(
     pool: &Pool<Db>,
     id: &ConfirmationId,
@@ -434,7 +453,7 @@ pub(super) async fn selection(
         .unwrap_or_default())
 }
 
-/// See [`crate::storage::Store::set_selection`].
+/// See [`crate::storage::Steps::set_selection`].
 pub(super) async fn set_selection(
     pool: &Pool<Db>,
     id: &ConfirmationId,
@@ -453,7 +472,7 @@ pub(super) async fn set_selection(
     Ok(())
 }
 
-/// See [`crate::storage::Store::agent_events`].
+/// See [`crate::storage::AgentEvents::agent_events`].
 pub(super) async fn agent_events(
     pool: &Pool<Db>,
     agent: &str,
@@ -475,7 +494,7 @@ pub(super) async fn agent_events(
         .collect())
 }
 
-/// See [`crate::storage::Store::purge_agent_events`].
+/// See [`crate::storage::AgentEvents::purge_agent_events`].
 pub(super) async fn purge_agent_events(
     pool: &Pool<Db>,
     before: OffsetDateTime,
@@ -487,7 +506,7 @@ pub(super) async fn purge_agent_events(
         .rows_affected())
 }
 
-/// See [`crate::storage::Store::last_agent_event`].
+/// See [`crate::storage::AgentEvents::last_agent_event`].
 pub(super) async fn last_agent_event(pool: &Pool<Db>, agent: &str) -> Result<i64, StorageError> {
     let (n,): (Option<i64>,) = sqlx::query_as("SELECT MAX(seq) FROM agent_events WHERE agent = $1")
         .bind(agent)
@@ -496,7 +515,7 @@ pub(super) async fn last_agent_event(pool: &Pool<Db>, agent: &str) -> Result<i64
     Ok(n.unwrap_or(0))
 }
 
-/// See [`crate::storage::Store::gauges`]. All read through partial indexes (pending
+/// See [`crate::storage::Administration::gauges`]. All read through partial indexes (pending
 /// rows, dropped deliveries), so a scrape stays cheap however much history the
 /// database holds; agents in byte order, so a scrape reads the same on either backend.
 pub(super) async fn gauges(pool: &Pool<Db>) -> Result<Gauges, StorageError> {
@@ -521,7 +540,7 @@ pub(super) async fn gauges(pool: &Pool<Db>) -> Result<Gauges, StorageError> {
     Ok(rows::gauges(pending, backlog, dropped))
 }
 
-/// See [`crate::storage::Store::live_windows`].
+/// See [`crate::storage::Windows::live_windows`].
 pub(super) async fn live_windows(
     pool: &Pool<Db>,
     route: &str,
@@ -540,7 +559,7 @@ pub(super) async fn live_windows(
     rows.into_iter().map(WindowRow::into_domain).collect()
 }
 
-/// See [`crate::storage::Store::live_window_opened_by`].
+/// See [`crate::storage::Windows::live_window_opened_by`].
 pub(super) async fn live_window_opened_by(
     pool: &Pool<Db>,
     opened_by: &ConfirmationId,
@@ -556,64 +575,41 @@ pub(super) async fn live_window_opened_by(
     row.map(WindowRow::into_domain).transpose()
 }
 
-/// See [`crate::storage::Store::mark_stray_shown`].
-pub(super) async fn mark_stray_shown(
+/// See [`crate::storage::Messages::mark_shown`].
+pub(super) async fn mark_shown(
     pool: &Pool<Db>,
     id: &ConfirmationId,
-    chat_id: i64,
-    message_id: i32,
+    what: Shown,
 ) -> Result<(), StorageError> {
-    sqlx::query(
-        "UPDATE strays SET outcome_shown = TRUE
-         WHERE question_id = $1 AND chat_id = $2 AND message_id = $3",
-    )
-    .bind(id.as_str())
-    .bind(chat_id)
-    .bind(i64::from(message_id))
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// See [`crate::storage::Store::mark_attached`].
-pub(super) async fn mark_attached(
-    pool: &Pool<Db>,
-    id: &ConfirmationId,
-) -> Result<(), StorageError> {
-    sqlx::query("UPDATE confirmations SET attached = TRUE WHERE id = $1")
+    let query = match what {
+        Shown::Attachment => {
+            sqlx::query("UPDATE confirmations SET attached = TRUE WHERE id = $1").bind(id.as_str())
+        }
+        Shown::Outcome => {
+            sqlx::query("UPDATE confirmations SET outcome_shown = TRUE WHERE id = $1")
+                .bind(id.as_str())
+        }
+        Shown::CopyOutcome { chat_id } => sqlx::query(
+            "UPDATE copies SET outcome_shown = TRUE WHERE question_id = $1 AND chat_id = $2",
+        )
         .bind(id.as_str())
-        .execute(pool)
-        .await?;
-    Ok(())
-}
-
-/// See [`crate::storage::Store::mark_outcome_shown`].
-pub(super) async fn mark_outcome_shown(
-    pool: &Pool<Db>,
-    id: &ConfirmationId,
-) -> Result<(), StorageError> {
-    sqlx::query("UPDATE confirmations SET outcome_shown = TRUE WHERE id = $1")
-        .bind(id.as_str())
-        .execute(pool)
-        .await?;
-    Ok(())
-}
-
-/// See [`crate::storage::Store::mark_copy_shown`].
-pub(super) async fn mark_copy_shown(
-    pool: &Pool<Db>,
-    id: &ConfirmationId,
-    chat_id: i64,
-) -> Result<(), StorageError> {
-    sqlx::query("UPDATE copies SET outcome_shown = TRUE WHERE question_id = $1 AND chat_id = $2")
+        .bind(chat_id),
+        Shown::StrayOutcome {
+            chat_id,
+            message_id,
+        } => sqlx::query(
+            "UPDATE strays SET outcome_shown = TRUE
+             WHERE question_id = $1 AND chat_id = $2 AND message_id = $3",
+        )
         .bind(id.as_str())
         .bind(chat_id)
-        .execute(pool)
-        .await?;
+        .bind(i64::from(message_id)),
+    };
+    query.execute(pool).await?;
     Ok(())
 }
 
-/// See [`crate::storage::Store::due_webhooks`].
+/// See [`crate::storage::Outbox::due_webhooks`].
 pub(super) async fn due_webhooks(
     pool: &Pool<Db>,
     now: OffsetDateTime,
@@ -633,7 +629,7 @@ pub(super) async fn due_webhooks(
     rows.into_iter().map(OutboxRow::into_entry).collect()
 }
 
-/// See [`crate::storage::Store::extend`]; `tx` is the backend's audit transaction.
+/// See [`crate::storage::Steps::extend`]; `tx` is the backend's audit transaction.
 pub(super) async fn extend(
     mut tx: Transaction<'_, Db>,
     id: &ConfirmationId,
@@ -661,7 +657,7 @@ pub(super) async fn extend(
     commit_step(tx, id, Step::Extended, Some(by), detail, now).await
 }
 
-/// See [`crate::storage::Store::claim_reminders`]; `tx` is the backend's audit transaction.
+/// See [`crate::storage::Steps::claim_reminders`]; `tx` is the backend's audit transaction.
 pub(super) async fn claim_reminders(
     mut tx: Transaction<'_, Db>,
     id: &ConfirmationId,
@@ -687,7 +683,7 @@ pub(super) async fn claim_reminders(
     commit_step(tx, id, Step::Reminded, None, detail, now).await
 }
 
-/// See [`crate::storage::Store::escalate`]; `tx` is the backend's audit transaction.
+/// See [`crate::storage::Steps::escalate`]; `tx` is the backend's audit transaction.
 pub(super) async fn escalate(
     mut tx: Transaction<'_, Db>,
     id: &ConfirmationId,
@@ -721,7 +717,7 @@ pub(super) async fn escalate(
     commit_step(tx, id, Step::Escalated, None, detail, now).await
 }
 
-/// See [`crate::storage::Store::request_reason`]; `tx` is the backend's audit transaction.
+/// See [`crate::storage::Steps::request_reason`]; `tx` is the backend's audit transaction.
 pub(super) async fn request_reason(
     mut tx: Transaction<'_, Db>,
     id: &ConfirmationId,
@@ -757,7 +753,7 @@ pub(super) async fn request_reason(
     commit_step(tx, id, Step::ReasonRequested, Some(by), detail, now).await
 }
 
-/// See [`crate::storage::Store::move_route_chat`]; `tx` is the backend's audit transaction.
+/// See [`crate::storage::Messages::move_route_chat`]; `tx` is the backend's audit transaction.
 pub(super) async fn move_route_chat(
     mut tx: Transaction<'_, Db>,
     route: &str,
@@ -790,7 +786,7 @@ pub(super) async fn move_route_chat(
     Ok(())
 }
 
-/// See [`crate::storage::Store::add_copy`]; `tx` is the backend's audit transaction.
+/// See [`crate::storage::Messages::add_copy`]; `tx` is the backend's audit transaction.
 pub(super) async fn add_copy(
     mut tx: Transaction<'_, Db>,
     id: &ConfirmationId,
@@ -819,7 +815,7 @@ pub(super) async fn add_copy(
     Ok(added)
 }
 
-/// See [`crate::storage::Store::set_copy_message_id`]; `tx` is the backend's audit transaction.
+/// See [`crate::storage::Messages::set_copy_message_id`]; `tx` is the backend's audit transaction.
 pub(super) async fn set_copy_message_id(
     mut tx: Transaction<'_, Db>,
     id: &ConfirmationId,
@@ -839,7 +835,7 @@ pub(super) async fn set_copy_message_id(
     Ok(())
 }
 
-/// See [`crate::storage::Store::set_reason_prompt`].
+/// See [`crate::storage::Steps::set_reason_prompt`].
 pub(super) async fn set_reason_prompt(
     pool: &Pool<Db>,
     id: &ConfirmationId,
@@ -859,7 +855,7 @@ pub(super) async fn set_reason_prompt(
 }
 
 /// Records a stray message of question `id` (see
-/// [`crate::storage::Store::add_stray`]) in `tx`, the backend's audit transaction, and
+/// [`crate::storage::Messages::add_stray`]) in `tx`, the backend's audit transaction, and
 /// commits; the caller reads the question back.
 pub(super) async fn add_stray(
     mut tx: Transaction<'_, Db>,
@@ -954,4 +950,467 @@ async fn insert_plain_hits(
     }
     let audited: Vec<audit::NewEvent> = hits.iter().map(|(r, _)| audit::window_hit(r)).collect();
     append_events(tx, &audited).await
+}
+
+/// The question `row` is, read whole through `conn` (`None` stays `None`).
+async fn one(
+    conn: &mut PoolConnection<Db>,
+    row: Option<Row>,
+) -> Result<Option<Confirmation>, StorageError> {
+    match row {
+        Some(row) => Ok(Some(hydrate(conn, row.into_domain()?).await?)),
+        None => Ok(None),
+    }
+}
+
+/// See [`crate::storage::Questions::get`].
+pub(super) async fn get(
+    pool: &Pool<Db>,
+    id: &ConfirmationId,
+) -> Result<Option<Confirmation>, StorageError> {
+    let mut conn = pool.acquire().await?;
+    let row = sqlx::query_as::<_, Row>(select_where!("id = $1"))
+        .bind(id.as_str())
+        .fetch_optional(&mut *conn)
+        .await?;
+    one(&mut conn, row).await
+}
+
+/// See [`crate::storage::Questions::find_by_token`].
+pub(super) async fn find_by_token(
+    pool: &Pool<Db>,
+    token: &CallbackToken,
+) -> Result<Option<Confirmation>, StorageError> {
+    let mut conn = pool.acquire().await?;
+    let row = sqlx::query_as::<_, Row>(select_where!("callback_token = $1"))
+        .bind(token.as_str())
+        .fetch_optional(&mut *conn)
+        .await?;
+    one(&mut conn, row).await
+}
+
+/// See [`crate::storage::Questions::find_by_idempotency_key`].
+pub(super) async fn find_by_idempotency_key(
+    pool: &Pool<Db>,
+    agent: &str,
+    key: &IdempotencyKey,
+    now: OffsetDateTime,
+) -> Result<Option<Confirmation>, StorageError> {
+    let mut conn = pool.acquire().await?;
+    let row = sqlx::query_as::<_, Row>(select_where!(
+        "agent = $1 AND idempotency_key = $2 AND created_at > $3"
+    ))
+    .bind(agent)
+    .bind(key.as_str())
+    .bind(ms(now - IDEMPOTENCY_TTL))
+    .fetch_optional(&mut *conn)
+    .await?;
+    one(&mut conn, row).await
+}
+
+/// See [`crate::storage::Questions::find_interaction`].
+pub(super) async fn find_interaction(
+    pool: &Pool<Db>,
+    agent: &str,
+    interaction_id: &str,
+) -> Result<Option<Confirmation>, StorageError> {
+    let mut conn = pool.acquire().await?;
+    let row = sqlx::query_as::<_, Row>(select_where!("agent = $1 AND interaction_id = $2"))
+        .bind(agent)
+        .bind(interaction_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    one(&mut conn, row).await
+}
+
+/// See [`crate::storage::Questions::find_by_message`]. `IN`, not `=`: PostgreSQL refuses a
+/// scalar subquery with several rows (where SQLite took the first), so every copy and
+/// stray in that chat with that message counts; `LIMIT 1` takes the first question found.
+pub(super) async fn find_by_message(
+    pool: &Pool<Db>,
+    chat_id: i64,
+    message_id: i32,
+) -> Result<Option<Confirmation>, StorageError> {
+    let mut conn = pool.acquire().await?;
+    let row = sqlx::query_as::<_, Row>(select_where!(
+        "(chat_id = $1 AND message_id = $2)
+         OR id IN (SELECT question_id FROM copies
+                   WHERE chat_id = $1 AND message_id = $2)
+         OR id IN (SELECT question_id FROM strays
+                   WHERE chat_id = $1 AND message_id = $2)
+         LIMIT 1"
+    ))
+    .bind(chat_id)
+    .bind(i64::from(message_id))
+    .fetch_optional(&mut *conn)
+    .await?;
+    one(&mut conn, row).await
+}
+
+/// See [`crate::storage::Questions::pending_in_chat`].
+pub(super) async fn pending_in_chat(
+    pool: &Pool<Db>,
+    chat_id: i64,
+) -> Result<Vec<Confirmation>, StorageError> {
+    let mut conn = pool.acquire().await?;
+    let rows: Vec<Row> = sqlx::query_as(select_where!(concat!(
+        "chat_id = $1 AND status = 'pending' ORDER BY created_at, id",
+        bytewise!()
+    )))
+    .bind(chat_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    hydrate_all(&mut conn, rows).await
+}
+
+/// See [`crate::storage::Questions::unshown_outcomes`].
+pub(super) async fn unshown_outcomes(pool: &Pool<Db>) -> Result<Vec<Confirmation>, StorageError> {
+    let mut conn = pool.acquire().await?;
+    let rows: Vec<Row> = sqlx::query_as(select_where!(concat!(
+        "status <> 'pending' AND ((",
+        not_shown!(""),
+        " AND message_id IS NOT NULL)
+         OR EXISTS (SELECT 1 FROM copies c WHERE c.question_id = confirmations.id
+                    AND ",
+        not_shown!("c."),
+        " AND c.message_id IS NOT NULL)
+         OR EXISTS (SELECT 1 FROM strays s WHERE s.question_id = confirmations.id
+                    AND ",
+        not_shown!("s."),
+        "))
+         ORDER BY decided_at"
+    )))
+    .fetch_all(&mut *conn)
+    .await?;
+    hydrate_all(&mut conn, rows).await
+}
+
+/// See [`crate::storage::Windows::live_window`] (read from the table).
+pub(super) async fn live_window(
+    pool: &Pool<Db>,
+    key: &WindowKey,
+    now: OffsetDateTime,
+) -> Result<Option<Window>, StorageError> {
+    let row: Option<(i64, String)> = sqlx::query_as(
+        "SELECT expires_at, opened_by FROM windows
+         WHERE agent = $1 AND route = $2 AND owner_id = $3 AND tool = $4
+           AND args_hash = $5 AND expires_at > $6",
+    )
+    .bind(&key.agent)
+    .bind(&key.route)
+    .bind(key.owner_id.as_str())
+    .bind(key.tool.as_str())
+    .bind(key.args_hash.as_str())
+    .bind(ms(now))
+    .fetch_optional(pool)
+    .await?;
+    row.map(|(expires_at, opened_by)| rows::window(key, expires_at, &opened_by))
+        .transpose()
+}
+
+/// See [`crate::storage::Windows::purge_expired_windows`].
+pub(super) async fn purge_expired_windows(
+    pool: &Pool<Db>,
+    now: OffsetDateTime,
+) -> Result<u64, StorageError> {
+    Ok(sqlx::query("DELETE FROM windows WHERE expires_at <= $1")
+        .bind(ms(now))
+        .execute(pool)
+        .await?
+        .rows_affected())
+}
+
+/// Closes the window `opened_by` opened, if it is live at `now`, in `tx` (the backend's
+/// audit transaction), which it commits; see [`crate::storage::Windows::revoke_window`].
+pub(super) async fn revoke_window(
+    mut tx: Transaction<'_, Db>,
+    opened_by: &ConfirmationId,
+    by: &Operator,
+    chat_id: i64,
+    now: OffsetDateTime,
+) -> Result<Option<LiveWindow>, StorageError> {
+    let row: Option<WindowRow> = sqlx::query_as(concat!(
+        select_windows_where!("w.opened_by = $1 AND w.expires_at > $2"),
+        lock_window!()
+    ))
+    .bind(opened_by.as_str())
+    .bind(ms(now))
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let live = row.into_domain()?;
+    // Keyed by the window itself, not only by its opener: the row is held as read since
+    // the read, so this deletes exactly the row just read.
+    sqlx::query(
+        "DELETE FROM windows
+         WHERE agent = $1 AND route = $2 AND owner_id = $3 AND tool = $4
+           AND args_hash = $5 AND opened_by = $6",
+    )
+    .bind(&live.window.key.agent)
+    .bind(&live.window.key.route)
+    .bind(live.window.key.owner_id.as_str())
+    .bind(live.window.key.tool.as_str())
+    .bind(live.window.key.args_hash.as_str())
+    .bind(opened_by.as_str())
+    .execute(&mut *tx)
+    .await?;
+    let event = audit::window_revoked(&live.window, &live.route, by, chat_id, now);
+    append_event(&mut tx, &event).await?;
+    tx.commit().await?;
+    Ok(Some(live))
+}
+
+/// See [`crate::storage::Outbox::next_webhook_due`].
+pub(super) async fn next_webhook_due(
+    pool: &Pool<Db>,
+) -> Result<Option<OffsetDateTime>, StorageError> {
+    let (due,): (Option<i64>,) =
+        sqlx::query_as("SELECT MIN(next_attempt_at) FROM webhook_outbox WHERE state = 'pending'")
+            .fetch_one(pool)
+            .await?;
+    Ok(due.and_then(rows::from_ms))
+}
+
+/// See [`crate::storage::Outbox::next_webhook_due_after`].
+pub(super) async fn next_webhook_due_after(
+    pool: &Pool<Db>,
+    after: OffsetDateTime,
+) -> Result<Option<OffsetDateTime>, StorageError> {
+    let (due,): (Option<i64>,) = sqlx::query_as(
+        "SELECT MIN(next_attempt_at) FROM webhook_outbox
+         WHERE state = 'pending' AND next_attempt_at > $1",
+    )
+    .bind(ms(after))
+    .fetch_one(pool)
+    .await?;
+    Ok(due.and_then(rows::from_ms))
+}
+
+/// See [`crate::storage::Outbox::due_webhooks_by_agent`]. Each agent's rows are ranked by
+/// when they are due (then by when they were queued) and served rank by rank: one
+/// agent's thousand due rows come after every other agent's first. Ties break by bytes
+/// on either backend.
+pub(super) async fn due_webhooks_by_agent(
+    pool: &Pool<Db>,
+    now: OffsetDateTime,
+    per_agent: u32,
+) -> Result<Vec<OutboxEntry>, StorageError> {
+    let rows: Vec<OutboxRow> = sqlx::query_as(concat!(
+        "SELECT delivery_id, confirmation_id, agent, url, created_at, attempts FROM (
+             SELECT delivery_id, confirmation_id, agent, url, created_at, attempts,
+                    next_attempt_at,
+                    ROW_NUMBER() OVER (
+                        PARTITION BY agent
+                        ORDER BY next_attempt_at, created_at, delivery_id",
+        bytewise!(),
+        "
+                    ) AS turn
+             FROM webhook_outbox WHERE state = 'pending' AND next_attempt_at <= $1
+         ) AS due WHERE turn <= $2 ORDER BY turn, next_attempt_at, delivery_id",
+        bytewise!()
+    ))
+    .bind(ms(now))
+    .bind(i64::from(per_agent))
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter().map(OutboxRow::into_entry).collect()
+}
+
+/// The audit event a webhook attempt's `result` appends: a final one's, `None` for a
+/// retry (which changes nothing but the outbox row, and so needs no audit lock).
+pub(super) fn attempt_event(
+    entry: &OutboxEntry,
+    result: &WebhookAttempt,
+    now: OffsetDateTime,
+) -> Option<NewEvent> {
+    let (id, delivery) = (entry.confirmation_id.as_str(), entry.delivery_id.as_str());
+    match result {
+        WebhookAttempt::Delivered => Some(audit::webhook(id, delivery, true, None, now)),
+        WebhookAttempt::Retry { .. } => None,
+        WebhookAttempt::GiveUp { error } => {
+            Some(audit::webhook(id, delivery, false, Some(error), now))
+        }
+    }
+}
+
+/// Records a webhook attempt in `tx` (an audit transaction when `event`, the attempt's
+/// [`attempt_event`], is some) and commits; see
+/// [`crate::storage::Outbox::webhook_attempted`]. Conditional on the delivery still
+/// pending: another process (a CLI tool, a second worker) that already finished it keeps
+/// its outcome, and no second, contradictory audit event is chained.
+pub(super) async fn webhook_attempted(
+    mut tx: Transaction<'_, Db>,
+    entry: &OutboxEntry,
+    result: &WebhookAttempt,
+    event: Option<&NewEvent>,
+    now: OffsetDateTime,
+) -> Result<(), StorageError> {
+    let q = match result {
+        WebhookAttempt::Delivered => sqlx::query(
+            "UPDATE webhook_outbox SET state = 'delivered', attempts = attempts + 1,
+                last_error = NULL, finished_at = $1
+             WHERE delivery_id = $2 AND state = 'pending'",
+        )
+        .bind(ms(now)),
+        WebhookAttempt::Retry { next_at, error } => sqlx::query(
+            "UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = $1,
+                last_error = $2 WHERE delivery_id = $3 AND state = 'pending'",
+        )
+        .bind(ms(*next_at))
+        .bind(error.as_str()),
+        WebhookAttempt::GiveUp { error } => sqlx::query(
+            "UPDATE webhook_outbox SET state = 'given_up', attempts = attempts + 1,
+                last_error = $1, finished_at = $2
+             WHERE delivery_id = $3 AND state = 'pending'",
+        )
+        .bind(error.as_str())
+        .bind(ms(now)),
+    };
+    let changed = q
+        .bind(entry.delivery_id.as_str())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+        == 1;
+    if let Some(e) = event.filter(|_| changed) {
+        append_event(&mut tx, e).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The audit trail in sequence order and every request's status, as `tx` sees them:
+/// [`crate::storage::Audit::audit_snapshot`], and `migrate-to-postgres`'s check of what
+/// it copied before it commits.
+pub(crate) async fn audit_snapshot_in(
+    tx: &mut Transaction<'_, Db>,
+) -> Result<(Vec<StoredRow>, Vec<StoredStatus>), StorageError> {
+    let rows: Vec<AuditRow> = sqlx::query_as("SELECT * FROM audit_events ORDER BY seq")
+        .fetch_all(&mut **tx)
+        .await?;
+    let statuses: Vec<(String, String)> = sqlx::query_as(concat!(
+        "SELECT id, status FROM confirmations ORDER BY created_at, id",
+        bytewise!()
+    ))
+    .fetch_all(&mut **tx)
+    .await?;
+    rows::audit_snapshot(rows, statuses)
+}
+
+/// Records the Telegram message that carries the question's buttons in `tx` (the
+/// backend's audit transaction), audited, with an interaction's new status streamed,
+/// and commits; see [`crate::storage::Messages::set_message_id`].
+pub(super) async fn set_message_id(
+    mut tx: Transaction<'_, Db>,
+    id: &ConfirmationId,
+    message_id: i32,
+) -> Result<(), StorageError> {
+    let chat: Option<(i64,)> =
+        sqlx::query_as("UPDATE confirmations SET message_id = $1 WHERE id = $2 RETURNING chat_id")
+            .bind(i64::from(message_id))
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+    if let Some((chat_id,)) = chat {
+        let now = OffsetDateTime::now_utc();
+        let event = audit::delivered(id.as_str(), chat_id, message_id, now);
+        append_event(&mut tx, &event).await?;
+        // Streams an interaction's new status (`delivered`).
+        if let Some(record) = read_in(&mut tx, id).await?
+            && !record.is_terminal()
+        {
+            let step = record.step_event(Step::Delivered);
+            push_agent_event(&mut tx, &record, "status", &step, now).await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Stores one person's answer in `tx` (the backend's audit transaction) and commits it
+/// when it was added; see [`crate::storage::Steps::add_answer`].
+pub(super) async fn add_answer(
+    mut tx: Transaction<'_, Db>,
+    id: &ConfirmationId,
+    answer: &Answer,
+    settles: Option<&Decision>,
+    max_backlog: u32,
+) -> Result<Answered, StorageError> {
+    let row = sqlx::query_as::<_, Row>(select_where!("id = $1"))
+        .bind(id.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+    let Some(row) = row else {
+        return Ok(Answered::NotFound);
+    };
+    let record = row.into_domain()?;
+    if record.is_terminal() {
+        let record = hydrate(&mut tx, record).await?;
+        return Ok(Answered::Closed(record));
+    }
+    let added = insert_answer(&mut tx, id, answer).await?;
+    let record = hydrate(&mut tx, record).await?;
+    if !added {
+        return Ok(Answered::AlreadyAnswered(record));
+    }
+    append_event(&mut tx, &audit::answered(id.as_str(), answer)).await?;
+    push_agent_event(
+        &mut tx,
+        &record,
+        "response",
+        &record.response_event(answer),
+        answer.at,
+    )
+    .await?;
+    let record = match settles {
+        // The answer decides the question: both commit together, so no one ever sees
+        // the answer stored and the question still open.
+        Some(d) => match apply_decision(&mut tx, id, d, max_backlog).await? {
+            Decided::Applied(r) => r,
+            Decided::AlreadyTerminal(r) => return Ok(Answered::Closed(r)),
+            Decided::NotFound => return Ok(Answered::NotFound),
+        },
+        None => {
+            if record.interaction.is_some() && record.answers.len() == 1 {
+                let status = record.status_event();
+                push_agent_event(&mut tx, &record, "status", &status, answer.at).await?;
+            }
+            record
+        }
+    };
+    tx.commit().await?;
+    Ok(Answered::Added(record))
+}
+
+/// See [`crate::storage::Steps::reason_request_for`]: the id of the question whose
+/// reason `user_id` was asked for. The reply may answer the prompt, or (if the prompt's
+/// id was never stored, or the person replied to the question instead) any message of
+/// the question in the chat where they asked.
+pub(super) async fn reason_request_for(
+    pool: &Pool<Db>,
+    chat_id: i64,
+    reply_to: i32,
+    named: Option<&ConfirmationId>,
+    user_id: u64,
+) -> Result<Option<ConfirmationId>, StorageError> {
+    let found: Option<(String,)> = sqlx::query_as(
+        "SELECT r.question_id FROM reason_requests r
+         JOIN confirmations c ON c.id = r.question_id
+         WHERE r.user_id = $3 AND r.chat_id = $1
+           AND (r.prompt_message_id = $2
+                OR r.question_id = $4
+                OR (c.chat_id = $1 AND c.message_id = $2)
+                OR EXISTS (SELECT 1 FROM copies k WHERE k.question_id = c.id
+                           AND k.chat_id = $1 AND k.message_id = $2))
+         ORDER BY r.asked_at DESC LIMIT 1",
+    )
+    .bind(chat_id)
+    .bind(i64::from(reply_to))
+    .bind(user_column(user_id))
+    .bind(named.map(|id| id.as_str()))
+    .fetch_optional(pool)
+    .await?;
+    Ok(found.and_then(|(id,)| ConfirmationId::parse(&id).ok()))
 }

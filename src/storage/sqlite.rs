@@ -12,29 +12,40 @@ use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 use time::OffsetDateTime;
 
 use super::hits::{self, QueuedHit};
-use super::rows::{
-    self, AuditRow, OutboxRow, Row, WindowRow, confirmation_columns, from_ms, insert_runs, ms,
-    operator_columns, select_where, select_windows_where, user_column,
-};
-use super::{
-    AgentEvent, Answered, Decided, Gauges, IDEMPOTENCY_TTL, Inserted, LiveWindow, OutboxEntry,
-    PendingEntry, StorageError, Store, WebhookAttempt,
-};
+use super::rows::{self, confirmation_columns, from_ms, insert_runs, ms, operator_columns};
+use super::{Coordination, Inserted, LiveWindow, StorageError, WindowCache};
 use crate::domain::args_hash::ArgsHash;
-use crate::domain::audit::{self, AuditEvent, GENESIS_HASH, NewEvent, StoredRow};
-use crate::domain::confirmation::{Confirmation, Decision, Operator, Step, Via, Window, WindowKey};
-use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
-use crate::domain::interaction::Answer;
+use crate::domain::audit::{self, GENESIS_HASH, NewEvent};
+use crate::domain::confirmation::{Confirmation, Via, Window, WindowKey};
+use crate::domain::ids::{ConfirmationId, OwnerId, ToolName};
 
+/// The schema's migrations ([`Administration::migrate`](super::Administration::migrate)).
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// The database type of the statements in `sql` (compiled for this backend).
 type Db = Sqlite;
 
+/// The store `common` implements the roles for (compiled for this backend).
+type This = SqliteStore;
+
 /// `copies` and `strays` in the order they were added (see `sql`).
 macro_rules! insertion_order {
     () => {
         "rowid"
+    };
+}
+
+/// An `outcome_shown` flag that is false, as the partial indexes say it (see `sql`).
+macro_rules! not_shown {
+    ($prefix:literal) => {
+        concat!($prefix, "outcome_shown = 0")
+    };
+}
+
+/// Nothing: the write transaction of `revoke_window` holds the database (see `sql`).
+macro_rules! lock_window {
+    () => {
+        ""
     };
 }
 
@@ -49,9 +60,12 @@ macro_rules! bytewise {
 #[allow(clippy::duplicate_mod)]
 #[path = "sql.rs"]
 mod sql;
-use sql::{
-    apply_decision, hydrate, hydrate_all, insert_answer, insert_hits, insert_in, push_agent_event,
-};
+use sql::insert_hits;
+
+// Compiled once per backend on purpose: see the header of common.rs.
+#[allow(clippy::duplicate_mod)]
+#[path = "common.rs"]
+mod common;
 
 pub struct SqliteStore {
     pool: SqlitePool,
@@ -65,21 +79,24 @@ pub struct SqliteStore {
     file: Option<std::path::PathBuf>,
     /// Every stored confirmation window, by key: a window hit is decided from memory
     /// without touching SQLite (a lookup is the hot path of a busy agent). `None` until
-    /// [`Store::migrate`] has loaded the table, and lookups go to SQLite meanwhile (the
-    /// CLI tools open a store without migrating). Written only after the transaction
-    /// that changed the table has committed, under the audit lock like every window
-    /// write, so it never shows a window the database does not hold. Only the service
-    /// process writes windows, so no other process can make it stale.
+    /// [`Administration::migrate`](crate::storage::Administration::migrate) has loaded the
+    /// table, and lookups go to SQLite meanwhile (the CLI tools open a store without
+    /// migrating). Written only after the transaction that changed the table has committed,
+    /// under the audit lock like every window write, so it never shows a window the
+    /// database does not hold. Only the service process writes windows, so no other process
+    /// can make it stale.
     windows: RwLock<Option<HashMap<WindowKey, Window>>>,
     /// Window hits waiting for the group commit, and its writer thread; see
     /// [`SqliteStore::insert_window_hit`].
     hits: Arc<HitQueue>,
-    /// The writer thread, started by the first window hit, joined by [`Store::close`].
+    /// The writer thread, started by the first window hit, joined by
+    /// [`Administration::close`](crate::storage::Administration::close).
     hit_thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     /// `webhooks.max_backlog_per_agent`: an outcome whose agent already has this many
     /// undelivered webhooks gets its delivery dropped (audited) instead of queued. Set by
-    /// the service at start ([`Store::set_webhook_backlog_bound`]); the CLI tools,
-    /// which decide nothing, keep the default.
+    /// the service at start
+    /// ([`Outbox::set_webhook_backlog_bound`](crate::storage::Outbox::set_webhook_backlog_bound));
+    /// the CLI tools, which decide nothing, keep the default.
     webhook_backlog_bound: std::sync::atomic::AtomicU32,
 }
 
@@ -231,8 +248,9 @@ impl SqliteStore {
 }
 
 impl Drop for SqliteStore {
-    /// A store dropped without [`Store::close`] still stops its writer thread (after
-    /// what is queued).
+    /// A store dropped without
+    /// [`Administration::close`](crate::storage::Administration::close) still stops its
+    /// writer thread (after what is queued).
     fn drop(&mut self) {
         self.hits.close();
     }
@@ -303,46 +321,6 @@ impl SqliteStore {
         }
         *self.windows.write().unwrap_or_else(PoisonError::into_inner) = Some(map);
         Ok(())
-    }
-
-    /// Mirrors, after its commit, the window a decision opened (the same rule as the
-    /// SQL upsert: a later expiry replaces an earlier one, never the reverse).
-    fn remember_window(&self, record: &Confirmation) {
-        let Some(until) = record.window_until() else {
-            return;
-        };
-        let mut guard = self.windows.write().unwrap_or_else(PoisonError::into_inner);
-        let Some(map) = guard.as_mut() else {
-            return;
-        };
-        let key = record.window_key();
-        // Stored at millisecond precision, as SQLite holds it.
-        let expires_at = from_ms(ms(until)).unwrap_or(until);
-        match map.get(&key) {
-            Some(w) if w.expires_at >= expires_at => {}
-            _ => {
-                map.insert(
-                    key.clone(),
-                    Window {
-                        key,
-                        expires_at,
-                        opened_by: record.id.clone(),
-                    },
-                );
-            }
-        }
-    }
-
-    /// Stores one request in a transaction of its own (the caller holds the audit lock).
-    async fn insert_alone(
-        &self,
-        r: &Confirmation,
-        now: OffsetDateTime,
-    ) -> Result<Inserted, StorageError> {
-        let mut tx = self.write_tx().await?;
-        let inserted = insert_in(&mut tx, r, now, self.webhook_backlog_bound()).await?;
-        tx.commit().await?;
-        Ok(inserted)
     }
 
     /// Takes the audit lock to write anything but a group commit of window hits: the
@@ -438,57 +416,6 @@ impl SqliteStore {
     async fn write_tx(&self) -> Result<sqlx::Transaction<'_, sqlx::Sqlite>, StorageError> {
         Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
     }
-
-    /// Streams an interaction's new status (`delivered`) inside `tx`.
-    async fn push_status_if_changed(
-        &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-        id: &ConfirmationId,
-        now: OffsetDateTime,
-    ) -> Result<(), StorageError> {
-        let row = sqlx::query_as::<_, Row>(select_where!("id = ?"))
-            .bind(id.as_str())
-            .fetch_optional(&mut **tx)
-            .await?;
-        if let Some(row) = row {
-            let record = hydrate(&mut *tx, row.into_domain()?).await?;
-            if !record.is_terminal() {
-                push_agent_event(
-                    tx,
-                    &record,
-                    "status",
-                    &record.step_event(Step::Delivered),
-                    now,
-                )
-                .await?;
-            }
-        }
-        Ok(())
-    }
-
-    async fn fetch_one_where(
-        &self,
-        sql: &'static str,
-        binds: &[&str],
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let mut conn = self.pool.acquire().await?;
-        let mut q = sqlx::query_as::<_, Row>(sql);
-        for b in binds {
-            q = q.bind(*b);
-        }
-        match q.fetch_optional(&mut *conn).await? {
-            Some(row) => Ok(Some(hydrate(&mut conn, row.into_domain()?).await?)),
-            None => Ok(None),
-        }
-    }
-}
-
-/// Appends `event` to the audit chain inside `tx`. The caller holds the audit lock.
-async fn append_event(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    event: &NewEvent,
-) -> Result<(), StorageError> {
-    append_events(tx, std::slice::from_ref(event)).await
 }
 
 /// Appends `events`, in order, to the audit chain inside `tx`: the chain's head is read
@@ -560,7 +487,7 @@ fn hit_writer_loop(w: HitWriterThread) {
 /// A batch of plain hits (no idempotency key, interaction id or webhook: nothing to
 /// look up or queue), the hot path of an agent looping over an approved call, is
 /// written by the lock's own connection ([`write_plain_hits`]). A batch with any other
-/// hit, or a database in memory, takes [`insert_in`]'s path for those, one by one, in
+/// hit, or a database in memory, takes [`sql::insert_in`]'s path for those, one by one, in
 /// one sqlx transaction.
 fn write_hits(w: &HitWriterThread, batch: Vec<QueuedHit>) {
     let mut audit = w.audit.blocking_lock();
@@ -588,7 +515,7 @@ fn is_plain(hit: &QueuedHit) -> bool {
     sql::is_plain(&hit.record)
 }
 
-/// A batch with hits that need [`insert_in`], in one transaction ([`insert_hits`]).
+/// A batch with hits that need [`sql::insert_in`], in one transaction ([`insert_hits`]).
 async fn write_mixed_hits(
     pool: &SqlitePool,
     batch: &[QueuedHit],
@@ -750,165 +677,13 @@ const INSERT_CONFIRMATION: &str = concat!(
     ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 );
 
-#[async_trait]
-impl Store for SqliteStore {
-    async fn migrate(&self) -> Result<(), StorageError> {
-        MIGRATOR.run(&self.pool).await?;
+impl SqliteStore {
+    /// See
+    /// [`Windows::purge_expired_windows`](crate::storage::Windows::purge_expired_windows):
+    /// under the audit lock, like every write of windows, and the cache follows.
+    async fn purge_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError> {
         let _audit = self.lock_audit().await;
-        self.reload_windows().await
-    }
-
-    async fn ping(&self) -> Result<(), StorageError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
-    }
-
-    fn set_webhook_backlog_bound(&self, bound: u32) {
-        self.webhook_backlog_bound
-            .store(bound.max(1), std::sync::atomic::Ordering::Relaxed);
-    }
-
-    async fn insert(
-        &self,
-        r: &Confirmation,
-        now: OffsetDateTime,
-    ) -> Result<Inserted, StorageError> {
-        if r.is_terminal() {
-            return self.insert_window_hit(r, now).await;
-        }
-        let _audit = self.lock_audit().await;
-        // Boxed, here and in `insert_window_hit`: requests arriving together wait for the
-        // audit lock by the thousand, and each waiting future is as large as its largest
-        // state, which is the writing that comes after the lock.
-        Box::pin(self.insert_alone(r, now)).await
-    }
-
-    async fn get(&self, id: &ConfirmationId) -> Result<Option<Confirmation>, StorageError> {
-        self.fetch_one_where(select_where!("id = ?"), &[id.as_str()])
-            .await
-    }
-
-    async fn find_by_token(
-        &self,
-        token: &CallbackToken,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        self.fetch_one_where(select_where!("callback_token = ?"), &[token.as_str()])
-            .await
-    }
-
-    async fn find_by_idempotency_key(
-        &self,
-        agent: &str,
-        key: &IdempotencyKey,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let since = ms(now - IDEMPOTENCY_TTL).to_string();
-        self.fetch_one_where(
-            select_where!("agent = ? AND idempotency_key = ? AND created_at > CAST(? AS INTEGER)"),
-            &[agent, key.as_str(), &since],
-        )
-        .await
-    }
-
-    async fn set_message_id(
-        &self,
-        id: &ConfirmationId,
-        message_id: i32,
-    ) -> Result<(), StorageError> {
-        let _audit = self.lock_audit().await;
-        let mut tx = self.write_tx().await?;
-        let chat: Option<(i64,)> = sqlx::query_as(
-            "UPDATE confirmations SET message_id = ? WHERE id = ? RETURNING chat_id",
-        )
-        .bind(i64::from(message_id))
-        .bind(id.as_str())
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some((chat_id,)) = chat {
-            let now = OffsetDateTime::now_utc();
-            let event = audit::delivered(id.as_str(), chat_id, message_id, now);
-            append_event(&mut tx, &event).await?;
-            self.push_status_if_changed(&mut tx, id, now).await?;
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn decide(&self, id: &ConfirmationId, d: &Decision) -> Result<Decided, StorageError> {
-        let _audit = self.lock_audit().await;
-        let mut tx = self.write_tx().await?;
-        let decided = apply_decision(&mut tx, id, d, self.webhook_backlog_bound()).await?;
-        if let Decided::Applied(record) = &decided {
-            tx.commit().await?;
-            self.remember_window(record);
-        }
-        Ok(decided)
-    }
-
-    async fn live_window(
-        &self,
-        key: &WindowKey,
-        now: OffsetDateTime,
-    ) -> Result<Option<Window>, StorageError> {
-        if let Some(map) = self
-            .windows
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-        {
-            return Ok(map.get(key).filter(|w| w.is_live(now)).cloned());
-        }
-        let row: Option<(i64, String)> = sqlx::query_as(
-            "SELECT expires_at, opened_by FROM windows
-             WHERE agent = ? AND route = ? AND owner_id = ? AND tool = ? AND args_hash = ?
-               AND expires_at > ?",
-        )
-        .bind(&key.agent)
-        .bind(&key.route)
-        .bind(key.owner_id.as_str())
-        .bind(key.tool.as_str())
-        .bind(key.args_hash.as_str())
-        .bind(ms(now))
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|(expires_at, opened_by)| rows::window(key, expires_at, &opened_by))
-            .transpose()
-    }
-
-    async fn mark_outcome_shown(&self, id: &ConfirmationId) -> Result<(), StorageError> {
-        sql::mark_outcome_shown(&self.pool, id).await
-    }
-
-    async fn unshown_outcomes(&self) -> Result<Vec<Confirmation>, StorageError> {
-        let mut conn = self.pool.acquire().await?;
-        let rows: Vec<Row> = sqlx::query_as(select_where!(
-            "status <> 'pending' AND ((outcome_shown = 0 AND message_id IS NOT NULL)
-             OR EXISTS (SELECT 1 FROM copies c WHERE c.question_id = confirmations.id
-                        AND c.outcome_shown = 0 AND c.message_id IS NOT NULL)
-             OR EXISTS (SELECT 1 FROM strays s WHERE s.question_id = confirmations.id
-                        AND s.outcome_shown = 0))
-             ORDER BY decided_at"
-        ))
-        .fetch_all(&mut *conn)
-        .await?;
-        hydrate_all(&mut conn, rows).await
-    }
-
-    async fn count_pending(&self, agent: &str) -> Result<u64, StorageError> {
-        sql::count_pending(&self.pool, agent).await
-    }
-
-    async fn pending(&self) -> Result<Vec<PendingEntry>, StorageError> {
-        sql::pending(&self.pool).await
-    }
-
-    async fn purge_expired_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError> {
-        let _audit = self.lock_audit().await;
-        let purged = sqlx::query("DELETE FROM windows WHERE expires_at <= ?")
-            .bind(ms(now))
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
+        let purged = sql::purge_expired_windows(&self.pool, now).await?;
         if let Some(map) = self
             .windows
             .write()
@@ -920,439 +695,14 @@ impl Store for SqliteStore {
         Ok(purged)
     }
 
-    async fn due_webhooks(
-        &self,
-        now: OffsetDateTime,
-        limit: u32,
-    ) -> Result<Vec<OutboxEntry>, StorageError> {
-        sql::due_webhooks(&self.pool, now, limit).await
+    /// One read transaction is one WAL snapshot
+    /// ([`Audit::audit_snapshot`](crate::storage::Audit::audit_snapshot)).
+    async fn snapshot_tx(&self) -> Result<sqlx::Transaction<'_, Sqlite>, StorageError> {
+        Ok(self.pool.begin().await?)
     }
 
-    async fn next_webhook_due(&self) -> Result<Option<OffsetDateTime>, StorageError> {
-        let row: Option<(Option<i64>,)> = sqlx::query_as(
-            "SELECT MIN(next_attempt_at) FROM webhook_outbox WHERE state = 'pending'",
-        )
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.and_then(|(v,)| v).and_then(from_ms))
-    }
-
-    async fn webhook_attempted(
-        &self,
-        entry: &OutboxEntry,
-        result: WebhookAttempt,
-        now: OffsetDateTime,
-    ) -> Result<(), StorageError> {
-        let id = entry.delivery_id.as_str();
-        let (q, event) = match &result {
-            WebhookAttempt::Delivered => (
-                sqlx::query(
-                    "UPDATE webhook_outbox SET state = 'delivered', attempts = attempts + 1,
-                        last_error = NULL, finished_at = ? WHERE delivery_id = ?",
-                )
-                .bind(ms(now)),
-                Some(audit::webhook(
-                    entry.confirmation_id.as_str(),
-                    id,
-                    true,
-                    None,
-                    now,
-                )),
-            ),
-            WebhookAttempt::Retry { next_at, error } => (
-                sqlx::query(
-                    "UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = ?,
-                        last_error = ? WHERE delivery_id = ?",
-                )
-                .bind(ms(*next_at))
-                .bind(error.as_str()),
-                None,
-            ),
-            WebhookAttempt::GiveUp { error } => (
-                sqlx::query(
-                    "UPDATE webhook_outbox SET state = 'given_up', attempts = attempts + 1,
-                        last_error = ?, finished_at = ? WHERE delivery_id = ?",
-                )
-                .bind(error.as_str())
-                .bind(ms(now)),
-                Some(audit::webhook(
-                    entry.confirmation_id.as_str(),
-                    id,
-                    false,
-                    Some(error),
-                    now,
-                )),
-            ),
-        };
-        let _audit = match event {
-            Some(_) => Some(self.lock_audit().await),
-            None => None,
-        };
-        let mut tx = self.write_tx().await?;
-        q.bind(id).execute(&mut *tx).await?;
-        if let Some(e) = &event {
-            append_event(&mut tx, e).await?;
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn due_webhooks_by_agent(
-        &self,
-        now: OffsetDateTime,
-        per_agent: u32,
-    ) -> Result<Vec<OutboxEntry>, StorageError> {
-        // Each agent's rows ranked by when they are due (then by when they were queued),
-        // and served rank by rank: one agent's thousand due rows come after every other
-        // agent's first.
-        let rows: Vec<OutboxRow> = sqlx::query_as(
-            "SELECT delivery_id, confirmation_id, agent, url, created_at, attempts FROM (
-                 SELECT delivery_id, confirmation_id, agent, url, created_at, attempts,
-                        next_attempt_at,
-                        ROW_NUMBER() OVER (
-                            PARTITION BY agent ORDER BY next_attempt_at, created_at, delivery_id
-                        ) AS turn
-                 FROM webhook_outbox WHERE state = 'pending' AND next_attempt_at <= ?
-             ) WHERE turn <= ? ORDER BY turn, next_attempt_at, delivery_id",
-        )
-        .bind(ms(now))
-        .bind(i64::from(per_agent))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter().map(OutboxRow::into_entry).collect()
-    }
-
-    async fn next_webhook_due_after(
-        &self,
-        after: OffsetDateTime,
-    ) -> Result<Option<OffsetDateTime>, StorageError> {
-        let row: Option<(Option<i64>,)> = sqlx::query_as(
-            "SELECT MIN(next_attempt_at) FROM webhook_outbox
-             WHERE state = 'pending' AND next_attempt_at > ?",
-        )
-        .bind(ms(after))
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.and_then(|(v,)| v).and_then(from_ms))
-    }
-
-    async fn record_event(&self, event: NewEvent) -> Result<(), StorageError> {
-        let _audit = self.lock_audit().await;
-        let mut tx = self.write_tx().await?;
-        append_event(&mut tx, &event).await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn events_for(&self, id: &ConfirmationId) -> Result<Vec<AuditEvent>, StorageError> {
-        sql::events_for(&self.pool, id).await
-    }
-
-    async fn audit_rows(
-        &self,
-        since: Option<OffsetDateTime>,
-    ) -> Result<Vec<StoredRow>, StorageError> {
-        sql::audit_rows(&self.pool, since).await
-    }
-
-    async fn audit_snapshot(
-        &self,
-    ) -> Result<(Vec<StoredRow>, Vec<audit::StoredStatus>), StorageError> {
-        // One read transaction is one WAL snapshot: a decision committed between the two
-        // queries is in both or in neither.
-        let mut tx = self.pool.begin().await?;
-        let rows: Vec<AuditRow> = sqlx::query_as("SELECT * FROM audit_events ORDER BY seq")
-            .fetch_all(&mut *tx)
-            .await?;
-        let statuses: Vec<(String, String)> =
-            sqlx::query_as("SELECT id, status FROM confirmations ORDER BY created_at, id")
-                .fetch_all(&mut *tx)
-                .await?;
-        tx.rollback().await?;
-        super::rows::audit_snapshot(rows, statuses)
-    }
-
-    async fn audit_head(&self) -> Result<audit::Head, StorageError> {
-        sql::audit_head(&self.pool).await
-    }
-
-    async fn route_chats(&self) -> Result<Vec<(String, i64)>, StorageError> {
-        sql::route_chats(&self.pool).await
-    }
-
-    async fn move_route_chat(
-        &self,
-        route: &str,
-        from_chat: i64,
-        to_chat: i64,
-        now: OffsetDateTime,
-    ) -> Result<(), StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::move_route_chat(tx, route, from_chat, to_chat, now).await
-    }
-
-    async fn find_interaction(
-        &self,
-        agent: &str,
-        interaction_id: &str,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        self.fetch_one_where(
-            select_where!("agent = ? AND interaction_id = ?"),
-            &[agent, interaction_id],
-        )
-        .await
-    }
-
-    async fn find_by_message(
-        &self,
-        chat_id: i64,
-        message_id: i32,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (chat, message) = (chat_id.to_string(), message_id.to_string());
-        self.fetch_one_where(
-            select_where!(
-                "(chat_id = CAST(?1 AS INTEGER) AND message_id = CAST(?2 AS INTEGER))
-                 OR id = (SELECT question_id FROM copies
-                          WHERE chat_id = CAST(?1 AS INTEGER) AND message_id = CAST(?2 AS INTEGER))
-                 OR id = (SELECT question_id FROM strays
-                          WHERE chat_id = CAST(?1 AS INTEGER) AND message_id = CAST(?2 AS INTEGER))"
-            ),
-            &[&chat, &message],
-        )
-        .await
-    }
-
-    async fn add_copy(
-        &self,
-        id: &ConfirmationId,
-        recipient: &str,
-        chat_id: i64,
-        now: OffsetDateTime,
-    ) -> Result<bool, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::add_copy(tx, id, recipient, chat_id, now).await
-    }
-
-    async fn set_copy_message_id(
-        &self,
-        id: &ConfirmationId,
-        chat_id: i64,
-        message_id: i32,
-        now: OffsetDateTime,
-    ) -> Result<(), StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::set_copy_message_id(tx, id, chat_id, message_id, now).await
-    }
-
-    async fn mark_copy_shown(&self, id: &ConfirmationId, chat_id: i64) -> Result<(), StorageError> {
-        sql::mark_copy_shown(&self.pool, id, chat_id).await
-    }
-
-    async fn add_stray(
-        &self,
-        id: &ConfirmationId,
-        chat_id: i64,
-        message_id: i32,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (writer, tx) = self.audit_tx().await?;
-        sql::add_stray(tx, id, chat_id, message_id, now).await?;
-        drop(writer);
-        self.get(id).await
-    }
-
-    async fn mark_attached(&self, id: &ConfirmationId) -> Result<(), StorageError> {
-        sql::mark_attached(&self.pool, id).await
-    }
-
-    async fn mark_stray_shown(
-        &self,
-        id: &ConfirmationId,
-        chat_id: i64,
-        message_id: i32,
-    ) -> Result<(), StorageError> {
-        sql::mark_stray_shown(&self.pool, id, chat_id, message_id).await
-    }
-
-    async fn add_answer(
-        &self,
-        id: &ConfirmationId,
-        answer: &Answer,
-        settles: Option<&Decision>,
-    ) -> Result<Answered, StorageError> {
-        let _audit = self.lock_audit().await;
-        let mut tx = self.write_tx().await?;
-        let row = sqlx::query_as::<_, Row>(select_where!("id = ?"))
-            .bind(id.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(row) = row else {
-            return Ok(Answered::NotFound);
-        };
-        let record = row.into_domain()?;
-        if record.is_terminal() {
-            let record = hydrate(&mut tx, record).await?;
-            return Ok(Answered::Closed(record));
-        }
-        let added = insert_answer(&mut tx, id, answer).await?;
-        let record = hydrate(&mut tx, record).await?;
-        if !added {
-            return Ok(Answered::AlreadyAnswered(record));
-        }
-        append_event(&mut tx, &audit::answered(id.as_str(), answer)).await?;
-        push_agent_event(
-            &mut tx,
-            &record,
-            "response",
-            &record.response_event(answer),
-            answer.at,
-        )
-        .await?;
-        let record = match settles {
-            // The answer decides the question: both commit together, so no one ever sees
-            // the answer stored and the question still open.
-            Some(d) => match apply_decision(&mut tx, id, d, self.webhook_backlog_bound()).await? {
-                Decided::Applied(r) => r,
-                Decided::AlreadyTerminal(r) => return Ok(Answered::Closed(r)),
-                Decided::NotFound => return Ok(Answered::NotFound),
-            },
-            None => {
-                if record.interaction.is_some() && record.answers.len() == 1 {
-                    push_agent_event(
-                        &mut tx,
-                        &record,
-                        "status",
-                        &record.status_event(),
-                        answer.at,
-                    )
-                    .await?;
-                }
-                record
-            }
-        };
-        tx.commit().await?;
-        if settles.is_some() {
-            self.remember_window(&record);
-        }
-        Ok(Answered::Added(record))
-    }
-
-    async fn selection(
-        &self,
-        id: &ConfirmationId,
-        user_id: u64,
-    ) -> Result<Vec<String>, StorageError> {
-        sql::selection(&self.pool, id, user_id).await
-    }
-
-    async fn set_selection(
-        &self,
-        id: &ConfirmationId,
-        user_id: u64,
-        keys: &[String],
-    ) -> Result<(), StorageError> {
-        sql::set_selection(&self.pool, id, user_id, keys).await
-    }
-
-    async fn agent_events(
-        &self,
-        agent: &str,
-        after: i64,
-        limit: u32,
-    ) -> Result<Vec<AgentEvent>, StorageError> {
-        sql::agent_events(&self.pool, agent, after, limit).await
-    }
-
-    async fn purge_agent_events(&self, before: OffsetDateTime) -> Result<u64, StorageError> {
-        sql::purge_agent_events(&self.pool, before).await
-    }
-
-    async fn last_agent_event(&self, agent: &str) -> Result<i64, StorageError> {
-        sql::last_agent_event(&self.pool, agent).await
-    }
-
-    async fn pending_in_chat(&self, chat_id: i64) -> Result<Vec<Confirmation>, StorageError> {
-        let mut conn = self.pool.acquire().await?;
-        let rows: Vec<Row> = sqlx::query_as(select_where!(
-            "chat_id = ?1 AND status = 'pending' ORDER BY created_at, id"
-        ))
-        .bind(chat_id)
-        .fetch_all(&mut *conn)
-        .await?;
-        hydrate_all(&mut conn, rows).await
-    }
-
-    async fn live_windows(
-        &self,
-        route: &str,
-        now: OffsetDateTime,
-    ) -> Result<Vec<LiveWindow>, StorageError> {
-        sql::live_windows(&self.pool, route, now).await
-    }
-
-    async fn live_window_opened_by(
-        &self,
-        opened_by: &ConfirmationId,
-        now: OffsetDateTime,
-    ) -> Result<Option<LiveWindow>, StorageError> {
-        sql::live_window_opened_by(&self.pool, opened_by, now).await
-    }
-
-    async fn revoke_window(
-        &self,
-        opened_by: &ConfirmationId,
-        by: &Operator,
-        chat_id: i64,
-        now: OffsetDateTime,
-    ) -> Result<Option<LiveWindow>, StorageError> {
-        let _audit = self.lock_audit().await;
-        let mut tx = self.write_tx().await?;
-        let row: Option<WindowRow> = sqlx::query_as(select_windows_where!(
-            "w.opened_by = ?1 AND w.expires_at > ?2"
-        ))
-        .bind(opened_by.as_str())
-        .bind(ms(now))
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let live = row.into_domain()?;
-        // Keyed by the window itself, not only by its opener: the write lock is held
-        // since the read, so this deletes exactly the row just read.
-        sqlx::query(
-            "DELETE FROM windows
-             WHERE agent = ?1 AND route = ?2 AND owner_id = ?3 AND tool = ?4
-               AND args_hash = ?5 AND opened_by = ?6",
-        )
-        .bind(&live.window.key.agent)
-        .bind(&live.window.key.route)
-        .bind(live.window.key.owner_id.as_str())
-        .bind(live.window.key.tool.as_str())
-        .bind(live.window.key.args_hash.as_str())
-        .bind(opened_by.as_str())
-        .execute(&mut *tx)
-        .await?;
-        let event = audit::window_revoked(&live.window, &live.route, by, chat_id, now);
-        append_event(&mut tx, &event).await?;
-        tx.commit().await?;
-        // The in-memory index follows the commit (the audit lock is still held, so no
-        // decision's window slips in between): window hits stop at once.
-        if let Some(map) = self
-            .windows
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_mut()
-            && map
-                .get(&live.window.key)
-                .is_some_and(|w| w.opened_by == *opened_by)
-        {
-            map.remove(&live.window.key);
-        }
-        Ok(Some(live))
-    }
-
-    async fn backup_to(&self, file: &Path) -> Result<(), StorageError> {
+    /// See [`Administration::backup_to`](crate::storage::Administration::backup_to).
+    async fn backup_into(&self, file: &Path) -> Result<(), StorageError> {
         if file.exists() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::AlreadyExists,
@@ -1380,101 +730,8 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn gauges(&self) -> Result<Gauges, StorageError> {
-        sql::gauges(&self.pool).await
-    }
-
-    async fn request_reason(
-        &self,
-        id: &ConfirmationId,
-        by: &Operator,
-        chat_id: i64,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::request_reason(tx, id, by, chat_id, now).await
-    }
-
-    async fn set_reason_prompt(
-        &self,
-        id: &ConfirmationId,
-        user_id: u64,
-        prompt_message_id: i32,
-    ) -> Result<(), StorageError> {
-        sql::set_reason_prompt(&self.pool, id, user_id, prompt_message_id).await
-    }
-
-    async fn reason_request_for(
-        &self,
-        chat_id: i64,
-        reply_to: i32,
-        named: Option<&ConfirmationId>,
-        user_id: u64,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        // The reply may answer the prompt, or (if the prompt's id was never stored, or
-        // the person replied to the question instead) any message of the question in
-        // the chat where they asked.
-        let found: Option<(String,)> = sqlx::query_as(
-            "SELECT r.question_id FROM reason_requests r
-             JOIN confirmations c ON c.id = r.question_id
-             WHERE r.user_id = ?3 AND r.chat_id = ?1
-               AND (r.prompt_message_id = ?2
-                    OR r.question_id = ?4
-                    OR (c.chat_id = ?1 AND c.message_id = ?2)
-                    OR EXISTS (SELECT 1 FROM copies k WHERE k.question_id = c.id
-                               AND k.chat_id = ?1 AND k.message_id = ?2))
-             ORDER BY r.asked_at DESC LIMIT 1",
-        )
-        .bind(chat_id)
-        .bind(i64::from(reply_to))
-        .bind(user_column(user_id))
-        .bind(named.map(|id| id.as_str()))
-        .fetch_optional(&self.pool)
-        .await?;
-        match found {
-            Some((id,)) => match ConfirmationId::parse(&id) {
-                Ok(id) => self.get(&id).await,
-                Err(_) => Ok(None),
-            },
-            None => Ok(None),
-        }
-    }
-
-    async fn extend(
-        &self,
-        id: &ConfirmationId,
-        from: OffsetDateTime,
-        to: OffsetDateTime,
-        by: &Operator,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::extend(tx, id, from, to, by, now).await
-    }
-
-    async fn claim_reminders(
-        &self,
-        id: &ConfirmationId,
-        sent: u32,
-        passed: u32,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::claim_reminders(tx, id, sent, passed, now).await
-    }
-
-    async fn escalate(
-        &self,
-        id: &ConfirmationId,
-        recipient: &str,
-        chat_id: i64,
-        now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::escalate(tx, id, recipient, chat_id, now).await
-    }
-
-    async fn close(&self) {
+    /// See [`Administration::close`](crate::storage::Administration::close).
+    async fn shut_down(&self) {
         // The group commit writes what is queued, then stops.
         self.hits.close();
         let thread = self
@@ -1486,5 +743,65 @@ impl Store for SqliteStore {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
         self.pool.close().await;
+    }
+}
+
+/// One process writes a SQLite database: every [`Coordination`] default holds.
+impl Coordination for SqliteStore {}
+
+/// Every stored window, in memory ([`SqliteStore::windows`]).
+#[async_trait]
+impl WindowCache for SqliteStore {
+    async fn load_windows(&self) -> Result<(), StorageError> {
+        let _audit = self.lock_audit().await;
+        self.reload_windows().await
+    }
+
+    fn cached_window(&self, key: &WindowKey, now: OffsetDateTime) -> Option<Option<Window>> {
+        let windows = self.windows.read().unwrap_or_else(PoisonError::into_inner);
+        let map = windows.as_ref()?;
+        Some(map.get(key).filter(|w| w.is_live(now)).cloned())
+    }
+
+    /// Mirrors, after its commit, the window a decision opened (the same rule as the
+    /// SQL upsert: a later expiry replaces an earlier one, never the reverse).
+    fn remember_window(&self, record: &Confirmation) {
+        let Some(until) = record.window_until() else {
+            return;
+        };
+        let mut guard = self.windows.write().unwrap_or_else(PoisonError::into_inner);
+        let Some(map) = guard.as_mut() else {
+            return;
+        };
+        let key = record.window_key();
+        // Stored at millisecond precision, as SQLite holds it.
+        let expires_at = from_ms(ms(until)).unwrap_or(until);
+        match map.get(&key) {
+            Some(w) if w.expires_at >= expires_at => {}
+            _ => {
+                map.insert(
+                    key.clone(),
+                    Window {
+                        key,
+                        expires_at,
+                        opened_by: record.id.clone(),
+                    },
+                );
+            }
+        }
+    }
+
+    fn forget_window(&self, revoked: &LiveWindow) {
+        if let Some(map) = self
+            .windows
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+            && map
+                .get(&revoked.window.key)
+                .is_some_and(|w| w.opened_by == revoked.window.opened_by)
+        {
+            map.remove(&revoked.window.key);
+        }
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::support::app::*;
 use crate::support::fake_telegram::SentMessage;
 use hitl_telegram::domain::ids::ConfirmationId;
-use hitl_telegram::storage::{SqliteStore, Store};
+use hitl_telegram::storage::{Questions, SqliteStore};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};

@@ -24,8 +24,8 @@ use hitl_telegram::domain::interaction::Answer;
 use hitl_telegram::domain::python;
 use hitl_telegram::service::now;
 use hitl_telegram::storage::{
-    self, Answered, ConnectMode, Decided, Inserted, SqliteStore, StorageError, Store,
-    WebhookAttempt,
+    self, Administration, Answered, ConnectMode, Decided, Inserted, Shown, SqliteStore,
+    StorageError, Store, WebhookAttempt,
 };
 
 use crate::support::postgres::PgDatabase;
@@ -629,7 +629,7 @@ async fn a_question_is_found_by_its_message_its_copies_and_its_strays(db: TestDb
         "a copy is not posted yet"
     );
     s.set_copy_message_id(&r.id, 222, 7, now()).await.unwrap();
-    s.mark_attached(&r.id).await.unwrap();
+    s.mark_shown(&r.id, Shown::Attachment).await.unwrap();
     let entry = &s.pending().await.unwrap()[0];
     assert!(entry.delivered && entry.attached && entry.route == "ops");
     let stray = s.add_stray(&r.id, 333, 9, now()).await.unwrap().unwrap();
@@ -647,10 +647,16 @@ async fn a_question_is_found_by_its_message_its_copies_and_its_strays(db: TestDb
 
     s.decide(&r.id, &approved(1)).await.unwrap();
     assert_eq!(s.unshown_outcomes().await.unwrap().len(), 1);
-    s.mark_outcome_shown(&r.id).await.unwrap();
-    s.mark_copy_shown(&r.id, 222).await.unwrap();
+    s.mark_shown(&r.id, Shown::Outcome).await.unwrap();
+    s.mark_shown(&r.id, Shown::CopyOutcome { chat_id: 222 })
+        .await
+        .unwrap();
     assert_eq!(s.unshown_outcomes().await.unwrap().len(), 1, "the stray");
-    s.mark_stray_shown(&r.id, 333, 9).await.unwrap();
+    let stray = Shown::StrayOutcome {
+        chat_id: 333,
+        message_id: 9,
+    };
+    s.mark_shown(&r.id, stray).await.unwrap();
     assert!(s.unshown_outcomes().await.unwrap().is_empty());
     let kinds: Vec<String> = s
         .events_for(&r.id)

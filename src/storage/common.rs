@@ -1,0 +1,468 @@
+//! The role traits as both backends implement them, written once.
+//!
+//! Compiled once per backend, as `sql` is (see its header): each backend names itself
+//! `This` and declares this file with `#[path = "common.rs"] mod common;`. A method here
+//! is the same on both backends: a statement of `sql` on the backend's `pool`, or in the
+//! audit transaction it opens (`audit_tx`, its audit lock held), around the few places
+//! where the two differ, which each backend gives:
+//! * its window cache ([`WindowCache`]: SQLite answers window lookups from memory,
+//!   PostgreSQL keeps none);
+//! * `write_tx` (a transaction that appends no audit event) and `snapshot_tx` (one
+//!   read snapshot of the audit trail and the statuses);
+//! * its group commit of window hits (`insert_window_hit`), `purge_windows`,
+//!   `backup_into` and `shut_down`.
+//!
+//! What only PostgreSQL does ([`Coordination`]) is its own; SQLite keeps the defaults.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+
+use super::{MIGRATOR, This, sql};
+use crate::domain::audit::{AuditEvent, Head, NewEvent, StoredRow, StoredStatus};
+use crate::domain::confirmation::{Confirmation, Decision, Operator, Window, WindowKey};
+use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey};
+use crate::domain::interaction::Answer;
+use crate::storage::{
+    Administration, AgentEvent, AgentEvents, Answered, Audit, Decided, Gauges, Inserted,
+    LiveWindow, Messages, Outbox, OutboxEntry, PendingEntry, Questions, Shown, Steps, StorageError,
+    WebhookAttempt, WindowCache, Windows,
+};
+
+#[async_trait]
+impl Questions for This {
+    async fn insert(
+        &self,
+        r: &Confirmation,
+        now: OffsetDateTime,
+    ) -> Result<Inserted, StorageError> {
+        if r.is_terminal() {
+            return self.insert_window_hit(r, now).await;
+        }
+        let (_writer, mut tx) = self.audit_tx().await?;
+        // Boxed: requests arriving together wait for the audit lock by the thousand, and
+        // each waiting future is as large as its largest state, which is the writing
+        // that comes after the lock.
+        let bound = self.webhook_backlog_bound();
+        let inserted = Box::pin(sql::insert_in(&mut tx, r, now, bound)).await?;
+        tx.commit().await?;
+        Ok(inserted)
+    }
+
+    async fn get(&self, id: &ConfirmationId) -> Result<Option<Confirmation>, StorageError> {
+        sql::get(&self.pool, id).await
+    }
+
+    async fn find_by_token(
+        &self,
+        token: &CallbackToken,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        sql::find_by_token(&self.pool, token).await
+    }
+
+    async fn find_by_idempotency_key(
+        &self,
+        agent: &str,
+        key: &IdempotencyKey,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        sql::find_by_idempotency_key(&self.pool, agent, key, now).await
+    }
+
+    async fn find_interaction(
+        &self,
+        agent: &str,
+        interaction_id: &str,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        sql::find_interaction(&self.pool, agent, interaction_id).await
+    }
+
+    async fn find_by_message(
+        &self,
+        chat_id: i64,
+        message_id: i32,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        sql::find_by_message(&self.pool, chat_id, message_id).await
+    }
+
+    async fn pending_in_chat(&self, chat_id: i64) -> Result<Vec<Confirmation>, StorageError> {
+        sql::pending_in_chat(&self.pool, chat_id).await
+    }
+
+    async fn count_pending(&self, agent: &str) -> Result<u64, StorageError> {
+        sql::count_pending(&self.pool, agent).await
+    }
+
+    async fn pending(&self) -> Result<Vec<PendingEntry>, StorageError> {
+        sql::pending(&self.pool).await
+    }
+
+    async fn unshown_outcomes(&self) -> Result<Vec<Confirmation>, StorageError> {
+        sql::unshown_outcomes(&self.pool).await
+    }
+
+    async fn decide(&self, id: &ConfirmationId, d: &Decision) -> Result<Decided, StorageError> {
+        let (_writer, mut tx) = self.audit_tx().await?;
+        let decided = sql::apply_decision(&mut tx, id, d, self.webhook_backlog_bound()).await?;
+        if let Decided::Applied(record) = &decided {
+            tx.commit().await?;
+            self.remember_window(record);
+        }
+        Ok(decided)
+    }
+}
+
+#[async_trait]
+impl Messages for This {
+    async fn set_message_id(
+        &self,
+        id: &ConfirmationId,
+        message_id: i32,
+    ) -> Result<(), StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::set_message_id(tx, id, message_id).await
+    }
+
+    async fn mark_shown(&self, id: &ConfirmationId, what: Shown) -> Result<(), StorageError> {
+        sql::mark_shown(&self.pool, id, what).await
+    }
+
+    async fn add_copy(
+        &self,
+        id: &ConfirmationId,
+        recipient: &str,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<bool, StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::add_copy(tx, id, recipient, chat_id, now).await
+    }
+
+    async fn set_copy_message_id(
+        &self,
+        id: &ConfirmationId,
+        chat_id: i64,
+        message_id: i32,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::set_copy_message_id(tx, id, chat_id, message_id, now).await
+    }
+
+    async fn add_stray(
+        &self,
+        id: &ConfirmationId,
+        chat_id: i64,
+        message_id: i32,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let (writer, tx) = self.audit_tx().await?;
+        sql::add_stray(tx, id, chat_id, message_id, now).await?;
+        drop(writer);
+        self.get(id).await
+    }
+
+    async fn route_chats(&self) -> Result<Vec<(String, i64)>, StorageError> {
+        sql::route_chats(&self.pool).await
+    }
+
+    async fn move_route_chat(
+        &self,
+        route: &str,
+        from_chat: i64,
+        to_chat: i64,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::move_route_chat(tx, route, from_chat, to_chat, now).await
+    }
+}
+
+#[async_trait]
+impl Steps for This {
+    async fn add_answer(
+        &self,
+        id: &ConfirmationId,
+        answer: &Answer,
+        settles: Option<&Decision>,
+    ) -> Result<Answered, StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        let bound = self.webhook_backlog_bound();
+        let answered = sql::add_answer(tx, id, answer, settles, bound).await?;
+        if let (Some(_), Answered::Added(record)) = (settles, &answered) {
+            self.remember_window(record);
+        }
+        Ok(answered)
+    }
+
+    async fn selection(
+        &self,
+        id: &ConfirmationId,
+        user_id: u64,
+    ) -> Result<Vec<String>, StorageError> {
+        sql::selection(&self.pool, id, user_id).await
+    }
+
+    async fn set_selection(
+        &self,
+        id: &ConfirmationId,
+        user_id: u64,
+        keys: &[String],
+    ) -> Result<(), StorageError> {
+        sql::set_selection(&self.pool, id, user_id, keys).await
+    }
+
+    async fn request_reason(
+        &self,
+        id: &ConfirmationId,
+        by: &Operator,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::request_reason(tx, id, by, chat_id, now).await
+    }
+
+    async fn set_reason_prompt(
+        &self,
+        id: &ConfirmationId,
+        user_id: u64,
+        prompt_message_id: i32,
+    ) -> Result<(), StorageError> {
+        sql::set_reason_prompt(&self.pool, id, user_id, prompt_message_id).await
+    }
+
+    async fn reason_request_for(
+        &self,
+        chat_id: i64,
+        reply_to: i32,
+        named: Option<&ConfirmationId>,
+        user_id: u64,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        match sql::reason_request_for(&self.pool, chat_id, reply_to, named, user_id).await? {
+            Some(id) => self.get(&id).await,
+            None => Ok(None),
+        }
+    }
+
+    async fn extend(
+        &self,
+        id: &ConfirmationId,
+        from: OffsetDateTime,
+        to: OffsetDateTime,
+        by: &Operator,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::extend(tx, id, from, to, by, now).await
+    }
+
+    async fn claim_reminders(
+        &self,
+        id: &ConfirmationId,
+        sent: u32,
+        passed: u32,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::claim_reminders(tx, id, sent, passed, now).await
+    }
+
+    async fn escalate(
+        &self,
+        id: &ConfirmationId,
+        recipient: &str,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::escalate(tx, id, recipient, chat_id, now).await
+    }
+}
+
+#[async_trait]
+impl Windows for This {
+    async fn live_window(
+        &self,
+        key: &WindowKey,
+        now: OffsetDateTime,
+    ) -> Result<Option<Window>, StorageError> {
+        match self.cached_window(key, now) {
+            Some(window) => Ok(window),
+            None => sql::live_window(&self.pool, key, now).await,
+        }
+    }
+
+    async fn live_windows(
+        &self,
+        route: &str,
+        now: OffsetDateTime,
+    ) -> Result<Vec<LiveWindow>, StorageError> {
+        sql::live_windows(&self.pool, route, now).await
+    }
+
+    async fn live_window_opened_by(
+        &self,
+        opened_by: &ConfirmationId,
+        now: OffsetDateTime,
+    ) -> Result<Option<LiveWindow>, StorageError> {
+        sql::live_window_opened_by(&self.pool, opened_by, now).await
+    }
+
+    async fn revoke_window(
+        &self,
+        opened_by: &ConfirmationId,
+        by: &Operator,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<Option<LiveWindow>, StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        let revoked = sql::revoke_window(tx, opened_by, by, chat_id, now).await?;
+        // The cache follows the commit, the audit lock still held (so no decision's
+        // window slips in between): window hits stop at once.
+        if let Some(live) = &revoked {
+            self.forget_window(live);
+        }
+        Ok(revoked)
+    }
+
+    async fn purge_expired_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError> {
+        self.purge_windows(now).await
+    }
+}
+
+#[async_trait]
+impl Outbox for This {
+    fn set_webhook_backlog_bound(&self, bound: u32) {
+        self.webhook_backlog_bound
+            .store(bound.max(1), Ordering::Relaxed);
+    }
+
+    async fn due_webhooks(
+        &self,
+        now: OffsetDateTime,
+        limit: u32,
+    ) -> Result<Vec<OutboxEntry>, StorageError> {
+        sql::due_webhooks(&self.pool, now, limit).await
+    }
+
+    async fn due_webhooks_by_agent(
+        &self,
+        now: OffsetDateTime,
+        per_agent: u32,
+    ) -> Result<Vec<OutboxEntry>, StorageError> {
+        sql::due_webhooks_by_agent(&self.pool, now, per_agent).await
+    }
+
+    async fn next_webhook_due(&self) -> Result<Option<OffsetDateTime>, StorageError> {
+        sql::next_webhook_due(&self.pool).await
+    }
+
+    async fn next_webhook_due_after(
+        &self,
+        after: OffsetDateTime,
+    ) -> Result<Option<OffsetDateTime>, StorageError> {
+        sql::next_webhook_due_after(&self.pool, after).await
+    }
+
+    async fn webhook_attempted(
+        &self,
+        entry: &OutboxEntry,
+        result: WebhookAttempt,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError> {
+        let event = sql::attempt_event(entry, &result, now);
+        // Only a final attempt appends to the audit chain, and so needs the lock.
+        let (_writer, tx) = match event {
+            Some(_) => {
+                let (writer, tx) = self.audit_tx().await?;
+                (Some(writer), tx)
+            }
+            None => (None, self.write_tx().await?),
+        };
+        sql::webhook_attempted(tx, entry, &result, event.as_ref(), now).await
+    }
+}
+
+#[async_trait]
+impl Audit for This {
+    async fn record_event(&self, event: NewEvent) -> Result<(), StorageError> {
+        let (_writer, mut tx) = self.audit_tx().await?;
+        sql::append_event(&mut tx, &event).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn events_for(&self, id: &ConfirmationId) -> Result<Vec<AuditEvent>, StorageError> {
+        sql::events_for(&self.pool, id).await
+    }
+
+    async fn audit_rows(
+        &self,
+        since: Option<OffsetDateTime>,
+    ) -> Result<Vec<StoredRow>, StorageError> {
+        sql::audit_rows(&self.pool, since).await
+    }
+
+    async fn audit_snapshot(&self) -> Result<(Vec<StoredRow>, Vec<StoredStatus>), StorageError> {
+        // One snapshot for both reads: a decision committed between them is in both or
+        // in neither.
+        let mut tx = self.snapshot_tx().await?;
+        let snapshot = sql::audit_snapshot_in(&mut tx).await?;
+        tx.rollback().await?;
+        Ok(snapshot)
+    }
+
+    async fn audit_head(&self) -> Result<Head, StorageError> {
+        sql::audit_head(&self.pool).await
+    }
+}
+
+#[async_trait]
+impl AgentEvents for This {
+    async fn agent_events(
+        &self,
+        agent: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<AgentEvent>, StorageError> {
+        sql::agent_events(&self.pool, agent, after, limit).await
+    }
+
+    async fn purge_agent_events(&self, before: OffsetDateTime) -> Result<u64, StorageError> {
+        sql::purge_agent_events(&self.pool, before).await
+    }
+
+    async fn last_agent_event(&self, agent: &str) -> Result<i64, StorageError> {
+        sql::last_agent_event(&self.pool, agent).await
+    }
+}
+
+#[async_trait]
+impl Administration for This {
+    async fn migrate(&self) -> Result<(), StorageError> {
+        // PostgreSQL's migrator holds an advisory lock of its own while it runs, so
+        // replicas starting together migrate once.
+        MIGRATOR.run(&self.pool).await?;
+        self.load_windows().await
+    }
+
+    async fn ping(&self) -> Result<(), StorageError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn backup_to(&self, file: &Path) -> Result<(), StorageError> {
+        self.backup_into(file).await
+    }
+
+    async fn gauges(&self) -> Result<Gauges, StorageError> {
+        sql::gauges(&self.pool).await
+    }
+
+    async fn close(&self) {
+        self.shut_down().await;
+    }
+}

@@ -1,0 +1,456 @@
+//! The store by role: one trait for each part of what the service keeps.
+//!
+//! A part of the service that needs one role takes that role (`&dyn Audit`, `Arc<dyn
+//! AgentEvents>`); where everything is needed, [`Store`](super::Store) is their union.
+//! Each backend implements every role; what the two backends share is written once
+//! (`common.rs` and `sql.rs`, compiled for each).
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+use tokio::sync::mpsc;
+
+use super::{
+    AgentEvent, Answered, Change, Decided, Gauges, Inserted, LiveConfig, LiveWindow, OutboxEntry,
+    PendingEntry, Shown, StorageError, WebhookAttempt,
+};
+use crate::domain::audit::{AuditEvent, Head, NewEvent, StoredRow, StoredStatus};
+use crate::domain::authority::{Authority, Fingerprint};
+use crate::domain::confirmation::{Confirmation, Decision, Operator, Window, WindowKey};
+use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey};
+use crate::domain::interaction::Answer;
+
+/// Asking and finding questions: storing a new one, deciding it, and the lookups of one or
+/// many.
+#[async_trait]
+pub trait Questions: Send + Sync + 'static {
+    /// Stores a new request, unless the same agent already used its idempotency key
+    /// within [`IDEMPOTENCY_TTL`](super::IDEMPOTENCY_TTL) of `now`. The record may
+    /// already be terminal (a window hit is stored confirmed at once); then its webhook
+    /// is queued in the same transaction.
+    async fn insert(
+        &self,
+        record: &Confirmation,
+        now: OffsetDateTime,
+    ) -> Result<Inserted, StorageError>;
+
+    async fn get(&self, id: &ConfirmationId) -> Result<Option<Confirmation>, StorageError>;
+
+    async fn find_by_token(
+        &self,
+        token: &CallbackToken,
+    ) -> Result<Option<Confirmation>, StorageError>;
+
+    /// The agent's live request under `key`, if any.
+    async fn find_by_idempotency_key(
+        &self,
+        agent: &str,
+        key: &IdempotencyKey,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError>;
+
+    /// The agent's interaction with its own `interaction_id`.
+    async fn find_interaction(
+        &self,
+        agent: &str,
+        interaction_id: &str,
+    ) -> Result<Option<Confirmation>, StorageError>;
+
+    /// The question posted as `message_id` in `chat_id` (its first message or a copy).
+    async fn find_by_message(
+        &self,
+        chat_id: i64,
+        message_id: i32,
+    ) -> Result<Option<Confirmation>, StorageError>;
+
+    /// The pending questions posted in `chat_id` (as their first message), oldest first.
+    async fn pending_in_chat(&self, chat_id: i64) -> Result<Vec<Confirmation>, StorageError>;
+
+    /// How many requests of `agent` are pending.
+    async fn count_pending(&self, agent: &str) -> Result<u64, StorageError>;
+
+    /// Every pending request's id, deadline and whether its message was recorded
+    /// (restart recovery).
+    async fn pending(&self) -> Result<Vec<PendingEntry>, StorageError>;
+
+    /// Decided requests whose message does not show the outcome yet (restart recovery).
+    async fn unshown_outcomes(&self) -> Result<Vec<Confirmation>, StorageError>;
+
+    /// Moves a pending request to its outcome with one conditional update. In the same
+    /// transaction it opens the confirmation window (when an operator confirmed a request
+    /// with `window_seconds > 0`) and queues the webhook (when it has a `callback_url`).
+    async fn decide(
+        &self,
+        id: &ConfirmationId,
+        decision: &Decision,
+    ) -> Result<Decided, StorageError>;
+}
+
+/// Where a question is shown: its Telegram messages (the first, its copies, the strays
+/// learned from taps), what they show, and the chats routes live in.
+#[async_trait]
+pub trait Messages: Send + Sync + 'static {
+    /// Records the Telegram message that carries the request's buttons (audited).
+    async fn set_message_id(
+        &self,
+        id: &ConfirmationId,
+        message_id: i32,
+    ) -> Result<(), StorageError>;
+
+    /// Records that a message of the question shows what `what` says (its outcome, or
+    /// the file with the full parameters), so a restart does not show it again.
+    async fn mark_shown(&self, id: &ConfirmationId, what: Shown) -> Result<(), StorageError>;
+
+    /// Adds a further destination for a pending question; false when it already had
+    /// that chat (or is no longer pending).
+    async fn add_copy(
+        &self,
+        id: &ConfirmationId,
+        recipient: &str,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<bool, StorageError>;
+
+    /// Records the message of a copy (audited).
+    async fn set_copy_message_id(
+        &self,
+        id: &ConfirmationId,
+        chat_id: i64,
+        message_id: i32,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError>;
+
+    /// Records (audited) a message of the question learned from a tap on it, unless it
+    /// is known already; returns the record as it is then (`None`: no such question).
+    async fn add_stray(
+        &self,
+        id: &ConfirmationId,
+        chat_id: i64,
+        message_id: i32,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError>;
+
+    /// Routes whose chat moved (a group upgraded to a supergroup), with the new chat.
+    async fn route_chats(&self) -> Result<Vec<(String, i64)>, StorageError>;
+
+    /// Records that `route` now lives in `to_chat`, and moves its pending requests there.
+    async fn move_route_chat(
+        &self,
+        route: &str,
+        from_chat: i64,
+        to_chat: i64,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError>;
+}
+
+/// What operators do to a pending question besides deciding it: answers and selections, the
+/// reason asked for, deadlines moved, reminders and escalation.
+#[async_trait]
+pub trait Steps: Send + Sync + 'static {
+    /// Stores one person's answer to a pending question, with its audit and stream
+    /// events, unless they already answered or the question ended. With `settles`, the
+    /// answer decides the question in the same transaction (as [`Questions::decide`]).
+    async fn add_answer(
+        &self,
+        id: &ConfirmationId,
+        answer: &Answer,
+        settles: Option<&Decision>,
+    ) -> Result<Answered, StorageError>;
+
+    /// A person's multi-choice selection in progress.
+    async fn selection(
+        &self,
+        id: &ConfirmationId,
+        user_id: u64,
+    ) -> Result<Vec<String>, StorageError>;
+
+    async fn set_selection(
+        &self,
+        id: &ConfirmationId,
+        user_id: u64,
+        keys: &[String],
+    ) -> Result<(), StorageError>;
+
+    /// Records (audited, streamed) that `by` tapped "Deny with reason" in `chat_id`;
+    /// returns the record, or `None` when the question is no longer pending.
+    async fn request_reason(
+        &self,
+        id: &ConfirmationId,
+        by: &Operator,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError>;
+
+    /// Records the message that asks `user_id` for their reason.
+    async fn set_reason_prompt(
+        &self,
+        id: &ConfirmationId,
+        user_id: u64,
+        prompt_message_id: i32,
+    ) -> Result<(), StorageError>;
+
+    /// The question whose reason `user_id` was asked for in `chat_id`, when
+    /// `reply_to` is the prompt or a message of that question there, or when the
+    /// replied-to message (the bot's own) names it (`named`).
+    async fn reason_request_for(
+        &self,
+        chat_id: i64,
+        reply_to: i32,
+        named: Option<&ConfirmationId>,
+        user_id: u64,
+    ) -> Result<Option<Confirmation>, StorageError>;
+
+    /// Moves a pending question's deadline from `from` to `to` (conditional on `from`,
+    /// so concurrent taps move it once), audited and streamed; `None` when nothing moved.
+    async fn extend(
+        &self,
+        id: &ConfirmationId,
+        from: OffsetDateTime,
+        to: OffsetDateTime,
+        by: &Operator,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError>;
+
+    /// Claims the reminders up to `passed` of a pending question that has sent `sent`
+    /// (audited, streamed); `None` when another claim came first or it ended.
+    async fn claim_reminders(
+        &self,
+        id: &ConfirmationId,
+        sent: u32,
+        passed: u32,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError>;
+
+    /// Claims a pending question's escalation and adds its copy for `chat_id` (audited,
+    /// streamed); `None` when it was escalated already or ended.
+    async fn escalate(
+        &self,
+        id: &ConfirmationId,
+        recipient: &str,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<Option<Confirmation>, StorageError>;
+}
+
+/// Confirmation windows: the lookups a window hit is decided by, and their end (revoked or
+/// expired).
+#[async_trait]
+pub trait Windows: Send + Sync + 'static {
+    /// The live window for `key` at `now`, if any.
+    async fn live_window(
+        &self,
+        key: &WindowKey,
+        now: OffsetDateTime,
+    ) -> Result<Option<Window>, StorageError>;
+
+    /// The windows live at `now` that a request of `route` opened, soonest expiry first.
+    async fn live_windows(
+        &self,
+        route: &str,
+        now: OffsetDateTime,
+    ) -> Result<Vec<LiveWindow>, StorageError>;
+
+    /// The window live at `now` that `opened_by` opened, if any. A request opens at most
+    /// one window, so its id names the window.
+    async fn live_window_opened_by(
+        &self,
+        opened_by: &ConfirmationId,
+        now: OffsetDateTime,
+    ) -> Result<Option<LiveWindow>, StorageError>;
+
+    /// Closes the window `opened_by` opened, if it is still live at `now`, and records in
+    /// the same transaction that `by` revoked it (in `chat_id`). Returns the window
+    /// closed; `None` when there was none live (nothing is written then). The one way a
+    /// window ends early, so a cache of windows is invalidated here.
+    async fn revoke_window(
+        &self,
+        opened_by: &ConfirmationId,
+        by: &Operator,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<Option<LiveWindow>, StorageError>;
+
+    /// Deletes windows that expired before `now`; returns how many.
+    async fn purge_expired_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError>;
+}
+
+/// The webhook outbox: deliveries queued with outcomes, and their attempts.
+#[async_trait]
+pub trait Outbox: Send + Sync + 'static {
+    /// Sets `webhooks.max_backlog_per_agent` (at least 1): an outcome whose agent already
+    /// has this many undelivered webhooks gets its delivery dropped (audited) instead of
+    /// queued. The service sets it at start; the CLI tools, which decide nothing, keep the
+    /// default.
+    fn set_webhook_backlog_bound(&self, bound: u32);
+
+    /// Outbox entries due at `now`, oldest first.
+    async fn due_webhooks(
+        &self,
+        now: OffsetDateTime,
+        limit: u32,
+    ) -> Result<Vec<OutboxEntry>, StorageError>;
+
+    /// Outbox entries due at `now`, at most `per_agent` of each agent (its oldest due),
+    /// in turns: every agent's first, then every agent's second, and so on. An agent with
+    /// a long backlog thus never hides another agent's due delivery from the worker.
+    async fn due_webhooks_by_agent(
+        &self,
+        now: OffsetDateTime,
+        per_agent: u32,
+    ) -> Result<Vec<OutboxEntry>, StorageError>;
+
+    /// When the next pending webhook is due, if any.
+    async fn next_webhook_due(&self) -> Result<Option<OffsetDateTime>, StorageError>;
+
+    /// When the next pending webhook not yet due at `after` is due, if any. (Rows due
+    /// already are the worker's to start, or in flight.)
+    async fn next_webhook_due_after(
+        &self,
+        after: OffsetDateTime,
+    ) -> Result<Option<OffsetDateTime>, StorageError>;
+
+    /// Records the result of an attempt (and, when it is final, its audit event).
+    async fn webhook_attempted(
+        &self,
+        entry: &OutboxEntry,
+        result: WebhookAttempt,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError>;
+}
+
+/// The audit trail: its events appended and read back, for `audit verify` and the log.
+#[async_trait]
+pub trait Audit: Send + Sync + 'static {
+    /// Appends an event to the audit trail. State changes append theirs inside their own
+    /// transaction; this is for events that change nothing else (a refused tap).
+    async fn record_event(&self, event: NewEvent) -> Result<(), StorageError>;
+
+    /// One request's events, oldest first.
+    async fn events_for(&self, id: &ConfirmationId) -> Result<Vec<AuditEvent>, StorageError>;
+
+    /// The whole trail (from `since`, if given), in sequence order, as stored.
+    async fn audit_rows(
+        &self,
+        since: Option<OffsetDateTime>,
+    ) -> Result<Vec<StoredRow>, StorageError>;
+
+    /// The whole trail (in sequence order) and every request's stored status (pending
+    /// ones too, so a decided request set back to pending shows), read in one
+    /// transaction: while the service keeps deciding, the two still agree, so
+    /// `audit verify` reports no drift that is only a race.
+    async fn audit_snapshot(&self) -> Result<(Vec<StoredRow>, Vec<StoredStatus>), StorageError>;
+
+    /// The newest event's sequence number and hash (the genesis head for an empty
+    /// trail), for the log.
+    async fn audit_head(&self) -> Result<Head, StorageError>;
+}
+
+/// The agents' event streams (long polls and SSE read them; every write that changes a
+/// question appends to them in its own transaction).
+#[async_trait]
+pub trait AgentEvents: Send + Sync + 'static {
+    /// The agent's stream events after `after`, oldest first.
+    async fn agent_events(
+        &self,
+        agent: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<AgentEvent>, StorageError>;
+
+    /// Deletes stream events written before `before`; returns how many.
+    async fn purge_agent_events(&self, before: OffsetDateTime) -> Result<u64, StorageError>;
+
+    /// The newest event number of the agent's stream (0 when it has none).
+    async fn last_agent_event(&self, agent: &str) -> Result<i64, StorageError>;
+}
+
+/// What processes sharing one database tell each other: the change feed, leases and the
+/// replicas' configurations. Every method has a default for a backend with one writing
+/// process (SQLite).
+#[async_trait]
+pub trait Coordination: Send + Sync + 'static {
+    /// What other processes sharing this database commit, as they commit: a replica's
+    /// blocked agents, long polls and event streams must hear a decision taken by
+    /// another replica at once. `None`: this backend has one writing process (SQLite),
+    /// which hears its own changes directly. The feed ends when the receiver is dropped
+    /// or the store closes.
+    async fn follow_changes(&self) -> Result<Option<mpsc::Receiver<Change>>, StorageError> {
+        Ok(None)
+    }
+
+    /// Takes the lease `name` for `holder`, or renews it, for `lease` from now on the
+    /// database's clock; `true` while `holder` holds it (nobody else held it unexpired).
+    /// The default: this backend has one process (SQLite), which always holds it.
+    async fn hold_lease(
+        &self,
+        _name: &str,
+        _holder: &str,
+        _lease: std::time::Duration,
+    ) -> Result<bool, StorageError> {
+        Ok(true)
+    }
+
+    /// Gives the lease up (if `holder` holds it), so another takes it at once rather
+    /// than when it expires.
+    async fn release_lease(&self, _name: &str, _holder: &str) -> Result<(), StorageError> {
+        Ok(())
+    }
+
+    /// Records that `holder` runs a configuration whose authorisation view is `view`
+    /// (stored with its fingerprint), for `lease` from now on the database's clock, and
+    /// forgets the replicas whose record expired. Renewed like a lease. The default:
+    /// this backend has one process (SQLite), whose own configuration is the only one,
+    /// so nothing is recorded.
+    async fn hold_config(
+        &self,
+        _holder: &str,
+        _view: &Authority,
+        _lease: std::time::Duration,
+    ) -> Result<(), StorageError> {
+        Ok(())
+    }
+
+    /// The configurations of the replicas whose record has not expired, by holder.
+    /// `None`: this backend has one process (SQLite), whose own configuration is the
+    /// only one.
+    async fn live_configs(&self) -> Result<Option<Vec<LiveConfig>>, StorageError> {
+        Ok(None)
+    }
+
+    /// The view recorded under `fingerprint` (by any replica, live or not), if one is.
+    /// A view that cannot be read (a newer version's, a damaged row) is
+    /// [`StorageError::Corrupt`].
+    async fn config_view(
+        &self,
+        _fingerprint: &Fingerprint,
+    ) -> Result<Option<Authority>, StorageError> {
+        Ok(None)
+    }
+
+    /// Forgets `holder`'s configuration at shutdown, so it stops counting at once
+    /// rather than when its record expires.
+    async fn release_config(&self, _holder: &str) -> Result<(), StorageError> {
+        Ok(())
+    }
+}
+
+/// Keeping the database itself: its schema, health, backups, the gauges the metrics read,
+/// and closing it.
+#[async_trait]
+pub trait Administration: Send + Sync + 'static {
+    /// Applies pending migrations.
+    async fn migrate(&self) -> Result<(), StorageError>;
+
+    /// Answers when the database does.
+    async fn ping(&self) -> Result<(), StorageError>;
+
+    /// Writes a consistent copy of the whole database to `file` (which must not exist)
+    /// while the service keeps running. SQLite only: PostgreSQL answers
+    /// [`StorageError::Unsupported`] (its backups are `pg_dump`'s).
+    async fn backup_to(&self, file: &std::path::Path) -> Result<(), StorageError>;
+
+    /// Pending requests and the webhook backlog, for the metrics.
+    async fn gauges(&self) -> Result<Gauges, StorageError>;
+
+    /// Closes the connections cleanly (SQLite checkpoints the WAL).
+    async fn close(&self);
+}
