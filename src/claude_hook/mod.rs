@@ -38,7 +38,6 @@
 //! idempotency key derived from the event, but a decision taken *before* this run
 //! started is never reused for a later identical call in the same session; that call is
 //! asked anew (see [`decide`]).
-
 //!
 //! The parts, in the order a run goes through them: `event` reads what Claude Code
 //! sent, `request` turns it into the question (checked against the service's limits

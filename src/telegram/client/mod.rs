@@ -26,7 +26,6 @@
 //! backlog neither holds back another agent's questions nor the outcomes shown. A
 //! question waits for its first slot before it is even read back from the store
 //! ([`Messenger::question_turn`]), so a queued question holds its keys and nothing else.
-
 //!
 //! This file is the [`Messenger`] itself, each of its calls with its deadline; how a
 //! call is retried, and what each failure means, is `retry.rs`.
