@@ -23,13 +23,15 @@ const CLOCK_SLACK: Duration = Duration::from_secs(2);
 
 /// Asks and waits for a terminal record.
 ///
-/// The first request uses [`base_key`](super::base_key). If the answer is still pending, this run
+/// The first request uses [`base_key`]. If the answer is still pending, this run
 /// re-attached to (or created) the open question and waits for it. If it is already
 /// decided, and was decided before this run started, it belongs to an earlier identical
 /// call: its decision is not reused, and the next key in the chain ([`next_key`]) asks
 /// anew. A decision taken during this run (a window hit, or a retry after the
 /// decision) is used. With a `tool_use_id` the key names one tool call, whose decision
 /// is always the right one.
+///
+/// [`base_key`]: super::base_key
 pub(super) async fn decide(
     api: &Api,
     req: &Request,

@@ -68,8 +68,10 @@ pub use event::{HookEvent, owner_id, parse_event, read_event};
 pub use request::{base_key, params_for};
 
 /// Largest event read from stdin; anything longer is denied unread. Well above what a
-/// request to the service may hold ([`MAX_BODY_BYTES`](crate::domain::limits::MAX_BODY_BYTES)), so that an event carrying an
+/// request to the service may hold ([`MAX_BODY_BYTES`]), so that an event carrying an
 /// input that is merely too large is read and denied with its exact size.
+///
+/// [`MAX_BODY_BYTES`]: crate::domain::limits::MAX_BODY_BYTES
 pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
 /// How long the operator gets by default (`--timeout`).
 pub const DEFAULT_TIMEOUT_SECONDS: f64 = 120.0;

@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 use super::{EVICTION_GRACE, PRESSURE_LOG_EVERY};
 
 /// A handle on the pool place of the connection a request came on, put in every
-/// request's extensions by [`serve`]: the code that checks the request's credentials
-/// marks it authenticated through [`mark_authenticated`].
+/// request's extensions by [`serve`](super::serve): the code that checks the request's
+/// credentials marks it authenticated through [`mark_authenticated`].
 #[derive(Clone)]
 pub struct ConnectionSlot {
     pool: Arc<Pool>,
@@ -28,7 +28,8 @@ pub struct ConnectionSlot {
 /// Marks the request whose extensions these are as authenticated: from now until its
 /// requests in flight are done, its connection is never closed to make room for
 /// another. Call it only once the request's credentials are checked. Does nothing for
-/// a request that did not come through [`serve`] (a router called in-process).
+/// a request that did not come through [`serve`](super::serve) (a router called
+/// in-process).
 pub fn mark_authenticated(extensions: &Extensions) {
     if let Some(slot) = extensions.get::<ConnectionSlot>() {
         slot.pool.authenticate(slot.id, slot.period);
