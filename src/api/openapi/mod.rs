@@ -1,0 +1,214 @@
+//! The OpenAPI 3.1 document of the agents' API, served at `GET /openapi.json`.
+//!
+//! Generated from the code: the paths from the handlers' `#[utoipa::path]` attributes,
+//! the response schemas from the types the handlers serialise
+//! ([`RecordView`](super::record::RecordView),
+//! [`ErrorBody`], [`AuditEvent`]). The request bodies are parsed by hand
+//! ([`parse_create`](super::confirmations::parse_create),
+//! [`interactions::parse_create`](super::interactions::parse_create),
+//! [`parse_notification`](super::interactions::parse_notification)) so that every refusal
+//! names its field; their schemas are built here from the same constants the parsers
+//! check against, so a limit changes in one place. A body schema never refuses what its
+//! parser accepts (the API fuzz test checks that every body the schema refuses is
+//! refused).
+//!
+//! The request bodies' hand-built schemas are `bodies.rs`; the schemas of single fields
+//! (a record's `status`, a `?wait=` query, an interaction's answers) that the derived
+//! types name through `schema_with` are `fields.rs`.
+
+mod bodies;
+mod fields;
+#[cfg(test)]
+mod tests;
+
+pub use bodies::{
+    CreateConfirmationBody, CreateInteractionBody, HumanInteraction, NotificationBody,
+};
+pub use fields::{
+    ChangePoll, LongPoll, any_value_schema, approved_scope_schema, human_responses_schema,
+    interaction_status_schema, interaction_type_schema, status_schema, timeout_action_schema,
+    via_schema,
+};
+
+use std::sync::LazyLock;
+
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::openapi::Components;
+use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+
+use super::confirmations;
+use super::error::{ConflictBody, ErrorBody, InteractionConflictBody};
+use super::interactions::{self, NotificationSent};
+use super::record::InteractionView;
+use crate::domain::audit::AuditEvent;
+
+/// The name of the bearer-token scheme; the `/v1` handlers' `security(("bearer" = []))`
+/// name it (utoipa wants a literal there).
+pub const BEARER: &str = "bearer";
+/// The scheme `GET /metrics` names: its own token, when `[metrics] token_env` is set.
+pub const METRICS_BEARER: &str = "metrics_bearer";
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "hitl-telegram agent API",
+        description = "Human-in-the-loop approvals for AI agents: ask, and an operator \
+                       approves or cancels in Telegram."
+    ),
+    paths(
+        confirmations::create,
+        confirmations::get,
+        confirmations::withdraw,
+        confirmations::events,
+        interactions::create,
+        interactions::get,
+        interactions::withdraw,
+        super::events::stream,
+        interactions::notify,
+        super::healthz,
+        super::metrics::serve,
+        serve,
+    ),
+    components(schemas(
+        CreateConfirmationBody,
+        CreateInteractionBody,
+        HumanInteraction,
+        NotificationBody,
+        NotificationSent,
+        InteractionView,
+        ErrorBody,
+        ConflictBody,
+        InteractionConflictBody,
+        EventList,
+        Health,
+        HealthConfig
+    )),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "confirmations", description = "Ask, read, long-poll and withdraw."),
+        (name = "interactions", description = "AI-Parrot's human interactions: ask, read, \
+            long-poll, withdraw, and stream answers and status changes."),
+        (name = "notifications", description = "One-way messages to a route or a person."),
+        (name = "service", description = "Health, metrics and this document."),
+    )
+)]
+pub struct ApiDoc;
+
+/// Registers the bearer-token schemes the `/v1` operations and `/metrics` name.
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let scheme = HttpBuilder::new()
+            .scheme(HttpAuthScheme::Bearer)
+            .description(Some(
+                "The token of one configured agent (the variable its `token_env` names).",
+            ))
+            .build();
+        let metrics = HttpBuilder::new()
+            .scheme(HttpAuthScheme::Bearer)
+            .description(Some(
+                "The metrics token (the variable `[metrics] token_env` names); \
+                 GET /metrics is open when none is configured.",
+            ))
+            .build();
+        let components = openapi.components.get_or_insert_with(Components::new);
+        components.add_security_scheme(BEARER, SecurityScheme::Http(scheme));
+        components.add_security_scheme(METRICS_BEARER, SecurityScheme::Http(metrics));
+    }
+}
+
+/// The document as JSON text, built once.
+pub fn document() -> &'static str {
+    static DOC: LazyLock<String> = LazyLock::new(|| {
+        // Serialising a tree of plain maps, strings and numbers cannot fail.
+        let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the document serialises");
+        camel_case_links(&mut doc);
+        doc.to_string()
+    });
+    &DOC
+}
+
+/// utoipa 5 writes a Link object's fields in snake case (`operation_id`), where OpenAPI
+/// says `operationId`; a client following links (schemathesis does) would not see them.
+fn camel_case_links(doc: &mut Value) {
+    let operations = doc["paths"].as_object_mut().into_iter().flat_map(|paths| {
+        paths
+            .values_mut()
+            .filter_map(Value::as_object_mut)
+            .flat_map(|item| item.values_mut())
+    });
+    let links = operations
+        .filter_map(|op| op.get_mut("responses").and_then(Value::as_object_mut))
+        .flat_map(|responses| responses.values_mut())
+        .filter_map(|r| r.get_mut("links").and_then(Value::as_object_mut))
+        .flat_map(|links| links.values_mut())
+        .filter_map(Value::as_object_mut);
+    for link in links {
+        for (from, to) in [
+            ("operation_id", "operationId"),
+            ("operation_ref", "operationRef"),
+            ("request_body", "requestBody"),
+        ] {
+            if let Some(v) = link.remove(from) {
+                link.insert(to.to_owned(), v);
+            }
+        }
+    }
+}
+
+/// `GET /openapi.json`
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    operation_id = "openapi",
+    tag = "service",
+    responses((status = 200, description = "This document.", body = Object)),
+)]
+pub async fn serve() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], document()).into_response()
+}
+
+/// `GET /v1/confirmations/{id}/events`: `{"events": [...]}`, oldest first.
+#[derive(Serialize, ToSchema)]
+pub struct EventList {
+    pub events: Vec<AuditEvent>,
+}
+
+/// `GET /healthz`: `{"status": "ok", "config": {...}}`.
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    #[schema(schema_with = ok_schema)]
+    pub status: String,
+    pub config: HealthConfig,
+}
+
+/// What the live replicas' configurations say about who may decide
+/// ([`crate::service::ConfigReport`]). While they differ, an operator's action counts only
+/// if every one allows it.
+#[derive(Serialize, ToSchema)]
+pub struct HealthConfig {
+    /// This replica's configuration: the first 12 hex digits of its fingerprint.
+    pub fingerprint: String,
+    /// Live replicas, this one included (1 with SQLite).
+    pub replicas: u64,
+    /// Distinct configurations among them.
+    pub configurations: u64,
+    /// Whether they all run this replica's configuration.
+    pub agree: bool,
+    /// What differs, by name and without ids (`route 'ops': approvers`); the log says
+    /// the values.
+    pub differences: Vec<String>,
+}
+
+fn ok_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(["ok"]))
+        .build()
+}

@@ -1,0 +1,325 @@
+//! The MCP server: approvals and questions as tools for any agent that speaks the Model
+//! Context Protocol.
+//!
+//! Every tool call becomes a request to the agents' HTTP API (`/v1/...`) with the
+//! agent's own bearer token, so an MCP agent gets the same authentication, limits,
+//! audit trail and metrics as any other: over stdio (`hitl-telegram mcp`) the requests
+//! go to a running service over HTTP, like `ask` and `claude-hook`; on the service's
+//! `/mcp` route they go straight into its router, in process. One pipeline either way.
+//!
+//! Fail closed, visibly: whatever keeps a call from being approved (a cancel, a
+//! timeout, an undeliverable question, a dead service, a refused request, arguments
+//! that are not valid) is a tool result whose first words are "NOT APPROVED" and that
+//! tells the model not to run the call, never a protocol error that a client might retry
+//! blindly. And it is true: a blocking call that cannot keep waiting (its long-poll
+//! refused by `max_long_polls`, the service gone) withdraws the question it asked before
+//! it says NOT APPROVED, so nobody approves a call that nobody runs; a decision that came
+//! first is reported as it is.
+//!
+//! An operator's deny reason reaches the model as their words, quoted as a JSON string
+//! ([`text::their_words`](crate::domain::text::their_words)), never as a sentence of ours.
+//!
+//! This file holds the tools themselves; what they take is `args.rs`, what the model
+//! reads back `answer.rs`, how a blocking tool waits (and withdraws its question when
+//! the call is cancelled) `wait.rs`, the API requests `v1.rs`, and the `/mcp` route
+//! `http.rs`.
+
+mod answer;
+mod args;
+mod http;
+mod v1;
+mod wait;
+
+pub use http::router;
+pub use v1::Api;
+
+use std::time::Duration;
+
+use axum::http::{Method, StatusCode};
+use rmcp::model::{CallToolResult, JsonObject};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
+use serde_json::{Value, json};
+
+use crate::domain::limits::{MAX_BODY_BYTES, MAX_LONG_POLL_SECONDS};
+use answer::{answer_text, decision_text, refused, text_result, unreachable};
+use args::{
+    AskHuman, GetDecision, NotifyHuman, RequestApproval, arguments, input_schema, not_valid,
+};
+use v1::{Answer, bearer_of};
+use wait::{Asked, blocks, is_terminal};
+
+/// How long one long-poll of the API waits before the tool reports progress and polls
+/// again: well under the 60 s many MCP clients allow a call without progress.
+const POLL: Duration = Duration::from_secs(10);
+/// The longest `wait_seconds` of `get_decision` (the API's long-poll cap).
+const MAX_WAIT_SECONDS: f64 = MAX_LONG_POLL_SECONDS;
+/// The largest MCP message (one POST to /mcp) accepted: the API's own body limit plus
+/// room for the JSON-RPC envelope.
+const MAX_MCP_BODY: usize = MAX_BODY_BYTES + 16 * 1024;
+/// Responses larger than this from the in-process API are refused (records are small).
+const MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// The MCP server: the tools below, each one or more API requests.
+#[derive(Clone)]
+pub struct HitlMcp {
+    api: Api,
+}
+
+impl HitlMcp {
+    pub fn new(api: Api) -> Self {
+        Self { api }
+    }
+}
+
+#[tool_router]
+impl HitlMcp {
+    #[tool(
+        description = "Ask a human on Telegram to approve a tool call BEFORE you run it. Call this \
+        for every side-effecting action (deploys, payments, deletions, messages to people). The \
+        human sees the tool and every parameter and taps Approve or Cancel. Run the call only if \
+        the result starts with APPROVED, and then with exactly the parameters it gives. Anything \
+        else (NOT APPROVED: cancelled, timeout, undeliverable, service down) means: do not run it.",
+        input_schema = input_schema::<RequestApproval>()
+    )]
+    async fn request_approval(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let named = args.get("tool").and_then(Value::as_str).map(str::to_owned);
+        let args: RequestApproval = match arguments(args) {
+            Ok(args) => args,
+            Err(why) => {
+                let what = named.as_deref().unwrap_or("the call");
+                return not_valid("request_approval", what, &why);
+            }
+        };
+        let bearer = bearer_of(&ctx);
+        let what = args.tool.clone();
+        let block = match blocks(args.wait.as_deref(), &what) {
+            Ok(block) => block,
+            Err(refusal) => return refusal,
+        };
+        let mut body = json!({"tool": args.tool, "params": args.params, "wait": "suspend"});
+        for (name, value) in [
+            ("template", args.template.map(Value::from)),
+            ("context", args.context.map(Value::from)),
+            ("window_seconds", args.window_seconds.map(Value::from)),
+            ("timeout_seconds", args.timeout_seconds.map(Value::from)),
+            ("route", args.route.map(Value::from)),
+            ("owner_id", args.owner_id.map(Value::from)),
+            ("idempotency_key", args.idempotency_key.map(Value::from)),
+        ] {
+            if let Some(value) = value {
+                body[name] = value;
+            }
+        }
+        let record = match self
+            .api
+            .call(
+                bearer.as_deref(),
+                Method::POST,
+                "/v1/confirmations",
+                Some(&body),
+            )
+            .await
+        {
+            Answer::Ok(s, record) if s.is_success() => record,
+            Answer::Ok(s, body) => return refused(&what, s, &body),
+            Answer::Unreachable(why) => return unreachable(&what, &why),
+        };
+        if !block || is_terminal(&record) {
+            return text_result(decision_text(&record), Some(&record), false);
+        }
+        let asked = Asked::Confirmation(record["id"].as_str().unwrap_or_default().to_owned());
+        self.wait_or_withdraw(&ctx, bearer.as_deref(), &asked, record, &what)
+            .await
+    }
+
+    #[tool(
+        description = "Wait for the decision on a request made with request_approval (or for the \
+        answer to ask_human) by its id, up to wait_seconds (at most 60). Use it to resume after \
+        wait=\"suspend\" or after your client gave up waiting. Run the call only if the result \
+        starts with APPROVED.",
+        input_schema = input_schema::<GetDecision>()
+    )]
+    async fn get_decision(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let args: GetDecision = match arguments(args) {
+            Ok(args) => args,
+            Err(why) => return not_valid("get_decision", "the call", &why),
+        };
+        let bearer = bearer_of(&ctx);
+        let wait = args.wait_seconds.unwrap_or(MAX_WAIT_SECONDS);
+        if !(wait.is_finite() && (0.0..=MAX_WAIT_SECONDS).contains(&wait)) {
+            return text_result(
+                "NOT APPROVED: wait_seconds must be a number from 0 to 60. Do not run the call."
+                    .into(),
+                None,
+                true,
+            );
+        }
+        // Confirmation ids start with cf_; anything else is an interaction_id.
+        let asked = if args.id.starts_with("cf_") {
+            Asked::Confirmation(args.id)
+        } else {
+            Asked::Interaction(args.id)
+        };
+        let waited = self
+            .api
+            .call(
+                bearer.as_deref(),
+                Method::GET,
+                &format!("{}?wait={wait}", asked.path()),
+                None,
+            )
+            .await;
+        let answer = match waited {
+            // The wait itself was refused (this agent's max_long_polls, a replica shutting
+            // down): the record is read as it is now, so a question still open is
+            // reported as open (NOT APPROVED YET), not as refused.
+            Answer::Ok(s, _)
+                if s == StatusCode::TOO_MANY_REQUESTS || s == StatusCode::SERVICE_UNAVAILABLE =>
+            {
+                self.api
+                    .call(bearer.as_deref(), Method::GET, &asked.path(), None)
+                    .await
+            }
+            answer => answer,
+        };
+        match answer {
+            Answer::Ok(s, r) if s.is_success() => text_result(asked.text(&r), Some(&r), false),
+            Answer::Ok(s, body) => refused("the call", s, &body),
+            Answer::Unreachable(why) => unreachable("the call", &why),
+        }
+    }
+
+    #[tool(
+        description = "Ask a human on Telegram a question and wait for the answer: free text, a \
+        choice among options (single_choice, multi_choice, poll) or a yes/no approval. Returns \
+        the answer (ANSWERED: ...) or NO ANSWER.",
+        input_schema = input_schema::<AskHuman>()
+    )]
+    async fn ask_human(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> CallToolResult {
+        const WHAT: &str = "anything that needs the answer";
+        let args: AskHuman = match arguments(args) {
+            Ok(args) => args,
+            Err(why) => return not_valid("ask_human", WHAT, &why),
+        };
+        let bearer = bearer_of(&ctx);
+        let block = match blocks(args.wait.as_deref(), WHAT) {
+            Ok(block) => block,
+            Err(refusal) => return refusal,
+        };
+        let interaction_id = args.idempotency_key.clone().unwrap_or_else(|| {
+            format!(
+                "mcp-{}",
+                crate::domain::ids::CallbackToken::generate().as_str()
+            )
+        });
+        let mut interaction = json!({
+            "interaction_id": interaction_id,
+            "question": args.question,
+            "interaction_type": args.interaction_type.as_deref().unwrap_or("free_text"),
+            "options": args.options.iter().map(|o| json!({"key": o.key, "label": o.label})).collect::<Vec<_>>(),
+        });
+        if let Some(t) = args.timeout_seconds {
+            interaction["timeout"] = json!(t);
+        }
+        let mut body = json!({"interaction": interaction});
+        if let Some(route) = args.route {
+            body["route"] = json!(route);
+        }
+        let record = match self
+            .api
+            .call(
+                bearer.as_deref(),
+                Method::POST,
+                "/v1/interactions",
+                Some(&body),
+            )
+            .await
+        {
+            Answer::Ok(s, record) if s.is_success() => record,
+            Answer::Ok(s, body) => return refused(WHAT, s, &body),
+            Answer::Unreachable(why) => return unreachable(WHAT, &why),
+        };
+        if !block {
+            return text_result(answer_text(&record), Some(&record), false);
+        }
+        let asked = Asked::Interaction(interaction_id);
+        self.wait_or_withdraw(&ctx, bearer.as_deref(), &asked, record, WHAT)
+            .await
+    }
+
+    #[tool(
+        description = "Send a one-way message to the humans on Telegram (no answer expected), \
+        e.g. to report what you did.",
+        input_schema = input_schema::<NotifyHuman>()
+    )]
+    async fn notify_human(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let args: NotifyHuman = match arguments(args) {
+            Ok(args) => args,
+            Err(why) => {
+                return text_result(
+                    format!("NOT SENT: the arguments of notify_human are not valid ({why})."),
+                    None,
+                    true,
+                );
+            }
+        };
+        let bearer = bearer_of(&ctx);
+        let mut body = json!({"message": args.message});
+        if let Some(route) = args.route {
+            body["route"] = json!(route);
+        }
+        match self
+            .api
+            .call(
+                bearer.as_deref(),
+                Method::POST,
+                "/v1/notifications",
+                Some(&body),
+            )
+            .await
+        {
+            Answer::Ok(s, _) if s.is_success() => {
+                text_result("SENT: the message is in Telegram.".into(), None, false)
+            }
+            Answer::Ok(s, body) => text_result(
+                format!(
+                    "NOT SENT: the service refused it ({} {}).",
+                    s.as_u16(),
+                    body["error"]["message"].as_str().unwrap_or("")
+                ),
+                None,
+                true,
+            ),
+            Answer::Unreachable(why) => text_result(format!("NOT SENT: {why}."), None, true),
+        }
+    }
+}
+
+#[tool_handler(
+    name = "hitl-telegram",
+    instructions = "Human approval on Telegram. Before any side-effecting tool call, call \
+    request_approval with the exact tool name and parameters, and run the call only if the \
+    result starts with APPROVED. Use ask_human for questions and notify_human for reports."
+)]
+impl ServerHandler for HitlMcp {}
+
+/// Serves the tools over stdio until the client closes the stream.
+pub async fn serve_stdio(api: Api) -> anyhow::Result<()> {
+    use rmcp::ServiceExt as _;
+    let running = HitlMcp::new(api).serve(rmcp::transport::stdio()).await?;
+    running.waiting().await?;
+    Ok(())
+}

@@ -1,0 +1,195 @@
+//! An interaction's message (a choice, a vote, a form): its question, context, options,
+//! progress and deadline, and the call it carries shown as a confirmation shows it.
+
+use serde_json::Value;
+
+use crate::domain::confirmation::{Confirmation, operator_time as date_time};
+use crate::domain::interaction::{
+    ConsensusMode, Interaction, InteractionType, Severity, TimeoutAction,
+};
+use crate::service::View;
+
+use super::params::params_block;
+use super::question::{Parts, attached_note, context_block, summary, window_disclosure};
+use super::{
+    BRIEFING_BUDGET, OUTCOME_RESERVE, TELEGRAM_MAX_CHARS, cut_note, escalation_line, flag, quoted,
+    shown, shown_within, units, window_duration,
+};
+
+/// What happens when nobody answers by the deadline, when that is not simply "nothing":
+/// silence must never be a hidden yes.
+fn timeout_disclosure(r: &Confirmation, i: &Interaction) -> String {
+    let deadline = date_time(r.expires_at);
+    match i.timeout_action {
+        TimeoutAction::Default => {
+            let value = &i.default_response;
+            let approves = match (i.kind, value) {
+                (InteractionType::Approval, Value::Bool(b)) => *b,
+                (InteractionType::Approval, _) => false,
+                // A form's default is its values: silence approves them.
+                (InteractionType::Form, v) => !v.is_null(),
+                _ => false,
+            };
+            let shown_value = match (i.kind, value) {
+                (InteractionType::Approval, Value::Bool(true)) => "Approve".to_owned(),
+                (InteractionType::Approval, _) => "Reject".to_owned(),
+                _ => summary(r, value),
+            };
+            let warn = if approves { "⚠️ " } else { "" };
+            format!(
+                "\n\n{warn}<b>If nobody answers by {deadline}: {shown_value}</b>{}",
+                if approves { " (silence approves)" } else { "" }
+            )
+        }
+        TimeoutAction::Escalate => {
+            format!("\n\n<i>If nobody answers by {deadline}, the agent escalates.</i>")
+        }
+        TimeoutAction::Retry => {
+            format!("\n\n<i>If nobody answers by {deadline}, the agent asks again.</i>")
+        }
+        TimeoutAction::Cancel => String::new(),
+    }
+}
+
+/// The call an interaction carries, shown as a confirmation shows it: tool, owner,
+/// every parameter and the window disclosure. Returns the block and whether it cut
+/// anything (then the file goes along).
+fn call_block(r: &Confirmation, budget: usize) -> (String, bool) {
+    let mut out = format!(
+        "\n\n🔧 Tool: <code>{}</code>{}\n👤 Owner: <code>{}</code>{}\n<b>Parameters</b>\n",
+        shown(r.tool.as_str()),
+        flag(r.tool.as_str()),
+        shown(r.owner_id.as_str()),
+        flag(r.owner_id.as_str()),
+    );
+    let attached = attached_note(r);
+    let disclosure = if r.interaction.as_ref().map(|i| i.kind) == Some(InteractionType::Approval) {
+        window_disclosure(r)
+    } else {
+        String::new()
+    };
+    let room = budget.saturating_sub(units(&out) + units(&attached) + units(&disclosure));
+    let (block, cut) = params_block(&r.params_json, room);
+    out.push_str(&block);
+    if cut {
+        out.push_str(&attached);
+    }
+    out.push_str(&disclosure);
+    (out, cut)
+}
+
+/// The text of an interaction: question, context, options, progress and deadline.
+pub(super) fn interaction_text(r: &Confirmation, i: &Interaction, view: &View) -> String {
+    interaction_parts(r, i, view).text
+}
+
+pub(super) fn interaction_parts(r: &Confirmation, i: &Interaction, view: &View) -> Parts {
+    let badge = match i.severity {
+        Severity::Critical => "🚨 ",
+        Severity::High => "⚠️ ",
+        Severity::Low | Severity::Normal => "",
+    };
+    let from = i.source_agent.as_deref().unwrap_or(&r.agent);
+    let (question, question_cut) = quoted(
+        &format!(
+            "{badge}❓ <b>Question</b> from <code>{}</code>{}",
+            shown_within(from, 200).0,
+            flag(from)
+        ),
+        &i.question,
+        BRIEFING_BUDGET,
+        "the question",
+    );
+    let mut text = question;
+    text.push_str(&context_block(i.context.as_deref()));
+    let mut cut = false;
+    if r.has_call {
+        let (block, call_cut) = call_block(
+            r,
+            TELEGRAM_MAX_CHARS.saturating_sub(units(&text) + OUTCOME_RESERVE + 600),
+        );
+        text.push_str(&block);
+        cut = call_cut || question_cut;
+    } else if i.kind == InteractionType::Approval {
+        text.push_str(
+            "\n\nℹ️ <i>The agent sent no parameters: only its question is shown. Approve only what the question itself says.</i>",
+        );
+        if r.window_seconds > 0 {
+            let duration = window_duration(r.window_seconds);
+            text.push_str(&format!(
+                "\n\n🪟 <b>Approving also lets identical calls through for {duration}</b> after your tap: the agent keeps this window itself, so it cannot be shortened or revoked from here."
+            ));
+        }
+    }
+    match i.kind {
+        InteractionType::SingleChoice | InteractionType::MultiChoice | InteractionType::Poll => {
+            let described: Vec<String> = i
+                .options
+                .iter()
+                .filter_map(|o| {
+                    let d = o.description.as_deref()?;
+                    Some(format!(
+                        "• <b>{}</b>{}: {}",
+                        shown_within(&o.label, 100).0,
+                        flag(&o.label),
+                        shown_within(d, 200).0
+                    ))
+                })
+                .collect();
+            if !described.is_empty() {
+                text.push_str("\n\n");
+                text.push_str(&described.join("\n"));
+            }
+            if i.kind == InteractionType::MultiChoice {
+                text.push_str("\n\n☑ <i>Tick every option that applies, then tap Done.</i>");
+            }
+        }
+        InteractionType::FreeText => {
+            text.push_str("\n\n💬 <i>Reply to this message with your answer.</i>");
+        }
+        InteractionType::Form => {
+            let values = Value::Object(i.form_values.clone());
+            let pretty = serde_json::to_string_pretty(&values).unwrap_or_default();
+            let (shown, omitted) = shown_within(&pretty, 1500);
+            text.push_str("\n\n<b>Values</b>\n<pre>");
+            text.push_str(&shown);
+            text.push_str("</pre>");
+            if omitted > 0 {
+                text.push_str(&cut_note(omitted, "values"));
+            }
+            text.push_str(
+                "\n✏️ <i>Editing is not available in Telegram: Approve answers with the values shown; Cancel answers with none.</i>",
+            );
+        }
+        InteractionType::Approval => {}
+    }
+    if view.expected > 1 || !r.answers.is_empty() {
+        let people = r.answers.iter().filter(|a| !a.is_default).count();
+        if view.expected > 1 {
+            text.push_str(&format!("\n\n👥 {people} of {} answered", view.expected));
+            if i.consensus == ConsensusMode::Quorum && i.kind == InteractionType::Approval {
+                text.push_str(" · one no ends it (veto)");
+            }
+        }
+        if i.kind == InteractionType::Poll && view.group && people > 0 {
+            text.push_str("\n📊 ");
+            let tally: Vec<String> = i
+                .options
+                .iter()
+                .map(|o| {
+                    let n = r
+                        .answers
+                        .iter()
+                        .filter(|a| a.value.as_str() == Some(o.key.as_str()))
+                        .count();
+                    format!("{}: {n}", shown_within(&o.label, 60).0)
+                })
+                .collect();
+            text.push_str(&tally.join(" · "));
+        }
+    }
+    text.push_str(&timeout_disclosure(r, i));
+    text.push_str(&format!("\n\n⏳ Deadline: {}", date_time(r.expires_at)));
+    text.push_str(&escalation_line(view));
+    Parts { text, cut }
+}

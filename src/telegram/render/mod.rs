@@ -1,0 +1,315 @@
+//! What operators see: the question's text (HTML parse mode), its buttons, and the line
+//! that records the outcome.
+//!
+//! What is shown is what is there. Everything that came from an agent is HTML-escaped
+//! (`<b>` shows as `<b>`), and every invisible or layout-changing character in it is
+//! shown as a visible escape (`\u202e`; see [`crate::domain::text`]); words that mix
+//! scripts are flagged with ⚠️. The agent's own words (its briefing, context, question)
+//! sit in quote blocks under a label, so nothing in them can pose as a line of the
+//! service's own layout.
+//!
+//! Nothing is hidden by length. Telegram refuses messages over 4096 characters, so long
+//! parameter values are cut one by one, each with its length and a short hash, keeping
+//! every key and every short value in sight; whenever anything is cut, the full
+//! parameters go along as a file replying to the question ([`attachment`]), and the
+//! message says so and names the argument hash.
+//!
+//! By what a message holds: the parameters block and the attached file (`params.rs`),
+//! a confirmation's text and outcome line (`question.rs`), an interaction's
+//! (`interaction.rs`), and the buttons with their callback data (`keyboard.rs`). This
+//! file holds the escaping every part shares and puts a message together ([`render`]),
+//! with the messages that reply to a question.
+
+mod interaction;
+mod keyboard;
+mod params;
+mod question;
+#[cfg(test)]
+mod tests;
+
+use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup};
+use teloxide::utils::html::escape;
+use time::OffsetDateTime;
+
+use crate::domain::confirmation::{Confirmation, operator_time as date_time};
+use crate::domain::interaction::InteractionType;
+use crate::domain::text::{self, Layout};
+use crate::service::{TapAction, View};
+
+use interaction::interaction_text;
+use keyboard::{approve_keyboard, button_label, rows};
+use question::decided_text_in;
+
+pub use keyboard::{
+    APPROVE_LABEL, APPROVE_ONCE_LABEL, CANCEL_LABEL, DENY_WITH_REASON_LABEL, DONE_LABEL,
+    REJECT_LABEL, callback_data, extend_label, parse_callback_data,
+};
+pub use params::{Attachment, attachment};
+pub use question::{decided_text, notification_text, outcome_line, question_text};
+
+/// Telegram's limit on a message's text.
+pub const TELEGRAM_MAX_CHARS: usize = 4096;
+/// Room kept free for the outcome line appended when the request ends (and the
+/// escalation note).
+const OUTCOME_RESERVE: usize = 700;
+/// The most of an operator's reason the outcome line shows (UTF-16 units, escaped);
+/// the agent gets all of it.
+const REASON_SHOWN: usize = 280;
+const BRIEFING_BUDGET: usize = 1200;
+const CONTEXT_BUDGET: usize = 800;
+/// Longer agent texts go in an expandable quote: the message stays readable on a
+/// phone, and a tap shows the rest.
+const EXPANDABLE_FROM: usize = 400;
+/// The widest a parameter value is shown before it is cut; narrower caps are tried in
+/// turn until every key fits.
+const VALUE_CAPS: [usize; 5] = [200, 80, 32, 12, 0];
+
+/// Telegram counts message length in UTF-16 code units.
+fn units(s: &str) -> usize {
+    s.encode_utf16().count()
+}
+
+/// Agent text for one line of our layout: invisible characters as escapes, then HTML.
+fn shown(s: &str) -> String {
+    escape(&text::visible(s, Layout::Line))
+}
+
+/// A ⚠️ after a value whose words mix scripts (a Cyrillic `а` in a Latin word).
+fn flag(s: &str) -> &'static str {
+    if text::mixes_scripts(s) {
+        " ⚠️ <i>mixed scripts</i>"
+    } else {
+        ""
+    }
+}
+
+/// Escapes `s`, keeping at most `budget` UTF-16 units of escaped output; returns the text
+/// and how many characters were left out. `s` is already made visible.
+fn escape_within(s: &str, budget: usize) -> (String, usize) {
+    let mut out = String::new();
+    let mut used = 0;
+    for (i, c) in s.char_indices() {
+        let piece = escape(c.encode_utf8(&mut [0u8; 4]));
+        let n = units(&piece);
+        if used + n > budget {
+            return (out, s[i..].chars().count());
+        }
+        used += n;
+        out.push_str(&piece);
+    }
+    (out, 0)
+}
+
+/// [`shown`] within a budget (see [`escape_within`]).
+fn shown_within(s: &str, budget: usize) -> (String, usize) {
+    escape_within(&text::visible(s, Layout::Line), budget)
+}
+
+fn cut_note(omitted: usize, what: &str) -> String {
+    format!("\n✂️ <i>{omitted} more characters of {what} not shown.</i>")
+}
+
+/// The agent's own words, in a quote block under `label`: plain newlines stay inside
+/// the block, everything else invisible is escaped, and a long text is cut with a note
+/// (the flag says so).
+fn quoted(label: &str, s: &str, budget: usize, what: &str) -> (String, bool) {
+    let visible = text::visible(s, Layout::Quoted);
+    let (body, omitted) = escape_within(&visible, budget);
+    let open = if visible.chars().count() > EXPANDABLE_FROM || visible.lines().count() > 6 {
+        "<blockquote expandable>"
+    } else {
+        "<blockquote>"
+    };
+    let mut out = format!("{label}{}\n{open}{body}</blockquote>", flag(s));
+    if omitted > 0 {
+        out.push_str(&cut_note(omitted, what));
+    }
+    (out, omitted > 0)
+}
+
+fn clock(t: OffsetDateTime) -> String {
+    let f = time::macros::format_description!("[hour]:[minute]:[second] UTC");
+    t.format(&f).unwrap_or_default()
+}
+
+/// "10 min", "2 h", "1 day 6 h": a window's length as an operator reads it.
+pub fn window_duration(seconds: u64) -> String {
+    let (d, h, m, s) = (
+        seconds / 86_400,
+        seconds % 86_400 / 3600,
+        seconds % 3600 / 60,
+        seconds % 60,
+    );
+    let mut parts = Vec::new();
+    if d > 0 {
+        parts.push(format!("{d} day{}", if d == 1 { "" } else { "s" }));
+    }
+    if h > 0 {
+        parts.push(format!("{h} h"));
+    }
+    if m > 0 {
+        parts.push(format!("{m} min"));
+    }
+    if s > 0 || parts.is_empty() {
+        parts.push(format!("{s} s"));
+    }
+    parts.join(" ")
+}
+
+/// The label of the button that approves with the window.
+pub fn approve_for_label(seconds: u64) -> String {
+    format!("✅ Approve for {}", window_duration(seconds))
+}
+
+/// A mention Telegram notifies: a link to the user by id, with their name.
+fn mention(user_id: u64, name: &str) -> String {
+    format!(
+        "<a href=\"tg://user?id={user_id}\">{}</a>",
+        shown_within(name, 64).0
+    )
+}
+
+/// The question in a few words, for the messages that reply to it.
+fn what(r: &Confirmation) -> String {
+    match r.interaction.as_deref() {
+        Some(i) if !r.has_call => format!("“{}”", shown_within(&i.question, 120).0),
+        _ => format!("<code>{}</code>", shown_within(r.tool.as_str(), 120).0),
+    }
+}
+
+/// The message that asks the person who tapped "Deny with reason" for it.
+pub fn reason_prompt_text(r: &Confirmation, user_id: u64, name: &str) -> String {
+    format!(
+        "✋ {}, why deny {} (<code>{}</code>)? <b>Reply to this message</b> with your reason by {}. The agent receives it; until it is in, the request stays open and anyone may still decide.",
+        mention(user_id, name),
+        what(r),
+        r.id,
+        date_time(r.expires_at)
+    )
+}
+
+/// The reminder of a question still pending, naming who has not answered.
+pub fn reminder_text(r: &Confirmation, waiting: &[crate::service::Mention]) -> String {
+    let mut text = format!(
+        "⏰ <b>Still waiting for a decision</b> on {} from <code>{}</code>. Deadline: {}.",
+        what(r),
+        shown_within(&r.agent, 64).0,
+        date_time(r.expires_at)
+    );
+    if !waiting.is_empty() {
+        let shown: Vec<String> = waiting
+            .iter()
+            .take(crate::service::MAX_MENTIONS)
+            .map(|m| {
+                // Unnamed only when neither `[people]` nor Telegram could name them.
+                let name = m.name.clone().unwrap_or_else(|| m.user_id.to_string());
+                mention(m.user_id, &name)
+            })
+            .collect();
+        text.push_str("\n👥 ");
+        text.push_str(&shown.join(", "));
+        let more = waiting.len().saturating_sub(crate::service::MAX_MENTIONS);
+        if more > 0 {
+            text.push_str(&format!(" and {more} more"));
+        }
+    }
+    text
+}
+
+/// Where the question was escalated, on each of its messages.
+fn escalation_line(view: &View) -> String {
+    match &view.escalation {
+        Some(e) if e.here => format!(
+            "\n\n⤴️ <b>Escalated</b> from route <code>{}</code> at {}: nobody there decided in time.",
+            shown_within(&e.from_route, 64).0,
+            clock(e.at)
+        ),
+        Some(e) => format!(
+            "\n\n⤴️ <b>Escalated</b> to route <code>{}</code> at {}: a decision there counts here too.",
+            shown_within(&e.to_route, 64).0,
+            clock(e.at)
+        ),
+        None => String::new(),
+    }
+}
+
+/// What goes under a message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Markup {
+    Keyboard(InlineKeyboardMarkup),
+    /// A free-text question: the client opens a reply to the message.
+    ForceReply,
+    /// The question ended: no buttons.
+    None,
+}
+
+/// The message of a question as it stands: its text and what goes under it.
+pub fn render(r: &Confirmation, view: &View) -> (String, Markup) {
+    let Some(i) = r.interaction.as_deref() else {
+        let markup = if r.is_terminal() {
+            Markup::None
+        } else {
+            Markup::Keyboard(approve_keyboard(
+                &r.callback_token,
+                CANCEL_LABEL,
+                r.window_seconds,
+                view,
+            ))
+        };
+        return (decided_text_in(r, view), markup);
+    };
+    let mut text = interaction_text(r, i, view);
+    if let Some(line) = outcome_line(r) {
+        text.push_str("\n\n");
+        text.push_str(&line);
+        return (text, Markup::None);
+    }
+    let token = &r.callback_token;
+    // Only a call's approval offers the window: AI-Parrot's guard records it.
+    let window = if r.has_call { r.window_seconds } else { 0 };
+    let markup = match i.kind {
+        InteractionType::Approval => {
+            Markup::Keyboard(approve_keyboard(token, REJECT_LABEL, window, view))
+        }
+        InteractionType::Form => Markup::Keyboard(approve_keyboard(token, CANCEL_LABEL, 0, view)),
+        InteractionType::FreeText => Markup::ForceReply,
+        InteractionType::SingleChoice | InteractionType::Poll => {
+            let buttons = i
+                .options
+                .iter()
+                .enumerate()
+                .map(|(n, o)| {
+                    InlineKeyboardButton::callback(
+                        button_label(&o.label),
+                        callback_data(TapAction::Choose(n as u8), token),
+                    )
+                })
+                .collect();
+            Markup::Keyboard(InlineKeyboardMarkup::new(rows(i, buttons)))
+        }
+        InteractionType::MultiChoice => {
+            let mut rows: Vec<Vec<InlineKeyboardButton>> = i
+                .options
+                .iter()
+                .enumerate()
+                .map(|(n, o)| {
+                    let mark = if view.selection.contains(&o.key) {
+                        "☑"
+                    } else {
+                        "☐"
+                    };
+                    vec![InlineKeyboardButton::callback(
+                        format!("{mark} {}", button_label(&o.label)),
+                        callback_data(TapAction::Toggle(n as u8), token),
+                    )]
+                })
+                .collect();
+            rows.push(vec![InlineKeyboardButton::callback(
+                DONE_LABEL,
+                callback_data(TapAction::Done, token),
+            )]);
+            Markup::Keyboard(InlineKeyboardMarkup::new(rows))
+        }
+    };
+    (text, markup)
+}

@@ -1,0 +1,258 @@
+//! A confirmation's message: the question as first posted (briefing, parameters,
+//! context, the window Approve also allows), the outcome line appended when it ends,
+//! and a notification's text.
+
+use serde_json::Value;
+
+use crate::domain::confirmation::{Confirmation, Status, Via, operator_time as date_time};
+use crate::domain::interaction::{InteractionType, Scope};
+use crate::domain::text::{self, Layout};
+use crate::service::View;
+
+use super::params::params_block;
+use super::{
+    BRIEFING_BUDGET, CONTEXT_BUDGET, EXPANDABLE_FROM, OUTCOME_RESERVE, REASON_SHOWN,
+    TELEGRAM_MAX_CHARS, clock, cut_note, escalation_line, escape_within, flag, quoted, shown,
+    shown_within, units, window_duration,
+};
+
+/// The agent's context, quoted under its label; nothing when there is none.
+pub(super) fn context_block(context: Option<&str>) -> String {
+    match context.filter(|c| !c.trim().is_empty()) {
+        Some(c) => {
+            let (block, _) = quoted(
+                "📝 <i>Context from the agent:</i>",
+                c,
+                CONTEXT_BUDGET,
+                "context",
+            );
+            format!("\n\n{block}")
+        }
+        None => String::new(),
+    }
+}
+
+/// Said under parameters that were cut: where the rest is, and the hash to check it by.
+pub(super) fn attached_note(r: &Confirmation) -> String {
+    format!(
+        "\n📎 <i>Long values are shortened (each with its length and hash). The full parameters are attached below as a file.</i>\n🔑 Args hash: <code>{}</code>",
+        r.args_hash
+    )
+}
+
+/// The question's text and whether anything in it was cut.
+pub(super) struct Parts {
+    pub(super) text: String,
+    pub(super) cut: bool,
+}
+
+/// The question as first posted. Deterministic for a given record, so the outcome edit
+/// can rebuild it and append one line.
+pub fn question_text(r: &Confirmation) -> String {
+    question_parts(r).text
+}
+
+/// The window disclosure: what Approve also allows, with the duration and the latest
+/// absolute end time (a window runs from the tap, and the tap comes before the deadline).
+pub(super) fn window_disclosure(r: &Confirmation) -> String {
+    if r.window_seconds == 0 {
+        return String::new();
+    }
+    let duration = window_duration(r.window_seconds);
+    let latest = r.expires_at + std::time::Duration::from_secs(r.window_seconds);
+    let mut out = format!(
+        "\n\n🪟 <b>Approve for {duration}</b> also lets identical calls (same tool, owner and arguments) through without asking, for {duration} after your tap: until {} at the latest. <b>Approve once</b> allows this call only.",
+        date_time(latest)
+    );
+    if let Some(asked) = r.window_requested_seconds {
+        out.push_str(&format!(
+            "\n<i>The agent asked for {}; this route allows at most {duration}.</i>",
+            window_duration(asked)
+        ));
+    }
+    out
+}
+
+pub(super) fn question_parts(r: &Confirmation) -> Parts {
+    let mut head = format!(
+        "🛂 <b>Confirmation required</b>\n🔧 Tool: <code>{}</code>{}\n🤖 Agent: <code>{}</code>{}\n👤 Owner: <code>{}</code>{}\n\n",
+        shown(r.tool.as_str()),
+        flag(r.tool.as_str()),
+        shown(&r.agent),
+        flag(&r.agent),
+        shown(r.owner_id.as_str()),
+        flag(r.owner_id.as_str()),
+    );
+    let (briefing, briefing_cut) = quoted(
+        "💬 <i>The agent describes the call:</i>",
+        &r.briefing,
+        BRIEFING_BUDGET,
+        "the briefing",
+    );
+    head.push_str(&briefing);
+    head.push_str(&context_block(r.context.as_deref()));
+    if r.allow_edit {
+        head.push_str(
+            "\n\n✏️ <i>Editing is not available in Telegram: this call can only be approved or cancelled exactly as shown.</i>",
+        );
+    }
+    head.push_str("\n\n<b>Parameters</b>\n");
+    let mut tail = window_disclosure(r);
+    tail.push_str(&format!("\n\n⏳ Deadline: {}", date_time(r.expires_at)));
+    let attached = attached_note(r);
+    // The parameters get whatever room is left, less the note that they were cut.
+    let fixed = units(&head) + units(&tail) + units(&attached) + OUTCOME_RESERVE;
+    let (block, cut) = params_block(&r.params_json, TELEGRAM_MAX_CHARS.saturating_sub(fixed));
+    // A cut briefing (it renders parameters) sends the file along too.
+    let cut = cut || briefing_cut;
+    let mut text = head;
+    text.push_str(&block);
+    if cut {
+        text.push_str(&attached);
+    }
+    text.push_str(&tail);
+    Parts { text, cut }
+}
+
+/// The line appended when the request ends, or `None` while it is pending.
+pub fn outcome_line(r: &Confirmation) -> Option<String> {
+    let at = r.decided_at.map(clock).unwrap_or_default();
+    let by = r
+        .decided_by
+        .as_ref()
+        .map(|op| shown(&op.to_string()))
+        .unwrap_or_default();
+    Some(match (r.status, r.via) {
+        (Status::Pending, _) => return None,
+        (Status::Confirmed, Some(Via::Operator)) => match (r.approved_scope(), r.window_until()) {
+            (Some(Scope::Window(seconds)), Some(until)) => format!(
+                "✅ <b>Approved by {by} for {}</b> at {at}: identical calls pass until {}. Close it early with /revoke {}",
+                window_duration(seconds),
+                date_time(until),
+                r.id
+            ),
+            _ if r.window_seconds > 0 => {
+                format!("✅ <b>Approved once by {by}</b> at {at}: no window opened")
+            }
+            _ => format!("✅ <b>Approved by {by}</b> at {at}"),
+        },
+        (Status::Confirmed, _) => format!("✅ <b>Confirmed</b> at {at}"),
+        (Status::Cancelled, Some(Via::Operator)) => match &r.denial_reason {
+            Some(reason) => format!(
+                "❌ <b>Denied by {by}</b> at {at}: {}",
+                shown_within(reason, REASON_SHOWN).0
+            ),
+            None => format!("❌ <b>Cancelled by {by}</b> at {at}"),
+        },
+        (Status::Cancelled, Some(Via::Withdrawn)) => "↩ <b>Withdrawn by the agent</b>".to_owned(),
+        (Status::Cancelled, _) => {
+            let (reason, _) = shown_within(&r.reason, OUTCOME_RESERVE - 60);
+            format!("❌ <b>Cancelled</b>: {reason}")
+        }
+        (Status::Timeout, _) if r.interaction.is_some() => match r.timeout_action {
+            Some(action) => format!(
+                "⏱ <b>Timed out</b>: nobody answered in time ({} requested)",
+                action.as_str()
+            ),
+            None => "⏱ <b>Timed out</b>: nobody answered in time".to_owned(),
+        },
+        (Status::Timeout, _) => "⏱ <b>Timed out: not executed</b>".to_owned(),
+        (Status::Completed, Some(Via::Timeout)) => format!(
+            "⏱ <b>Timed out</b>: the default answer applies: {}",
+            summary(r, r.result.as_ref().unwrap_or(&Value::Null))
+        ),
+        (Status::Completed, _) => {
+            let value = r.result.as_ref().unwrap_or(&Value::Null);
+            if value.get("conflict") == Some(&Value::Bool(true)) {
+                "⚖️ <b>No agreement</b>: the answers differ".to_owned()
+            } else {
+                // A no (a rejected approval, a cancelled form) is not shown with a tick.
+                let no = matches!(
+                    (r.kind(), value),
+                    (InteractionType::Approval, Value::Bool(false))
+                        | (InteractionType::Form, Value::Null)
+                );
+                let mark = if no { "❌" } else { "✅" };
+                let scope = match r.approved_scope() {
+                    Some(Scope::Once) if r.window_seconds > 0 => " once".to_owned(),
+                    Some(Scope::Window(s)) => format!(" for {}", window_duration(s)),
+                    _ => String::new(),
+                };
+                let why = match &r.denial_reason {
+                    Some(reason) => format!(": {}", shown_within(reason, REASON_SHOWN).0),
+                    None => String::new(),
+                };
+                match r.decided_by {
+                    Some(_) => format!(
+                        "{mark} <b>{}{scope}</b> — {by} at {at}{why}",
+                        summary(r, value)
+                    ),
+                    None => format!("{mark} <b>{}{scope}</b> at {at}{why}", summary(r, value)),
+                }
+            }
+        }
+    })
+}
+
+/// An answer in words, escaped and cut to fit the outcome line.
+pub(super) fn summary(r: &Confirmation, value: &Value) -> String {
+    let label = |key: &str| {
+        r.interaction
+            .as_ref()
+            .and_then(|i| i.options.iter().find(|o| o.key == key))
+            .map_or_else(|| key.to_owned(), |o| o.label.clone())
+    };
+    let text = match (r.kind(), value) {
+        (InteractionType::Approval, Value::Bool(true)) => "Approved".to_owned(),
+        (InteractionType::Approval, _) => "Rejected".to_owned(),
+        (InteractionType::Form, Value::Null) => "Cancelled".to_owned(),
+        (InteractionType::Form, _) => "Approved as shown".to_owned(),
+        (_, Value::String(s)) if r.kind() == InteractionType::FreeText => format!("“{s}”"),
+        (_, Value::String(key)) => label(key),
+        (_, Value::Array(keys)) => keys
+            .iter()
+            .map(|k| k.as_str().map_or_else(|| k.to_string(), label))
+            .collect::<Vec<_>>()
+            .join(", "),
+        (_, Value::Null) => "no answer".to_owned(),
+        (_, other) => other.to_string(),
+    };
+    shown_within(&text, 200).0
+}
+
+/// The message after the request ended: the question, then its outcome.
+pub fn decided_text(r: &Confirmation) -> String {
+    decided_text_in(r, &View::default())
+}
+
+/// [`decided_text`] as one message of it shows it (`view`: its escalation note).
+pub(super) fn decided_text_in(r: &Confirmation, view: &View) -> String {
+    let mut text = question_text(r);
+    text.push_str(&escalation_line(view));
+    if let Some(line) = outcome_line(r) {
+        text.push_str("\n\n");
+        text.push_str(&line);
+    }
+    text
+}
+
+/// A notification (`POST /v1/notifications`): framed as the agent's words, in a quote
+/// under its name, so it cannot pose as a question or an outcome of the service.
+pub fn notification_text(agent: &str, message: &str) -> String {
+    let visible = text::visible(message, Layout::Quoted);
+    let (body, omitted) = escape_within(&visible, TELEGRAM_MAX_CHARS - 200);
+    let open = if visible.chars().count() > EXPANDABLE_FROM {
+        "<blockquote expandable>"
+    } else {
+        "<blockquote>"
+    };
+    let mut out = format!(
+        "🔔 <i>Message from</i> <code>{}</code>:{}\n{open}{body}</blockquote>",
+        shown(agent),
+        flag(message)
+    );
+    if omitted > 0 {
+        out.push_str(&cut_note(omitted, "the message"));
+    }
+    out
+}

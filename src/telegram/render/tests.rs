@@ -1,0 +1,149 @@
+use sha2::{Digest, Sha256};
+
+use super::*;
+use crate::domain::args_hash::ArgsHash;
+use crate::domain::confirmation::{Operator, PENDING_REASON, Status, Via};
+use crate::domain::ids::{CallbackToken, ConfirmationId, OwnerId, ToolName};
+use crate::domain::python;
+use crate::service::TapAction;
+
+fn record(params_json: &str) -> Confirmation {
+    let params = python::json::parse_object(params_json).unwrap();
+    let t = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+    Confirmation {
+        id: ConfirmationId::generate(),
+        agent: "bot".into(),
+        route: "ops".into(),
+        chat_id: -100,
+        tool: ToolName::parse("deploy").unwrap(),
+        owner_id: OwnerId::anonymous(),
+        args_hash: ArgsHash::of(&params),
+        params_json: params_json.into(),
+        briefing: "Deploy <b>now</b> & then".into(),
+        context: Some("</pre> context".into()),
+        allow_edit: false,
+        window_seconds: 0,
+        window_requested_seconds: None,
+        approved_once: false,
+        has_call: false,
+        idempotency_key: None,
+        callback_token: CallbackToken::generate(),
+        callback_url: None,
+        message_id: None,
+        status: Status::Pending,
+        via: None,
+        reason: PENDING_REASON.into(),
+        decided_by: None,
+        created_at: t,
+        expires_at: t + time::Duration::minutes(2),
+        decided_at: None,
+        interaction: None,
+        result: None,
+        timeout_action: None,
+        answers: Vec::new(),
+        copies: Vec::new(),
+        strays: Vec::new(),
+        denial_reason: None,
+        progress: Default::default(),
+    }
+}
+
+#[test]
+fn agent_text_is_escaped_and_shown_literally() {
+    let text = question_text(&record(r#"{"html": "<b>x</b> &amp;"}"#));
+    assert!(
+        text.contains("Deploy &lt;b&gt;now&lt;/b&gt; &amp; then"),
+        "{text}"
+    );
+    assert!(text.contains("&lt;/pre&gt; context"), "{text}");
+    assert!(text.contains("&lt;b&gt;x&lt;/b&gt; &amp;amp;"), "{text}");
+}
+
+#[test]
+fn a_huge_value_is_cut_alone_with_its_length_and_hash_and_the_decided_message_fits() {
+    let big = format!(
+        r#"{{"blob": "{}", "amount": 1000000, "to": "ACME"}}"#,
+        "<&>".repeat(5000)
+    );
+    let mut r = record(&big);
+    let text = question_text(&r);
+    assert!(
+        units(&text) <= TELEGRAM_MAX_CHARS - OUTCOME_RESERVE,
+        "{}",
+        units(&text)
+    );
+    let digest = hex::encode(Sha256::digest("<&>".repeat(5000).as_bytes()));
+    for needle in [
+        "\"amount\": 1000000",
+        "\"to\": \"ACME\"",
+        &format!("✂️ 15000 chars, sha256 {}", &digest[..8]),
+        "attached below",
+        r.args_hash.as_str(),
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in {text}");
+    }
+    let file = attachment(&r).expect("a cut message sends the parameters along");
+    let canonical = python::json::dumps_sorted_dict(&python::json::parse_object(&big).unwrap());
+    assert_eq!(file.content, canonical.as_bytes());
+    assert_eq!(
+        hex::encode(Sha256::digest(&file.content)),
+        r.args_hash.as_str(),
+        "the file is exactly what the args hash covers"
+    );
+    assert!(attachment(&record(r#"{"a": 1}"#)).is_none());
+    r.status = Status::Confirmed;
+    r.via = Some(Via::Operator);
+    r.decided_at = Some(r.created_at);
+    r.decided_by = Some(Operator {
+        id: 1,
+        username: Some("a".repeat(32)),
+        name: "n".repeat(128),
+    });
+    assert!(units(&decided_text(&r)) <= TELEGRAM_MAX_CHARS);
+}
+
+#[test]
+fn option_callback_data_round_trips_and_refuses_non_canonical_numbers() {
+    let t = CallbackToken::generate();
+    for action in [TapAction::Choose(0), TapAction::Toggle(49), TapAction::Done] {
+        let d = callback_data(action, &t);
+        assert!(d.len() <= 64, "{d}");
+        assert_eq!(parse_callback_data(&d), Some((action, t.clone())));
+    }
+    let token = t.as_str();
+    for bad in [
+        format!("o:{token}"),
+        format!("o:{token}:07"),
+        format!("o:{token}:+7"),
+        format!("o:{token}:256"),
+        format!("t:{token}:-1"),
+        format!("d:{token}:1"),
+    ] {
+        assert!(parse_callback_data(&bad).is_none(), "{bad}");
+    }
+}
+
+#[test]
+fn callback_data_round_trips_and_fits_telegram() {
+    let t = CallbackToken::generate();
+    let d = callback_data(TapAction::Approve, &t);
+    assert!(d.len() <= 64);
+    assert_eq!(
+        parse_callback_data(&d),
+        Some((TapAction::Approve, t.clone()))
+    );
+    assert_eq!(
+        parse_callback_data(&callback_data(TapAction::Cancel, &t)).map(|p| p.0),
+        Some(TapAction::Cancel)
+    );
+    for bad in [
+        "",
+        "a",
+        "x:abc",
+        "a:",
+        "a:zz",
+        "a:0123456789abcdef0123456789abcdeF",
+    ] {
+        assert!(parse_callback_data(bad).is_none(), "{bad}");
+    }
+}
