@@ -3,7 +3,7 @@
 //! A part of the service that needs one role takes that role (`&dyn Audit`, `Arc<dyn
 //! AgentEvents>`); where everything is needed, [`Store`](super::Store) is their union.
 //! Each backend implements every role; what the two backends share is written once
-//! (`common.rs` and `sql.rs`, compiled for each).
+//! (`common.rs` and `sql/`, compiled for each).
 
 use async_trait::async_trait;
 use time::OffsetDateTime;

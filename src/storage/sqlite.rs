@@ -56,9 +56,9 @@ macro_rules! bytewise {
     };
 }
 
-// Compiled once per backend on purpose: see the header of sql.rs.
+// Compiled once per backend on purpose: see the header of sql/mod.rs.
 #[allow(clippy::duplicate_mod)]
-#[path = "sql.rs"]
+#[path = "sql/mod.rs"]
 mod sql;
 use sql::insert_hits;
 

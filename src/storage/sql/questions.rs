@@ -1,0 +1,471 @@
+//! Questions: storing one, reading them back, deciding one, its answers and what was shown.
+
+// The parent's imports, `Db` and the backend's dialect macros (see `mod.rs`).
+use super::*;
+
+/// Stores a new request inside `tx` (an audit transaction; the caller commits); see
+/// [`crate::storage::Questions::insert`].
+pub(crate) async fn insert_in(
+    tx: &mut Transaction<'_, Db>,
+    r: &Confirmation,
+    now: OffsetDateTime,
+    max_backlog: u32,
+) -> Result<Inserted, StorageError> {
+    if let Some(key) = &r.idempotency_key {
+        // Release the key if its request is older than the TTL, so it can be reused.
+        sqlx::query(
+            "UPDATE confirmations SET idempotency_key = NULL
+             WHERE agent = $1 AND idempotency_key = $2 AND created_at <= $3",
+        )
+        .bind(&r.agent)
+        .bind(key.as_str())
+        .bind(ms(now - IDEMPOTENCY_TTL))
+        .execute(&mut **tx)
+        .await?;
+    }
+    let mut insert: QueryBuilder<Db> = insert_confirmations([r]);
+    insert.push(" ON CONFLICT DO NOTHING");
+    let done = insert.build().execute(&mut **tx).await?;
+    if done.rows_affected() == 1 {
+        if r.is_terminal() {
+            append_event(tx, &audit::window_hit(r)).await?;
+            enqueue_webhook(tx, r, now, max_backlog).await?;
+        } else {
+            append_event(tx, &audit::requested(r)).await?;
+        }
+        push_agent_event(tx, r, "status", &r.status_event(), now).await?;
+        return Ok(Inserted::New(r.clone()));
+    }
+    // Another question holds the idempotency key or the interaction id (the only
+    // unique columns an agent chooses): whichever it is, that question is the answer.
+    let mut existing = None;
+    if let Some(key) = &r.idempotency_key {
+        existing = sqlx::query_as::<_, Row>(select_where!("agent = $1 AND idempotency_key = $2"))
+            .bind(&r.agent)
+            .bind(key.as_str())
+            .fetch_optional(&mut **tx)
+            .await?;
+    }
+    if let (None, Some(i)) = (&existing, &r.interaction) {
+        existing = sqlx::query_as::<_, Row>(select_where!("agent = $1 AND interaction_id = $2"))
+            .bind(&r.agent)
+            .bind(i.interaction_id.as_str())
+            .fetch_optional(&mut **tx)
+            .await?;
+    }
+    let existing = existing.ok_or(sqlx::Error::RowNotFound)?;
+    let existing = hydrate(tx, existing.into_domain()?).await?;
+    Ok(Inserted::Existing(existing))
+}
+
+/// Moves a pending question to its outcome inside `tx` (an audit transaction): one
+/// conditional update, then, when it applied, the default answer (if any), the stream
+/// and audit events, the webhook and the confirmation window, all in the same
+/// transaction.
+pub(crate) async fn apply_decision(
+    tx: &mut Transaction<'_, Db>,
+    id: &ConfirmationId,
+    d: &Decision,
+    max_backlog: u32,
+) -> Result<Decided, StorageError> {
+    let (by_id, by_username, by_name) = operator_columns(&d.decided_by);
+    // The `status = 'pending'` guard is the whole exactly-once story: of any number of
+    // concurrent decisions, one changes a row and every other changes none.
+    let changed = sqlx::query(
+        "UPDATE confirmations SET status = $1, via = $2, reason = $3, decided_by_id = $4,
+                decided_by_username = $5, decided_by_name = $6, decided_at = $7,
+                result_json = $8, timeout_action = $9, approved_once = $10,
+                denial_reason = $11
+             WHERE id = $12 AND status = 'pending'",
+    )
+    .bind(d.status.as_str())
+    .bind(d.via.as_str())
+    .bind(&d.reason)
+    .bind(by_id)
+    .bind(by_username)
+    .bind(by_name)
+    .bind(ms(d.decided_at))
+    .bind(d.result.as_ref().map(|v| v.to_string()))
+    .bind(d.timeout_action.map(TimeoutAction::as_str))
+    .bind(d.once)
+    .bind(d.denial_reason.as_deref())
+    .bind(id.as_str())
+    .execute(&mut **tx)
+    .await?
+    .rows_affected()
+        == 1;
+    let default_answer = rows::default_answer(d, changed);
+    if let Some(a) = &default_answer {
+        insert_answer(tx, id, a).await?;
+    }
+    let Some(record) = read_in(tx, id).await? else {
+        return Ok(Decided::NotFound);
+    };
+    if !changed {
+        return Ok(Decided::AlreadyTerminal(record));
+    }
+    if let Some(a) = &default_answer {
+        append_event(tx, &audit::answered(id.as_str(), a)).await?;
+        let response = record.response_event(a);
+        push_agent_event(tx, &record, "response", &response, d.decided_at).await?;
+    }
+    push_agent_event(tx, &record, "status", &record.status_event(), d.decided_at).await?;
+    append_event(tx, &audit::decided(&record)).await?;
+    enqueue_webhook(tx, &record, d.decided_at, max_backlog).await?;
+    if let Some(until) = record.window_until() {
+        // A later expiry replaces an earlier one, never the reverse.
+        sqlx::query(
+            "INSERT INTO windows (agent, route, owner_id, tool, args_hash, expires_at, opened_by)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT (agent, route, owner_id, tool, args_hash)
+                 DO UPDATE SET expires_at = excluded.expires_at, opened_by = excluded.opened_by
+                 WHERE excluded.expires_at > windows.expires_at",
+        )
+        .bind(&record.agent)
+        .bind(&record.route)
+        .bind(record.owner_id.as_str())
+        .bind(record.tool.as_str())
+        .bind(record.args_hash.as_str())
+        .bind(ms(until))
+        .bind(record.id.as_str())
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(Decided::Applied(record))
+}
+
+/// Stores an answer row inside the caller's transaction; false when this person had
+/// already answered.
+pub(crate) async fn insert_answer(
+    tx: &mut Transaction<'_, Db>,
+    id: &ConfirmationId,
+    a: &Answer,
+) -> Result<bool, StorageError> {
+    let (uid, username, name) = operator_columns(&a.by);
+    let done = sqlx::query(
+        "INSERT INTO answers (question_id, respondent, user_id, username, name, value_json,
+            is_default, once, reason, at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+         ON CONFLICT (question_id, user_id) WHERE user_id IS NOT NULL DO NOTHING",
+    )
+    .bind(id.as_str())
+    .bind(&a.respondent)
+    .bind(uid)
+    .bind(username)
+    .bind(name)
+    .bind(a.value.to_string())
+    .bind(a.is_default)
+    .bind(a.once)
+    .bind(a.reason.as_deref())
+    .bind(ms(a.at))
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Appends to the agent's event stream inside the caller's transaction.
+pub(crate) async fn push_agent_event(
+    tx: &mut Transaction<'_, Db>,
+    r: &Confirmation,
+    kind: &str,
+    data: &serde_json::Value,
+    at: OffsetDateTime,
+) -> Result<(), StorageError> {
+    sqlx::query(
+        "INSERT INTO agent_events (agent, question_id, kind, data, at)
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(&r.agent)
+    .bind(r.id.as_str())
+    .bind(kind)
+    .bind(data.to_string())
+    .bind(ms(at))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Ends the transaction of a step a pending question just took (its conditional
+/// update already made in `tx`): reads the question, streams the step, audits it
+/// (`by`, `detail`) and commits. Returns the question as it now is.
+pub(crate) async fn commit_step(
+    mut tx: Transaction<'_, Db>,
+    id: &ConfirmationId,
+    step: Step,
+    by: Option<&Operator>,
+    detail: serde_json::Value,
+    now: OffsetDateTime,
+) -> Result<Option<Confirmation>, StorageError> {
+    let Some(record) = read_in(&mut tx, id).await? else {
+        return Ok(None);
+    };
+    push_agent_event(&mut tx, &record, "status", &record.step_event(step), now).await?;
+    append_event(&mut tx, &audit::step(id.as_str(), step, by, detail, now)).await?;
+    tx.commit().await?;
+    Ok(Some(record))
+}
+
+/// See [`crate::storage::Questions::count_pending`].
+pub(crate) async fn count_pending(pool: &Pool<Db>, agent: &str) -> Result<u64, StorageError> {
+    let (n,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM confirmations WHERE agent = $1 AND status = 'pending'",
+    )
+    .bind(agent)
+    .fetch_one(pool)
+    .await?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+/// See [`crate::storage::Questions::pending`].
+pub(crate) async fn pending(pool: &Pool<Db>) -> Result<Vec<PendingEntry>, StorageError> {
+    let rows: Vec<PendingRow> = sqlx::query_as(
+        "SELECT id, expires_at, message_id IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM copies c WHERE c.question_id = confirmations.id
+            AND c.message_id IS NULL), attached, route
+         FROM confirmations WHERE status = 'pending' ORDER BY expires_at",
+    )
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter().map(rows::pending_entry).collect()
+}
+
+/// See [`crate::storage::Questions::get`].
+pub(crate) async fn get(
+    pool: &Pool<Db>,
+    id: &ConfirmationId,
+) -> Result<Option<Confirmation>, StorageError> {
+    let mut conn = pool.acquire().await?;
+    let row = sqlx::query_as::<_, Row>(select_where!("id = $1"))
+        .bind(id.as_str())
+        .fetch_optional(&mut *conn)
+        .await?;
+    one(&mut conn, row).await
+}
+
+/// See [`crate::storage::Questions::find_by_token`].
+pub(crate) async fn find_by_token(
+    pool: &Pool<Db>,
+    token: &CallbackToken,
+) -> Result<Option<Confirmation>, StorageError> {
+    let mut conn = pool.acquire().await?;
+    let row = sqlx::query_as::<_, Row>(select_where!("callback_token = $1"))
+        .bind(token.as_str())
+        .fetch_optional(&mut *conn)
+        .await?;
+    one(&mut conn, row).await
+}
+
+/// See [`crate::storage::Questions::find_by_idempotency_key`].
+pub(crate) async fn find_by_idempotency_key(
+    pool: &Pool<Db>,
+    agent: &str,
+    key: &IdempotencyKey,
+    now: OffsetDateTime,
+) -> Result<Option<Confirmation>, StorageError> {
+    let mut conn = pool.acquire().await?;
+    let row = sqlx::query_as::<_, Row>(select_where!(
+        "agent = $1 AND idempotency_key = $2 AND created_at > $3"
+    ))
+    .bind(agent)
+    .bind(key.as_str())
+    .bind(ms(now - IDEMPOTENCY_TTL))
+    .fetch_optional(&mut *conn)
+    .await?;
+    one(&mut conn, row).await
+}
+
+/// See [`crate::storage::Questions::find_interaction`].
+pub(crate) async fn find_interaction(
+    pool: &Pool<Db>,
+    agent: &str,
+    interaction_id: &str,
+) -> Result<Option<Confirmation>, StorageError> {
+    let mut conn = pool.acquire().await?;
+    let row = sqlx::query_as::<_, Row>(select_where!("agent = $1 AND interaction_id = $2"))
+        .bind(agent)
+        .bind(interaction_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    one(&mut conn, row).await
+}
+
+/// See [`crate::storage::Questions::find_by_message`]. `IN`, not `=`: PostgreSQL refuses a
+/// scalar subquery with several rows (where SQLite took the first), so every copy and
+/// stray in that chat with that message counts; `LIMIT 1` takes the first question found.
+pub(crate) async fn find_by_message(
+    pool: &Pool<Db>,
+    chat_id: i64,
+    message_id: i32,
+) -> Result<Option<Confirmation>, StorageError> {
+    let mut conn = pool.acquire().await?;
+    let row = sqlx::query_as::<_, Row>(select_where!(
+        "(chat_id = $1 AND message_id = $2)
+         OR id IN (SELECT question_id FROM copies
+                   WHERE chat_id = $1 AND message_id = $2)
+         OR id IN (SELECT question_id FROM strays
+                   WHERE chat_id = $1 AND message_id = $2)
+         LIMIT 1"
+    ))
+    .bind(chat_id)
+    .bind(i64::from(message_id))
+    .fetch_optional(&mut *conn)
+    .await?;
+    one(&mut conn, row).await
+}
+
+/// See [`crate::storage::Questions::pending_in_chat`].
+pub(crate) async fn pending_in_chat(
+    pool: &Pool<Db>,
+    chat_id: i64,
+) -> Result<Vec<Confirmation>, StorageError> {
+    let mut conn = pool.acquire().await?;
+    let rows: Vec<Row> = sqlx::query_as(select_where!(concat!(
+        "chat_id = $1 AND status = 'pending' ORDER BY created_at, id",
+        bytewise!()
+    )))
+    .bind(chat_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    hydrate_all(&mut conn, rows).await
+}
+
+/// See [`crate::storage::Questions::unshown_outcomes`].
+pub(crate) async fn unshown_outcomes(pool: &Pool<Db>) -> Result<Vec<Confirmation>, StorageError> {
+    let mut conn = pool.acquire().await?;
+    let rows: Vec<Row> = sqlx::query_as(select_where!(concat!(
+        "status <> 'pending' AND ((",
+        not_shown!(""),
+        " AND message_id IS NOT NULL)
+         OR EXISTS (SELECT 1 FROM copies c WHERE c.question_id = confirmations.id
+                    AND ",
+        not_shown!("c."),
+        " AND c.message_id IS NOT NULL)
+         OR EXISTS (SELECT 1 FROM strays s WHERE s.question_id = confirmations.id
+                    AND ",
+        not_shown!("s."),
+        "))
+         ORDER BY decided_at"
+    )))
+    .fetch_all(&mut *conn)
+    .await?;
+    hydrate_all(&mut conn, rows).await
+}
+
+/// Records the Telegram message that carries the question's buttons in `tx` (the
+/// backend's audit transaction), audited, with an interaction's new status streamed,
+/// and commits; see [`crate::storage::Messages::set_message_id`].
+pub(crate) async fn set_message_id(
+    mut tx: Transaction<'_, Db>,
+    id: &ConfirmationId,
+    message_id: i32,
+) -> Result<(), StorageError> {
+    let chat: Option<(i64,)> =
+        sqlx::query_as("UPDATE confirmations SET message_id = $1 WHERE id = $2 RETURNING chat_id")
+            .bind(i64::from(message_id))
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+    if let Some((chat_id,)) = chat {
+        let now = OffsetDateTime::now_utc();
+        let event = audit::delivered(id.as_str(), chat_id, message_id, now);
+        append_event(&mut tx, &event).await?;
+        // Streams an interaction's new status (`delivered`).
+        if let Some(record) = read_in(&mut tx, id).await?
+            && !record.is_terminal()
+        {
+            let step = record.step_event(Step::Delivered);
+            push_agent_event(&mut tx, &record, "status", &step, now).await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Stores one person's answer in `tx` (the backend's audit transaction) and commits it
+/// when it was added; see [`crate::storage::Steps::add_answer`].
+pub(crate) async fn add_answer(
+    mut tx: Transaction<'_, Db>,
+    id: &ConfirmationId,
+    answer: &Answer,
+    settles: Option<&Decision>,
+    max_backlog: u32,
+) -> Result<Answered, StorageError> {
+    let row = sqlx::query_as::<_, Row>(select_where!("id = $1"))
+        .bind(id.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+    let Some(row) = row else {
+        return Ok(Answered::NotFound);
+    };
+    let record = row.into_domain()?;
+    if record.is_terminal() {
+        let record = hydrate(&mut tx, record).await?;
+        return Ok(Answered::Closed(record));
+    }
+    let added = insert_answer(&mut tx, id, answer).await?;
+    let record = hydrate(&mut tx, record).await?;
+    if !added {
+        return Ok(Answered::AlreadyAnswered(record));
+    }
+    append_event(&mut tx, &audit::answered(id.as_str(), answer)).await?;
+    push_agent_event(
+        &mut tx,
+        &record,
+        "response",
+        &record.response_event(answer),
+        answer.at,
+    )
+    .await?;
+    let record = match settles {
+        // The answer decides the question: both commit together, so no one ever sees
+        // the answer stored and the question still open.
+        Some(d) => match apply_decision(&mut tx, id, d, max_backlog).await? {
+            Decided::Applied(r) => r,
+            Decided::AlreadyTerminal(r) => return Ok(Answered::Closed(r)),
+            Decided::NotFound => return Ok(Answered::NotFound),
+        },
+        None => {
+            if record.interaction.is_some() && record.answers.len() == 1 {
+                let status = record.status_event();
+                push_agent_event(&mut tx, &record, "status", &status, answer.at).await?;
+            }
+            record
+        }
+    };
+    tx.commit().await?;
+    Ok(Answered::Added(record))
+}
+
+/// See [`crate::storage::Messages::mark_shown`].
+pub(crate) async fn mark_shown(
+    pool: &Pool<Db>,
+    id: &ConfirmationId,
+    what: Shown,
+) -> Result<(), StorageError> {
+    let query = match what {
+        Shown::Attachment => {
+            sqlx::query("UPDATE confirmations SET attached = TRUE WHERE id = $1").bind(id.as_str())
+        }
+        Shown::Outcome => {
+            sqlx::query("UPDATE confirmations SET outcome_shown = TRUE WHERE id = $1")
+                .bind(id.as_str())
+        }
+        Shown::CopyOutcome { chat_id } => sqlx::query(
+            "UPDATE copies SET outcome_shown = TRUE WHERE question_id = $1 AND chat_id = $2",
+        )
+        .bind(id.as_str())
+        .bind(chat_id),
+        Shown::StrayOutcome {
+            chat_id,
+            message_id,
+        } => sqlx::query(
+            "UPDATE strays SET outcome_shown = TRUE
+             WHERE question_id = $1 AND chat_id = $2 AND message_id = $3",
+        )
+        .bind(id.as_str())
+        .bind(chat_id)
+        .bind(i64::from(message_id)),
+    };
+    query.execute(pool).await?;
+    Ok(())
+}

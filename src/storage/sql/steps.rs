@@ -1,0 +1,332 @@
+//! The steps a pending question takes (a selection, more time, reminders, escalation, a
+//! reason asked for) and the messages beside its first (copies, strays, moved chats).
+
+// The parent's imports, `Db` and the backend's dialect macros (see `mod.rs`).
+use super::*;
+
+/// See [`crate::storage::Steps::selection`].
+pub(crate) async fn selection(
+    pool: &Pool<Db>,
+    id: &ConfirmationId,
+    user_id: u64,
+) -> Result<Vec<String>, StorageError> {
+    let row: Option<(String,)> =
+        sqlx::query_as("SELECT keys_json FROM selections WHERE question_id = $1 AND user_id = $2")
+            .bind(id.as_str())
+            .bind(user_column(user_id))
+            .fetch_optional(pool)
+            .await?;
+    Ok(row
+        .and_then(|(j,)| serde_json::from_str(&j).ok())
+        .unwrap_or_default())
+}
+
+/// See [`crate::storage::Steps::set_selection`].
+pub(crate) async fn set_selection(
+    pool: &Pool<Db>,
+    id: &ConfirmationId,
+    user_id: u64,
+    keys: &[String],
+) -> Result<(), StorageError> {
+    sqlx::query(
+        "INSERT INTO selections (question_id, user_id, keys_json) VALUES ($1, $2, $3)
+         ON CONFLICT (question_id, user_id) DO UPDATE SET keys_json = excluded.keys_json",
+    )
+    .bind(id.as_str())
+    .bind(user_column(user_id))
+    .bind(serde_json::to_string(keys).unwrap_or_else(|_| "[]".into()))
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// See [`crate::storage::Steps::extend`]; `tx` is the backend's audit transaction.
+pub(crate) async fn extend(
+    mut tx: Transaction<'_, Db>,
+    id: &ConfirmationId,
+    from: OffsetDateTime,
+    to: OffsetDateTime,
+    by: &Operator,
+    now: OffsetDateTime,
+) -> Result<Option<Confirmation>, StorageError> {
+    // Conditional on the deadline the tap saw: two taps at once move it once.
+    let moved = sqlx::query(
+        "UPDATE confirmations SET expires_at = $1, extensions = extensions + 1
+         WHERE id = $2 AND status = 'pending' AND expires_at = $3",
+    )
+    .bind(ms(to))
+    .bind(id.as_str())
+    .bind(ms(from))
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if !moved {
+        return Ok(None);
+    }
+    let detail = json!({"from": rfc3339(from), "to": rfc3339(to)});
+    commit_step(tx, id, Step::Extended, Some(by), detail, now).await
+}
+
+/// See [`crate::storage::Steps::claim_reminders`]; `tx` is the backend's audit transaction.
+pub(crate) async fn claim_reminders(
+    mut tx: Transaction<'_, Db>,
+    id: &ConfirmationId,
+    sent: u32,
+    passed: u32,
+    now: OffsetDateTime,
+) -> Result<Option<Confirmation>, StorageError> {
+    let claimed = sqlx::query(
+        "UPDATE confirmations SET reminders_sent = $1
+         WHERE id = $2 AND status = 'pending' AND reminders_sent = $3",
+    )
+    .bind(i64::from(passed))
+    .bind(id.as_str())
+    .bind(i64::from(sent))
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if !claimed {
+        return Ok(None);
+    }
+    let detail = json!({"reminder": passed});
+    commit_step(tx, id, Step::Reminded, None, detail, now).await
+}
+
+/// See [`crate::storage::Steps::escalate`]; `tx` is the backend's audit transaction.
+pub(crate) async fn escalate(
+    mut tx: Transaction<'_, Db>,
+    id: &ConfirmationId,
+    recipient: &str,
+    chat_id: i64,
+    now: OffsetDateTime,
+) -> Result<Option<Confirmation>, StorageError> {
+    let claimed = sqlx::query(
+        "UPDATE confirmations SET escalated_at = $1
+         WHERE id = $2 AND status = 'pending' AND escalated_at IS NULL",
+    )
+    .bind(ms(now))
+    .bind(id.as_str())
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if !claimed {
+        return Ok(None);
+    }
+    sqlx::query(
+        "INSERT INTO copies (question_id, recipient, chat_id) VALUES ($1, $2, $3)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(id.as_str())
+    .bind(recipient)
+    .bind(chat_id)
+    .execute(&mut *tx)
+    .await?;
+    let detail = json!({"to": recipient, "chat_id": chat_id});
+    commit_step(tx, id, Step::Escalated, None, detail, now).await
+}
+
+/// See [`crate::storage::Steps::request_reason`]; `tx` is the backend's audit transaction.
+pub(crate) async fn request_reason(
+    mut tx: Transaction<'_, Db>,
+    id: &ConfirmationId,
+    by: &Operator,
+    chat_id: i64,
+    now: OffsetDateTime,
+) -> Result<Option<Confirmation>, StorageError> {
+    // Asked again (a second tap), the request starts over: a new prompt replaces
+    // the old one.
+    let added = sqlx::query(
+        "INSERT INTO reason_requests (question_id, user_id, chat_id, asked_at)
+         SELECT id, $2, $3, $4 FROM confirmations WHERE id = $1 AND status = 'pending'
+         ON CONFLICT (question_id, user_id) DO UPDATE
+             SET chat_id = excluded.chat_id, prompt_message_id = NULL,
+                 asked_at = excluded.asked_at",
+    )
+    .bind(id.as_str())
+    .bind(user_column(by.id))
+    .bind(chat_id)
+    .bind(ms(now))
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if !added {
+        return Ok(None);
+    }
+    sqlx::query("UPDATE confirmations SET reasons_requested = reasons_requested + 1 WHERE id = $1")
+        .bind(id.as_str())
+        .execute(&mut *tx)
+        .await?;
+    let detail = json!({"chat_id": chat_id});
+    commit_step(tx, id, Step::ReasonRequested, Some(by), detail, now).await
+}
+
+/// See [`crate::storage::Messages::move_route_chat`]; `tx` is the backend's audit transaction.
+pub(crate) async fn move_route_chat(
+    mut tx: Transaction<'_, Db>,
+    route: &str,
+    from_chat: i64,
+    to_chat: i64,
+    now: OffsetDateTime,
+) -> Result<(), StorageError> {
+    append_event(&mut tx, &audit::route_moved(route, from_chat, to_chat, now)).await?;
+    sqlx::query(
+        "INSERT INTO route_chats (route, chat_id, updated_at) VALUES ($1, $2, $3)
+         ON CONFLICT (route) DO UPDATE
+             SET chat_id = excluded.chat_id, updated_at = excluded.updated_at",
+    )
+    .bind(route)
+    .bind(to_chat)
+    .bind(ms(now))
+    .execute(&mut *tx)
+    .await?;
+    // Pending requests of the old chat now live in the new one: taps come from there.
+    sqlx::query(
+        "UPDATE confirmations SET chat_id = $1
+         WHERE route = $2 AND chat_id = $3 AND status = 'pending'",
+    )
+    .bind(to_chat)
+    .bind(route)
+    .bind(from_chat)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// See [`crate::storage::Messages::add_copy`]; `tx` is the backend's audit transaction.
+pub(crate) async fn add_copy(
+    mut tx: Transaction<'_, Db>,
+    id: &ConfirmationId,
+    recipient: &str,
+    chat_id: i64,
+    now: OffsetDateTime,
+) -> Result<bool, StorageError> {
+    let added = sqlx::query(
+        "INSERT INTO copies (question_id, recipient, chat_id)
+         SELECT id, $1, $2 FROM confirmations
+         WHERE id = $3 AND status = 'pending' AND chat_id <> $2
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(recipient)
+    .bind(chat_id)
+    .bind(id.as_str())
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if added {
+        let event = audit::copied(id.as_str(), recipient, chat_id, now);
+        append_event(&mut tx, &event).await?;
+    }
+    tx.commit().await?;
+    Ok(added)
+}
+
+/// See [`crate::storage::Messages::set_copy_message_id`]; `tx` is the backend's audit transaction.
+pub(crate) async fn set_copy_message_id(
+    mut tx: Transaction<'_, Db>,
+    id: &ConfirmationId,
+    chat_id: i64,
+    message_id: i32,
+    now: OffsetDateTime,
+) -> Result<(), StorageError> {
+    sqlx::query("UPDATE copies SET message_id = $1 WHERE question_id = $2 AND chat_id = $3")
+        .bind(i64::from(message_id))
+        .bind(id.as_str())
+        .bind(chat_id)
+        .execute(&mut *tx)
+        .await?;
+    let event = audit::delivered(id.as_str(), chat_id, message_id, now);
+    append_event(&mut tx, &event).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// See [`crate::storage::Steps::set_reason_prompt`].
+pub(crate) async fn set_reason_prompt(
+    pool: &Pool<Db>,
+    id: &ConfirmationId,
+    user_id: u64,
+    prompt_message_id: i32,
+) -> Result<(), StorageError> {
+    sqlx::query(
+        "UPDATE reason_requests SET prompt_message_id = $1
+         WHERE question_id = $2 AND user_id = $3",
+    )
+    .bind(i64::from(prompt_message_id))
+    .bind(id.as_str())
+    .bind(user_column(user_id))
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Records a stray message of question `id` (see
+/// [`crate::storage::Messages::add_stray`]) in `tx`, the backend's audit transaction, and
+/// commits; the caller reads the question back.
+pub(crate) async fn add_stray(
+    mut tx: Transaction<'_, Db>,
+    id: &ConfirmationId,
+    chat_id: i64,
+    message_id: i32,
+    now: OffsetDateTime,
+) -> Result<(), StorageError> {
+    // Not a stray when it is the question's own message or a copy's (a tap that
+    // raced the storing of the id).
+    let added = sqlx::query(
+        "INSERT INTO strays (question_id, chat_id, message_id)
+         SELECT id, $2, $3 FROM confirmations
+         WHERE id = $1 AND NOT (chat_id = $2 AND message_id IS NOT DISTINCT FROM $3)
+           AND NOT EXISTS (SELECT 1 FROM copies c WHERE c.question_id = $1
+                           AND c.chat_id = $2 AND c.message_id IS NOT DISTINCT FROM $3)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(id.as_str())
+    .bind(chat_id)
+    .bind(i64::from(message_id))
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if added {
+        let event = audit::copy_found(id.as_str(), chat_id, message_id, now);
+        append_event(&mut tx, &event).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// See [`crate::storage::Steps::reason_request_for`]: the id of the question whose
+/// reason `user_id` was asked for. The reply may answer the prompt, or (if the prompt's
+/// id was never stored, or the person replied to the question instead) any message of
+/// the question in the chat where they asked.
+pub(crate) async fn reason_request_for(
+    pool: &Pool<Db>,
+    chat_id: i64,
+    reply_to: i32,
+    named: Option<&ConfirmationId>,
+    user_id: u64,
+) -> Result<Option<ConfirmationId>, StorageError> {
+    let found: Option<(String,)> = sqlx::query_as(
+        "SELECT r.question_id FROM reason_requests r
+         JOIN confirmations c ON c.id = r.question_id
+         WHERE r.user_id = $3 AND r.chat_id = $1
+           AND (r.prompt_message_id = $2
+                OR r.question_id = $4
+                OR (c.chat_id = $1 AND c.message_id = $2)
+                OR EXISTS (SELECT 1 FROM copies k WHERE k.question_id = c.id
+                           AND k.chat_id = $1 AND k.message_id = $2))
+         ORDER BY r.asked_at DESC LIMIT 1",
+    )
+    .bind(chat_id)
+    .bind(i64::from(reply_to))
+    .bind(user_column(user_id))
+    .bind(named.map(|id| id.as_str()))
+    .fetch_optional(pool)
+    .await?;
+    Ok(found.and_then(|(id,)| ConfirmationId::parse(&id).ok()))
+}
