@@ -39,7 +39,7 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let store = storage::connect(&config.database_url, ConnectMode::Create)
         .await
         .with_context(|| "cannot open the database (database.url)".to_owned())?;
-    store.set_webhook_backlog_bound(config.webhooks.max_backlog_per_agent);
+    store.set_outbox_backlog_bound(config.webhooks.max_backlog_per_agent);
     store
         .migrate()
         .await
@@ -152,10 +152,10 @@ impl Application {
         // The configuration's record is renewed as long as the lease is.
         let config_record = tokio::spawn(service.clone().keep_config(lead_stop.clone()));
         let deadlines = tokio::spawn(service.clone().run_deadlines(shutdown.clone()));
-        let webhooks = tokio::spawn(
+        let outbox = tokio::spawn(
             service
                 .clone()
-                .while_leading(shutdown.clone(), crate::webhooks::run),
+                .while_leading(shutdown.clone(), crate::outbox::run),
         );
         let purge = tokio::spawn(
             service
@@ -231,7 +231,7 @@ impl Application {
             tracing::warn!("the Redis bridge did not stop in time");
         }
         // The webhook worker finishes the attempts it has started before it returns.
-        if tokio::time::timeout(TASK_DRAIN, webhooks).await.is_err() {
+        if tokio::time::timeout(TASK_DRAIN, outbox).await.is_err() {
             tracing::warn!("a webhook attempt did not finish in time");
         }
         service.tasks().close();

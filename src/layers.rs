@@ -26,9 +26,9 @@ const LAYERS: &[(&str, &[&str])] = &[
             "claude_hook",
             "cli",
             "mcp",
+            "outbox",
             "redis_bridge",
             "telegram",
-            "webhooks",
         ],
     ),
     // `layers` is this test, compiled for tests only.
@@ -47,7 +47,7 @@ const EXCEPTIONS: &[(&str, &str)] = &[
     ("telegram", "api::error"),
     ("telegram", "api::serve"),
     // A webhook's body is the record as the API returns it.
-    ("webhooks", "api::record"),
+    ("outbox", "api::record"),
 ];
 
 /// The layer of a top-level module, as its index in [`LAYERS`] and its name.
@@ -518,7 +518,7 @@ mod tests {
 
     #[test]
     fn super_chains_are_resolved_from_the_module_they_are_written_in() {
-        let source = "use super::rows::Row;\nuse super::super::config::WebhookSettings;\n\
+        let source = "use super::rows::Row;\nuse super::super::config::OutboxSettings;\n\
                       mod tests {\n    use super::*;\n    use super::super::super::telegram::X;\n}\n\
                       fn after() { super::super::domain::ids::f(); }\n";
         let offences = check("src/storage/sqlite.rs", &module("storage::sqlite"), source);
@@ -533,7 +533,7 @@ mod tests {
         );
         assert!(
             offences[0].contains(
-                "crate::config::WebhookSettings: storage `storage` names support `config`"
+                "crate::config::OutboxSettings: storage `storage` names support `config`"
             )
         );
         assert!(offences[1].contains("crate::telegram::X"));

@@ -14,7 +14,7 @@
 //! domain <- storage <- support <- service <- adapters <- app <- program
 //!
 //! support:  client, config, metrics, scheduler, telemetry
-//! adapters: api, telegram, mcp, claude_hook, redis_bridge, cli, webhooks, audit_head
+//! adapters: api, telegram, mcp, claude_hook, redis_bridge, cli, outbox, audit_head
 //! ```
 //!
 //! - [`domain`]: the confirmation engine, pure code that imports nothing else of the
@@ -36,13 +36,13 @@
 //! - Adapters, each one outside world turned into service calls or fed from them: the
 //!   agents' HTTP API ([`api`]), Telegram ([`telegram`]), the MCP server ([`mcp`]), the
 //!   Claude Code hook ([`claude_hook`]), the Redis bridge ([`redis_bridge`]), the command
-//!   line ([`cli`]), the webhook outbox ([`webhooks`]) and the audit head in the log
+//!   line ([`cli`]), the outbox of signed webhooks to agents ([`outbox`]) and the audit head in the log
 //!   ([`audit_head`]). They do not import each other, except:
 //!   - the agents' HTTP server hosts two other adapters' routes, `/mcp` ([`mcp`]) and
 //!     Telegram's webhook route ([`telegram::webhook`]): they answer in its one error
 //!     format (`api::error`) and are counted in its connection pool (`api::serve`), and
 //!     `/mcp` checks an agent's bearer token as the API does (`api::extract`);
-//!   - [`webhooks`] sends the record as the API returns it (`api::record`), one
+//!   - [`outbox`] sends the record as the API returns it (`api::record`), one
 //!     serialisation for both, so a webhook and a `GET` never differ.
 //! - [`app`] wires it all; above it, [`program`] holds what each command of the binary
 //!   does, and `main.rs` (a crate of its own) parses arguments and calls it.
@@ -64,6 +64,7 @@ pub mod domain;
 mod layers;
 pub mod mcp;
 pub mod metrics;
+pub mod outbox;
 pub mod program;
 pub mod redis_bridge;
 pub mod scheduler;
@@ -71,6 +72,5 @@ pub mod service;
 pub mod storage;
 pub mod telegram;
 pub mod telemetry;
-pub mod webhooks;
 
 pub use app::Application;

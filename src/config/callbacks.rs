@@ -1,7 +1,7 @@
 //! Where a webhook may be sent: the rules an agent's `callback_url_prefixes` (when the
 //! config is checked) and a request's `callback_url` (when it is asked) both follow.
 //!
-//! They would sit best with the outbox that delivers to these URLs (`crate::webhooks`),
+//! They would sit best with the outbox that delivers to these URLs (`crate::outbox`),
 //! but that module imports `crate::config` (its `[webhooks]` settings, and the service,
 //! which imports the config), so the config checks importing them from there would
 //! close an import cycle. They stay here, with no import of their own from the crate,

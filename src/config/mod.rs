@@ -50,7 +50,7 @@ pub use telegram::{
     BOT_TOKEN_ENV, DEFAULT_WEBHOOK_PATH, DEFAULT_WEBHOOK_SECRET_ENV, TelegramMode,
     TelegramModeSetting, TelegramSettings, WebhookMode, bot_id_of_token,
 };
-pub use webhooks::WebhookSettings;
+pub use webhooks::OutboxSettings;
 pub use when::{When, WhenSetting};
 
 use std::collections::HashMap;
@@ -81,7 +81,7 @@ pub struct Settings {
     pub telegram: TelegramSettings,
     pub confirmation: ConfirmationSettings,
     #[serde(default)]
-    pub webhooks: WebhookSettings,
+    pub webhooks: OutboxSettings,
     /// Maps agents' `owner_id` values to Telegram user ids, for `forbid_self_approval`.
     #[serde(default)]
     pub owner_telegram_ids: HashMap<String, u64>,
@@ -132,7 +132,7 @@ pub struct Config {
     pub default_timeout_seconds: f64,
     pub max_timeout_seconds: f64,
     pub default_window_seconds: u64,
-    pub webhooks: WebhookSettings,
+    pub webhooks: OutboxSettings,
     pub owner_telegram_ids: HashMap<String, u64>,
     pub people: HashMap<String, u64>,
     pub routes: HashMap<String, Arc<Route>>,

@@ -1,4 +1,4 @@
-//! `[webhooks]`: how the outbox (`crate::webhooks`) retries the deliveries to the
+//! `[webhooks]`: how the outbox (`crate::outbox`) retries the deliveries to the
 //! agents' callback URLs, and how many run at once.
 
 use serde::Deserialize;
@@ -8,7 +8,7 @@ use super::{ConfigError, MAX_TIMEOUT_LIMIT, invalid};
 /// How webhooks to agents are retried, and how many run at once.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct WebhookSettings {
+pub struct OutboxSettings {
     pub timeout_seconds: f64,
     pub initial_backoff_seconds: f64,
     pub max_backoff_seconds: f64,
@@ -32,9 +32,9 @@ pub struct WebhookSettings {
     pub max_backlog_per_agent: u32,
 }
 
-impl Default for WebhookSettings {
+impl Default for OutboxSettings {
     fn default() -> Self {
-        WebhookSettings {
+        OutboxSettings {
             timeout_seconds: 10.0,
             initial_backoff_seconds: 1.0,
             max_backoff_seconds: 600.0,
@@ -43,12 +43,12 @@ impl Default for WebhookSettings {
             max_in_flight: 32,
             max_in_flight_per_agent: 2,
             max_in_flight_per_host: 4,
-            max_backlog_per_agent: crate::storage::DEFAULT_WEBHOOK_BACKLOG_BOUND,
+            max_backlog_per_agent: crate::storage::DEFAULT_OUTBOX_BACKLOG_BOUND,
         }
     }
 }
 
-impl WebhookSettings {
+impl OutboxSettings {
     /// Checks the delays (seconds greater than 0, at most [`MAX_TIMEOUT_LIMIT`]) and
     /// the bounds (at least 1).
     pub(super) fn check(&self) -> Result<(), ConfigError> {

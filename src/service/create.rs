@@ -95,7 +95,7 @@ impl Service {
             self.metrics.request_created(&stored);
             self.metrics.request_decided(&stored);
             if stored.callback_url.is_some() {
-                self.webhook_wake.notify_one();
+                self.outbox_wake.notify_one();
             }
             self.changed(&stored.id);
             return Ok(stored);

@@ -25,7 +25,7 @@ impl Service {
         self.metrics.request_decided(r);
         self.changed(&r.id);
         if r.callback_url.is_some() {
-            self.webhook_wake.notify_one();
+            self.outbox_wake.notify_one();
         }
     }
 

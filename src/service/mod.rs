@@ -439,7 +439,7 @@ pub struct Service {
     /// Background work (deliveries, message edits) that shutdown waits for.
     tasks: TaskTracker,
     /// Wakes the webhook worker when a decision queued a delivery.
-    webhook_wake: Notify,
+    outbox_wake: Notify,
     /// Routes whose chat moved (group upgraded to supergroup), over the config's chat.
     moved_chats: Mutex<HashMap<String, i64>>,
     /// Ticks after every change that may have written an agent event.
@@ -467,7 +467,7 @@ impl Service {
             deadlines: Deadlines::new(),
             waiters: Waiters::default(),
             tasks: TaskTracker::new(),
-            webhook_wake: Notify::new(),
+            outbox_wake: Notify::new(),
             moved_chats: Mutex::new(HashMap::new()),
             events: watch::channel(0).0,
             bot_username: std::sync::OnceLock::new(),
@@ -500,8 +500,8 @@ impl Service {
         &self.tasks
     }
 
-    pub fn webhook_wake(&self) -> &Notify {
-        &self.webhook_wake
+    pub fn outbox_wake(&self) -> &Notify {
+        &self.outbox_wake
     }
 
     /// The chat a route posts to now: the config's, unless Telegram moved it.
@@ -543,7 +543,7 @@ impl Service {
                     // outcome to show and its webhook to send.
                     if self.leading() && !ours {
                         if ended {
-                            self.webhook_wake.notify_one();
+                            self.outbox_wake.notify_one();
                             self.tasks.spawn(self.clone().show_ended(id));
                         } else {
                             self.tasks.spawn(self.clone().adopt(id));

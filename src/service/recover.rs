@@ -65,8 +65,8 @@ impl Service {
             tracing::info!(id = %record.id, "showing an outcome a restart interrupted");
             self.finish(record);
         }
-        if self.store.next_webhook_due().await?.is_some() {
-            self.webhook_wake.notify_one();
+        if self.store.next_delivery_due().await?.is_some() {
+            self.outbox_wake.notify_one();
         }
         Ok(n)
     }

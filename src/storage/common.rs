@@ -26,9 +26,9 @@ use crate::domain::confirmation::{Confirmation, Decision, Operator, Window, Wind
 use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey};
 use crate::domain::interaction::Answer;
 use crate::storage::{
-    Administration, AgentEvent, AgentEvents, Answered, Audit, Decided, Gauges, Inserted,
-    LiveWindow, Messages, Outbox, OutboxEntry, PendingEntry, Questions, Shown, Steps, StorageError,
-    WebhookAttempt, WindowCache, Windows,
+    Administration, AgentEvent, AgentEvents, Answered, Audit, Decided, DeliveryAttempt, Gauges,
+    Inserted, LiveWindow, Messages, Outbox, OutboxEntry, PendingEntry, Questions, Shown, Steps,
+    StorageError, WindowCache, Windows,
 };
 
 #[async_trait]
@@ -45,7 +45,7 @@ impl Questions for This {
         // Boxed: requests arriving together wait for the audit lock by the thousand, and
         // each waiting future is as large as its largest state, which is the writing
         // that comes after the lock.
-        let bound = self.webhook_backlog_bound();
+        let bound = self.outbox_backlog_bound();
         let inserted = Box::pin(sql::insert_in(&mut tx, r, now, bound)).await?;
         tx.commit().await?;
         Ok(inserted)
@@ -105,7 +105,7 @@ impl Questions for This {
 
     async fn decide(&self, id: &ConfirmationId, d: &Decision) -> Result<Decided, StorageError> {
         let (_writer, mut tx) = self.audit_tx().await?;
-        let decided = sql::apply_decision(&mut tx, id, d, self.webhook_backlog_bound()).await?;
+        let decided = sql::apply_decision(&mut tx, id, d, self.outbox_backlog_bound()).await?;
         if let Decided::Applied(record) = &decided {
             tx.commit().await?;
             self.remember_window(record);
@@ -189,7 +189,7 @@ impl Steps for This {
         settles: Option<&Decision>,
     ) -> Result<Answered, StorageError> {
         let (_writer, tx) = self.audit_tx().await?;
-        let bound = self.webhook_backlog_bound();
+        let bound = self.outbox_backlog_bound();
         let answered = sql::add_answer(tx, id, answer, settles, bound).await?;
         if let (Some(_), Answered::Added(record)) = (settles, &answered) {
             self.remember_window(record);
@@ -335,42 +335,42 @@ impl Windows for This {
 
 #[async_trait]
 impl Outbox for This {
-    fn set_webhook_backlog_bound(&self, bound: u32) {
-        self.webhook_backlog_bound
+    fn set_outbox_backlog_bound(&self, bound: u32) {
+        self.outbox_backlog_bound
             .store(bound.max(1), Ordering::Relaxed);
     }
 
-    async fn due_webhooks(
+    async fn due_deliveries(
         &self,
         now: OffsetDateTime,
         limit: u32,
     ) -> Result<Vec<OutboxEntry>, StorageError> {
-        sql::due_webhooks(&self.pool, now, limit).await
+        sql::due_deliveries(&self.pool, now, limit).await
     }
 
-    async fn due_webhooks_by_agent(
+    async fn due_deliveries_by_agent(
         &self,
         now: OffsetDateTime,
         per_agent: u32,
     ) -> Result<Vec<OutboxEntry>, StorageError> {
-        sql::due_webhooks_by_agent(&self.pool, now, per_agent).await
+        sql::due_deliveries_by_agent(&self.pool, now, per_agent).await
     }
 
-    async fn next_webhook_due(&self) -> Result<Option<OffsetDateTime>, StorageError> {
-        sql::next_webhook_due(&self.pool).await
+    async fn next_delivery_due(&self) -> Result<Option<OffsetDateTime>, StorageError> {
+        sql::next_delivery_due(&self.pool).await
     }
 
-    async fn next_webhook_due_after(
+    async fn next_delivery_due_after(
         &self,
         after: OffsetDateTime,
     ) -> Result<Option<OffsetDateTime>, StorageError> {
-        sql::next_webhook_due_after(&self.pool, after).await
+        sql::next_delivery_due_after(&self.pool, after).await
     }
 
-    async fn webhook_attempted(
+    async fn delivery_attempted(
         &self,
         entry: &OutboxEntry,
-        result: WebhookAttempt,
+        result: DeliveryAttempt,
         now: OffsetDateTime,
     ) -> Result<(), StorageError> {
         let event = sql::attempt_event(entry, &result, now);
@@ -382,7 +382,7 @@ impl Outbox for This {
             }
             None => (None, self.write_tx().await?),
         };
-        sql::webhook_attempted(tx, entry, &result, event.as_ref(), now).await
+        sql::delivery_attempted(tx, entry, &result, event.as_ref(), now).await
     }
 }
 

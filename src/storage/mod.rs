@@ -63,11 +63,11 @@ pub enum Change {
 /// How long an idempotency key keeps pointing at its request.
 pub const IDEMPOTENCY_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
-/// The webhook backlog bound a store applies until [`Outbox::set_webhook_backlog_bound`]
+/// The webhook backlog bound a store applies until [`Outbox::set_outbox_backlog_bound`]
 /// sets the configured one; also the default of `webhooks.max_backlog_per_agent`, which
 /// the configuration reads from here (storage sits below the configuration and takes
 /// plain values from it, never a setting).
-pub const DEFAULT_WEBHOOK_BACKLOG_BOUND: u32 = 1000;
+pub const DEFAULT_OUTBOX_BACKLOG_BOUND: u32 = 1000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
@@ -372,7 +372,7 @@ pub struct OutboxEntry {
 
 /// What became of one webhook attempt.
 #[derive(Debug, Clone)]
-pub enum WebhookAttempt {
+pub enum DeliveryAttempt {
     Delivered,
     Retry {
         next_at: OffsetDateTime,

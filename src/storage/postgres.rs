@@ -157,8 +157,8 @@ pub struct PgStore {
     /// Window hits for the group commit.
     hits: Arc<std::sync::Mutex<HitQueue>>,
     /// `webhooks.max_backlog_per_agent` (see
-    /// [`Outbox::set_webhook_backlog_bound`](crate::storage::Outbox::set_webhook_backlog_bound)).
-    webhook_backlog_bound: AtomicU32,
+    /// [`Outbox::set_outbox_backlog_bound`](crate::storage::Outbox::set_outbox_backlog_bound)).
+    outbox_backlog_bound: AtomicU32,
 }
 
 impl PgStore {
@@ -203,7 +203,7 @@ impl PgStore {
             origin,
             writers: Arc::default(),
             hits: Arc::default(),
-            webhook_backlog_bound: AtomicU32::new(super::DEFAULT_WEBHOOK_BACKLOG_BOUND),
+            outbox_backlog_bound: AtomicU32::new(super::DEFAULT_OUTBOX_BACKLOG_BOUND),
         })
     }
 
@@ -244,8 +244,8 @@ impl PgStore {
         }
     }
 
-    fn webhook_backlog_bound(&self) -> u32 {
-        self.webhook_backlog_bound.load(Ordering::Relaxed)
+    fn outbox_backlog_bound(&self) -> u32 {
+        self.outbox_backlog_bound.load(Ordering::Relaxed)
     }
 
     /// A transaction that holds [`AUDIT_LOCK`] from its first statement to its end: the
@@ -283,7 +283,7 @@ impl PgStore {
                 pool: self.pool.clone(),
                 writers: self.writers.clone(),
                 hits: self.hits.clone(),
-                bound: self.webhook_backlog_bound(),
+                bound: self.outbox_backlog_bound(),
             };
             tokio::spawn(commit.run());
         }

@@ -10,8 +10,8 @@ use time::OffsetDateTime;
 use tokio::sync::mpsc;
 
 use super::{
-    AgentEvent, Answered, Change, Decided, Gauges, Inserted, LiveConfig, LiveWindow, OutboxEntry,
-    PendingEntry, Shown, StorageError, WebhookAttempt,
+    AgentEvent, Answered, Change, Decided, DeliveryAttempt, Gauges, Inserted, LiveConfig,
+    LiveWindow, OutboxEntry, PendingEntry, Shown, StorageError,
 };
 use crate::domain::audit::{AuditEvent, Head, NewEvent, StoredRow, StoredStatus};
 use crate::domain::authority::{Authority, Fingerprint};
@@ -280,10 +280,10 @@ pub trait Outbox: Send + Sync + 'static {
     /// has this many undelivered webhooks gets its delivery dropped (audited) instead of
     /// queued. The service sets it at start; the CLI tools, which decide nothing, keep the
     /// default.
-    fn set_webhook_backlog_bound(&self, bound: u32);
+    fn set_outbox_backlog_bound(&self, bound: u32);
 
     /// Outbox entries due at `now`, oldest first.
-    async fn due_webhooks(
+    async fn due_deliveries(
         &self,
         now: OffsetDateTime,
         limit: u32,
@@ -292,27 +292,27 @@ pub trait Outbox: Send + Sync + 'static {
     /// Outbox entries due at `now`, at most `per_agent` of each agent (its oldest due),
     /// in turns: every agent's first, then every agent's second, and so on. An agent with
     /// a long backlog thus never hides another agent's due delivery from the worker.
-    async fn due_webhooks_by_agent(
+    async fn due_deliveries_by_agent(
         &self,
         now: OffsetDateTime,
         per_agent: u32,
     ) -> Result<Vec<OutboxEntry>, StorageError>;
 
     /// When the next pending webhook is due, if any.
-    async fn next_webhook_due(&self) -> Result<Option<OffsetDateTime>, StorageError>;
+    async fn next_delivery_due(&self) -> Result<Option<OffsetDateTime>, StorageError>;
 
     /// When the next pending webhook not yet due at `after` is due, if any. (Rows due
     /// already are the worker's to start, or in flight.)
-    async fn next_webhook_due_after(
+    async fn next_delivery_due_after(
         &self,
         after: OffsetDateTime,
     ) -> Result<Option<OffsetDateTime>, StorageError>;
 
     /// Records the result of an attempt (and, when it is final, its audit event).
-    async fn webhook_attempted(
+    async fn delivery_attempted(
         &self,
         entry: &OutboxEntry,
-        result: WebhookAttempt,
+        result: DeliveryAttempt,
         now: OffsetDateTime,
     ) -> Result<(), StorageError>;
 }

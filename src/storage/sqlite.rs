@@ -95,9 +95,9 @@ pub struct SqliteStore {
     /// `webhooks.max_backlog_per_agent`: an outcome whose agent already has this many
     /// undelivered webhooks gets its delivery dropped (audited) instead of queued. Set by
     /// the service at start
-    /// ([`Outbox::set_webhook_backlog_bound`](crate::storage::Outbox::set_webhook_backlog_bound));
+    /// ([`Outbox::set_outbox_backlog_bound`](crate::storage::Outbox::set_outbox_backlog_bound));
     /// the CLI tools, which decide nothing, keep the default.
-    webhook_backlog_bound: std::sync::atomic::AtomicU32,
+    outbox_backlog_bound: std::sync::atomic::AtomicU32,
 }
 
 /// The audit chain's last row: its `seq` and `hash`.
@@ -235,14 +235,14 @@ impl SqliteStore {
             windows: RwLock::new(None),
             hits: Arc::new(HitQueue::default()),
             hit_thread: std::sync::Mutex::new(None),
-            webhook_backlog_bound: std::sync::atomic::AtomicU32::new(
-                super::DEFAULT_WEBHOOK_BACKLOG_BOUND,
+            outbox_backlog_bound: std::sync::atomic::AtomicU32::new(
+                super::DEFAULT_OUTBOX_BACKLOG_BOUND,
             ),
         })
     }
 
-    fn webhook_backlog_bound(&self) -> u32 {
-        self.webhook_backlog_bound
+    fn outbox_backlog_bound(&self) -> u32 {
+        self.outbox_backlog_bound
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 }
@@ -373,7 +373,7 @@ impl SqliteStore {
             audit: self.audit.clone(),
             pool: self.pool.clone(),
             file: self.file.clone(),
-            bound: self.webhook_backlog_bound(),
+            bound: self.outbox_backlog_bound(),
             runtime: tokio::runtime::Handle::current(),
         };
         let started = std::thread::Builder::new()

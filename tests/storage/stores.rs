@@ -24,8 +24,8 @@ use hitl_telegram::domain::interaction::Answer;
 use hitl_telegram::domain::python;
 use hitl_telegram::service::now;
 use hitl_telegram::storage::{
-    self, Administration, Answered, ConnectMode, Decided, Inserted, Shown, SqliteStore,
-    StorageError, Store, WebhookAttempt,
+    self, Administration, Answered, ConnectMode, Decided, DeliveryAttempt, Inserted, Shown,
+    SqliteStore, StorageError, Store,
 };
 
 use crate::support::postgres::PgDatabase;
@@ -819,7 +819,7 @@ async fn answers_are_one_per_person_and_a_settling_answer_decides(db: TestDb) {
 
 async fn webhooks_beyond_an_agents_backlog_bound_are_dropped_and_audited(db: TestDb) {
     let s = db.store().await;
-    s.set_webhook_backlog_bound(2);
+    s.set_outbox_backlog_bound(2);
     for _ in 0..3 {
         let r = Confirmation {
             callback_url: Some("http://127.0.0.1:9/hook".into()),
@@ -829,29 +829,29 @@ async fn webhooks_beyond_an_agents_backlog_bound_are_dropped_and_audited(db: Tes
         s.decide(&r.id, &approved(1)).await.unwrap();
     }
     let soon = now() + Duration::from_secs(1);
-    let due = s.due_webhooks(soon, 10).await.unwrap();
+    let due = s.due_deliveries(soon, 10).await.unwrap();
     assert_eq!(due.len(), 2, "the oldest two are kept");
-    assert_eq!(s.due_webhooks_by_agent(soon, 1).await.unwrap().len(), 1);
+    assert_eq!(s.due_deliveries_by_agent(soon, 1).await.unwrap().len(), 1);
     let gauges = s.gauges().await.unwrap();
     assert_eq!(gauges.webhook_backlog, 2);
     assert_eq!(gauges.webhook_dropped_by_agent, [("agent".to_owned(), 1)]);
 
-    s.webhook_attempted(&due[0], WebhookAttempt::Delivered, now())
+    s.delivery_attempted(&due[0], DeliveryAttempt::Delivered, now())
         .await
         .unwrap();
     let retry_at = now() + Duration::from_secs(60);
-    let retry = WebhookAttempt::Retry {
+    let retry = DeliveryAttempt::Retry {
         next_at: retry_at,
         error: "503".into(),
     };
-    s.webhook_attempted(&due[1], retry, now()).await.unwrap();
-    assert!(s.due_webhooks(soon, 10).await.unwrap().is_empty());
-    assert_eq!(s.next_webhook_due().await.unwrap(), Some(retry_at));
+    s.delivery_attempted(&due[1], retry, now()).await.unwrap();
+    assert!(s.due_deliveries(soon, 10).await.unwrap().is_empty());
+    assert_eq!(s.next_delivery_due().await.unwrap(), Some(retry_at));
     assert_eq!(
-        s.next_webhook_due_after(soon).await.unwrap(),
+        s.next_delivery_due_after(soon).await.unwrap(),
         Some(retry_at)
     );
-    assert_eq!(s.next_webhook_due_after(retry_at).await.unwrap(), None);
+    assert_eq!(s.next_delivery_due_after(retry_at).await.unwrap(), None);
     let rows = s.audit_rows(None).await.unwrap();
     let dropped = rows.iter().filter(|r| r.kind == "webhook_dropped").count();
     assert_eq!(dropped, 1);

@@ -50,8 +50,8 @@ use crate::storage::rows::{
     insert_confirmations, ms, operator_columns, select_where, select_windows_where, user_column,
 };
 use crate::storage::{
-    AgentEvent, Answered, Decided, Gauges, IDEMPOTENCY_TTL, Inserted, LiveWindow, OutboxEntry,
-    PendingEntry, Shown, StorageError, WebhookAttempt,
+    AgentEvent, Answered, Decided, DeliveryAttempt, Gauges, IDEMPOTENCY_TTL, Inserted, LiveWindow,
+    OutboxEntry, PendingEntry, Shown, StorageError,
 };
 
 mod outbox;

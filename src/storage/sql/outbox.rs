@@ -9,7 +9,7 @@ use super::*;
 /// agent already has `max_backlog` undelivered webhooks, the delivery is stored as
 /// `dropped` with a `webhook_dropped` event instead. The bound holds exactly: every
 /// enqueue runs under the audit lock, so no two count at once.
-pub(crate) async fn enqueue_webhook(
+pub(crate) async fn enqueue_delivery(
     tx: &mut Transaction<'_, Db>,
     r: &Confirmation,
     now: OffsetDateTime,
@@ -51,8 +51,8 @@ pub(crate) async fn enqueue_webhook(
     Ok(())
 }
 
-/// See [`crate::storage::Outbox::due_webhooks`].
-pub(crate) async fn due_webhooks(
+/// See [`crate::storage::Outbox::due_deliveries`].
+pub(crate) async fn due_deliveries(
     pool: &Pool<Db>,
     now: OffsetDateTime,
     limit: u32,
@@ -71,8 +71,8 @@ pub(crate) async fn due_webhooks(
     rows.into_iter().map(OutboxRow::into_entry).collect()
 }
 
-/// See [`crate::storage::Outbox::next_webhook_due`].
-pub(crate) async fn next_webhook_due(
+/// See [`crate::storage::Outbox::next_delivery_due`].
+pub(crate) async fn next_delivery_due(
     pool: &Pool<Db>,
 ) -> Result<Option<OffsetDateTime>, StorageError> {
     let (due,): (Option<i64>,) =
@@ -82,8 +82,8 @@ pub(crate) async fn next_webhook_due(
     Ok(due.and_then(rows::from_ms))
 }
 
-/// See [`crate::storage::Outbox::next_webhook_due_after`].
-pub(crate) async fn next_webhook_due_after(
+/// See [`crate::storage::Outbox::next_delivery_due_after`].
+pub(crate) async fn next_delivery_due_after(
     pool: &Pool<Db>,
     after: OffsetDateTime,
 ) -> Result<Option<OffsetDateTime>, StorageError> {
@@ -97,11 +97,11 @@ pub(crate) async fn next_webhook_due_after(
     Ok(due.and_then(rows::from_ms))
 }
 
-/// See [`crate::storage::Outbox::due_webhooks_by_agent`]. Each agent's rows are ranked by
+/// See [`crate::storage::Outbox::due_deliveries_by_agent`]. Each agent's rows are ranked by
 /// when they are due (then by when they were queued) and served rank by rank: one
 /// agent's thousand due rows come after every other agent's first. Ties break by bytes
 /// on either backend.
-pub(crate) async fn due_webhooks_by_agent(
+pub(crate) async fn due_deliveries_by_agent(
     pool: &Pool<Db>,
     now: OffsetDateTime,
     per_agent: u32,
@@ -131,14 +131,14 @@ pub(crate) async fn due_webhooks_by_agent(
 /// retry (which changes nothing but the outbox row, and so needs no audit lock).
 pub(crate) fn attempt_event(
     entry: &OutboxEntry,
-    result: &WebhookAttempt,
+    result: &DeliveryAttempt,
     now: OffsetDateTime,
 ) -> Option<NewEvent> {
     let (id, delivery) = (entry.confirmation_id.as_str(), entry.delivery_id.as_str());
     match result {
-        WebhookAttempt::Delivered => Some(audit::webhook(id, delivery, true, None, now)),
-        WebhookAttempt::Retry { .. } => None,
-        WebhookAttempt::GiveUp { error } => {
+        DeliveryAttempt::Delivered => Some(audit::webhook(id, delivery, true, None, now)),
+        DeliveryAttempt::Retry { .. } => None,
+        DeliveryAttempt::GiveUp { error } => {
             Some(audit::webhook(id, delivery, false, Some(error), now))
         }
     }
@@ -146,30 +146,30 @@ pub(crate) fn attempt_event(
 
 /// Records a webhook attempt in `tx` (an audit transaction when `event`, the attempt's
 /// [`attempt_event`], is some) and commits; see
-/// [`crate::storage::Outbox::webhook_attempted`]. Conditional on the delivery still
+/// [`crate::storage::Outbox::delivery_attempted`]. Conditional on the delivery still
 /// pending: another process (a CLI tool, a second worker) that already finished it keeps
 /// its outcome, and no second, contradictory audit event is chained.
-pub(crate) async fn webhook_attempted(
+pub(crate) async fn delivery_attempted(
     mut tx: Transaction<'_, Db>,
     entry: &OutboxEntry,
-    result: &WebhookAttempt,
+    result: &DeliveryAttempt,
     event: Option<&NewEvent>,
     now: OffsetDateTime,
 ) -> Result<(), StorageError> {
     let q = match result {
-        WebhookAttempt::Delivered => sqlx::query(
+        DeliveryAttempt::Delivered => sqlx::query(
             "UPDATE webhook_outbox SET state = 'delivered', attempts = attempts + 1,
                 last_error = NULL, finished_at = $1
              WHERE delivery_id = $2 AND state = 'pending'",
         )
         .bind(ms(now)),
-        WebhookAttempt::Retry { next_at, error } => sqlx::query(
+        DeliveryAttempt::Retry { next_at, error } => sqlx::query(
             "UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = $1,
                 last_error = $2 WHERE delivery_id = $3 AND state = 'pending'",
         )
         .bind(ms(*next_at))
         .bind(error.as_str()),
-        WebhookAttempt::GiveUp { error } => sqlx::query(
+        DeliveryAttempt::GiveUp { error } => sqlx::query(
             "UPDATE webhook_outbox SET state = 'given_up', attempts = attempts + 1,
                 last_error = $1, finished_at = $2
              WHERE delivery_id = $3 AND state = 'pending'",

@@ -29,7 +29,7 @@ pub(crate) async fn insert_in(
     if done.rows_affected() == 1 {
         if r.is_terminal() {
             append_event(tx, &audit::window_hit(r)).await?;
-            enqueue_webhook(tx, r, now, max_backlog).await?;
+            enqueue_delivery(tx, r, now, max_backlog).await?;
         } else {
             append_event(tx, &audit::requested(r)).await?;
         }
@@ -111,7 +111,7 @@ pub(crate) async fn apply_decision(
     }
     push_agent_event(tx, &record, "status", &record.status_event(), d.decided_at).await?;
     append_event(tx, &audit::decided(&record)).await?;
-    enqueue_webhook(tx, &record, d.decided_at, max_backlog).await?;
+    enqueue_delivery(tx, &record, d.decided_at, max_backlog).await?;
     if let Some(until) = record.window_until() {
         // A later expiry replaces an earlier one, never the reverse.
         sqlx::query(

@@ -38,10 +38,10 @@ use tokio::task::{Id as TaskId, JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::record::RecordView;
-use crate::config::WebhookSettings;
+use crate::config::OutboxSettings;
 use crate::domain::ids::DeliveryId;
 use crate::service::{Service, now};
-use crate::storage::{OutboxEntry, WebhookAttempt};
+use crate::storage::{DeliveryAttempt, OutboxEntry};
 
 /// How many of one agent's due rows each read considers, per attempt slot the agent
 /// has: when its oldest wait for a receiving host that is full, a few more let the
@@ -73,7 +73,7 @@ pub fn sign(secret: &[u8], timestamp: i64, delivery_id: &str, body: &[u8]) -> St
 /// The wait before attempt `attempt` (1-based) is retried: doubling from the initial
 /// backoff up to the maximum, then scaled by a random factor in [0.5, 1] so receivers
 /// that came back are not hit by every sender at once.
-pub fn backoff(settings: &WebhookSettings, attempt: u32) -> Duration {
+pub fn backoff(settings: &OutboxSettings, attempt: u32) -> Duration {
     let exp =
         settings.initial_backoff_seconds * 2f64.powi(attempt.saturating_sub(1).min(60) as i32);
     let capped = exp.min(settings.max_backoff_seconds);
@@ -81,7 +81,7 @@ pub fn backoff(settings: &WebhookSettings, attempt: u32) -> Duration {
     Duration::from_secs_f64(capped * jitter)
 }
 
-fn client(settings: &WebhookSettings) -> reqwest::Client {
+fn client(settings: &OutboxSettings) -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs_f64(settings.timeout_seconds))
         // A receiver that does not even accept is down: do not hold a slot for the
@@ -136,7 +136,7 @@ struct Running {
 }
 
 impl<K: std::hash::Hash + Eq> Slots<K> {
-    fn new(settings: &WebhookSettings) -> Slots<K> {
+    fn new(settings: &OutboxSettings) -> Slots<K> {
         let cap = |n: u32| usize::try_from(n.max(1)).unwrap_or(usize::MAX);
         Slots {
             max_total: cap(settings.max_in_flight),
@@ -219,7 +219,7 @@ pub async fn run(service: Arc<Service>, stop: CancellationToken) {
                     slots.release(finished(done));
                 }
             }
-            _ = service.webhook_wake().notified() => {}
+            _ = service.outbox_wake().notified() => {}
             _ = sleep_or_forever(sleep) => {}
         }
     }
@@ -247,7 +247,7 @@ async fn start_due(
     lookahead: u32,
 ) -> Option<Duration> {
     let at = now();
-    let due = match service.store().due_webhooks_by_agent(at, lookahead).await {
+    let due = match service.store().due_deliveries_by_agent(at, lookahead).await {
         Ok(d) => d,
         Err(e) => {
             tracing::error!(error = %e, "cannot read the webhook outbox");
@@ -264,7 +264,7 @@ async fn start_due(
             slots.take(task.id(), &entry, host);
         }
     }
-    match service.store().next_webhook_due_after(at).await {
+    match service.store().next_delivery_due_after(at).await {
         Ok(next) => next.map(|due| (due - now()).try_into().unwrap_or(Duration::ZERO)),
         Err(e) => {
             tracing::error!(error = %e, "cannot read the webhook outbox");
@@ -285,21 +285,21 @@ async fn attempt(service: Arc<Service>, http: reqwest::Client, entry: OutboxEntr
         Ok(()) => {
             tracing::info!(delivery = entry.delivery_id.as_str(), id = %entry.confirmation_id, "webhook delivered");
             service.metrics().webhook_delivered(&entry.agent);
-            WebhookAttempt::Delivered
+            DeliveryAttempt::Delivered
         }
         Err(error) => {
             let step = next_step(&service.config().webhooks, &entry, error, now());
-            let given_up = matches!(step, WebhookAttempt::GiveUp { .. });
+            let given_up = matches!(step, DeliveryAttempt::GiveUp { .. });
             service.metrics().webhook_failed(&entry.agent, given_up);
             step
         }
     };
-    if let WebhookAttempt::GiveUp { error } = &result {
+    if let DeliveryAttempt::GiveUp { error } = &result {
         tracing::warn!(delivery = entry.delivery_id.as_str(), id = %entry.confirmation_id, %error, "webhook given up");
     }
     if let Err(e) = service
         .store()
-        .webhook_attempted(&entry, result, now())
+        .delivery_attempted(&entry, result, now())
         .await
     {
         tracing::error!(error = %e, "cannot record a webhook attempt");
@@ -308,21 +308,21 @@ async fn attempt(service: Arc<Service>, http: reqwest::Client, entry: OutboxEntr
 
 /// Retry later, or give up once the delivery is older than the give-up age.
 fn next_step(
-    settings: &WebhookSettings,
+    settings: &OutboxSettings,
     entry: &OutboxEntry,
     error: String,
     now: OffsetDateTime,
-) -> WebhookAttempt {
+) -> DeliveryAttempt {
     let age: Duration = (now - entry.created_at)
         .try_into()
         .unwrap_or(Duration::ZERO);
     if age.as_secs_f64() >= settings.give_up_after_seconds {
-        return WebhookAttempt::GiveUp {
+        return DeliveryAttempt::GiveUp {
             error: format!("{error} (giving up after {} attempts)", entry.attempts + 1),
         };
     }
     tracing::debug!(delivery = entry.delivery_id.as_str(), %error, "webhook attempt failed; will retry");
-    WebhookAttempt::Retry {
+    DeliveryAttempt::Retry {
         next_at: now + backoff(settings, entry.attempts + 1),
         error,
     }
@@ -428,11 +428,11 @@ mod tests {
     }
 
     fn slots(total: u32, per_agent: u32, per_host: u32) -> Slots<u32> {
-        Slots::new(&WebhookSettings {
+        Slots::new(&OutboxSettings {
             max_in_flight: total,
             max_in_flight_per_agent: per_agent,
             max_in_flight_per_host: per_host,
-            ..WebhookSettings::default()
+            ..OutboxSettings::default()
         })
     }
 
@@ -495,12 +495,12 @@ mod tests {
 
     #[test]
     fn backoff_doubles_up_to_the_cap_with_jitter() {
-        let s = WebhookSettings {
+        let s = OutboxSettings {
             timeout_seconds: 1.0,
             initial_backoff_seconds: 1.0,
             max_backoff_seconds: 8.0,
             give_up_after_seconds: 100.0,
-            ..WebhookSettings::default()
+            ..OutboxSettings::default()
         };
         for (attempt, full) in [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (5, 8.0), (40, 8.0)] {
             let d = backoff(&s, attempt).as_secs_f64();
