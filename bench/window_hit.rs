@@ -14,11 +14,11 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group};
 use hitl_telegram::domain::args_hash::ArgsHash;
-use hitl_telegram::domain::confirmation::{
-    Confirmation, Operator, Outcome, PENDING_REASON, Status, WindowKey,
-};
 use hitl_telegram::domain::ids::{CallbackToken, ConfirmationId, OwnerId, ToolName};
 use hitl_telegram::domain::python;
+use hitl_telegram::domain::question::{
+    Operator, Outcome, PENDING_REASON, Question, Status, WindowKey,
+};
 use hitl_telegram::storage::{Administration, Decided, Questions, SqliteStore, Store};
 use time::OffsetDateTime;
 
@@ -50,7 +50,7 @@ async fn open_window(store: &SqliteStore, tool: &ToolName, owner: &OwnerId) {
     let now = OffsetDateTime::now_utc();
     let params =
         python::json::parse_object(PARAMS).expect("the bench parameters are a JSON object");
-    let record = Confirmation {
+    let record = Question {
         id: ConfirmationId::generate(),
         agent: AGENT.to_owned(),
         route: "ops".to_owned(),

@@ -271,7 +271,7 @@ async fn ask_inner(
             .and_then(|t| {
                 time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
             })
-            .map(crate::domain::confirmation::operator_time)
+            .map(crate::domain::question::operator_time)
             .unwrap_or_default();
         progress(format!(
             "asked (request {id}); waiting up to {total} s for an approver on Telegram (until {until})"

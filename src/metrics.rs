@@ -25,7 +25,7 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 use time::OffsetDateTime;
 
-use crate::domain::confirmation::{Confirmation, Via};
+use crate::domain::question::{Question, Via};
 use crate::storage::Gauges;
 
 /// The content type of the exposition: OpenMetrics text, which `prometheus-client`
@@ -333,7 +333,7 @@ impl Metrics {
     }
 
     /// A request was stored.
-    pub fn request_created(&self, r: &Confirmation) {
+    pub fn request_created(&self, r: &Question) {
         self.requests_created
             .get_or_create(&CreatedLabels {
                 agent: r.agent.clone(),
@@ -346,7 +346,7 @@ impl Metrics {
 
     /// A request reached its outcome (`r` is the stored, terminal record). Called once
     /// per request: only by the decision that was applied.
-    pub fn request_decided(&self, r: &Confirmation) {
+    pub fn request_decided(&self, r: &Question) {
         let tool = self.tools.label(&r.agent, r.tool.as_str());
         let via = r.via.map(Via::as_str).unwrap_or("unknown");
         self.requests_decided
@@ -409,7 +409,7 @@ impl Metrics {
     }
 
     /// A pending question (`r`) took a step on the operators' side (see [`StepLabels`]).
-    pub fn question_step(&self, r: &Confirmation, step: &'static str) {
+    pub fn question_step(&self, r: &Question, step: &'static str) {
         self.question_steps
             .get_or_create(&StepLabels {
                 agent: r.agent.clone(),
@@ -421,7 +421,7 @@ impl Metrics {
 
     /// A question (`r`) ended `timeout` because it could not reach its chat before its
     /// deadline.
-    pub fn question_missed_deadline(&self, r: &Confirmation) {
+    pub fn question_missed_deadline(&self, r: &Question) {
         self.questions_missed_deadline
             .get_or_create(&RouteLabels {
                 agent: r.agent.clone(),
@@ -504,7 +504,7 @@ fn agent_labels(agent: &str) -> AgentLabels {
     }
 }
 
-fn kind(r: &Confirmation) -> &'static str {
+fn kind(r: &Question) -> &'static str {
     if r.interaction.is_some() {
         "interaction"
     } else {

@@ -134,7 +134,7 @@ pub async fn audit_export(path: &Path, since: Option<&str>) -> anyhow::Result<()
     for row in store.audit_rows(since).await? {
         let line = serde_json::json!({
             "seq": row.seq,
-            "at": crate::domain::confirmation::rfc3339(row.at),
+            "at": crate::domain::question::rfc3339(row.at),
             "confirmation_id": row.confirmation_id,
             "kind": row.kind,
             "actor": row.actor,

@@ -16,9 +16,9 @@ use super::extract::{AuthAgent, Body};
 use super::limits::Held;
 use super::record::RecordView;
 use crate::config::{Agent, Config};
-use crate::domain::confirmation::Confirmation;
 use crate::domain::ids::{ConfirmationId, IdempotencyKey, OwnerId, ToolName};
 use crate::domain::python::value::PyDict;
+use crate::domain::question::Question;
 use crate::domain::{python, text};
 use crate::service::NewConfirmation;
 
@@ -284,7 +284,7 @@ pub fn parse_create(
     ))
 }
 
-fn respond(status: StatusCode, r: &Confirmation) -> Response {
+fn respond(status: StatusCode, r: &Question) -> Response {
     (status, Json(RecordView::from(r))).into_response()
 }
 

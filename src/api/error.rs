@@ -11,8 +11,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::record::{InteractionView, RecordView};
-use crate::domain::confirmation::Confirmation;
 use crate::domain::limits::MAX_BODY_BYTES;
+use crate::domain::question::Question;
 use crate::service::ServiceError;
 use crate::storage::StorageError;
 
@@ -32,9 +32,9 @@ pub enum ApiError {
     /// `server.body_read_timeout_seconds`; the connection is closed after the answer.
     BodyTimeout(std::time::Duration),
     /// 409, with the stored record.
-    AlreadyDecided(Box<Confirmation>),
+    AlreadyDecided(Box<Question>),
     /// 409, with the stored interaction: it already ended.
-    InteractionEnded(Box<Confirmation>),
+    InteractionEnded(Box<Question>),
     /// 409: the request contradicts what is stored under the same key; the message starts
     /// with the field's name.
     Conflict { field: String, reason: String },

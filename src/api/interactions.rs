@@ -233,7 +233,7 @@ fn long_poll(
     }
 }
 
-fn respond(status: StatusCode, r: &crate::domain::confirmation::Confirmation) -> Response {
+fn respond(status: StatusCode, r: &crate::domain::question::Question) -> Response {
     (status, Json(InteractionView::from(r))).into_response()
 }
 

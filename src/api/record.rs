@@ -5,8 +5,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use crate::domain::confirmation::{Confirmation, rfc3339};
 use crate::domain::interaction::{Scope, TimeoutAction};
+use crate::domain::question::{Question, rfc3339};
 
 /// The operator who tapped the button.
 #[derive(Debug, Serialize, ToSchema)]
@@ -23,7 +23,7 @@ pub struct DecidedByView {
 ///
 /// Every key is always present; the optional ones are `null` when they do not apply.
 #[derive(Debug, Serialize, ToSchema)]
-#[schema(as = Confirmation)]
+#[schema(as = Question)]
 pub struct RecordView {
     /// `cf_` and 32 lowercase hex digits.
     pub id: String,
@@ -93,8 +93,8 @@ pub struct ProgressView {
     pub reasons_requested: u32,
 }
 
-impl From<&Confirmation> for ProgressView {
-    fn from(r: &Confirmation) -> Self {
+impl From<&Question> for ProgressView {
+    fn from(r: &Question) -> Self {
         ProgressView {
             delivered: r.message_id.is_some(),
             reminders_sent: r.progress.reminders_sent,
@@ -113,8 +113,8 @@ pub fn scope_name(scope: Scope) -> &'static str {
     }
 }
 
-impl From<&Confirmation> for RecordView {
-    fn from(r: &Confirmation) -> Self {
+impl From<&Question> for RecordView {
+    fn from(r: &Question) -> Self {
         RecordView {
             id: r.id.to_string(),
             status: r.status.as_str(),
@@ -218,8 +218,8 @@ pub struct InteractionView {
     pub progress: ProgressView,
 }
 
-impl From<&Confirmation> for InteractionView {
-    fn from(r: &Confirmation) -> Self {
+impl From<&Question> for InteractionView {
+    fn from(r: &Question) -> Self {
         // The first message went to a person's private chat when the route is `@name`.
         let first = r.route.strip_prefix('@');
         let mut recipients: Vec<String> = Vec::with_capacity(1 + r.copies.len());

@@ -27,8 +27,8 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
-use super::confirmation::{Confirmation, Operator, Status, Step, Via, Window, rfc3339};
 use super::interaction::Answer;
+use super::question::{Operator, Question, Status, Step, Via, Window, rfc3339};
 
 /// An event about to be appended.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,7 +61,7 @@ fn ser_time<S: serde::Serializer>(t: &OffsetDateTime, s: S) -> Result<S::Ok, S::
     s.serialize_str(&rfc3339(*t))
 }
 
-fn agent_actor(r: &Confirmation) -> String {
+fn agent_actor(r: &Question) -> String {
     format!("agent:{}", r.agent)
 }
 
@@ -70,7 +70,7 @@ fn operator_json(op: &Operator) -> Value {
 }
 
 /// A request was stored and is about to be delivered.
-pub fn requested(r: &Confirmation) -> NewEvent {
+pub fn requested(r: &Question) -> NewEvent {
     NewEvent {
         at: r.created_at,
         confirmation_id: Some(r.id.to_string()),
@@ -93,7 +93,7 @@ pub fn requested(r: &Confirmation) -> NewEvent {
 }
 
 /// A request was confirmed at once by a live window.
-pub fn window_hit(r: &Confirmation) -> NewEvent {
+pub fn window_hit(r: &Question) -> NewEvent {
     NewEvent {
         at: r.created_at,
         confirmation_id: Some(r.id.to_string()),
@@ -122,7 +122,7 @@ pub fn delivered(id: &str, chat_id: i64, message_id: i32, at: OffsetDateTime) ->
 
 /// A request reached its outcome (`r` is the decided record). The detail names the
 /// stored status, which `audit verify` checks the record against.
-pub fn decided(r: &Confirmation) -> NewEvent {
+pub fn decided(r: &Question) -> NewEvent {
     let at = r.decided_at.unwrap_or(r.created_at);
     let status = r.status.as_str();
     let (kind, actor, mut detail) = match (r.via, &r.decided_by) {

@@ -17,8 +17,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::confirmation::Confirmation;
 use super::interaction::Interaction;
+use super::question::Question;
 
 /// What one configuration says about who may decide. Maps are ordered, so one
 /// configuration always serialises to the same text and so to one [`Fingerprint`].
@@ -194,7 +194,7 @@ impl Authority {
     /// interaction is for, whose request it is.
     pub fn refusal(
         &self,
-        q: &Confirmation,
+        q: &Question,
         chat_id: i64,
         user: u64,
         moved: Moved<'_>,
@@ -358,9 +358,9 @@ mod tests {
 
     use super::*;
     use crate::domain::args_hash::ArgsHash;
-    use crate::domain::confirmation::{PENDING_REASON, Status};
     use crate::domain::ids::{CallbackToken, ConfirmationId, OwnerId, ToolName};
     use crate::domain::interaction;
+    use crate::domain::question::{PENDING_REASON, Status};
 
     const OPS: i64 = -100;
     const ESC: i64 = -200;
@@ -402,10 +402,10 @@ mod tests {
         }
     }
 
-    fn question(owner: &str) -> Confirmation {
+    fn question(owner: &str) -> Question {
         let params = crate::domain::python::json::parse_object("{}").unwrap();
         let t = OffsetDateTime::UNIX_EPOCH;
-        Confirmation {
+        Question {
             id: ConfirmationId::generate(),
             agent: "agent".into(),
             route: "ops".into(),
@@ -443,7 +443,7 @@ mod tests {
         }
     }
 
-    fn for_people(targets: &[&str]) -> Confirmation {
+    fn for_people(targets: &[&str]) -> Question {
         let mut q = question("anonymous");
         let i = interaction::parse(
             &json!({

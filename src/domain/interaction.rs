@@ -12,8 +12,8 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 
-use super::confirmation::Operator;
 use super::ids::all_visible;
+use super::question::Operator;
 use super::text;
 
 /// Bounds on what an agent may ask, so one interaction cannot flood a chat or the database.

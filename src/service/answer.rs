@@ -13,7 +13,7 @@ impl Service {
 
     /// How many answers the question waits for: its target humans, else the route's
     /// approvers, else the people it was sent to privately.
-    pub(super) fn expected_answers(&self, record: &Confirmation) -> usize {
+    pub(super) fn expected_answers(&self, record: &Question) -> usize {
         if let Some(i) = &record.interaction
             && !i.target_humans.is_empty()
         {
@@ -40,7 +40,7 @@ impl Service {
 
     /// `respondent` as AI-Parrot expects it: the person's name when `target_humans` uses
     /// names, else the Telegram user id in decimal.
-    pub(super) fn respondent(&self, record: &Confirmation, user_id: u64) -> String {
+    pub(super) fn respondent(&self, record: &Question, user_id: u64) -> String {
         record
             .interaction
             .as_ref()
@@ -60,7 +60,7 @@ impl Service {
     /// could not be read, so nothing may be decided yet.
     pub(super) async fn may_not_answer(
         &self,
-        record: &Confirmation,
+        record: &Question,
         chat_id: i64,
         from: &Operator,
         from_is_bot: bool,
@@ -389,7 +389,7 @@ impl Service {
     /// a "no" is never recorded without the reason it promised.
     async fn ask_reason(
         self: &Arc<Self>,
-        record: Confirmation,
+        record: Question,
         from: &Operator,
         chat_id: i64,
         message_id: i32,
@@ -422,7 +422,7 @@ impl Service {
     /// scheduler) follows the new one.
     async fn extend(
         self: &Arc<Self>,
-        record: Confirmation,
+        record: Question,
         from: &Operator,
     ) -> Result<(String, bool, After), StorageError> {
         let Some(to) = self.extension_to(&record) else {
@@ -453,14 +453,14 @@ impl Service {
                 After::Refresh(r),
             ));
         };
-        tracing::info!(id = %extended.id, by = from.id, expires_at = %crate::domain::confirmation::rfc3339(extended.expires_at), "deadline extended");
+        tracing::info!(id = %extended.id, by = from.id, expires_at = %crate::domain::question::rfc3339(extended.expires_at), "deadline extended");
         self.metrics.question_step(&extended, "extended");
         self.arm(&extended);
         self.changed(&extended.id);
         Ok((
             cut_for_toast(&format!(
                 "⏳ More time: the deadline is now {}",
-                crate::domain::confirmation::operator_time(extended.expires_at)
+                crate::domain::question::operator_time(extended.expires_at)
             )),
             false,
             After::Refresh(extended),
@@ -470,7 +470,7 @@ impl Service {
     /// The deadline one more "+N min" tap would set, if the route offers one: at most
     /// `max_extensions` times, and never past `max_timeout_seconds` after the request
     /// was made.
-    pub(super) fn extension_to(&self, r: &Confirmation) -> Option<OffsetDateTime> {
+    pub(super) fn extension_to(&self, r: &Question) -> Option<OffsetDateTime> {
         if r.is_terminal() {
             return None;
         }
@@ -509,7 +509,7 @@ impl Service {
         if self.refused_reply(&record, reply).await? {
             return Ok(Some(After::Nothing));
         }
-        let Some(reason) = crate::domain::confirmation::reason_text(&reply.text) else {
+        let Some(reason) = crate::domain::question::reason_text(&reply.text) else {
             // An empty reply (a sticker, blanks) explains nothing: the request stays open
             // and the person can reply again.
             return Ok(Some(After::Nothing));
@@ -573,11 +573,7 @@ impl Service {
     }
 
     /// Whether `reply`'s author may not answer `record` there; a refusal is audited.
-    async fn refused_reply(
-        &self,
-        record: &Confirmation,
-        reply: &Reply,
-    ) -> Result<bool, StorageError> {
+    async fn refused_reply(&self, record: &Question, reply: &Reply) -> Result<bool, StorageError> {
         let Some((text, why)) = self
             .may_not_answer(record, reply.chat_id, &reply.from, reply.from_is_bot)
             .await?
@@ -600,7 +596,7 @@ impl Service {
     /// `verdict` is the button an approve/cancel question was answered with.
     pub(super) async fn answer(
         self: &Arc<Self>,
-        record: Confirmation,
+        record: Question,
         from: &Operator,
         value: Value,
         verdict: Option<Verdict>,
@@ -693,7 +689,7 @@ impl Service {
 
     /// The outcome the answers so far settle a question asked of several people on, if
     /// they do.
-    pub(super) fn settle(&self, record: &Confirmation) -> Option<Outcome> {
+    pub(super) fn settle(&self, record: &Question) -> Option<Outcome> {
         let i = record.interaction.as_ref()?;
         let values: Vec<Value> = record.answers.iter().map(|a| a.value.clone()).collect();
         let quorum = i
@@ -748,19 +744,19 @@ impl Service {
 pub(super) enum After {
     Nothing,
     /// Show the outcome in every message.
-    Finish(Confirmation),
+    Finish(Question),
     /// Show progress in every message.
-    Refresh(Confirmation),
+    Refresh(Question),
     /// Ask `from` for their reason, replying to the question's message in `chat_id`.
     AskReason {
-        record: Confirmation,
+        record: Question,
         chat_id: i64,
         message_id: i32,
         from: Operator,
     },
     /// Show one person's multi-choice selection on the message they tapped.
     ShowSelection {
-        record: Confirmation,
+        record: Question,
         chat_id: i64,
         message_id: i32,
         selection: Vec<String>,
@@ -783,7 +779,7 @@ pub(super) fn offers_reason(kind: InteractionType) -> bool {
     matches!(kind, InteractionType::Approval | InteractionType::Form)
 }
 
-pub(super) fn option_key(record: &Confirmation, n: u8) -> Option<String> {
+pub(super) fn option_key(record: &Question, n: u8) -> Option<String> {
     record
         .interaction
         .as_ref()?
@@ -793,7 +789,7 @@ pub(super) fn option_key(record: &Confirmation, n: u8) -> Option<String> {
 }
 
 /// `selection` in the order the options are listed (as AI-Parrot lists them back).
-pub(super) fn in_option_order(record: &Confirmation, selection: Vec<String>) -> Vec<String> {
+pub(super) fn in_option_order(record: &Question, selection: Vec<String>) -> Vec<String> {
     let Some(i) = &record.interaction else {
         return selection;
     };
@@ -804,7 +800,7 @@ pub(super) fn in_option_order(record: &Confirmation, selection: Vec<String>) -> 
         .collect()
 }
 
-pub(super) fn labels_of(record: &Confirmation, keys: &[String]) -> String {
+pub(super) fn labels_of(record: &Question, keys: &[String]) -> String {
     let Some(i) = &record.interaction else {
         return keys.join(", ");
     };
@@ -817,7 +813,7 @@ pub(super) fn labels_of(record: &Confirmation, keys: &[String]) -> String {
 }
 
 /// The toast after an answer that ended the question.
-pub(super) fn tap_ack(r: &Confirmation) -> String {
+pub(super) fn tap_ack(r: &Question) -> String {
     match (r.interaction.is_some(), r.status) {
         (false, Status::Confirmed) => "✅ Approved".to_owned(),
         (false, _) => "❌ Cancelled".to_owned(),
@@ -837,6 +833,6 @@ pub(super) fn cut_for_toast(text: &str) -> String {
 }
 
 /// The text a late tap gets: the stored outcome, within Telegram's 200-character limit.
-pub(super) fn already_decided(r: &Confirmation) -> String {
+pub(super) fn already_decided(r: &Question) -> String {
     cut_for_toast(&format!("Already decided: {}", r.reason))
 }

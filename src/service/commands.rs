@@ -24,8 +24,8 @@ use std::sync::Arc;
 use super::{Service, now};
 use crate::config::Route;
 use crate::domain::audit;
-use crate::domain::confirmation::{Confirmation, Operator};
 use crate::domain::ids::ConfirmationId;
+use crate::domain::question::{Operator, Question};
 use crate::storage::{LiveWindow, StorageError};
 
 /// A command the service acts on. The Telegram adapter reads it from a message's text
@@ -90,7 +90,7 @@ pub struct CommandMessage {
 #[derive(Debug, Clone)]
 pub enum CommandReply {
     /// The open questions of the chat's routes, oldest first.
-    Pending(Vec<Confirmation>),
+    Pending(Vec<Question>),
     /// The live windows opened from the chat's routes, soonest expiry first.
     Windows(Vec<LiveWindow>),
     /// A window was closed.

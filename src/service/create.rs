@@ -11,7 +11,7 @@ impl Service {
         self: &Arc<Self>,
         agent: &Agent,
         new: NewConfirmation,
-    ) -> Result<Confirmation, ServiceError> {
+    ) -> Result<Question, ServiceError> {
         let route_name = new
             .route
             .clone()
@@ -36,7 +36,7 @@ impl Service {
             return same_request(existing, &new, &args_hash);
         }
 
-        let mut record = Confirmation {
+        let mut record = Question {
             id: ConfirmationId::generate(),
             agent: agent.name.clone(),
             route: route.name.clone(),
@@ -153,7 +153,7 @@ impl Service {
         self: &Arc<Self>,
         agent: &Agent,
         new: NewInteraction,
-    ) -> Result<(Confirmation, bool), ServiceError> {
+    ) -> Result<(Question, bool), ServiceError> {
         let dest = self.destination(agent, new.route.as_deref(), new.recipient.as_deref())?;
         if let Some(existing) = self
             .store
@@ -207,7 +207,7 @@ impl Service {
             None if i.kind == InteractionType::Approval => new.agent_window_seconds,
             None => 0,
         };
-        let record = Confirmation {
+        let record = Question {
             id: ConfirmationId::generate(),
             agent: agent.name.clone(),
             route: route_name,
@@ -259,10 +259,10 @@ impl Service {
     /// person, who then gets their own copy in a private chat.
     pub(super) async fn add_recipient(
         self: &Arc<Self>,
-        existing: Confirmation,
+        existing: Question,
         new: &NewInteraction,
         dest: Destination,
-    ) -> Result<(Confirmation, bool), ServiceError> {
+    ) -> Result<(Question, bool), ServiceError> {
         let same = existing.interaction.as_deref().is_some_and(|i| {
             i.kind == new.interaction.kind && i.question == new.interaction.question
         });
@@ -324,10 +324,10 @@ impl Service {
 
 /// An idempotent repeat must be the same call; anything else is the agent's mistake.
 pub(super) fn same_request(
-    existing: Confirmation,
+    existing: Question,
     new: &NewConfirmation,
     args_hash: &ArgsHash,
-) -> Result<Confirmation, ServiceError> {
+) -> Result<Question, ServiceError> {
     if existing.tool == new.tool
         && existing.owner_id == new.owner_id
         && existing.args_hash == *args_hash

@@ -18,7 +18,7 @@ impl Service {
     }
 
     /// After a decision was stored: log it, wake waiting agents and the webhook outbox.
-    pub(super) fn on_decided(&self, r: &Confirmation) {
+    pub(super) fn on_decided(&self, r: &Question) {
         tracing::info!(id = %r.id, agent = %r.agent, tool = %r.tool,
             status = r.status.as_str(), via = r.via.map(Via::as_str).unwrap_or(""),
             "question decided");
@@ -31,7 +31,7 @@ impl Service {
 
     /// Shows a decided request's outcome in every message of it, in the background, and
     /// records that it did, so a restart can finish what a crash interrupted.
-    pub(super) fn finish(self: &Arc<Self>, record: Confirmation) {
+    pub(super) fn finish(self: &Arc<Self>, record: Question) {
         // Another replica leads: it hears of the outcome and shows it (or, should it die
         // first, the next leader finds it unshown).
         if !self.leading() {
@@ -81,7 +81,7 @@ impl Service {
     /// Shows the outcome on one message learned from a tap after the question ended.
     pub(super) fn show_outcome_on(
         self: &Arc<Self>,
-        record: Confirmation,
+        record: Question,
         chat_id: i64,
         message_id: i32,
     ) {
@@ -91,7 +91,7 @@ impl Service {
         });
     }
 
-    async fn show_stray_outcome(&self, record: &Confirmation, chat_id: i64, message_id: i32) {
+    async fn show_stray_outcome(&self, record: &Question, chat_id: i64, message_id: i32) {
         if self.show_outcome(record, chat_id, message_id).await
             && let Err(e) = self
                 .store
@@ -109,7 +109,7 @@ impl Service {
     }
 
     /// Edits one message of a decided request to its outcome; whether it now shows it.
-    async fn show_outcome(&self, record: &Confirmation, chat_id: i64, message_id: i32) -> bool {
+    async fn show_outcome(&self, record: &Question, chat_id: i64, message_id: i32) -> bool {
         let view = self.view(record, chat_id);
         match self
             .messenger
@@ -126,7 +126,7 @@ impl Service {
 
     /// Shows a pending question's progress (answers so far, a poll's tally) in every
     /// message of it, in the background.
-    pub(super) fn refresh(self: &Arc<Self>, record: Confirmation) {
+    pub(super) fn refresh(self: &Arc<Self>, record: Question) {
         let me = self.clone();
         self.tasks.spawn(async move {
             // Edits run in the background: if the question ended meanwhile, showing
@@ -177,7 +177,7 @@ impl Service {
     }
 
     /// Ends `record` (pending, past its deadline) as a timeout.
-    pub(super) async fn time_out(self: &Arc<Self>, record: Confirmation) {
+    pub(super) async fn time_out(self: &Arc<Self>, record: Question) {
         let id = &record.id;
         let after = (record.expires_at - record.created_at)
             .try_into()
@@ -209,7 +209,7 @@ impl Service {
         self: &Arc<Self>,
         agent: &Agent,
         id: &ConfirmationId,
-    ) -> Result<Confirmation, ServiceError> {
+    ) -> Result<Question, ServiceError> {
         self.get(agent, id).await?;
         self.withdraw_owned(id).await
     }
@@ -217,7 +217,7 @@ impl Service {
     pub(super) async fn withdraw_owned(
         self: &Arc<Self>,
         id: &ConfirmationId,
-    ) -> Result<Confirmation, ServiceError> {
+    ) -> Result<Question, ServiceError> {
         match self.decide(id, Outcome::Withdrawn).await? {
             Decided::Applied(r) => {
                 self.finish(r.clone());
@@ -233,7 +233,7 @@ impl Service {
         self: &Arc<Self>,
         agent: &Agent,
         interaction_id: &str,
-    ) -> Result<Confirmation, ServiceError> {
+    ) -> Result<Question, ServiceError> {
         let record = self.get_interaction(agent, interaction_id).await?;
         self.withdraw_owned(&record.id).await
     }

@@ -75,7 +75,7 @@ impl Drop for Posting {
 
 impl Queued {
     /// The first message of `record`, in its own chat.
-    pub(super) fn first(record: &Confirmation) -> Self {
+    pub(super) fn first(record: &Question) -> Self {
         Queued {
             id: record.id.clone(),
             chat_id: record.chat_id,
@@ -86,7 +86,7 @@ impl Queued {
     }
 
     /// A further copy of `record`, in `chat_id`.
-    pub(super) fn copy(record: &Confirmation, chat_id: i64) -> Self {
+    pub(super) fn copy(record: &Question, chat_id: i64) -> Self {
         Queued {
             chat_id,
             copy: true,
@@ -188,7 +188,7 @@ impl Service {
     /// (until the question's deadline): a question whose post is not recorded would be
     /// posted again by the next take-over. A tap on the message decides it meanwhile
     /// anyway (its buttons name the question).
-    async fn record_message_id(&self, record: &Confirmation, message_id: i32) {
+    async fn record_message_id(&self, record: &Question, message_id: i32) {
         let mut wait = RECORD_RETRY_FIRST;
         loop {
             match self.store.set_message_id(&record.id, message_id).await {
@@ -211,8 +211,8 @@ impl Service {
     async fn still_to_post(
         &self,
         q: &Queued,
-        unposted: impl FnOnce(&Confirmation) -> bool,
-    ) -> Result<Option<Confirmation>, StorageError> {
+        unposted: impl FnOnce(&Question) -> bool,
+    ) -> Result<Option<Question>, StorageError> {
         let record = self.store.get(&q.id).await?;
         let record = record.filter(|r| !r.is_terminal() && unposted(r));
         if record.is_none() {
@@ -267,7 +267,7 @@ impl Service {
     /// file cannot be sent, the question fails closed (its buttons then go).
     pub(super) async fn attach_or_fail_closed(
         &self,
-        record: &Confirmation,
+        record: &Question,
         chat_id: i64,
         message_id: i32,
     ) {
@@ -303,7 +303,7 @@ impl Service {
         let chat_id = q.chat_id;
         let sent = match turn {
             Ok(turn) => {
-                let unposted = |r: &Confirmation| {
+                let unposted = |r: &Question| {
                     !r.copies
                         .iter()
                         .any(|c| c.chat_id == chat_id && c.message_id.is_some())
@@ -374,7 +374,7 @@ impl Service {
     /// database, so it survives restarts) and move the route's pending requests there.
     pub(super) async fn move_route_chat(
         &self,
-        record: &Confirmation,
+        record: &Question,
         to: i64,
     ) -> Result<(), StorageError> {
         tracing::warn!(route = %record.route, from = record.chat_id, to,

@@ -83,7 +83,7 @@ impl Service {
 
     /// Arms a new question and posts it, if this process leads; otherwise the leader
     /// hears of it through the change feed and does ([`Service::adopt`]).
-    pub(super) fn take_on(self: &Arc<Self>, stored: &Confirmation) {
+    pub(super) fn take_on(self: &Arc<Self>, stored: &Question) {
         if self.claim(&stored.id) {
             self.arm(stored);
             self.post_first(stored);

@@ -31,12 +31,12 @@ use crate::config::{Agent, Config, Route};
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit;
 use crate::domain::briefing;
-use crate::domain::confirmation::{Confirmation, Operator, Outcome, PENDING_REASON, Status, Via};
 use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
 use crate::domain::interaction::{
     self, Answer, Consensus, ConsensusMode, Interaction, InteractionType, TimeoutAction,
 };
 use crate::domain::python::value::PyDict;
+use crate::domain::question::{Operator, Outcome, PENDING_REASON, Question, Status, Via};
 use crate::domain::text;
 use crate::metrics::Metrics;
 use crate::scheduler::Deadlines;
@@ -125,7 +125,7 @@ pub trait Messenger: Send + Sync + 'static {
     /// returns the message id.
     async fn send_question(
         &self,
-        record: &Confirmation,
+        record: &Question,
         chat_id: i64,
         view: &View,
         turn: Turn,
@@ -134,7 +134,7 @@ pub trait Messenger: Send + Sync + 'static {
     /// it is pending, the outcome without buttons once it ended.
     async fn update_message(
         &self,
-        record: &Confirmation,
+        record: &Question,
         chat_id: i64,
         message_id: i32,
         view: &View,
@@ -151,7 +151,7 @@ pub trait Messenger: Send + Sync + 'static {
     /// file replying to it (`reply_to`); `Ok(false)` when nothing was cut.
     async fn send_attachment(
         &self,
-        record: &Confirmation,
+        record: &Question,
         chat_id: i64,
         reply_to: i32,
     ) -> Result<bool, DeliveryError>;
@@ -174,7 +174,7 @@ pub trait Messenger: Send + Sync + 'static {
     /// can answer (a ForceReply addressed to them), replying to the question's message.
     async fn send_reason_prompt(
         &self,
-        record: &Confirmation,
+        record: &Question,
         chat_id: i64,
         thread: Option<i32>,
         reply_to: i32,
@@ -184,7 +184,7 @@ pub trait Messenger: Send + Sync + 'static {
     /// message.
     async fn send_reminder(
         &self,
-        record: &Confirmation,
+        record: &Question,
         chat_id: i64,
         thread: Option<i32>,
         reply_to: i32,
@@ -342,7 +342,7 @@ pub enum ServiceError {
     #[error("no confirmation with this id")]
     NotFound,
     #[error("the confirmation is already decided")]
-    AlreadyDecided(Box<Confirmation>),
+    AlreadyDecided(Box<Question>),
     #[error(
         "idempotency_key was already used for a different request (tool, owner_id or params differ)"
     )]
@@ -575,7 +575,7 @@ impl Service {
     }
 
     /// What a message of `record` in `chat_id` shows besides the record.
-    fn view(&self, record: &Confirmation, chat_id: i64) -> View {
+    fn view(&self, record: &Question, chat_id: i64) -> View {
         // Progress is only worth showing when more than one answer is awaited.
         let several = record
             .interaction

@@ -97,7 +97,7 @@ impl Service {
     }
 
     /// Queues the question's first message, unless it was posted.
-    pub(super) fn post_first(self: &Arc<Self>, record: &Confirmation) {
+    pub(super) fn post_first(self: &Arc<Self>, record: &Question) {
         if record.message_id.is_none() {
             let (me, queued) = (self.clone(), deliver::Queued::first(record));
             self.tasks.spawn(async move { me.deliver(queued).await });

@@ -22,7 +22,7 @@ pub const MAX_MENTIONS: usize = 10;
 
 impl Service {
     /// The reminder points of `r`'s route that fall before its deadline, in time order.
-    fn reminder_times(&self, r: &Confirmation) -> Vec<OffsetDateTime> {
+    fn reminder_times(&self, r: &Question) -> Vec<OffsetDateTime> {
         let Some(route) = self.config.route(&r.route) else {
             return Vec::new();
         };
@@ -37,20 +37,20 @@ impl Service {
     }
 
     /// The route's escalation, when `r` was asked on a route that has one.
-    fn escalation_of(&self, r: &Confirmation) -> Option<(&Escalation, Arc<Route>)> {
+    fn escalation_of(&self, r: &Question) -> Option<(&Escalation, Arc<Route>)> {
         let e = self.config.route(&r.route)?.escalation.as_ref()?;
         Some((e, self.config.route(&e.to)?.clone()))
     }
 
     /// The route `r` was escalated to, once it was.
-    pub(super) fn escalated_to(&self, r: &Confirmation) -> Option<(&Escalation, Arc<Route>)> {
+    pub(super) fn escalated_to(&self, r: &Question) -> Option<(&Escalation, Arc<Route>)> {
         r.progress.escalated_at?;
         self.escalation_of(r)
     }
 
     /// When `r` next needs the scheduler: its next reminder, its escalation, or its
     /// deadline, whichever comes first.
-    pub(super) fn next_step_at(&self, r: &Confirmation) -> OffsetDateTime {
+    pub(super) fn next_step_at(&self, r: &Question) -> OffsetDateTime {
         let mut next = r.expires_at;
         if let Some(t) = self
             .reminder_times(r)
@@ -68,7 +68,7 @@ impl Service {
 
     /// Arms the scheduler for `r`'s next step, if this replica keeps the deadlines (it
     /// leads: see [`super::lead`]).
-    pub(super) fn arm(&self, r: &Confirmation) {
+    pub(super) fn arm(&self, r: &Question) {
         if !r.is_terminal() && self.leading() {
             self.deadlines
                 .schedule(r.id.clone(), instant_at(self.next_step_at(r), now()));
@@ -106,9 +106,9 @@ impl Service {
     /// claim is a conditional update). Returns the record as it then is.
     async fn escalate_if_due(
         self: &Arc<Self>,
-        r: &Confirmation,
+        r: &Question,
         now: OffsetDateTime,
-    ) -> Option<Confirmation> {
+    ) -> Option<Question> {
         if r.progress.escalated_at.is_some() {
             return None;
         }
@@ -147,9 +147,9 @@ impl Service {
     /// reminder, not a burst.
     async fn remind_if_due(
         self: &Arc<Self>,
-        r: &Confirmation,
+        r: &Question,
         now: OffsetDateTime,
-    ) -> Option<Confirmation> {
+    ) -> Option<Question> {
         let times = self.reminder_times(r);
         let passed = times.iter().filter(|t| **t <= now).count() as u32;
         if passed <= r.progress.reminders_sent {
@@ -179,7 +179,7 @@ impl Service {
 
     /// Replies to every route message of the question (its first, and the escalation
     /// route's copy) naming the approvers there who have not answered.
-    async fn send_reminders(self: Arc<Self>, r: Confirmation) {
+    async fn send_reminders(self: Arc<Self>, r: Question) {
         let mut targets: Vec<(i64, Option<i32>, Vec<u64>)> = Vec::new();
         if let Some(route) = self.config.route(&r.route) {
             targets.push((r.chat_id, r.message_id, sorted(&route.approvers)));
@@ -244,7 +244,7 @@ impl Service {
 
     /// The forum topic a message of `r` in `chat_id` goes to: its route's (or the
     /// escalation route's, in that route's chat), if the route names one.
-    pub(super) fn thread_of(&self, r: &Confirmation, chat_id: i64) -> Option<i32> {
+    pub(super) fn thread_of(&self, r: &Question, chat_id: i64) -> Option<i32> {
         if chat_id == r.chat_id {
             return self.config.route(&r.route).and_then(|route| route.topic_id);
         }

@@ -5,11 +5,7 @@ use super::*;
 impl Service {
     /// The agent's own confirmation, or `NotFound` (also for another agent's, and for an
     /// interaction, which the agent knows by its `interaction_id`).
-    pub async fn get(
-        &self,
-        agent: &Agent,
-        id: &ConfirmationId,
-    ) -> Result<Confirmation, ServiceError> {
+    pub async fn get(&self, agent: &Agent, id: &ConfirmationId) -> Result<Question, ServiceError> {
         match self.owned(agent, id).await? {
             r if r.interaction.is_none() => Ok(r),
             _ => Err(ServiceError::NotFound),
@@ -21,7 +17,7 @@ impl Service {
         &self,
         agent: &Agent,
         id: &ConfirmationId,
-    ) -> Result<Confirmation, ServiceError> {
+    ) -> Result<Question, ServiceError> {
         match self.store.get(id).await? {
             Some(r) if r.agent == agent.name => Ok(r),
             _ => Err(ServiceError::NotFound),
@@ -33,7 +29,7 @@ impl Service {
         &self,
         agent: &Agent,
         interaction_id: &str,
-    ) -> Result<Confirmation, ServiceError> {
+    ) -> Result<Question, ServiceError> {
         self.store
             .find_interaction(&agent.name, interaction_id)
             .await?
@@ -49,7 +45,7 @@ impl Service {
         id: &ConfirmationId,
         max_wait: Option<Duration>,
         stop: &CancellationToken,
-    ) -> Result<Confirmation, ServiceError> {
+    ) -> Result<Question, ServiceError> {
         self.wait_until(agent, id, max_wait, stop, |r| r.is_terminal())
             .await
     }
@@ -62,7 +58,7 @@ impl Service {
         interaction_id: &str,
         max_wait: Duration,
         stop: &CancellationToken,
-    ) -> Result<Confirmation, ServiceError> {
+    ) -> Result<Question, ServiceError> {
         let first = self.get_interaction(agent, interaction_id).await?;
         let seen = (first.public_status(), first.answers.len());
         self.wait_until(agent, &first.id, Some(max_wait), stop, move |r| {
@@ -77,8 +73,8 @@ impl Service {
         id: &ConfirmationId,
         max_wait: Option<Duration>,
         stop: &CancellationToken,
-        done: impl Fn(&Confirmation) -> bool,
-    ) -> Result<Confirmation, ServiceError> {
+        done: impl Fn(&Question) -> bool,
+    ) -> Result<Question, ServiceError> {
         let give_up = max_wait.map(|d| Instant::now() + d);
         loop {
             // Subscribe before reading, so a change landing in between is not missed.

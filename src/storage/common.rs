@@ -22,9 +22,9 @@ use time::OffsetDateTime;
 
 use super::{MIGRATOR, This, sql};
 use crate::domain::audit::{AuditEvent, Head, NewEvent, StoredRow, StoredStatus};
-use crate::domain::confirmation::{Confirmation, Decision, Operator, Window, WindowKey};
 use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey};
 use crate::domain::interaction::Answer;
+use crate::domain::question::{Decision, Operator, Question, Window, WindowKey};
 use crate::storage::{
     Administration, AgentEvent, AgentEvents, Answered, Audit, Decided, DeliveryAttempt, Gauges,
     Inserted, LiveWindow, Messages, Outbox, OutboxEntry, PendingEntry, Questions, Shown, Steps,
@@ -33,11 +33,7 @@ use crate::storage::{
 
 #[async_trait]
 impl Questions for This {
-    async fn insert(
-        &self,
-        r: &Confirmation,
-        now: OffsetDateTime,
-    ) -> Result<Inserted, StorageError> {
+    async fn insert(&self, r: &Question, now: OffsetDateTime) -> Result<Inserted, StorageError> {
         if r.is_terminal() {
             return self.insert_window_hit(r, now).await;
         }
@@ -51,14 +47,11 @@ impl Questions for This {
         Ok(inserted)
     }
 
-    async fn get(&self, id: &ConfirmationId) -> Result<Option<Confirmation>, StorageError> {
+    async fn get(&self, id: &ConfirmationId) -> Result<Option<Question>, StorageError> {
         sql::get(&self.pool, id).await
     }
 
-    async fn find_by_token(
-        &self,
-        token: &CallbackToken,
-    ) -> Result<Option<Confirmation>, StorageError> {
+    async fn find_by_token(&self, token: &CallbackToken) -> Result<Option<Question>, StorageError> {
         sql::find_by_token(&self.pool, token).await
     }
 
@@ -67,7 +60,7 @@ impl Questions for This {
         agent: &str,
         key: &IdempotencyKey,
         now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
+    ) -> Result<Option<Question>, StorageError> {
         sql::find_by_idempotency_key(&self.pool, agent, key, now).await
     }
 
@@ -75,7 +68,7 @@ impl Questions for This {
         &self,
         agent: &str,
         interaction_id: &str,
-    ) -> Result<Option<Confirmation>, StorageError> {
+    ) -> Result<Option<Question>, StorageError> {
         sql::find_interaction(&self.pool, agent, interaction_id).await
     }
 
@@ -83,11 +76,11 @@ impl Questions for This {
         &self,
         chat_id: i64,
         message_id: i32,
-    ) -> Result<Option<Confirmation>, StorageError> {
+    ) -> Result<Option<Question>, StorageError> {
         sql::find_by_message(&self.pool, chat_id, message_id).await
     }
 
-    async fn pending_in_chat(&self, chat_id: i64) -> Result<Vec<Confirmation>, StorageError> {
+    async fn pending_in_chat(&self, chat_id: i64) -> Result<Vec<Question>, StorageError> {
         sql::pending_in_chat(&self.pool, chat_id).await
     }
 
@@ -99,7 +92,7 @@ impl Questions for This {
         sql::pending(&self.pool).await
     }
 
-    async fn unshown_outcomes(&self) -> Result<Vec<Confirmation>, StorageError> {
+    async fn unshown_outcomes(&self) -> Result<Vec<Question>, StorageError> {
         sql::unshown_outcomes(&self.pool).await
     }
 
@@ -157,7 +150,7 @@ impl Messages for This {
         chat_id: i64,
         message_id: i32,
         now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
+    ) -> Result<Option<Question>, StorageError> {
         let (writer, tx) = self.audit_tx().await?;
         sql::add_stray(tx, id, chat_id, message_id, now).await?;
         drop(writer);
@@ -220,7 +213,7 @@ impl Steps for This {
         by: &Operator,
         chat_id: i64,
         now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
+    ) -> Result<Option<Question>, StorageError> {
         let (_writer, tx) = self.audit_tx().await?;
         sql::request_reason(tx, id, by, chat_id, now).await
     }
@@ -240,7 +233,7 @@ impl Steps for This {
         reply_to: i32,
         named: Option<&ConfirmationId>,
         user_id: u64,
-    ) -> Result<Option<Confirmation>, StorageError> {
+    ) -> Result<Option<Question>, StorageError> {
         match sql::reason_request_for(&self.pool, chat_id, reply_to, named, user_id).await? {
             Some(id) => self.get(&id).await,
             None => Ok(None),
@@ -254,7 +247,7 @@ impl Steps for This {
         to: OffsetDateTime,
         by: &Operator,
         now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
+    ) -> Result<Option<Question>, StorageError> {
         let (_writer, tx) = self.audit_tx().await?;
         sql::extend(tx, id, from, to, by, now).await
     }
@@ -265,7 +258,7 @@ impl Steps for This {
         sent: u32,
         passed: u32,
         now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
+    ) -> Result<Option<Question>, StorageError> {
         let (_writer, tx) = self.audit_tx().await?;
         sql::claim_reminders(tx, id, sent, passed, now).await
     }
@@ -276,7 +269,7 @@ impl Steps for This {
         recipient: &str,
         chat_id: i64,
         now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError> {
+    ) -> Result<Option<Question>, StorageError> {
         let (_writer, tx) = self.audit_tx().await?;
         sql::escalate(tx, id, recipient, chat_id, now).await
     }

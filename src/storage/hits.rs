@@ -6,11 +6,11 @@ use time::OffsetDateTime;
 use tokio::sync::oneshot;
 
 use super::{Inserted, StorageError};
-use crate::domain::confirmation::Confirmation;
+use crate::domain::question::Question;
 
 /// A window hit waiting for the next group commit, and where its caller waits.
 pub(super) struct QueuedHit {
-    pub record: Confirmation,
+    pub record: Question,
     pub now: OffsetDateTime,
     reply: oneshot::Sender<Result<Inserted, StorageError>>,
 }
@@ -20,7 +20,7 @@ pub(super) struct Waiting(oneshot::Receiver<Result<Inserted, StorageError>>);
 
 impl QueuedHit {
     /// A hit of `r` asked at `now`, for the queue, and its caller's end.
-    pub fn new(r: &Confirmation, now: OffsetDateTime) -> (QueuedHit, Waiting) {
+    pub fn new(r: &Question, now: OffsetDateTime) -> (QueuedHit, Waiting) {
         let (reply, answer) = oneshot::channel();
         let hit = QueuedHit {
             record: r.clone(),

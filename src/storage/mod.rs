@@ -33,8 +33,8 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 
 use crate::domain::authority::Fingerprint;
-use crate::domain::confirmation::{Confirmation, Window, WindowKey};
 use crate::domain::ids::{ConfirmationId, DeliveryId};
+use crate::domain::question::{Question, Window, WindowKey};
 
 pub use postgres::{PgStore, refuse_unknown_params};
 pub use roles::{
@@ -257,19 +257,19 @@ pub fn redact_url(url: &str) -> String {
 #[derive(Debug)]
 pub enum Inserted {
     /// The request is new and stored.
-    New(Confirmation),
+    New(Question),
     /// The agent already made a request with this idempotency key (within 24 h); nothing
     /// was written and this is that request.
-    Existing(Confirmation),
+    Existing(Question),
 }
 
 /// Result of applying a decision.
 #[derive(Debug)]
 pub enum Decided {
     /// This decision is the request's outcome.
-    Applied(Confirmation),
+    Applied(Question),
     /// Another decision won; this is the stored outcome.
-    AlreadyTerminal(Confirmation),
+    AlreadyTerminal(Question),
     NotFound,
 }
 
@@ -278,11 +278,11 @@ pub enum Decided {
 pub enum Answered {
     /// Stored; this is the record with every answer so far (terminal when the answer
     /// settled it).
-    Added(Confirmation),
+    Added(Question),
     /// This person already answered; nothing was written.
-    AlreadyAnswered(Confirmation),
+    AlreadyAnswered(Question),
     /// The question already ended; nothing was written.
-    Closed(Confirmation),
+    Closed(Question),
     NotFound,
 }
 
@@ -418,7 +418,7 @@ trait WindowCache: Sync {
     }
 
     /// Mirrors, after its commit, the window a decision opened.
-    fn remember_window(&self, _record: &Confirmation) {}
+    fn remember_window(&self, _record: &Question) {}
 
     /// Forgets, after its commit, the window revoked.
     fn forget_window(&self, _revoked: &LiveWindow) {}

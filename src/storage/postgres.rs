@@ -60,8 +60,8 @@ use super::rows::{self, insert_runs};
 use super::{Change, Coordination, Inserted, LiveConfig, StorageError, WindowCache};
 use crate::domain::audit::{self, NewEvent};
 use crate::domain::authority::{Authority, Fingerprint};
-use crate::domain::confirmation::Confirmation;
 use crate::domain::ids::ConfirmationId;
+use crate::domain::question::Question;
 
 /// The schema's migrations ([`Administration::migrate`](super::Administration::migrate)).
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
@@ -269,7 +269,7 @@ impl PgStore {
     /// all the same, which is harmless for a record that is already final.
     async fn insert_window_hit(
         &self,
-        r: &Confirmation,
+        r: &Question,
         now: OffsetDateTime,
     ) -> Result<Inserted, StorageError> {
         let (hit, waiting) = QueuedHit::new(r, now);

@@ -15,9 +15,9 @@ use super::{
 };
 use crate::domain::audit::{AuditEvent, Head, NewEvent, StoredRow, StoredStatus};
 use crate::domain::authority::{Authority, Fingerprint};
-use crate::domain::confirmation::{Confirmation, Decision, Operator, Window, WindowKey};
 use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey};
 use crate::domain::interaction::Answer;
+use crate::domain::question::{Decision, Operator, Question, Window, WindowKey};
 
 /// Asking and finding questions: storing a new one, deciding it, and the lookups of one or
 /// many.
@@ -29,16 +29,13 @@ pub trait Questions: Send + Sync + 'static {
     /// is queued in the same transaction.
     async fn insert(
         &self,
-        record: &Confirmation,
+        record: &Question,
         now: OffsetDateTime,
     ) -> Result<Inserted, StorageError>;
 
-    async fn get(&self, id: &ConfirmationId) -> Result<Option<Confirmation>, StorageError>;
+    async fn get(&self, id: &ConfirmationId) -> Result<Option<Question>, StorageError>;
 
-    async fn find_by_token(
-        &self,
-        token: &CallbackToken,
-    ) -> Result<Option<Confirmation>, StorageError>;
+    async fn find_by_token(&self, token: &CallbackToken) -> Result<Option<Question>, StorageError>;
 
     /// The agent's live request under `key`, if any.
     async fn find_by_idempotency_key(
@@ -46,24 +43,24 @@ pub trait Questions: Send + Sync + 'static {
         agent: &str,
         key: &IdempotencyKey,
         now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError>;
+    ) -> Result<Option<Question>, StorageError>;
 
     /// The agent's interaction with its own `interaction_id`.
     async fn find_interaction(
         &self,
         agent: &str,
         interaction_id: &str,
-    ) -> Result<Option<Confirmation>, StorageError>;
+    ) -> Result<Option<Question>, StorageError>;
 
     /// The question posted as `message_id` in `chat_id` (its first message or a copy).
     async fn find_by_message(
         &self,
         chat_id: i64,
         message_id: i32,
-    ) -> Result<Option<Confirmation>, StorageError>;
+    ) -> Result<Option<Question>, StorageError>;
 
     /// The pending questions posted in `chat_id` (as their first message), oldest first.
-    async fn pending_in_chat(&self, chat_id: i64) -> Result<Vec<Confirmation>, StorageError>;
+    async fn pending_in_chat(&self, chat_id: i64) -> Result<Vec<Question>, StorageError>;
 
     /// How many requests of `agent` are pending.
     async fn count_pending(&self, agent: &str) -> Result<u64, StorageError>;
@@ -73,7 +70,7 @@ pub trait Questions: Send + Sync + 'static {
     async fn pending(&self) -> Result<Vec<PendingEntry>, StorageError>;
 
     /// Decided requests whose message does not show the outcome yet (restart recovery).
-    async fn unshown_outcomes(&self) -> Result<Vec<Confirmation>, StorageError>;
+    async fn unshown_outcomes(&self) -> Result<Vec<Question>, StorageError>;
 
     /// Moves a pending request to its outcome with one conditional update. In the same
     /// transaction it opens the confirmation window (when an operator confirmed a request
@@ -127,7 +124,7 @@ pub trait Messages: Send + Sync + 'static {
         chat_id: i64,
         message_id: i32,
         now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError>;
+    ) -> Result<Option<Question>, StorageError>;
 
     /// Routes whose chat moved (a group upgraded to a supergroup), with the new chat.
     async fn route_chats(&self) -> Result<Vec<(String, i64)>, StorageError>;
@@ -178,7 +175,7 @@ pub trait Steps: Send + Sync + 'static {
         by: &Operator,
         chat_id: i64,
         now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError>;
+    ) -> Result<Option<Question>, StorageError>;
 
     /// Records the message that asks `user_id` for their reason.
     async fn set_reason_prompt(
@@ -197,7 +194,7 @@ pub trait Steps: Send + Sync + 'static {
         reply_to: i32,
         named: Option<&ConfirmationId>,
         user_id: u64,
-    ) -> Result<Option<Confirmation>, StorageError>;
+    ) -> Result<Option<Question>, StorageError>;
 
     /// Moves a pending question's deadline from `from` to `to` (conditional on `from`,
     /// so concurrent taps move it once), audited and streamed; `None` when nothing moved.
@@ -208,7 +205,7 @@ pub trait Steps: Send + Sync + 'static {
         to: OffsetDateTime,
         by: &Operator,
         now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError>;
+    ) -> Result<Option<Question>, StorageError>;
 
     /// Claims the reminders up to `passed` of a pending question that has sent `sent`
     /// (audited, streamed); `None` when another claim came first or it ended.
@@ -218,7 +215,7 @@ pub trait Steps: Send + Sync + 'static {
         sent: u32,
         passed: u32,
         now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError>;
+    ) -> Result<Option<Question>, StorageError>;
 
     /// Claims a pending question's escalation and adds its copy for `chat_id` (audited,
     /// streamed); `None` when it was escalated already or ended.
@@ -228,7 +225,7 @@ pub trait Steps: Send + Sync + 'static {
         recipient: &str,
         chat_id: i64,
         now: OffsetDateTime,
-    ) -> Result<Option<Confirmation>, StorageError>;
+    ) -> Result<Option<Question>, StorageError>;
 }
 
 /// Confirmation windows: the lookups a window hit is decided by, and their end (revoked or

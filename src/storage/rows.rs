@@ -9,13 +9,13 @@ use time::OffsetDateTime;
 use super::{Gauges, LiveWindow, OutboxEntry, PendingEntry, StorageError};
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit::{self, AuditEvent, GENESIS_HASH, NewEvent, StoredRow};
-use crate::domain::confirmation::{
-    Confirmation, Copy, Operator, Progress, Status, Stray, Via, Window, WindowKey,
-};
 use crate::domain::ids::{
     CallbackToken, ConfirmationId, DeliveryId, IdempotencyKey, OwnerId, ToolName,
 };
 use crate::domain::interaction::{self, Answer, TimeoutAction};
+use crate::domain::question::{
+    Copy, Operator, Progress, Question, Status, Stray, Via, Window, WindowKey,
+};
 
 /// A time as stored: Unix epoch milliseconds.
 pub(super) fn ms(t: OffsetDateTime) -> i64 {
@@ -98,7 +98,7 @@ pub(super) struct Row {
 impl Row {
     /// The question, without its answers, copies and strays (each backend's `hydrate`
     /// reads those).
-    pub(super) fn into_domain(self) -> Result<Confirmation, StorageError> {
+    pub(super) fn into_domain(self) -> Result<Question, StorageError> {
         let id = self.id.clone();
         let corrupt = corrupt_in(&id);
         let time = |v: i64| from_ms(v).ok_or_else(|| corrupt("time out of range"));
@@ -110,7 +110,7 @@ impl Row {
             }),
             _ => None,
         };
-        Ok(Confirmation {
+        Ok(Question {
             id: ConfirmationId::parse(&self.id).map_err(|_| corrupt("id"))?,
             agent: self.agent,
             route: self.route,
@@ -211,11 +211,11 @@ pub(super) type StrayRow = (i64, i64, bool);
 
 /// Fills in a question's answers, copies and strays from their rows (in stored order).
 pub(super) fn fill(
-    mut r: Confirmation,
+    mut r: Question,
     answers: Vec<AnswerRow>,
     copies: Vec<CopyRow>,
     strays: Vec<StrayRow>,
-) -> Result<Confirmation, StorageError> {
+) -> Result<Question, StorageError> {
     let id = r.id.to_string();
     let corrupt = corrupt_in(&id);
     let mut out = Vec::with_capacity(answers.len());
@@ -470,7 +470,7 @@ pub(super) use confirmation_columns;
 /// `INSERT INTO confirmations … VALUES (…), (…)` for `records`, one row each: the one
 /// column list for a single request and for a batch of window hits, on either backend.
 pub(super) fn insert_confirmations<'r, DB>(
-    records: impl IntoIterator<Item = &'r Confirmation>,
+    records: impl IntoIterator<Item = &'r Question>,
 ) -> QueryBuilder<DB>
 where
     DB: Database,
@@ -650,7 +650,7 @@ pub(super) fn dropped_reason(backlog: u64) -> String {
 /// agent sees it as a HumanResponse like any other. `None` unless `d` is such a timeout
 /// (and `changed`: the decision applied).
 pub(super) fn default_answer(
-    d: &crate::domain::confirmation::Decision,
+    d: &crate::domain::question::Decision,
     changed: bool,
 ) -> Option<Answer> {
     match (&d.result, d.via, d.status) {

@@ -16,8 +16,8 @@ use super::rows::{self, confirmation_columns, from_ms, insert_runs, ms, operator
 use super::{Coordination, Inserted, LiveWindow, StorageError, WindowCache};
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit::{self, GENESIS_HASH, NewEvent};
-use crate::domain::confirmation::{Confirmation, Via, Window, WindowKey};
 use crate::domain::ids::{ConfirmationId, OwnerId, ToolName};
+use crate::domain::question::{Question, Via, Window, WindowKey};
 
 /// The schema's migrations ([`Administration::migrate`](super::Administration::migrate)).
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -347,7 +347,7 @@ impl SqliteStore {
     /// delivery and deadline.
     async fn insert_window_hit(
         &self,
-        r: &Confirmation,
+        r: &Question,
         now: OffsetDateTime,
     ) -> Result<Inserted, StorageError> {
         let (hit, waiting) = QueuedHit::new(r, now);
@@ -765,7 +765,7 @@ impl WindowCache for SqliteStore {
 
     /// Mirrors, after its commit, the window a decision opened (the same rule as the
     /// SQL upsert: a later expiry replaces an earlier one, never the reverse).
-    fn remember_window(&self, record: &Confirmation) {
+    fn remember_window(&self, record: &Question) {
         let Some(until) = record.window_until() else {
             return;
         };

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::commands::Parsed;
 use crate::config::Config;
-use crate::domain::confirmation::Operator;
+use crate::domain::question::Operator;
 use crate::service::Command;
 
 /// How long before the start a `/start` may be dated and still count: Telegram dates

@@ -16,8 +16,8 @@ use teloxide::utils::html::escape;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::confirmation::{Confirmation, operator_time as date_time};
 use crate::domain::ids::ConfirmationId;
+use crate::domain::question::{Question, operator_time as date_time};
 use crate::domain::text::{self, Layout};
 use crate::service::{Command, CommandError, CommandReply, Service, Setup};
 use crate::storage::LiveWindow;
@@ -338,7 +338,7 @@ fn list(heading: &str, entries: impl ExactSizeIterator<Item = String>) -> String
     out
 }
 
-fn pending_entry(r: &Confirmation, now: OffsetDateTime) -> String {
+fn pending_entry(r: &Question, now: OffsetDateTime) -> String {
     let what = match &r.interaction {
         Some(i) => format!(
             "❓ {} question “{}”",

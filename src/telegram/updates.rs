@@ -7,8 +7,8 @@ use teloxide::types::{
     Update, UpdateKind,
 };
 
-use crate::domain::confirmation::Operator;
 use crate::domain::ids::ConfirmationId;
+use crate::domain::question::Operator;
 use crate::domain::text;
 use crate::service::{Button, CommandMessage, Reply, Tap};
 use crate::telegram::commands::{self, Parsed};

@@ -349,7 +349,7 @@ async fn more_time_moves_the_deadline_for_a_blocked_agent_within_its_bounds() {
     assert!((59.9..=60.1).contains(&gained), "{gained}");
     // The toast writes the new deadline as the messages do (`2026-12-05 12:59:11 UTC`),
     // not as the API's RFC 3339.
-    let new_deadline = hitl_telegram::domain::confirmation::operator_time(
+    let new_deadline = hitl_telegram::domain::question::operator_time(
         time::OffsetDateTime::parse(
             moved["expires_at"].as_str().unwrap(),
             &time::format_description::well_known::Rfc3339,

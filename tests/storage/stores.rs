@@ -14,14 +14,14 @@ use std::time::Duration;
 use hitl_telegram::domain::args_hash::ArgsHash;
 use hitl_telegram::domain::audit;
 use hitl_telegram::domain::authority::{Authority, RouteAuthority};
-use hitl_telegram::domain::confirmation::{
-    Confirmation, Decision, Operator, Outcome, PENDING_REASON, Status, Via,
-};
 use hitl_telegram::domain::ids::{
     CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName,
 };
 use hitl_telegram::domain::interaction::Answer;
 use hitl_telegram::domain::python;
+use hitl_telegram::domain::question::{
+    Decision, Operator, Outcome, PENDING_REASON, Question, Status, Via,
+};
 use hitl_telegram::service::now;
 use hitl_telegram::storage::{
     self, Administration, Answered, ConnectMode, Decided, DeliveryAttempt, Inserted, Shown,
@@ -129,10 +129,10 @@ on_both_backends! {
     replicas_configurations_count_while_renewed_and_stop_when_expired_or_withdrawn,
 }
 
-fn pending(key: Option<&str>) -> Confirmation {
+fn pending(key: Option<&str>) -> Question {
     let params = python::json::parse_object(r#"{"a": 1}"#).unwrap();
     let t = now();
-    Confirmation {
+    Question {
         id: ConfirmationId::generate(),
         agent: "agent".into(),
         route: "ops".into(),
@@ -301,11 +301,11 @@ async fn an_operator_confirmation_opens_a_window_in_the_same_transaction(db: Tes
 
 async fn a_shorter_window_never_cuts_a_longer_one_short(db: TestDb) {
     let s = db.store().await;
-    let long = Confirmation {
+    let long = Question {
         window_seconds: 3600,
         ..pending(None)
     };
-    let short = Confirmation {
+    let short = Question {
         window_seconds: 60,
         ..pending(None)
     };
@@ -370,8 +370,8 @@ async fn windows_are_found_by_another_store_on_the_same_database(db: TestDb) {
     }
 }
 
-fn window_hit() -> Confirmation {
-    Confirmation {
+fn window_hit() -> Question {
+    Question {
         status: Status::Confirmed,
         via: Some(Via::Window),
         reason: "confirmed by a window".into(),
@@ -382,7 +382,7 @@ fn window_hit() -> Confirmation {
 
 async fn concurrent_window_hits_are_each_stored_with_their_audit_event(db: TestDb) {
     let s = db.store().await;
-    let hits: Vec<Confirmation> = (0..64).map(|_| window_hit()).collect();
+    let hits: Vec<Question> = (0..64).map(|_| window_hit()).collect();
     let stored = futures_util::future::join_all(hits.iter().map(|h| {
         let s = s.clone();
         async move { s.insert(h, now()).await }
@@ -404,7 +404,7 @@ async fn concurrent_window_hits_are_each_stored_with_their_audit_event(db: TestD
 /// other left, whatever the interleaving.
 async fn window_hits_from_two_stores_at_once_keep_one_unbroken_audit_chain(db: TestDb) {
     let (a, b) = (db.store().await, db.store().await);
-    let hits: Vec<Confirmation> = (0..200).map(|_| window_hit()).collect();
+    let hits: Vec<Question> = (0..200).map(|_| window_hit()).collect();
     let stored = futures_util::future::join_all(hits.iter().enumerate().map(|(n, h)| {
         let s = if n % 2 == 0 { a.clone() } else { b.clone() };
         async move { s.insert(h, now()).await }
@@ -423,8 +423,8 @@ async fn window_hits_from_two_stores_at_once_keep_one_unbroken_audit_chain(db: T
 /// A window hit as the service stores it, with text that must come back to the byte.
 /// (Every control character but NUL: no text the service stores holds one, since
 /// PostgreSQL's `text` cannot; the briefing and Telegram's texts escape it.)
-fn window_hit_numbered(n: usize, key: Option<&str>) -> Confirmation {
-    Confirmation {
+fn window_hit_numbered(n: usize, key: Option<&str>) -> Question {
+    Question {
         briefing: format!("tool with: a=1 \u{1} \u{7f} \u{202e} ünïcödé 🚀 {n}"),
         context: n.is_multiple_of(2).then(|| "ctx\nline two".to_owned()),
         window_requested_seconds: n.is_multiple_of(3).then_some(86_400),
@@ -821,7 +821,7 @@ async fn webhooks_beyond_an_agents_backlog_bound_are_dropped_and_audited(db: Tes
     let s = db.store().await;
     s.set_outbox_backlog_bound(2);
     for _ in 0..3 {
-        let r = Confirmation {
+        let r = Question {
             callback_url: Some("http://127.0.0.1:9/hook".into()),
             ..pending(None)
         };

@@ -11,8 +11,8 @@ use utoipa::openapi::schema::{
 use utoipa::openapi::{ArrayBuilder, Required};
 
 use crate::api::confirmations::MAX_LONG_POLL_SECONDS;
-use crate::domain::confirmation::{Status, Via};
 use crate::domain::interaction::{InteractionType, TimeoutAction};
+use crate::domain::question::{Status, Via};
 
 /// `status` of a record: every [`Status`].
 pub fn status_schema() -> Object {

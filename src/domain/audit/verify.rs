@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::chain::{Broken, Head, HeadMismatch, StoredRow, check_head, verify};
-use crate::domain::confirmation::Status;
+use crate::domain::question::Status;
 
 /// A request's status as stored, as text, the way verification reads it (text, so that
 /// a value that is no status at all is reported rather than refused).

@@ -39,11 +39,9 @@ use time::OffsetDateTime;
 use super::Db;
 use super::append_events;
 use crate::domain::audit::{self, AuditEvent, NewEvent, StoredRow, StoredStatus};
-use crate::domain::confirmation::{
-    Confirmation, Decision, Operator, Step, Window, WindowKey, rfc3339,
-};
 use crate::domain::ids::{CallbackToken, ConfirmationId, DeliveryId, IdempotencyKey};
 use crate::domain::interaction::{Answer, TimeoutAction};
+use crate::domain::question::{Decision, Operator, Question, Step, Window, WindowKey, rfc3339};
 use crate::storage::hits::QueuedHit;
 use crate::storage::rows::{
     self, AnswerRow, AuditRow, CopyRow, OutboxRow, PendingRow, Row, StrayRow, WindowRow,
@@ -80,7 +78,7 @@ pub(crate) async fn append_event(
 pub(crate) async fn read_in(
     tx: &mut Transaction<'_, Db>,
     id: &ConfirmationId,
-) -> Result<Option<Confirmation>, StorageError> {
+) -> Result<Option<Question>, StorageError> {
     let row = sqlx::query_as::<_, Row>(select_where!("id = $1"))
         .bind(id.as_str())
         .fetch_optional(&mut **tx)
@@ -94,8 +92,8 @@ pub(crate) async fn read_in(
 /// Reads a question's answers, copies and strays into it.
 pub(crate) async fn hydrate(
     conn: &mut <Db as Database>::Connection,
-    r: Confirmation,
-) -> Result<Confirmation, StorageError> {
+    r: Question,
+) -> Result<Question, StorageError> {
     let answers: Vec<AnswerRow> = sqlx::query_as(
         "SELECT respondent, user_id, username, name, value_json, is_default, once, reason, at
          FROM answers WHERE question_id = $1 ORDER BY seq",
@@ -126,7 +124,7 @@ pub(crate) async fn hydrate(
 pub(crate) async fn hydrate_all(
     conn: &mut <Db as Database>::Connection,
     rows: Vec<Row>,
-) -> Result<Vec<Confirmation>, StorageError> {
+) -> Result<Vec<Question>, StorageError> {
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         out.push(hydrate(&mut *conn, row.into_domain()?).await?);
@@ -138,7 +136,7 @@ pub(crate) async fn hydrate_all(
 async fn one(
     conn: &mut PoolConnection<Db>,
     row: Option<Row>,
-) -> Result<Option<Confirmation>, StorageError> {
+) -> Result<Option<Question>, StorageError> {
     match row {
         Some(row) => Ok(Some(hydrate(conn, row.into_domain()?).await?)),
         None => Ok(None),

@@ -11,7 +11,7 @@ use super::*;
 /// enqueue runs under the audit lock, so no two count at once.
 pub(crate) async fn enqueue_delivery(
     tx: &mut Transaction<'_, Db>,
-    r: &Confirmation,
+    r: &Question,
     now: OffsetDateTime,
     max_backlog: u32,
 ) -> Result<(), StorageError> {

@@ -7,7 +7,7 @@ use super::*;
 /// [`crate::storage::Questions::insert`].
 pub(crate) async fn insert_in(
     tx: &mut Transaction<'_, Db>,
-    r: &Confirmation,
+    r: &Question,
     now: OffsetDateTime,
     max_backlog: u32,
 ) -> Result<Inserted, StorageError> {
@@ -166,7 +166,7 @@ pub(crate) async fn insert_answer(
 /// Appends to the agent's event stream inside the caller's transaction.
 pub(crate) async fn push_agent_event(
     tx: &mut Transaction<'_, Db>,
-    r: &Confirmation,
+    r: &Question,
     kind: &str,
     data: &serde_json::Value,
     at: OffsetDateTime,
@@ -195,7 +195,7 @@ pub(crate) async fn commit_step(
     by: Option<&Operator>,
     detail: serde_json::Value,
     now: OffsetDateTime,
-) -> Result<Option<Confirmation>, StorageError> {
+) -> Result<Option<Question>, StorageError> {
     let Some(record) = read_in(&mut tx, id).await? else {
         return Ok(None);
     };
@@ -233,7 +233,7 @@ pub(crate) async fn pending(pool: &Pool<Db>) -> Result<Vec<PendingEntry>, Storag
 pub(crate) async fn get(
     pool: &Pool<Db>,
     id: &ConfirmationId,
-) -> Result<Option<Confirmation>, StorageError> {
+) -> Result<Option<Question>, StorageError> {
     let mut conn = pool.acquire().await?;
     let row = sqlx::query_as::<_, Row>(select_where!("id = $1"))
         .bind(id.as_str())
@@ -246,7 +246,7 @@ pub(crate) async fn get(
 pub(crate) async fn find_by_token(
     pool: &Pool<Db>,
     token: &CallbackToken,
-) -> Result<Option<Confirmation>, StorageError> {
+) -> Result<Option<Question>, StorageError> {
     let mut conn = pool.acquire().await?;
     let row = sqlx::query_as::<_, Row>(select_where!("callback_token = $1"))
         .bind(token.as_str())
@@ -261,7 +261,7 @@ pub(crate) async fn find_by_idempotency_key(
     agent: &str,
     key: &IdempotencyKey,
     now: OffsetDateTime,
-) -> Result<Option<Confirmation>, StorageError> {
+) -> Result<Option<Question>, StorageError> {
     let mut conn = pool.acquire().await?;
     let row = sqlx::query_as::<_, Row>(select_where!(
         "agent = $1 AND idempotency_key = $2 AND created_at > $3"
@@ -279,7 +279,7 @@ pub(crate) async fn find_interaction(
     pool: &Pool<Db>,
     agent: &str,
     interaction_id: &str,
-) -> Result<Option<Confirmation>, StorageError> {
+) -> Result<Option<Question>, StorageError> {
     let mut conn = pool.acquire().await?;
     let row = sqlx::query_as::<_, Row>(select_where!("agent = $1 AND interaction_id = $2"))
         .bind(agent)
@@ -296,7 +296,7 @@ pub(crate) async fn find_by_message(
     pool: &Pool<Db>,
     chat_id: i64,
     message_id: i32,
-) -> Result<Option<Confirmation>, StorageError> {
+) -> Result<Option<Question>, StorageError> {
     let mut conn = pool.acquire().await?;
     let row = sqlx::query_as::<_, Row>(select_where!(
         "(chat_id = $1 AND message_id = $2)
@@ -317,7 +317,7 @@ pub(crate) async fn find_by_message(
 pub(crate) async fn pending_in_chat(
     pool: &Pool<Db>,
     chat_id: i64,
-) -> Result<Vec<Confirmation>, StorageError> {
+) -> Result<Vec<Question>, StorageError> {
     let mut conn = pool.acquire().await?;
     let rows: Vec<Row> = sqlx::query_as(select_where!(concat!(
         "chat_id = $1 AND status = 'pending' ORDER BY created_at, id",
@@ -330,7 +330,7 @@ pub(crate) async fn pending_in_chat(
 }
 
 /// See [`crate::storage::Questions::unshown_outcomes`].
-pub(crate) async fn unshown_outcomes(pool: &Pool<Db>) -> Result<Vec<Confirmation>, StorageError> {
+pub(crate) async fn unshown_outcomes(pool: &Pool<Db>) -> Result<Vec<Question>, StorageError> {
     let mut conn = pool.acquire().await?;
     let rows: Vec<Row> = sqlx::query_as(select_where!(concat!(
         "status <> 'pending' AND ((",

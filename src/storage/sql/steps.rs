@@ -48,7 +48,7 @@ pub(crate) async fn extend(
     to: OffsetDateTime,
     by: &Operator,
     now: OffsetDateTime,
-) -> Result<Option<Confirmation>, StorageError> {
+) -> Result<Option<Question>, StorageError> {
     // Conditional on the deadline the tap saw: two taps at once move it once.
     let moved = sqlx::query(
         "UPDATE confirmations SET expires_at = $1, extensions = extensions + 1
@@ -75,7 +75,7 @@ pub(crate) async fn claim_reminders(
     sent: u32,
     passed: u32,
     now: OffsetDateTime,
-) -> Result<Option<Confirmation>, StorageError> {
+) -> Result<Option<Question>, StorageError> {
     let claimed = sqlx::query(
         "UPDATE confirmations SET reminders_sent = $1
          WHERE id = $2 AND status = 'pending' AND reminders_sent = $3",
@@ -101,7 +101,7 @@ pub(crate) async fn escalate(
     recipient: &str,
     chat_id: i64,
     now: OffsetDateTime,
-) -> Result<Option<Confirmation>, StorageError> {
+) -> Result<Option<Question>, StorageError> {
     let claimed = sqlx::query(
         "UPDATE confirmations SET escalated_at = $1
          WHERE id = $2 AND status = 'pending' AND escalated_at IS NULL",
@@ -135,7 +135,7 @@ pub(crate) async fn request_reason(
     by: &Operator,
     chat_id: i64,
     now: OffsetDateTime,
-) -> Result<Option<Confirmation>, StorageError> {
+) -> Result<Option<Question>, StorageError> {
     // Asked again (a second tap), the request starts over: a new prompt replaces
     // the old one.
     let added = sqlx::query(

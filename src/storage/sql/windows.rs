@@ -41,7 +41,7 @@ pub(crate) async fn live_window_opened_by(
 /// A window hit with nothing to look up or queue besides its rows: no idempotency key or
 /// interaction id (no unique column an agent chooses) and no webhook. A batch of them is
 /// written by multi-row statements ([`insert_plain_hits`]).
-pub(crate) fn is_plain(r: &Confirmation) -> bool {
+pub(crate) fn is_plain(r: &Question) -> bool {
     r.idempotency_key.is_none() && r.interaction.is_none() && r.callback_url.is_none()
 }
 
@@ -78,7 +78,7 @@ pub(crate) async fn insert_hits(
 /// fails the batch.
 async fn insert_plain_hits(
     tx: &mut Transaction<'_, Db>,
-    hits: &[(&Confirmation, OffsetDateTime)],
+    hits: &[(&Question, OffsetDateTime)],
 ) -> Result<(), StorageError> {
     if hits.is_empty() {
         return Ok(());

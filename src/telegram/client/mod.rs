@@ -48,8 +48,8 @@ use tokio::time::Instant;
 
 use super::ratelimit::{Limits, RateLimiter, Reservation, Share};
 use super::render;
-use crate::domain::confirmation::{Confirmation, Operator};
 use crate::domain::interaction::InteractionType;
+use crate::domain::question::{Operator, Question};
 use crate::metrics::Metrics;
 use crate::service::{CommandReply, DeliveryError, Mention, Messenger, Turn, View};
 
@@ -300,7 +300,7 @@ impl Messenger for TelegramMessenger {
 
     async fn send_question(
         &self,
-        r: &Confirmation,
+        r: &Question,
         chat_id: i64,
         view: &View,
         turn: Turn,
@@ -373,7 +373,7 @@ impl Messenger for TelegramMessenger {
 
     async fn update_message(
         &self,
-        r: &Confirmation,
+        r: &Question,
         chat_id: i64,
         message_id: i32,
         view: &View,
@@ -427,7 +427,7 @@ impl Messenger for TelegramMessenger {
 
     async fn send_attachment(
         &self,
-        r: &Confirmation,
+        r: &Question,
         chat_id: i64,
         reply_to: i32,
     ) -> Result<bool, DeliveryError> {
@@ -484,7 +484,7 @@ impl Messenger for TelegramMessenger {
 
     async fn send_reason_prompt(
         &self,
-        r: &Confirmation,
+        r: &Question,
         chat_id: i64,
         thread: Option<i32>,
         reply_to: i32,
@@ -509,7 +509,7 @@ impl Messenger for TelegramMessenger {
 
     async fn send_reminder(
         &self,
-        r: &Confirmation,
+        r: &Question,
         chat_id: i64,
         thread: Option<i32>,
         reply_to: i32,

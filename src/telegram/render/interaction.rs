@@ -3,10 +3,10 @@
 
 use serde_json::Value;
 
-use crate::domain::confirmation::{Confirmation, operator_time as date_time};
 use crate::domain::interaction::{
     ConsensusMode, Interaction, InteractionType, Severity, TimeoutAction,
 };
+use crate::domain::question::{Question, operator_time as date_time};
 use crate::service::View;
 
 use super::params::params_block;
@@ -18,7 +18,7 @@ use super::{
 
 /// What happens when nobody answers by the deadline, when that is not simply "nothing":
 /// silence must never be a hidden yes.
-fn timeout_disclosure(r: &Confirmation, i: &Interaction) -> String {
+fn timeout_disclosure(r: &Question, i: &Interaction) -> String {
     let deadline = date_time(r.expires_at);
     match i.timeout_action {
         TimeoutAction::Default => {
@@ -54,7 +54,7 @@ fn timeout_disclosure(r: &Confirmation, i: &Interaction) -> String {
 /// The call an interaction carries, shown as a confirmation shows it: tool, owner,
 /// every parameter and the window disclosure. Returns the block and whether it cut
 /// anything (then the file goes along).
-fn call_block(r: &Confirmation, budget: usize) -> (String, bool) {
+fn call_block(r: &Question, budget: usize) -> (String, bool) {
     let mut out = format!(
         "\n\n🔧 Tool: <code>{}</code>{}\n👤 Owner: <code>{}</code>{}\n<b>Parameters</b>\n",
         shown(r.tool.as_str()),
@@ -79,11 +79,11 @@ fn call_block(r: &Confirmation, budget: usize) -> (String, bool) {
 }
 
 /// The text of an interaction: question, context, options, progress and deadline.
-pub(super) fn interaction_text(r: &Confirmation, i: &Interaction, view: &View) -> String {
+pub(super) fn interaction_text(r: &Question, i: &Interaction, view: &View) -> String {
     interaction_parts(r, i, view).text
 }
 
-pub(super) fn interaction_parts(r: &Confirmation, i: &Interaction, view: &View) -> Parts {
+pub(super) fn interaction_parts(r: &Question, i: &Interaction, view: &View) -> Parts {
     let badge = match i.severity {
         Severity::Critical => "🚨 ",
         Severity::High => "⚠️ ",

@@ -31,8 +31,8 @@ use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup};
 use teloxide::utils::html::escape;
 use time::OffsetDateTime;
 
-use crate::domain::confirmation::{Confirmation, operator_time as date_time};
 use crate::domain::interaction::InteractionType;
+use crate::domain::question::{Question, operator_time as date_time};
 use crate::domain::text::{self, Layout};
 use crate::service::{TapAction, View};
 
@@ -170,7 +170,7 @@ fn mention(user_id: u64, name: &str) -> String {
 }
 
 /// The question in a few words, for the messages that reply to it.
-fn what(r: &Confirmation) -> String {
+fn what(r: &Question) -> String {
     match r.interaction.as_deref() {
         Some(i) if !r.has_call => format!("“{}”", shown_within(&i.question, 120).0),
         _ => format!("<code>{}</code>", shown_within(r.tool.as_str(), 120).0),
@@ -178,7 +178,7 @@ fn what(r: &Confirmation) -> String {
 }
 
 /// The message that asks the person who tapped "Deny with reason" for it.
-pub fn reason_prompt_text(r: &Confirmation, user_id: u64, name: &str) -> String {
+pub fn reason_prompt_text(r: &Question, user_id: u64, name: &str) -> String {
     format!(
         "✋ {}, why deny {} (<code>{}</code>)? <b>Reply to this message</b> with your reason by {}. The agent receives it; until it is in, the request stays open and anyone may still decide.",
         mention(user_id, name),
@@ -189,7 +189,7 @@ pub fn reason_prompt_text(r: &Confirmation, user_id: u64, name: &str) -> String 
 }
 
 /// The reminder of a question still pending, naming who has not answered.
-pub fn reminder_text(r: &Confirmation, waiting: &[crate::service::Mention]) -> String {
+pub fn reminder_text(r: &Question, waiting: &[crate::service::Mention]) -> String {
     let mut text = format!(
         "⏰ <b>Still waiting for a decision</b> on {} from <code>{}</code>. Deadline: {}.",
         what(r),
@@ -244,7 +244,7 @@ pub enum Markup {
 }
 
 /// The message of a question as it stands: its text and what goes under it.
-pub fn render(r: &Confirmation, view: &View) -> (String, Markup) {
+pub fn render(r: &Question, view: &View) -> (String, Markup) {
     let Some(i) = r.interaction.as_deref() else {
         let markup = if r.is_terminal() {
             Markup::None

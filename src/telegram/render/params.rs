@@ -5,9 +5,9 @@
 use sha2::{Digest, Sha256};
 use teloxide::utils::html::escape;
 
-use crate::domain::confirmation::Confirmation;
 use crate::domain::python;
 use crate::domain::python::value::PyValue;
+use crate::domain::question::Question;
 use crate::domain::text::{self, Layout};
 use crate::service::View;
 
@@ -150,7 +150,7 @@ pub struct Attachment {
 }
 
 /// The file to attach to `r`'s question, if its message cut anything.
-pub fn attachment(r: &Confirmation) -> Option<Attachment> {
+pub fn attachment(r: &Question) -> Option<Attachment> {
     let cut = match r.interaction.as_deref() {
         None => question_parts(r).cut,
         Some(i) if r.has_call => interaction_parts(r, i, &View::default()).cut,

@@ -4,8 +4,8 @@
 
 use serde_json::Value;
 
-use crate::domain::confirmation::{Confirmation, Status, Via, operator_time as date_time};
 use crate::domain::interaction::{InteractionType, Scope};
+use crate::domain::question::{Question, Status, Via, operator_time as date_time};
 use crate::domain::text::{self, Layout};
 use crate::service::View;
 
@@ -33,7 +33,7 @@ pub(super) fn context_block(context: Option<&str>) -> String {
 }
 
 /// Said under parameters that were cut: where the rest is, and the hash to check it by.
-pub(super) fn attached_note(r: &Confirmation) -> String {
+pub(super) fn attached_note(r: &Question) -> String {
     format!(
         "\n📎 <i>Long values are shortened (each with its length and hash). The full parameters are attached below as a file.</i>\n🔑 Args hash: <code>{}</code>",
         r.args_hash
@@ -48,13 +48,13 @@ pub(super) struct Parts {
 
 /// The question as first posted. Deterministic for a given record, so the outcome edit
 /// can rebuild it and append one line.
-pub fn question_text(r: &Confirmation) -> String {
+pub fn question_text(r: &Question) -> String {
     question_parts(r).text
 }
 
 /// The window disclosure: what Approve also allows, with the duration and the latest
 /// absolute end time (a window runs from the tap, and the tap comes before the deadline).
-pub(super) fn window_disclosure(r: &Confirmation) -> String {
+pub(super) fn window_disclosure(r: &Question) -> String {
     if r.window_seconds == 0 {
         return String::new();
     }
@@ -73,7 +73,7 @@ pub(super) fn window_disclosure(r: &Confirmation) -> String {
     out
 }
 
-pub(super) fn question_parts(r: &Confirmation) -> Parts {
+pub(super) fn question_parts(r: &Question) -> Parts {
     let mut head = format!(
         "🛂 <b>Confirmation required</b>\n🔧 Tool: <code>{}</code>{}\n🤖 Agent: <code>{}</code>{}\n👤 Owner: <code>{}</code>{}\n\n",
         shown(r.tool.as_str()),
@@ -115,7 +115,7 @@ pub(super) fn question_parts(r: &Confirmation) -> Parts {
 }
 
 /// The line appended when the request ends, or `None` while it is pending.
-pub fn outcome_line(r: &Confirmation) -> Option<String> {
+pub fn outcome_line(r: &Question) -> Option<String> {
     let at = r.decided_at.map(clock).unwrap_or_default();
     let by = r
         .decided_by
@@ -195,7 +195,7 @@ pub fn outcome_line(r: &Confirmation) -> Option<String> {
 }
 
 /// An answer in words, escaped and cut to fit the outcome line.
-pub(super) fn summary(r: &Confirmation, value: &Value) -> String {
+pub(super) fn summary(r: &Question, value: &Value) -> String {
     let label = |key: &str| {
         r.interaction
             .as_ref()
@@ -221,12 +221,12 @@ pub(super) fn summary(r: &Confirmation, value: &Value) -> String {
 }
 
 /// The message after the request ended: the question, then its outcome.
-pub fn decided_text(r: &Confirmation) -> String {
+pub fn decided_text(r: &Question) -> String {
     decided_text_in(r, &View::default())
 }
 
 /// [`decided_text`] as one message of it shows it (`view`: its escalation note).
-pub(super) fn decided_text_in(r: &Confirmation, view: &View) -> String {
+pub(super) fn decided_text_in(r: &Question, view: &View) -> String {
     let mut text = question_text(r);
     text.push_str(&escalation_line(view));
     if let Some(line) = outcome_line(r) {

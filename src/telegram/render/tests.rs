@@ -2,15 +2,15 @@ use sha2::{Digest, Sha256};
 
 use super::*;
 use crate::domain::args_hash::ArgsHash;
-use crate::domain::confirmation::{Operator, PENDING_REASON, Status, Via};
 use crate::domain::ids::{CallbackToken, ConfirmationId, OwnerId, ToolName};
 use crate::domain::python;
+use crate::domain::question::{Operator, PENDING_REASON, Status, Via};
 use crate::service::TapAction;
 
-fn record(params_json: &str) -> Confirmation {
+fn record(params_json: &str) -> Question {
     let params = python::json::parse_object(params_json).unwrap();
     let t = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
-    Confirmation {
+    Question {
         id: ConfirmationId::generate(),
         agent: "bot".into(),
         route: "ops".into(),

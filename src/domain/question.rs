@@ -1,5 +1,7 @@
-//! A confirmation request and its one-way life: `pending`, then exactly one of
-//! `confirmed`, `cancelled` or `timeout`.
+//! A question and its one-way life: `pending`, then exactly one of `confirmed`,
+//! `cancelled` or `timeout`. One record for every kind: a confirmation of a tool call,
+//! and any of AI-Parrot's interactions (its `interaction`), which is why it is called a
+//! question and not a confirmation.
 //!
 //! Everything here is pure: the time of a decision is passed in, and storage applies a
 //! [`Decision`] with one conditional update, so whoever loses a race reads the stored
@@ -107,9 +109,9 @@ impl fmt::Display for Operator {
     }
 }
 
-/// A stored confirmation request.
+/// A stored question: a confirmation of a tool call, or an interaction.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Confirmation {
+pub struct Question {
     pub id: ConfirmationId,
     /// The agent that asked; only it may read or withdraw the request.
     pub agent: String,
@@ -199,7 +201,7 @@ pub struct Copy {
     pub outcome_shown: bool,
 }
 
-impl Confirmation {
+impl Question {
     /// What kind of answer the question wants: a confirmation is an approval, or a form
     /// (that falls back to approve/cancel) when the agent allows edits.
     pub fn kind(&self) -> InteractionType {
