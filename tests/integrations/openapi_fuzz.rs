@@ -181,8 +181,10 @@ async fn schemathesis_finds_no_server_error_or_schema_mismatch() {
 
     // schemathesis's own data generator is sometimes inconsistent (hypothesis's
     // `FlakyFailure` while it builds a test case: a "Runtime Error" of the tool, with no
-    // request judged). Such a run is repeated once; any finding about the service (a
-    // FAILURES section) fails at once.
+    // request judged), and CPython 3.11 before 3.11.8 sometimes raises a spurious
+    // "AST constructor recursion depth mismatch" while hypothesis parses a source file in
+    // a threaded program (python/cpython#106905; the machine ships 3.11.7). Such a run is
+    // repeated once; any finding about the service (a FAILURES section) fails at once.
     let mut attempt = 0;
     let out = loop {
         attempt += 1;
@@ -227,11 +229,12 @@ async fn schemathesis_finds_no_server_error_or_schema_mismatch() {
             started.elapsed()
         );
         let generator_flake = !out.status.success()
-            && stdout.contains("hypothesis.errors.FlakyFailure")
+            && (stdout.contains("hypothesis.errors.FlakyFailure")
+                || stdout.contains("AST constructor recursion depth mismatch"))
             && !stdout.contains("FAILURES");
         if generator_flake && attempt < 2 {
             eprintln!(
-                "schemathesis's generator was inconsistent (not a finding); running it again"
+                "schemathesis failed inside its own generator (not a finding); running it again"
             );
             continue;
         }
