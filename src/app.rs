@@ -209,7 +209,7 @@ impl Application {
             }
         };
         // Header-read and idle timeouts, a connection limit, idle connections closed
-        // first when it is reached (src/api/serve.rs).
+        // first when it is reached (src/api/serve/).
         let server = tokio::spawn(api::serve::serve(listener, app, http, shutdown.clone()));
 
         shutdown.cancelled().await;

@@ -4,7 +4,7 @@
 //! operator tapped, and every message ends up showing it.
 //!
 //! The retry and pacing policy itself is unit-tested on tokio's paused clock in
-//! `src/telegram/client.rs` and `src/telegram/ratelimit.rs` (including flood waits
+//! `src/telegram/client/` and `src/telegram/ratelimit/` (including flood waits
 //! longer than any integration test should sit through); these tests check that the
 //! pieces hold together against the fake Bot API, with waits of a second or two.
 

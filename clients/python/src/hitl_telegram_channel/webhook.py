@@ -2,7 +2,7 @@
 
 The service signs every attempt: ``X-Hitl-Signature: sha256=<hex>``, the lowercase hex
 HMAC-SHA256, keyed with the agent's webhook secret, of
-``"<X-Hitl-Timestamp>.<X-Hitl-Delivery>.<raw body>"`` (``src/webhooks.rs`` ``sign``,
+``"<X-Hitl-Timestamp>.<X-Hitl-Delivery>.<raw body>"`` (``src/outbox.rs`` ``sign``,
 "Webhooks" in the service's docs/http-api.md). :func:`verify_webhook` is that recipe,
 stricter where a loose reading would let a forgery through: the timestamp must be plain
 digits and the delivery id exactly ``wh_`` and 32 lowercase hex digits. A dot in the id
