@@ -875,7 +875,10 @@ async fn replace_every_replica_under_load(how: Stop) {
                     {
                         break 'asked;
                     }
-                    assert!(attempt < 200, "{id} could not be asked");
+                    // A hang guard, not a bound on availability: with both test threads
+                    // starting replicas on 2 cores, a new replica can take over 10 s to
+                    // serve after its predecessor was killed (seen once in 8 runs).
+                    assert!(attempt < 600, "{id} could not be asked within 30 s");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 tokio::time::sleep(Duration::from_millis(150)).await;
