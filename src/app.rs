@@ -13,7 +13,7 @@ use crate::api::{self, AppState};
 use crate::config::{Config, HttpLimits, TelegramMode};
 use crate::metrics::Metrics;
 use crate::service::Service;
-use crate::storage::{self, ConnectMode, Store};
+use crate::storage::{self, Audit, ConnectMode, Coordination, Store};
 use crate::telegram::{self, TelegramMessenger};
 
 /// How long in-flight HTTP requests get to finish after shutdown begins.
@@ -26,6 +26,9 @@ const TASK_DRAIN: Duration = Duration::from_secs(10);
 pub struct Application {
     listener: TcpListener,
     service: Arc<Service>,
+    /// The whole store, held here where everything is wired: the service gets it as
+    /// the union its pipeline needs; the tasks around it get the one role each uses.
+    store: Arc<dyn Store>,
     bot: teloxide::Bot,
     poll_timeout_seconds: u32,
     telegram_mode: TelegramMode,
@@ -71,10 +74,11 @@ impl Application {
         let metrics = Arc::new(Metrics::new());
         let messenger = Arc::new(TelegramMessenger::new(bot.clone()).with_metrics(metrics.clone()));
         let service =
-            Arc::new(Service::new(config.clone(), store, messenger).with_metrics(metrics));
+            Arc::new(Service::new(config.clone(), store.clone(), messenger).with_metrics(metrics));
         Ok(Application {
             listener,
             service,
+            store,
             bot,
             poll_timeout_seconds: config.poll_timeout_seconds,
             telegram_mode: config.telegram_mode.clone(),
@@ -82,10 +86,10 @@ impl Application {
         })
     }
 
-    /// The database, for what the caller records before serving (the demo's adopted
-    /// approver, in the audit trail).
-    pub fn store(&self) -> &Arc<dyn Store> {
-        self.service.store()
+    /// The audit trail, for what the caller records before serving (the demo's adopted
+    /// approver).
+    pub fn audit(&self) -> &dyn Audit {
+        self.store.as_ref()
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -101,6 +105,7 @@ impl Application {
         let Application {
             listener,
             service,
+            store,
             bot,
             poll_timeout_seconds,
             telegram_mode,
@@ -130,8 +135,8 @@ impl Application {
 
         // Several replicas on one PostgreSQL: what another commits wakes our waiters.
         // Listening starts before serving, so no decision taken meanwhile goes unheard.
-        let changes = service
-            .store()
+        let coordination: &dyn Coordination = store.as_ref();
+        let changes = coordination
             .follow_changes()
             .await
             .context("cannot listen for the changes other replicas commit")?;
@@ -164,7 +169,7 @@ impl Application {
         );
         // The audit chain's head in the log (at start, hourly), so a truncated trail shows.
         service.tasks().spawn(crate::audit_head::log_audit_head(
-            service.store().clone(),
+            store.clone(),
             crate::audit_head::EVERY,
             shutdown.clone(),
         ));
@@ -248,8 +253,8 @@ impl Application {
         let _ = config_record.await;
         service.release_config().await;
         // Everything that writes has stopped: this is the trail's final head.
-        crate::audit_head::log_head(service.store().as_ref(), "shutdown").await;
-        service.store().close().await;
+        crate::audit_head::log_head(store.as_ref(), "shutdown").await;
+        store.close().await;
         tracing::info!("stopped");
         Ok(())
     }

@@ -50,6 +50,17 @@ const EXCEPTIONS: &[(&str, &str)] = &[
     ("outbox", "api::record"),
 ];
 
+/// Paths that only some modules may name, though the layers would let more: (the path,
+/// the modules that may name it, why). The store's union is for the pipeline that uses
+/// every role and for the wiring that hands each part its own; every other part takes
+/// the one role it uses.
+const RESERVED: &[(&str, &[&str], &str)] = &[(
+    "storage::Store",
+    &["storage", "service", "app", "program"],
+    "the store's union is for the service and the wiring: take the role you use \
+     (storage::Questions, storage::Outbox, storage::Audit, …)",
+)];
+
 /// The layer of a top-level module, as its index in [`LAYERS`] and its name.
 fn layer_of(module: &str) -> Option<(usize, &'static str)> {
     LAYERS
@@ -65,6 +76,14 @@ fn offence(from: &[String], to: &[String]) -> Option<String> {
     let (Some(from_top), Some(to_top)) = (from.first(), to.first()) else {
         return None;
     };
+    let reserved = RESERVED
+        .iter()
+        .find(|(path, _, _)| path.split("::").eq(to.iter().map(String::as_str)));
+    if let Some((_, modules, why)) = reserved
+        && !modules.contains(&from_top.as_str())
+    {
+        return Some(format!("`{from_top}` names {}: {why}", to.join("::")));
+    }
     if from_top == to_top {
         return None;
     }
@@ -557,6 +576,21 @@ mod tests {
         // Downwards is always allowed; a module's own paths too.
         let source = "use crate::service::Service;\nuse crate::domain::text;\nuse crate::mcp::x;\n";
         assert!(check("src/mcp.rs", &module("mcp"), source).is_empty());
+    }
+
+    #[test]
+    fn only_the_service_and_the_wiring_name_the_stores_union() {
+        let source =
+            "use crate::storage::{Outbox, Store};\nfn f(s: &dyn crate::storage::Audit) {}\n";
+        let offences = check("src/outbox.rs", &module("outbox"), source);
+        assert_eq!(offences.len(), 1, "{offences:?}");
+        assert!(
+            offences[0].starts_with("src/outbox.rs:1: crate::storage::Store: `outbox` names storage::Store: the store's union is for the service"),
+            "{offences:?}"
+        );
+        for (file, name) in [("src/service/mod.rs", "service::x"), ("src/app.rs", "app")] {
+            assert!(check(file, &module(name), source).is_empty(), "{file}");
+        }
     }
 
     #[test]

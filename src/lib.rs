@@ -21,8 +21,9 @@
 //!   crate; with it the protocol's limits ([`domain::limits`]), which every adapter and
 //!   the configuration read, so none takes a limit from another's handler code.
 //! - [`storage`]: persistence by role ([`storage::Store`] is the union of the roles),
-//!   speaking domain types. It takes
-//!   plain values (a database URL, a backlog bound), never the configuration.
+//!   speaking domain types. It takes plain values (a database URL, a backlog bound),
+//!   never the configuration. The service holds the union, since its pipeline uses every
+//!   role; each part around it is handed the one role it uses.
 //! - Support, what the service and the adapters stand on, each needing at most storage
 //!   and the domain: [`config`], the checked settings, above storage because it checks
 //!   `database.url` against what the backends accept (and takes the webhook backlog's

@@ -247,7 +247,11 @@ async fn start_due(
     lookahead: u32,
 ) -> Option<Duration> {
     let at = now();
-    let due = match service.store().due_deliveries_by_agent(at, lookahead).await {
+    let due = match service
+        .outbox()
+        .due_deliveries_by_agent(at, lookahead)
+        .await
+    {
         Ok(d) => d,
         Err(e) => {
             tracing::error!(error = %e, "cannot read the webhook outbox");
@@ -264,7 +268,7 @@ async fn start_due(
             slots.take(task.id(), &entry, host);
         }
     }
-    match service.store().next_delivery_due_after(at).await {
+    match service.outbox().next_delivery_due_after(at).await {
         Ok(next) => next.map(|due| (due - now()).try_into().unwrap_or(Duration::ZERO)),
         Err(e) => {
             tracing::error!(error = %e, "cannot read the webhook outbox");
@@ -298,7 +302,7 @@ async fn attempt(service: Arc<Service>, http: reqwest::Client, entry: OutboxEntr
         tracing::warn!(delivery = entry.delivery_id.as_str(), id = %entry.confirmation_id, %error, "webhook given up");
     }
     if let Err(e) = service
-        .store()
+        .outbox()
         .delivery_attempted(&entry, result, now())
         .await
     {
@@ -334,7 +338,7 @@ async fn send(
     entry: &OutboxEntry,
 ) -> Result<(), String> {
     let record = service
-        .store()
+        .questions()
         .get(&entry.confirmation_id)
         .await
         .map_err(|e| e.to_string())?

@@ -105,7 +105,7 @@ pub async fn serve(path: &Path, demo: bool, adopt_within: u64) -> anyhow::Result
             adopt_within,
             a.at,
         );
-        app.store()
+        app.audit()
             .record_event(event)
             .await
             .context("cannot record the demo's adopted approver in the audit trail")?;

@@ -670,7 +670,7 @@ impl Bridge {
             ticks.borrow_and_update();
             let events = match self
                 .service
-                .store()
+                .agent_events()
                 .agent_events(&self.agent.name, cursor, EVENT_BATCH)
                 .await
             {
@@ -747,7 +747,7 @@ impl Bridge {
         };
         let newest = self
             .service
-            .store()
+            .agent_events()
             .last_agent_event(&self.agent.name)
             .await
             .context("reading the event stream")?;
@@ -809,7 +809,7 @@ impl Bridge {
         {
             Some(id) => self
                 .service
-                .store()
+                .questions()
                 .get(&id)
                 .await
                 .context("reading the question")?

@@ -492,7 +492,7 @@ pub async fn events(
     state.service.owned(&agent, &id).await?;
     let events = state
         .service
-        .store()
+        .audit()
         .events_for(&id)
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))?;

@@ -105,7 +105,11 @@ pub async fn stream(
         .take(&agent.name, Held::Stream, agent.max_streams)?;
     // Subscribed before the first read, so nothing written in between is missed.
     let ticks = state.service.subscribe_events();
-    let newest = state.service.store().last_agent_event(&agent.name).await?;
+    let newest = state
+        .service
+        .agent_events()
+        .last_agent_event(&agent.name)
+        .await?;
     // A cursor past the newest event (the database was replaced, say) would wait for
     // events that never come; it starts from the newest instead.
     let after = requested.map_or(newest, |n| n.min(newest));
@@ -162,7 +166,7 @@ impl Cursor {
             self.ticks.borrow_and_update();
             match self
                 .service
-                .store()
+                .agent_events()
                 .agent_events(&self.agent, self.after, PAGE)
                 .await
             {

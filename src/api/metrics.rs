@@ -47,7 +47,7 @@ pub async fn serve(
     let read = async {
         // Also sets the configuration gauges to the live replicas' as they are now.
         state.service.config_report().await?;
-        state.service.store().gauges().await
+        state.service.administration().gauges().await
     };
     let gauges = read.await.map_err(|e| {
         tracing::error!(error = %e, "metrics: database does not answer");

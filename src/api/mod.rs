@@ -84,7 +84,7 @@ async fn healthz(State(state): State<AppState>, extensions: Extensions) -> Respo
     // decide by it whether the service lives, so a flood must not cut it.
     serve::mark_authenticated(&extensions);
     let checked = async {
-        state.service.store().ping().await?;
+        state.service.administration().ping().await?;
         state.service.config_report().await
     };
     match checked.await {

@@ -40,7 +40,10 @@ use crate::domain::question::{Operator, Outcome, PENDING_REASON, Question, Statu
 use crate::domain::text;
 use crate::metrics::Metrics;
 use crate::scheduler::Deadlines;
-use crate::storage::{Answered, Change, Decided, Inserted, Shown, StorageError, Store};
+use crate::storage::{
+    Administration, AgentEvents, Answered, Audit, Change, Decided, Inserted, Outbox, Questions,
+    Shown, StorageError, Store,
+};
 
 mod agree;
 mod answer;
@@ -492,8 +495,33 @@ impl Service {
         &self.config
     }
 
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+    // The store by role, for the adapters around the service: each reads or writes
+    // through the one role it uses, never the whole store (the service itself, the
+    // pipeline every question goes through, holds the union).
+
+    /// The questions as stored (the outbox's and the Redis bridge's records).
+    pub fn questions(&self) -> &dyn Questions {
+        self.store.as_ref()
+    }
+
+    /// The webhook outbox (its worker, `crate::outbox`).
+    pub fn outbox(&self) -> &dyn Outbox {
+        self.store.as_ref()
+    }
+
+    /// The audit trail (what `GET /v1/confirmations/{id}/events` reads).
+    pub fn audit(&self) -> &dyn Audit {
+        self.store.as_ref()
+    }
+
+    /// The agents' event streams (SSE and the Redis bridge).
+    pub fn agent_events(&self) -> &dyn AgentEvents {
+        self.store.as_ref()
+    }
+
+    /// The database itself: `/healthz`'s ping and `/metrics`' gauges.
+    pub fn administration(&self) -> &dyn Administration {
+        self.store.as_ref()
     }
 
     pub fn tasks(&self) -> &TaskTracker {
