@@ -19,7 +19,10 @@
 //!
 //! - [`domain`]: the confirmation engine, pure code that imports nothing else of the
 //!   crate; with it the protocol's limits ([`domain::limits`]), which every adapter and
-//!   the configuration read, so none takes a limit from another's handler code.
+//!   the configuration read, so none takes a limit from another's handler code, and the
+//!   outbox's rules ([`domain::outbox`]: where a webhook may go, how it is signed), which
+//!   the configuration checks prefixes with, the API a request's URL, and the outbox's
+//!   worker signs with.
 //! - [`storage`]: persistence by role ([`storage::Store`] is the union of the roles),
 //!   speaking domain types. It takes plain values (a database URL, a backlog bound),
 //!   never the configuration. The service holds the union, since its pipeline uses every

@@ -7,13 +7,8 @@
 //! at-least-once, and `X-Hitl-Delivery` stays the same on every retry so receivers can
 //! drop duplicates.
 //!
-//! Signature: `X-Hitl-Signature: sha256=<hex HMAC-SHA256(secret,
-//! "<timestamp>.<delivery_id>.<body>")>` where `<timestamp>` is the `X-Hitl-Timestamp`
-//! header (Unix seconds), `<delivery_id>` the `X-Hitl-Delivery` header and `<body>` the
-//! raw request body. Binding the timestamp lets a receiver refuse replays of old
-//! deliveries; binding the delivery id means a replay cannot pass as a new delivery
-//! under a fresh id (receivers de-duplicate on it). Delivery ids are `wh_` and hex, so
-//! the dots separate the three parts unambiguously.
+//! Where a delivery may go and how it is signed are the outbox's pure rules, in the
+//! domain (`crate::domain::outbox`), where the configuration and the API read them too.
 //!
 //! Fairness: one dispatcher runs every attempt as its own task, at most
 //! `max_in_flight` at once, `max_in_flight_per_agent` for one agent and
@@ -29,10 +24,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hmac::{Hmac, Mac};
 use rand::Rng;
 use secrecy::ExposeSecret;
-use sha2::Sha256;
 use time::OffsetDateTime;
 use tokio::task::{Id as TaskId, JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
@@ -40,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::record::RecordView;
 use crate::config::OutboxSettings;
 use crate::domain::ids::DeliveryId;
+use crate::domain::outbox::{DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign};
 use crate::service::{Service, now};
 use crate::storage::{DeliveryAttempt, OutboxEntry};
 
@@ -50,25 +44,6 @@ use crate::storage::{DeliveryAttempt, OutboxEntry};
 const LOOKAHEAD_PER_SLOT: u32 = 4;
 /// How long to wait before reading the outbox again after it could not be read.
 const READ_RETRY: Duration = Duration::from_secs(1);
-
-pub const SIGNATURE_HEADER: &str = "X-Hitl-Signature";
-pub const TIMESTAMP_HEADER: &str = "X-Hitl-Timestamp";
-pub const DELIVERY_HEADER: &str = "X-Hitl-Delivery";
-
-/// `sha256=<hex>` of `"<timestamp>.<delivery_id>.<body>"` under `secret`.
-pub fn sign(secret: &[u8], timestamp: i64, delivery_id: &str, body: &[u8]) -> String {
-    // HMAC accepts keys of any length; `new_from_slice` cannot fail for it.
-    let mut mac = match Hmac::<Sha256>::new_from_slice(secret) {
-        Ok(m) => m,
-        Err(_) => unreachable!("HMAC takes keys of any length"),
-    };
-    mac.update(timestamp.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(delivery_id.as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
-}
 
 /// The wait before attempt `attempt` (1-based) is retried: doubling from the initial
 /// backoff up to the maximum, then scaled by a random factor in [0.5, 1] so receivers
@@ -396,28 +371,6 @@ mod tests {
         let text = request_failed(e);
         assert!(text.contains("Connection refused"), "{text}");
         assert!(!text.contains("receiver-secret"), "{text}");
-    }
-
-    #[test]
-    fn the_signature_is_hmac_sha256_of_timestamp_dot_delivery_id_dot_body() {
-        // Computed independently with Python:
-        // hmac.new(b"secret", b"1700000000.wh_0123456789abcdef0123456789abcdef.{}",
-        //          hashlib.sha256).hexdigest()
-        let id = "wh_0123456789abcdef0123456789abcdef";
-        assert_eq!(
-            sign(b"secret", 1_700_000_000, id, b"{}"),
-            "sha256=aeec0715ce139d6800149881a67862085f45b3f82eee335374c9c32ecd379e20"
-        );
-        assert_ne!(
-            sign(b"secret", 1_700_000_000, id, b"{}"),
-            sign(
-                b"secret",
-                1_700_000_000,
-                "wh_ffffffffffffffffffffffffffffffff",
-                b"{}"
-            ),
-            "another delivery id, another signature"
-        );
     }
 
     fn entry(agent: &str, url: &str) -> OutboxEntry {

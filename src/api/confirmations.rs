@@ -17,6 +17,7 @@ use super::limits::Held;
 use super::record::RecordView;
 use crate::config::{Agent, Config};
 use crate::domain::ids::{ConfirmationId, IdempotencyKey, OwnerId, ToolName};
+use crate::domain::outbox::{Url, callback_path_refusal};
 use crate::domain::python::value::PyDict;
 use crate::domain::question::Question;
 use crate::domain::{python, text};
@@ -350,11 +351,11 @@ pub async fn create(
 
 /// A `callback_url` as stored: an http(s) URL under one of the agent's prefixes.
 pub(super) fn allowed_callback_url(u: &str, agent: &Agent) -> Result<String, ApiError> {
-    let url = reqwest::Url::parse(u)
+    let url = Url::parse(u)
         .ok()
         .filter(|p| matches!(p.scheme(), "http" | "https"))
         .ok_or_else(|| ApiError::field("callback_url", "must be an http(s) URL"))?;
-    if let Some(reason) = crate::config::callback_path_refusal(u, &url) {
+    if let Some(reason) = callback_path_refusal(u, &url) {
         return Err(ApiError::field("callback_url", reason));
     }
     if agent.allows_callback(&url) {

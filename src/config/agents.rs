@@ -7,9 +7,9 @@ use std::sync::Arc;
 use secrecy::SecretString;
 use serde::Deserialize;
 
-use super::callbacks::{callback_path_refusal, encoded_separator, link_local_refusal};
 use super::routes::Route;
 use super::{BOT_TOKEN_ENV, ConfigError, EXAMPLE_SECRET_PREFIX, invalid, token_digest};
+use crate::domain::outbox::{Url, callback_path_refusal, link_local_refusal, under_prefix};
 
 /// The shortest agent bearer token accepted: a token is the agent's only credential,
 /// and a few characters can be guessed over the network.
@@ -82,7 +82,7 @@ pub struct Agent {
     pub default_route: String,
     /// Signs webhooks; present whenever `callback_url_prefixes` is not empty.
     pub webhook_secret: Option<SecretString>,
-    pub callback_url_prefixes: Vec<reqwest::Url>,
+    pub callback_url_prefixes: Vec<Url>,
     pub requests_per_minute: u32,
     pub max_pending: u32,
     /// Most event streams open at once.
@@ -92,29 +92,9 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Whether `url` lies under one of the agent's allowed prefixes: same scheme, host
-    /// and port, and a path under the prefix's path at a `/` boundary, so the prefix
-    /// `https://a.example/hooks` admits neither `https://a.example.evil.net/...` nor
-    /// `https://a.example/hooks-evil`.
-    pub fn allows_callback(&self, url: &reqwest::Url) -> bool {
-        if !url.username().is_empty() || url.password().is_some() {
-            return false;
-        }
-        if encoded_separator(url.path()).is_some() {
-            return false;
-        }
-        self.callback_url_prefixes.iter().any(|p| {
-            p.scheme() == url.scheme()
-                && p.host_str() == url.host_str()
-                && p.port_or_known_default() == url.port_or_known_default()
-                && {
-                    let base = p.path();
-                    let path = url.path();
-                    base.ends_with('/') && path.starts_with(base)
-                        || path == base
-                        || path.starts_with(&format!("{base}/"))
-                }
-        })
+    /// Whether `url` lies under one of the agent's allowed prefixes ([`under_prefix`]).
+    pub fn allows_callback(&self, url: &Url) -> bool {
+        under_prefix(url, &self.callback_url_prefixes)
     }
 }
 
@@ -313,10 +293,10 @@ impl AgentSettings {
 
     /// `callback_url_prefixes`, parsed: http(s) URLs whose path holds no encoded
     /// separator and whose host is not link-local unless the agent opts in.
-    fn callback_url_prefixes(&self, key: &str) -> Result<Vec<reqwest::Url>, ConfigError> {
+    fn callback_url_prefixes(&self, key: &str) -> Result<Vec<Url>, ConfigError> {
         let mut callback_url_prefixes = Vec::new();
         for p in &self.callback_url_prefixes {
-            let url = reqwest::Url::parse(p)
+            let url = Url::parse(p)
                 .ok()
                 .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some())
                 .ok_or_else(|| {
@@ -389,6 +369,7 @@ impl AgentSettings {
 mod tests {
     use crate::config::testing::{BASE, env, err_of};
     use crate::config::{Config, Settings};
+    use crate::domain::outbox::Url;
 
     #[test]
     fn an_agent_naming_an_unknown_route_is_refused_naming_the_key() {
@@ -420,7 +401,7 @@ mod tests {
         };
         let c = Config::from_settings(Settings::from_toml(&toml).unwrap(), &env).unwrap();
         let a = &c.agents[0];
-        let ok = |u: &str| a.allows_callback(&reqwest::Url::parse(u).unwrap());
+        let ok = |u: &str| a.allows_callback(&Url::parse(u).unwrap());
         assert!(ok("https://a.example/hooks"));
         assert!(ok("https://a.example/hooks/x?y=1"));
         assert!(ok("https://a.example:443/hooks/x"));
@@ -480,5 +461,120 @@ mod tests {
             e.contains("routes[0].approvers: 123 is the bot itself"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_callback_url_with_an_encoded_separator_is_outside_every_prefix_and_no_prefix_may_hold_one()
+    {
+        let toml = BASE.replace(
+            r#"routes = ["ops"]"#,
+            "routes = [\"ops\"]\nwebhook_secret_env = \"HOOK\"\ncallback_url_prefixes = [\"https://a.example/hooks\"]",
+        );
+        let env = |k: &str| {
+            if k == "HOOK" {
+                Some("s".to_owned())
+            } else {
+                env(k)
+            }
+        };
+        let c = Config::from_settings(Settings::from_toml(&toml).unwrap(), &env).unwrap();
+        let ok = |u: &str| c.agents[0].allows_callback(&Url::parse(u).unwrap());
+        assert!(ok("https://a.example/hooks/x"));
+        assert!(!ok("https://a.example/hooks/..%2Fadmin"));
+
+        let with_prefix = |p: &str| {
+            let toml = BASE.replace(
+                r#"routes = ["ops"]"#,
+                &format!(
+                    "routes = [\"ops\"]\nwebhook_secret_env = \"HOOK\"\ncallback_url_prefixes = [\"{p}\"]"
+                ),
+            );
+            Config::from_settings(Settings::from_toml(&toml).unwrap(), &env)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        let e = with_prefix("https://a.example/hooks%2Fx").unwrap_err();
+        assert!(
+            e.contains("agents[0].callback_url_prefixes") && e.contains("%2F"),
+            "{e}"
+        );
+        assert!(with_prefix("https://a.example/hooks?x=%2F").is_ok());
+    }
+
+    #[test]
+    fn callback_prefixes_to_link_local_and_metadata_addresses_are_refused_unless_the_agent_opts_in()
+    {
+        let env = |k: &str| {
+            if k == "HOOK" {
+                Some("s".to_owned())
+            } else {
+                env(k)
+            }
+        };
+        let with_prefix = |p: &str, opt_in: bool| {
+            let toml = BASE.replace(
+                r#"routes = ["ops"]"#,
+                &format!(
+                    "routes = [\"ops\"]\nwebhook_secret_env = \"HOOK\"\n\
+                     callback_url_prefixes = [\"https://a.example/hooks\", \"{p}\"]\n\
+                     allow_link_local_callbacks = {opt_in}"
+                ),
+            );
+            Config::from_settings(Settings::from_toml(&toml).unwrap(), &env)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        for (prefix, what) in [
+            ("http://169.254.169.254", "a cloud metadata address"),
+            (
+                "http://169.254.169.254/latest/meta-data/",
+                "a cloud metadata address",
+            ),
+            // The same address written as one number, in hex, or IPv4-mapped.
+            ("http://2852039166/", "a cloud metadata address"),
+            ("http://0xa9fea9fe/", "a cloud metadata address"),
+            (
+                "http://[::ffff:169.254.169.254]/",
+                "a cloud metadata address",
+            ),
+            ("http://[fd00:ec2::254]/", "a cloud metadata address"),
+            ("http://100.100.100.200/", "a cloud metadata address"),
+            (
+                "http://169.254.170.2/v2/credentials",
+                "a link-local address",
+            ),
+            ("https://169.254.1.1:8443/hooks", "a link-local address"),
+            ("http://[fe80::1]/", "a link-local address"),
+            ("http://[febf::1]:8080/", "a link-local address"),
+            ("http://metadata.google.internal/", "a cloud metadata host"),
+            ("http://METADATA.google.internal./", "a cloud metadata host"),
+            ("http://metadata/", "a cloud metadata host"),
+            ("http://instance-data/", "a cloud metadata host"),
+        ] {
+            let e = with_prefix(prefix, false).expect_err(prefix);
+            assert!(
+                e.contains("agents[0].callback_url_prefixes")
+                    && e.contains(&format!("'{prefix}' reaches {what}"))
+                    && e.contains("agents[0].allow_link_local_callbacks = true"),
+                "{prefix}: {e}"
+            );
+            assert_eq!(
+                with_prefix(prefix, true),
+                Ok(()),
+                "{prefix} with the opt-in"
+            );
+        }
+        for prefix in [
+            "http://127.0.0.1:9/hooks",
+            "http://10.0.0.5/hooks",
+            "http://169.253.255.255/",
+            "http://169.255.0.1/",
+            "http://[fec0::1]/",
+            "http://[fd00:ec2::253]/",
+            "https://metadata.example.com/",
+            "https://hooks.internal/",
+        ] {
+            assert_eq!(with_prefix(prefix, false), Ok(()), "{prefix}");
+        }
     }
 }

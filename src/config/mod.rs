@@ -16,7 +16,6 @@
 //! calls their checks in turn, then checks what spans sections.
 
 mod agents;
-mod callbacks;
 mod confirmation;
 mod database;
 mod load;
@@ -31,7 +30,6 @@ mod when;
 pub use agents::{
     Agent, AgentSettings, DEFAULT_MAX_LONG_POLLS, DEFAULT_MAX_STREAMS, MIN_AGENT_TOKEN_CHARS,
 };
-pub use callbacks::{callback_path_refusal, encoded_separator, link_local_refusal};
 pub use confirmation::{ConfirmationSettings, MAX_TIMEOUT_LIMIT};
 pub use database::{DatabaseSettings, DatabaseUrl};
 pub use load::ENV_OVERRIDE_PREFIX;

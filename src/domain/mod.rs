@@ -7,7 +7,9 @@
 //! the hash chain of the audit trail; `authority` is who may decide, as one
 //! configuration says (compared across replicas); `text` makes what operators read show
 //! every character that is there; `limits` is what one request may hold, the one place
-//! every adapter and the configuration read the protocol's limits from.
+//! every adapter and the configuration read the protocol's limits from; `outbox` is
+//! where a webhook may go and how it is signed, which the configuration, the API and the
+//! outbox's worker all follow.
 
 pub mod args_hash;
 pub mod audit;
@@ -16,6 +18,7 @@ pub mod briefing;
 pub mod ids;
 pub mod interaction;
 pub mod limits;
+pub mod outbox;
 pub mod python;
 pub mod question;
 pub mod text;

@@ -1,11 +1,69 @@
-//! Where a webhook may be sent: the rules an agent's `callback_url_prefixes` (when the
-//! config is checked) and a request's `callback_url` (when it is asked) both follow.
+//! The outbox's rules, pure: where a webhook may be delivered and how a delivery is
+//! signed. The worker that delivers (`crate::outbox`) sits above the configuration and
+//! the service; these rules sit below both, because the configuration checks an agent's
+//! `callback_url_prefixes` with them when it loads and the API checks a request's
+//! `callback_url` with them when it is asked.
 //!
-//! They would sit best with the outbox that delivers to these URLs (`crate::outbox`),
-//! but that module imports `crate::config` (its `[webhooks]` settings, and the service,
-//! which imports the config), so the config checks importing them from there would
-//! close an import cycle. They stay here, with no import of their own from the crate,
-//! until that is untangled.
+//! Where: an http(s) URL under one of the agent's prefixes ([`under_prefix`]), with no
+//! percent-encoded separator in its path ([`callback_path_refusal`]), and no prefix on a
+//! link-local or cloud metadata address unless the agent opts in
+//! ([`link_local_refusal`]).
+//!
+//! How: `X-Hitl-Signature: sha256=<hex HMAC-SHA256(secret,
+//! "<timestamp>.<delivery_id>.<body>")>` ([`sign`]), where `<timestamp>` is the
+//! `X-Hitl-Timestamp` header (Unix seconds), `<delivery_id>` the `X-Hitl-Delivery` header
+//! and `<body>` the raw request body. Binding the timestamp lets a receiver refuse
+//! replays of old deliveries; binding the delivery id means a replay cannot pass as a
+//! new delivery under a fresh id (receivers de-duplicate on it). Delivery ids are `wh_`
+//! and hex, so the dots separate the three parts unambiguously.
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+pub use url::Url;
+
+pub const SIGNATURE_HEADER: &str = "X-Hitl-Signature";
+pub const TIMESTAMP_HEADER: &str = "X-Hitl-Timestamp";
+pub const DELIVERY_HEADER: &str = "X-Hitl-Delivery";
+
+/// `sha256=<hex>` of `"<timestamp>.<delivery_id>.<body>"` under `secret`.
+pub fn sign(secret: &[u8], timestamp: i64, delivery_id: &str, body: &[u8]) -> String {
+    // HMAC accepts keys of any length; `new_from_slice` cannot fail for it.
+    let mut mac = match Hmac::<Sha256>::new_from_slice(secret) {
+        Ok(m) => m,
+        Err(_) => unreachable!("HMAC takes keys of any length"),
+    };
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(delivery_id.as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// Whether `url` lies under one of `prefixes`: same scheme, host and port, and a path
+/// under the prefix's path at a `/` boundary, so the prefix `https://a.example/hooks`
+/// admits neither `https://a.example.evil.net/...` nor `https://a.example/hooks-evil`.
+/// A URL with credentials, or with an encoded separator in its path, is under none.
+pub fn under_prefix(url: &Url, prefixes: &[Url]) -> bool {
+    if !url.username().is_empty() || url.password().is_some() {
+        return false;
+    }
+    if encoded_separator(url.path()).is_some() {
+        return false;
+    }
+    prefixes.iter().any(|p| {
+        p.scheme() == url.scheme()
+            && p.host_str() == url.host_str()
+            && p.port_or_known_default() == url.port_or_known_default()
+            && {
+                let base = p.path();
+                let path = url.path();
+                base.ends_with('/') && path.starts_with(base)
+                    || path == base
+                    || path.starts_with(&format!("{base}/"))
+            }
+    })
+}
 
 /// The first percent-encoded `/`, `\` or `.` (`%2F`, `%5C`, `%2E`, in any case) in
 /// `path`, as written. A callback URL's path must hold none: the prefix check compares
@@ -22,7 +80,7 @@ pub fn encoded_separator(path: &str) -> Option<&str> {
 /// it is: a percent-encoded `/`, `\` or `.` (see [`encoded_separator`]). The text as
 /// written is checked as well as the parsed path, because parsing resolves encoded dot
 /// segments (`/hooks/%2e%2e/x` parses as `/x`).
-pub fn callback_path_refusal(raw: &str, url: &reqwest::Url) -> Option<String> {
+pub fn callback_path_refusal(raw: &str, url: &Url) -> Option<String> {
     let code = encoded_separator(raw_path(raw)).or_else(|| encoded_separator(url.path()))?;
     Some(format!(
         "must not hold {code} in its path: percent-encoded '/', '\\' and '.' (%2F, %5C, \
@@ -52,7 +110,7 @@ const METADATA_HOSTS: &[&str] = &[
 /// prefix: one to a metadata service is the classic server-side request forgery. The
 /// host is the parsed one, so `http://2852039166/` (169.254.169.254 as one number) is
 /// caught too; a name that merely resolves to such an address is not.
-pub fn link_local_refusal(url: &reqwest::Url) -> Option<&'static str> {
+pub fn link_local_refusal(url: &Url) -> Option<&'static str> {
     use std::net::{Ipv4Addr, Ipv6Addr};
     let v4 = |ip: Ipv4Addr| {
         if ip == Ipv4Addr::new(169, 254, 169, 254) || ip == Ipv4Addr::new(100, 100, 100, 200) {
@@ -96,13 +154,11 @@ fn raw_path(raw: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::testing::{BASE, env};
-    use crate::config::{Config, Settings};
 
     #[test]
     fn encoded_slashes_backslashes_and_dots_in_a_callback_path_are_refused_in_any_case() {
         let refused = |raw: &str| {
-            let url = reqwest::Url::parse(raw).unwrap();
+            let url = Url::parse(raw).unwrap();
             callback_path_refusal(raw, &url)
         };
         for raw in [
@@ -119,7 +175,7 @@ mod tests {
         }
         // Parsing resolves the encoded dot segment: only the text as written shows it.
         assert_eq!(
-            reqwest::Url::parse("https://a.example/hooks/%2E%2E/admin")
+            Url::parse("https://a.example/hooks/%2E%2E/admin")
                 .unwrap()
                 .path(),
             "/admin"
@@ -134,116 +190,47 @@ mod tests {
         ] {
             assert_eq!(refused(raw), None, "{raw}");
         }
-
-        let toml = BASE.replace(
-            r#"routes = ["ops"]"#,
-            "routes = [\"ops\"]\nwebhook_secret_env = \"HOOK\"\ncallback_url_prefixes = [\"https://a.example/hooks\"]",
-        );
-        let env = |k: &str| {
-            if k == "HOOK" {
-                Some("s".to_owned())
-            } else {
-                env(k)
-            }
-        };
-        let c = Config::from_settings(Settings::from_toml(&toml).unwrap(), &env).unwrap();
-        let ok = |u: &str| c.agents[0].allows_callback(&reqwest::Url::parse(u).unwrap());
-        assert!(ok("https://a.example/hooks/x"));
-        assert!(!ok("https://a.example/hooks/..%2Fadmin"));
-
-        let with_prefix = |p: &str| {
-            let toml = BASE.replace(
-                r#"routes = ["ops"]"#,
-                &format!(
-                    "routes = [\"ops\"]\nwebhook_secret_env = \"HOOK\"\ncallback_url_prefixes = [\"{p}\"]"
-                ),
-            );
-            Config::from_settings(Settings::from_toml(&toml).unwrap(), &env)
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        };
-        let e = with_prefix("https://a.example/hooks%2Fx").unwrap_err();
-        assert!(
-            e.contains("agents[0].callback_url_prefixes") && e.contains("%2F"),
-            "{e}"
-        );
-        assert!(with_prefix("https://a.example/hooks?x=%2F").is_ok());
     }
 
     #[test]
-    fn callback_prefixes_to_link_local_and_metadata_addresses_are_refused_unless_the_agent_opts_in()
-    {
-        let env = |k: &str| {
-            if k == "HOOK" {
-                Some("s".to_owned())
-            } else {
-                env(k)
-            }
-        };
-        let with_prefix = |p: &str, opt_in: bool| {
-            let toml = BASE.replace(
-                r#"routes = ["ops"]"#,
-                &format!(
-                    "routes = [\"ops\"]\nwebhook_secret_env = \"HOOK\"\n\
-                     callback_url_prefixes = [\"https://a.example/hooks\", \"{p}\"]\n\
-                     allow_link_local_callbacks = {opt_in}"
-                ),
-            );
-            Config::from_settings(Settings::from_toml(&toml).unwrap(), &env)
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        };
-        for (prefix, what) in [
-            ("http://169.254.169.254", "a cloud metadata address"),
-            (
-                "http://169.254.169.254/latest/meta-data/",
-                "a cloud metadata address",
+    fn a_callback_url_is_under_a_prefix_only_at_a_path_boundary_on_the_same_origin() {
+        let prefixes = [Url::parse("https://a.example/hooks").unwrap()];
+        let under = |u: &str| under_prefix(&Url::parse(u).unwrap(), &prefixes);
+        assert!(under("https://a.example/hooks"));
+        assert!(under("https://a.example/hooks/x?y=1"));
+        assert!(under("https://a.example:443/hooks/x"));
+        assert!(!under("https://a.example/hooks-evil"));
+        assert!(!under("https://a.example.evil.net/hooks/x"));
+        assert!(!under("http://a.example/hooks/x"));
+        assert!(!under("https://a.example:8443/hooks/x"));
+        assert!(!under("https://user:pw@a.example/hooks/x"));
+        assert!(!under("https://a.example/hooks/..%2Fadmin"));
+    }
+
+    #[test]
+    fn the_signature_is_hmac_sha256_of_timestamp_dot_delivery_id_dot_body() {
+        // Computed independently with Python:
+        // hmac.new(b"secret", b"1700000000.wh_0123456789abcdef0123456789abcdef.{}",
+        //          hashlib.sha256).hexdigest()
+        let id = "wh_0123456789abcdef0123456789abcdef";
+        assert_eq!(
+            sign(b"secret", 1_700_000_000, id, b"{}"),
+            "sha256=aeec0715ce139d6800149881a67862085f45b3f82eee335374c9c32ecd379e20"
+        );
+        assert_ne!(
+            sign(b"secret", 1_700_000_000, id, b"{}"),
+            sign(
+                b"secret",
+                1_700_000_000,
+                "wh_ffffffffffffffffffffffffffffffff",
+                b"{}"
             ),
-            // The same address written as one number, in hex, or IPv4-mapped.
-            ("http://2852039166/", "a cloud metadata address"),
-            ("http://0xa9fea9fe/", "a cloud metadata address"),
-            (
-                "http://[::ffff:169.254.169.254]/",
-                "a cloud metadata address",
-            ),
-            ("http://[fd00:ec2::254]/", "a cloud metadata address"),
-            ("http://100.100.100.200/", "a cloud metadata address"),
-            (
-                "http://169.254.170.2/v2/credentials",
-                "a link-local address",
-            ),
-            ("https://169.254.1.1:8443/hooks", "a link-local address"),
-            ("http://[fe80::1]/", "a link-local address"),
-            ("http://[febf::1]:8080/", "a link-local address"),
-            ("http://metadata.google.internal/", "a cloud metadata host"),
-            ("http://METADATA.google.internal./", "a cloud metadata host"),
-            ("http://metadata/", "a cloud metadata host"),
-            ("http://instance-data/", "a cloud metadata host"),
-        ] {
-            let e = with_prefix(prefix, false).expect_err(prefix);
-            assert!(
-                e.contains("agents[0].callback_url_prefixes")
-                    && e.contains(&format!("'{prefix}' reaches {what}"))
-                    && e.contains("agents[0].allow_link_local_callbacks = true"),
-                "{prefix}: {e}"
-            );
-            assert_eq!(
-                with_prefix(prefix, true),
-                Ok(()),
-                "{prefix} with the opt-in"
-            );
-        }
-        for prefix in [
-            "http://127.0.0.1:9/hooks",
-            "http://10.0.0.5/hooks",
-            "http://169.253.255.255/",
-            "http://169.255.0.1/",
-            "http://[fec0::1]/",
-            "http://[fd00:ec2::253]/",
-            "https://metadata.example.com/",
-            "https://hooks.internal/",
-        ] {
-            assert_eq!(with_prefix(prefix, false), Ok(()), "{prefix}");
-        }
+            "another delivery id, another signature"
+        );
+        // The timestamp, the body and the key count too.
+        let s = sign(b"secret", 1_700_000_000, id, b"{}");
+        assert_ne!(s, sign(b"secret", 1_700_000_001, id, b"{}"));
+        assert_ne!(s, sign(b"secret", 1_700_000_000, id, b"{ }"));
+        assert_ne!(s, sign(b"other", 1_700_000_000, id, b"{}"));
     }
 }
