@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::client::{Failure, Kind, NewConfirmation, Reply, Retry, Retrying, V1Client};
+use crate::client::{Failure, Kind, NewConfirmation, Reply, Retry, Retrying, Suspend, V1Client};
 use crate::config::{AgentSettings, Config, RouteSettings, Settings};
 use crate::domain::python;
 
@@ -166,7 +166,8 @@ pub fn service_url(given: &str) -> anyhow::Result<String> {
 
 /// Asks through a running service and waits for the decision. Returns the exit code
 /// and what to print on stdout (the record) or stderr (the error). While it waits it
-/// says so on stderr ([`progress`]), so stdout stays the record alone for a script.
+/// says so on stderr (every [`progress_every`]), so stdout stays the record alone for a
+/// script.
 pub async fn ask(req: AskRequest) -> (u8, String) {
     match ask_inner(&req, &mut |line| eprintln!("ask: {line}")).await {
         Ok((code, out)) => (code, out),
@@ -192,7 +193,7 @@ fn ask_body(req: &AskRequest, key: &str) -> anyhow::Result<String> {
         timeout_seconds: req.timeout_seconds,
         route: req.route.as_deref(),
         window_seconds: req.window_seconds,
-        wait: "suspend",
+        wait: Suspend,
         idempotency_key: key,
     }
     .to_json())

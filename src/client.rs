@@ -21,6 +21,7 @@ use serde_json::value::RawValue;
 use time::OffsetDateTime;
 
 use crate::domain::ids::path_segment;
+use crate::domain::question::Status;
 
 /// How long a long-poll waits ride out the service answering 503 or being out of reach
 /// (a replica restarting behind a load balancer) before they give up.
@@ -45,12 +46,16 @@ impl Kind {
     }
 }
 
-/// Whether a record (a confirmation's or an interaction's) has its outcome.
+/// Whether a record (a confirmation's or an interaction's) has its outcome: a status
+/// the service defines that is not `pending`. A record without one, or with one this
+/// build does not know, has none yet: the caller keeps waiting, within its own bound,
+/// and a wait that ends that way fails closed.
 pub fn is_terminal(record: &Value) -> bool {
-    !matches!(
-        record.get("status").and_then(Value::as_str),
-        None | Some("pending")
-    )
+    record
+        .get("status")
+        .and_then(Value::as_str)
+        .and_then(Status::parse)
+        .is_some_and(Status::is_terminal)
 }
 
 /// The body of `POST /v1/confirmations` as the commands send it: `params` verbatim (its
@@ -71,11 +76,21 @@ pub struct NewConfirmation<'a> {
     pub route: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window_seconds: Option<u64>,
-    /// Always `suspend`: the record comes back as soon as the question is stored, and
-    /// the wait is a series of long-polls, none longer than a minute, so no proxy or
-    /// client timeout cuts it and the caller can say what it waits for.
-    pub wait: &'static str,
+    pub wait: Suspend,
     pub idempotency_key: &'a str,
+}
+
+/// `wait: "suspend"`, the only wait the commands ask for: the record comes back as soon
+/// as the question is stored, and the wait is a series of long-polls, none longer than a
+/// minute, so no proxy or client timeout cuts it and the caller can say what it waits
+/// for.
+#[derive(Debug, Clone, Copy)]
+pub struct Suspend;
+
+impl Serialize for Suspend {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("suspend")
+    }
 }
 
 impl NewConfirmation<'_> {
@@ -417,7 +432,7 @@ mod tests {
             timeout_seconds: Some(30.0),
             route: None,
             window_seconds: None,
-            wait: "suspend",
+            wait: Suspend,
             idempotency_key: "k",
         }
         .to_json();

@@ -5,7 +5,7 @@
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
-use crate::client::NewConfirmation;
+use crate::client::{NewConfirmation, Suspend};
 use crate::domain::limits::{MAX_BODY_BYTES, MAX_PARAM_KEYS};
 use crate::domain::python;
 
@@ -171,7 +171,7 @@ impl Request {
             timeout_seconds: Some(self.timeout_seconds),
             route: self.route.as_deref(),
             window_seconds: None,
-            wait: "suspend",
+            wait: Suspend,
             idempotency_key: key,
         }
         .to_json()

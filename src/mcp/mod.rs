@@ -41,13 +41,14 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use serde_json::{Value, json};
 
+use crate::client::is_terminal;
 use crate::domain::limits::{MAX_BODY_BYTES, MAX_LONG_POLL_SECONDS};
 use answer::{answer_text, decision_text, refused, text_result, unreachable};
 use args::{
     AskHuman, GetDecision, NotifyHuman, RequestApproval, arguments, input_schema, not_valid,
 };
 use v1::{Answer, bearer_of};
-use wait::{Asked, blocks, is_terminal};
+use wait::{Asked, blocks};
 
 /// How long one long-poll of the API waits before the tool reports progress and polls
 /// again: well under the 60 s many MCP clients allow a call without progress.

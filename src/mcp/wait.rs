@@ -9,7 +9,7 @@ use rmcp::model::{CallToolResult, ProgressNotificationParam};
 use rmcp::service::RequestContext;
 use serde_json::Value;
 
-use crate::client::{Kind, OUTAGE_PATIENCE, OUTAGE_RETRY, Outage};
+use crate::client::{Kind, OUTAGE_PATIENCE, OUTAGE_RETRY, Outage, is_terminal};
 
 use super::answer::{answer_text, decision_text, failure, text_result};
 use super::v1::Answer;
@@ -71,13 +71,6 @@ pub(super) fn blocks(wait: Option<&str>, what: &str) -> Result<bool, CallToolRes
             true,
         )),
     }
-}
-
-pub(super) fn is_terminal(record: &Value) -> bool {
-    matches!(
-        record["status"].as_str(),
-        Some("confirmed" | "cancelled" | "timeout" | "completed")
-    )
 }
 
 impl HitlMcp {
