@@ -7,7 +7,8 @@
 //! the hash chain of the audit trail; `authority` is who may decide, as one
 //! configuration says (compared across replicas); `text` makes what operators read show
 //! every character that is there; `limits` is what one request may hold, the one place
-//! every adapter and the configuration read the protocol's limits from.
+//! every adapter and the configuration read the protocol's limits from; `rules` is
+//! the deterministic policy before the human (`allow`, `ask`, `deny`), checked at load.
 
 pub mod args_hash;
 pub mod audit;
@@ -18,4 +19,5 @@ pub mod interaction;
 pub mod limits;
 pub mod python;
 pub mod question;
+pub mod rules;
 pub mod text;
