@@ -220,6 +220,14 @@ impl Condition {
         }
     }
 
+    /// The bound of a `lt`/`lte`/`gt`/`gte`, with its operator.
+    pub(super) fn bound(&self) -> Option<(Op, &Number)> {
+        match &self.test {
+            Test::Compare(op, _, n) => Some((*op, n)),
+            _ => None,
+        }
+    }
+
     /// Whether the condition holds on a call's `params`.
     pub fn holds(&self, params: &Value) -> bool {
         let found = self.path.find(params);

@@ -1,12 +1,167 @@
 //! Deterministic rules before the human (issue 35): `[[rules]]` that `allow` the safe
 //! calls, `deny` the forbidden ones and `ask` for the rest, evaluated without I/O.
 //!
-//! What a rule matches on, so far: its tools patterns ([`Glob`], `*` and `?`) and its
-//! `where` conditions on the call's `params` ([`Condition`]), each checked once when it
-//! is read and then evaluated without I/O.
+//! A rule names the tools it is about (patterns with `*` and `?`), optionally the agents
+//! and owners, and conditions on the call's `params` that must all hold
+//! ([`Condition`]). [`RuleSet::parse`] checks a whole set once, at load, and refuses
+//! (naming the rule) anything that could not be applied as read: unknown keys or
+//! operators, bad patterns and regular expressions, values of the wrong kind, an `allow`
+//! whose numeric band is open on one side, bounds that never hold together, a `rate`
+//! anywhere but on an `allow`.
 
 mod condition;
+mod error;
 mod glob;
+mod load;
+mod raw;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::num::NonZeroU64;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 pub use condition::{Condition, ConditionError, Op, Path};
+pub use error::{MAX_NAME_CHARS, Problem, RuleError, RuleLabel, Side};
 pub use glob::{Glob, GlobError};
+pub use raw::{RawCondition, RawRate, RawRule};
+
+/// What a rule does with a call it matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Effect {
+    /// Confirmed at once, without asking.
+    Allow,
+    /// Asked of a person, as every call is without rules.
+    Ask,
+    /// Cancelled at once, without asking.
+    Deny,
+}
+
+impl Effect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effect::Allow => "allow",
+            Effect::Ask => "ask",
+            Effect::Deny => "deny",
+        }
+    }
+}
+
+impl fmt::Display for Effect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An `allow` rule's limit: at most `max` calls it lets through per `per_seconds`.
+/// Counting is the caller's; past the limit the call asks, naming the rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub max: NonZeroU64,
+    pub per_seconds: NonZeroU64,
+}
+
+/// One checked rule: every pattern, condition and regular expression in it is valid,
+/// and its `rate`, if any, is on an `allow`.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    name: String,
+    effect: Effect,
+    /// Never empty.
+    tools: Vec<Glob>,
+    /// `None`: every agent. Never an empty list.
+    agents: Option<Vec<String>>,
+    /// `None`: every owner, and calls with none. Never an empty list.
+    owners: Option<Vec<String>>,
+    conditions: Vec<Condition>,
+    /// Only on an `allow`.
+    rate: Option<Rate>,
+    reason: Option<String>,
+}
+
+impl Rule {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn effect(&self) -> Effect {
+        self.effect
+    }
+
+    pub fn tools(&self) -> &[Glob] {
+        &self.tools
+    }
+
+    pub fn agents(&self) -> Option<&[String]> {
+        self.agents.as_deref()
+    }
+
+    pub fn owners(&self) -> Option<&[String]> {
+        self.owners.as_deref()
+    }
+
+    pub fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+
+    pub fn rate(&self) -> Option<Rate> {
+        self.rate
+    }
+
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.as_deref()
+    }
+}
+
+/// A checked set of rules in file order, with the effect when none matches.
+#[derive(Debug, Clone)]
+pub struct RuleSet {
+    rules: Vec<Rule>,
+    default: Effect,
+}
+
+impl RuleSet {
+    /// `rules_default` when the configuration says nothing: every call asks, as without
+    /// rules.
+    pub const DEFAULT_EFFECT: Effect = Effect::Ask;
+
+    /// Checks `rules`, in file order; `default` is `rules_default` (`None`:
+    /// [`Self::DEFAULT_EFFECT`]). The first rule refused is named in the error.
+    pub fn parse(rules: Vec<RawRule>, default: Option<Effect>) -> Result<RuleSet, RuleError> {
+        let mut loader = load::Loader::default();
+        for raw in rules {
+            loader.push(raw)?;
+        }
+        Ok(RuleSet::new(loader.into_rules(), default))
+    }
+
+    /// As [`Self::parse`], from the `[[rules]]` tables as values (a configuration
+    /// extracts them as `serde_json::Value` from any format, TOML included), so that a
+    /// table serde cannot read as a rule (an unknown key or op, a missing `tools`) is
+    /// refused under its rule's name rather than as a position in a list.
+    pub fn from_values(rules: &[Value], default: Option<Effect>) -> Result<RuleSet, RuleError> {
+        let mut loader = load::Loader::default();
+        for (index, value) in rules.iter().enumerate() {
+            loader.push(load::raw_from_value(index + 1, value)?)?;
+        }
+        Ok(RuleSet::new(loader.into_rules(), default))
+    }
+
+    fn new(rules: Vec<Rule>, default: Option<Effect>) -> RuleSet {
+        RuleSet {
+            rules,
+            default: default.unwrap_or(Self::DEFAULT_EFFECT),
+        }
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    pub fn default_effect(&self) -> Effect {
+        self.default
+    }
+}
