@@ -8,6 +8,13 @@
 //! operators, bad patterns and regular expressions, values of the wrong kind, an `allow`
 //! whose numeric band is open on one side, bounds that never hold together, a `rate`
 //! anywhere but on an `allow`.
+//!
+//! [`RuleSet::evaluate`] has no ordering traps: the first matching `deny` in the file
+//! decides, else the first matching `ask`, else the first matching `allow`, else the
+//! set's default (`ask` unless `rules_default` says otherwise). The [`Decision`] names the
+//! rule that decided. A rule's `rate` is not counted here: the engine stays pure, and the
+//! caller, which holds the counters, turns an `allow` past its rate into an `ask` that
+//! names the same rule.
 
 mod condition;
 mod error;
@@ -114,6 +121,98 @@ impl Rule {
     pub fn reason(&self) -> Option<&str> {
         self.reason.as_deref()
     }
+
+    /// Whether the rule is about this call: one of its patterns matches the tool, the
+    /// agent and the owner are among those it lists (a rule that lists owners never
+    /// matches a call made on behalf of none), and every condition holds.
+    pub fn matches(&self, call: &Call<'_>) -> bool {
+        self.tools.iter().any(|g| g.matches(call.tool))
+            && self
+                .agents
+                .as_ref()
+                .is_none_or(|agents| agents.iter().any(|a| a == call.agent))
+            && self.owners.as_ref().is_none_or(|owners| {
+                call.owner
+                    .is_some_and(|owner| owners.iter().any(|o| o == owner))
+            })
+            && self.conditions.iter().all(|c| c.holds(call.params))
+    }
+}
+
+/// The call a set of rules decides on.
+#[derive(Clone, Copy)]
+pub struct Call<'a> {
+    pub tool: &'a str,
+    pub agent: &'a str,
+    /// On whose behalf the agent acts, when it says.
+    pub owner: Option<&'a str>,
+    /// The call's parameters, an object (anything else fails every condition).
+    pub params: &'a Value,
+}
+
+impl fmt::Debug for Call<'_> {
+    /// Without the parameters: their values may be secrets, and logs carry none.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Call")
+            .field("tool", &self.tool)
+            .field("agent", &self.agent)
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the rules decided, and who decided it.
+#[derive(Debug, Clone, Copy)]
+pub struct Decision<'a> {
+    pub effect: Effect,
+    pub by: DecidedBy<'a>,
+}
+
+/// The rule that decided, or the set's default when none matched.
+#[derive(Clone, Copy)]
+pub enum DecidedBy<'a> {
+    Rule(&'a Rule),
+    Default,
+}
+
+impl fmt::Debug for DecidedBy<'_> {
+    /// The rule by its name: a decision's log line needs no more.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecidedBy::Rule(rule) => f.debug_tuple("Rule").field(&rule.name).finish(),
+            DecidedBy::Default => f.write_str("Default"),
+        }
+    }
+}
+
+impl<'a> Decision<'a> {
+    fn by(rule: &'a Rule) -> Decision<'a> {
+        Decision {
+            effect: rule.effect,
+            by: DecidedBy::Rule(rule),
+        }
+    }
+
+    pub fn rule(&self) -> Option<&'a Rule> {
+        match self.by {
+            DecidedBy::Rule(rule) => Some(rule),
+            DecidedBy::Default => None,
+        }
+    }
+
+    pub fn rule_name(&self) -> Option<&'a str> {
+        self.rule().map(Rule::name)
+    }
+
+    pub fn reason(&self) -> Option<&'a str> {
+        self.rule().and_then(Rule::reason)
+    }
+
+    /// The deciding `allow` rule's rate, which the caller must count: past it, the call
+    /// asks instead, naming this rule.
+    pub fn rate(&self) -> Option<Rate> {
+        self.rule().and_then(Rule::rate)
+    }
 }
 
 /// A checked set of rules in file order, with the effect when none matches.
@@ -163,5 +262,29 @@ impl RuleSet {
 
     pub fn default_effect(&self) -> Effect {
         self.default
+    }
+
+    /// The decision on `call`: the first matching `deny` in file order, else the first
+    /// matching `ask`, else the first matching `allow`, else the default.
+    pub fn evaluate(&self, call: &Call<'_>) -> Decision<'_> {
+        let (mut ask, mut allow) = (None, None);
+        for rule in self.rules.iter().filter(|r| r.matches(call)) {
+            match rule.effect {
+                Effect::Deny => return Decision::by(rule),
+                Effect::Ask => {
+                    ask.get_or_insert(rule);
+                }
+                Effect::Allow => {
+                    allow.get_or_insert(rule);
+                }
+            }
+        }
+        match ask.or(allow) {
+            Some(rule) => Decision::by(rule),
+            None => Decision {
+                effect: self.default,
+                by: DecidedBy::Default,
+            },
+        }
     }
 }

@@ -1,13 +1,18 @@
-//! The engine as the configuration will use it: rule sets read from values and refused
-//! with their rule's name. (Patterns and conditions alone are tested in their modules.)
+//! The engine as the configuration and the service will use it: rule sets read from
+//! values, refused with their rule's name, and deciding calls. (Patterns and conditions
+//! alone are tested in their modules.)
 
 use serde_json::{Value, json};
 
 use super::*;
 
 fn rules(rules: Value) -> RuleSet {
+    rules_with_default(rules, None)
+}
+
+fn rules_with_default(rules: Value, default: Option<Effect>) -> RuleSet {
     let list = rules.as_array().expect("a list of rules").clone();
-    RuleSet::from_values(&list, None).unwrap_or_else(|e| panic!("refused: {e}"))
+    RuleSet::from_values(&list, default).unwrap_or_else(|e| panic!("refused: {e}"))
 }
 
 /// The message a set is refused with.
@@ -16,6 +21,236 @@ fn refusal(rules: Value) -> String {
     match RuleSet::from_values(&list, None) {
         Ok(set) => panic!("accepted: {set:?}"),
         Err(e) => e.to_string(),
+    }
+}
+
+fn call<'a>(tool: &'a str, params: &'a Value) -> Call<'a> {
+    Call {
+        tool,
+        agent: "agent-a",
+        owner: Some("alice"),
+        params,
+    }
+}
+
+/// The effect and the deciding rule's name (`None`: the default decided).
+fn decide(set: &RuleSet, call: &Call<'_>) -> (Effect, Option<String>) {
+    let d = set.evaluate(call);
+    (d.effect, d.rule_name().map(str::to_owned))
+}
+
+fn by(effect: Effect, rule: &str) -> (Effect, Option<String>) {
+    (effect, Some(rule.to_owned()))
+}
+
+#[test]
+fn a_matching_deny_wins_over_an_earlier_allow() {
+    let set = rules(json!([
+        {"name": "reads", "effect": "allow", "tools": ["*"]},
+        {"name": "no-drops", "effect": "deny", "tools": ["drop_*"], "reason": "never"},
+    ]));
+    let params = json!({});
+    assert_eq!(
+        decide(&set, &call("drop_table", &params)),
+        by(Effect::Deny, "no-drops")
+    );
+    assert_eq!(
+        decide(&set, &call("read_report", &params)),
+        by(Effect::Allow, "reads")
+    );
+}
+
+#[test]
+fn a_matching_ask_wins_over_an_earlier_allow_and_loses_to_a_later_deny() {
+    let set = rules(json!([
+        {"name": "all", "effect": "allow", "tools": ["*"]},
+        {"name": "deploys-ask", "effect": "ask", "tools": ["deploy*"]},
+        {"name": "prod-deploys", "effect": "deny", "tools": ["deploy"],
+         "where": [{"path": "env", "op": "eq", "value": "production"}]},
+    ]));
+    let staging = json!({"env": "staging"});
+    let production = json!({"env": "production"});
+    assert_eq!(
+        decide(&set, &call("deploy", &staging)),
+        by(Effect::Ask, "deploys-ask")
+    );
+    assert_eq!(
+        decide(&set, &call("deploy", &production)),
+        by(Effect::Deny, "prod-deploys")
+    );
+    assert_eq!(
+        decide(&set, &call("read", &production)),
+        by(Effect::Allow, "all")
+    );
+}
+
+#[test]
+fn within_an_effect_the_first_matching_rule_in_the_file_decides() {
+    let set = rules(json!([
+        {"name": "first-allow", "effect": "allow", "tools": ["read_*"]},
+        {"name": "second-allow", "effect": "allow", "tools": ["*"]},
+        {"name": "first-deny", "effect": "deny", "tools": ["drop_*"]},
+        {"name": "second-deny", "effect": "deny", "tools": ["*_table"]},
+        {"name": "first-ask", "effect": "ask", "tools": ["write_*"]},
+        {"name": "second-ask", "effect": "ask", "tools": ["*"]},
+    ]));
+    let p = json!({});
+    assert_eq!(
+        decide(&set, &call("drop_table", &p)),
+        by(Effect::Deny, "first-deny")
+    );
+    assert_eq!(
+        decide(&set, &call("write_x", &p)),
+        by(Effect::Ask, "first-ask")
+    );
+    let allows = rules(json!([
+        {"name": "first-allow", "effect": "allow", "tools": ["read_*"]},
+        {"name": "second-allow", "effect": "allow", "tools": ["*"]},
+    ]));
+    assert_eq!(
+        decide(&allows, &call("read_x", &p)),
+        by(Effect::Allow, "first-allow")
+    );
+    assert_eq!(
+        decide(&allows, &call("other", &p)),
+        by(Effect::Allow, "second-allow")
+    );
+}
+
+#[test]
+fn with_no_matching_rule_the_default_decides_and_it_is_ask_unless_configured() {
+    let set_rules = json!([{"name": "reads", "effect": "allow", "tools": ["read_*"]}]);
+    let p = json!({});
+    let ask = rules(set_rules.clone());
+    assert_eq!(ask.default_effect(), Effect::Ask);
+    assert_eq!(decide(&ask, &call("deploy", &p)), (Effect::Ask, None));
+    assert!(matches!(
+        ask.evaluate(&call("deploy", &p)).by,
+        DecidedBy::Default
+    ));
+    for effect in [Effect::Allow, Effect::Deny, Effect::Ask] {
+        let set = rules_with_default(set_rules.clone(), Some(effect));
+        assert_eq!(decide(&set, &call("deploy", &p)), (effect, None));
+        assert_eq!(
+            decide(&set, &call("read_x", &p)),
+            by(Effect::Allow, "reads")
+        );
+    }
+    let empty = rules_with_default(json!([]), Some(Effect::Deny));
+    assert_eq!(decide(&empty, &call("anything", &p)), (Effect::Deny, None));
+}
+
+#[test]
+fn the_agents_filter_limits_a_rule_to_the_agents_it_names() {
+    let set = rules(json!([
+        {"name": "b-may", "effect": "allow", "tools": ["*"], "agents": ["agent-b", "agent-c"]},
+    ]));
+    let p = json!({});
+    let mut c = call("deploy", &p);
+    assert_eq!(decide(&set, &c), (Effect::Ask, None));
+    c.agent = "agent-b";
+    assert_eq!(decide(&set, &c), by(Effect::Allow, "b-may"));
+    c.agent = "agent-bb";
+    assert_eq!(decide(&set, &c), (Effect::Ask, None));
+}
+
+#[test]
+fn the_owners_filter_never_matches_a_call_made_on_behalf_of_no_one() {
+    let set = rules(json!([
+        {"name": "alice-may", "effect": "allow", "tools": ["*"], "owners": ["alice"]},
+        {"name": "anyone-reads", "effect": "allow", "tools": ["read"]},
+    ]));
+    let p = json!({});
+    let mut c = call("deploy", &p);
+    assert_eq!(decide(&set, &c), by(Effect::Allow, "alice-may"));
+    c.owner = Some("bob");
+    assert_eq!(decide(&set, &c), (Effect::Ask, None));
+    c.owner = None;
+    assert_eq!(decide(&set, &c), (Effect::Ask, None));
+    c.tool = "read";
+    assert_eq!(decide(&set, &c), by(Effect::Allow, "anyone-reads"));
+}
+
+#[test]
+fn tool_patterns_select_the_calls_a_rule_is_about() {
+    let set = rules(json!([
+        {"name": "v-one-digit", "effect": "deny", "tools": ["api_v?"]},
+        {"name": "reads", "effect": "allow", "tools": ["read_*", "list_*"]},
+    ]));
+    let p = json!({});
+    assert_eq!(
+        decide(&set, &call("api_v2", &p)),
+        by(Effect::Deny, "v-one-digit")
+    );
+    assert_eq!(decide(&set, &call("api_v10", &p)), (Effect::Ask, None));
+    assert_eq!(
+        decide(&set, &call("list_users", &p)),
+        by(Effect::Allow, "reads")
+    );
+    assert_eq!(decide(&set, &call("reader", &p)), (Effect::Ask, None));
+}
+
+#[test]
+fn missing_paths_and_values_of_another_kind_never_match_not_even_ne() {
+    let set = rules(json!([
+        {"name": "non-prod", "effect": "deny", "tools": ["*"],
+         "where": [{"path": "target.env", "op": "ne", "value": "staging"}]},
+        {"name": "small", "effect": "allow", "tools": ["*"],
+         "where": [{"path": "amount", "op": "gte", "value": 0},
+                   {"path": "amount", "op": "lte", "value": 100}]},
+    ]));
+    for params in [
+        json!({}),
+        json!({"target": "staging"}),
+        json!({"target": {"env": 1}}),
+        json!({"target": {"env": null}}),
+        json!({"amount": "50"}),
+        json!({"amount": [50]}),
+        json!([]),
+        json!(null),
+        json!("amount"),
+    ] {
+        assert_eq!(
+            decide(&set, &call("pay", &params)),
+            (Effect::Ask, None),
+            "{params}"
+        );
+    }
+    let params = json!({"target": {"env": "production"}});
+    assert_eq!(
+        decide(&set, &call("pay", &params)),
+        by(Effect::Deny, "non-prod")
+    );
+}
+
+#[test]
+fn a_two_sided_band_on_an_allow_is_accepted_and_lets_only_its_band_through() {
+    let set = rules(json!([
+        {"name": "small-transfers", "effect": "allow", "tools": ["transfer"],
+         "where": [{"path": "amount", "op": "gt", "value": 0},
+                   {"path": "amount", "op": "lte", "value": 100}]},
+    ]));
+    for (amount, allowed) in [
+        (json!(50), true),
+        (json!(100.0), true),
+        (json!(0.5), true),
+        (json!(0), false),
+        (json!(-5), false),
+        (json!(100.01), false),
+        (json!(u64::MAX), false),
+        (json!(i64::MIN), false),
+    ] {
+        let params = json!({ "amount": amount });
+        let expected = if allowed {
+            by(Effect::Allow, "small-transfers")
+        } else {
+            (Effect::Ask, None)
+        };
+        assert_eq!(
+            decide(&set, &call("transfer", &params)),
+            expected,
+            "{amount}"
+        );
     }
 }
 
@@ -43,6 +278,26 @@ fn an_allow_bounded_on_one_side_only_is_refused_at_load_saying_how_to_close_it()
         "{message}"
     );
     assert!(message.contains("op = \"lte\""), "{message}");
+}
+
+#[test]
+fn a_one_sided_band_on_a_deny_or_an_ask_is_accepted() {
+    let set = rules(json!([
+        {"name": "big-transfers", "effect": "deny", "tools": ["transfer"],
+         "where": [{"path": "amount", "op": "gt", "value": 10000}]},
+        {"name": "mid-transfers", "effect": "ask", "tools": ["transfer"],
+         "where": [{"path": "amount", "op": "gt", "value": 100}]},
+    ]));
+    let huge = json!({"amount": 20000});
+    let mid = json!({"amount": 500});
+    assert_eq!(
+        decide(&set, &call("transfer", &huge)),
+        by(Effect::Deny, "big-transfers")
+    );
+    assert_eq!(
+        decide(&set, &call("transfer", &mid)),
+        by(Effect::Ask, "mid-transfers")
+    );
 }
 
 #[test]
@@ -74,7 +329,32 @@ fn bounds_that_no_number_satisfies_together_are_refused_for_every_effect() {
                    {"path": "n", "op": "gte", "value": 1},
                    {"path": "n", "op": "lte", "value": 5}]},
     ]));
-    assert_eq!(point.rules()[0].conditions().len(), 3);
+    let five = json!({"n": 5});
+    assert_eq!(decide(&point, &call("x", &five)), by(Effect::Allow, "five"));
+}
+
+#[test]
+fn a_decision_names_its_rule_and_reason_and_an_allow_hands_over_its_rate() {
+    let set = rules(json!([
+        {"name": "staging-reads", "effect": "allow", "tools": ["read_*"],
+         "rate": {"max": 20, "per_seconds": 3600}, "reason": "reads are safe in staging"},
+        {"name": "drops", "effect": "deny", "tools": ["drop_*"], "reason": "never in prod"},
+    ]));
+    let p = json!({});
+    let allow = set.evaluate(&call("read_report", &p));
+    assert_eq!(allow.effect, Effect::Allow);
+    assert_eq!(allow.rule_name(), Some("staging-reads"));
+    assert_eq!(allow.reason(), Some("reads are safe in staging"));
+    let rate = allow.rate().expect("the allow's rate");
+    assert_eq!((rate.max.get(), rate.per_seconds.get()), (20, 3600));
+    let deny = set.evaluate(&call("drop_table", &p));
+    assert_eq!(deny.reason(), Some("never in prod"));
+    assert_eq!(deny.rate(), None);
+    let default = set.evaluate(&call("other", &p));
+    assert_eq!(
+        (default.rule_name(), default.reason(), default.rate()),
+        (None, None, None)
+    );
 }
 
 #[test]
@@ -306,4 +586,29 @@ fn values_of_the_wrong_kind_for_their_op_are_refused_naming_the_rule() {
             "{message}"
         );
     }
+}
+
+#[test]
+fn a_rule_a_decision_and_a_call_read_plainly_in_debug_without_parameter_values() {
+    let set = rules(json!([
+        {"name": "small", "effect": "allow", "tools": ["transfer"],
+         "where": [{"path": "amount", "op": "gte", "value": 0},
+                   {"path": "amount", "op": "lte", "value": 100},
+                   {"path": "to", "op": "matches", "value": "^acct-"}]},
+    ]));
+    let rule = format!("{:?}", set.rules()[0]);
+    assert!(rule.contains("name: \"small\""), "{rule}");
+    assert!(rule.contains("tools: [\"transfer\"]"), "{rule}");
+    assert!(
+        rule.contains("[`amount` gte 0, `amount` lte 100, `to` matches \"^acct-\"]"),
+        "{rule}"
+    );
+    let params = json!({"amount": 5, "to": "acct-1"});
+    let decision = format!("{:?}", set.evaluate(&call("transfer", &params)));
+    assert_eq!(decision, "Decision { effect: Allow, by: Rule(\"small\") }");
+    let call = format!("{:?}", call("transfer", &params));
+    assert_eq!(
+        call, "Call { tool: \"transfer\", agent: \"agent-a\", owner: Some(\"alice\"), .. }",
+        "no parameter values"
+    );
 }
