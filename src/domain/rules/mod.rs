@@ -15,6 +15,9 @@
 //! rule that decided. A rule's `rate` is not counted here: the engine stays pure, and the
 //! caller, which holds the counters, turns an `allow` past its rate into an `ask` that
 //! names the same rule.
+//!
+//! [`Fingerprint`] is the SHA-256 of the checked set in a canonical form, to record which
+//! rules were in force when a rule decided.
 
 mod condition;
 mod error;
@@ -28,7 +31,8 @@ use std::fmt;
 use std::num::NonZeroU64;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 pub use condition::{Condition, ConditionError, Op, Path};
 pub use error::{MAX_NAME_CHARS, Problem, RuleError, RuleLabel, Side};
@@ -137,6 +141,27 @@ impl Rule {
             })
             && self.conditions.iter().all(|c| c.holds(call.params))
     }
+
+    /// The rule in the fingerprint's canonical form.
+    fn canonical(&self) -> Value {
+        json!({
+            "name": self.name,
+            "effect": self.effect,
+            "tools": self.tools.iter().map(Glob::as_str).collect::<Vec<_>>(),
+            "agents": self.agents,
+            "owners": self.owners,
+            "where": self.conditions.iter().map(|c| json!({
+                "path": c.path().as_str(),
+                "op": c.op(),
+                "value": c.value(),
+            })).collect::<Vec<_>>(),
+            "rate": self.rate.map(|r| json!({
+                "max": r.max.get(),
+                "per_seconds": r.per_seconds.get(),
+            })),
+            "reason": self.reason,
+        })
+    }
 }
 
 /// The call a set of rules decides on.
@@ -215,11 +240,36 @@ impl<'a> Decision<'a> {
     }
 }
 
+/// The SHA-256 of a [`RuleSet`]'s canonical form, in lowercase hex: the same rules in
+/// the same order with the same default give the same fingerprint, any change another.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Fingerprint(String);
+
+impl Fingerprint {
+    /// All 64 digits, for the audit trail.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `rules:` and the first 16 digits: enough to tell rule sets apart where people
+    /// read (`check-config`, a log line).
+    pub fn short(&self) -> String {
+        format!("rules:{}", self.0.get(..16).unwrap_or(&self.0))
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.short())
+    }
+}
+
 /// A checked set of rules in file order, with the effect when none matches.
 #[derive(Debug, Clone)]
 pub struct RuleSet {
     rules: Vec<Rule>,
     default: Effect,
+    fingerprint: Fingerprint,
 }
 
 impl RuleSet {
@@ -250,9 +300,17 @@ impl RuleSet {
     }
 
     fn new(rules: Vec<Rule>, default: Option<Effect>) -> RuleSet {
+        let default = default.unwrap_or(Self::DEFAULT_EFFECT);
+        let canonical = json!({
+            "default": default,
+            "rules": rules.iter().map(Rule::canonical).collect::<Vec<_>>(),
+        });
+        // A `Value`'s text is compact JSON with object keys in order: one set, one text.
+        let fingerprint = Fingerprint(hex::encode(Sha256::digest(canonical.to_string())));
         RuleSet {
             rules,
-            default: default.unwrap_or(Self::DEFAULT_EFFECT),
+            default,
+            fingerprint,
         }
     }
 
@@ -262,6 +320,10 @@ impl RuleSet {
 
     pub fn default_effect(&self) -> Effect {
         self.default
+    }
+
+    pub fn fingerprint(&self) -> &Fingerprint {
+        &self.fingerprint
     }
 
     /// The decision on `call`: the first matching `deny` in file order, else the first

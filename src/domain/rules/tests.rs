@@ -589,6 +589,92 @@ fn values_of_the_wrong_kind_for_their_op_are_refused_naming_the_rule() {
 }
 
 #[test]
+fn the_same_rules_give_the_same_fingerprint_whichever_way_they_were_read() {
+    let text = json!([
+        {"name": "small", "effect": "allow", "tools": ["transfer"],
+         "where": [{"path": "amount", "op": "gte", "value": 0},
+                   {"path": "amount", "op": "lte", "value": 100},
+                   {"path": "memo", "op": "exists"}],
+         "rate": {"max": 20, "per_seconds": 3600}},
+        {"name": "drops", "effect": "deny", "tools": ["drop_*"], "reason": "never"},
+    ]);
+    let a = rules(text.clone());
+    let b = rules(text.clone());
+    assert_eq!(a.fingerprint(), b.fingerprint());
+    let raw: Vec<RawRule> = serde_json::from_value(text).unwrap();
+    let c = RuleSet::parse(raw, None).unwrap();
+    assert_eq!(a.fingerprint(), c.fingerprint());
+    // `exists` without a value is `exists` true: the same checked rule.
+    let explicit = rules(json!([
+        {"name": "small", "effect": "allow", "tools": ["transfer"],
+         "where": [{"path": "amount", "op": "gte", "value": 0},
+                   {"path": "amount", "op": "lte", "value": 100},
+                   {"path": "memo", "op": "exists", "value": true}],
+         "rate": {"max": 20, "per_seconds": 3600}},
+        {"name": "drops", "effect": "deny", "tools": ["drop_*"], "reason": "never"},
+    ]));
+    assert_eq!(a.fingerprint(), explicit.fingerprint());
+    let full = a.fingerprint().as_str();
+    assert_eq!(full.len(), 64);
+    assert!(
+        full.bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    );
+    assert_eq!(a.fingerprint().short(), format!("rules:{}", &full[..16]));
+    assert_eq!(a.fingerprint().to_string(), a.fingerprint().short());
+}
+
+#[test]
+fn any_change_of_order_content_or_default_changes_the_fingerprint() {
+    let one = json!({"name": "one", "effect": "allow", "tools": ["read_*"]});
+    let two = json!({"name": "two", "effect": "deny", "tools": ["drop_*"]});
+    let base = rules(json!([one.clone(), two.clone()]));
+    let mut seen = vec![base.fingerprint().clone()];
+    let mut differs = |set: RuleSet| {
+        let f = set.fingerprint().clone();
+        assert!(!seen.contains(&f), "{set:?} has a fingerprint already seen");
+        seen.push(f);
+    };
+    differs(rules(json!([two.clone(), one.clone()])));
+    differs(rules_with_default(
+        json!([one.clone(), two.clone()]),
+        Some(Effect::Deny),
+    ));
+    differs(rules(json!([one.clone()])));
+    differs(rules(json!([
+        one.clone(),
+        {"name": "two", "effect": "deny", "tools": ["drop_*"], "reason": "never"},
+    ])));
+    differs(rules(json!([
+        one.clone(),
+        {"name": "two", "effect": "deny", "tools": ["drop_*", "truncate_*"]},
+    ])));
+    differs(rules(json!([
+        one.clone(),
+        {"name": "two", "effect": "deny", "tools": ["drop_*"], "agents": ["agent-a"]},
+    ])));
+    differs(rules(json!([
+        one.clone(),
+        {"name": "two", "effect": "deny", "tools": ["drop_*"],
+         "where": [{"path": "env", "op": "eq", "value": "prod"}]},
+    ])));
+    differs(rules(json!([
+        one.clone(),
+        {"name": "two", "effect": "deny", "tools": ["drop_*"],
+         "where": [{"path": "env", "op": "ne", "value": "prod"}]},
+    ])));
+    differs(rules(json!([
+        {"name": "one", "effect": "allow", "tools": ["read_*"],
+         "rate": {"max": 1, "per_seconds": 60}},
+        two.clone(),
+    ])));
+    differs(rules(json!([
+        {"name": "one", "effect": "ask", "tools": ["read_*"]},
+        two,
+    ])));
+}
+
+#[test]
 fn a_rule_a_decision_and_a_call_read_plainly_in_debug_without_parameter_values() {
     let set = rules(json!([
         {"name": "small", "effect": "allow", "tools": ["transfer"],
