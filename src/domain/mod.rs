@@ -3,13 +3,14 @@
 //! `python` is the Python-compatibility port: parameters seen as Python sees them, their
 //! canonical text written straight from JSON, and Python's `str.format` over them;
 //! `args_hash` is AI-Parrot's `compute_args_hash` and `briefing` its briefing, both on
-//! that port; `confirmation` is the request's state machine and its windows; `audit` is
+//! that port; `question` is the request's state machine and its windows; `audit` is
 //! the hash chain of the audit trail; `authority` is who may decide, as one
 //! configuration says (compared across replicas); `text` makes what operators read show
 //! every character that is there; `limits` is what one request may hold, the one place
 //! every adapter and the configuration read the protocol's limits from; `outbox` is
 //! where a webhook may go and how it is signed, which the configuration, the API and the
-//! outbox's worker all follow.
+//! outbox's worker all follow; `rules` is the deterministic policy before the human
+//! (`allow`, `ask`, `deny`), checked at load (not yet read from the configuration).
 
 pub mod args_hash;
 pub mod audit;
@@ -21,4 +22,5 @@ pub mod limits;
 pub mod outbox;
 pub mod python;
 pub mod question;
+pub mod rules;
 pub mod text;

@@ -1,0 +1,61 @@
+//! A rule as the configuration writes it (`[[rules]]`), before it is checked: serde's
+//! shape and nothing more. Unknown keys are refused here; everything else that can be
+//! wrong is refused by [`super::RuleSet::parse`], with the rule's name.
+
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+use super::Effect;
+use super::condition::Op;
+
+/// One `[[rules]]` table.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRule {
+    /// Unique in the set: shown to the operator, in the API record and in the audit.
+    pub name: String,
+    pub effect: Effect,
+    /// Patterns of the tools the rule is about (`*` and `?`); at least one.
+    pub tools: Vec<String>,
+    /// When given, the rule is about these agents only.
+    #[serde(default)]
+    pub agents: Option<Vec<String>>,
+    /// When given, the rule is about calls made on behalf of these owners only.
+    #[serde(default)]
+    pub owners: Option<Vec<String>>,
+    /// Conditions on the call's `params`, all of which must hold.
+    #[serde(default, rename = "where")]
+    pub conditions: Vec<RawCondition>,
+    /// On an `allow`: how many calls it lets through per period before they ask.
+    #[serde(default)]
+    pub rate: Option<RawRate>,
+    /// Shown with the decision: why the rule exists.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// One `where` condition: `{ path = "amount", op = "lte", value = 100 }`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCondition {
+    pub path: String,
+    pub op: Op,
+    /// Required by every operator but `exists`. `Some(Value::Null)` is a JSON `null`
+    /// written as the value (from a JSON source; TOML has none), not a missing value.
+    #[serde(default, deserialize_with = "present")]
+    pub value: Option<Value>,
+}
+
+/// `rate = { max = 20, per_seconds = 3600 }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRate {
+    pub max: u64,
+    pub per_seconds: u64,
+}
+
+/// A value that is there, whatever it is (`null` included): serde's `Option` would read
+/// a `null` as no value.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
