@@ -85,6 +85,7 @@ async fn open_window(store: &SqliteStore, tool: &ToolName, owner: &OwnerId) {
         strays: Vec::new(),
         denial_reason: None,
         progress: Default::default(),
+        rule: None,
     };
     store.insert(&record, now).await.expect("insert");
     let operator = Operator {

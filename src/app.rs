@@ -92,6 +92,11 @@ impl Application {
         self.store.as_ref()
     }
 
+    /// The service, for what runs beside the application (the rules' reload on SIGHUP).
+    pub fn service(&self) -> Arc<Service> {
+        self.service.clone()
+    }
+
     pub fn local_addr(&self) -> SocketAddr {
         self.listener
             .local_addr()
@@ -262,6 +267,50 @@ impl Application {
 
 fn poll_drain(poll_timeout_seconds: u32) -> Duration {
     Duration::from_secs(u64::from(poll_timeout_seconds) + 5)
+}
+
+/// Reloads the rules (`[[rules]]`, `rules_default`, `rules_mode`) from the configuration
+/// file `path` on every SIGHUP until `stop` fires. A file that does not read as a
+/// configuration, or whose rules are refused, changes nothing: the last good rules stay
+/// in force, and the log says why. Only the rules are reloaded; every other change
+/// needs a restart.
+pub async fn reload_rules_on_hangup(
+    service: Arc<Service>,
+    path: std::path::PathBuf,
+    stop: CancellationToken,
+) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hangups = match signal(SignalKind::hangup()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch SIGHUP: the rules reload only on restart");
+                return;
+            }
+        };
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                got = hangups.recv() => if got.is_none() { return },
+            }
+            match crate::config::reload_rules(&path) {
+                Ok(policy) => match service.replace_policy(policy).await {
+                    Ok(true) => {}
+                    Ok(false) => tracing::info!("SIGHUP: the rules are unchanged"),
+                    Err(e) => tracing::error!(error = %e,
+                        "SIGHUP: cannot record the new rules in the audit trail; the last good rules stay in force"),
+                },
+                Err(e) => tracing::error!(error = %e,
+                    "SIGHUP: the configuration's rules were refused; the last good rules stay in force"),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (service, path);
+        stop.cancelled().await;
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -92,11 +92,27 @@ enum Command {
         /// Where to write the copy; must not exist.
         file: std::path::PathBuf,
     },
+    /// The rules (`[[rules]]`) of the configuration file.
+    Rules {
+        #[command(subcommand)]
+        command: RulesCommand,
+    },
     /// The audit trail: export it as JSON lines, or verify its hash chain. A
     /// database.url naming no hitl-telegram database is refused (nothing is created).
     Audit {
         #[command(subcommand)]
         command: AuditCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum RulesCommand {
+    /// Judge the call in CALL (a JSON file, `-` for stdin: {"tool", "agent",
+    /// "owner_id", "params"}) by the configuration's rules, without side effects; print
+    /// the decision and the deciding rule. Exit 0 allow, 1 deny, 4 ask, 3 on an error.
+    Test {
+        /// The call's JSON file, or `-`.
+        call: PathBuf,
     },
 }
 
@@ -220,6 +236,17 @@ async fn main() -> ExitCode {
         Command::Audit {
             command: AuditCommand::Verify { expect_head },
         } => program::audit_verify(&cli.config, expect_head).await,
+        Command::Rules {
+            command: RulesCommand::Test { call },
+        } => {
+            return match program::rules_test(&cli.config, &call) {
+                Ok(code) => ExitCode::from(code),
+                Err(e) => {
+                    eprintln!("error: {}", cli::error_text(&e));
+                    ExitCode::from(cli::EXIT_ERROR)
+                }
+            };
+        }
         Command::MigrateToPostgres { to } => program::migrate_to_postgres(&cli.config, &to).await,
         Command::Backup { file } => program::backup(&cli.config, &file).await,
         Command::CheckConfig { demo, online } => {

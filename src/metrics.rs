@@ -26,6 +26,7 @@ use prometheus_client::registry::{Registry, Unit};
 use time::OffsetDateTime;
 
 use crate::domain::question::{Question, Via};
+use crate::domain::rules::Verdict;
 use crate::storage::Gauges;
 
 /// The content type of the exposition: OpenMetrics text, which `prometheus-client`
@@ -105,6 +106,17 @@ struct AgentToolLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleLabels {
+    /// `allow`, `ask` or `deny`: what the rules decided (in a dry run, what they would
+    /// have done).
+    effect: &'static str,
+    /// The deciding rule's name, or `(default)`.
+    rule: String,
+    /// `enforce` or `dry_run`.
+    mode: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct MethodLabels {
     method: &'static str,
 }
@@ -123,6 +135,7 @@ pub struct Metrics {
     requests_decided: Family<DecidedLabels, Counter>,
     decision_latency: Family<LatencyLabels, Histogram>,
     window_hits: Family<AgentToolLabels, Counter>,
+    rule_decisions: Family<RuleLabels, Counter>,
     pending: Family<AgentLabels, Gauge>,
     oldest_pending_age: Gauge<f64, std::sync::atomic::AtomicU64>,
     telegram_requests: Family<MethodLabels, Counter>,
@@ -187,6 +200,12 @@ impl Metrics {
             "window_hits",
             "Requests confirmed at once by a live confirmation window",
             window_hits.clone(),
+        );
+        let rule_decisions = Family::<RuleLabels, Counter>::default();
+        registry.register(
+            "rule_decisions",
+            "Calls the [[rules]] judged, by effect, deciding rule and mode (a rule's name is the operator's own text, so the set of labels is bounded by the configuration)",
+            rule_decisions.clone(),
         );
         let pending = Family::<AgentLabels, Gauge>::default();
         registry.register(
@@ -299,6 +318,7 @@ impl Metrics {
             requests_decided,
             decision_latency,
             window_hits,
+            rule_decisions,
             pending,
             oldest_pending_age,
             telegram_requests,
@@ -383,6 +403,18 @@ impl Metrics {
             }
             _ => {}
         }
+    }
+
+    /// The rules judged a call (whatever came of it: an `allow` past its rate counts as
+    /// the `ask` it became).
+    pub fn rule_decided(&self, v: &Verdict) {
+        self.rule_decisions
+            .get_or_create(&RuleLabels {
+                effect: v.effect.as_str(),
+                rule: v.rule.clone().unwrap_or_else(|| "(default)".to_owned()),
+                mode: if v.enforced { "enforce" } else { "dry_run" },
+            })
+            .inc();
     }
 
     /// One Bot API call ended: `error` is the failure's kind (see

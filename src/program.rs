@@ -110,6 +110,13 @@ pub async fn serve(path: &Path, demo: bool, adopt_within: u64) -> anyhow::Result
             .await
             .context("cannot record the demo's adopted approver in the audit trail")?;
     }
+    if !demo {
+        tokio::spawn(app::reload_rules_on_hangup(
+            app.service(),
+            path.to_owned(),
+            shutdown.clone(),
+        ));
+    }
     app.run_until_stopped(shutdown).await
 }
 
@@ -257,6 +264,14 @@ pub async fn check_config(path: &Path, demo: bool, online: bool) -> anyhow::Resu
         c.routes.len(),
         c.agents.len()
     );
+    let rules = &c.rules;
+    println!(
+        "rules: {} rule(s), default {}, mode {}, hash {}",
+        rules.set.rules().len(),
+        rules.set.default_effect(),
+        rules.mode.as_str(),
+        rules.set.fingerprint().as_str()
+    );
     match &c.telegram_mode {
         crate::config::TelegramMode::Polling => {
             println!("Telegram updates: long polling");
@@ -281,6 +296,85 @@ pub async fn check_config(path: &Path, demo: bool, online: bool) -> anyhow::Resu
         text.push_str(&format!("\n  {p}"));
     }
     anyhow::bail!(text)
+}
+
+/// A call for `rules test`, as a file holds it.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TestCall {
+    tool: String,
+    /// The asking agent's name (a rule with `agents` matches only those named).
+    #[serde(default)]
+    agent: Option<String>,
+    #[serde(default)]
+    owner_id: Option<String>,
+    #[serde(default = "empty_object")]
+    params: serde_json::Value,
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::Value::Object(Default::default())
+}
+
+/// Exit codes of `rules test`, by the rules' decision.
+pub const RULES_TEST_ALLOW: u8 = 0;
+pub const RULES_TEST_DENY: u8 = 1;
+pub const RULES_TEST_ASK: u8 = 4;
+
+/// `rules test --config FILE CALL.json`: the rules of the configuration file judge the
+/// call in `call` (`-`: standard input), with no side effect (no database, no Telegram,
+/// no secret read, an `allow`'s rate not counted). Prints the decision and the deciding
+/// rule; returns the exit code ([`RULES_TEST_ALLOW`], [`RULES_TEST_DENY`],
+/// [`RULES_TEST_ASK`]).
+pub fn rules_test(path: &Path, call: &Path) -> anyhow::Result<u8> {
+    use crate::domain::rules::{Call, Effect};
+    let policy = Settings::load(path)?.policy()?;
+    let text = if call == Path::new("-") {
+        std::io::read_to_string(std::io::stdin()).context("cannot read the call from stdin")?
+    } else {
+        std::fs::read_to_string(call)
+            .with_context(|| format!("cannot read the call from {}", call.display()))?
+    };
+    let c: TestCall = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{}: not a call (a JSON object with \"tool\", and optionally \"agent\", \"owner_id\" and \"params\")",
+            call.display()
+        )
+    })?;
+    if !c.params.is_object() {
+        anyhow::bail!("{}: \"params\" must be a JSON object", call.display());
+    }
+    let (verdict, rate) = policy.judge(&Call {
+        tool: &c.tool,
+        agent: c.agent.as_deref().unwrap_or(""),
+        owner: c.owner_id.as_deref(),
+        params: &c.params,
+    });
+    println!("decision: {}", verdict.effect);
+    println!("by: {}", verdict.by());
+    if let Some(reason) = &verdict.reason {
+        println!("reason: {reason}");
+    }
+    if let Some(rate) = rate {
+        println!(
+            "rate: at most {} call(s) per {} s, then the call asks (not counted by rules test)",
+            rate.max, rate.per_seconds
+        );
+    }
+    println!(
+        "rules: {} rule(s), mode {}, hash {}",
+        policy.set.rules().len(),
+        policy.mode.as_str(),
+        policy.set.fingerprint().as_str()
+    );
+    if !verdict.enforced {
+        println!("dry run: the service asks for every call and records this decision");
+    }
+    Ok(match verdict.effect {
+        Effect::Allow => RULES_TEST_ALLOW,
+        Effect::Deny => RULES_TEST_DENY,
+        Effect::Ask => RULES_TEST_ASK,
+    })
 }
 
 /// An agent's token from the variable `--token-env` names.

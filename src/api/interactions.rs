@@ -280,7 +280,9 @@ pub async fn create(
         .create_interaction(&agent, new)
         .await
         .map_err(ApiError::interaction)?;
-    let status = if is_new {
+    // Settled at once (a rule decided its call): the answer is here, as for a
+    // confirmation a window or a rule ended.
+    let status = if is_new && !record.is_terminal() {
         StatusCode::ACCEPTED
     } else {
         StatusCode::OK

@@ -69,11 +69,58 @@ pub struct RecordView {
     /// null otherwise. `reason` quotes it as a JSON string.
     #[schema(required = true)]
     pub denial_reason: Option<String>,
-    /// True when an operator refused the call: it was not executed, and asking again
+    /// True when an operator (or a `deny` rule) refused the call: it was not executed, and asking again
     /// with the same call would only ask the same people again. Change the call (see
     /// `denial_reason`) or ask the user instead.
     pub do_not_retry: bool,
     pub progress: ProgressView,
+    /// The name of the `[[rules]]` rule that decided the call (allowed, denied or asked
+    /// for it); null when no rule did (no rules, or the rules' default).
+    #[schema(required = true)]
+    pub rule: Option<String>,
+    /// What the rules decided, in full; null when no rules are in force.
+    #[schema(required = true)]
+    pub rule_decision: Option<RuleView>,
+}
+
+/// What `[[rules]]` decided on the call.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RuleView {
+    /// `allow`, `ask` or `deny`: what the rules decided (in a dry run, what they would
+    /// have done; past an `allow` rule's rate, `ask`).
+    #[schema(schema_with = super::openapi::effect_schema)]
+    pub effect: &'static str,
+    /// The deciding rule's name; null when none matched and the default decided.
+    #[schema(required = true)]
+    pub rule: Option<String>,
+    /// The rule's `reason`, as the configuration wrote it; null when it gives none.
+    #[schema(required = true)]
+    pub reason: Option<String>,
+    /// SHA-256 (hex) of the rule set in force: `check-config` prints it.
+    pub rules_hash: String,
+    /// False in a dry run (`rules_mode = "dry_run"`): the call was asked whatever the
+    /// rules said.
+    pub enforced: bool,
+    /// True when an `allow` rule's `rate` was used up, so the call was asked.
+    pub past_rate: bool,
+}
+
+impl RuleView {
+    fn of(r: &Question) -> Option<RuleView> {
+        r.rule.as_ref().map(|v| RuleView {
+            effect: v.effect.as_str(),
+            rule: v.rule.clone(),
+            reason: v.reason.clone(),
+            rules_hash: v.rules_hash.clone(),
+            enforced: v.enforced,
+            past_rate: v.past_rate,
+        })
+    }
+}
+
+/// The name of the rule that decided `r`'s call, if one did.
+fn rule_name(r: &Question) -> Option<String> {
+    r.rule.as_ref().and_then(|v| v.rule.clone())
 }
 
 /// The steps a question took on the operators' side.
@@ -146,6 +193,8 @@ impl From<&Question> for RecordView {
             denial_reason: r.denial_reason.clone(),
             do_not_retry: r.do_not_retry(),
             progress: ProgressView::from(r),
+            rule: rule_name(r),
+            rule_decision: RuleView::of(r),
         }
     }
 }
@@ -213,9 +262,16 @@ pub struct InteractionView {
     /// otherwise.
     #[schema(required = true)]
     pub denial_reason: Option<String>,
-    /// True when an operator said no: asking again as it is would ask the same people.
+    /// True when an operator (or a `deny` rule) said no: asking again as it is would
+    /// get the same answer.
     pub do_not_retry: bool,
     pub progress: ProgressView,
+    /// The `[[rules]]` rule that decided the call (null: none did, or no call).
+    #[schema(required = true)]
+    pub rule: Option<String>,
+    /// What the rules decided on the call, in full; null when they were not asked.
+    #[schema(required = true)]
+    pub rule_decision: Option<RuleView>,
 }
 
 impl From<&Question> for InteractionView {
@@ -263,6 +319,8 @@ impl From<&Question> for InteractionView {
             denial_reason: r.denial_reason.clone(),
             do_not_retry: r.do_not_retry(),
             progress: ProgressView::from(r),
+            rule: rule_name(r),
+            rule_decision: RuleView::of(r),
         }
     }
 }

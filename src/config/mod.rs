@@ -22,6 +22,7 @@ mod load;
 mod metrics;
 mod redis_bridge;
 mod routes;
+mod rules;
 mod server;
 mod telegram;
 mod webhooks;
@@ -39,6 +40,7 @@ pub use routes::{
     DEFAULT_MAX_EXTENSIONS, DEFAULT_MAX_WINDOW_SECONDS, Escalation, MAX_REMINDERS, Route,
     RouteSettings,
 };
+pub use rules::reload as reload_rules;
 pub use server::{
     DEFAULT_BODY_READ_TIMEOUT_SECONDS, DEFAULT_HEADER_READ_TIMEOUT_SECONDS,
     DEFAULT_IDLE_TIMEOUT_SECONDS, DEFAULT_MAX_CONNECTIONS, HttpLimits, MAX_HTTP_TIMEOUT_SECONDS,
@@ -58,6 +60,8 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
+
+use crate::domain::rules::{Effect, Policy, RulesMode};
 
 /// How `.env.example`'s placeholder secrets begin (`replace-with-a-long-random-string`,
 /// the bot token's `123456789:replace-me`).
@@ -97,6 +101,16 @@ pub struct Settings {
     /// `GET /metrics`.
     #[serde(default)]
     pub metrics: MetricsSettings,
+    /// `[[rules]]`: what is allowed, asked or denied before anyone is asked (checked by
+    /// [`crate::domain::rules::RuleSet::from_values`], naming the rule at fault).
+    #[serde(default)]
+    pub rules: Vec<serde_json::Value>,
+    /// The effect when no rule matches (`ask` when unset).
+    #[serde(default)]
+    pub rules_default: Option<Effect>,
+    /// `enforce` (the default) or `dry_run`.
+    #[serde(default)]
+    pub rules_mode: RulesMode,
 }
 
 /// Why a configuration was refused. Each message names the key at fault.
@@ -140,6 +154,9 @@ pub struct Config {
     pub metrics_token: Option<TokenDigest>,
     /// `[server]`: timeouts and the connection limit of the HTTP server.
     pub http: HttpLimits,
+    /// The rules checked before anyone is asked, as the file said at start (a SIGHUP
+    /// reloads them into the service, not here).
+    pub rules: Arc<Policy>,
     /// Running as `serve --demo` (one route, the approver's private chat): what the bot
     /// answers to `/start` speaks of the demo rather than of `[[routes]]` in a file the
     /// demo does not read. Set by the caller; `false` from [`Config::from_settings`].
@@ -192,6 +209,7 @@ impl Config {
             _ => None,
         };
         let metrics_token = s.metrics.token(env)?;
+        let rules = Arc::new(rules::policy(&s.rules, s.rules_default, s.rules_mode)?);
         // An agent's token would then also read the metrics, and the reverse.
         if let Some(TokenDigest(digest)) = &metrics_token
             && agents.iter().any(|a| a.token_sha256 == *digest)
@@ -221,6 +239,7 @@ impl Config {
             redis_bridge,
             metrics_token,
             http,
+            rules,
             demo: false,
         })
     }

@@ -29,6 +29,7 @@ use time::OffsetDateTime;
 
 use super::interaction::Answer;
 use super::question::{Operator, Question, Status, Step, Via, Window, rfc3339};
+use super::rules::Verdict;
 
 /// An event about to be appended.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,6 +89,70 @@ pub fn requested(r: &Question) -> NewEvent {
             "callback": r.callback_url.is_some(),
             "kind": r.kind().as_str(),
             "interaction_id": r.interaction.as_ref().map(|i| i.interaction_id.as_str()),
+            "rules": r.rule.as_ref().map(verdict_json),
+        }),
+    }
+}
+
+/// A rules' verdict as the trail keeps it: the effect, the rule, the fingerprint of the
+/// set in force and whether it was carried out (never the rule's parameters: the rule
+/// set itself is the configuration's, and the fingerprint names it).
+fn verdict_json(v: &Verdict) -> Value {
+    json!({
+        "effect": v.effect,
+        "rule": v.rule,
+        "rules_hash": v.rules_hash,
+        "enforced": v.enforced,
+        "past_rate": v.past_rate,
+    })
+}
+
+/// A request that ended the moment it was stored: a window hit, or a rule's `allow` or
+/// `deny`.
+pub fn at_once(r: &Question) -> NewEvent {
+    match (r.via, &r.rule) {
+        (Some(Via::Rule), Some(verdict)) => rule_decided(r, verdict),
+        _ => window_hit(r),
+    }
+}
+
+/// A rule (or the rules' default) allowed or denied a call without asking.
+pub fn rule_decided(r: &Question, verdict: &Verdict) -> NewEvent {
+    NewEvent {
+        at: r.created_at,
+        confirmation_id: Some(r.id.to_string()),
+        kind: "rule_decided",
+        actor: "system".into(),
+        detail: json!({
+            "tool": r.tool.as_str(),
+            "owner_id": r.owner_id.as_str(),
+            "args_hash": r.args_hash.as_str(),
+            "status": r.status.as_str(),
+            "reason": r.reason,
+            "rules": verdict_json(verdict),
+        }),
+    }
+}
+
+/// The rules in force changed (a SIGHUP reloaded the configuration file): from then
+/// on, decisions name `rules_hash`.
+pub fn rules_loaded(
+    at: OffsetDateTime,
+    rules_hash: &str,
+    previous: &str,
+    rules: usize,
+    mode: &str,
+) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: None,
+        kind: "rules_loaded",
+        actor: "system".into(),
+        detail: json!({
+            "rules_hash": rules_hash,
+            "previous_rules_hash": previous,
+            "rules": rules,
+            "mode": mode,
         }),
     }
 }

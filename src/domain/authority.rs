@@ -440,6 +440,7 @@ mod tests {
             strays: Vec::new(),
             denial_reason: None,
             progress: Default::default(),
+            rule: None,
         }
     }
 

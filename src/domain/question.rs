@@ -19,6 +19,7 @@ use serde_json::Value;
 use super::args_hash::ArgsHash;
 use super::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
 use super::interaction::{Answer, Interaction, InteractionType, Scope, TimeoutAction};
+use super::rules::Verdict;
 use super::text::{self, Layout};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +67,8 @@ pub enum Via {
     Timeout,
     Withdrawn,
     FailClosed,
+    /// A `[[rules]]` rule (or the rules' default) allowed or denied it without asking.
+    Rule,
 }
 
 impl Via {
@@ -76,6 +79,7 @@ impl Via {
             Via::Timeout => "timeout",
             Via::Withdrawn => "withdrawn",
             Via::FailClosed => "fail_closed",
+            Via::Rule => "rule",
         }
     }
 
@@ -86,6 +90,7 @@ impl Via {
             "timeout" => Via::Timeout,
             "withdrawn" => Via::Withdrawn,
             "fail_closed" => Via::FailClosed,
+            "rule" => Via::Rule,
             _ => return None,
         })
     }
@@ -167,6 +172,9 @@ pub struct Question {
     pub denial_reason: Option<String>,
     /// The steps a pending question went through: reminders, escalation, extensions.
     pub progress: Progress,
+    /// What `[[rules]]` decided on the call, when rules are in force (`None` without
+    /// rules, and for an interaction without a call).
+    pub rule: Option<Verdict>,
 }
 
 /// The steps of a question between its delivery and its outcome, stored so a restart
@@ -279,7 +287,8 @@ impl Question {
     /// timeout, an unreachable chat or a withdrawal say nothing about the call itself.)
     pub fn do_not_retry(&self) -> bool {
         match (self.status, self.via) {
-            (Status::Cancelled, Some(Via::Operator)) => true,
+            (Status::Cancelled, Some(Via::Operator | Via::Rule)) => true,
+            (Status::Completed, Some(Via::Rule)) => self.result != Some(Value::Bool(true)),
             (Status::Completed, Some(Via::Operator)) => {
                 self.denial_reason.is_some()
                     || (self.kind() == InteractionType::Approval

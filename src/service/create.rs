@@ -3,6 +3,7 @@
 //! delivery.
 
 use super::*;
+use crate::domain::rules::Effect;
 
 impl Service {
     /// Creates a request: an idempotent repeat returns the original, a live window
@@ -76,29 +77,41 @@ impl Service {
             strays: Vec::new(),
             denial_reason: None,
             progress: Default::default(),
+            rule: None,
         };
 
+        let judgement = self
+            .judge(
+                &agent.name,
+                &record.tool,
+                &record.owner_id,
+                &record.params_json,
+                now,
+            )
+            .await?;
+        record.rule = judgement.verdict.clone();
+        let effect = judgement.applied();
+        if effect != Effect::Ask {
+            end_by_rule(&mut record, effect, now, None);
+            return match self.store_ended(&record, now).await? {
+                Inserted::New(r) => Ok(r),
+                Inserted::Existing(e) => same_request(e, &new, &record.args_hash),
+            };
+        }
+        drop(judgement);
+
+        // A window lets an identical call through only when no `deny` matches it now:
+        // the rules were judged first, and a `deny` has ended the request above.
         if let Some(window) = self.store.live_window(&record.window_key(), now).await? {
             record.status = Status::Confirmed;
             record.via = Some(Via::Window);
             record.callback_token = CallbackToken::never_shown();
             record.reason = window.reason();
             record.decided_at = Some(now);
-            let stored = match self.store.insert(&record, now).await? {
-                Inserted::New(r) => r,
-                Inserted::Existing(e) => return same_request(e, &new, &record.args_hash),
+            return match self.store_ended(&record, now).await? {
+                Inserted::New(r) => Ok(r),
+                Inserted::Existing(e) => same_request(e, &new, &record.args_hash),
             };
-            // Debug, not info: an agent looping over an approved call would otherwise log a
-            // line per call (the audit trail and the metrics count every hit anyway).
-            tracing::debug!(id = %stored.id, agent = %stored.agent, tool = %stored.tool,
-                "confirmed by a live window");
-            self.metrics.request_created(&stored);
-            self.metrics.request_decided(&stored);
-            if stored.callback_url.is_some() {
-                self.outbox_wake.notify_one();
-            }
-            self.changed(&stored.id);
-            return Ok(stored);
         }
 
         // Checked after the idempotency and window paths: retrying a request that exists,
@@ -117,6 +130,35 @@ impl Service {
         // cancel the question halfway.
         self.take_on(&stored);
         Ok(stored)
+    }
+
+    /// Stores a request that ended as it came (a window hit, a rule's `allow` or `deny`):
+    /// no message, counted and audited like any outcome, its webhook queued.
+    async fn store_ended(
+        &self,
+        record: &Question,
+        now: OffsetDateTime,
+    ) -> Result<Inserted, ServiceError> {
+        let inserted = self.store.insert(record, now).await?;
+        if let Inserted::New(stored) = &inserted {
+            // Debug, not info, for a window: an agent looping over an approved call
+            // would otherwise log a line per call (the audit trail and the metrics count
+            // every hit anyway). A rule's decision names the rule, worth a line.
+            if stored.via == Some(Via::Rule) {
+                tracing::info!(id = %stored.id, agent = %stored.agent, tool = %stored.tool,
+                    status = stored.status.as_str(), reason = %stored.reason, "decided by the rules");
+            } else {
+                tracing::debug!(id = %stored.id, agent = %stored.agent, tool = %stored.tool,
+                    "confirmed by a live window");
+            }
+            self.metrics.request_created(stored);
+            self.metrics.request_decided(stored);
+            if stored.callback_url.is_some() {
+                self.outbox_wake.notify_one();
+            }
+            self.changed(&stored.id);
+        }
+        Ok(inserted)
     }
 
     /// Where a question or notification goes: the route given, else the person named as
@@ -172,9 +214,6 @@ impl Service {
                 route.name
             )));
         }
-        if self.store.count_pending(&agent.name).await? >= u64::from(agent.max_pending) {
-            return Err(ServiceError::TooManyPending(agent.max_pending));
-        }
         let (route_name, chat_id) = match &dest {
             Destination::Route(r) => (r.name.clone(), self.chat_of(&r.name, r.chat_id)),
             Destination::Person { name, user_id } => {
@@ -207,7 +246,7 @@ impl Service {
             None if i.kind == InteractionType::Approval => new.agent_window_seconds,
             None => 0,
         };
-        let record = Question {
+        let mut record = Question {
             id: ConfirmationId::generate(),
             agent: agent.name.clone(),
             route: route_name,
@@ -242,7 +281,45 @@ impl Service {
             strays: Vec::new(),
             denial_reason: None,
             progress: Default::default(),
+            rule: None,
         };
+        // The rules judge the call an interaction carries (an interaction without one
+        // asks a person something no rule is about). A `deny` settles an approval on
+        // "no" (any other kind on null: nothing was answered); an `allow` settles only
+        // an approval, on "yes": a form still needs a person to fill it.
+        if new.call.is_some() {
+            let judgement = self
+                .judge(
+                    &agent.name,
+                    &record.tool,
+                    &record.owner_id,
+                    &record.params_json,
+                    now,
+                )
+                .await?;
+            record.rule = judgement.verdict.clone();
+            let approval = i.kind == InteractionType::Approval;
+            let answer = match judgement.applied() {
+                Effect::Deny => Some(if approval {
+                    Value::Bool(false)
+                } else {
+                    Value::Null
+                }),
+                Effect::Allow if approval => Some(Value::Bool(true)),
+                _ => None,
+            };
+            if let Some(answer) = answer {
+                let effect = judgement.applied();
+                end_by_rule(&mut record, effect, now, Some(answer));
+                return match self.store_ended(&record, now).await? {
+                    Inserted::New(r) => Ok((r, true)),
+                    Inserted::Existing(e) => self.add_recipient(e, &new, dest).await,
+                };
+            }
+        }
+        if self.store.count_pending(&agent.name).await? >= u64::from(agent.max_pending) {
+            return Err(ServiceError::TooManyPending(agent.max_pending));
+        }
         let stored = match self.store.insert(&record, now).await? {
             Inserted::New(r) => r,
             Inserted::Existing(e) => return self.add_recipient(e, &new, dest).await,
@@ -320,6 +397,25 @@ impl Service {
         tracing::info!(agent = %agent.name, chat_id, "notification sent");
         Ok((chat_id, message_id))
     }
+}
+
+/// Ends `record` as the rules decided (`effect` is `allow` or `deny`): a confirmation is
+/// confirmed or cancelled; an interaction (`answer`: what its approval settles on) is
+/// completed with that value.
+fn end_by_rule(record: &mut Question, effect: Effect, now: OffsetDateTime, answer: Option<Value>) {
+    record.status = match (&answer, effect) {
+        (Some(_), _) => Status::Completed,
+        (None, Effect::Allow) => Status::Confirmed,
+        (None, _) => Status::Cancelled,
+    };
+    record.result = answer;
+    record.via = Some(Via::Rule);
+    record.callback_token = CallbackToken::never_shown();
+    record.reason = record
+        .rule
+        .as_ref()
+        .map_or_else(|| "decided by the rules".to_owned(), judge::rule_reason);
+    record.decided_at = Some(now);
 }
 
 /// An idempotent repeat must be the same call; anything else is the agent's mistake.

@@ -51,6 +51,7 @@ mod commands;
 mod create;
 mod decide;
 mod deliver;
+mod judge;
 mod lead;
 mod recover;
 mod steps;
@@ -458,12 +459,18 @@ pub struct Service {
     /// What this replica's configuration, and every other live replica's, says about
     /// who may decide ([`agree`]).
     agree: agree::Agree,
+    /// The rules in force ([`judge`]); replaced whole on a reload.
+    rules: std::sync::RwLock<Arc<crate::domain::rules::Policy>>,
+    /// Held from counting an `allow` rule's rate to storing the call it let through.
+    rate_gate: tokio::sync::Mutex<()>,
 }
 
 impl Service {
     pub fn new(config: Arc<Config>, store: Arc<dyn Store>, messenger: Arc<dyn Messenger>) -> Self {
         Service {
             agree: agree::Agree::new(&config),
+            rules: std::sync::RwLock::new(config.rules.clone()),
+            rate_gate: tokio::sync::Mutex::new(()),
             config,
             store,
             messenger,

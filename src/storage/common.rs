@@ -88,6 +88,14 @@ impl Questions for This {
         sql::count_pending(&self.pool, agent).await
     }
 
+    async fn count_allowed_by_rule(
+        &self,
+        rule: &str,
+        since: OffsetDateTime,
+    ) -> Result<u64, StorageError> {
+        sql::count_allowed_by_rule(&self.pool, rule, since).await
+    }
+
     async fn pending(&self) -> Result<Vec<PendingEntry>, StorageError> {
         sql::pending(&self.pool).await
     }

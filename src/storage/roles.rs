@@ -65,6 +65,15 @@ pub trait Questions: Send + Sync + 'static {
     /// How many requests of `agent` are pending.
     async fn count_pending(&self, agent: &str) -> Result<u64, StorageError>;
 
+    /// How many calls the rule named `rule` let through (confirmed by it, not asked)
+    /// since `since`: what an `allow` rule's `rate` counts, in the database so that the
+    /// count survives restarts and is shared by replicas.
+    async fn count_allowed_by_rule(
+        &self,
+        rule: &str,
+        since: OffsetDateTime,
+    ) -> Result<u64, StorageError>;
+
     /// Every pending request's id, deadline and whether its message was recorded
     /// (restart recovery).
     async fn pending(&self) -> Result<Vec<PendingEntry>, StorageError>;

@@ -93,6 +93,7 @@ pub(super) struct Row {
     reminders_sent: i64,
     escalated_at: Option<i64>,
     reasons_requested: i64,
+    rule_json: Option<String>,
 }
 
 impl Row {
@@ -186,6 +187,10 @@ impl Row {
                 reasons_requested: u32::try_from(self.reasons_requested)
                     .map_err(|_| corrupt("reasons_requested"))?,
             },
+            rule: self
+                .rule_json
+                .map(|j| serde_json::from_str(&j).map_err(|_| corrupt("rule_json")))
+                .transpose()?,
         })
     }
 }
@@ -462,7 +467,7 @@ macro_rules! confirmation_columns {
         context, allow_edit, window_seconds, idempotency_key, callback_token, callback_url,
         message_id, status, via, reason, decided_by_id, decided_by_username,
         decided_by_name, created_at, expires_at, decided_at, interaction_id,
-        interaction_json, window_requested_seconds, approved_once, has_call"
+        interaction_json, window_requested_seconds, approved_once, has_call, rule, rule_json"
     };
 }
 pub(super) use confirmation_columns;
@@ -525,13 +530,25 @@ where
                     .map(|w| i64::try_from(w).unwrap_or(i64::MAX)),
             )
             .push_bind(r.approved_once)
-            .push_bind(r.has_call);
+            .push_bind(r.has_call)
+            .push_bind(rule_name(r))
+            .push_bind(rule_json(r));
     });
     b
 }
 
+/// The `rule` column: the name of the rule that decided the call.
+pub(super) fn rule_name(r: &Question) -> Option<&str> {
+    r.rule.as_ref().and_then(|v| v.rule.as_deref())
+}
+
+/// The `rule_json` column: the rules' verdict on the call.
+pub(super) fn rule_json(r: &Question) -> Option<String> {
+    r.rule.as_ref().and_then(|v| serde_json::to_string(v).ok())
+}
+
 /// Splits `rows` for multi-row `INSERT`s into runs of a power of two rows, largest
-/// first, up to 256 (the widest table has 30 columns, and SQLite allows 32,766
+/// first, up to 256 (the widest table has 32 columns, and SQLite allows 32,766
 /// parameters in one statement; PostgreSQL 65,535). A statement's text depends on its
 /// row count, and each connection keeps its prepared statements by text: with powers of
 /// two, every batch size reuses one of nine statements per table instead of preparing

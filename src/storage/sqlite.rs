@@ -595,7 +595,7 @@ fn write_plain_tx(
             })?,
     };
     // Numbered and hashed onto the tip before anything is written.
-    let events: Vec<NewEvent> = batch.iter().map(|h| audit::window_hit(&h.record)).collect();
+    let events: Vec<NewEvent> = batch.iter().map(|h| audit::at_once(&h.record)).collect();
     let chained = rows::chain(Some(tip.clone()), &events);
     {
         let mut records = tx.prepare_cached(INSERT_CONFIRMATION)?;
@@ -643,6 +643,8 @@ fn write_plain_tx(
                     .map(|w| i64::try_from(w).unwrap_or(i64::MAX)),
                 r.approved_once,
                 r.has_call,
+                rows::rule_name(r),
+                rows::rule_json(r),
             ])?;
             events.execute(rusqlite::params![
                 r.agent.as_str(),
@@ -674,7 +676,7 @@ fn write_plain_tx(
 const INSERT_CONFIRMATION: &str = concat!(
     "INSERT INTO confirmations (",
     confirmation_columns!(),
-    ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 );
 
 impl SqliteStore {

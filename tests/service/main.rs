@@ -47,6 +47,7 @@ mod polling {
     mod logs;
     mod metrics;
     mod outage;
+    mod rules;
     mod serve;
     mod telegram_faults;
     mod what_you_see;

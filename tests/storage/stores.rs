@@ -167,6 +167,7 @@ fn pending(key: Option<&str>) -> Question {
         strays: Vec::new(),
         denial_reason: None,
         progress: Default::default(),
+        rule: None,
     }
 }
 

@@ -321,6 +321,22 @@ impl TestApp {
         .await
     }
 
+    /// Stops the service cleanly and starts a new one on the same database and fake,
+    /// with its settings rewritten by `edit` (new rules, say).
+    pub async fn restart_editing(mut self, edit: impl FnOnce(String) -> String) -> TestApp {
+        self.stop().await;
+        let toml = edit(self.toml.clone());
+        Self::start(
+            self.telegram.clone(),
+            self.dir.clone(),
+            self.db_url.clone(),
+            self.callback_prefix.clone(),
+            self.webhook,
+            |_| toml,
+        )
+        .await
+    }
+
     /// Stops the service cleanly and starts a new one on the database at `db_url` (same
     /// fake and settings otherwise): after a copy of its database elsewhere, say.
     pub async fn restart_on(mut self, db_url: &str) -> TestApp {

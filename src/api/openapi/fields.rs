@@ -30,6 +30,14 @@ pub fn status_schema() -> Object {
 }
 
 /// `via` of a record: every [`Via`], or null while pending.
+/// `allow`, `ask` or `deny`.
+pub fn effect_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(["allow", "ask", "deny"]))
+        .build()
+}
+
 pub fn via_schema() -> Object {
     let all = [
         Via::Operator,
@@ -37,6 +45,7 @@ pub fn via_schema() -> Object {
         Via::Timeout,
         Via::Withdrawn,
         Via::FailClosed,
+        Via::Rule,
     ];
     let values = all
         .map(|v| Value::from(v.as_str()))

@@ -25,9 +25,9 @@ pub use bodies::{
     CreateConfirmationBody, CreateInteractionBody, HumanInteraction, NotificationBody,
 };
 pub use fields::{
-    ChangePoll, LongPoll, any_value_schema, approved_scope_schema, human_responses_schema,
-    interaction_status_schema, interaction_type_schema, status_schema, timeout_action_schema,
-    via_schema,
+    ChangePoll, LongPoll, any_value_schema, approved_scope_schema, effect_schema,
+    human_responses_schema, interaction_status_schema, interaction_type_schema, status_schema,
+    timeout_action_schema, via_schema,
 };
 
 use std::sync::LazyLock;

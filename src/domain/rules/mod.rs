@@ -350,3 +350,101 @@ impl RuleSet {
         }
     }
 }
+
+/// `rules_mode`: whether the rules' decisions are carried out, or only recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RulesMode {
+    /// `allow` and `deny` answer at once; `ask` asks.
+    #[default]
+    Enforce,
+    /// Every call asks, and the message, the record and the audit say what the rules
+    /// would have done: a new rule set is tried on real traffic before it decides.
+    DryRun,
+}
+
+impl RulesMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RulesMode::Enforce => "enforce",
+            RulesMode::DryRun => "dry_run",
+        }
+    }
+}
+
+/// The rules in force: a checked set and how it is applied.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub set: RuleSet,
+    pub mode: RulesMode,
+}
+
+impl Policy {
+    /// Whether the rules can change anything: with no rule, an `ask` default and no dry
+    /// run to report, every call asks as it would without rules, and nothing is recorded
+    /// about them (the window-hit path stays as lean as before).
+    pub fn is_inert(&self) -> bool {
+        self.set.rules().is_empty()
+            && self.set.default_effect() == Effect::Ask
+            && self.mode == RulesMode::Enforce
+    }
+
+    /// The verdict on `call`, before any `rate` is counted (see [`Verdict::past_rate`]).
+    pub fn judge(&self, call: &Call<'_>) -> (Verdict, Option<Rate>) {
+        let decision = self.set.evaluate(call);
+        let verdict = Verdict {
+            effect: decision.effect,
+            rule: decision.rule_name().map(str::to_owned),
+            reason: decision.reason().map(str::to_owned),
+            rules_hash: self.set.fingerprint().as_str().to_owned(),
+            enforced: self.mode == RulesMode::Enforce,
+            past_rate: false,
+        };
+        (verdict, decision.rate())
+    }
+}
+
+/// What the rules decided on one call, kept with its record: the effect, the rule that
+/// decided (`None`: the default), its reason, the fingerprint of the set in force, and
+/// whether the decision was carried out (`false` in a dry run, where every call asks).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub effect: Effect,
+    pub rule: Option<String>,
+    pub reason: Option<String>,
+    pub rules_hash: String,
+    pub enforced: bool,
+    /// An `allow` whose rule had let its `rate` through already: the call asks, naming
+    /// the rule.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub past_rate: bool,
+}
+
+impl Verdict {
+    /// The `allow` turned into an `ask` because its rule's rate is used up.
+    pub fn past_rate(mut self) -> Verdict {
+        if self.effect == Effect::Allow {
+            self.effect = Effect::Ask;
+            self.past_rate = true;
+        }
+        self
+    }
+
+    /// What happens to the call: the verdict's effect when enforced, `ask` in a dry run.
+    pub fn applied(&self) -> Effect {
+        if self.enforced {
+            self.effect
+        } else {
+            Effect::Ask
+        }
+    }
+
+    /// The rule in words, for the operator and the agent: `rule 'x'` or `the rules'
+    /// default`.
+    pub fn by(&self) -> String {
+        match &self.rule {
+            Some(name) => format!("rule '{name}'"),
+            None => "the rules' default".to_owned(),
+        }
+    }
+}

@@ -28,7 +28,7 @@ pub(crate) async fn insert_in(
     let done = insert.build().execute(&mut **tx).await?;
     if done.rows_affected() == 1 {
         if r.is_terminal() {
-            append_event(tx, &audit::window_hit(r)).await?;
+            append_event(tx, &audit::at_once(r)).await?;
             enqueue_delivery(tx, r, now, max_backlog).await?;
         } else {
             append_event(tx, &audit::requested(r)).await?;
@@ -211,6 +211,23 @@ pub(crate) async fn count_pending(pool: &Pool<Db>, agent: &str) -> Result<u64, S
         "SELECT COUNT(*) FROM confirmations WHERE agent = $1 AND status = 'pending'",
     )
     .bind(agent)
+    .fetch_one(pool)
+    .await?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+/// See [`crate::storage::Questions::count_allowed_by_rule`].
+pub(crate) async fn count_allowed_by_rule(
+    pool: &Pool<Db>,
+    rule: &str,
+    since: OffsetDateTime,
+) -> Result<u64, StorageError> {
+    let (n,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM confirmations
+         WHERE rule = $1 AND created_at > $2 AND via = 'rule' AND status <> 'cancelled'",
+    )
+    .bind(rule)
+    .bind(ms(since))
     .fetch_one(pool)
     .await?;
     Ok(u64::try_from(n).unwrap_or(0))

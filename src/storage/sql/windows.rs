@@ -97,7 +97,7 @@ async fn insert_plain_hits(
         });
         events.build().execute(&mut **tx).await?;
     }
-    let audited: Vec<audit::NewEvent> = hits.iter().map(|(r, _)| audit::window_hit(r)).collect();
+    let audited: Vec<audit::NewEvent> = hits.iter().map(|(r, _)| audit::at_once(r)).collect();
     append_events(tx, &audited).await
 }
 

@@ -10,7 +10,7 @@ use crate::domain::question::{Question, operator_time as date_time};
 use crate::service::View;
 
 use super::params::params_block;
-use super::question::{Parts, attached_note, context_block, summary, window_disclosure};
+use super::question::{Parts, attached_note, context_block, rule_note, summary, window_disclosure};
 use super::{
     BRIEFING_BUDGET, OUTCOME_RESERVE, TELEGRAM_MAX_CHARS, cut_note, escalation_line, flag, quoted,
     shown, shown_within, units, window_duration,
@@ -63,11 +63,13 @@ fn call_block(r: &Question, budget: usize) -> (String, bool) {
         flag(r.owner_id.as_str()),
     );
     let attached = attached_note(r);
-    let disclosure = if r.interaction.as_ref().map(|i| i.kind) == Some(InteractionType::Approval) {
-        window_disclosure(r)
-    } else {
-        String::new()
-    };
+    let mut disclosure =
+        if r.interaction.as_ref().map(|i| i.kind) == Some(InteractionType::Approval) {
+            window_disclosure(r)
+        } else {
+            String::new()
+        };
+    disclosure.push_str(&rule_note(r));
     let room = budget.saturating_sub(units(&out) + units(&attached) + units(&disclosure));
     let (block, cut) = params_block(&r.params_json, room);
     out.push_str(&block);

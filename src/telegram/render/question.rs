@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use crate::domain::interaction::{InteractionType, Scope};
 use crate::domain::question::{Question, Status, Via, operator_time as date_time};
+use crate::domain::rules::Effect;
 use crate::domain::text::{self, Layout};
 use crate::service::View;
 
@@ -73,6 +74,43 @@ pub(super) fn window_disclosure(r: &Question) -> String {
     out
 }
 
+/// How much of a rule's `reason` the message shows (UTF-16 units, escaped).
+const RULE_REASON_BUDGET: usize = 300;
+
+/// Which rule asked, and why (`[[rules]]`); in a dry run, what the rules would have
+/// done instead of asking. Empty when no rules are in force. The names and reasons are
+/// the configuration's, shown escaped and cut like any text.
+pub(super) fn rule_note(r: &Question) -> String {
+    let Some(v) = &r.rule else {
+        return String::new();
+    };
+    let by = match &v.rule {
+        Some(name) => format!("rule <code>{}</code>", shown_within(name, 100).0),
+        None => "the rules' default".to_owned(),
+    };
+    let why = match &v.reason {
+        Some(reason) => format!(": {}", shown_within(reason, RULE_REASON_BUDGET).0),
+        None => String::new(),
+    };
+    if !v.enforced {
+        let would = match v.effect {
+            Effect::Allow => "allowed it without asking",
+            Effect::Deny => "denied it without asking",
+            Effect::Ask => "asked, as now",
+        };
+        return format!("\n\n🧪 <i>Rules in dry run: {by} would have {would}{why}</i>");
+    }
+    if v.past_rate {
+        return format!(
+            "\n\n📏 Asked because {by} has let through as many calls as its rate allows{why}"
+        );
+    }
+    match &v.rule {
+        Some(_) => format!("\n\n📏 Asked by {by}{why}"),
+        None => String::new(),
+    }
+}
+
 pub(super) fn question_parts(r: &Question) -> Parts {
     let mut head = format!(
         "🛂 <b>Confirmation required</b>\n🔧 Tool: <code>{}</code>{}\n🤖 Agent: <code>{}</code>{}\n👤 Owner: <code>{}</code>{}\n\n",
@@ -98,6 +136,7 @@ pub(super) fn question_parts(r: &Question) -> Parts {
     }
     head.push_str("\n\n<b>Parameters</b>\n");
     let mut tail = window_disclosure(r);
+    tail.push_str(&rule_note(r));
     tail.push_str(&format!("\n\n⏳ Deadline: {}", date_time(r.expires_at)));
     let attached = attached_note(r);
     // The parameters get whatever room is left, less the note that they were cut.

@@ -45,6 +45,7 @@ fn record(params_json: &str) -> Question {
         strays: Vec::new(),
         denial_reason: None,
         progress: Default::default(),
+        rule: None,
     }
 }
 

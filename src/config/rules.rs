@@ -1,0 +1,34 @@
+//! `[[rules]]`, `rules_default` and `rules_mode`: the rules checked before the human
+//! (see [`crate::domain::rules`]). The file holds them as tables; they are read as JSON
+//! values so that a table serde cannot read as a rule is refused under that rule's name.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::{ConfigError, Settings, invalid};
+use crate::domain::rules::{Effect, Policy, RuleSet, RulesMode};
+
+/// Checks the rules the file holds, in file order; the first rule refused is named.
+pub fn policy(
+    rules: &[Value],
+    default: Option<Effect>,
+    mode: RulesMode,
+) -> Result<Policy, ConfigError> {
+    let set = RuleSet::from_values(rules, default).map_err(|e| invalid("rules", e.to_string()))?;
+    Ok(Policy { set, mode })
+}
+
+impl Settings {
+    /// The rules these settings hold, checked.
+    pub fn policy(&self) -> Result<Policy, ConfigError> {
+        policy(&self.rules, self.rules_default, self.rules_mode)
+    }
+}
+
+/// The rules of the configuration file at `path` (with its `HITL__…` overrides), for a
+/// reload (SIGHUP): the whole file must still read as a configuration, so a reload never
+/// takes rules from a file the service could not start with.
+pub fn reload(path: &Path) -> Result<Policy, ConfigError> {
+    Settings::load(path)?.policy()
+}

@@ -1,0 +1,125 @@
+//! Before the human: the rules in force judge a call (`[[rules]]`, see
+//! [`crate::domain::rules`]) before any window or person is asked. A `deny` or an `allow`
+//! the rules enforce ends the request the moment it is stored, as a window hit does; an
+//! `ask` (and every call in a dry run) goes on to the window and the human, carrying the
+//! verdict so that the message, the record and the audit say which rule asked.
+//!
+//! The rule set can be replaced while the service runs (SIGHUP): each request reads the
+//! set in force once, so one request is judged by one set throughout.
+
+use tokio::sync::MutexGuard;
+
+use super::*;
+use crate::domain::rules::{Call as RuleCall, Effect, Policy, Verdict};
+
+/// A call judged by the rules, and, while an `allow` with a `rate` is being stored, the
+/// gate that keeps two such calls from both counting the last free slot in this process.
+pub(super) struct Judgement<'a> {
+    pub verdict: Option<Verdict>,
+    _rate_gate: Option<MutexGuard<'a, ()>>,
+}
+
+impl Judgement<'_> {
+    /// What happens to the call: `ask` when no rule is in force.
+    pub fn applied(&self) -> Effect {
+        self.verdict.as_ref().map_or(Effect::Ask, Verdict::applied)
+    }
+}
+
+impl Service {
+    /// The rules in force now.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.rules
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Puts `policy` in force (a SIGHUP reload), and records in the audit trail that the
+    /// rules changed, with the new set's fingerprint. The same set again changes nothing
+    /// and records nothing.
+    pub async fn replace_policy(&self, policy: Policy) -> Result<bool, ServiceError> {
+        let previous = self.policy();
+        if previous.set.fingerprint() == policy.set.fingerprint() && previous.mode == policy.mode {
+            return Ok(false);
+        }
+        let event = audit::rules_loaded(
+            now(),
+            policy.set.fingerprint().as_str(),
+            previous.set.fingerprint().as_str(),
+            policy.set.rules().len(),
+            policy.mode.as_str(),
+        );
+        // Recorded first: a set in force that the trail does not name would leave the
+        // decisions it makes unexplained.
+        self.store.record_event(event).await?;
+        tracing::info!(rules = policy.set.rules().len(), fingerprint = %policy.set.fingerprint(),
+            mode = policy.mode.as_str(), "rules reloaded");
+        *self
+            .rules
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(policy);
+        Ok(true)
+    }
+
+    /// The rules' verdict on a call of `agent`. An `allow` whose rule has a `rate` is
+    /// counted against the calls that rule let through in its period (in the database),
+    /// and asks once the rate is used up; the judgement then holds this process's rate
+    /// gate until the caller has stored the record.
+    pub(super) async fn judge(
+        &self,
+        agent: &str,
+        tool: &ToolName,
+        owner_id: &OwnerId,
+        params_json: &str,
+        now: OffsetDateTime,
+    ) -> Result<Judgement<'_>, ServiceError> {
+        let policy = self.policy();
+        if policy.is_inert() {
+            return Ok(Judgement {
+                verdict: None,
+                _rate_gate: None,
+            });
+        }
+        // The text was checked as a JSON object when it came in; anything else fails
+        // every condition rather than matching one.
+        let params: Value = serde_json::from_str(params_json).unwrap_or(Value::Null);
+        let call = RuleCall {
+            tool: tool.as_str(),
+            agent,
+            owner: Some(owner_id.as_str()),
+            params: &params,
+        };
+        let (mut verdict, rate) = policy.judge(&call);
+        let mut gate = None;
+        if let (Some(rate), Some(rule), true) = (rate, verdict.rule.clone(), verdict.enforced) {
+            let held = self.rate_gate.lock().await;
+            let period = Duration::from_secs(rate.per_seconds.get());
+            let since = now - period;
+            let used = self.store.count_allowed_by_rule(&rule, since).await?;
+            if used >= rate.max.get() {
+                verdict = verdict.past_rate();
+            } else {
+                gate = Some(held);
+            }
+        }
+        self.metrics.rule_decided(&verdict);
+        Ok(Judgement {
+            verdict: Some(verdict),
+            _rate_gate: gate,
+        })
+    }
+}
+
+/// The reason an agent reads on a request a rule ended: `denied by rule 'x': why`.
+pub(super) fn rule_reason(verdict: &Verdict) -> String {
+    let done = match verdict.effect {
+        Effect::Allow => "allowed",
+        Effect::Deny => "denied",
+        Effect::Ask => "asked",
+    };
+    match &verdict.reason {
+        Some(why) => format!("{done} by {}: {why}", verdict.by()),
+        None => format!("{done} by {}", verdict.by()),
+    }
+}
