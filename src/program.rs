@@ -321,14 +321,15 @@ pub const RULES_TEST_ALLOW: u8 = 0;
 pub const RULES_TEST_DENY: u8 = 1;
 pub const RULES_TEST_ASK: u8 = 4;
 
-/// `rules test --config FILE CALL.json`: the rules of the configuration file judge the
+/// `rules test --config FILE CALL.json`: the rules of the file (a whole configuration,
+/// or one holding only rules) judge the
 /// call in `call` (`-`: standard input), with no side effect (no database, no Telegram,
 /// no secret read, an `allow`'s rate not counted). Prints the decision and the deciding
 /// rule; returns the exit code ([`RULES_TEST_ALLOW`], [`RULES_TEST_DENY`],
 /// [`RULES_TEST_ASK`]).
 pub fn rules_test(path: &Path, call: &Path) -> anyhow::Result<u8> {
     use crate::domain::rules::{Call, Effect};
-    let policy = Settings::load(path)?.policy()?;
+    let policy = crate::config::rules_of_file(path)?;
     let text = if call == Path::new("-") {
         std::io::read_to_string(std::io::stdin()).context("cannot read the call from stdin")?
     } else {

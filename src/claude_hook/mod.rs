@@ -281,6 +281,10 @@ fn verdict(record: &Value, requested_timeout: f64) -> HookResult {
                 )),
             }
         }
+        // A `deny` rule of the service: nobody was asked, and the rule says why.
+        ("cancelled", "rule") => HookResult::deny(format!(
+            "Permission denied without asking anyone: {reason}. The call was not executed; do not retry it as it is."
+        )),
         ("cancelled", "fail_closed") => {
             let why = reason.strip_prefix("not executed: ").unwrap_or(&reason);
             HookResult::deny(format!(

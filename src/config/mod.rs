@@ -40,7 +40,7 @@ pub use routes::{
     DEFAULT_MAX_EXTENSIONS, DEFAULT_MAX_WINDOW_SECONDS, Escalation, MAX_REMINDERS, Route,
     RouteSettings,
 };
-pub use rules::reload as reload_rules;
+pub use rules::{reload as reload_rules, rules_of_file};
 pub use server::{
     DEFAULT_BODY_READ_TIMEOUT_SECONDS, DEFAULT_HEADER_READ_TIMEOUT_SECONDS,
     DEFAULT_IDLE_TIMEOUT_SECONDS, DEFAULT_MAX_CONNECTIONS, HttpLimits, MAX_HTTP_TIMEOUT_SECONDS,

@@ -26,6 +26,35 @@ impl Settings {
     }
 }
 
+/// Only the rules' keys of a file: what `rules test` reads, from a whole configuration
+/// or from a file holding nothing but rules (`config/rules.example.toml`).
+#[derive(serde::Deserialize)]
+struct RulesOnly {
+    #[serde(default)]
+    rules: Vec<Value>,
+    #[serde(default)]
+    rules_default: Option<Effect>,
+    #[serde(default)]
+    rules_mode: RulesMode,
+}
+
+/// The rules the file at `path` holds (its other sections, if any, are not read): for
+/// `rules test`, which judges a call without running anything else.
+pub fn rules_of_file(path: &Path) -> Result<Policy, ConfigError> {
+    use figment::Figment;
+    use figment::providers::{Format, Toml};
+    if !path.is_file() {
+        return Err(ConfigError::Load(format!(
+            "{} is not a file",
+            path.display()
+        )));
+    }
+    let only: RulesOnly = Figment::from(Toml::file_exact(path))
+        .extract()
+        .map_err(|e| ConfigError::Load(e.to_string()))?;
+    policy(&only.rules, only.rules_default, only.rules_mode)
+}
+
 /// The rules of the configuration file at `path` (with its `HITL__…` overrides), for a
 /// reload (SIGHUP): the whole file must still read as a configuration, so a reload never
 /// takes rules from a file the service could not start with.

@@ -685,3 +685,50 @@ async fn a_hook_stopped_by_claude_code_withdraws_its_question() {
         .await;
     assert!(edited.visible_text.contains("rm -rf build"));
 }
+
+/// Rules for Claude Code's Bash: `rm -rf` is never run, `cargo test` always is.
+fn bash_rules(toml: String) -> String {
+    toml + r#"
+[[rules]]
+name = "no-rm-rf"
+effect = "deny"
+tools = ["Bash"]
+where = [{ path = "command", op = "matches", value = "rm -rf" }]
+reason = "recursive deletes are done by hand"
+
+[[rules]]
+name = "tests-run"
+effect = "allow"
+tools = ["Bash"]
+where = [{ path = "command", op = "matches", value = "^cargo test( |$)" }]
+"#
+}
+
+#[tokio::test]
+async fn a_deny_rule_denies_the_hook_at_once_naming_the_rule_and_nobody_is_asked() {
+    let app = TestApp::spawn_with_settings(bash_rules).await;
+    let child = hook(&app.base, Some(TOKEN_A), fixture("bash_rm_build.json"), &[]);
+    let (code, out, err) = finish(child).await;
+    assert_eq!(code, 0, "{err}");
+    let message = denial(&out, &err);
+    assert!(
+        message.contains("denied by rule 'no-rm-rf': recursive deletes are done by hand"),
+        "{message}"
+    );
+    assert!(message.contains("do not retry it"), "{message}");
+    assert!(app.telegram.sent_messages().is_empty(), "nobody is asked");
+}
+
+#[tokio::test]
+async fn an_allow_rule_allows_the_hook_at_once_and_nobody_is_asked() {
+    let app = TestApp::spawn_with_settings(bash_rules).await;
+    let event = with_input(
+        "bash_rm_build.json",
+        r#"{"command": "cargo test --workspace", "description": "Run the tests"}"#,
+    );
+    let child = hook(&app.base, Some(TOKEN_A), event, &[]);
+    let (code, out, err) = finish(child).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(decision(&out, &err), json!({"behavior": "allow"}));
+    assert!(app.telegram.sent_messages().is_empty(), "nobody is asked");
+}

@@ -936,3 +936,63 @@ async fn the_stdio_server_writes_none_of_rmcps_own_info_lines() {
         assert!(!stderr.contains(noise), "{noise:?} on stderr:\n{stderr}");
     }
 }
+
+/// A `deny` and an `allow` rule answer `request_approval` at once, naming the rule, and
+/// nobody is asked.
+#[tokio::test]
+async fn over_stdio_request_approval_honours_a_deny_and_an_allow_rule() {
+    let Some(python) = mcp_python() else {
+        return;
+    };
+    let app = TestApp::spawn_with_settings(|toml| {
+        toml + r#"
+[[rules]]
+name = "no-prod-deploys"
+effect = "deny"
+tools = ["deploy"]
+where = [{ path = "env", op = "eq", value = "prod" }]
+reason = "prod deploys go through the release train"
+
+[[rules]]
+name = "staging-deploys"
+effect = "allow"
+tools = ["deploy"]
+where = [{ path = "env", op = "eq", value = "staging" }]
+"#
+    })
+    .await;
+    let mut mcp = Driver::start(&python, &app, Transport::Stdio, TOKEN_A).await;
+    mcp.ready().await;
+
+    let (error, verdict, record) = mcp
+        .call_now(
+            "request_approval",
+            json!({"tool": "deploy", "params": {"env": "prod"}, "owner_id": "ops"}),
+        )
+        .await;
+    assert!(verdict.starts_with("NOT APPROVED"), "{error} {verdict}");
+    assert!(
+        verdict.contains(
+            "denied by rule 'no-prod-deploys': prod deploys go through the release train"
+        ),
+        "{verdict}"
+    );
+    assert!(verdict.contains("do not retry"), "{verdict}");
+    let record = record.expect("the record");
+    assert_eq!(
+        (record["via"].as_str(), record["rule"].as_str()),
+        (Some("rule"), Some("no-prod-deploys"))
+    );
+
+    let (error, verdict, record) = mcp
+        .call_now(
+            "request_approval",
+            json!({"tool": "deploy", "params": {"env": "staging"}, "owner_id": "ops"}),
+        )
+        .await;
+    assert!(!error && verdict.starts_with("APPROVED"), "{verdict}");
+    assert!(verdict.contains(r#""env":"staging""#), "{verdict}");
+    assert_eq!(record.expect("the record")["rule"], "staging-deploys");
+    assert!(app.telegram.sent_messages().is_empty(), "nobody is asked");
+    mcp.finish().await;
+}

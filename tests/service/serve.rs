@@ -4,6 +4,8 @@
 use crate::support::app::*;
 use crate::support::fake_telegram::FakeTelegram;
 use crate::support::process::{ServiceProcess, write_config};
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 #[tokio::test]
@@ -52,4 +54,106 @@ async fn serve_decides_a_request_stops_on_sigterm_and_logs_no_secret() {
     ] {
         assert!(!log.contains(secret), "the log contains {secret:?}:\n{log}");
     }
+}
+
+/// A rule in the `[[rules]]` form, for the config file.
+fn rule(name: &str, effect: &str) -> String {
+    format!("\n[[rules]]\nname = \"{name}\"\neffect = \"{effect}\"\ntools = [\"purge_cache\"]\n")
+}
+
+/// The `rules_loaded` events of the trail at `db_url`, oldest first.
+async fn rules_loaded(db_url: &str) -> Vec<Value> {
+    let pool = sqlx::SqlitePool::connect(db_url).await.unwrap();
+    let rows: Vec<(String,)> =
+        sqlx::query_as("SELECT detail FROM audit_events WHERE kind = 'rules_loaded' ORDER BY seq")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    pool.close().await;
+    rows.into_iter()
+        .map(|(d,)| serde_json::from_str(&d).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn sighup_reloads_the_rules_keeps_the_last_good_set_when_the_file_is_invalid_and_audits_the_new_hash()
+ {
+    let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db_url = format!("sqlite://{}/data/hitl.db", dir.path().display());
+    let config = write_config(dir.path(), &telegram, &db_url);
+    let base = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, base.clone() + &rule("purges-denied", "deny")).unwrap();
+    let mut service = ServiceProcess::start(&config).await;
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let purge = || async {
+        client
+            .post(format!("{}/v1/confirmations", service.base))
+            .bearer_auth(TOKEN_A)
+            .json(&json!({"tool": "purge_cache", "params": {}}))
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    };
+    let hangup = || {
+        let pid = service.child.id().expect("running").to_string();
+        assert!(
+            std::process::Command::new("kill")
+                .args(["-HUP", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    let first = purge().await;
+    assert_eq!(
+        (first["status"].as_str(), first["rule"].as_str()),
+        (Some("cancelled"), Some("purges-denied"))
+    );
+
+    // An invalid file: the last good rules stay, and the log says why.
+    std::fs::write(
+        &config,
+        base.clone() + &rule("", "allow") + "bogus_key = 1\n",
+    )
+    .unwrap();
+    hangup();
+    assert!(
+        service
+            .logs_within("the last good rules stay in force", Duration::from_secs(10))
+            .await,
+        "{}",
+        service.log_text()
+    );
+    let still = purge().await;
+    assert_eq!(still["rule"], "purges-denied", "{still}");
+    assert!(rules_loaded(&db_url).await.is_empty());
+
+    // A valid file: the new rules decide from now on, and the trail names their hash.
+    std::fs::write(&config, base + &rule("purges-allowed", "allow")).unwrap();
+    hangup();
+    assert!(
+        service
+            .logs_within("rules reloaded", Duration::from_secs(10))
+            .await,
+        "{}",
+        service.log_text()
+    );
+    let now = purge().await;
+    assert_eq!(
+        (now["status"].as_str(), now["rule"].as_str()),
+        (Some("confirmed"), Some("purges-allowed"))
+    );
+    let loaded = rules_loaded(&db_url).await;
+    assert_eq!(loaded.len(), 1, "{loaded:?}");
+    assert_eq!(loaded[0]["rules_hash"], now["rule_decision"]["rules_hash"]);
+    assert_eq!(
+        loaded[0]["previous_rules_hash"],
+        first["rule_decision"]["rules_hash"]
+    );
+    assert_ne!(loaded[0]["rules_hash"], loaded[0]["previous_rules_hash"]);
+    assert!(service.terminate().await.success());
 }
