@@ -86,6 +86,21 @@ prefixed_id!(
     "a delivery id"
 );
 
+prefixed_id!(
+    /// A grant's id (`gr_`, its creation time and 80 random bits): unguessable, so an
+    /// agent cannot name another agent's grant (which it could not revoke anyway), and
+    /// in creation order, like the other ids.
+    GrantId,
+    "gr_",
+    "a grant id (gr_ followed by 32 hex digits)"
+);
+
+impl fmt::Display for GrantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 impl fmt::Display for ConfirmationId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -265,6 +280,12 @@ mod tests {
         assert_eq!(ConfirmationId::parse(id.as_str()).unwrap(), id);
         assert!(ConfirmationId::parse("cf_xyz").is_err());
         assert!(ConfirmationId::parse(&id.as_str().to_uppercase()).is_err());
+        let g = GrantId::generate();
+        assert_eq!(GrantId::parse(g.as_str()).unwrap(), g);
+        assert!(
+            GrantId::parse(id.as_str()).is_err(),
+            "a confirmation id is no grant id"
+        );
         let t = CallbackToken::generate();
         assert_eq!(CallbackToken::parse(t.as_str()).unwrap(), t);
         assert!(CallbackToken::parse("../../etc").is_err());

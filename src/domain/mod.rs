@@ -10,12 +10,15 @@
 //! every adapter and the configuration read the protocol's limits from; `outbox` is
 //! where a webhook may go and how it is signed, which the configuration, the API and the
 //! outbox's worker all follow; `rules` is the deterministic policy before the human
-//! (`allow`, `ask`, `deny`), checked at load (not yet read from the configuration).
+//! (`allow`, `ask`, `deny`), checked at load (not yet read from the configuration);
+//! `grant` is what a human lets an agent do for an owner for a while (a scope such as
+//! `tool:deploy`), checked before the confirmation.
 
 pub mod args_hash;
 pub mod audit;
 pub mod authority;
 pub mod briefing;
+pub mod grant;
 pub mod ids;
 pub mod interaction;
 pub mod limits;

@@ -22,13 +22,14 @@ use time::OffsetDateTime;
 
 use super::{MIGRATOR, This, sql};
 use crate::domain::audit::{AuditEvent, Head, NewEvent, StoredRow, StoredStatus};
-use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey};
+use crate::domain::grant::{Grant, Scope};
+use crate::domain::ids::{CallbackToken, ConfirmationId, GrantId, IdempotencyKey, OwnerId};
 use crate::domain::interaction::Answer;
 use crate::domain::question::{Decision, Operator, Question, Window, WindowKey};
 use crate::storage::{
     Administration, AgentEvent, AgentEvents, Answered, Audit, Decided, DeliveryAttempt, Gauges,
-    Inserted, LiveWindow, Messages, Outbox, OutboxEntry, PendingEntry, Questions, Shown, Steps,
-    StorageError, WindowCache, Windows,
+    GrantInserted, Grants, Inserted, LiveWindow, Messages, Outbox, OutboxEntry, PendingEntry,
+    Questions, Shown, Steps, StorageError, WindowCache, Windows,
 };
 
 #[async_trait]
@@ -331,6 +332,46 @@ impl Windows for This {
 
     async fn purge_expired_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError> {
         self.purge_windows(now).await
+    }
+}
+
+#[async_trait]
+impl Grants for This {
+    async fn insert_grant(&self, grant: &Grant) -> Result<GrantInserted, StorageError> {
+        sql::insert_grant(&self.pool, grant).await
+    }
+
+    async fn grant(&self, id: &GrantId) -> Result<Option<Grant>, StorageError> {
+        sql::grant(&self.pool, id).await
+    }
+
+    async fn live_grant_covering(
+        &self,
+        agent: &str,
+        owner_id: &OwnerId,
+        scope: &Scope,
+        now: OffsetDateTime,
+    ) -> Result<Option<Grant>, StorageError> {
+        sql::live_grant_covering(&self.pool, agent, owner_id, scope, now).await
+    }
+
+    async fn live_grants(
+        &self,
+        agent: Option<&str>,
+        route: Option<&str>,
+        now: OffsetDateTime,
+    ) -> Result<Vec<Grant>, StorageError> {
+        sql::live_grants(&self.pool, agent, route, now).await
+    }
+
+    async fn revoke_grant(
+        &self,
+        id: &GrantId,
+        agent: Option<&str>,
+        by: Option<&Operator>,
+        now: OffsetDateTime,
+    ) -> Result<Option<Grant>, StorageError> {
+        sql::revoke_grant(&self.pool, id, agent, by, now).await
     }
 }
 

@@ -35,6 +35,7 @@ const TABLES: &[&str] = &[
     "selections",
     "reason_requests",
     "windows",
+    "grants",
     "webhook_outbox",
     "agent_events",
     "audit_events",

@@ -3,8 +3,9 @@
 //! What the service keeps is split into role traits, one for each part of it
 //! ([`roles`]): [`Questions`] (storing, deciding and finding questions), [`Messages`]
 //! (their Telegram messages, copies and strays, and what those show), [`Steps`]
-//! (answers, reasons, extensions, reminders, escalation), [`Windows`], [`Outbox`]
-//! (webhook deliveries), [`Audit`], [`AgentEvents`] (the agents' event streams),
+//! (answers, reasons, extensions, reminders, escalation), [`Windows`], [`Grants`] (what
+//! a human let an agent do for a while), [`Outbox`] (webhook deliveries), [`Audit`],
+//! [`AgentEvents`] (the agents' event streams),
 //! [`Coordination`] (the change feed, leases and replica configurations, for processes
 //! sharing one database) and [`Administration`] (migrations, health, backups, gauges,
 //! closing). [`Store`] is their union, for the places that need everything (`Arc<dyn
@@ -33,12 +34,14 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 
 use crate::domain::authority::Fingerprint;
+use crate::domain::grant::Grant;
 use crate::domain::ids::{ConfirmationId, DeliveryId};
 use crate::domain::question::{Question, Window, WindowKey};
 
 pub use postgres::{PgStore, refuse_unknown_params};
 pub use roles::{
-    Administration, AgentEvents, Audit, Coordination, Messages, Outbox, Questions, Steps, Windows,
+    Administration, AgentEvents, Audit, Coordination, Grants, Messages, Outbox, Questions, Steps,
+    Windows,
 };
 pub use sqlite::SqliteStore;
 
@@ -263,6 +266,19 @@ pub enum Inserted {
     Existing(Question),
 }
 
+/// Result of storing a grant ([`Grants::insert_grant`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum GrantInserted {
+    /// The grant is new and stored.
+    New(Grant),
+    /// The agent already turned this interaction into a grant (the database's unique
+    /// index refused a second, on whichever replica it was asked); nothing was written.
+    InteractionUsed,
+    /// This grant question already became a grant (a decision applied twice, as a
+    /// restart may); nothing was written and this is that grant.
+    Existing(Grant),
+}
+
 /// Result of applying a decision.
 #[derive(Debug)]
 pub enum Decided {
@@ -384,15 +400,17 @@ pub enum DeliveryAttempt {
 }
 
 /// Everything the service stores, as one trait object (`Arc<dyn Store>`): the union of
-/// the role traits ([`Questions`], [`Messages`], [`Steps`], [`Windows`], [`Outbox`],
-/// [`Audit`], [`AgentEvents`], [`Coordination`], [`Administration`]), implemented for
-/// every type that implements them all. A part of the service that needs one role can
-/// take that role alone (`&dyn Audit`); a `&dyn Store` coerces to any of them.
+/// the role traits ([`Questions`], [`Messages`], [`Steps`], [`Windows`], [`Grants`],
+/// [`Outbox`], [`Audit`], [`AgentEvents`], [`Coordination`], [`Administration`]),
+/// implemented for every type that implements them all. A part of the service that
+/// needs one role can take that role alone (`&dyn Audit`); a `&dyn Store` coerces to
+/// any of them.
 pub trait Store:
     Questions
     + Messages
     + Steps
     + Windows
+    + Grants
     + Outbox
     + Audit
     + AgentEvents
@@ -429,6 +447,7 @@ impl<T> Store for T where
         + Messages
         + Steps
         + Windows
+        + Grants
         + Outbox
         + Audit
         + AgentEvents

@@ -10,12 +10,13 @@ use time::OffsetDateTime;
 use tokio::sync::mpsc;
 
 use super::{
-    AgentEvent, Answered, Change, Decided, DeliveryAttempt, Gauges, Inserted, LiveConfig,
-    LiveWindow, OutboxEntry, PendingEntry, Shown, StorageError,
+    AgentEvent, Answered, Change, Decided, DeliveryAttempt, Gauges, GrantInserted, Inserted,
+    LiveConfig, LiveWindow, OutboxEntry, PendingEntry, Shown, StorageError,
 };
 use crate::domain::audit::{AuditEvent, Head, NewEvent, StoredRow, StoredStatus};
 use crate::domain::authority::{Authority, Fingerprint};
-use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey};
+use crate::domain::grant::{Grant, Scope};
+use crate::domain::ids::{CallbackToken, ConfirmationId, GrantId, IdempotencyKey, OwnerId};
 use crate::domain::interaction::Answer;
 use crate::domain::question::{Decision, Operator, Question, Window, WindowKey};
 
@@ -277,6 +278,52 @@ pub trait Windows: Send + Sync + 'static {
 
     /// Deletes windows that expired before `now`; returns how many.
     async fn purge_expired_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError>;
+}
+
+/// Grants (issue 35): what a human let an agent do for an owner, in a scope, for a while.
+/// Every method reads or writes the table itself, never a cache: a grant revoked by any
+/// process sharing the database stops letting calls through at once on every other.
+#[async_trait]
+pub trait Grants: Send + Sync + 'static {
+    /// Stores a new grant, unless its source was used already: an interaction becomes a
+    /// grant once per agent, a grant question once (the database's unique indexes
+    /// decide, so of two replicas storing the same source at once one succeeds).
+    async fn insert_grant(&self, grant: &Grant) -> Result<GrantInserted, StorageError>;
+
+    /// The grant `id`, live or not.
+    async fn grant(&self, id: &GrantId) -> Result<Option<Grant>, StorageError>;
+
+    /// A grant of `agent` for `owner_id`, live at `now`, whose scope covers `scope` (the
+    /// scope itself, or its kind's `*`); of several, the one that expires last.
+    async fn live_grant_covering(
+        &self,
+        agent: &str,
+        owner_id: &OwnerId,
+        scope: &Scope,
+        now: OffsetDateTime,
+    ) -> Result<Option<Grant>, StorageError>;
+
+    /// The grants live at `now`, of `agent` and of `route` when given (`None`: of
+    /// every agent, of every route), soonest expiry first.
+    async fn live_grants(
+        &self,
+        agent: Option<&str>,
+        route: Option<&str>,
+        now: OffsetDateTime,
+    ) -> Result<Vec<Grant>, StorageError>;
+
+    /// Revokes the grant `id` if it is live at `now` and (when `agent` is given) that
+    /// agent's: an agent revokes only its own, an operator (`agent: None`) any. `by` is
+    /// the operator (`None`: the agent itself). One conditional update: returns the
+    /// grant as revoked, or `None` when it is unknown, another agent's, already revoked
+    /// or expired (nothing is written then).
+    async fn revoke_grant(
+        &self,
+        id: &GrantId,
+        agent: Option<&str>,
+        by: Option<&Operator>,
+        now: OffsetDateTime,
+    ) -> Result<Option<Grant>, StorageError>;
 }
 
 /// The webhook outbox: deliveries queued with outcomes, and their attempts.

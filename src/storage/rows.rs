@@ -9,8 +9,9 @@ use time::OffsetDateTime;
 use super::{Gauges, LiveWindow, OutboxEntry, PendingEntry, StorageError};
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit::{self, AuditEvent, GENESIS_HASH, NewEvent, StoredRow};
+use crate::domain::grant::{Grant, GrantSource, Scope};
 use crate::domain::ids::{
-    CallbackToken, ConfirmationId, DeliveryId, IdempotencyKey, OwnerId, ToolName,
+    CallbackToken, ConfirmationId, DeliveryId, GrantId, IdempotencyKey, OwnerId, ToolName,
 };
 use crate::domain::interaction::{self, Answer, TimeoutAction};
 use crate::domain::question::{
@@ -627,6 +628,90 @@ impl WindowRow {
             },
             route: self.route.clone(),
             chat_id: self.chat_id,
+        })
+    }
+}
+
+/// The columns of `grants`, in the order [`GrantRow`] names them and `insert_grant`
+/// binds them.
+macro_rules! grant_columns {
+    () => {
+        "grant_id, agent, owner_id, scope, route, reason, granted_by_id, granted_by_username,
+        granted_by_name, created_at, expires_at, revoked_at, revoked_by_id,
+        revoked_by_username, revoked_by_name, confirmation_id, interaction_id"
+    };
+}
+pub(super) use grant_columns;
+
+/// The [`GrantRow`]s `WHERE <clause>`, as a static string (see [`select_where`]).
+macro_rules! select_grants_where {
+    ($clause:expr) => {
+        concat!("SELECT ", grant_columns!(), " FROM grants WHERE ", $clause)
+    };
+}
+pub(super) use select_grants_where;
+
+/// A row of `grants` ([`grant_columns`]).
+#[derive(FromRow)]
+pub(super) struct GrantRow {
+    grant_id: String,
+    agent: String,
+    owner_id: String,
+    scope: String,
+    route: String,
+    reason: Option<String>,
+    granted_by_id: i64,
+    granted_by_username: Option<String>,
+    granted_by_name: String,
+    created_at: i64,
+    expires_at: i64,
+    revoked_at: Option<i64>,
+    revoked_by_id: Option<i64>,
+    revoked_by_username: Option<String>,
+    revoked_by_name: Option<String>,
+    confirmation_id: Option<String>,
+    interaction_id: Option<String>,
+}
+
+impl GrantRow {
+    pub(super) fn into_domain(self) -> Result<Grant, StorageError> {
+        let corrupt = corrupt_in(&self.grant_id);
+        let time = |v: i64| from_ms(v).ok_or_else(|| corrupt("time out of range"));
+        let operator = |id: i64, username, name| {
+            Ok::<_, StorageError>(Operator {
+                id: u64::try_from(id).map_err(|_| corrupt("operator id"))?,
+                username,
+                name,
+            })
+        };
+        let source = match (self.confirmation_id, self.interaction_id) {
+            (Some(id), None) => GrantSource::Asked {
+                confirmation_id: ConfirmationId::parse(&id)
+                    .map_err(|_| corrupt("confirmation_id"))?,
+            },
+            (None, Some(interaction_id)) => GrantSource::Interaction { interaction_id },
+            _ => return Err(corrupt("source")),
+        };
+        Ok(Grant {
+            grant_id: GrantId::parse(&self.grant_id).map_err(|_| corrupt("grant_id"))?,
+            owner_id: OwnerId::from_stored(&self.owner_id).map_err(|_| corrupt("owner_id"))?,
+            scope: Scope::from_stored(&self.scope).map_err(|_| corrupt("scope"))?,
+            granted_by: operator(
+                self.granted_by_id,
+                self.granted_by_username,
+                self.granted_by_name,
+            )?,
+            created_at: time(self.created_at)?,
+            expires_at: time(self.expires_at)?,
+            revoked_at: self.revoked_at.map(time).transpose()?,
+            revoked_by: match (self.revoked_by_id, self.revoked_by_name) {
+                (Some(id), Some(name)) => Some(operator(id, self.revoked_by_username, name)?),
+                _ => None,
+            },
+            agent: self.agent,
+            route: self.route,
+            reason: self.reason,
+            source,
         })
     }
 }

@@ -1,6 +1,6 @@
 //! Storage on its own, one test executable (`cargo test --test storage`): the stores
-//! on both backends (SQLite and PostgreSQL), schema migrations and `migrate-to`, and
-//! properties of the parsers and renderers over generated cases.
+//! on both backends (SQLite and PostgreSQL), their grants among them, schema migrations
+//! and `migrate-to`, and properties of the parsers and renderers over generated cases.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -8,6 +8,7 @@ mod support;
 /// Every service these tests start polls Telegram (see `support::app::webhook_mode`).
 const TELEGRAM_MODE: support::app::ModeRule = support::app::ModeRule::Polling;
 
+mod grants;
 mod migrate_to_postgres;
 mod migration;
 mod properties;

@@ -1,13 +1,20 @@
 //! `hitl-telegram migrate-to-postgres`: a SQLite database copied into an empty
 //! PostgreSQL one; the service started on the copy carries on where it stopped (the same
-//! questions, windows and audit trail, a pending question still decided by a tap on its
-//! message), a second copy into the same database is refused, and a source whose audit
+//! questions, windows, grants and audit trail, a pending question still decided by a tap
+//! on its message), a second copy into the same database is refused, and a source whose audit
 //! trail fails verification is refused before anything reaches PostgreSQL.
 //!
 //! Skips itself without a PostgreSQL server, unless `HITL_REQUIRE_POSTGRES=1` (`.ci/run`).
 
+use std::time::Duration;
+
 use crate::support::app::*;
 use crate::support::postgres::PgDatabase;
+use hitl_telegram::domain::grant::{Grant, GrantSource, Scope};
+use hitl_telegram::domain::ids::{ConfirmationId, GrantId, OwnerId, ToolName};
+use hitl_telegram::domain::question::Operator;
+use hitl_telegram::service::now;
+use hitl_telegram::storage::{self, ConnectMode, GrantInserted};
 use reqwest::StatusCode;
 use serde_json::json;
 use tokio::process::Command;
@@ -65,6 +72,9 @@ async fn a_sqlite_database_copied_to_postgresql_carries_on_where_it_stopped() {
     answer_interaction(&app, "before-the-copy", 3).await;
     app.stop().await;
     let sqlite = app.db_url.clone();
+    // Grants (stored directly: no API writes them yet): one from the decided question,
+    // live, and one from the interaction, revoked.
+    let grants = store_grants(&sqlite, &decided_id).await;
 
     let (code, out, err) = cli(&sqlite, "", &["audit", "verify"]).await;
     assert_eq!(code, 0, "{out}{err}");
@@ -72,6 +82,7 @@ async fn a_sqlite_database_copied_to_postgresql_carries_on_where_it_stopped() {
     let (code, out, err) = cli(&sqlite, &pg.url, &["migrate-to-postgres"]).await;
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("confirmations: 3 row(s)"), "{out}");
+    assert!(out.contains("grants: 2 row(s)"), "{out}");
     assert!(out.contains("audit chain OK on PostgreSQL"), "{out}");
     assert_eq!(head_of(&out), head, "the same chain, to the same head");
 
@@ -96,6 +107,9 @@ async fn a_sqlite_database_copied_to_postgresql_carries_on_where_it_stopped() {
     app.telegram
         .tap(OPS_CHAT, pending_message, "✅ Approve", alice());
     app.wait_status(&pending_id, "confirmed").await;
+    // The grants came along as they were: the live one lets its calls through, the
+    // revoked one does not, and the interaction stays used.
+    check_grants(&pg.url, &grants).await;
 
     // New answers and stream events are numbered after the copied ones.
     answer_interaction(&app, "after-the-copy", 4).await;
@@ -190,4 +204,80 @@ async fn answer_interaction(app: &TestApp, id: &str, n: usize) {
         .tap(OPS_CHAT, msg.message_id, "✅ Approve", alice());
     let cf = view["id"].as_str().expect("id").to_owned();
     app.wait_status(&cf, "completed").await;
+}
+
+/// Stores in the SQLite database at `url` a live grant of `agent-a` from the question
+/// `decided` and a revoked one from the interaction `before-the-copy`; returns both as
+/// stored.
+async fn store_grants(url: &str, decided: &str) -> [Grant; 2] {
+    let store = storage::connect(url, ConnectMode::Existing)
+        .await
+        .expect("the SQLite store");
+    let t = now();
+    let alice = Operator {
+        id: ALICE,
+        username: Some("alice".into()),
+        name: "Alice".into(),
+    };
+    let live = Grant {
+        grant_id: GrantId::generate(),
+        agent: "agent-a".into(),
+        owner_id: OwnerId::parse("alice").expect("owner"),
+        scope: Scope::parse("tool:deploy").expect("scope"),
+        route: "ops".into(),
+        reason: Some("the nightly deploy".into()),
+        granted_by: alice.clone(),
+        created_at: t,
+        expires_at: t + Duration::from_secs(8 * 3600),
+        revoked_at: None,
+        revoked_by: None,
+        source: GrantSource::Asked {
+            confirmation_id: ConfirmationId::parse(decided).expect("id"),
+        },
+    };
+    let presented = Grant {
+        grant_id: GrantId::generate(),
+        scope: Scope::parse("tool:*").expect("scope"),
+        reason: None,
+        source: GrantSource::Interaction {
+            interaction_id: "before-the-copy".into(),
+        },
+        ..live.clone()
+    };
+    for g in [&live, &presented] {
+        let inserted = store.insert_grant(g).await.expect("insert");
+        assert_eq!(inserted, GrantInserted::New(g.clone()));
+    }
+    let revoked = store
+        .revoke_grant(&presented.grant_id, None, Some(&alice), t)
+        .await
+        .expect("revoke")
+        .expect("live until now");
+    store.close().await;
+    [live, revoked]
+}
+
+/// The grants of [`store_grants`] in the PostgreSQL database at `url`, and what they
+/// still do there.
+async fn check_grants(url: &str, [live, revoked]: &[Grant; 2]) {
+    let store = storage::connect(url, ConnectMode::Existing)
+        .await
+        .expect("the PostgreSQL store");
+    for g in [live, revoked] {
+        let copied = store.grant(&g.grant_id).await.expect("read");
+        assert_eq!(copied.as_ref(), Some(g));
+    }
+    let deploy = Scope::for_tool(&ToolName::parse("deploy").expect("tool"));
+    let covering = store
+        .live_grant_covering("agent-a", &live.owner_id, &deploy, now())
+        .await
+        .expect("lookup");
+    assert_eq!(covering.as_ref(), Some(live));
+    let again = Grant {
+        grant_id: GrantId::generate(),
+        ..revoked.clone()
+    };
+    let inserted = store.insert_grant(&again).await.expect("insert");
+    assert_eq!(inserted, GrantInserted::InteractionUsed);
+    store.close().await;
 }

@@ -30,8 +30,8 @@ use hitl_telegram::storage::{
 
 use crate::support::postgres::PgDatabase;
 
-/// One test's database, removed with this value.
-struct TestDb {
+/// One test's database, removed with this value (also `grants.rs`'s).
+pub(crate) struct TestDb {
     url: String,
     _keep: Keep,
 }
@@ -44,7 +44,7 @@ enum Keep {
 
 impl TestDb {
     /// A SQLite file in a folder that does not exist yet (the store creates it).
-    fn sqlite() -> TestDb {
+    pub(crate) fn sqlite() -> TestDb {
         let dir = tempfile::tempdir().unwrap();
         TestDb {
             url: format!("sqlite://{}/nested/folder/t.db", dir.path().display()),
@@ -53,7 +53,7 @@ impl TestDb {
     }
 
     /// A fresh PostgreSQL database; `None`: the test skips (no server).
-    async fn postgres() -> Option<TestDb> {
+    pub(crate) async fn postgres() -> Option<TestDb> {
         let db = PgDatabase::create().await?;
         Some(TestDb {
             url: db.url.clone(),
@@ -63,7 +63,7 @@ impl TestDb {
 
     /// A store on this database, migrated: as the service opens it. Each call is one
     /// more store (a process of its own, as far as the store can tell).
-    async fn store(&self) -> Arc<dyn Store> {
+    pub(crate) async fn store(&self) -> Arc<dyn Store> {
         let s = self.unmigrated().await;
         s.migrate().await.unwrap();
         s
@@ -82,7 +82,7 @@ impl TestDb {
 }
 
 /// Runs each named `async fn(TestDb)` once per backend, as `sqlite::NAME` and
-/// `postgres::NAME`.
+/// `postgres::NAME` (of the module that invokes it, where `TestDb` must be in scope).
 macro_rules! on_both_backends {
     ($($test:ident),* $(,)?) => {
         mod sqlite {
@@ -105,6 +105,7 @@ macro_rules! on_both_backends {
         }
     };
 }
+pub(crate) use on_both_backends;
 
 on_both_backends! {
     a_record_reads_back_exactly_as_written,
@@ -129,7 +130,8 @@ on_both_backends! {
     replicas_configurations_count_while_renewed_and_stop_when_expired_or_withdrawn,
 }
 
-fn pending(key: Option<&str>) -> Question {
+/// A pending question of `agent` on route `ops`, with `key` as its idempotency key.
+pub(crate) fn pending(key: Option<&str>) -> Question {
     let params = python::json::parse_object(r#"{"a": 1}"#).unwrap();
     let t = now();
     Question {
@@ -171,7 +173,7 @@ fn pending(key: Option<&str>) -> Question {
     }
 }
 
-fn op(id: u64) -> Operator {
+pub(crate) fn op(id: u64) -> Operator {
     Operator {
         id,
         username: None,

@@ -39,25 +39,31 @@ use time::OffsetDateTime;
 use super::Db;
 use super::append_events;
 use crate::domain::audit::{self, AuditEvent, NewEvent, StoredRow, StoredStatus};
-use crate::domain::ids::{CallbackToken, ConfirmationId, DeliveryId, IdempotencyKey};
+use crate::domain::grant::{Grant, GrantSource, Scope};
+use crate::domain::ids::{
+    CallbackToken, ConfirmationId, DeliveryId, GrantId, IdempotencyKey, OwnerId,
+};
 use crate::domain::interaction::{Answer, TimeoutAction};
 use crate::domain::question::{Decision, Operator, Question, Step, Window, WindowKey, rfc3339};
 use crate::storage::hits::QueuedHit;
 use crate::storage::rows::{
-    self, AnswerRow, AuditRow, CopyRow, OutboxRow, PendingRow, Row, StrayRow, WindowRow,
-    insert_confirmations, ms, operator_columns, select_where, select_windows_where, user_column,
+    self, AnswerRow, AuditRow, CopyRow, GrantRow, OutboxRow, PendingRow, Row, StrayRow, WindowRow,
+    grant_columns, insert_confirmations, ms, operator_columns, select_grants_where, select_where,
+    select_windows_where, user_column,
 };
 use crate::storage::{
-    AgentEvent, Answered, Decided, DeliveryAttempt, Gauges, IDEMPOTENCY_TTL, Inserted, LiveWindow,
-    OutboxEntry, PendingEntry, Shown, StorageError,
+    AgentEvent, Answered, Decided, DeliveryAttempt, Gauges, GrantInserted, IDEMPOTENCY_TTL,
+    Inserted, LiveWindow, OutboxEntry, PendingEntry, Shown, StorageError,
 };
 
+mod grants;
 mod outbox;
 mod questions;
 mod steps;
 mod trail;
 mod windows;
 
+pub(crate) use self::grants::*;
 pub(crate) use self::outbox::*;
 pub(crate) use self::questions::*;
 pub(crate) use self::steps::*;
