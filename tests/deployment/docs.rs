@@ -21,6 +21,7 @@ const DOCS: &[&str] = &[
     "docs/integrations.md",
     "docs/operations.md",
     "docs/operator-guide.md",
+    "docs/rules.md",
     "docs/security.md",
     "clients/python/README.md",
     "fuzz/README.md",
