@@ -1,7 +1,8 @@
 -- no-transaction
 -- Rules before the human (issue 35).
 -- * `via = 'rule'`: a `[[rules]]` rule (or the rules' default) allowed or denied the call
---   without asking. SQLite cannot change a CHECK constraint in place, so the table is
+--   without asking; `via = 'grant'`: the grant check (`grant_scope`) refused it (no live
+--   grant) or let it through (`require_grant_only`). SQLite cannot change a CHECK constraint in place, so the table is
 --   rebuilt as in 20261130000005_interactions.sql (the documented 12-step procedure):
 --   foreign keys off, copy, swap, check, foreign keys on.
 -- * `rule`: the name of the rule that decided the call (NULL: the rules' default, or no
@@ -34,7 +35,7 @@ CREATE TABLE questions_new (
     status                   TEXT NOT NULL
         CHECK (status IN ('pending', 'confirmed', 'cancelled', 'timeout', 'completed')),
     via                      TEXT
-        CHECK (via IN ('operator', 'window', 'timeout', 'withdrawn', 'fail_closed', 'rule')),
+        CHECK (via IN ('operator', 'window', 'timeout', 'withdrawn', 'fail_closed', 'rule', 'grant')),
     reason                   TEXT NOT NULL,
     decided_by_id            INTEGER,
     decided_by_username      TEXT,

@@ -117,6 +117,12 @@ struct RuleLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GrantLabels {
+    /// `created` or `revoked`.
+    event: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct MethodLabels {
     method: &'static str,
 }
@@ -136,6 +142,7 @@ pub struct Metrics {
     decision_latency: Family<LatencyLabels, Histogram>,
     window_hits: Family<AgentToolLabels, Counter>,
     rule_decisions: Family<RuleLabels, Counter>,
+    grants: Family<GrantLabels, Counter>,
     pending: Family<AgentLabels, Gauge>,
     oldest_pending_age: Gauge<f64, std::sync::atomic::AtomicU64>,
     telegram_requests: Family<MethodLabels, Counter>,
@@ -206,6 +213,12 @@ impl Metrics {
             "rule_decisions",
             "Calls the [[rules]] judged, by effect, deciding rule and mode (a rule's name is the operator's own text, so the set of labels is bounded by the configuration)",
             rule_decisions.clone(),
+        );
+        let grants = Family::<GrantLabels, Counter>::default();
+        registry.register(
+            "grants",
+            "Grants stored (`created`) and revoked before they expired (`revoked`)",
+            grants.clone(),
         );
         let pending = Family::<AgentLabels, Gauge>::default();
         registry.register(
@@ -319,6 +332,7 @@ impl Metrics {
             decision_latency,
             window_hits,
             rule_decisions,
+            grants,
             pending,
             oldest_pending_age,
             telegram_requests,
@@ -415,6 +429,11 @@ impl Metrics {
                 mode: if v.enforced { "enforce" } else { "dry_run" },
             })
             .inc();
+    }
+
+    /// A grant was stored (`created`) or revoked (`revoked`).
+    pub fn grant_event(&self, event: &'static str) {
+        self.grants.get_or_create(&GrantLabels { event }).inc();
     }
 
     /// One Bot API call ended: `error` is the failure's kind (see

@@ -16,12 +16,13 @@ use super::extract::{AuthAgent, Body};
 use super::limits::Held;
 use super::record::RecordView;
 use crate::config::{Agent, Config};
+use crate::domain::grant::Scope;
 use crate::domain::ids::{ConfirmationId, IdempotencyKey, OwnerId, ToolName};
 use crate::domain::outbox::{Url, callback_path_refusal};
 use crate::domain::python::value::PyDict;
 use crate::domain::question::Question;
 use crate::domain::{python, text};
-use crate::service::NewConfirmation;
+use crate::service::{GrantCheck, NewConfirmation};
 
 /// The limits a confirmation request is held to (their one home is
 /// [`crate::domain::limits`]), under the names this module has always exported.
@@ -51,6 +52,8 @@ const FIELDS: &[&str] = &[
     "idempotency_key",
     "context",
     "callback_url",
+    "grant_scope",
+    "require_grant_only",
 ];
 
 /// A JSON object's members as raw JSON, read as sent.
@@ -266,6 +269,18 @@ pub fn parse_create(
     .map(|u| allowed_callback_url(&u, agent))
     .transpose()?;
 
+    let grant = field::<String>(&body, "grant_scope", "a string such as \"tool:deploy\"")?
+        .map(|s| Scope::parse(&s).map_err(|e| ApiError::field("grant_scope", e.0)))
+        .transpose()?;
+    let sufficient = field(&body, "require_grant_only", "true or false")?.unwrap_or(false);
+    if sufficient && grant.is_none() {
+        return Err(ApiError::field(
+            "require_grant_only",
+            "needs grant_scope: the grant that would be enough",
+        ));
+    }
+    let grant = grant.map(|scope| GrantCheck { scope, sufficient });
+
     Ok((
         NewConfirmation {
             tool,
@@ -280,6 +295,7 @@ pub fn parse_create(
             idempotency_key,
             context,
             callback_url,
+            grant,
         },
         wait,
     ))

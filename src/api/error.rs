@@ -303,6 +303,7 @@ impl From<ServiceError> for ApiError {
                 message,
                 retry_after_secs,
             },
+            ServiceError::GrantRefused { field, reason } => ApiError::Conflict { field, reason },
             ServiceError::Storage(s) => s.into(),
         }
     }

@@ -4,6 +4,7 @@ pub mod confirmations;
 pub mod error;
 pub mod events;
 pub mod extract;
+pub mod grants;
 pub mod interactions;
 pub mod limits;
 pub mod metrics;
@@ -18,7 +19,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{Extensions, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -55,6 +56,9 @@ pub fn router(state: AppState) -> Router {
             get(interactions::get).delete(interactions::withdraw),
         )
         .route("/v1/notifications", post(interactions::notify))
+        .route("/v1/grants", post(grants::create).get(grants::list))
+        .route("/v1/grants/check", get(grants::check))
+        .route("/v1/grants/{id}", delete(grants::revoke))
         .route("/v1/events", get(events::stream))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -37,8 +37,8 @@ pub use load::ENV_OVERRIDE_PREFIX;
 pub use metrics::MetricsSettings;
 pub use redis_bridge::{RedisBridge, RedisBridgeSettings};
 pub use routes::{
-    DEFAULT_MAX_EXTENSIONS, DEFAULT_MAX_WINDOW_SECONDS, Escalation, MAX_REMINDERS, Route,
-    RouteSettings,
+    DEFAULT_MAX_EXTENSIONS, DEFAULT_MAX_GRANT_SECONDS, DEFAULT_MAX_WINDOW_SECONDS, Escalation,
+    MAX_REMINDERS, Route, RouteSettings,
 };
 pub use rules::{reload as reload_rules, rules_of_file};
 pub use server::{

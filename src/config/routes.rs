@@ -29,6 +29,10 @@ pub struct RouteSettings {
     /// is a decision for whoever configures the route, not for an agent's request.
     #[serde(default = "default_max_window_seconds")]
     pub max_window_seconds: u64,
+    /// The longest a grant approved here lasts (`POST /v1/grants`); a longer one asked
+    /// for is cut to it. 8 hours by default: a working day.
+    #[serde(default = "default_max_grant_seconds")]
+    pub max_grant_seconds: u64,
     /// When to remind the approvers of a question still pending: shares of its timeout
     /// (`"50%"`) or times after it was asked (`"10m"`, `"90s"`, `"2h"`, or seconds).
     #[serde(default)]
@@ -76,6 +80,13 @@ pub struct Escalation {
 /// See [`RouteSettings::max_window_seconds`].
 pub const DEFAULT_MAX_WINDOW_SECONDS: u64 = 3600;
 
+/// See [`RouteSettings::max_grant_seconds`].
+pub const DEFAULT_MAX_GRANT_SECONDS: u64 = 8 * 3600;
+
+fn default_max_grant_seconds() -> u64 {
+    DEFAULT_MAX_GRANT_SECONDS
+}
+
 /// Most reminder points a route may list: each is a message in the chat.
 pub const MAX_REMINDERS: usize = 10;
 
@@ -93,6 +104,8 @@ pub struct Route {
     pub quorum: Option<u32>,
     /// The longest window an approval on this route opens.
     pub max_window_seconds: u64,
+    /// The longest a grant approved on this route lasts.
+    pub max_grant_seconds: u64,
     /// Reminder points, in the order given.
     pub remind_after: Vec<When>,
     pub escalation: Option<Escalation>,
@@ -202,6 +215,17 @@ impl RouteSettings {
                 ),
             ));
         }
+        if self.max_grant_seconds == 0
+            || self.max_grant_seconds > crate::domain::limits::MAX_WINDOW_SECONDS
+        {
+            return Err(invalid(
+                format!("{key}.max_grant_seconds"),
+                format!(
+                    "must be from 1 to {} (366 days)",
+                    crate::domain::limits::MAX_WINDOW_SECONDS
+                ),
+            ));
+        }
         if self.quorum == Some(0) {
             return Err(invalid(format!("{key}.quorum"), "must be at least 1"));
         }
@@ -212,6 +236,7 @@ impl RouteSettings {
             forbid_self_approval: self.forbid_self_approval,
             quorum: self.quorum,
             max_window_seconds: self.max_window_seconds,
+            max_grant_seconds: self.max_grant_seconds,
             remind_after,
             escalation,
             extend_by,

@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
+use super::grant::{Grant, GrantSource};
 use super::interaction::Answer;
 use super::question::{Operator, Question, Status, Step, Via, Window, rfc3339};
 use super::rules::Verdict;
@@ -112,7 +113,26 @@ fn verdict_json(v: &Verdict) -> Value {
 pub fn at_once(r: &Question) -> NewEvent {
     match (r.via, &r.rule) {
         (Some(Via::Rule), Some(verdict)) => rule_decided(r, verdict),
+        (Some(Via::Grant), _) => grant_decided(r),
         _ => window_hit(r),
+    }
+}
+
+/// The grant check decided a call without asking: no live grant (`cancelled`), or a live
+/// grant was enough (`confirmed`); `reason` names the scope, and the grant.
+pub fn grant_decided(r: &Question) -> NewEvent {
+    NewEvent {
+        at: r.created_at,
+        confirmation_id: Some(r.id.to_string()),
+        kind: "grant_decided",
+        actor: "system".into(),
+        detail: json!({
+            "tool": r.tool.as_str(),
+            "owner_id": r.owner_id.as_str(),
+            "args_hash": r.args_hash.as_str(),
+            "status": r.status.as_str(),
+            "reason": r.reason,
+        }),
     }
 }
 
@@ -130,6 +150,54 @@ pub fn rule_decided(r: &Question, verdict: &Verdict) -> NewEvent {
             "status": r.status.as_str(),
             "reason": r.reason,
             "rules": verdict_json(verdict),
+        }),
+    }
+}
+
+/// A grant was stored (AI-Parrot's `GrantGuard`): who it lets through, for what, until
+/// when, and the approval it came from.
+pub fn grant_created(g: &Grant) -> NewEvent {
+    let source = match &g.source {
+        GrantSource::Asked { confirmation_id } => {
+            json!({"confirmation_id": confirmation_id.as_str()})
+        }
+        GrantSource::Interaction { interaction_id } => json!({"interaction_id": interaction_id}),
+    };
+    NewEvent {
+        at: g.created_at,
+        confirmation_id: match &g.source {
+            GrantSource::Asked { confirmation_id } => Some(confirmation_id.to_string()),
+            GrantSource::Interaction { .. } => None,
+        },
+        kind: "grant_created",
+        actor: format!("agent:{}", g.agent),
+        detail: json!({
+            "grant_id": g.grant_id.as_str(),
+            "owner_id": g.owner_id.as_str(),
+            "scope": g.scope.as_str(),
+            "route": g.route,
+            "granted_by": operator_json(&g.granted_by),
+            "expires_at": rfc3339(g.expires_at),
+            "source": source,
+        }),
+    }
+}
+
+/// A grant was revoked, by an operator or by its agent, before it expired.
+pub fn grant_revoked(g: &Grant, at: OffsetDateTime) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: None,
+        kind: "grant_revoked",
+        actor: match &g.revoked_by {
+            Some(op) => format!("telegram:{}", op.id),
+            None => format!("agent:{}", g.agent),
+        },
+        detail: json!({
+            "grant_id": g.grant_id.as_str(),
+            "owner_id": g.owner_id.as_str(),
+            "scope": g.scope.as_str(),
+            "revoked_by": g.revoked_by.as_ref().map(operator_json),
         }),
     }
 }

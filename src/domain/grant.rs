@@ -208,6 +208,50 @@ impl Grant {
     }
 }
 
+/// How long after a human answered yes an approval may be presented to become a grant
+/// (`POST /v1/grants` with `interaction_id`): long enough for an agent to store what it
+/// just asked, too short to dig out an old yes.
+pub const PRESENTATION_WINDOW: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// What approving a grant allows, in plain words: "any deploy call", "any call of any
+/// tool", or "anything in scope report:q3".
+pub fn scope_in_words(scope: &Scope) -> String {
+    match (scope.kind(), scope.is_wildcard()) {
+        (TOOL_KIND, true) => "any call of any tool".to_owned(),
+        (TOOL_KIND, false) => format!("any {} call", scope.name()),
+        _ => format!("anything in scope {scope}"),
+    }
+}
+
+/// The question a grant is asked with. Its `Scope:` and `Owner:` lines are what
+/// [`approval_names`] checks when the approval is presented, the same lines AI-Parrot's
+/// `GrantGuard` writes in its own question, so an approval of something else never
+/// becomes a grant.
+pub fn question(
+    agent: &str,
+    scope: &Scope,
+    owner: &OwnerId,
+    window: &str,
+    latest_end: &str,
+    reason: Option<&str>,
+) -> String {
+    let mut text = format!(
+        "🔑 Grant request: approving lets {agent} run {} for {owner}, without asking, for {window} after your tap (until {latest_end} at the latest). Revoke it any time with /grants.\nScope: {scope}\nOwner: {owner}",
+        scope_in_words(scope),
+    );
+    if let Some(reason) = reason {
+        text.push_str(&format!("\nReason given by the agent: {reason}"));
+    }
+    text
+}
+
+/// Whether an approval's question names `scope` and `owner` on lines of their own
+/// (`Scope: tool:deploy`, `Owner: alice`): what the human saw and said yes to.
+pub fn approval_names(question: &str, scope: &Scope, owner: &OwnerId) -> bool {
+    let line = |want: String| question.lines().any(|l| l.trim() == want);
+    line(format!("Scope: {scope}")) && line(format!("Owner: {owner}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,6 +265,44 @@ mod tests {
             Ok(scope) => panic!("{s} parsed as {scope:?}"),
             Err(InvalidValue(why)) => why,
         }
+    }
+
+    #[test]
+    fn an_approval_names_the_scope_and_owner_only_on_lines_of_their_own() {
+        let owner = OwnerId::parse("alice").unwrap();
+        let q = question(
+            "agent-a",
+            &scope("tool:deploy"),
+            &owner,
+            "8 h",
+            "17:00 UTC",
+            None,
+        );
+        assert!(
+            q.contains("approving lets agent-a run any deploy call for alice"),
+            "{q}"
+        );
+        assert!(approval_names(&q, &scope("tool:deploy"), &owner));
+        assert!(!approval_names(&q, &scope("tool:*"), &owner));
+        assert!(!approval_names(
+            &q,
+            &scope("tool:deploy"),
+            &OwnerId::parse("bob").unwrap()
+        ));
+        // AI-Parrot's GrantGuard words it its own way, with the same two lines.
+        let parrot = "⚠️ Tool 'deploy' requires approval.\nScope: tool:deploy\nOwner: alice\nApproval window: 15.0 min\n\nDo you approve this action?";
+        assert!(approval_names(parrot, &scope("tool:deploy"), &owner));
+        // Named in passing is not named.
+        assert!(!approval_names(
+            "Scope: tool:deploy, Owner: alice",
+            &scope("tool:deploy"),
+            &owner
+        ));
+        assert_eq!(scope_in_words(&scope("tool:*")), "any call of any tool");
+        assert_eq!(
+            scope_in_words(&scope("report:q3")),
+            "anything in scope report:q3"
+        );
     }
 
     #[test]

@@ -69,6 +69,9 @@ pub enum Via {
     FailClosed,
     /// A `[[rules]]` rule (or the rules' default) allowed or denied it without asking.
     Rule,
+    /// The grant check (`grant_scope`): no live grant refused it, or a live grant was
+    /// enough (`require_grant_only`).
+    Grant,
 }
 
 impl Via {
@@ -80,6 +83,7 @@ impl Via {
             Via::Withdrawn => "withdrawn",
             Via::FailClosed => "fail_closed",
             Via::Rule => "rule",
+            Via::Grant => "grant",
         }
     }
 
@@ -91,6 +95,7 @@ impl Via {
             "withdrawn" => Via::Withdrawn,
             "fail_closed" => Via::FailClosed,
             "rule" => Via::Rule,
+            "grant" => Via::Grant,
             _ => return None,
         })
     }
@@ -287,7 +292,7 @@ impl Question {
     /// timeout, an unreachable chat or a withdrawal say nothing about the call itself.)
     pub fn do_not_retry(&self) -> bool {
         match (self.status, self.via) {
-            (Status::Cancelled, Some(Via::Operator | Via::Rule)) => true,
+            (Status::Cancelled, Some(Via::Operator | Via::Rule | Via::Grant)) => true,
             (Status::Completed, Some(Via::Rule)) => self.result != Some(Value::Bool(true)),
             (Status::Completed, Some(Via::Operator)) => {
                 self.denial_reason.is_some()
@@ -654,6 +659,30 @@ impl Window {
             rfc3339(self.expires_at)
         )
     }
+}
+
+/// "10 min", "2 h", "1 day 6 h": a window's length as an operator reads it.
+pub fn window_duration(seconds: u64) -> String {
+    let (d, h, m, s) = (
+        seconds / 86_400,
+        seconds % 86_400 / 3600,
+        seconds % 3600 / 60,
+        seconds % 60,
+    );
+    let mut parts = Vec::new();
+    if d > 0 {
+        parts.push(format!("{d} day{}", if d == 1 { "" } else { "s" }));
+    }
+    if h > 0 {
+        parts.push(format!("{h} h"));
+    }
+    if m > 0 {
+        parts.push(format!("{m} min"));
+    }
+    if s > 0 || parts.is_empty() {
+        parts.push(format!("{s} s"));
+    }
+    parts.join(" ")
 }
 
 /// "2 min", "90 s", "1.5 s": short and exact enough for a reason text.

@@ -80,6 +80,18 @@ impl Service {
             rule: None,
         };
 
+        // Grant, then confirm: without a live grant covering `grant_scope` nothing is
+        // asked; with one, the call goes on to rules, window and person (or is confirmed
+        // here when the grant is all it needs).
+        if let Some(check) = &new.grant
+            && self.grant_gate(check, &mut record, now).await?
+        {
+            return match self.store_ended(&record, now).await? {
+                Inserted::New(r) => Ok(r),
+                Inserted::Existing(e) => same_request(e, &new, &record.args_hash),
+            };
+        }
+
         let judgement = self
             .judge(
                 &agent.name,
@@ -144,9 +156,9 @@ impl Service {
             // Debug, not info, for a window: an agent looping over an approved call
             // would otherwise log a line per call (the audit trail and the metrics count
             // every hit anyway). A rule's decision names the rule, worth a line.
-            if stored.via == Some(Via::Rule) {
+            if matches!(stored.via, Some(Via::Rule | Via::Grant)) {
                 tracing::info!(id = %stored.id, agent = %stored.agent, tool = %stored.tool,
-                    status = stored.status.as_str(), reason = %stored.reason, "decided by the rules");
+                    status = stored.status.as_str(), reason = %stored.reason, "decided before asking (rules or a grant)");
             } else {
                 tracing::debug!(id = %stored.id, agent = %stored.agent, tool = %stored.tool,
                     "confirmed by a live window");
@@ -411,10 +423,10 @@ fn end_by_rule(record: &mut Question, effect: Effect, now: OffsetDateTime, answe
     record.result = answer;
     record.via = Some(Via::Rule);
     record.callback_token = CallbackToken::never_shown();
-    record.reason = record
-        .rule
-        .as_ref()
-        .map_or_else(|| "decided by the rules".to_owned(), judge::rule_reason);
+    record.reason = record.rule.as_ref().map_or_else(
+        || "decided before asking (rules or a grant)".to_owned(),
+        judge::rule_reason,
+    );
     record.decided_at = Some(now);
 }
 

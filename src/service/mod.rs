@@ -51,6 +51,7 @@ mod commands;
 mod create;
 mod decide;
 mod deliver;
+mod grants;
 mod judge;
 mod lead;
 mod recover;
@@ -58,6 +59,7 @@ mod steps;
 mod wait;
 pub use agree::ConfigReport;
 pub use commands::{Command, CommandError, CommandMessage, CommandReply, Setup};
+pub use grants::{GrantCheck, GrantRequest};
 pub use steps::{MAX_MENTIONS, Mention};
 
 /// Why Telegram could not carry a message.
@@ -292,6 +294,8 @@ pub struct NewConfirmation {
     pub context: Option<String>,
     /// Already checked against the agent's allow-list.
     pub callback_url: Option<String>,
+    /// `grant_scope`: the grant check that comes first (grant, then confirm).
+    pub grant: Option<GrantCheck>,
 }
 
 /// What a button means.
@@ -371,6 +375,9 @@ pub enum ServiceError {
         message: String,
         retry_after_secs: u64,
     },
+    /// A grant that cannot be stored as asked: `field` is the request's field at fault.
+    #[error("{field}: {reason}")]
+    GrantRefused { field: String, reason: String },
     #[error(transparent)]
     Storage(#[from] StorageError),
 }

@@ -338,7 +338,12 @@ impl Windows for This {
 #[async_trait]
 impl Grants for This {
     async fn insert_grant(&self, grant: &Grant) -> Result<GrantInserted, StorageError> {
-        sql::insert_grant(&self.pool, grant).await
+        // Under the audit lock: a new grant is audited (`grant_created`) in the same
+        // transaction.
+        let (_writer, mut tx) = self.audit_tx().await?;
+        let inserted = sql::insert_grant(&mut tx, grant).await?;
+        tx.commit().await?;
+        Ok(inserted)
     }
 
     async fn grant(&self, id: &GrantId) -> Result<Option<Grant>, StorageError> {
@@ -371,7 +376,10 @@ impl Grants for This {
         by: Option<&Operator>,
         now: OffsetDateTime,
     ) -> Result<Option<Grant>, StorageError> {
-        sql::revoke_grant(&self.pool, id, agent, by, now).await
+        let (_writer, mut tx) = self.audit_tx().await?;
+        let revoked = sql::revoke_grant(&mut tx, id, agent, by, now).await?;
+        tx.commit().await?;
+        Ok(revoked)
     }
 }
 

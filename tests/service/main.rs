@@ -42,6 +42,7 @@ mod polling {
     mod api;
     mod crash;
     mod fair_chat;
+    mod grants;
     mod hostile_clients;
     mod input_refusals;
     mod logs;

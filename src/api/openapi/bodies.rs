@@ -193,6 +193,24 @@ impl PartialSchema for CreateConfirmationBody {
                 ),
             )
             .property("callback_url", callback_url_schema())
+            .property(
+                "grant_scope",
+                grant_scope_schema(
+                    "Grant, then confirm: the scope (`tool:deploy`; `tool:*` covers every tool) a \
+                 live grant of this agent for `owner_id` must cover. Without one the request \
+                 is `cancelled` at once, `via: \"grant\"`, nobody asked.",
+                ),
+            )
+            .property(
+                "require_grant_only",
+                ObjectBuilder::new()
+                    .schema_type(nullable(Type::Boolean))
+                    .default(Some(false.into()))
+                    .description(Some(
+                        "With `grant_scope`: a live grant confirms the call at once \
+                         (`via: \"grant\"`), without rules, window or person.",
+                    )),
+            )
             .examples([
                 json!({
                     "tool": "transfer", "params": {"to": "ACME", "amount": 1200.5},
@@ -216,6 +234,17 @@ impl PartialSchema for CreateConfirmationBody {
 }
 
 /// `callback_url` of a create body.
+/// A grant's scope: `kind:name`, `kind:*` for every name of the kind.
+pub fn grant_scope_schema(description: &str) -> Object {
+    ObjectBuilder::new()
+        .schema_type(nullable(Type::String))
+        .pattern(Some(r"^[a-z0-9_-]+:(\*|[^*\s]([^*]*[^*\s])?)$"))
+        .min_length(Some(3))
+        .max_length(Some(crate::domain::grant::Scope::MAX_CHARS))
+        .description(Some(description))
+        .build()
+}
+
 fn callback_url_schema() -> Object {
     ObjectBuilder::new()
         .schema_type(nullable(Type::String))
@@ -480,6 +509,100 @@ impl PartialSchema for NotificationBody {
             .description(Some(
                 "A one-way message. `null` counts as absent; unknown fields and repeated keys \
                  are refused.",
+            ))
+            .into()
+    }
+}
+
+/// Documentation of the `POST /v1/grants` body; the body itself is read by
+/// `api::grants::parse_create`.
+pub struct CreateGrantBody;
+
+impl ToSchema for CreateGrantBody {}
+
+impl PartialSchema for CreateGrantBody {
+    fn schema() -> RefOr<Schema> {
+        let mut scope =
+            grant_scope_schema("What the grant covers: `tool:deploy`, or `tool:*` for every tool.");
+        scope.schema_type = Type::String.into();
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property(
+                "owner_id",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .min_length(Some(1))
+                    .max_length(Some(OwnerId::MAX_CHARS))
+                    .description(Some("On whose behalf the agent acts.")),
+            )
+            .required("owner_id")
+            .property("scope", scope)
+            .required("scope")
+            .property(
+                "window_seconds",
+                ObjectBuilder::new()
+                    .schema_type(nullable(Type::Integer))
+                    .minimum(Some(1))
+                    .maximum(Some(MAX_WINDOW_SECONDS))
+                    .default(Some(super::super::grants::DEFAULT_GRANT_SECONDS.into()))
+                    .description(Some(
+                        "How long the grant lasts from the yes; cut to the route's \
+                         `max_grant_seconds` (8 h by default).",
+                    )),
+            )
+            .property(
+                "route",
+                optional_text(
+                    0,
+                    MAX_ROUTE_CHARS,
+                    "Where to ask (one of this agent's routes). Default: the agent's \
+                     `default_route`.",
+                ),
+            )
+            .property(
+                "reason",
+                optional_text(
+                    0,
+                    super::super::grants::MAX_REASON_CHARS,
+                    "Why the agent asks, shown to the approvers: no NUL or ESC characters.",
+                ),
+            )
+            .property(
+                "interaction_id",
+                optional_text(
+                    1,
+                    crate::domain::interaction::MAX_INTERACTION_ID_CHARS,
+                    "Present an approval instead of asking: an interaction of this agent a \
+                     person answered yes within the last 5 minutes, whose question has the \
+                     lines `Scope: <scope>` and `Owner: <owner_id>`. It grants once.",
+                ),
+            )
+            .property(
+                "wait",
+                ObjectBuilder::new()
+                    .schema_type(nullable(Type::String))
+                    .enum_values(Some([Value::from("block"), "suspend".into(), Value::Null]))
+                    .default(Some("block".into()))
+                    .description(Some(
+                        "`block`: answer once the question ended; `suspend`: answer 202 at \
+                         once (not with `interaction_id`).",
+                    )),
+            )
+            .property(
+                "timeout_seconds",
+                ObjectBuilder::new()
+                    .schema_type(nullable(Type::Number))
+                    .exclusive_minimum(Some(0))
+                    .description(Some(
+                        "How long the question waits for an answer (not with \
+                         `interaction_id`). Default: the configuration's \
+                         `default_timeout_seconds`.",
+                    )),
+            )
+            .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+            .description(Some(
+                "A grant to ask for, or an approval to present. `null` counts as absent; \
+                 unknown fields and repeated keys are refused.",
             ))
             .into()
     }

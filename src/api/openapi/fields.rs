@@ -46,6 +46,7 @@ pub fn via_schema() -> Object {
         Via::Withdrawn,
         Via::FailClosed,
         Via::Rule,
+        Via::Grant,
     ];
     let values = all
         .map(|v| Value::from(v.as_str()))

@@ -22,7 +22,8 @@ mod fields;
 mod tests;
 
 pub use bodies::{
-    CreateConfirmationBody, CreateInteractionBody, HumanInteraction, NotificationBody,
+    CreateConfirmationBody, CreateGrantBody, CreateInteractionBody, HumanInteraction,
+    NotificationBody,
 };
 pub use fields::{
     ChangePoll, LongPoll, any_value_schema, approved_scope_schema, effect_schema,
@@ -70,6 +71,10 @@ pub const METRICS_BEARER: &str = "metrics_bearer";
         interactions::withdraw,
         super::events::stream,
         interactions::notify,
+        super::grants::create,
+        super::grants::check,
+        super::grants::list,
+        super::grants::revoke,
         super::healthz,
         super::metrics::serve,
         serve,
@@ -80,6 +85,11 @@ pub const METRICS_BEARER: &str = "metrics_bearer";
         HumanInteraction,
         NotificationBody,
         NotificationSent,
+        CreateGrantBody,
+        super::grants::GrantView,
+        super::grants::GrantAnswer,
+        super::grants::GrantCheckView,
+        super::grants::GrantList,
         InteractionView,
         ErrorBody,
         ConflictBody,
@@ -94,6 +104,8 @@ pub const METRICS_BEARER: &str = "metrics_bearer";
         (name = "interactions", description = "AI-Parrot's human interactions: ask, read, \
             long-poll, withdraw, and stream answers and status changes."),
         (name = "notifications", description = "One-way messages to a route or a person."),
+        (name = "grants", description = "AI-Parrot's GrantGuard grants, durable: ask for \
+            one, present an approval, check, list and revoke."),
         (name = "service", description = "Health, metrics and this document."),
     )
 )]

@@ -18,9 +18,10 @@ pub struct StoredStatus {
 /// one of them, appended in the transaction that stored the outcome; a pending request
 /// has none. `decided` covers taps and interactions' answers (its detail names the
 /// status); the others imply it (see [`recorded_status`]).
-pub const DECISION_KINDS: [&str; 6] = [
+pub const DECISION_KINDS: [&str; 7] = [
     "window_hit",
     "rule_decided",
+    "grant_decided",
     "decided",
     "timeout",
     "withdrawn",

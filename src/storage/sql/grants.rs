@@ -9,7 +9,7 @@ use super::*;
 /// lets the unique indexes decide (an interaction or a question already used), so two
 /// processes inserting at once cannot both succeed.
 pub(crate) async fn insert_grant(
-    pool: &Pool<Db>,
+    tx: &mut Transaction<'_, Db>,
     g: &Grant,
 ) -> Result<GrantInserted, StorageError> {
     let (confirmation_id, interaction_id) = match &g.source {
@@ -41,10 +41,11 @@ pub(crate) async fn insert_grant(
     .bind(revoked_by_name)
     .bind(confirmation_id)
     .bind(interaction_id)
-    .execute(pool)
+    .execute(&mut **tx)
     .await?
     .rows_affected();
     if written == 1 {
+        append_event(tx, &audit::grant_created(g)).await?;
         return Ok(GrantInserted::New(g.clone()));
     }
     // Nothing written: a unique index held the source already. (Or the new grant's
@@ -52,7 +53,7 @@ pub(crate) async fn insert_grant(
     match &g.source {
         GrantSource::Asked { confirmation_id } => {
             let held = select_grant(
-                pool,
+                &mut **tx,
                 select_grants_where!("confirmation_id = $1"),
                 confirmation_id.as_str(),
             )
@@ -67,7 +68,7 @@ pub(crate) async fn insert_grant(
             )
             .bind(&g.agent)
             .bind(interaction_id)
-            .fetch_one(pool)
+            .fetch_one(&mut **tx)
             .await?;
             if used {
                 return Ok(GrantInserted::InteractionUsed);
@@ -86,12 +87,12 @@ pub(crate) async fn grant(pool: &Pool<Db>, id: &GrantId) -> Result<Option<Grant>
 }
 
 /// The grant `sql` selects by its one parameter, `key` (a unique column).
-async fn select_grant(
-    pool: &Pool<Db>,
+async fn select_grant<'e>(
+    db: impl sqlx::Executor<'e, Database = Db>,
     sql: &'static str,
     key: &str,
 ) -> Result<Option<Grant>, StorageError> {
-    let row: Option<GrantRow> = sqlx::query_as(sql).bind(key).fetch_optional(pool).await?;
+    let row: Option<GrantRow> = sqlx::query_as(sql).bind(key).fetch_optional(db).await?;
     row.map(GrantRow::into_domain).transpose()
 }
 
@@ -149,7 +150,7 @@ pub(crate) async fn live_grants(
 /// condition no longer holds once the first committed (PostgreSQL re-checks it after the
 /// row lock, SQLite has one writer).
 pub(crate) async fn revoke_grant(
-    pool: &Pool<Db>,
+    tx: &mut Transaction<'_, Db>,
     id: &GrantId,
     agent: Option<&str>,
     by: Option<&Operator>,
@@ -170,7 +171,11 @@ pub(crate) async fn revoke_grant(
     .bind(by_name)
     .bind(id.as_str())
     .bind(agent)
-    .fetch_optional(pool)
+    .fetch_optional(&mut **tx)
     .await?;
-    row.map(GrantRow::into_domain).transpose()
+    let revoked = row.map(GrantRow::into_domain).transpose()?;
+    if let Some(g) = &revoked {
+        append_event(tx, &audit::grant_revoked(g, now)).await?;
+    }
+    Ok(revoked)
 }

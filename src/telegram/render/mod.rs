@@ -132,29 +132,9 @@ fn clock(t: OffsetDateTime) -> String {
     t.format(&f).unwrap_or_default()
 }
 
-/// "10 min", "2 h", "1 day 6 h": a window's length as an operator reads it.
-pub fn window_duration(seconds: u64) -> String {
-    let (d, h, m, s) = (
-        seconds / 86_400,
-        seconds % 86_400 / 3600,
-        seconds % 3600 / 60,
-        seconds % 60,
-    );
-    let mut parts = Vec::new();
-    if d > 0 {
-        parts.push(format!("{d} day{}", if d == 1 { "" } else { "s" }));
-    }
-    if h > 0 {
-        parts.push(format!("{h} h"));
-    }
-    if m > 0 {
-        parts.push(format!("{m} min"));
-    }
-    if s > 0 || parts.is_empty() {
-        parts.push(format!("{s} s"));
-    }
-    parts.join(" ")
-}
+/// The window's length as an operator reads it (in the domain: the service words a
+/// grant's question with it too).
+pub use crate::domain::question::window_duration;
 
 /// The label of the button that approves with the window.
 pub fn approve_for_label(seconds: u64) -> String {

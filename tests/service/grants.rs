@@ -1,0 +1,412 @@
+//! Grants (AI-Parrot's `GrantGuard`, durable): asked in Telegram and approved, or an
+//! approval presented once within 5 minutes; checked (`tool:*` covers every tool),
+//! listed, revoked, expired; another agent's invisible; grant then confirm; kept across
+//! a restart.
+
+use std::time::Duration;
+
+use crate::support::app::*;
+use crate::support::interactions::*;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+async fn post_grant_as(app: &TestApp, token: &str, body: Value) -> (StatusCode, Value) {
+    let r = app
+        .client
+        .post(app.url("/v1/grants"))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .expect("POST /v1/grants");
+    json_of(r).await
+}
+
+async fn post_grant(app: &TestApp, body: Value) -> (StatusCode, Value) {
+    post_grant_as(app, TOKEN_A, body).await
+}
+
+async fn check_as(app: &TestApp, token: &str, owner: &str, scope: &str) -> Value {
+    let r = app
+        .client
+        .get(app.url("/v1/grants/check"))
+        .query(&[("owner_id", owner), ("scope", scope)])
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("GET /v1/grants/check");
+    let (s, b) = json_of(r).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    b
+}
+
+async fn check(app: &TestApp, owner: &str, scope: &str) -> bool {
+    check_as(app, TOKEN_A, owner, scope).await["allowed"]
+        .as_bool()
+        .expect("allowed")
+}
+
+async fn revoke_as(app: &TestApp, token: &str, id: &str) -> (StatusCode, Value) {
+    let r = app
+        .client
+        .delete(app.url(&format!("/v1/grants/{id}")))
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("DELETE");
+    json_of(r).await
+}
+
+/// AI-Parrot's `GrantGuard` asks its own approval first: this one, answered yes by
+/// Alice. Returns its interaction id.
+async fn guard_approval(app: &TestApp, id: &str, scope: &str, owner: &str) -> String {
+    let question = format!(
+        "⚠️ Tool 'deploy' requires approval.\nScope: {scope}\nOwner: {owner}\nApproval window: 15.0 min\n\nDo you approve this action?"
+    );
+    let before = app.telegram.sent_messages().len();
+    let (s, _) = post_interaction(
+        app,
+        json!({"interaction": {"interaction_id": id, "question": question,
+                               "interaction_type": "approval", "default_response": false}}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    let mut msg = None;
+    for _ in 0..500 {
+        msg = app
+            .telegram
+            .sent_messages()
+            .into_iter()
+            .skip(before)
+            .find(|m| m.visible_text.contains(&format!("Scope: {scope}")));
+        if msg.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let msg = msg.expect("the guard's question");
+    tap(app, &msg, "✅ Approve", alice()).await;
+    wait_for_status_as(app, TOKEN_A, id, "completed", Duration::from_secs(10)).await;
+    id.to_owned()
+}
+
+#[tokio::test]
+async fn a_grant_asked_and_approved_in_telegram_covers_its_scope_for_its_owner_only() {
+    let app = TestApp::spawn().await;
+    let asking = tokio::spawn({
+        let client = app.client.clone();
+        let url = app.url("/v1/grants");
+        async move {
+            let r = client
+                .post(url)
+                .bearer_auth(TOKEN_A)
+                .json(&json!({"owner_id": "emp-1", "scope": "tool:deploy",
+                              "window_seconds": 3600, "reason": "release day"}))
+                .send()
+                .await
+                .unwrap();
+            json_of(r).await
+        }
+    });
+    let msg = app
+        .telegram
+        .wait_for_message_in(OPS_CHAT, 1)
+        .await
+        .remove(0);
+    let text = &msg.visible_text;
+    assert!(
+        text.contains("approving lets agent-a run any deploy call for emp-1, without asking, for 1 h after your tap"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Scope: tool:deploy") && text.contains("Owner: emp-1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Reason given by the agent: release day"),
+        "{text}"
+    );
+    tap(&app, &msg, "✅ Approve", alice()).await;
+    let (s, answer) = asking.await.unwrap();
+    assert_eq!(s, StatusCode::CREATED, "{answer}");
+    assert_eq!(answer["status"], "granted");
+    let grant = &answer["grant"];
+    assert_eq!(grant["scope"], "tool:deploy");
+    assert_eq!(grant["owner_id"], "emp-1");
+    assert_eq!(grant["agent"], "agent-a");
+    assert_eq!(grant["granted_by"]["id"], ALICE);
+    assert_eq!(grant["live"], true);
+    assert!(grant["grant_id"].as_str().unwrap().starts_with("gr_"));
+
+    assert!(check(&app, "emp-1", "tool:deploy").await);
+    let covered = check_as(&app, TOKEN_A, "emp-1", "tool:deploy").await;
+    assert_eq!(covered["grant"]["grant_id"], grant["grant_id"]);
+    assert!(
+        !check(&app, "emp-1", "tool:drop_table").await,
+        "another tool"
+    );
+    assert!(!check(&app, "emp-2", "tool:deploy").await, "another owner");
+
+    // Durable: a restart keeps it.
+    let app = app.restart().await;
+    assert!(check(&app, "emp-1", "tool:deploy").await);
+    let r = app
+        .client
+        .get(app.url("/v1/grants"))
+        .bearer_auth(TOKEN_A)
+        .send()
+        .await
+        .unwrap();
+    let (_, list) = json_of(r).await;
+    assert_eq!(list["grants"].as_array().unwrap().len(), 1, "{list}");
+}
+
+#[tokio::test]
+async fn a_grant_refused_in_telegram_stores_nothing() {
+    let app = TestApp::spawn().await;
+    let asking = tokio::spawn({
+        let client = app.client.clone();
+        let url = app.url("/v1/grants");
+        async move {
+            let r = client
+                .post(url)
+                .bearer_auth(TOKEN_A)
+                .json(&json!({"owner_id": "emp-1", "scope": "tool:*"}))
+                .send()
+                .await
+                .unwrap();
+            json_of(r).await
+        }
+    });
+    let msg = app
+        .telegram
+        .wait_for_message_in(OPS_CHAT, 1)
+        .await
+        .remove(0);
+    assert!(
+        msg.visible_text.contains("any call of any tool"),
+        "{}",
+        msg.visible_text
+    );
+    tap(&app, &msg, "❌ Reject", alice()).await;
+    let (s, answer) = asking.await.unwrap();
+    assert_eq!(
+        (s, answer["status"].as_str()),
+        (StatusCode::OK, Some("refused")),
+        "{answer}"
+    );
+    assert_eq!(answer["grant"], Value::Null);
+    assert!(!check(&app, "emp-1", "tool:deploy").await);
+}
+
+#[tokio::test]
+async fn a_wildcard_approval_presented_once_covers_every_tool_and_is_refused_the_second_time() {
+    let app = TestApp::spawn().await;
+    let id = guard_approval(&app, "guard-1", "tool:*", "emp-1").await;
+    let body = json!({"owner_id": "emp-1", "scope": "tool:*", "window_seconds": 900,
+                      "interaction_id": id});
+    let (s, answer) = post_grant(&app, body.clone()).await;
+    assert_eq!(s, StatusCode::CREATED, "{answer}");
+    assert_eq!(answer["grant"]["interaction_id"], "guard-1");
+    assert!(check(&app, "emp-1", "tool:deploy").await);
+    assert!(check(&app, "emp-1", "tool:anything_else").await);
+
+    let (s, again) = post_grant(&app, body).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{again}");
+    assert!(
+        again["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("already turned into a grant"),
+        "{again}"
+    );
+}
+
+#[tokio::test]
+async fn an_approval_of_something_else_or_older_than_five_minutes_grants_nothing() {
+    let app = TestApp::spawn().await;
+    // The yes was about tool:deploy; the agent asks for tool:*.
+    let id = guard_approval(&app, "guard-2", "tool:deploy", "emp-1").await;
+    let (s, b) = post_grant(
+        &app,
+        json!({"owner_id": "emp-1", "scope": "tool:*", "interaction_id": id}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("asked something else"),
+        "{b}"
+    );
+
+    // Six minutes ago.
+    let pool = sqlx::SqlitePool::connect(&app.db_url).await.unwrap();
+    sqlx::query("UPDATE confirmations SET decided_at = decided_at - 360000 WHERE interaction_id = 'guard-2'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    let (s, b) = post_grant(
+        &app,
+        json!({"owner_id": "emp-1", "scope": "tool:deploy", "interaction_id": "guard-2"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than 300 s ago"),
+        "{b}"
+    );
+
+    let (s, b) = post_grant(
+        &app,
+        json!({"owner_id": "emp-1", "scope": "tool:deploy", "interaction_id": "nope"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{b}");
+    assert!(!check(&app, "emp-1", "tool:deploy").await);
+}
+
+#[tokio::test]
+async fn a_grant_expires_and_a_revoked_one_stops_at_once() {
+    let app = TestApp::spawn().await;
+    let id = guard_approval(&app, "guard-3", "tool:deploy", "emp-1").await;
+    let (_, short) = post_grant(
+        &app,
+        json!({"owner_id": "emp-1", "scope": "tool:deploy", "window_seconds": 1,
+               "interaction_id": id}),
+    )
+    .await;
+    // A second after the yes, not after the grant was stored.
+    let ends = short["grant"]["expires_at"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(
+        !check(&app, "emp-1", "tool:deploy").await,
+        "expired at {ends}"
+    );
+
+    let id = guard_approval(&app, "guard-4", "tool:deploy", "emp-1").await;
+    let (_, g) = post_grant(
+        &app,
+        json!({"owner_id": "emp-1", "scope": "tool:deploy", "interaction_id": id}),
+    )
+    .await;
+    let grant_id = g["grant"]["grant_id"].as_str().unwrap().to_owned();
+    assert!(check(&app, "emp-1", "tool:deploy").await);
+    // Another agent neither sees nor revokes it.
+    assert_eq!(
+        check_as(&app, TOKEN_B, "emp-1", "tool:deploy").await["allowed"],
+        false
+    );
+    let r = app
+        .client
+        .get(app.url("/v1/grants"))
+        .bearer_auth(TOKEN_B)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json_of(r).await.1["grants"], json!([]));
+    assert_eq!(
+        revoke_as(&app, TOKEN_B, &grant_id).await.0,
+        StatusCode::NOT_FOUND
+    );
+
+    let (s, revoked) = revoke_as(&app, TOKEN_A, &grant_id).await;
+    assert_eq!(s, StatusCode::OK, "{revoked}");
+    assert_eq!(revoked["live"], false);
+    assert!(revoked["revoked_at"].is_string());
+    assert!(!check(&app, "emp-1", "tool:deploy").await);
+    assert_eq!(
+        revoke_as(&app, TOKEN_A, &grant_id).await.0,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn grant_then_confirm_without_a_grant_cancels_and_with_one_asks_or_is_enough() {
+    let app = TestApp::spawn().await;
+    let call = |extra: Value| {
+        let mut body = json!({"tool": "deploy", "params": {"service": "billing"},
+                              "owner_id": "emp-1", "grant_scope": "tool:deploy"});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    let (s, r) = app.create(call(json!({}))).await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    assert_eq!(
+        (r["status"].as_str(), r["via"].as_str()),
+        (Some("cancelled"), Some("grant"))
+    );
+    assert_eq!(r["reason"], "no grant for tool:deploy (owner emp-1)");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(app.telegram.sent_messages().is_empty(), "nobody asked");
+
+    let id = guard_approval(&app, "guard-5", "tool:deploy", "emp-1").await;
+    post_grant(
+        &app,
+        json!({"owner_id": "emp-1", "scope": "tool:deploy", "interaction_id": id}),
+    )
+    .await;
+    let asked_before = app.telegram.sent_messages().len();
+    // A live grant: the confirmation is asked as usual.
+    let (r, _) = app.ask_suspended(call(json!({}))).await;
+    assert_eq!(r["status"], "pending");
+    assert_eq!(app.telegram.sent_messages().len(), asked_before + 1);
+    // ...or, with require_grant_only, the grant is enough.
+    let (s, r) = app.create(call(json!({"require_grant_only": true}))).await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    assert_eq!(
+        (r["status"].as_str(), r["via"].as_str()),
+        (Some("confirmed"), Some("grant"))
+    );
+    assert!(
+        r["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("allowed by grant gr_"),
+        "{r}"
+    );
+    assert_eq!(r["parameters"], json!({"service": "billing"}));
+    let events = app.audit_events(r["id"].as_str().unwrap()).await;
+    assert_eq!(events[0]["kind"], "grant_decided", "{events:?}");
+}
+
+#[tokio::test]
+async fn bad_grant_requests_are_refused_naming_the_field() {
+    let app = TestApp::spawn().await;
+    for (body, field) in [
+        (json!({"scope": "tool:deploy"}), "owner_id"),
+        (json!({"owner_id": "a"}), "scope"),
+        (json!({"owner_id": "a", "scope": "deploy"}), "scope"),
+        (json!({"owner_id": "a", "scope": "tool:de*ploy"}), "scope"),
+        (
+            json!({"owner_id": "a", "scope": "tool:x", "window_seconds": 0}),
+            "window_seconds",
+        ),
+        (
+            json!({"owner_id": "a", "scope": "tool:x", "bogus": 1}),
+            "bogus",
+        ),
+        (
+            json!({"owner_id": "a", "scope": "tool:x", "interaction_id": "i", "wait": "suspend"}),
+            "interaction_id",
+        ),
+    ] {
+        let (s, b) = post_grant(&app, body.clone()).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {b}");
+        assert!(
+            b["error"]["message"].as_str().unwrap().starts_with(field),
+            "{body}: {b}"
+        );
+    }
+    let (s, b) = app
+        .create(json!({"tool": "t", "params": {}, "require_grant_only": true}))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+}
