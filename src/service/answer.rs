@@ -195,6 +195,59 @@ impl Service {
         Ok((text.to_owned(), true, After::Nothing))
     }
 
+    /// A grant's Revoke button (under `/grants`): only on the bot's own message, only by
+    /// an approver of the grant's route in that route's chat. The storage revokes it
+    /// (and audits who) in one conditional update; a grant already ended says so.
+    async fn revoke_grant_by_tap(
+        &self,
+        tap: &Tap,
+        id: &crate::domain::ids::GrantId,
+    ) -> Result<(String, bool, After), StorageError> {
+        if tap.from_is_bot || !tap.carries_button {
+            return self
+                .refuse(
+                    &tap.from,
+                    tap.chat_id,
+                    tap.message_id,
+                    None,
+                    "This button is not valid.",
+                    "a grant's Revoke button not on the bot's own message",
+                )
+                .await;
+        }
+        let may_revoke = |route: &str| {
+            self.config.route(route).is_some_and(|r| {
+                r.approvers.contains(&tap.from.id)
+                    && tap.chat_id == Some(self.chat_of(&r.name, r.chat_id))
+            })
+        };
+        match self.revoke_grant_as(id, &tap.from, may_revoke).await? {
+            CommandReply::GrantRevoked { grant, .. } => Ok((
+                format!(
+                    "🔒 Revoked: {} can no longer run {} for {} without asking.",
+                    grant.agent,
+                    crate::domain::grant::scope_in_words(&grant.scope),
+                    grant.owner_id
+                ),
+                false,
+                After::Nothing,
+            )),
+            CommandReply::Refused(_) => {
+                self.refuse(
+                    &tap.from,
+                    tap.chat_id,
+                    tap.message_id,
+                    None,
+                    "Only an approver of the grant's route, in its chat, can revoke it.",
+                    "not an approver of the grant's route in its chat",
+                )
+                .await
+            }
+            CommandReply::Invalid(text) => Ok((text, true, After::Nothing)),
+            _ => Ok(("This button is not valid.".to_owned(), true, After::Nothing)),
+        }
+    }
+
     pub(super) async fn judge_tap(
         self: &Arc<Self>,
         tap: &Tap,
@@ -213,6 +266,9 @@ impl Service {
                 .await
             }
         };
+        if let Some(id) = &tap.revoke_grant {
+            return self.revoke_grant_by_tap(tap, id).await;
+        }
         let Some(Button { action, token }) = tap.button.clone() else {
             return refuse(None, "This button is not valid.", "malformed callback data").await;
         };

@@ -24,7 +24,8 @@ use std::sync::Arc;
 use super::{Service, now};
 use crate::config::Route;
 use crate::domain::audit;
-use crate::domain::ids::ConfirmationId;
+use crate::domain::grant::Grant;
+use crate::domain::ids::{ConfirmationId, GrantId};
 use crate::domain::question::{Operator, Question};
 use crate::storage::{LiveWindow, StorageError};
 
@@ -38,10 +39,20 @@ pub enum Command {
     Start,
     Pending,
     Windows,
-    /// The window's id is the id of the request that opened it (a request opens at most
-    /// one window): unambiguous, and already in that request's audit trail.
-    Revoke(ConfirmationId),
+    /// The live grants of the chat's routes, each with a Revoke button.
+    Grants,
+    /// A window (by the id of the request that opened it: a request opens at most one
+    /// window, so it is unambiguous and already in that request's audit trail) or a
+    /// grant (by its id).
+    Revoke(RevokeTarget),
     Help,
+}
+
+/// What `/revoke` closes, told apart by the id's form (`cf_…` or `gr_…`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RevokeTarget {
+    Window(ConfirmationId),
+    Grant(GrantId),
 }
 
 impl Command {
@@ -51,6 +62,7 @@ impl Command {
             Command::Start => "start",
             Command::Pending => "pending",
             Command::Windows => "windows",
+            Command::Grants => "grants",
             Command::Revoke(_) => "revoke",
             Command::Help => "help",
         }
@@ -60,13 +72,13 @@ impl Command {
 /// One of our commands, typed wrong. The operator is told exactly which way.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CommandError {
-    #[error("/revoke needs the id of a window: /revoke <window id> (see /windows)")]
+    #[error("/revoke needs the id of a window or a grant: /revoke <id> (see /windows and /grants)")]
     RevokeWithoutId,
     #[error(
-        "'{0}' is not a window id: window ids look like cf_ followed by 32 hex digits (see /windows)"
+        "'{0}' is neither a window id (cf_ followed by 32 hex digits, see /windows) nor a grant id (gr_ followed by 32 hex digits, see /grants)"
     )]
     MalformedId(String),
-    #[error("/revoke takes one window id, not several")]
+    #[error("/revoke takes one id, not several")]
     RevokeTooManyIds,
     #[error("/{0} is not a command of this bot; see /help")]
     Unknown(String),
@@ -99,6 +111,10 @@ pub enum CommandReply {
         window: Box<LiveWindow>,
         by: Operator,
     },
+    /// The live grants of the chat's routes, soonest expiry first.
+    Grants(Vec<Grant>),
+    /// A grant was revoked (by `/revoke` or its button).
+    GrantRevoked { grant: Box<Grant>, by: Operator },
     /// `/start` or `/help`: what this chat and this person are to the service.
     Setup(Setup),
     /// Not allowed here or not for this person.
@@ -330,7 +346,19 @@ impl Service {
                 });
                 CommandReply::Windows(live)
             }
-            Command::Revoke(id) => {
+            Command::Grants => {
+                let mut live = Vec::new();
+                for route in &mine {
+                    live.extend(self.store.live_grants(None, Some(&route.name), now).await?);
+                }
+                live.sort_by(|a, b| (a.expires_at, &a.grant_id).cmp(&(b.expires_at, &b.grant_id)));
+                CommandReply::Grants(live)
+            }
+            Command::Revoke(RevokeTarget::Grant(id)) => {
+                self.revoke_grant_as(id, &m.from, |route| is_mine(route))
+                    .await?
+            }
+            Command::Revoke(RevokeTarget::Window(id)) => {
                 // The opening request's route never changes, so checking it first and
                 // deleting by the same id after cannot close another route's window.
                 match self.store.live_window_opened_by(id, now).await? {
@@ -367,5 +395,43 @@ impl Service {
                 }
             }
         }))
+    }
+
+    /// An operator revokes grant `id` (by `/revoke` or its button), if it is live and of
+    /// a route `may_revoke` accepts (one they approve, in its chat).
+    pub(super) async fn revoke_grant_as(
+        &self,
+        id: &GrantId,
+        by: &Operator,
+        may_revoke: impl Fn(&str) -> bool,
+    ) -> Result<CommandReply, StorageError> {
+        let now = now();
+        let gone = || {
+            CommandReply::Invalid(format!(
+                "There is no live grant {id}: it may have expired or been revoked already (see /grants)."
+            ))
+        };
+        let Some(grant) = self.store.grant(id).await? else {
+            return Ok(gone());
+        };
+        if !may_revoke(&grant.route) {
+            tracing::warn!(user_id = by.id, grant = %id, "revoke of another route's grant refused");
+            return Ok(CommandReply::Refused(format!(
+                "Grant {id} belongs to another route; revoke it in that route's chat."
+            )));
+        }
+        Ok(
+            match self.store.revoke_grant(id, None, Some(by), now).await? {
+                Some(grant) => {
+                    tracing::info!(grant = %id, user_id = by.id, route = %grant.route, "grant revoked");
+                    self.metrics.grant_event("revoked");
+                    CommandReply::GrantRevoked {
+                        grant: Box::new(grant),
+                        by: by.clone(),
+                    }
+                }
+                None => gone(),
+            },
+        )
     }
 }

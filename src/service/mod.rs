@@ -58,7 +58,7 @@ mod recover;
 mod steps;
 mod wait;
 pub use agree::ConfigReport;
-pub use commands::{Command, CommandError, CommandMessage, CommandReply, Setup};
+pub use commands::{Command, CommandError, CommandMessage, CommandReply, RevokeTarget, Setup};
 pub use grants::{GrantCheck, GrantRequest};
 pub use steps::{MAX_MENTIONS, Mention};
 
@@ -341,6 +341,8 @@ pub struct Tap {
     pub carries_button: bool,
     pub from: Operator,
     pub from_is_bot: bool,
+    /// A grant's Revoke button (`/grants`), instead of a question's.
+    pub revoke_grant: Option<crate::domain::ids::GrantId>,
 }
 
 #[derive(Debug, thiserror::Error)]

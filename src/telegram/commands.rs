@@ -16,14 +16,15 @@ use teloxide::utils::html::escape;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::ids::ConfirmationId;
+use crate::domain::grant::{Grant, scope_in_words};
+use crate::domain::ids::{ConfirmationId, GrantId};
 use crate::domain::question::{Question, operator_time as date_time};
 use crate::domain::text::{self, Layout};
-use crate::service::{Command, CommandError, CommandReply, Service, Setup};
+use crate::service::{Command, CommandError, CommandReply, RevokeTarget, Service, Setup};
 use crate::storage::LiveWindow;
 
 /// The commands, their descriptions (Telegram's menu and `/help`) and what they take.
-pub const COMMANDS: [(&str, &str, &str); 5] = [
+pub const COMMANDS: [(&str, &str, &str); 6] = [
     (
         "start",
         "Show this chat's id, your user id and whether this chat is a route",
@@ -39,7 +40,16 @@ pub const COMMANDS: [(&str, &str, &str); 5] = [
         "List live confirmation windows opened from this chat",
         "",
     ),
-    ("revoke", "Close a confirmation window now", " <window id>"),
+    (
+        "grants",
+        "List live grants from this chat, each with a Revoke button",
+        "",
+    ),
+    (
+        "revoke",
+        "Close a confirmation window or revoke a grant now",
+        " <window or grant id>",
+    ),
     ("help", "What these commands do, and what /start says", ""),
 ];
 
@@ -93,11 +103,14 @@ pub fn parse(text: &str, me: Option<&str>) -> Parsed {
         "start" => Ok(Command::Start),
         "pending" => Ok(Command::Pending),
         "windows" => Ok(Command::Windows),
+        "grants" => Ok(Command::Grants),
         "help" => Ok(Command::Help),
         "revoke" => match (words.next(), words.next()) {
             (None, _) => Err(CommandError::RevokeWithoutId),
             (Some(_), Some(_)) => Err(CommandError::RevokeTooManyIds),
             (Some(id), None) => ConfirmationId::parse(id)
+                .map(RevokeTarget::Window)
+                .or_else(|_| GrantId::parse(id).map(RevokeTarget::Grant))
                 .map(Command::Revoke)
                 .map_err(|_| CommandError::MalformedId(cut(id, 40))),
         },
@@ -191,6 +204,27 @@ pub fn render(reply: &CommandReply, now: OffsetDateTime) -> String {
             shown(&window.window.key.agent),
             date_time(window.window.expires_at),
         ),
+        CommandReply::Grants(grants) if grants.is_empty() => {
+            "No live grants from this chat.".to_owned()
+        }
+        CommandReply::Grants(grants) => list(
+            &format!(
+                "<b>Live grants ({})</b>, soonest to end first. Tap Revoke below (or \
+                 /revoke &lt;id&gt;) to end one now:",
+                grants.len()
+            ),
+            grants.iter().map(|g| grant_entry(g, now)),
+        ),
+        CommandReply::GrantRevoked { grant, by } => format!(
+            "🔒 Grant <code>{}</code> revoked by {}: {} can no longer run {} for owner \
+             <code>{}</code> without asking (it ran until {}). Its next such call is asked again.",
+            escape(grant.grant_id.as_str()),
+            shown(&by.to_string()),
+            shown(&grant.agent),
+            escape(&scope_in_words(&grant.scope)),
+            escape(&cut(grant.owner_id.as_str(), 60)),
+            date_time(grant.expires_at),
+        ),
         CommandReply::Setup(setup) => setup_text(setup),
         CommandReply::Refused(text) => format!("⛔ {}", escape(text)),
         CommandReply::Invalid(text) => format!("⚠️ {}", escape(text)),
@@ -258,8 +292,8 @@ fn setup_text(s: &Setup) -> String {
     }
     if !s.commands {
         out.push_str(
-            "\nOperator commands (/pending, /windows, /revoke) work for a route's approvers \
-             in its chat; /help there lists them.",
+            "\nOperator commands (/pending, /windows, /grants, /revoke) work for a route's \
+             approvers in its chat; /help there lists them.",
         );
     }
     out
@@ -271,8 +305,8 @@ fn setup_text(s: &Setup) -> String {
 fn demo_setup_text(s: &Setup) -> String {
     if s.approves_here {
         return "This chat is the demo's route: the questions of the agent <b>demo</b> come \
-                here, and you decide them. Operator commands (/pending, /windows, /revoke) \
-                work here; /help lists them."
+                here, and you decide them. Operator commands (/pending, /windows, /grants, \
+                /revoke) work here; /help lists them."
             .to_owned();
     }
     if s.chat_id > 0 {
@@ -310,7 +344,7 @@ fn help() -> String {
         ));
     }
     out.push_str(
-        "A window id is the id of the approved request that opened it (cf_…), as /windows shows.",
+        "A window id is the id of the approved request that opened it (cf_…), as /windows shows; a grant id (gr_…) is as /grants shows.",
     );
     out
 }
@@ -371,6 +405,42 @@ fn window_entry(w: &LiveWindow, now: OffsetDateTime) -> String {
     )
 }
 
+fn grant_entry(g: &Grant, now: OffsetDateTime) -> String {
+    format!(
+        "• <code>{}</code>: {} may run {} for owner <code>{}</code> · granted by {} · until {} ({} left)",
+        escape(g.grant_id.as_str()),
+        shown(&g.agent),
+        escape(&cut(&scope_in_words(&g.scope), 80)),
+        escape(&cut(g.owner_id.as_str(), 60)),
+        shown(&g.granted_by.to_string()),
+        date_time(g.expires_at),
+        left(g.expires_at - now),
+    )
+}
+
+/// The buttons under a command's answer: a Revoke button for each grant `/grants`
+/// listed (as many as the list shows).
+pub fn keyboard(reply: &CommandReply) -> Option<teloxide::types::InlineKeyboardMarkup> {
+    use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup};
+    let CommandReply::Grants(grants) = reply else {
+        return None;
+    };
+    if grants.is_empty() {
+        return None;
+    }
+    let rows = grants.iter().take(LIST_CAP).map(|g| {
+        vec![InlineKeyboardButton::callback(
+            format!(
+                "🔒 Revoke {} for {}",
+                cut(g.scope.as_str(), 30),
+                cut(g.owner_id.as_str(), 20)
+            ),
+            super::render::grant_revoke_data(&g.grant_id),
+        )]
+    });
+    Some(InlineKeyboardMarkup::new(rows))
+}
+
 fn tool(name: &str) -> String {
     format!("<b>{}</b>", escape(&cut(name, 64)))
 }
@@ -423,7 +493,9 @@ mod tests {
         assert_eq!(parse("/pending@HITL_Test_Bot", ME), ours(Command::Pending));
         assert_eq!(
             parse(&format!("/revoke@hitl_test_bot  {ID} "), ME),
-            ours(Command::Revoke(ConfirmationId::parse(ID).unwrap()))
+            ours(Command::Revoke(RevokeTarget::Window(
+                ConfirmationId::parse(ID).unwrap()
+            )))
         );
     }
 
@@ -520,11 +592,11 @@ mod tests {
 
     #[test]
     fn the_menu_shows_a_commands_usage_in_its_description() {
-        let (name, description, args) = COMMANDS[3];
+        let (name, description, args) = COMMANDS[4];
         assert_eq!(name, "revoke");
         assert_eq!(
             menu_description(name, description, args),
-            "Close a confirmation window now: /revoke <window id>"
+            "Close a confirmation window or revoke a grant now: /revoke <window or grant id>"
         );
         assert_eq!(menu_description("help", "What", ""), "What");
     }

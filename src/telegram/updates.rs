@@ -92,6 +92,7 @@ pub fn tap_from(q: CallbackQuery, me: Option<&str>, bot_id: Option<u64>) -> Tap 
         chat_id: q.message.as_ref().map(|m| m.chat().id.0),
         message_id: q.message.as_ref().map(|m| m.id().0),
         carries_button,
+        revoke_grant: super::render::parse_grant_revoke(&data),
     }
 }
 

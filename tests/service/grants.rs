@@ -410,3 +410,117 @@ async fn bad_grant_requests_are_refused_naming_the_field() {
         .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
 }
+
+/// Types `text` as `user` in the ops chat and returns the bot's answer containing `needle`.
+async fn answer_to(
+    app: &TestApp,
+    user: crate::support::fake_telegram::TgUser,
+    text: &str,
+    needle: &str,
+) -> crate::support::fake_telegram::SentMessage {
+    let before = app.telegram.messages_in(OPS_CHAT).len();
+    app.telegram.send_text_message(OPS_CHAT, user, text);
+    for _ in 0..500 {
+        if let Some(m) = app
+            .telegram
+            .messages_in(OPS_CHAT)
+            .into_iter()
+            .skip(before)
+            .find(|m| m.visible_text.contains(needle))
+        {
+            return m;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no answer to {text:?} containing {needle:?}");
+}
+
+#[tokio::test]
+async fn operators_list_grants_with_slash_grants_and_revoke_them_with_its_button_or_slash_revoke() {
+    let app = TestApp::spawn().await;
+    let mut ids = Vec::new();
+    for (n, scope) in ["tool:deploy", "tool:*"].into_iter().enumerate() {
+        let id = guard_approval(&app, &format!("guard-c{n}"), scope, "emp-1").await;
+        let (_, g) = post_grant(
+            &app,
+            json!({"owner_id": "emp-1", "scope": scope, "interaction_id": id}),
+        )
+        .await;
+        ids.push(g["grant"]["grant_id"].as_str().unwrap().to_owned());
+    }
+    let list = answer_to(&app, bob(), "/grants", "Live grants (2)").await;
+    let text = &list.visible_text;
+    assert!(text.contains(&ids[0]) && text.contains(&ids[1]), "{text}");
+    assert!(
+        text.contains("agent-a may run any deploy call for owner emp-1"),
+        "{text}"
+    );
+    assert!(text.contains("granted by Alice"), "{text}");
+    let label = "🔒 Revoke tool:deploy for emp-1";
+    assert!(
+        list.buttons.iter().flatten().any(|b| b.text == label),
+        "{:?}",
+        list.buttons
+    );
+
+    // Carol approves no route of this chat: her tap is refused, the grant lives on.
+    let q = app.telegram.tap(OPS_CHAT, list.message_id, label, carol());
+    let refused = app.telegram.wait_for_callback_answer(&q).await;
+    assert!(refused.show_alert, "{refused:?}");
+    assert!(check(&app, "emp-1", "tool:deploy").await);
+
+    let q = app.telegram.tap(OPS_CHAT, list.message_id, label, bob());
+    let done = app.telegram.wait_for_callback_answer(&q).await;
+    assert_eq!(
+        done.text.as_deref(),
+        Some("🔒 Revoked: agent-a can no longer run any deploy call for emp-1 without asking.")
+    );
+    // Stopped at once. (The wildcard grant still covers deploy calls, so the list, not
+    // the check, shows which grant is left.)
+    let r = app
+        .client
+        .get(app.url("/v1/grants"))
+        .bearer_auth(TOKEN_A)
+        .send()
+        .await
+        .unwrap();
+    let (_, live) = json_of(r).await;
+    let live: Vec<&str> = live["grants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["grant_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(live, [ids[1].as_str()]);
+    // A second tap: already revoked.
+    let q = app.telegram.tap(OPS_CHAT, list.message_id, label, bob());
+    let again = app.telegram.wait_for_callback_answer(&q).await;
+    assert!(
+        again.text.unwrap().contains("There is no live grant"),
+        "second tap"
+    );
+
+    let revoked = answer_to(&app, alice(), &format!("/revoke {}", ids[1]), "revoked by").await;
+    assert!(
+        revoked
+            .visible_text
+            .contains("can no longer run any call of any tool for owner emp-1"),
+        "{}",
+        revoked.visible_text
+    );
+    assert!(
+        !check(&app, "emp-1", "tool:deploy").await,
+        "no grant covers it any more"
+    );
+    let events_pool = sqlx::SqlitePool::connect(&app.db_url).await.unwrap();
+    let actors: Vec<(String,)> =
+        sqlx::query_as("SELECT actor FROM audit_events WHERE kind = 'grant_revoked' ORDER BY seq")
+            .fetch_all(&events_pool)
+            .await
+            .unwrap();
+    events_pool.close().await;
+    assert_eq!(
+        actors,
+        [(format!("telegram:{BOB}"),), (format!("telegram:{ALICE}"),)]
+    );
+}

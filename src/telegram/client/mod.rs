@@ -476,6 +476,7 @@ impl Messenger for TelegramMessenger {
         let reply_to = ReplyParameters::new(MessageId(reply_to)).allow_sending_without_reply();
         let extra = Extra {
             thread,
+            markup: super::commands::keyboard(reply).map(ReplyMarkup::InlineKeyboard),
             ..Extra::default()
         };
         self.send_html(chat_id, Share::Service, text, Some(reply_to), extra)

@@ -3,7 +3,7 @@
 
 use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup};
 
-use crate::domain::ids::CallbackToken;
+use crate::domain::ids::{CallbackToken, GrantId};
 use crate::domain::interaction::Interaction;
 use crate::domain::text::{self, Layout};
 use crate::service::{TapAction, View};
@@ -48,6 +48,17 @@ pub fn parse_callback_data(data: &str) -> Option<(TapAction, CallbackToken)> {
         _ => return None,
     };
     Some((action, token))
+}
+
+/// The callback data of a grant's Revoke button (`/grants`): `g:` and the grant's id,
+/// 35 bytes of Telegram's 64.
+pub fn grant_revoke_data(id: &GrantId) -> String {
+    format!("g:{id}")
+}
+
+/// The grant a Revoke button names; `None` for anything else.
+pub fn parse_grant_revoke(data: &str) -> Option<GrantId> {
+    GrantId::parse(data.strip_prefix("g:")?).ok()
 }
 
 pub const APPROVE_LABEL: &str = "✅ Approve";

@@ -42,7 +42,8 @@ use question::decided_text_in;
 
 pub use keyboard::{
     APPROVE_LABEL, APPROVE_ONCE_LABEL, CANCEL_LABEL, DENY_WITH_REASON_LABEL, DONE_LABEL,
-    REJECT_LABEL, callback_data, extend_label, parse_callback_data,
+    REJECT_LABEL, callback_data, extend_label, grant_revoke_data, parse_callback_data,
+    parse_grant_revoke,
 };
 pub use params::{Attachment, attachment};
 pub use question::{decided_text, notification_text, outcome_line, question_text};
