@@ -86,18 +86,24 @@ async fn ask_free_text(app: &TestApp, id: &str, question: &str) {
 }
 
 #[tokio::test]
-async fn the_five_commands_are_registered_with_telegram_at_start() {
+async fn the_six_commands_are_registered_with_telegram_at_start() {
     let app = TestApp::spawn().await;
     registered(&app).await;
     let commands = app.telegram.my_commands();
     let names: Vec<&str> = commands.iter().map(|(c, _)| c.as_str()).collect();
-    assert_eq!(names, ["start", "pending", "windows", "revoke", "help"]);
+    assert_eq!(
+        names,
+        ["start", "pending", "windows", "grants", "revoke", "help"]
+    );
     assert!(commands.iter().all(|(_, d)| d.len() >= 3 && d.len() <= 256));
     // The menu shows no arguments, so a command that takes one says how in its description.
-    assert!(commands.contains(&(
-        "revoke".to_owned(),
-        "Close a confirmation window now: /revoke <window id>".to_owned()
-    )));
+    assert!(
+        commands.contains(&(
+            "revoke".to_owned(),
+            "Close a confirmation window or revoke a grant now: /revoke <window or grant id>"
+                .to_owned()
+        ))
+    );
 }
 
 #[tokio::test]
@@ -120,7 +126,7 @@ async fn a_failed_registration_is_retried_while_the_service_keeps_serving() {
     assert_eq!(status, StatusCode::ACCEPTED, "{record}");
     app.telegram.wait_for_requests("setMyCommands", 2).await;
     assert_eq!(app.telegram.requests("getMe").len(), 2);
-    assert_eq!(app.telegram.my_commands().len(), 5);
+    assert_eq!(app.telegram.my_commands().len(), 6);
     let answer = command(&app, OPS_CHAT, alice(), "/pending@hitl_test_bot").await;
     assert!(
         answer.visible_text.contains("deploy"),
@@ -343,14 +349,17 @@ async fn revoke_refuses_another_routes_window_and_names_what_is_wrong_with_an_id
             format!("/revoke {unknown}"),
             format!("no live window {unknown}"),
         ),
-        ("/revoke".to_owned(), "needs the id of a window".to_owned()),
+        (
+            "/revoke".to_owned(),
+            "needs the id of a window or a grant".to_owned(),
+        ),
         (
             "/revoke cf_123".to_owned(),
-            "'cf_123' is not a window id".to_owned(),
+            "'cf_123' is neither a window id".to_owned(),
         ),
         (
             format!("/revoke {unknown} {unknown}"),
-            "one window id".to_owned(),
+            "takes one id".to_owned(),
         ),
         (
             "/frobnicate@hitl_test_bot".to_owned(),
@@ -375,7 +384,13 @@ async fn revoke_refuses_another_routes_window_and_names_what_is_wrong_with_an_id
 async fn help_says_what_each_command_does() {
     let app = TestApp::spawn().await;
     let answer = command(&app, OPS_CHAT, alice(), "/help").await;
-    for name in ["/pending", "/windows", "/revoke <window id>", "/help"] {
+    for name in [
+        "/pending",
+        "/windows",
+        "/grants",
+        "/revoke <window or grant id>",
+        "/help",
+    ] {
         assert!(
             answer.visible_text.contains(name),
             "{name}: {}",
@@ -466,7 +481,7 @@ async fn help_from_an_approver_lists_the_commands_and_what_the_chat_is() {
     let app = TestApp::spawn().await;
     let answer = command(&app, OTHER_CHAT, bob(), "/help").await;
     let text = &answer.visible_text;
-    assert!(text.contains("/revoke <window id>"), "{text}");
+    assert!(text.contains("/revoke <window or grant id>"), "{text}");
     assert!(text.contains(&format!("Chat id: {OTHER_CHAT}")), "{text}");
     assert!(
         text.contains("This chat is the chat of route other."),
