@@ -15,6 +15,7 @@ mod aiparrot_redis_e2e;
 mod claude_hook;
 mod cli;
 mod mcp;
+mod mcp_grants;
 mod openapi_fuzz;
 mod python_client;
 mod redis_bridge;
