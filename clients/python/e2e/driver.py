@@ -54,7 +54,7 @@ logging.basicConfig(
 )
 
 
-from _scenario import Current, confirm, deploy_tool, params  # noqa: E402
+from _scenario import AnnouncingChannel, Current, confirm, deploy_tool, params  # noqa: E402
 from parrot.auth.confirmation import (  # noqa: E402
     ConfirmationConfig,
     InMemoryConfirmationWindowStore,
@@ -64,32 +64,9 @@ from parrot.human.models import HumanInteraction, InteractionType  # noqa: E402
 from hitl_telegram_channel import (  # noqa: E402
     HitlConfirmationGuard,
     HitlInteractionManager,
-    HitlTelegramChannel,
     close_confirmation_guard,
     make_confirmation_guard,
 )
-
-
-# ── Announcing what was asked ─────────────────────────────────────────────────
-
-class AnnouncingChannel(HitlTelegramChannel):
-    """Says on the protocol when a question was posted, so the test can answer it."""
-
-    async def send_interaction(self, interaction, recipient):
-        accepted = await super().send_interaction(interaction, recipient)
-        call = self.call_for(interaction.interaction_id)
-        emit({
-            "event": "asked",
-            "scenario": Current.scenario,
-            "interaction_id": interaction.interaction_id,
-            "interaction_type": interaction.interaction_type.value,
-            "question": interaction.question,
-            "target_humans": list(interaction.target_humans),
-            "accepted": accepted,
-            "target": self.target_for(recipient),
-            "call": call.body() if call is not None else None,
-        })
-        return accepted
 
 
 class RecordingStore(InMemoryConfirmationWindowStore):
