@@ -21,7 +21,7 @@ use crate::support::fake_telegram::FakeTelegram;
 use crate::support::parrot_driver::{
     Driver, parrot_python, required, wait_delivered, wait_for_question,
 };
-use crate::support::process::{ServiceProcess, free_port, write_config};
+use crate::support::process::{ServiceProcess, pin_port, write_config};
 use serde_json::Value;
 
 const DRIVER: &str = concat!(
@@ -70,22 +70,10 @@ async fn ai_parrot_grant_guard_keeps_its_grant_in_the_service_across_a_restart_u
     let db_url = format!("sqlite://{}/hitl.db", dir.path().display());
     let config = write_config(dir.path(), &telegram, &db_url);
     // A fixed port: the service is restarted where the store and channel expect it.
-    let port = free_port();
-    let toml = std::fs::read_to_string(&config).unwrap();
-    assert!(
-        toml.contains("bind = \"127.0.0.1:0\""),
-        "the base settings changed"
-    );
-    std::fs::write(
-        &config,
-        toml.replace(
-            "bind = \"127.0.0.1:0\"",
-            &format!("bind = \"127.0.0.1:{port}\""),
-        ),
-    )
-    .unwrap();
+    let port = pin_port(&config);
     let mut service = ServiceProcess::start(&config).await;
     let base = service.base.clone();
+    assert_eq!(base, format!("http://127.0.0.1:{port}"));
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let signals = tempfile::tempdir().unwrap();
 

@@ -33,10 +33,9 @@ import logging
 import os
 import sys
 import time
-import traceback
 
 # Takes over stdout for the protocol (see _protocol.py).
-from _protocol import emit, enter_parrot_scaffold  # noqa: E402
+from _protocol import emit, enter_parrot_scaffold, run, skip_without_redis  # noqa: E402
 
 
 BASE_URL = os.environ.get("HITL_BASE_URL", "")
@@ -109,15 +108,7 @@ async def wait_status(interaction_id, status, within=20.0):
 # ── The scenarios ─────────────────────────────────────────────────────────────
 
 async def main():
-    try:
-        import redis.asyncio as aioredis
-
-        r = aioredis.from_url(REDIS_URL)
-        await asyncio.wait_for(r.ping(), 5)
-        await r.aclose()
-    except Exception as exc:  # noqa: BLE001
-        emit({"event": "skip", "reason": f"Redis at {REDIS_URL} is not reachable: {exc!r}"})
-        sys.exit(4)
+    await skip_without_redis(REDIS_URL)
 
     def channel(**kw):
         return AnnouncingChannel(BASE_URL, TOKEN, timeout=10.0, **kw)
@@ -250,11 +241,4 @@ async def main():
 
 
 if __name__ == "__main__":
-    try:
-        asyncio.run(main())
-    except SystemExit:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        traceback.print_exc()
-        emit({"event": "fatal", "error": f"{type(exc).__name__}: {exc}"})
-        sys.exit(3)
+    run(main)

@@ -23,11 +23,10 @@ import asyncio
 import logging
 import os
 import sys
-import traceback
 from pathlib import Path
 from types import SimpleNamespace
 
-from _protocol import emit, enter_parrot_scaffold  # noqa: E402
+from _protocol import emit, enter_parrot_scaffold, run, skip_without_redis  # noqa: E402
 
 BASE_URL = os.environ.get("HITL_BASE_URL", "")
 TOKEN = os.environ.get("HITL_TOKEN", "")
@@ -67,15 +66,7 @@ async def signal(name, within=120.0):
 
 
 async def main():
-    try:
-        import redis.asyncio as aioredis
-
-        r = aioredis.from_url(REDIS_URL)
-        await asyncio.wait_for(r.ping(), 5)
-        await r.aclose()
-    except Exception as exc:  # noqa: BLE001
-        emit({"event": "skip", "reason": f"Redis at {REDIS_URL} is not reachable: {exc!r}"})
-        sys.exit(4)
+    await skip_without_redis(REDIS_URL)
 
     # The channel and manager make_confirmation_guard wires; the GrantGuard shares them,
     # as an agent with both guards would.
@@ -111,11 +102,4 @@ async def main():
 
 
 if __name__ == "__main__":
-    try:
-        asyncio.run(main())
-    except SystemExit:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        traceback.print_exc()
-        emit({"event": "fatal", "error": f"{type(exc).__name__}: {exc}"})
-        sys.exit(3)
+    run(main)

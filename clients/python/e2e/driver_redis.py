@@ -32,10 +32,9 @@ import logging
 import os
 import sys
 import time
-import traceback
 
 # Takes over stdout for the protocol (see _protocol.py).
-from _protocol import emit, enter_parrot_scaffold  # noqa: E402
+from _protocol import emit, enter_parrot_scaffold, run  # noqa: E402
 
 
 REDIS_URL = os.environ.get("HITL_REDIS_URL", "redis://127.0.0.1:6379")
@@ -223,11 +222,4 @@ async def main():
 
 
 if __name__ == "__main__":
-    try:
-        asyncio.run(main())
-    except SystemExit:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        traceback.print_exc()
-        emit({"event": "fatal", "error": f"{type(exc).__name__}: {exc}"})
-        sys.exit(3)
+    run(main)

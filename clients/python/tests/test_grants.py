@@ -9,9 +9,7 @@ tests/integrations/aiparrot_grants_e2e.rs runs the store against the real servic
 
 import asyncio
 import json
-import os
 import sys
-import tempfile
 import unittest
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,16 +19,9 @@ _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE.parent / "src"))
 sys.path.insert(0, str(_HERE))
 
-if "SITE_ROOT" not in os.environ:
-    # AI-Parrot's configuration layer needs this scaffold to import.
-    _root = Path(tempfile.mkdtemp(prefix="aiparrot-site-"))
-    (_root / "env" / "dev").mkdir(parents=True)
-    (_root / "env" / "dev" / ".env").write_text("")
-    (_root / "etc").mkdir()
-    (_root / "etc" / "config.ini").write_text("[general]\n")
-    os.environ["SITE_ROOT"] = str(_root)
-    os.environ.setdefault("ENV", "dev")
-    os.chdir(_root)
+import aiparrot_site  # noqa: E402
+
+aiparrot_site.enter()
 
 from parrot.auth.grants import Grant, GrantGuard  # noqa: E402
 
