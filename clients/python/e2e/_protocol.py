@@ -9,6 +9,7 @@ to stderr.
 import asyncio
 import atexit
 import json
+import logging
 import os
 import shutil
 import sys
@@ -24,6 +25,24 @@ sys.stdout = sys.stderr
 def emit(obj):
     _PROTO.write(json.dumps(obj, default=str) + "\n")
     _PROTO.flush()
+
+
+def start(**required):
+    """Starts a driver: ``fatal`` (exit 3) naming the environment variables it needs
+    that are empty (``required``: each name and its value), then AI-Parrot's scaffold,
+    and the libraries' logs to stderr. Call before anything imports ``parrot``."""
+    missing = [name for name, value in required.items() if not value]
+    if missing:
+        names = missing[0] if len(missing) == 1 else f"{', '.join(missing[:-1])} and {missing[-1]}"
+        verb = "is" if len(missing) == 1 else "are"
+        emit({"event": "fatal", "error": f"{names} {verb} required"})
+        sys.exit(3)
+    enter_parrot_scaffold()
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format="driver %(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
 
 
 def enter_parrot_scaffold():

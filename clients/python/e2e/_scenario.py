@@ -88,15 +88,21 @@ class AnnouncingChannel(HitlTelegramChannel):
     async def send_interaction(self, interaction, recipient):
         accepted = await super().send_interaction(interaction, recipient)
         call = self.call_for(interaction.interaction_id)
-        emit({
-            "event": "asked",
-            "scenario": Current.scenario,
-            "interaction_id": interaction.interaction_id,
-            "interaction_type": interaction.interaction_type.value,
-            "question": interaction.question,
-            "target_humans": list(interaction.target_humans),
-            "accepted": accepted,
-            "target": self.target_for(recipient),
-            "call": call.body() if call is not None else None,
-        })
+        announce(interaction, accepted, target=self.target_for(recipient),
+                 call=call.body() if call is not None else None)
         return accepted
+
+
+def announce(interaction, accepted, **more):
+    """Says on the protocol that a question was posted (``asked``), in the running
+    scenario, with what the channel adds (``more``)."""
+    emit({
+        "event": "asked",
+        "scenario": Current.scenario,
+        "interaction_id": interaction.interaction_id,
+        "interaction_type": interaction.interaction_type.value,
+        "question": interaction.question,
+        "target_humans": list(interaction.target_humans),
+        "accepted": accepted,
+        **more,
+    })

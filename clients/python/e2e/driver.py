@@ -29,28 +29,17 @@ Telegram, bounded by the guard's approval_timeout.
 """
 
 import asyncio
-import logging
 import os
-import sys
 import time
 
 # Takes over stdout for the protocol (see _protocol.py).
-from _protocol import emit, enter_parrot_scaffold, run, skip_without_redis  # noqa: E402
+from _protocol import emit, run, skip_without_redis, start  # noqa: E402
 
 
 BASE_URL = os.environ.get("HITL_BASE_URL", "")
 TOKEN = os.environ.get("HITL_TOKEN", "")
 REDIS_URL = os.environ.get("HITL_REDIS_URL", "redis://127.0.0.1:6379/13")
-if not BASE_URL or not TOKEN:
-    emit({"event": "fatal", "error": "HITL_BASE_URL and HITL_TOKEN are required"})
-    sys.exit(3)
-
-enter_parrot_scaffold()
-logging.basicConfig(
-    stream=sys.stderr,
-    level=logging.INFO,
-    format="driver %(asctime)s %(levelname)s %(name)s: %(message)s",
-)
+start(HITL_BASE_URL=BASE_URL, HITL_TOKEN=TOKEN)
 
 
 from _scenario import AnnouncingChannel, Current, confirm, deploy_tool, params  # noqa: E402

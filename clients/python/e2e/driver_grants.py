@@ -20,28 +20,18 @@ not reachable, exit 4); ``fatal`` (exit 3).
 """
 
 import asyncio
-import logging
 import os
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from _protocol import emit, enter_parrot_scaffold, run, skip_without_redis  # noqa: E402
+from _protocol import emit, run, skip_without_redis, start  # noqa: E402
 
 BASE_URL = os.environ.get("HITL_BASE_URL", "")
 TOKEN = os.environ.get("HITL_TOKEN", "")
 REDIS_URL = os.environ.get("HITL_REDIS_URL", "redis://127.0.0.1:6379/13")
-SIGNALS = Path(os.environ.get("HITL_SIGNAL_DIR", ""))
-if not BASE_URL or not TOKEN or not os.environ.get("HITL_SIGNAL_DIR"):
-    emit({"event": "fatal", "error": "HITL_BASE_URL, HITL_TOKEN and HITL_SIGNAL_DIR are required"})
-    sys.exit(3)
-
-enter_parrot_scaffold()
-logging.basicConfig(
-    stream=sys.stderr,
-    level=logging.INFO,
-    format="driver %(asctime)s %(levelname)s %(name)s: %(message)s",
-)
+SIGNAL_DIR = os.environ.get("HITL_SIGNAL_DIR", "")
+start(HITL_BASE_URL=BASE_URL, HITL_TOKEN=TOKEN, HITL_SIGNAL_DIR=SIGNAL_DIR)
+SIGNALS = Path(SIGNAL_DIR)
 
 from _scenario import AnnouncingChannel, Current  # noqa: E402
 from parrot.auth.grants import GrantConfig, GrantGuard  # noqa: E402
