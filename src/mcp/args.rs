@@ -42,6 +42,42 @@ pub struct RequestApproval {
     pub wait: Option<String>,
 }
 
+/// `request_grant`'s arguments: the body of `POST /v1/grants`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RequestGrant {
+    /// On whose behalf you act: the grant lets calls for this owner through.
+    pub owner_id: String,
+    /// What to grant: "tool:<name>" for every call of one tool (e.g. "tool:deploy"), or
+    /// "tool:*" for every tool.
+    pub scope: String,
+    /// How long the grant should last, in seconds (default 900; the route may cut it).
+    pub window_seconds: Option<u64>,
+    /// Why you need it: shown to the human.
+    pub reason: Option<String>,
+    /// Seconds to wait for a human (the service's default when absent).
+    pub timeout_seconds: Option<f64>,
+    /// The named Telegram destination (the agent's default route when absent).
+    pub route: Option<String>,
+    /// "block" (default): wait for the answer, with progress notifications. "suspend":
+    /// return at once with the question's id; then call get_decision, and on a yes call
+    /// request_grant again with interaction_id.
+    pub wait: Option<String>,
+    /// The id of a question answered yes within the last 5 minutes (from a suspended
+    /// request_grant): stores the grant it approved, once, without asking again.
+    pub interaction_id: Option<String>,
+}
+
+/// `check_grant`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckGrant {
+    /// On whose behalf you act.
+    pub owner_id: String,
+    /// The scope the call needs: "tool:<name>" (a "tool:*" grant covers every tool).
+    pub scope: String,
+}
+
 /// `get_decision`'s arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

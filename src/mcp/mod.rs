@@ -21,11 +21,12 @@
 //!
 //! This file holds the tools themselves; what they take is `args.rs`, what the model
 //! reads back `answer.rs`, how a blocking tool waits (and withdraws its question when
-//! the call is cancelled) `wait.rs`, the API requests `v1.rs`, and the `/mcp` route
-//! `http.rs`.
+//! the call is cancelled) `wait.rs`, the grant tools' steps and words `grant.rs`, the
+//! API requests `v1.rs`, and the `/mcp` route `http.rs`.
 
 mod answer;
 mod args;
+mod grant;
 mod http;
 mod v1;
 mod wait;
@@ -45,7 +46,8 @@ use crate::client::is_terminal;
 use crate::domain::limits::{MAX_BODY_BYTES, MAX_LONG_POLL_SECONDS};
 use answer::{answer_text, decision_text, refused, text_result, unreachable};
 use args::{
-    AskHuman, GetDecision, NotifyHuman, RequestApproval, arguments, input_schema, not_valid,
+    AskHuman, CheckGrant, GetDecision, NotifyHuman, RequestApproval, RequestGrant, arguments,
+    input_schema, not_valid,
 };
 use v1::{Answer, bearer_of};
 use wait::{Asked, blocks};
@@ -258,6 +260,57 @@ impl HitlMcp {
     }
 
     #[tool(
+        description = "Ask a human on Telegram for a GRANT: permission to run every call in a \
+        scope (\"tool:deploy\", or \"tool:*\" for every tool) for an owner, without asking \
+        each time, for window_seconds. The human sees the scope, the owner and how long, and \
+        taps Approve or Reject. Only a result that starts with GRANTED means a grant exists; \
+        NOT GRANTED (refused, timeout, service down) means: ask before each call.",
+        input_schema = input_schema::<RequestGrant>()
+    )]
+    async fn request_grant(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        match arguments::<RequestGrant>(args) {
+            Ok(args) => self.grant(args, ctx).await,
+            Err(why) => text_result(
+                format!(
+                    "NOT GRANTED: the arguments of request_grant are not valid ({why}), so \
+                     nothing was asked and no grant exists. Call request_grant again with valid \
+                     arguments."
+                ),
+                None,
+                true,
+            ),
+        }
+    }
+
+    #[tool(
+        description = "Check whether a live grant (from request_grant) covers a scope \
+        (\"tool:deploy\") for an owner. GRANTED: it does, until the time given; NOT GRANTED: \
+        it does not (never granted, expired or revoked), so ask before the call.",
+        input_schema = input_schema::<CheckGrant>()
+    )]
+    async fn check_grant(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        match arguments::<CheckGrant>(args) {
+            Ok(args) => self.check(args, ctx).await,
+            Err(why) => text_result(
+                format!(
+                    "NOT GRANTED: the arguments of check_grant are not valid ({why}), so \
+                     nothing was checked. Do not assume a grant."
+                ),
+                None,
+                true,
+            ),
+        }
+    }
+
+    #[tool(
         description = "Send a one-way message to the humans on Telegram (no answer expected), \
         e.g. to report what you did.",
         input_schema = input_schema::<NotifyHuman>()
@@ -313,7 +366,8 @@ impl HitlMcp {
     name = "hitl-telegram",
     instructions = "Human approval on Telegram. Before any side-effecting tool call, call \
     request_approval with the exact tool name and parameters, and run the call only if the \
-    result starts with APPROVED. Use ask_human for questions and notify_human for reports."
+    result starts with APPROVED. Use ask_human for questions and notify_human for reports; \
+    request_grant and check_grant for grants that let a scope of calls through for a while."
 )]
 impl ServerHandler for HitlMcp {}
 

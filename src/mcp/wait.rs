@@ -95,7 +95,7 @@ impl HitlMcp {
     /// keep waiting). Gives up at the request's deadline plus a margin, or when the client
     /// cancels, and then returns the record as it is (still pending, which the model is
     /// told: get_decision resumes it). `Err` says why a poll failed.
-    async fn wait_for(
+    pub(super) async fn wait_for(
         &self,
         ctx: &RequestContext<RoleServer>,
         bearer: Option<&str>,

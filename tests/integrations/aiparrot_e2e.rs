@@ -33,7 +33,7 @@ use crate::support::fake_telegram::{FakeTelegram, SentMessage, TgUser};
 use crate::support::parrot_driver::{
     Driver, interaction, parrot_python, required, wait_delivered, wait_for_question,
 };
-use crate::support::process::{ServiceProcess, free_port, write_config};
+use crate::support::process::{ServiceProcess, pin_port, write_config};
 use serde_json::{Value, json};
 
 const DRIVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/python/e2e/driver.py");
@@ -130,12 +130,8 @@ async fn ai_parrot_confirmation_guard_asks_through_the_python_channel() {
     let db_url = format!("sqlite://{}/hitl.db", dir.path().display());
     let config = write_config(dir.path(), &telegram, &db_url);
     // A fixed port: the service is restarted where the channel expects it.
-    let port = free_port();
+    let port = pin_port(&config);
     let toml = std::fs::read_to_string(&config).unwrap();
-    assert!(
-        toml.contains("bind = \"127.0.0.1:0\""),
-        "the base settings changed"
-    );
     // The other route caps windows, so "Approve for" grants less than the tool asks.
     let other_route = "name = \"other\"\n";
     assert_eq!(
@@ -146,10 +142,6 @@ async fn ai_parrot_confirmation_guard_asks_through_the_python_channel() {
     std::fs::write(
         &config,
         toml.replace(
-            "bind = \"127.0.0.1:0\"",
-            &format!("bind = \"127.0.0.1:{port}\""),
-        )
-        .replace(
             other_route,
             &format!("{other_route}max_window_seconds = {OTHER_MAX_WINDOW}\n"),
         ),

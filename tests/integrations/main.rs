@@ -11,10 +11,12 @@ const TELEGRAM_MODE: support::app::ModeRule = support::app::ModeRule::Polling;
 
 mod aiparrot;
 mod aiparrot_e2e;
+mod aiparrot_grants_e2e;
 mod aiparrot_redis_e2e;
 mod claude_hook;
 mod cli;
 mod mcp;
+mod mcp_grants;
 mod openapi_fuzz;
 mod python_client;
 mod redis_bridge;

@@ -32,6 +32,18 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Rewrites `config` (as [`write_config`] wrote it) to listen on a port chosen now, so a
+/// restarted service comes back where its clients expect it. Returns the port.
+pub fn pin_port(config: &Path) -> u16 {
+    let port = free_port();
+    let toml = std::fs::read_to_string(config).expect("read config");
+    let any_port = "bind = \"127.0.0.1:0\"";
+    assert!(toml.contains(any_port), "the base settings changed");
+    let pinned = toml.replace(any_port, &format!("bind = \"127.0.0.1:{port}\""));
+    std::fs::write(config, pinned).expect("write config");
+    port
+}
+
 /// Writes the standard test config (against `telegram`, on `db_url`) into `dir`.
 pub fn write_config(dir: &Path, telegram: &FakeTelegram, db_url: &str) -> PathBuf {
     let path = dir.join("config.toml");

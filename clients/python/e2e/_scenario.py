@@ -1,6 +1,6 @@
-"""What both end-to-end drivers ask about: the tool the agent wants to run, its
-parameters, and running one ConfirmationGuard scenario. Import after
-``_protocol.enter_parrot_scaffold()``."""
+"""What the end-to-end drivers ask about: the tool the agent wants to run, its
+parameters, running one ConfirmationGuard scenario, and the channel that says what it
+asked. Import after ``_protocol.enter_parrot_scaffold()``."""
 
 import json
 import time
@@ -10,6 +10,7 @@ from parrot.auth.confirmation import compute_args_hash
 from pydantic import BaseModel, Field
 
 from _protocol import emit
+from hitl_telegram_channel import HitlTelegramChannel
 
 
 class DeployArgs(BaseModel):
@@ -78,4 +79,30 @@ async def confirm(scenario, guard, tool, call_params, report=None):
         "args_hash": compute_args_hash(call_params),
         "elapsed": round(time.monotonic() - t0, 3),
         **(report() if report else {}),
+    })
+
+
+class AnnouncingChannel(HitlTelegramChannel):
+    """Says on the protocol when a question was posted, so the test can answer it."""
+
+    async def send_interaction(self, interaction, recipient):
+        accepted = await super().send_interaction(interaction, recipient)
+        call = self.call_for(interaction.interaction_id)
+        announce(interaction, accepted, target=self.target_for(recipient),
+                 call=call.body() if call is not None else None)
+        return accepted
+
+
+def announce(interaction, accepted, **more):
+    """Says on the protocol that a question was posted (``asked``), in the running
+    scenario, with what the channel adds (``more``)."""
+    emit({
+        "event": "asked",
+        "scenario": Current.scenario,
+        "interaction_id": interaction.interaction_id,
+        "interaction_type": interaction.interaction_type.value,
+        "question": interaction.question,
+        "target_humans": list(interaction.target_humans),
+        "accepted": accepted,
+        **more,
     })

@@ -29,32 +29,20 @@ Telegram, bounded by the guard's approval_timeout.
 """
 
 import asyncio
-import logging
 import os
-import sys
 import time
-import traceback
 
 # Takes over stdout for the protocol (see _protocol.py).
-from _protocol import emit, enter_parrot_scaffold  # noqa: E402
+from _protocol import emit, run, skip_without_redis, start  # noqa: E402
 
 
 BASE_URL = os.environ.get("HITL_BASE_URL", "")
 TOKEN = os.environ.get("HITL_TOKEN", "")
 REDIS_URL = os.environ.get("HITL_REDIS_URL", "redis://127.0.0.1:6379/13")
-if not BASE_URL or not TOKEN:
-    emit({"event": "fatal", "error": "HITL_BASE_URL and HITL_TOKEN are required"})
-    sys.exit(3)
-
-enter_parrot_scaffold()
-logging.basicConfig(
-    stream=sys.stderr,
-    level=logging.INFO,
-    format="driver %(asctime)s %(levelname)s %(name)s: %(message)s",
-)
+start(HITL_BASE_URL=BASE_URL, HITL_TOKEN=TOKEN)
 
 
-from _scenario import Current, confirm, deploy_tool, params  # noqa: E402
+from _scenario import AnnouncingChannel, Current, confirm, deploy_tool, params  # noqa: E402
 from parrot.auth.confirmation import (  # noqa: E402
     ConfirmationConfig,
     InMemoryConfirmationWindowStore,
@@ -64,32 +52,9 @@ from parrot.human.models import HumanInteraction, InteractionType  # noqa: E402
 from hitl_telegram_channel import (  # noqa: E402
     HitlConfirmationGuard,
     HitlInteractionManager,
-    HitlTelegramChannel,
     close_confirmation_guard,
     make_confirmation_guard,
 )
-
-
-# ── Announcing what was asked ─────────────────────────────────────────────────
-
-class AnnouncingChannel(HitlTelegramChannel):
-    """Says on the protocol when a question was posted, so the test can answer it."""
-
-    async def send_interaction(self, interaction, recipient):
-        accepted = await super().send_interaction(interaction, recipient)
-        call = self.call_for(interaction.interaction_id)
-        emit({
-            "event": "asked",
-            "scenario": Current.scenario,
-            "interaction_id": interaction.interaction_id,
-            "interaction_type": interaction.interaction_type.value,
-            "question": interaction.question,
-            "target_humans": list(interaction.target_humans),
-            "accepted": accepted,
-            "target": self.target_for(recipient),
-            "call": call.body() if call is not None else None,
-        })
-        return accepted
 
 
 class RecordingStore(InMemoryConfirmationWindowStore):
@@ -132,15 +97,7 @@ async def wait_status(interaction_id, status, within=20.0):
 # ── The scenarios ─────────────────────────────────────────────────────────────
 
 async def main():
-    try:
-        import redis.asyncio as aioredis
-
-        r = aioredis.from_url(REDIS_URL)
-        await asyncio.wait_for(r.ping(), 5)
-        await r.aclose()
-    except Exception as exc:  # noqa: BLE001
-        emit({"event": "skip", "reason": f"Redis at {REDIS_URL} is not reachable: {exc!r}"})
-        sys.exit(4)
+    await skip_without_redis(REDIS_URL)
 
     def channel(**kw):
         return AnnouncingChannel(BASE_URL, TOKEN, timeout=10.0, **kw)
@@ -273,11 +230,4 @@ async def main():
 
 
 if __name__ == "__main__":
-    try:
-        asyncio.run(main())
-    except SystemExit:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        traceback.print_exc()
-        emit({"event": "fatal", "error": f"{type(exc).__name__}: {exc}"})
-        sys.exit(3)
+    run(main)

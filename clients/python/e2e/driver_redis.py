@@ -32,30 +32,20 @@ import logging
 import os
 import sys
 import time
-import traceback
 
 # Takes over stdout for the protocol (see _protocol.py).
-from _protocol import emit, enter_parrot_scaffold  # noqa: E402
+from _protocol import emit, run, start  # noqa: E402
 
 
 REDIS_URL = os.environ.get("HITL_REDIS_URL", "redis://127.0.0.1:6379")
 PREFIX = os.environ.get("HITL_BRIDGE_PREFIX", "")
 RECIPIENT = os.environ.get("HITL_RECIPIENT", "alice")
-if not PREFIX:
-    emit({"event": "fatal", "error": "HITL_BRIDGE_PREFIX is required"})
-    sys.exit(3)
-
-enter_parrot_scaffold()
-logging.basicConfig(
-    stream=sys.stderr,
-    level=logging.INFO,
-    format="driver %(asctime)s %(levelname)s %(name)s: %(message)s",
-)
+start(HITL_BRIDGE_PREFIX=PREFIX)
 
 
 from redis.asyncio import Redis  # noqa: E402
 
-from _scenario import Current, confirm, deploy_tool, params  # noqa: E402
+from _scenario import Current, announce, confirm, deploy_tool, params  # noqa: E402
 from parrot.auth.confirmation import (  # noqa: E402
     ConfirmationConfig,
     ConfirmationGuard,
@@ -80,16 +70,7 @@ class Announcing(CLIDaemonHumanChannel):
 
     async def send_interaction(self, interaction, recipient):
         accepted = await super().send_interaction(interaction, recipient)
-        emit({
-            "event": "asked",
-            "scenario": Current.scenario,
-            "interaction_id": interaction.interaction_id,
-            "interaction_type": interaction.interaction_type.value,
-            "question": interaction.question,
-            "target_humans": list(interaction.target_humans),
-            "recipient": recipient,
-            "accepted": accepted,
-        })
+        announce(interaction, accepted, recipient=recipient)
         return accepted
 
 
@@ -223,11 +204,4 @@ async def main():
 
 
 if __name__ == "__main__":
-    try:
-        asyncio.run(main())
-    except SystemExit:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        traceback.print_exc()
-        emit({"event": "fatal", "error": f"{type(exc).__name__}: {exc}"})
-        sys.exit(3)
+    run(main)

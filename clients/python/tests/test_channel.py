@@ -13,7 +13,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 import unittest
 from datetime import datetime, timedelta, timezone
@@ -23,16 +22,10 @@ from types import SimpleNamespace
 _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE.parent / "src"))
 
-if "SITE_ROOT" not in os.environ:
-    # AI-Parrot's configuration layer needs this scaffold to import.
-    _root = Path(tempfile.mkdtemp(prefix="aiparrot-site-"))
-    (_root / "env" / "dev").mkdir(parents=True)
-    (_root / "env" / "dev" / ".env").write_text("")
-    (_root / "etc").mkdir()
-    (_root / "etc" / "config.ini").write_text("[general]\n")
-    os.environ["SITE_ROOT"] = str(_root)
-    os.environ.setdefault("ENV", "dev")
-    os.chdir(_root)
+sys.path.insert(0, str(_HERE))
+import aiparrot_site  # noqa: E402
+
+aiparrot_site.enter()
 
 from aiohttp import web  # noqa: E402
 from parrot.auth.confirmation import (  # noqa: E402

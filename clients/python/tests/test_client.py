@@ -25,6 +25,7 @@ sys.path.insert(0, str(_SRC))
 from hitl_telegram_channel import (  # noqa: E402
     AlreadyDecided,
     Confirmation,
+    GrantRecord,
     HitlClient,
     HitlError,
     Progress,
@@ -33,12 +34,26 @@ from hitl_telegram_channel import (  # noqa: E402
 
 TOKEN = "token-0123456789"
 ID = "cf_" + "a" * 32
+GRANT_ID = "gr_" + "b" * 32
 
 
 def record(**fields):
     base = {
         "id": ID, "status": "pending", "allowed": False, "via": None, "reason": None,
         "tool": "deploy", "owner_id": "anonymous", "parameters": None, "decided_by": None,
+    }
+    base.update(fields)
+    return base
+
+
+def grant(**fields):
+    """A grant as the service returns it."""
+    base = {
+        "grant_id": GRANT_ID, "agent": "agent-a", "owner_id": "alice", "scope": "tool:deploy",
+        "route": "ops", "reason": None,
+        "granted_by": {"id": 111111, "username": "alice_ops", "name": "Alice"},
+        "created_at": "2026-12-06T09:00:00.000Z", "expires_at": "2026-12-06T09:15:00.000Z",
+        "revoked_at": None, "revoked_by": None, "interaction_id": "iid-1", "live": True,
     }
     base.update(fields)
     return base
@@ -220,6 +235,107 @@ class ClientTests(unittest.TestCase):
         del broken["tool"]
         with self.assertRaisesRegex(ValueError, "tool"):
             Confirmation.from_json(broken)
+
+
+class GrantClientTests(unittest.TestCase):
+    def stub(self, answer):
+        stub = Stub(answer)
+        self.addCleanup(stub.close)
+        return stub
+
+    def test_presenting_an_approval_sends_its_id_and_no_wait_and_parses_the_grant(self):
+        answer = {"status": "granted", "grant": grant(), "interaction_id": "iid-1", "question": None}
+        stub = self.stub(lambda *_: json_answer(201, answer))
+        got = HitlClient(stub.url, TOKEN).request_grant(
+            "alice", "tool:deploy", window_seconds=600, interaction_id="iid-1"
+        )
+        self.assertTrue(got.granted)
+        self.assertEqual((got.grant.grant_id, got.grant.scope, got.grant.live), (GRANT_ID, "tool:deploy", True))
+        self.assertEqual(got.grant.granted_by["id"], 111111)
+        method, path, headers, body = stub.requests[0]
+        self.assertEqual((method, path), ("POST", "/v1/grants"))
+        self.assertEqual(headers["Authorization"], f"Bearer {TOKEN}")
+        self.assertEqual(
+            json.loads(body),
+            {"owner_id": "alice", "scope": "tool:deploy", "window_seconds": 600, "interaction_id": "iid-1"},
+        )
+
+    def test_a_refused_grant_is_no_grant_and_an_approval_that_grants_nothing_is_a_conflict(self):
+        refused = {"status": "refused", "grant": None, "interaction_id": "iid-2", "question": {}}
+        stub = self.stub(lambda *_: json_answer(200, refused))
+        got = HitlClient(stub.url, TOKEN).request_grant("alice", "tool:deploy", reason="release")
+        self.assertFalse(got.granted)
+        self.assertEqual(got.status, "refused")
+        self.assertEqual(json.loads(stub.requests[0][3]), {"owner_id": "alice", "scope": "tool:deploy", "reason": "release"})
+        error = {"error": {"code": "conflict", "message": "interaction_id: this approval already granted"}}
+        stub = self.stub(lambda *_: json_answer(409, error))
+        with self.assertRaises(HitlError) as caught:
+            HitlClient(stub.url, TOKEN).request_grant("alice", "tool:deploy", interaction_id="iid-1")
+        self.assertEqual((caught.exception.status, caught.exception.code), (409, "conflict"))
+
+    def test_a_granted_answer_without_a_grant_is_refused_not_trusted(self):
+        answer = {"status": "granted", "grant": None, "interaction_id": "iid-1", "question": None}
+        stub = self.stub(lambda *_: json_answer(201, answer))
+        with self.assertRaises(HitlError) as caught:
+            HitlClient(stub.url, TOKEN).request_grant("alice", "tool:deploy", interaction_id="iid-1")
+        self.assertEqual(caught.exception.code, "unexpected_response")
+
+    def test_check_encodes_the_scope_and_returns_the_covering_grant_or_none(self):
+        answers = [{"allowed": True, "grant": grant(scope="tool:*")}, {"allowed": False, "grant": None}]
+        stub = self.stub(lambda *_: json_answer(200, answers.pop(0)))
+        client = HitlClient(stub.url, TOKEN)
+        self.assertEqual(client.check_grant("alice b", "tool:deploy").scope, "tool:*")
+        self.assertIsNone(client.check_grant("alice", "tool:drop_table"))
+        self.assertEqual(
+            [r[1] for r in stub.requests],
+            ["/v1/grants/check?owner_id=alice+b&scope=tool%3Adeploy",
+             "/v1/grants/check?owner_id=alice&scope=tool%3Adrop_table"],
+        )
+
+    def test_a_check_that_contradicts_itself_is_an_error_never_an_allow(self):
+        for answer in (
+            {"allowed": True, "grant": None},
+            {"allowed": False, "grant": grant()},
+            {"allowed": True, "grant": grant(live=False)},
+            {"allowed": "yes", "grant": grant()},
+            {"allowed": True, "grant": grant(live=True, revoked_at="2026-12-06T09:01:00.000Z")},
+        ):
+            stub = self.stub(lambda *_, a=answer: json_answer(200, a))
+            with self.assertRaises(HitlError, msg=str(answer)) as caught:
+                HitlClient(stub.url, TOKEN).check_grant("alice", "tool:deploy")
+            self.assertEqual(caught.exception.code, "unexpected_response")
+
+    def test_list_and_revoke(self):
+        revoked = grant(live=False, revoked_at="2026-12-06T09:05:00.000Z")
+        answers = [(200, {"grants": [grant()]}), (200, revoked),
+                   (404, {"error": {"code": "not_found", "message": "no live grant with this id"}})]
+        stub = self.stub(lambda *_: json_answer(*answers.pop(0)))
+        client = HitlClient(stub.url, TOKEN)
+        self.assertEqual([g.grant_id for g in client.list_grants()], [GRANT_ID])
+        got = client.revoke_grant(GRANT_ID)
+        self.assertEqual((got.live, got.revoked_at), (False, "2026-12-06T09:05:00.000Z"))
+        with self.assertRaises(HitlError) as caught:
+            client.revoke_grant("gr_x/../y")
+        self.assertEqual(caught.exception.code, "not_found")
+        self.assertEqual(
+            [r[:2] for r in stub.requests],
+            [("GET", "/v1/grants"), ("DELETE", f"/v1/grants/{GRANT_ID}"), ("DELETE", "/v1/grants/gr_x%2F..%2Fy")],
+        )
+
+    def test_presenting_and_asking_at_once_is_refused_before_any_request(self):
+        client = HitlClient("http://127.0.0.1:9", TOKEN)
+        with self.assertRaises(ValueError):
+            client.request_grant("alice", "tool:deploy", interaction_id="iid-1", wait="block")
+        with self.assertRaises(ValueError):
+            client.request_grant("alice", "tool:deploy", interaction_id="iid-1", timeout_seconds=5)
+        with self.assertRaises(ValueError):
+            client.request_grant("alice", "tool:deploy", wait="later")
+
+    def test_a_grant_missing_a_field_names_it(self):
+        broken = grant()
+        del broken["scope"]
+        with self.assertRaisesRegex(ValueError, "scope"):
+            GrantRecord.from_json(broken)
 
 
 def signed(secret, ts, delivery, body):

@@ -11,10 +11,14 @@ Any Python agent (standard library only, nothing to configure):
 
 AI-Parrot agents (the ``aiparrot`` extra, and navconfig's ``$SITE_ROOT/env/<ENV>/.env``):
 
-    from hitl_telegram_channel.aiparrot import make_confirmation_guard
+    from hitl_telegram_channel.aiparrot import HitlGrantStore, make_confirmation_guard
+    from parrot.auth.grants import GrantGuard
 
     guard = await make_confirmation_guard("http://127.0.0.1:8080", token, route="ops")
     tool_manager.set_confirmation_guard(guard)
+    # Grants (FEAT-211) stored by the service: durable, shared, revocable in the chat.
+    store = HitlGrantStore(HitlClient("http://127.0.0.1:8080", token))
+    tool_manager.set_grant_guard(GrantGuard(store, human_manager=guard.human_manager))
 
 The AI-Parrot names are also reachable from the package itself
 (``from hitl_telegram_channel import make_confirmation_guard``, as before the split),
@@ -28,7 +32,15 @@ import importlib
 from typing import Any, List
 
 from .call import ToolCall
-from .client import AlreadyDecided, Confirmation, HitlClient, HitlError, Progress
+from .client import (
+    AlreadyDecided,
+    Confirmation,
+    GrantAnswer,
+    GrantRecord,
+    HitlClient,
+    HitlError,
+    Progress,
+)
 from .sse import SseEvent, SseParser
 from .webhook import verify_webhook
 
@@ -38,6 +50,7 @@ _AIPARROT_NAMES = frozenset(
         "DEFAULT_CHANNEL_NAME",
         "HitlConfirmationDecision",
         "HitlConfirmationGuard",
+        "HitlGrantStore",
         "HitlInteractionManager",
         "HitlTelegramChannel",
         "OperatorWindowStore",
@@ -75,6 +88,8 @@ def __dir__() -> List[str]:
 __all__ = [
     "AlreadyDecided",
     "Confirmation",
+    "GrantAnswer",
+    "GrantRecord",
     "HitlClient",
     "HitlError",
     "Progress",

@@ -1,6 +1,6 @@
 """The AI-Parrot side of the package: the ``HumanChannel``, the manager and the guard.
 
-    from hitl_telegram_channel.aiparrot import make_confirmation_guard
+    from hitl_telegram_channel.aiparrot import make_confirmation_guard, HitlGrantStore
 
 It needs the ``aiparrot`` extra (``pip install "hitl-telegram-channel[aiparrot]"``:
 ai-parrot 1.2.4 and aiohttp) and, as any import of ``parrot`` does, navconfig's project
@@ -9,6 +9,7 @@ scaffold: ``env/<ENV>/.env`` (``ENV`` defaults to ``dev``) under ``SITE_ROOT``. 
 """
 
 from .channel import HitlTelegramChannel, Target
+from .grants import HitlGrantStore
 from .guard import (
     DEFAULT_CHANNEL_NAME,
     HitlConfirmationDecision,
@@ -24,6 +25,7 @@ __all__ = [
     "DEFAULT_CHANNEL_NAME",
     "HitlConfirmationDecision",
     "HitlConfirmationGuard",
+    "HitlGrantStore",
     "HitlInteractionManager",
     "HitlTelegramChannel",
     "OperatorWindowStore",

@@ -1,4 +1,5 @@
-"""A plain client for ``/v1/confirmations``, for any Python agent (standard library only).
+"""A plain client for ``/v1/confirmations`` and ``/v1/grants``, for any Python agent
+(standard library only).
 
     client = HitlClient("http://127.0.0.1:8080", token)
     decision = client.create("transfer", {"to": "ACME", "amount": 1200.5}, owner_id="alice")
@@ -24,8 +25,10 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional
-from urllib.parse import quote, urlsplit
+from typing import Any, Callable, Dict, List, Mapping, Optional, TypeVar
+from urllib.parse import quote, urlencode, urlsplit
+
+T = TypeVar("T")
 
 #: The statuses a request can end in; ``pending`` is the only other one.
 TERMINAL_STATUSES = frozenset({"confirmed", "cancelled", "timeout"})
@@ -222,6 +225,107 @@ class Progress:
         )
 
 
+@dataclass(frozen=True)
+class GrantRecord:
+    """A grant as ``/v1/grants`` returns it: the agent may run calls in ``scope`` for
+    ``owner_id`` without asking, while it is ``live``.
+
+    Only what an agent acts on is a field; everything else (``route``, ``reason``,
+    ``revoked_by``, ...) is in :attr:`raw`.
+    """
+
+    #: ``gr_`` and 32 lowercase hex digits.
+    grant_id: str
+    owner_id: str
+    #: ``tool:deploy``, or ``tool:*`` for every tool.
+    scope: str
+    #: The person who said yes (``{"id", "username", "name"}``).
+    granted_by: Dict[str, Any]
+    #: RFC 3339, UTC.
+    created_at: str
+    expires_at: str
+    #: When it was revoked (RFC 3339), else ``None``.
+    revoked_at: Optional[str]
+    #: Whether it lets calls through now (not revoked, not expired), as the service saw it.
+    live: bool
+    #: The approval it came from (``interaction_id``), when one was presented or asked.
+    interaction_id: Optional[str]
+    raw: Dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, record: Any) -> "GrantRecord":
+        """Parses a grant; ``ValueError`` naming the field when it is not one."""
+        if not isinstance(record, dict):
+            raise ValueError(f"a grant is a JSON object, not {type(record).__name__}")
+
+        def text(name: str, optional: bool = False) -> Optional[str]:
+            value = record.get(name)
+            if value is None and optional:
+                return None
+            if not isinstance(value, str):
+                raise ValueError(f"grant: {name} is not a string")
+            return value
+
+        granted_by = record.get("granted_by")
+        if not isinstance(granted_by, dict):
+            raise ValueError("grant: granted_by is not an object")
+        live = record.get("live")
+        if not isinstance(live, bool):
+            raise ValueError("grant: live is not a boolean")
+        revoked_at = text("revoked_at", optional=True)
+        if live and revoked_at is not None:
+            # Fail closed on a record that contradicts itself.
+            raise ValueError("grant: live although revoked")
+        return cls(
+            grant_id=text("grant_id"),
+            owner_id=text("owner_id"),
+            scope=text("scope"),
+            granted_by=granted_by,
+            created_at=text("created_at"),
+            expires_at=text("expires_at"),
+            revoked_at=revoked_at,
+            live=live,
+            interaction_id=text("interaction_id", optional=True),
+            raw=record,
+        )
+
+
+@dataclass(frozen=True)
+class GrantAnswer:
+    """What ``POST /v1/grants`` answers."""
+
+    #: ``granted`` (:attr:`grant` is stored), ``refused`` (a person said no),
+    #: ``timeout`` (nobody answered in time) or ``pending`` (``wait="suspend"``: present
+    #: :attr:`interaction_id` once it is answered yes).
+    status: str
+    grant: Optional[GrantRecord]
+    #: The approval the grant came from, or the question that asks for it.
+    interaction_id: str
+    raw: Dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def granted(self) -> bool:
+        """True only when a grant was stored: the one value to act on."""
+        return self.status == "granted" and self.grant is not None
+
+    @classmethod
+    def from_json(cls, answer: Any) -> "GrantAnswer":
+        """Parses an answer; ``ValueError`` naming the field when it is not one."""
+        if not isinstance(answer, dict):
+            raise ValueError(f"a grant answer is a JSON object, not {type(answer).__name__}")
+        status = answer.get("status")
+        if status not in ("granted", "refused", "timeout", "pending"):
+            raise ValueError(f"grant answer: unknown status {status!r}")
+        grant = answer.get("grant")
+        grant = None if grant is None else GrantRecord.from_json(grant)
+        if (status == "granted") != (grant is not None):
+            raise ValueError(f"grant answer: status {status!r} with grant {grant is not None}")
+        interaction_id = answer.get("interaction_id")
+        if not isinstance(interaction_id, str):
+            raise ValueError("grant answer: interaction_id is not a string")
+        return cls(status=status, grant=grant, interaction_id=interaction_id, raw=answer)
+
+
 class HitlClient:
     """Talks to one hitl-telegram service as one agent (its bearer token).
 
@@ -355,11 +459,93 @@ class HitlClient:
                 raise AlreadyDecided(e.message, self._record(record)) from None
             raise
 
-    def _record(self, payload: Any) -> Confirmation:
+    def request_grant(
+        self,
+        owner_id: str,
+        scope: str,
+        *,
+        window_seconds: Optional[int] = None,
+        route: Optional[str] = None,
+        reason: Optional[str] = None,
+        interaction_id: Optional[str] = None,
+        wait: Optional[str] = None,
+        timeout_seconds: Optional[float] = None,
+    ) -> GrantAnswer:
+        """``POST /v1/grants``: a grant of ``scope`` for ``owner_id``, for
+        ``window_seconds`` (900 by default; the route may cut it).
+
+        Without ``interaction_id`` the route's approvers are asked in Telegram:
+        ``wait="block"`` (the default) returns ``granted``, ``refused`` or ``timeout``;
+        ``wait="suspend"`` returns ``pending`` at once. With ``interaction_id`` it presents
+        an approval of this agent answered yes within the last 5 minutes whose question
+        has the lines ``Scope: <scope>`` and ``Owner: <owner_id>`` (as AI-Parrot's
+        ``GrantGuard`` asks): ``granted`` at once, or :class:`HitlError` ``conflict`` (409)
+        when it grants nothing (used already, too old, about something else, a no).
+        """
+        if interaction_id is not None and (wait is not None or timeout_seconds is not None):
+            # The service refuses the mix too (422); said here, before anything is sent.
+            raise ValueError(
+                "interaction_id presents an answered approval: wait and timeout_seconds ask a new one"
+            )
+        if wait not in (None, "block", "suspend"):
+            raise ValueError(f'wait must be "block" or "suspend", not {wait!r}')
+        body: Dict[str, Any] = {"owner_id": owner_id, "scope": scope}
+        optional = {
+            "window_seconds": window_seconds,
+            "route": route,
+            "reason": reason,
+            "interaction_id": interaction_id,
+            "wait": wait,
+            "timeout_seconds": timeout_seconds,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
+        if interaction_id is None and wait != "suspend":
+            held = timeout_seconds if timeout_seconds is not None else self.block_timeout
+            read_timeout = float(held) + _SLACK_SECONDS
+        else:
+            read_timeout = self.timeout
+        payload = self._call("POST", "/v1/grants", body, read_timeout)
+        return self._parsed(GrantAnswer.from_json, payload)
+
+    def check_grant(self, owner_id: str, scope: str) -> Optional[GrantRecord]:
+        """``GET /v1/grants/check``: the live grant of this agent that covers ``scope``
+        for ``owner_id`` (``tool:*`` covers every tool), or ``None`` when none does."""
+        query = urlencode({"owner_id": owner_id, "scope": scope})
+        payload = self._call("GET", f"/v1/grants/check?{query}", None, self.timeout)
+        if not isinstance(payload, dict) or not isinstance(payload.get("allowed"), bool):
+            raise HitlError(None, "unexpected_response", "grant check: allowed is not a boolean")
+        grant = payload.get("grant")
+        if payload["allowed"] != (grant is not None):
+            # Fail closed on an answer that contradicts itself.
+            raise HitlError(None, "unexpected_response", "grant check: allowed disagrees with grant")
+        found = None if grant is None else self._parsed(GrantRecord.from_json, grant)
+        if found is not None and not found.live:
+            raise HitlError(None, "unexpected_response", "grant check: allowed by a grant that is not live")
+        return found
+
+    def list_grants(self) -> List[GrantRecord]:
+        """``GET /v1/grants``: this agent's live grants, soonest expiry first."""
+        payload = self._call("GET", "/v1/grants", None, self.timeout)
+        grants = payload.get("grants") if isinstance(payload, dict) else None
+        if not isinstance(grants, list):
+            raise HitlError(None, "unexpected_response", "grant list: grants is not a list")
+        return [self._parsed(GrantRecord.from_json, g) for g in grants]
+
+    def revoke_grant(self, grant_id: str) -> GrantRecord:
+        """``DELETE /v1/grants/{id}``: revokes a live grant of this agent and returns it
+        (with ``revoked_at``). :class:`HitlError` ``not_found`` (404) when no live grant
+        of this agent has that id (unknown, another agent's, revoked or expired)."""
+        path = f"/v1/grants/{quote(grant_id, safe='')}"
+        return self._parsed(GrantRecord.from_json, self._call("DELETE", path, None, self.timeout))
+
+    def _parsed(self, parse: Callable[[Any], T], payload: Any) -> T:
         try:
-            return Confirmation.from_json(payload)
+            return parse(payload)
         except ValueError as e:
             raise HitlError(None, "unexpected_response", str(e)) from None
+
+    def _record(self, payload: Any) -> Confirmation:
+        return self._parsed(Confirmation.from_json, payload)
 
     def _call(self, method: str, path: str, body: Optional[dict], read_timeout: float) -> Any:
         data = None if body is None else json.dumps(body, allow_nan=False).encode()
