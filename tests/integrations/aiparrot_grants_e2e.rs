@@ -7,8 +7,8 @@
 //! owner) and, once Alice approves, the grant is stored by the service from that
 //! approval; after the service is killed and restarted, the next call is let through by
 //! the stored grant without a new question; once the grant is revoked, the next call
-//! asks again. The revoke goes through the API (`DELETE /v1/grants/{id}`), as the agent
-//! or an operator's tooling would.
+//! asks again. The revoke is the operator's: `/grants` in the route's chat, and its
+//! Revoke button.
 //!
 //! The Python side is `clients/python/e2e/driver_grants.py`; it waits between its calls
 //! for files this test creates (`restarted`, `revoked`). Needs a Python with ai-parrot
@@ -153,16 +153,49 @@ async fn ai_parrot_grant_guard_keeps_its_grant_in_the_service_across_a_restart_u
         "nothing asked after the restart"
     );
 
-    // Revoked through the API: the next call asks again (and Alice says no this time).
-    let revoked = client
-        .delete(format!("{base}/v1/grants/{grant_id}"))
+    // Revoked from the chat, where the approvers are: /grants lists it with a Revoke
+    // button, Alice taps it, and the next call asks again (she says no this time).
+    let before = telegram.messages_in(OPS_CHAT).len();
+    telegram.send_text_message(OPS_CHAT, alice(), "/grants");
+    let mut listing = None;
+    for _ in 0..500 {
+        listing = telegram
+            .messages_in(OPS_CHAT)
+            .into_iter()
+            .skip(before)
+            .find(|m| m.visible_text.contains("Live grants (1)"));
+        if listing.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let listing = listing.expect("the answer to /grants");
+    assert!(
+        listing.visible_text.contains(&grant_id),
+        "{}",
+        listing.visible_text
+    );
+    let q = telegram.tap(
+        OPS_CHAT,
+        listing.message_id,
+        "🔒 Revoke tool:deploy for alice",
+        alice(),
+    );
+    let answer = telegram.wait_for_callback_answer(&q).await;
+    assert_eq!(
+        answer.text.as_deref(),
+        Some("🔒 Revoked: agent-a can no longer run any deploy call for alice without asking.")
+    );
+    let listed: Value = client
+        .get(format!("{base}/v1/grants"))
         .bearer_auth(TOKEN_A)
         .send()
         .await
+        .unwrap()
+        .json()
+        .await
         .unwrap();
-    assert_eq!(revoked.status(), 200);
-    let revoked: Value = revoked.json().await.unwrap();
-    assert!(revoked["revoked_at"].is_string(), "{revoked}");
+    assert_eq!(listed["grants"], Value::Array(vec![]), "{listed}");
     std::fs::write(signals.path().join("revoked"), "").unwrap();
     let again = expect(&mut driver, "asked", "after_revoke").await;
     assert_ne!(again["interaction_id"], asked["interaction_id"]);
