@@ -10,15 +10,15 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{AuthAgent, Body};
+use super::interactions::{object, text};
 use super::limits::Held;
 use super::record::{DecidedByView, InteractionView};
-use crate::config::Agent;
 use crate::domain::grant::{Grant, GrantSource, Scope};
 use crate::domain::ids::{GrantId, OwnerId};
 use crate::domain::limits::{MAX_ROUTE_CHARS, MAX_WINDOW_SECONDS};
@@ -142,49 +142,12 @@ struct CreateGrant {
     timeout_seconds: f64,
 }
 
-fn object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    let body: Map<String, Value> = serde_json::from_slice(bytes).map_err(|e| {
-        if e.is_data() {
-            ApiError::field("body", "must be a JSON object")
-        } else {
-            ApiError::MalformedJson(e.to_string())
-        }
-    })?;
-    if let Ok(Ok(Some(r))) =
-        std::str::from_utf8(bytes).map(crate::domain::python::json::repeated_key)
-    {
-        return Err(super::confirmations::repeated_key_error(&r));
-    }
-    if let Some(unknown) = body.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(ApiError::field(
-            unknown.as_str(),
-            format!("is not a known field (known: {})", FIELDS.join(", ")),
-        ));
-    }
-    Ok(body)
-}
-
-/// A string field of at most `max` characters; `null` is absent.
-fn text(body: &Map<String, Value>, name: &str, max: usize) -> Result<Option<String>, ApiError> {
-    match body.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if s.chars().count() > max => Err(ApiError::field(
-            name,
-            format!("must be at most {max} characters"),
-        )),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(ApiError::field(name, "must be a string")),
-    }
-}
-
 fn parse_create(
     bytes: &[u8],
-    agent: &Agent,
     default_timeout: f64,
     max_timeout: f64,
 ) -> Result<CreateGrant, ApiError> {
-    let _ = agent;
-    let body = object(bytes)?;
+    let body = object(bytes, FIELDS)?;
     let owner_id = text(&body, "owner_id", OwnerId::MAX_CHARS)?.ok_or_else(|| {
         ApiError::field("owner_id", "is required: on whose behalf the agent acts")
     })?;
@@ -295,7 +258,6 @@ pub async fn create(
     let config = state.service.config();
     let c = parse_create(
         &bytes,
-        &agent,
         config.default_timeout_seconds,
         config.max_timeout_seconds,
     )?;

@@ -57,7 +57,7 @@ pub struct NotificationSent {
 
 /// The body as a JSON object whose keys are all in `known`, repeating no key anywhere
 /// (see [`repeated_key_error`]: serde_json would silently keep the last value).
-fn object(bytes: &[u8], known: &[&str]) -> Result<Map<String, Value>, ApiError> {
+pub(super) fn object(bytes: &[u8], known: &[&str]) -> Result<Map<String, Value>, ApiError> {
     let body: Map<String, Value> = serde_json::from_slice(bytes).map_err(|e| {
         if e.is_data() {
             ApiError::field("body", "must be a JSON object")
@@ -84,7 +84,11 @@ fn object(bytes: &[u8], known: &[&str]) -> Result<Map<String, Value>, ApiError> 
 }
 
 /// A string field of at most `max` characters; `null` counts as absent.
-fn text(body: &Map<String, Value>, name: &str, max: usize) -> Result<Option<String>, ApiError> {
+pub(super) fn text(
+    body: &Map<String, Value>,
+    name: &str,
+    max: usize,
+) -> Result<Option<String>, ApiError> {
     match body.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if s.chars().count() > max => Err(ApiError::field(

@@ -22,6 +22,23 @@ async fn post_grant_as(app: &TestApp, token: &str, body: Value) -> (StatusCode, 
     json_of(r).await
 }
 
+/// `POST /v1/grants` as agent-a, blocking until the question ends, in a task of its
+/// own so that the test can answer it in Telegram meanwhile.
+fn ask_blocking(app: &TestApp, body: Value) -> tokio::task::JoinHandle<(StatusCode, Value)> {
+    let client = app.client.clone();
+    let url = app.url("/v1/grants");
+    tokio::spawn(async move {
+        let r = client
+            .post(url)
+            .bearer_auth(TOKEN_A)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        json_of(r).await
+    })
+}
+
 async fn post_grant(app: &TestApp, body: Value) -> (StatusCode, Value) {
     post_grant_as(app, TOKEN_A, body).await
 }
@@ -93,21 +110,11 @@ async fn guard_approval(app: &TestApp, id: &str, scope: &str, owner: &str) -> St
 #[tokio::test]
 async fn a_grant_asked_and_approved_in_telegram_covers_its_scope_for_its_owner_only() {
     let app = TestApp::spawn().await;
-    let asking = tokio::spawn({
-        let client = app.client.clone();
-        let url = app.url("/v1/grants");
-        async move {
-            let r = client
-                .post(url)
-                .bearer_auth(TOKEN_A)
-                .json(&json!({"owner_id": "emp-1", "scope": "tool:deploy",
-                              "window_seconds": 3600, "reason": "release day"}))
-                .send()
-                .await
-                .unwrap();
-            json_of(r).await
-        }
-    });
+    let asking = ask_blocking(
+        &app,
+        json!({"owner_id": "emp-1", "scope": "tool:deploy",
+                          "window_seconds": 3600, "reason": "release day"}),
+    );
     let msg = app
         .telegram
         .wait_for_message_in(OPS_CHAT, 1)
@@ -164,20 +171,7 @@ async fn a_grant_asked_and_approved_in_telegram_covers_its_scope_for_its_owner_o
 #[tokio::test]
 async fn a_grant_refused_in_telegram_stores_nothing() {
     let app = TestApp::spawn().await;
-    let asking = tokio::spawn({
-        let client = app.client.clone();
-        let url = app.url("/v1/grants");
-        async move {
-            let r = client
-                .post(url)
-                .bearer_auth(TOKEN_A)
-                .json(&json!({"owner_id": "emp-1", "scope": "tool:*"}))
-                .send()
-                .await
-                .unwrap();
-            json_of(r).await
-        }
-    });
+    let asking = ask_blocking(&app, json!({"owner_id": "emp-1", "scope": "tool:*"}));
     let msg = app
         .telegram
         .wait_for_message_in(OPS_CHAT, 1)
