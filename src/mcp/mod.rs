@@ -172,32 +172,49 @@ impl HitlMcp {
         } else {
             Asked::Interaction(args.id)
         };
-        let waited = self
-            .api
-            .call(
-                bearer.as_deref(),
-                Method::GET,
-                &format!("{}?wait={wait}", asked.path()),
-                None,
-            )
-            .await;
-        let answer = match waited {
-            // The wait itself was refused (this agent's max_long_polls, a replica shutting
-            // down): the record is read as it is now, so a question still open is
-            // reported as open (NOT APPROVED YET), not as refused.
-            Answer::Ok(s, _)
-                if s == StatusCode::TOO_MANY_REQUESTS || s == StatusCode::SERVICE_UNAVAILABLE =>
-            {
-                self.api
-                    .call(bearer.as_deref(), Method::GET, &asked.path(), None)
-                    .await
-            }
-            answer => answer,
-        };
-        match answer {
-            Answer::Ok(s, r) if s.is_success() => text_result(asked.text(&r), Some(&r), false),
-            Answer::Ok(s, body) => refused("the call", s, &body),
-            Answer::Unreachable(why) => unreachable("the call", &why),
+        // An interaction's long-poll returns on any change (one answer of several, a
+        // status step on the way to the end); the model asked for the decision, so the
+        // wait goes on until the record ends or wait_seconds run out.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(wait);
+        loop {
+            let left = deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .as_secs_f64();
+            let waited = self
+                .api
+                .call(
+                    bearer.as_deref(),
+                    Method::GET,
+                    &format!("{}?wait={left:.3}", asked.path()),
+                    None,
+                )
+                .await;
+            let (answer, may_wait_again) = match waited {
+                // The wait itself was refused (this agent's max_long_polls, a replica
+                // shutting down): the record is read as it is now, so a question still
+                // open is reported as open (NOT APPROVED YET), not as refused.
+                Answer::Ok(s, _)
+                    if s == StatusCode::TOO_MANY_REQUESTS
+                        || s == StatusCode::SERVICE_UNAVAILABLE =>
+                {
+                    let now = self
+                        .api
+                        .call(bearer.as_deref(), Method::GET, &asked.path(), None)
+                        .await;
+                    (now, false)
+                }
+                answer => (answer, left > 0.0),
+            };
+            return match answer {
+                Answer::Ok(s, r) if s.is_success() => {
+                    if may_wait_again && !is_terminal(&r) {
+                        continue;
+                    }
+                    text_result(asked.text(&r), Some(&r), false)
+                }
+                Answer::Ok(s, body) => refused("the call", s, &body),
+                Answer::Unreachable(why) => unreachable("the call", &why),
+            };
         }
     }
 

@@ -137,7 +137,10 @@ async fn a_grant_asked_over_mcp_lets_its_scope_through_and_nothing_else(transpor
     tokio::time::sleep(Duration::from_millis(200)).await;
     app.telegram
         .tap(OPS_CHAT, question.message_id, "✅ Approve", alice());
-    let (_, verdict, _) = mcp.call_now("get_decision", json!({"id": id})).await;
+    // The tap reaches the service through the fake's update queue: wait for it.
+    let (_, verdict, _) = mcp
+        .call_now("get_decision", json!({"id": id, "wait_seconds": 10}))
+        .await;
     assert!(verdict.starts_with("ANSWERED: true"), "{verdict}");
     let present = json!({"owner_id": "alice", "scope": "tool:*", "interaction_id": id});
     let (error, verdict, _) = mcp.call_now("request_grant", present.clone()).await;
