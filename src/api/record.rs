@@ -362,6 +362,12 @@ pub struct InteractionView {
     /// What the rules decided on the call, in full; null when they were not asked.
     #[schema(required = true)]
     pub rule_decision: Option<RuleView>,
+    /// For an approval carrying a `call` that was answered yes: what happened when the
+    /// agent ran it, as reported to `POST /v1/confirmations/{id}/outcome` (with this
+    /// record's `id`), or `unknown` when the route's `expect_outcome_seconds` passed with
+    /// no report; null otherwise.
+    #[schema(required = true)]
+    pub outcome: Option<OutcomeView>,
 }
 
 impl From<&Question> for InteractionView {
@@ -411,6 +417,7 @@ impl From<&Question> for InteractionView {
             progress: ProgressView::from(r),
             rule: rule_name(r),
             rule_decision: RuleView::of(r),
+            outcome: OutcomeView::of(r),
         }
     }
 }
