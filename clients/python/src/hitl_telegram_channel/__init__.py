@@ -39,8 +39,10 @@ from .client import (
     GrantRecord,
     HitlClient,
     HitlError,
+    Outcome,
     Progress,
 )
+from .reporter import OutcomeReporter
 from .sse import SseEvent, SseParser
 from .webhook import verify_webhook
 
@@ -92,6 +94,8 @@ __all__ = [
     "GrantRecord",
     "HitlClient",
     "HitlError",
+    "Outcome",
+    "OutcomeReporter",
     "Progress",
     "SseEvent",
     "SseParser",
