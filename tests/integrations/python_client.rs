@@ -373,16 +373,8 @@ async fn the_readme_example_runs_as_written_against_the_service() {
     );
     // The service keeps it: the record as any read shows it.
     let id = reported["reported"].as_str().unwrap();
-    let record: Value = app
-        .client
-        .get(format!("{}/v1/confirmations/{id}", app.base))
-        .bearer_auth(TOKEN_A)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (status, record) = app.get(id).await;
+    assert_eq!(status, StatusCode::OK, "{record}");
     assert_eq!(record["outcome"], *outcome, "{record}");
     let suspended = app.telegram.wait_for_messages(2).await.remove(1);
     app.telegram

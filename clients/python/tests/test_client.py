@@ -572,6 +572,15 @@ class OutcomeReporterTests(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertEqual([r["duration_ms"] for r in received], [1, 2])
 
+    def test_a_report_the_contract_cannot_hold_is_refused_when_submitted(self):
+        stub = self.stub(lambda *_: json_answer(200, confirmed()))
+        reporter = self.reporter(stub.url)
+        with self.assertRaises(ValueError) as caught:
+            reporter.submit(ID, "executed", error="boom")
+        self.assertIn('error is only for status "failed"', str(caught.exception))
+        self.assertTrue(reporter.flush(1))
+        self.assertEqual(stub.requests, [])
+
     def test_the_reporter_shows_no_token(self):
         reporter = OutcomeReporter(HitlClient("http://127.0.0.1:9", TOKEN))
         self.assertNotIn(TOKEN, repr(reporter))

@@ -540,35 +540,13 @@ class HitlClient:
         ``confirmed``; ``404`` for an unknown id or another agent's; ``422``
         ``invalid_field`` names what the service refused.
         """
-        payload = self._post_outcome(confirmation_id, status, summary, error, duration_ms)
-        return self._record(payload)
+        body = outcome_body(status, summary, error, duration_ms)
+        return self._record(self._post_outcome(confirmation_id, body))
 
-    def _post_outcome(
-        self,
-        confirmation_id: str,
-        status: str,
-        summary: Optional[str],
-        error: Optional[str],
-        duration_ms: Optional[int],
-    ) -> Any:
-        """The report's request, answering the record as received (not parsed): the
-        background reporter needs only to know it was taken."""
-        if status not in REPORTED_STATUSES:
-            raise ValueError(
-                f'status must be "executed", "failed" or "not_executed", not {status!r}'
-            )
-        if error is not None and status != "failed":
-            raise ValueError(f'error is only for status "failed", not {status!r}')
-        if duration_ms is not None and (
-            not isinstance(duration_ms, int) or isinstance(duration_ms, bool) or duration_ms < 0
-        ):
-            raise ValueError(f"duration_ms must be a non-negative integer, not {duration_ms!r}")
-        for name, value in (("summary", summary), ("error", error)):
-            if value is not None and not isinstance(value, str):
-                raise ValueError(f"{name} must be a string, not {type(value).__name__}")
-        body: Dict[str, Any] = {"status": status}
-        optional = {"summary": summary, "error": error, "duration_ms": duration_ms}
-        body.update({k: v for k, v in optional.items() if v is not None})
+    def _post_outcome(self, confirmation_id: str, body: Dict[str, Any]) -> Any:
+        """The report's request, answering the record as received, not parsed: the
+        background reporter needs only to know it was taken (and the record of an
+        AI-Parrot question is an interaction's, not a confirmation's)."""
         path = f"/v1/confirmations/{quote(confirmation_id, safe='')}/outcome"
         return self._call("POST", path, body, self.timeout)
 
@@ -693,6 +671,35 @@ class HitlClient:
             return json.loads(raw)
         except ValueError:
             raise HitlError(None, "unexpected_response", "the answer is not JSON") from None
+
+
+def outcome_body(
+    status: str,
+    summary: Optional[str] = None,
+    error: Optional[str] = None,
+    duration_ms: Optional[int] = None,
+) -> Dict[str, Any]:
+    """The body of ``POST /v1/confirmations/{id}/outcome``, the fields left ``None``
+    not sent; ``ValueError`` for a report the contract cannot hold (a status other than
+    the three an agent reports, ``error`` without ``failed``, a duration that is not a
+    non-negative integer). The lengths are the service's to check (422)."""
+    if status not in REPORTED_STATUSES:
+        raise ValueError(
+            f'status must be "executed", "failed" or "not_executed", not {status!r}'
+        )
+    if error is not None and status != "failed":
+        raise ValueError(f'error is only for status "failed", not {status!r}')
+    if duration_ms is not None and (
+        not isinstance(duration_ms, int) or isinstance(duration_ms, bool) or duration_ms < 0
+    ):
+        raise ValueError(f"duration_ms must be a non-negative integer, not {duration_ms!r}")
+    for name, value in (("summary", summary), ("error", error)):
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{name} must be a string, not {type(value).__name__}")
+    body: Dict[str, Any] = {"status": status}
+    optional = {"summary": summary, "error": error, "duration_ms": duration_ms}
+    body.update({k: v for k, v in optional.items() if v is not None})
+    return body
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):

@@ -33,9 +33,9 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Deque, Optional
+from typing import Any, Deque, Dict, Optional
 
-from .client import HitlClient, HitlError
+from .client import HitlClient, HitlError, outcome_body
 
 logger = logging.getLogger("hitl_telegram_channel")
 
@@ -46,10 +46,12 @@ _RETRIED_STATUSES = frozenset({429, 502, 503, 504})
 @dataclass(frozen=True)
 class _Report:
     confirmation_id: str
-    status: str
-    summary: Optional[str]
-    error: Optional[str]
-    duration_ms: Optional[int]
+    #: The request's body, checked when submitted.
+    body: Dict[str, Any]
+
+    @property
+    def status(self) -> str:
+        return self.body["status"]
 
 
 class OutcomeReporter:
@@ -103,9 +105,11 @@ class OutcomeReporter:
         duration_ms: Optional[int] = None,
     ) -> bool:
         """Queues one report and returns at once: ``True`` when queued, ``False`` when
-        dropped (closed, or ``max_queued`` reports already waiting; both logged).
-        Never raises and never waits for the service."""
-        report = _Report(confirmation_id, status, summary, error, duration_ms)
+        dropped (closed, or ``max_queued`` reports already waiting; both logged). Never
+        waits for the service, and nothing the service does makes it raise; a report
+        the contract cannot hold (see :meth:`HitlClient.report_outcome`) is a
+        ``ValueError`` here, before anything is queued."""
+        report = _Report(confirmation_id, outcome_body(status, summary, error, duration_ms))
         with self._cond:
             if self._closed:
                 logger.warning(
@@ -192,19 +196,7 @@ class OutcomeReporter:
     def _send(self, report: _Report) -> None:
         for attempt in range(self.retries + 1):
             try:
-                self.client._post_outcome(
-                    report.confirmation_id,
-                    report.status,
-                    report.summary,
-                    report.error,
-                    report.duration_ms,
-                )
-            except ValueError as e:
-                # A report the client itself refuses (a bad status): no retry helps.
-                logger.warning(
-                    "outcome %s of %s not reported: %s", report.status, report.confirmation_id, e
-                )
-                return
+                self.client._post_outcome(report.confirmation_id, report.body)
             except HitlError as e:
                 # No answer at all (unreachable, client_timeout), or one that asks to
                 # come back (a proxy's 502 page counts); not a 200 the client could
