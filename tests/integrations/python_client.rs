@@ -336,8 +336,15 @@ fn readme_example(base: &str) -> String {
 #[tokio::test]
 async fn the_readme_example_runs_as_written_against_the_service() {
     let app = TestApp::spawn().await;
+    // The example reports the transfer's outcome: the report's answer is said too.
     let body = format!(
-        "def transfer(**kwargs):\n    say(transferred=kwargs)\n{}\n\
+        "def transfer(**kwargs):\n    say(transferred=kwargs)\n\
+         _report = HitlClient.report_outcome\n\
+         def report_outcome(self, *args, **kwargs):\n\
+         \x20   record = _report(self, *args, **kwargs)\n\
+         \x20   say(reported=record.id, outcome=record.raw['outcome'])\n\
+         \x20   return record\n\
+         HitlClient.report_outcome = report_outcome\n{}\n\
          say(status=decision.status, via=decision.via, allowed=decision.allowed)\n",
         readme_example(&app.base)
     );
@@ -357,6 +364,18 @@ async fn the_readme_example_runs_as_written_against_the_service() {
         transferred,
         json!({"transferred": {"to": "ACME", "amount": 1200.5}})
     );
+    let reported = py.next().await;
+    let outcome = &reported["outcome"];
+    assert_eq!(
+        (&outcome["status"], &outcome["duration_ms"]),
+        (&json!("executed"), &json!(850)),
+        "{reported}"
+    );
+    // The service keeps it: the record as any read shows it.
+    let id = reported["reported"].as_str().unwrap();
+    let (status, record) = app.get(id).await;
+    assert_eq!(status, StatusCode::OK, "{record}");
+    assert_eq!(record["outcome"], *outcome, "{record}");
     let suspended = app.telegram.wait_for_messages(2).await.remove(1);
     app.telegram
         .tap(OPS_CHAT, suspended.message_id, "❌ Cancel", bob());

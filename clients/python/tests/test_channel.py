@@ -9,6 +9,7 @@ redis://127.0.0.1:6379/13) and skip without it.
 """
 
 import asyncio
+import hashlib
 import json
 import math
 import os
@@ -116,6 +117,12 @@ def extended(iid, expires_at, status="delivered"):
             "expires_at": rfc3339(expires_at), "step": "extended"}
 
 
+def record_id(iid):
+    """The stub's record id of an interaction (the service's are ``cf_`` and 32 hex
+    digits)."""
+    return "cf_" + hashlib.md5(iid.encode()).hexdigest()
+
+
 class StubService:
     """The parts of the API the channel uses, scripted per test."""
 
@@ -132,6 +139,10 @@ class StubService:
         self.max_window = 3600
         # False: a service from before `call` (its record has none).
         self.echo_call = True
+        # (record id, body) of every outcome report, and how the stub answers them.
+        self.outcomes = []
+        self.outcome_status = 200
+        self.outcome_delay = 0.0
 
     def app(self):
         app = web.Application()
@@ -140,6 +151,7 @@ class StubService:
         app.router.add_get("/v1/interactions/{iid}", self.get)
         app.router.add_post("/v1/notifications", self.notify)
         app.router.add_get("/v1/events", self.events)
+        app.router.add_post("/v1/confirmations/{id}/outcome", self.outcome)
         return app
 
     def authorized(self, request):
@@ -162,7 +174,8 @@ class StubService:
                 status=self.create_status,
             )
         iid = body["interaction"]["interaction_id"]
-        view = dict(self.create_body or {"interaction_id": iid, "status": "pending", "route": "ops"})
+        view = dict(self.create_body or {"id": record_id(iid), "interaction_id": iid,
+                                         "status": "pending", "route": "ops"})
         call = body.get("call")
         if call is not None:
             # The contract's shape: tool and params required, nothing else but
@@ -179,6 +192,20 @@ class StubService:
                 "window_seconds": min(call.get("window_seconds", 0), self.max_window),
             }
         return web.json_response(view, status=self.create_status)
+
+    async def outcome(self, request):
+        body = await request.json()
+        await asyncio.sleep(self.outcome_delay)
+        if not self.authorized(request):
+            return web.json_response({"error": {"code": "unauthorized", "message": "no"}}, status=401)
+        if self.outcome_status != 200:
+            return web.json_response(
+                {"error": {"code": "unavailable", "message": "try later"}},
+                status=self.outcome_status, headers={"Retry-After": "0"})
+        self.outcomes.append((request.match_info["id"], body))
+        outcome = {"summary": None, "error": None, "duration_ms": None,
+                   "reported_at": "2026-12-06T09:01:02.345Z", **body}
+        return web.json_response({"id": request.match_info["id"], "outcome": outcome})
 
     def posted(self):
         """The bodies of every POST /v1/interactions, oldest first."""
@@ -757,7 +784,10 @@ class SpyStore(InMemoryConfirmationWindowStore):
 PARAMS = {"service": "billing", "replicas": 3, "ratio": 0.1, "force": False, "tags": ["blue", "café"]}
 
 
-class GuardTest(ServiceTestCase):
+class GuardHarness(ServiceTestCase):
+    """A guard made by make_confirmation_guard on the stub, and the operator's side:
+    the questions it posts, answered as the event stream would hand the answers on."""
+
     async def asyncSetUp(self):
         await super().asyncSetUp()
         if not await _redis_up():
@@ -800,6 +830,8 @@ class GuardTest(ServiceTestCase):
         body = await self.answer(guard, n, response)
         return await asyncio.wait_for(task, HANG), body
 
+
+class GuardTest(GuardHarness):
     async def test_the_question_carries_the_tool_and_every_parameter(self):
         guard = await self.guard(config=ConfirmationConfig(approval_timeout=20, window_seconds=300))
         self.assertIsInstance(guard, HitlConfirmationGuard)

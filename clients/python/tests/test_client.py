@@ -28,6 +28,8 @@ from hitl_telegram_channel import (  # noqa: E402
     GrantRecord,
     HitlClient,
     HitlError,
+    Outcome,
+    OutcomeReporter,
     Progress,
     verify_webhook,
 )
@@ -367,6 +369,223 @@ class WebhookTests(unittest.TestCase):
         headers = signed(self.SECRET, int(time.time()), self.DELIVERY, self.BODY)
         with self.assertRaises(TypeError):
             verify_webhook(self.SECRET, headers, self.BODY.decode())
+
+
+def outcome(**fields):
+    """A record's ``outcome`` as the service returns it after a report."""
+    base = {"status": "executed", "summary": None, "error": None, "duration_ms": None,
+            "reported_at": "2026-12-06T09:01:02.345Z"}
+    base.update(fields)
+    return base
+
+
+def confirmed(**fields):
+    """A confirmed record, with ``fields`` (an ``outcome``) on top."""
+    return record(status="confirmed", allowed=True, via="operator", parameters={}, **fields)
+
+
+def conflict(message):
+    return {"error": {"code": "conflict", "message": message}}
+
+
+class OutcomeClientTests(unittest.TestCase):
+    def stub(self, answer):
+        stub = Stub(answer)
+        self.addCleanup(stub.close)
+        return stub
+
+    def test_a_report_posts_only_the_fields_given_and_returns_the_record_with_its_outcome(self):
+        taken = confirmed(outcome=outcome(status="failed", error="insufficient funds",
+                                          duration_ms=1200))
+        stub = self.stub(lambda *_: json_answer(200, taken))
+        got = HitlClient(stub.url, TOKEN).report_outcome(
+            ID, "failed", error="insufficient funds", duration_ms=1200)
+        method, path, headers, body = stub.requests[0]
+        self.assertEqual((method, path), ("POST", f"/v1/confirmations/{ID}/outcome"))
+        self.assertEqual(headers["Authorization"], f"Bearer {TOKEN}")
+        self.assertEqual(json.loads(body),
+                         {"status": "failed", "error": "insufficient funds", "duration_ms": 1200})
+        self.assertIsInstance(got, Confirmation)
+        self.assertEqual(got.outcome, Outcome(status="failed", summary=None,
+                                              error="insufficient funds", duration_ms=1200,
+                                              reported_at="2026-12-06T09:01:02.345Z"))
+        self.assertEqual(got.raw["outcome"]["error"], "insufficient funds")
+
+    def test_a_record_before_any_report_has_no_outcome_and_unknown_is_read(self):
+        self.assertIsNone(Confirmation.from_json(confirmed(outcome=None)).outcome)
+        self.assertIsNone(Confirmation.from_json(confirmed()).outcome)
+        late = Confirmation.from_json(confirmed(outcome=outcome(status="unknown")))
+        self.assertEqual(late.outcome.status, "unknown")
+
+    def test_the_services_refusals_raise_with_its_code_and_message(self):
+        cases = [
+            (409, "conflict", "a different outcome was already reported (executed)"),
+            (409, "conflict", "only a confirmed call takes an outcome; this one is cancelled"),
+            (404, "not_found", "no such confirmation"),
+            (422, "invalid_field", "summary: must be at most 500 characters"),
+        ]
+        for status, code, message in cases:
+            with self.subTest(status=status, message=message):
+                body = {"error": {"code": code, "message": message}}
+                stub = self.stub(lambda *_: json_answer(status, body))
+                with self.assertRaises(HitlError) as caught:
+                    HitlClient(stub.url, TOKEN).report_outcome(ID, "executed", summary="x" * 501)
+                self.assertEqual((caught.exception.status, caught.exception.code,
+                                  caught.exception.message), (status, code, message))
+                self.assertNotIn(TOKEN, str(caught.exception))
+
+    def test_a_report_the_contract_cannot_hold_is_refused_before_any_request(self):
+        stub = self.stub(lambda *_: json_answer(200, confirmed()))
+        client = HitlClient(stub.url, TOKEN)
+        bad = [
+            (("unknown",), {}, "status must be"),
+            (("done",), {}, "status must be"),
+            (("executed",), {"error": "boom"}, 'error is only for status "failed"'),
+            (("failed",), {"duration_ms": -1}, "duration_ms must be a non-negative integer"),
+            (("failed",), {"duration_ms": 1.5}, "duration_ms must be a non-negative integer"),
+            (("failed",), {"duration_ms": True}, "duration_ms must be a non-negative integer"),
+            (("executed",), {"summary": 42}, "summary must be a string"),
+        ]
+        for args, kwargs, says in bad:
+            with self.subTest(args=args, kwargs=kwargs):
+                with self.assertRaises(ValueError) as caught:
+                    client.report_outcome(ID, *args, **kwargs)
+                self.assertIn(says, str(caught.exception))
+        self.assertEqual(stub.requests, [])
+
+    def test_an_outcome_the_service_should_not_send_is_unexpected_response(self):
+        for bad in ({"status": "done"}, outcome(duration_ms=-5), outcome(summary=3), "executed"):
+            with self.subTest(outcome=bad):
+                stub = self.stub(lambda *_: json_answer(200, confirmed(outcome=bad)))
+                with self.assertRaises(HitlError) as caught:
+                    HitlClient(stub.url, TOKEN).get(ID)
+                self.assertEqual(caught.exception.code, "unexpected_response")
+                self.assertIn("outcome", caught.exception.message)
+
+
+class OutcomeReporterTests(unittest.TestCase):
+    def stub(self, answer):
+        stub = Stub(answer)
+        self.addCleanup(stub.close)
+        return stub
+
+    def reporter(self, url, **kw):
+        kw.setdefault("max_backoff", 0.05)
+        reporter = OutcomeReporter(HitlClient(url, TOKEN, timeout=2), **kw)
+        self.addCleanup(reporter.close, 5)
+        return reporter
+
+    def test_submit_returns_before_the_service_answers_and_flush_waits_for_it(self):
+        release = threading.Event()
+
+        def slow(*_):
+            release.wait(5)
+            return json_answer(200, confirmed(outcome=outcome()))
+
+        stub = self.stub(slow)
+        reporter = self.reporter(stub.url)
+        t0 = time.monotonic()
+        self.assertTrue(reporter.submit(ID, "executed", summary="billing v42 live",
+                                        duration_ms=850))
+        self.assertLess(time.monotonic() - t0, 0.5)
+        self.assertFalse(reporter.flush(0.2))
+        release.set()
+        self.assertTrue(reporter.flush(5))
+        self.assertEqual(json.loads(stub.requests[0][3]),
+                         {"status": "executed", "summary": "billing v42 live", "duration_ms": 850})
+
+    def test_a_service_that_cannot_answer_is_asked_again_with_the_same_report(self):
+        answers = [json_answer(503, {"error": {"code": "unavailable", "message": "later"}},
+                               **{"Retry-After": "0"}),
+                   (502, {"Content-Type": "text/html"}, b"<h1>Bad gateway</h1>"),
+                   json_answer(200, confirmed(outcome=outcome(status="failed", error="boom")))]
+        stub = self.stub(lambda *_: answers.pop(0))
+        reporter = self.reporter(stub.url)
+        reporter.submit(ID, "failed", error="boom")
+        self.assertTrue(reporter.flush(5))
+        bodies = [json.loads(r[3]) for r in stub.requests]
+        self.assertEqual(bodies, [{"status": "failed", "error": "boom"}] * 3)
+
+    def test_a_refused_report_is_logged_once_and_dropped_never_raised(self):
+        stub = self.stub(lambda *_: json_answer(
+            409, conflict("a different outcome was already reported (executed)")))
+        reporter = self.reporter(stub.url)
+        with self.assertLogs("hitl_telegram_channel", "WARNING") as logs:
+            reporter.submit(ID, "failed", error="secret-ish tool output")
+            self.assertTrue(reporter.flush(5))
+        self.assertEqual(len(stub.requests), 1)
+        self.assertIn(ID, logs.output[0])
+        self.assertIn("409 conflict", logs.output[0])
+        # What the tool said may be data: it is not written to the log.
+        self.assertNotIn("secret-ish", "\n".join(logs.output))
+        self.assertNotIn(TOKEN, "\n".join(logs.output))
+
+    def test_an_unreachable_service_gives_up_after_the_retries_with_a_warning(self):
+        stub = self.stub(lambda *_: json_answer(200, confirmed()))
+        url = stub.url
+        stub.close()  # nothing listens there any more
+        reporter = self.reporter(url, retries=2)
+        with self.assertLogs("hitl_telegram_channel", "WARNING") as logs:
+            reporter.submit(ID, "executed")
+            self.assertTrue(reporter.flush(10))
+        self.assertIn("unreachable", logs.output[-1])
+
+    def test_after_close_reports_are_refused_and_a_full_queue_drops_the_newest(self):
+        release, arrived = threading.Event(), threading.Event()
+
+        def held(*_):
+            arrived.set()
+            release.wait(5)
+            return json_answer(200, confirmed())
+
+        stub = self.stub(held)
+        reporter = self.reporter(stub.url, max_queued=2)
+        results = [reporter.submit(ID, "executed")]
+        self.assertTrue(arrived.wait(5))
+        with self.assertLogs("hitl_telegram_channel", "WARNING"):
+            results += [reporter.submit(ID, "executed") for _ in range(4)]
+        # One in flight (taken off the queue) and two waiting; the rest dropped.
+        self.assertEqual(results.count(True), 3, results)
+        release.set()
+        self.assertTrue(reporter.close(5))
+        with self.assertLogs("hitl_telegram_channel", "WARNING"):
+            self.assertFalse(reporter.submit(ID, "executed"))
+
+    def test_reports_queued_at_exit_are_sent_before_the_interpreter_ends(self):
+        received = []
+
+        def slow(method, path, body):
+            time.sleep(0.3)
+            received.append(json.loads(body))
+            return json_answer(200, confirmed(outcome=outcome()))
+
+        stub = self.stub(slow)
+        script = (
+            "from hitl_telegram_channel import HitlClient, OutcomeReporter\n"
+            f"r = OutcomeReporter(HitlClient({stub.url!r}, 'tok-123456'))\n"
+            f"r.submit({ID!r}, 'executed', duration_ms=1)\n"
+            f"r.submit({ID!r}, 'executed', duration_ms=2)\n"
+            # The interpreter ends at once: only the atexit hook waits for the reports.
+        )
+        out = subprocess.run([sys.executable, "-c", script], env={"PYTHONPATH": str(_SRC)},
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual([r["duration_ms"] for r in received], [1, 2])
+
+    def test_a_report_the_contract_cannot_hold_is_refused_when_submitted(self):
+        stub = self.stub(lambda *_: json_answer(200, confirmed()))
+        reporter = self.reporter(stub.url)
+        with self.assertRaises(ValueError) as caught:
+            reporter.submit(ID, "executed", error="boom")
+        self.assertIn('error is only for status "failed"', str(caught.exception))
+        self.assertTrue(reporter.flush(1))
+        self.assertEqual(stub.requests, [])
+
+    def test_the_reporter_shows_no_token(self):
+        reporter = OutcomeReporter(HitlClient("http://127.0.0.1:9", TOKEN))
+        self.assertNotIn(TOKEN, repr(reporter))
+        with self.assertRaises(TypeError):
+            OutcomeReporter("http://127.0.0.1:9")
 
 
 class ImportTests(unittest.TestCase):

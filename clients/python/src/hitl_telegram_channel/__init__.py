@@ -11,11 +11,14 @@ Any Python agent (standard library only, nothing to configure):
 
 AI-Parrot agents (the ``aiparrot`` extra, and navconfig's ``$SITE_ROOT/env/<ENV>/.env``):
 
-    from hitl_telegram_channel.aiparrot import HitlGrantStore, make_confirmation_guard
+    from hitl_telegram_channel import HitlClient, OutcomeReporter
+    from hitl_telegram_channel.aiparrot import HitlGrantStore, make_confirmation_guard, report_outcomes
     from parrot.auth.grants import GrantGuard
 
     guard = await make_confirmation_guard("http://127.0.0.1:8080", token, route="ops")
     tool_manager.set_confirmation_guard(guard)
+    # After the yes: each confirmed call's outcome, reported in the background.
+    report_outcomes(tool_manager, OutcomeReporter(HitlClient("http://127.0.0.1:8080", token)))
     # Grants (FEAT-211) stored by the service: durable, shared, revocable in the chat.
     store = HitlGrantStore(HitlClient("http://127.0.0.1:8080", token))
     tool_manager.set_grant_guard(GrantGuard(store, human_manager=guard.human_manager))
@@ -39,8 +42,10 @@ from .client import (
     GrantRecord,
     HitlClient,
     HitlError,
+    Outcome,
     Progress,
 )
+from .reporter import OutcomeReporter
 from .sse import SseEvent, SseParser
 from .webhook import verify_webhook
 
@@ -57,6 +62,9 @@ _AIPARROT_NAMES = frozenset(
         "Target",
         "close_confirmation_guard",
         "make_confirmation_guard",
+        "outcome_of",
+        "report_outcomes",
+        "summarize_result",
         "wire",
     }
 )
@@ -92,6 +100,8 @@ __all__ = [
     "GrantRecord",
     "HitlClient",
     "HitlError",
+    "Outcome",
+    "OutcomeReporter",
     "Progress",
     "SseEvent",
     "SseParser",

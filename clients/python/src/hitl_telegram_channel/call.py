@@ -16,17 +16,55 @@ reloads interactions through Redis, where a private attribute would be lost); an
 manager serves many guards and many concurrent calls, so an attribute on the guard or
 the manager would race, whereas a context variable is per task. The manager clears the
 variable while it runs, so the tasks it starts (its timeout timers) do not inherit it.
+
+The way back, for outcome reports, is the same kind of variable: the wrapper
+:func:`~hitl_telegram_channel.outcomes.report_outcomes` puts around
+``ToolManager.execute_tool`` publishes a :class:`Run` for that one dispatch, and the
+guard, when a question it asked confirms the call, writes the service's record id into
+it; the wrapper reports against that id once the tool has run.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Iterable, Optional
 
 #: The call :class:`HitlConfirmationGuard` is asking about in this task, if any.
 asking: ContextVar[Optional["ToolCall"]] = ContextVar("hitl_telegram_asking", default=None)
+#: The ``execute_tool`` dispatch running in this task whose outcome is to be reported.
+running: ContextVar[Optional["Run"]] = ContextVar("hitl_telegram_running", default=None)
+
+
+@dataclass
+class Run:
+    """One ``ToolManager.execute_tool`` dispatch, as the outcome wrapper follows it.
+
+    Attributes:
+        tool: The tool dispatched: only the guard's confirmation of this very tool is
+            taken (a tool that dispatches another one inside its body, through a
+            manager without the wrapper, must not claim the outer call's report).
+        record_id: The service's record (``cf_...``) of the question that confirmed
+            the call; ``None`` while (or when) no question of ours confirmed it.
+        confirmed_at: ``time.monotonic()`` at the confirmation: the run's duration is
+            counted from there, not from the dispatch (which includes the wait for the
+            human).
+    """
+
+    tool: str
+    record_id: Optional[str] = None
+    confirmed_at: Optional[float] = None
+
+    def confirmed(self, tool: str, record_id: str) -> bool:
+        """Notes the confirmation of ``tool`` by the question ``record_id``; the first
+        one for this dispatch's own tool wins. Returns whether it was taken."""
+        if tool != self.tool or self.record_id is not None:
+            return False
+        self.record_id = record_id
+        self.confirmed_at = time.monotonic()
+        return True
 
 
 @dataclass
@@ -46,6 +84,9 @@ class ToolCall:
         denial: Set once the question is answered: the operator's refusal (with the
             reason they typed after "Deny with reason", if any); ``None`` when nobody
             refused, or while unknown.
+        record_id: Set once the question is answered: the service's record of it
+            (``cf_...``, the ``id`` of ``POST /v1/interactions``' answer), which an
+            outcome report names; ``None`` when the service did not take the question.
     """
 
     tool: str
@@ -54,6 +95,7 @@ class ToolCall:
     window_seconds: int = 0
     granted_window_seconds: Optional[int] = field(default=None, compare=False)
     denial: Optional["Denial"] = field(default=None, compare=False)
+    record_id: Optional[str] = field(default=None, compare=False)
 
     def body(self) -> Dict[str, Any]:
         """The request's ``call`` field.
@@ -84,7 +126,12 @@ class ToolCall:
         """
         params = current_values if isinstance(current_values, dict) else self.params
         return replace(
-            self, params=params, window_seconds=0, granted_window_seconds=None, denial=None
+            self,
+            params=params,
+            window_seconds=0,
+            granted_window_seconds=None,
+            denial=None,
+            record_id=None,
         )
 
 

@@ -152,6 +152,8 @@ class HitlTelegramChannel(HumanChannel):
         self._calls: "OrderedDict[str, ToolCall]" = OrderedDict()
         # interaction_id -> the deadline the service last reported for it (open ones).
         self._deadlines: "OrderedDict[str, datetime]" = OrderedDict()
+        # interaction_id -> the service's record id (`cf_...`) of the question.
+        self._records: "OrderedDict[str, str]" = OrderedDict()
 
     def __repr__(self) -> str:
         return (
@@ -181,6 +183,12 @@ class HitlTelegramChannel(HumanChannel):
     def was_accepted(self, interaction_id: str) -> bool:
         """Whether the service accepted this interaction for at least one recipient."""
         return self._accepted.get(interaction_id, False)
+
+    def record_id_for(self, interaction_id: str) -> Optional[str]:
+        """The service's record id (``cf_...``) of a question it accepted from this
+        channel: what an outcome report (``POST /v1/confirmations/{id}/outcome``)
+        names. ``None`` for a question it did not accept."""
+        return self._records.get(interaction_id)
 
     def deadline_for(self, interaction_id: str) -> Optional[datetime]:
         """The deadline the service last reported for an open question this channel
@@ -260,6 +268,11 @@ class HitlTelegramChannel(HumanChannel):
             self._remember(iid, accepted=False)
             return False
         self._remember(iid, accepted=True)
+        record_id = payload.get("id") if isinstance(payload, dict) else None
+        if isinstance(record_id, str) and record_id:
+            self._records[iid] = record_id
+            self._records.move_to_end(iid)
+            _trim(self._records)
         if state not in TERMINAL:
             self._open[iid] = None
             self._open.move_to_end(iid)

@@ -5,6 +5,7 @@
     decision = client.create("transfer", {"to": "ACME", "amount": 1200.5}, owner_id="alice")
     if decision.allowed:
         transfer(**decision.parameters)
+        client.report_outcome(decision.id, "executed", duration_ms=850)
 
 Why ``urllib`` rather than aiohttp or httpx: this module must import, and work, in an
 agent that installed nothing but this package (the AI-Parrot channel, which needs
@@ -32,6 +33,13 @@ T = TypeVar("T")
 
 #: The statuses a request can end in; ``pending`` is the only other one.
 TERMINAL_STATUSES = frozenset({"confirmed", "cancelled", "timeout"})
+#: What an agent may report of running a confirmed call (``unknown`` is the service's own,
+#: set when a route's ``expect_outcome_seconds`` pass with no report).
+REPORTED_STATUSES = ("executed", "failed", "not_executed")
+#: Every ``outcome.status`` a record may carry.
+OUTCOME_STATUSES = frozenset(REPORTED_STATUSES) | {"unknown"}
+#: The service's bound on a report's ``summary`` and ``error``, in characters.
+MAX_REPORT_CHARS = 500
 #: The service's bound on one long-poll (``GET ...?wait=N``, N at most 60).
 MAX_LONG_POLL_SECONDS = 60.0
 #: How much longer than the service may hold a request the client waits for its answer:
@@ -120,6 +128,9 @@ class Confirmation:
     #: The steps the question took on the operators' side; ``None`` from a service
     #: that does not report them.
     progress: Optional["Progress"] = None
+    #: What is known of running the confirmed call (:meth:`HitlClient.report_outcome`,
+    #: or ``unknown`` set by the service); ``None`` before any report.
+    outcome: Optional["Outcome"] = None
 
     @classmethod
     def from_json(cls, record: Any) -> "Confirmation":
@@ -157,6 +168,9 @@ class Confirmation:
         progress = record.get("progress")
         if progress is not None:
             progress = Progress.from_json(progress)
+        outcome = record.get("outcome")
+        if outcome is not None:
+            outcome = Outcome.from_json(outcome)
         return cls(
             id=text("id"),
             status=status,
@@ -171,6 +185,7 @@ class Confirmation:
             denial_reason=text("denial_reason", optional=True),
             do_not_retry=do_not_retry,
             progress=progress,
+            outcome=outcome,
         )
 
     @property
@@ -222,6 +237,51 @@ class Progress:
             escalated_at=escalated_at,
             extensions=count("extensions"),
             reasons_requested=count("reasons_requested"),
+        )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened after the yes: a record's ``outcome``."""
+
+    #: ``executed``, ``failed`` or ``not_executed`` as the agent reported it, or
+    #: ``unknown`` when the route expected a report and none came in time (a late report
+    #: replaces it). Unknown is never success.
+    status: str
+    summary: Optional[str]
+    #: Why it failed (with ``failed`` only).
+    error: Optional[str]
+    duration_ms: Optional[int]
+    #: When the report was taken (RFC 3339), or when the service gave up waiting.
+    reported_at: Optional[str]
+
+    @classmethod
+    def from_json(cls, value: Any) -> "Outcome":
+        """Parses a record's ``outcome``; ``ValueError`` naming the field when it is
+        not one."""
+        if not isinstance(value, dict):
+            raise ValueError("confirmation record: outcome is not an object")
+        status = value.get("status")
+        if status not in OUTCOME_STATUSES:
+            raise ValueError(f"confirmation record: unknown outcome.status {status!r}")
+
+        def text(name: str) -> Optional[str]:
+            t = value.get(name)
+            if t is not None and not isinstance(t, str):
+                raise ValueError(f"confirmation record: outcome.{name} is not a string")
+            return t
+
+        duration = value.get("duration_ms")
+        if duration is not None and (
+            not isinstance(duration, int) or isinstance(duration, bool) or duration < 0
+        ):
+            raise ValueError("confirmation record: outcome.duration_ms is not a count")
+        return cls(
+            status=status,
+            summary=text("summary"),
+            error=text("error"),
+            duration_ms=duration,
+            reported_at=text("reported_at"),
         )
 
 
@@ -459,6 +519,37 @@ class HitlClient:
                 raise AlreadyDecided(e.message, self._record(record)) from None
             raise
 
+    def report_outcome(
+        self,
+        confirmation_id: str,
+        status: str,
+        summary: Optional[str] = None,
+        error: Optional[str] = None,
+        duration_ms: Optional[int] = None,
+    ) -> Confirmation:
+        """``POST /v1/confirmations/{id}/outcome``: what happened when the agent ran
+        the confirmed call. Returns the record with its :attr:`Confirmation.outcome`
+        (the whole record in ``raw``).
+
+        ``status`` is ``executed``, ``failed`` (with ``error``, why) or ``not_executed``
+        (the agent did not run it after all); ``summary`` and ``error`` are shown to
+        the approvers under the decision, at most 500 characters each, so keep secrets
+        out of them. One report per confirmation: sending the same report again is
+        accepted (a retry after a lost answer is safe), a different one is
+        :class:`HitlError` ``409``, as is a report on a request that was not
+        ``confirmed``; ``404`` for an unknown id or another agent's; ``422``
+        ``invalid_field`` names what the service refused.
+        """
+        body = outcome_body(status, summary, error, duration_ms)
+        return self._record(self._post_outcome(confirmation_id, body))
+
+    def _post_outcome(self, confirmation_id: str, body: Dict[str, Any]) -> Any:
+        """The report's request, answering the record as received, not parsed: the
+        background reporter needs only to know it was taken (and the record of an
+        AI-Parrot question is an interaction's, not a confirmation's)."""
+        path = f"/v1/confirmations/{quote(confirmation_id, safe='')}/outcome"
+        return self._call("POST", path, body, self.timeout)
+
     def request_grant(
         self,
         owner_id: str,
@@ -580,6 +671,35 @@ class HitlClient:
             return json.loads(raw)
         except ValueError:
             raise HitlError(None, "unexpected_response", "the answer is not JSON") from None
+
+
+def outcome_body(
+    status: str,
+    summary: Optional[str] = None,
+    error: Optional[str] = None,
+    duration_ms: Optional[int] = None,
+) -> Dict[str, Any]:
+    """The body of ``POST /v1/confirmations/{id}/outcome``, the fields left ``None``
+    not sent; ``ValueError`` for a report the contract cannot hold (a status other than
+    the three an agent reports, ``error`` without ``failed``, a duration that is not a
+    non-negative integer). The lengths are the service's to check (422)."""
+    if status not in REPORTED_STATUSES:
+        raise ValueError(
+            f'status must be "executed", "failed" or "not_executed", not {status!r}'
+        )
+    if error is not None and status != "failed":
+        raise ValueError(f'error is only for status "failed", not {status!r}')
+    if duration_ms is not None and (
+        not isinstance(duration_ms, int) or isinstance(duration_ms, bool) or duration_ms < 0
+    ):
+        raise ValueError(f"duration_ms must be a non-negative integer, not {duration_ms!r}")
+    for name, value in (("summary", summary), ("error", error)):
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{name} must be a string, not {type(value).__name__}")
+    body: Dict[str, Any] = {"status": status}
+    optional = {"summary": summary, "error": error, "duration_ms": duration_ms}
+    body.update({k: v for k, v in optional.items() if v is not None})
+    return body
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):

@@ -39,6 +39,11 @@ gate over this channel needs:
    keeps the question in Redis until then (an answer to a question whose Redis entry
    expired is dropped).
 
+7. **Nobody learns what happened after the yes.** When a question of
+   :class:`HitlConfirmationGuard` confirms a call inside a dispatch that
+   :func:`~hitl_telegram_channel.outcomes.report_outcomes` follows, the guard hands it
+   the service's record id of that question, which the outcome report names.
+
 Everything else (Redis persistence, futures, consensus, escalation) is the stock
 manager's code, unchanged; other channels registered on it behave as before.
 """
@@ -61,7 +66,7 @@ from parrot.auth.confirmation import (
 from parrot.human.manager import HumanInteractionManager
 from parrot.human.models import HumanInteraction, InteractionStatus, InteractionType
 
-from .call import Denial, ToolCall, asking, denial, granted_window
+from .call import Denial, ToolCall, asking, denial, granted_window, running
 from .channel import HitlTelegramChannel, Target
 
 logger = logging.getLogger("hitl_telegram_channel")
@@ -129,6 +134,10 @@ class HitlInteractionManager(HumanInteractionManager):
             call.granted_window_seconds = granted_window(result.responses)
             # Who refused and why, for the guard's decision.
             call.denial = denial(result.responses)
+            # The service's record of this question, which an outcome report names.
+            call.record_id = (
+                impl.record_id_for(interaction.interaction_id) if impl is not None else None
+            )
         return result
 
     # ── More time ("+N min") ──────────────────────────────────────────────
@@ -260,6 +269,7 @@ class HitlInteractionManager(HumanInteractionManager):
         token = asking.set(None)
         call.granted_window_seconds = None
         call.denial = None
+        call.record_id = None
         impl = self.channels.get(channel)
         if not isinstance(impl, HitlTelegramChannel):
             logger.warning(
@@ -271,7 +281,7 @@ class HitlInteractionManager(HumanInteractionManager):
         if interaction.interaction_type == InteractionType.FORM:
             bound = call.for_form((interaction.form_schema or {}).get("current_values"))
         else:
-            bound = replace(call, granted_window_seconds=None, denial=None)
+            bound = replace(call, granted_window_seconds=None, denial=None, record_id=None)
         impl.attach_call(interaction.interaction_id, bound)
         return call, token, impl
 
@@ -470,6 +480,16 @@ class HitlConfirmationGuard(ConfirmationGuard):
             decision = await super()._request_confirmation(**kwargs)
         finally:
             asking.reset(token)
+        run = running.get()
+        if (
+            run is not None
+            and decision.allowed
+            and decision.status == "confirmed"
+            and call.record_id is not None
+        ):
+            # For the outcome wrapper around execute_tool: the question that confirmed
+            # the call (a form re-asked after an invalid edit: the last one).
+            run.confirmed(call.tool, call.record_id)
         # A refusal says who refused and why (set by HitlInteractionManager from the
         # answers; a form re-asked after an invalid edit: from the last question).
         return _with_denial(decision, call.denial)
