@@ -41,14 +41,20 @@ async fn expect(driver: &mut Driver, kind: &str, scenario: &str) -> Value {
     event
 }
 
-/// The record `id` once it carries an outcome (the report is sent in the background,
-/// after the tool's result reached the agent): waits up to 20 s. A failure shows the
-/// driver's log, where the reporter says what the service answered.
-async fn outcome_of(client: &reqwest::Client, base: &str, id: &str, driver: &Driver) -> Value {
+/// The question (read as its agent reads it, by its `interaction_id`) once it carries an
+/// outcome (the report is sent in the background, after the tool's result reached the
+/// agent): waits up to 20 s. It must be the record `id` the driver reported on. A
+/// failure shows the driver's log, where the reporter says what the service answered.
+async fn outcome_of(
+    client: &reqwest::Client,
+    base: &str,
+    (id, iid): &(String, String),
+    driver: &Driver,
+) -> Value {
     let mut last = Value::Null;
     for _ in 0..400 {
         let response = client
-            .get(format!("{base}/v1/confirmations/{id}"))
+            .get(format!("{base}/v1/interactions/{iid}"))
             .bearer_auth(TOKEN_A)
             .send()
             .await
@@ -60,6 +66,7 @@ async fn outcome_of(client: &reqwest::Client, base: &str, id: &str, driver: &Dri
             "GET {id}: {status} {last}\n{}",
             driver.full_log()
         );
+        assert_eq!(last["id"], id.as_str(), "{last}");
         if !last["outcome"].is_null() {
             return last;
         }
@@ -69,7 +76,7 @@ async fn outcome_of(client: &reqwest::Client, base: &str, id: &str, driver: &Dri
 }
 
 /// Runs one scenario: the driver's question for `scenario` is approved by Alice in the
-/// ops chat, and its `result` returned.
+/// ops chat; returns its `result` and its `interaction_id`.
 async fn approve(
     driver: &mut Driver,
     telegram: &FakeTelegram,
@@ -77,7 +84,7 @@ async fn approve(
     base: &str,
     scenario: &str,
     question: &str,
-) -> Value {
+) -> (Value, String) {
     let asked = expect(driver, "asked", scenario).await;
     assert_eq!(asked["accepted"], true, "{asked}");
     let iid = asked["interaction_id"].as_str().unwrap();
@@ -85,7 +92,7 @@ async fn approve(
     wait_delivered(client, base, TOKEN_A, iid).await;
     let q = telegram.tap(OPS_CHAT, msg.message_id, "✅ Approve", alice());
     telegram.wait_for_callback_answer(&q).await;
-    expect(driver, "result", scenario).await
+    (expect(driver, "result", scenario).await, iid.to_owned())
 }
 
 /// The record id the driver reported on, as the service's own id of the question.
@@ -98,10 +105,6 @@ fn record_id(result: &Value) -> &str {
 }
 
 #[tokio::test]
-#[ignore = "the service does not take outcomes on AI-Parrot's questions yet: they are \
-            interactions with a call, approved as `completed`, and POST \
-            /v1/confirmations/{id}/outcome answers 409 (`completed, not confirmed`) for them, \
-            GET /v1/confirmations/{id} 404"]
 async fn ai_parrot_tool_runs_report_their_outcome_on_the_record_that_confirmed_them() {
     let Some(python) = parrot_python() else {
         return;
@@ -139,7 +142,7 @@ async fn ai_parrot_tool_runs_report_their_outcome_on_the_record_that_confirmed_t
     let body_ms = (ready["body_seconds"].as_f64().unwrap() * 1000.0) as u64;
 
     // A value: executed, with the run's duration and a summary of the result.
-    let result = approve(
+    let (result, iid) = approve(
         &mut driver,
         &telegram,
         &client,
@@ -149,10 +152,10 @@ async fn ai_parrot_tool_runs_report_their_outcome_on_the_record_that_confirmed_t
     )
     .await;
     assert_eq!(result["value"], "billing v42 is live", "{result}");
-    let executed = record_id(&result).to_owned();
+    let executed = (record_id(&result).to_owned(), iid);
 
     // A ToolResult that failed: failed with its error, the result reaching the agent.
-    let result = approve(
+    let (result, iid) = approve(
         &mut driver,
         &telegram,
         &client,
@@ -163,10 +166,10 @@ async fn ai_parrot_tool_runs_report_their_outcome_on_the_record_that_confirmed_t
     .await;
     assert_eq!(result["tool_result"]["success"], false, "{result}");
     assert_eq!(result["tool_result"]["error"], "insufficient funds");
-    let failed_result = record_id(&result).to_owned();
+    let failed_result = (record_id(&result).to_owned(), iid);
 
     // An exception: failed with its type and message, raised to the agent unchanged.
-    let result = approve(
+    let (result, iid) = approve(
         &mut driver,
         &telegram,
         &client,
@@ -177,14 +180,14 @@ async fn ai_parrot_tool_runs_report_their_outcome_on_the_record_that_confirmed_t
     .await;
     assert_eq!(result["raised"]["type"], "DiskFull", "{result}");
     assert_eq!(result["raised"]["message"], "sda is full");
-    let exception = record_id(&result).to_owned();
+    let exception = (record_id(&result).to_owned(), iid);
 
     let done = driver.next().await;
     assert_eq!(done["event"], "done", "{done}");
     assert_eq!(done["flushed"], true, "every report was sent: {done}");
     driver.finish(Duration::from_secs(30)).await;
 
-    let ids = [&executed, &failed_result, &exception];
+    let ids = [&executed.0, &failed_result.0, &exception.0];
     assert!(
         ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2],
         "{ids:?}"
