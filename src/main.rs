@@ -87,7 +87,9 @@ enum Command {
     /// error. Progress goes to stderr; stdout is the command's.
     Exec(Box<ExecArgs>),
     /// Claude Code's PermissionRequest hook: reads the event on stdin, asks on Telegram,
-    /// prints Claude Code's decision JSON on stdout and exits 0.
+    /// prints Claude Code's decision JSON on stdout and exits 0. Installed for
+    /// PostToolUse and PostToolUseFailure too, it reports what became of the calls it
+    /// let through (silently, exit 0).
     ClaudeHook(Box<ClaudeHookArgs>),
     /// An MCP server on stdio (for MCP clients that start it): its tools ask through a
     /// running service with an agent's token, like `ask`.
@@ -255,6 +257,12 @@ struct ClaudeHookArgs {
     /// component, or the Claude Code session id.
     #[arg(long, value_enum, default_value_t = OwnerFrom::User)]
     owner_from: OwnerFrom,
+    /// Where the hook notes the calls it let through, so that their PostToolUse and
+    /// PostToolUseFailure events can report what became of them (default:
+    /// $XDG_STATE_HOME/hitl-telegram/claude-hook, else
+    /// ~/.local/state/hitl-telegram/claude-hook).
+    #[arg(long, env = "HITL_CLAUDE_HOOK_STATE_DIR", value_name = "DIR")]
+    state_dir: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -300,6 +308,7 @@ async fn main() -> ExitCode {
                 timeout_seconds: a.timeout,
                 fallback: a.fallback,
                 owner_from: a.owner_from,
+                state_dir: a.state_dir,
             };
             let input = claude_hook::read_event(std::io::stdin().lock());
             let result = claude_hook::run(&opts, input, &|k| std::env::var(k).ok()).await;
