@@ -43,36 +43,52 @@ pub(super) fn state_dir(
         .map(|base| base.join("hitl-telegram").join("claude-hook"))
 }
 
-/// The key of the tool call `event` names: by its `tool_use_id` if it has one, else by
-/// session, tool and the hash of its input.
-pub(super) fn call_key(event: &HookEvent) -> String {
+/// The keys the tool call `event` may be noted under, the one to note it under first:
+/// its `tool_use_id`'s if it has one, then the one of its session, tool and input hash.
+/// A post event always has a `tool_use_id` and a `PermissionRequest` has none today, so
+/// a post event looks under both, and finds the call whichever way it was noted.
+pub(super) fn call_keys(event: &HookEvent) -> Vec<String> {
     let session = event.session_id.as_deref().unwrap_or("").as_bytes();
-    let digest = match &event.tool_use_id {
-        Some(id) => sha256_hex(&[b"claude-hook/ledger/tool-use/v1", session, id.as_bytes()]),
-        None => {
-            // The service's hash of the parameters it was asked about, so the key does
-            // not depend on how Claude Code spaced or ordered the input's JSON; an input
-            // the hash refuses (the service refused it too) falls back to its text.
-            let input = params_for(&event.tool_input)
-                .ok()
-                .and_then(|p| ArgsHash::of_json(p.get()).ok())
-                .map_or_else(
-                    || event.tool_input.get().trim().to_owned(),
-                    |h| h.as_str().to_owned(),
-                );
-            sha256_hex(&[
-                b"claude-hook/ledger/input/v1",
-                session,
-                event.tool_name.as_bytes(),
-                input.as_bytes(),
-            ])
-        }
-    };
-    digest[..40].to_owned()
+    let mut keys = Vec::with_capacity(2);
+    if let Some(id) = &event.tool_use_id {
+        keys.push(sha256_hex(&[
+            b"claude-hook/ledger/tool-use/v1",
+            session,
+            id.as_bytes(),
+        ]));
+    }
+    // The service's hash of the parameters it was asked about, so the key does not
+    // depend on how Claude Code spaced or ordered the input's JSON; an input the hash
+    // refuses (the service refused it too) falls back to its text.
+    let input = params_for(&event.tool_input)
+        .ok()
+        .and_then(|p| ArgsHash::of_json(p.get()).ok())
+        .map_or_else(
+            || event.tool_input.get().trim().to_owned(),
+            |h| h.as_str().to_owned(),
+        );
+    keys.push(sha256_hex(&[
+        b"claude-hook/ledger/input/v1",
+        session,
+        event.tool_name.as_bytes(),
+        input.as_bytes(),
+    ]));
+    keys.into_iter().map(|k| k[..40].to_owned()).collect()
+}
+
+/// Notes the call `event` names as allowed by the confirmation `id`.
+pub(super) fn note(dir: &Path, event: &HookEvent, id: &str) -> Result<(), String> {
+    let keys = call_keys(event);
+    remember(dir, &keys[0], id)
+}
+
+/// Takes the call `event` names: its confirmation's id, if this hook let it through.
+pub(super) fn take_call(dir: &Path, event: &HookEvent) -> Option<String> {
+    call_keys(event).iter().find_map(|key| take(dir, key))
 }
 
 /// Writes down that the call `key` was allowed as the confirmation `id`.
-pub(super) fn remember(dir: &Path, key: &str, id: &str) -> Result<(), String> {
+fn remember(dir: &Path, key: &str, id: &str) -> Result<(), String> {
     // The id becomes part of a file name: only the service's own form is taken.
     if id.is_empty()
         || !id
@@ -112,7 +128,7 @@ pub(super) fn remember(dir: &Path, key: &str, id: &str) -> Result<(), String> {
 
 /// Takes the oldest entry of the call `key`: its confirmation id, or `None` when this
 /// hook let no such call through (or another post event took it first).
-pub(super) fn take(dir: &Path, key: &str) -> Option<String> {
+fn take(dir: &Path, key: &str) -> Option<String> {
     let calls = dir.join(key);
     let mut names: Vec<String> = std::fs::read_dir(&calls)
         .ok()?
@@ -178,24 +194,38 @@ mod tests {
 
     #[test]
     fn a_post_event_finds_the_call_by_session_tool_and_input_however_its_json_is_spelled() {
+        let dir = tempfile::tempdir().unwrap();
         let asked = event(
             r#"{"hook_event_name":"PermissionRequest","session_id":"s1","tool_name":"Bash",
                 "tool_input":{"command":"ls","description":"list"},"permission_suggestions":[]}"#,
         );
-        let ran = event(
-            r#"{"hook_event_name":"PostToolUse","session_id":"s1","tool_name":"Bash",
+        let ran = r#"{"hook_event_name":"PostToolUse","session_id":"s1","tool_name":"Bash",
                 "tool_input":{ "description": "list", "command": "ls" },
-                "tool_response":{"stdout":"a"}}"#,
-        );
-        assert_eq!(call_key(&asked), call_key(&ran));
-        let other_session = event(
+                "tool_use_id":"toolu_1","tool_response":{"stdout":"a"}}"#;
+        note(dir.path(), &asked, "cf_1").unwrap();
+        for other in [
             r#"{"session_id":"s2","tool_name":"Bash","tool_input":{"command":"ls","description":"list"}}"#,
-        );
-        assert_ne!(call_key(&asked), call_key(&other_session));
-        let other_input = event(
             r#"{"session_id":"s1","tool_name":"Bash","tool_input":{"command":"ls -a","description":"list"}}"#,
+            r#"{"session_id":"s1","tool_name":"Read","tool_input":{"command":"ls","description":"list"}}"#,
+        ] {
+            assert_eq!(take_call(dir.path(), &event(other)), None, "{other}");
+        }
+        assert_eq!(take_call(dir.path(), &event(ran)).as_deref(), Some("cf_1"));
+        assert_eq!(take_call(dir.path(), &event(ran)), None, "taken once");
+    }
+
+    #[test]
+    fn a_call_noted_by_its_tool_use_id_is_found_by_it_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let asked = event(
+            r#"{"session_id":"s1","tool_name":"Bash","tool_input":{"command":"ls"},"tool_use_id":"toolu_2"}"#,
         );
-        assert_ne!(call_key(&asked), call_key(&other_input));
+        let same_input_other_call = event(
+            r#"{"session_id":"s1","tool_name":"Bash","tool_input":{"command":"ls"},"tool_use_id":"toolu_3"}"#,
+        );
+        note(dir.path(), &asked, "cf_2").unwrap();
+        assert_eq!(take_call(dir.path(), &same_input_other_call), None);
+        assert_eq!(take_call(dir.path(), &asked).as_deref(), Some("cf_2"));
     }
 
     #[test]

@@ -303,7 +303,7 @@ fn remember(
 ) -> Option<String> {
     let id = record.get("id").and_then(Value::as_str).unwrap_or_default();
     let why = match ledger::state_dir(opts.state_dir.as_deref(), env) {
-        Some(dir) => ledger::remember(&dir, &ledger::call_key(event), id).err()?,
+        Some(dir) => ledger::note(&dir, event, id).err()?,
         None => "no --state-dir, XDG_STATE_HOME or HOME to note it in".to_owned(),
     };
     Some(format!(

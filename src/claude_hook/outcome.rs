@@ -77,7 +77,7 @@ pub(super) async fn report(
     let Some(dir) = ledger::state_dir(opts.state_dir.as_deref(), env) else {
         return quiet(None);
     };
-    let Some(id) = ledger::take(&dir, &ledger::call_key(event)) else {
+    let Some(id) = ledger::take_call(&dir, event) else {
         return quiet(None);
     };
     let outcome = if failed {
