@@ -86,6 +86,9 @@ async fn open_window(store: &SqliteStore, tool: &ToolName, owner: &OwnerId) {
         denial_reason: None,
         progress: Default::default(),
         rule: None,
+        expect_outcome_seconds: None,
+        execution: None,
+        recalled: None,
     };
     store.insert(&record, now).await.expect("insert");
     let operator = Operator {

@@ -117,6 +117,14 @@ struct RuleLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    agent: String,
+    tool: String,
+    /// `executed`, `failed`, `not_executed`, or `unknown` (no report in time).
+    status: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GrantLabels {
     /// `created` or `revoked`.
     event: &'static str,
@@ -142,6 +150,7 @@ pub struct Metrics {
     decision_latency: Family<LatencyLabels, Histogram>,
     window_hits: Family<AgentToolLabels, Counter>,
     rule_decisions: Family<RuleLabels, Counter>,
+    outcomes: Family<OutcomeLabels, Counter>,
     grants: Family<GrantLabels, Counter>,
     pending: Family<AgentLabels, Gauge>,
     oldest_pending_age: Gauge<f64, std::sync::atomic::AtomicU64>,
@@ -213,6 +222,12 @@ impl Metrics {
             "rule_decisions",
             "Calls the [[rules]] judged, by effect, deciding rule and mode (a rule's name is the operator's own text, so the set of labels is bounded by the configuration)",
             rule_decisions.clone(),
+        );
+        let outcomes = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "outcomes",
+            "What happened after the yes: confirmed calls' runs as their agents reported them, or `unknown` when a route's expect_outcome_seconds passed with no report (a late report counts again, under its own status)",
+            outcomes.clone(),
         );
         let grants = Family::<GrantLabels, Counter>::default();
         registry.register(
@@ -332,6 +347,7 @@ impl Metrics {
             decision_latency,
             window_hits,
             rule_decisions,
+            outcomes,
             grants,
             pending,
             oldest_pending_age,
@@ -417,6 +433,20 @@ impl Metrics {
             }
             _ => {}
         }
+    }
+
+    /// A confirmed call's run was reported (or found missing: `unknown`).
+    pub fn run_reported(&self, r: &Question) {
+        let Some(run) = &r.execution else {
+            return;
+        };
+        self.outcomes
+            .get_or_create(&OutcomeLabels {
+                agent: r.agent.clone(),
+                tool: self.tools.label(&r.agent, r.tool.as_str()),
+                status: run.status.as_str(),
+            })
+            .inc();
     }
 
     /// The rules judged a call (whatever came of it: an `allow` past its rate counts as

@@ -14,7 +14,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::{AuthAgent, Body};
 use super::limits::Held;
-use super::record::RecordView;
+use super::record::{RecordView, WindowUseView};
 use crate::config::{Agent, Config};
 use crate::domain::grant::Scope;
 use crate::domain::ids::{ConfirmationId, IdempotencyKey, OwnerId, ToolName};
@@ -301,7 +301,7 @@ pub fn parse_create(
     ))
 }
 
-fn respond(status: StatusCode, r: &Question) -> Response {
+pub(super) fn respond(status: StatusCode, r: &Question) -> Response {
     (status, Json(RecordView::from(r))).into_response()
 }
 
@@ -398,7 +398,7 @@ pub(super) fn rate_limit(state: &AppState, agent: &Agent) -> Result<(), ApiError
         })
 }
 
-fn parse_id(id: &str) -> Result<ConfirmationId, ApiError> {
+pub(super) fn parse_id(id: &str) -> Result<ConfirmationId, ApiError> {
     // A malformed id cannot name anything we stored.
     ConfirmationId::parse(id).map_err(|_| ApiError::NotFound("no confirmation with this id".into()))
 }
@@ -455,6 +455,17 @@ pub async fn get(
         }
         _ => state.service.get(&agent, &id).await?,
     };
+    // What the window this request opened let through: counted on this read only, so a
+    // window hit (the path that must stay fast) writes nothing for it.
+    if record.window_until().is_some() {
+        let used = state.service.window_use(&record.id).await?;
+        let mut view = RecordView::from(&record);
+        view.window_use = Some(WindowUseView {
+            calls: used.calls,
+            failed: used.failed,
+        });
+        return Ok((StatusCode::OK, Json(view)).into_response());
+    }
     Ok(respond(StatusCode::OK, &record))
 }
 

@@ -35,6 +35,12 @@ pub enum ApiError {
     AlreadyDecided(Box<Question>),
     /// 409, with the stored interaction: it already ended.
     InteractionEnded(Box<Question>),
+    /// 409, with the stored record: an outcome report it does not take (the call was not
+    /// confirmed, or another report was taken); the message says which.
+    OutcomeRefused {
+        message: String,
+        record: Box<Question>,
+    },
     /// 409: the request contradicts what is stored under the same key; the message starts
     /// with the field's name.
     Conflict { field: String, reason: String },
@@ -222,6 +228,21 @@ impl IntoResponse for ApiError {
                 )
                     .into_response()
             }
+            ApiError::OutcomeRefused { message, record } => {
+                let error = ErrorDetail {
+                    code: ErrorCode::Conflict,
+                    message,
+                };
+                let confirmation = RecordView::from(&*record);
+                (
+                    StatusCode::CONFLICT,
+                    Json(ConflictBody {
+                        error,
+                        confirmation,
+                    }),
+                )
+                    .into_response()
+            }
             ApiError::Conflict { field, reason } => body(
                 StatusCode::CONFLICT,
                 ErrorCode::Conflict,
@@ -304,6 +325,10 @@ impl From<ServiceError> for ApiError {
                 retry_after_secs,
             },
             ServiceError::GrantRefused { field, reason } => ApiError::Conflict { field, reason },
+            ServiceError::OutcomeRefused { why, record } => ApiError::OutcomeRefused {
+                message: why,
+                record,
+            },
             ServiceError::Storage(s) => s.into(),
         }
     }

@@ -81,6 +81,93 @@ pub struct RecordView {
     /// What the rules decided, in full; null when no rules are in force.
     #[schema(required = true)]
     pub rule_decision: Option<RuleView>,
+    /// What happened when the agent ran the confirmed call, as it reported
+    /// (`POST /v1/confirmations/{id}/outcome`), or `unknown` when the route's
+    /// `expect_outcome_seconds` passed with no report; null until then.
+    #[schema(required = true)]
+    pub outcome: Option<OutcomeView>,
+    /// The earlier run of this agent's same tool the approver was told of when the
+    /// question was asked (it failed, or went unreported, within the last day); null when
+    /// there was none.
+    #[schema(required = true)]
+    pub recalled: Option<RecalledView>,
+    /// For the request that opened a window, read with `GET /v1/confirmations/{id}`: how
+    /// many identical calls the window let through and how many of them failed. Null
+    /// otherwise.
+    #[schema(required = true)]
+    pub window_use: Option<WindowUseView>,
+}
+
+/// What happened when the confirmed call ran.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OutcomeView {
+    /// `executed`, `failed`, `not_executed` (as reported), or `unknown` (no report within
+    /// the route's `expect_outcome_seconds`; a late report replaces it).
+    #[schema(schema_with = super::openapi::run_status_schema)]
+    pub status: &'static str,
+    #[schema(required = true)]
+    pub summary: Option<String>,
+    #[schema(required = true)]
+    pub error: Option<String>,
+    #[schema(required = true)]
+    pub duration_ms: Option<u64>,
+    /// When it was reported (for `unknown`: when the wait for a report ran out).
+    #[schema(format = DateTime)]
+    pub reported_at: String,
+}
+
+impl OutcomeView {
+    fn of(r: &Question) -> Option<OutcomeView> {
+        r.execution.as_ref().map(|e| OutcomeView {
+            status: e.status.as_str(),
+            summary: e.summary.clone(),
+            error: e.error.clone(),
+            duration_ms: e.duration_ms,
+            reported_at: rfc3339(e.reported_at),
+        })
+    }
+}
+
+/// The earlier run the approver was told of.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RecalledView {
+    /// That request's id.
+    pub id: String,
+    /// `failed` or `unknown`.
+    pub status: String,
+    /// When it was approved.
+    #[schema(format = DateTime)]
+    pub approved_at: String,
+    /// Who approved it, in words.
+    pub approved_by: String,
+    /// Its error as reported; null when it gave none.
+    #[schema(required = true)]
+    pub error: Option<String>,
+}
+
+impl RecalledView {
+    fn of(r: &Question) -> Option<RecalledView> {
+        r.recalled.as_ref().map(|c| RecalledView {
+            id: c.id.clone(),
+            status: c.status.clone(),
+            approved_at: time::OffsetDateTime::from_unix_timestamp_nanos(
+                i128::from(c.approved_at_ms) * 1_000_000,
+            )
+            .map(rfc3339)
+            .unwrap_or_default(),
+            approved_by: c.approved_by.clone(),
+            error: c.words.clone(),
+        })
+    }
+}
+
+/// What a window let through.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WindowUseView {
+    /// Identical calls it confirmed without asking.
+    pub calls: u64,
+    /// Of those, the ones whose run was reported `failed`.
+    pub failed: u64,
 }
 
 /// What `[[rules]]` decided on the call.
@@ -195,6 +282,9 @@ impl From<&Question> for RecordView {
             progress: ProgressView::from(r),
             rule: rule_name(r),
             rule_decision: RuleView::of(r),
+            outcome: OutcomeView::of(r),
+            recalled: RecalledView::of(r),
+            window_use: None,
         }
     }
 }

@@ -33,6 +33,11 @@ pub struct RouteSettings {
     /// for is cut to it. 8 hours by default: a working day.
     #[serde(default = "default_max_grant_seconds")]
     pub max_grant_seconds: u64,
+    /// How long after a call is confirmed the agent has to report what happened
+    /// (`POST /v1/confirmations/{id}/outcome`); with no report by then the call's run is
+    /// `unknown`, shown as "No report from the agent". Unset: no report is expected.
+    #[serde(default)]
+    pub expect_outcome_seconds: Option<u64>,
     /// When to remind the approvers of a question still pending: shares of its timeout
     /// (`"50%"`) or times after it was asked (`"10m"`, `"90s"`, `"2h"`, or seconds).
     #[serde(default)]
@@ -106,6 +111,8 @@ pub struct Route {
     pub max_window_seconds: u64,
     /// The longest a grant approved on this route lasts.
     pub max_grant_seconds: u64,
+    /// How long a confirmed call has to be reported before its run is `unknown`.
+    pub expect_outcome_seconds: Option<u64>,
     /// Reminder points, in the order given.
     pub remind_after: Vec<When>,
     pub escalation: Option<Escalation>,
@@ -226,6 +233,17 @@ impl RouteSettings {
                 ),
             ));
         }
+        if let Some(s) = self.expect_outcome_seconds
+            && (s == 0 || s > crate::domain::limits::MAX_WINDOW_SECONDS)
+        {
+            return Err(invalid(
+                format!("{key}.expect_outcome_seconds"),
+                format!(
+                    "must be from 1 to {} (366 days), or left out when no report is expected",
+                    crate::domain::limits::MAX_WINDOW_SECONDS
+                ),
+            ));
+        }
         if self.quorum == Some(0) {
             return Err(invalid(format!("{key}.quorum"), "must be at least 1"));
         }
@@ -237,6 +255,7 @@ impl RouteSettings {
             quorum: self.quorum,
             max_window_seconds: self.max_window_seconds,
             max_grant_seconds: self.max_grant_seconds,
+            expect_outcome_seconds: self.expect_outcome_seconds,
             remind_after,
             escalation,
             extend_by,

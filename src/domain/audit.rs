@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
+use super::execution::Execution;
 use super::grant::{Grant, GrantSource};
 use super::interaction::Answer;
 use super::question::{Operator, Question, Status, Step, Via, Window, rfc3339};
@@ -150,6 +151,41 @@ pub fn rule_decided(r: &Question, verdict: &Verdict) -> NewEvent {
             "status": r.status.as_str(),
             "reason": r.reason,
             "rules": verdict_json(verdict),
+        }),
+    }
+}
+
+/// The agent reported what happened when it ran a confirmed call (issue 36), or
+/// replaced the service's `unknown` with a late report.
+pub fn outcome_reported(r: &Question, run: &Execution, replaced: Option<&Execution>) -> NewEvent {
+    NewEvent {
+        at: run.reported_at,
+        confirmation_id: Some(r.id.to_string()),
+        kind: "outcome_reported",
+        actor: agent_actor(r),
+        detail: json!({
+            "tool": r.tool.as_str(),
+            "status": run.status.as_str(),
+            "summary": run.summary,
+            "error": run.error,
+            "duration_ms": run.duration_ms,
+            "replaced": replaced.map(|e| e.status.as_str()),
+        }),
+    }
+}
+
+/// A confirmed call's report did not come within the route's `expect_outcome_seconds`:
+/// its run is `unknown` (a late report may still replace it).
+pub fn outcome_missing(r: &Question, at: OffsetDateTime) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: Some(r.id.to_string()),
+        kind: "outcome_missing",
+        actor: "system".into(),
+        detail: json!({
+            "tool": r.tool.as_str(),
+            "status": "unknown",
+            "expect_outcome_seconds": r.expect_outcome_seconds,
         }),
     }
 }
@@ -301,6 +337,12 @@ pub fn decided(r: &Question) -> NewEvent {
 /// writes.
 pub fn ends_question(kind: &str) -> bool {
     matches!(kind, "decided" | "timeout" | "withdrawn" | "fail_closed")
+}
+
+/// Whether an event of `kind` leaves the question's messages to edit: its outcome, or
+/// (once it ended) the run of the call reported or found missing.
+pub fn edits_messages(kind: &str) -> bool {
+    ends_question(kind) || matches!(kind, "outcome_reported" | "outcome_missing")
 }
 
 /// A person answered (or a default was applied). The value itself is not recorded, only

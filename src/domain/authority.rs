@@ -441,6 +441,9 @@ mod tests {
             denial_reason: None,
             progress: Default::default(),
             rule: None,
+            expect_outcome_seconds: None,
+            execution: None,
+            recalled: None,
         }
     }
 

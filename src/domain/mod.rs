@@ -18,6 +18,7 @@ pub mod args_hash;
 pub mod audit;
 pub mod authority;
 pub mod briefing;
+pub mod execution;
 pub mod grant;
 pub mod ids;
 pub mod interaction;

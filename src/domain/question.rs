@@ -17,6 +17,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::args_hash::ArgsHash;
+use super::execution::{Execution, Recalled};
 use super::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
 use super::interaction::{Answer, Interaction, InteractionType, Scope, TimeoutAction};
 use super::rules::Verdict;
@@ -180,6 +181,14 @@ pub struct Question {
     /// What `[[rules]]` decided on the call, when rules are in force (`None` without
     /// rules, and for an interaction without a call).
     pub rule: Option<Verdict>,
+    /// The route's `expect_outcome_seconds` when the question was asked: once confirmed,
+    /// a call with no report by then has an `unknown` run.
+    pub expect_outcome_seconds: Option<u64>,
+    /// What the agent reported of running the confirmed call (or `unknown`).
+    pub execution: Option<Execution>,
+    /// The earlier run of the same agent's same tool the approver is told of (it failed,
+    /// or was never reported), as found when the question was asked.
+    pub recalled: Option<Recalled>,
 }
 
 /// The steps of a question between its delivery and its outcome, stored so a restart
@@ -276,6 +285,25 @@ impl Question {
             "timeout_action": self.timeout_action.map(TimeoutAction::as_str),
             "expires_at": rfc3339(self.expires_at),
         })
+    }
+
+    /// Whether the agent may report running this call: it was confirmed (by a person, a
+    /// window, a rule or a grant). Nothing else ran.
+    pub fn takes_report(&self) -> bool {
+        self.status == Status::Confirmed
+    }
+
+    /// What `GET /v1/events` streams when the call's run is reported (or found
+    /// missing): its status event with the step named `outcome` (as a pending question's
+    /// steps are) and the run.
+    pub fn run_event(&self) -> Value {
+        let mut event = self.status_event();
+        event["step"] = Value::from("outcome");
+        event["outcome"] = self
+            .execution
+            .as_ref()
+            .map_or(Value::Null, Execution::to_json);
+        event
     }
 
     /// What `GET /v1/events` streams when a pending question takes a step (`delivered`,

@@ -27,7 +27,7 @@ use crate::domain::audit;
 use crate::domain::grant::Grant;
 use crate::domain::ids::{ConfirmationId, GrantId};
 use crate::domain::question::{Operator, Question};
-use crate::storage::{LiveWindow, StorageError};
+use crate::storage::{LiveWindow, StorageError, WindowUse};
 
 /// A command the service acts on. The Telegram adapter reads it from a message's text
 /// (`crate::telegram::commands::parse`), the only place one is built, so a `Revoke`
@@ -103,8 +103,9 @@ pub struct CommandMessage {
 pub enum CommandReply {
     /// The open questions of the chat's routes, oldest first.
     Pending(Vec<Question>),
-    /// The live windows opened from the chat's routes, soonest expiry first.
-    Windows(Vec<LiveWindow>),
+    /// The live windows opened from the chat's routes, soonest expiry first, each with
+    /// the calls it let through and how many of them failed.
+    Windows(Vec<(LiveWindow, WindowUse)>),
     /// A window was closed.
     Revoked {
         /// Boxed: a window (with its key) dwarfs the other answers.
@@ -344,7 +345,12 @@ impl Service {
                     (a.window.expires_at, &a.window.opened_by)
                         .cmp(&(b.window.expires_at, &b.window.opened_by))
                 });
-                CommandReply::Windows(live)
+                let mut used = Vec::with_capacity(live.len());
+                for w in live {
+                    let u = self.store.window_use(&w.window.opened_by).await?;
+                    used.push((w, u));
+                }
+                CommandReply::Windows(used)
             }
             Command::Grants => {
                 let mut live = Vec::new();

@@ -3,6 +3,7 @@
 //! delivery.
 
 use super::*;
+use crate::domain::execution::REMEMBERED_FOR;
 use crate::domain::rules::Effect;
 
 impl Service {
@@ -78,6 +79,9 @@ impl Service {
             denial_reason: None,
             progress: Default::default(),
             rule: None,
+            expect_outcome_seconds: route.expect_outcome_seconds,
+            execution: None,
+            recalled: None,
         };
 
         // Grant, then confirm: without a live grant covering `grant_scope` nothing is
@@ -131,6 +135,13 @@ impl Service {
         if self.store.count_pending(&agent.name).await? >= u64::from(agent.max_pending) {
             return Err(ServiceError::TooManyPending(agent.max_pending));
         }
+        // The person asked is told when this agent's last approved run of the tool failed
+        // or went unreported: looked up only when someone is asked (never on a window
+        // hit or a rule's answer, the paths that must stay fast).
+        record.recalled = self
+            .store
+            .recall_run(&agent.name, &record.tool, now - REMEMBERED_FOR)
+            .await?;
         let stored = match self.store.insert(&record, now).await? {
             Inserted::New(r) => r,
             Inserted::Existing(e) => return same_request(e, &new, &record.args_hash),
@@ -294,6 +305,9 @@ impl Service {
             denial_reason: None,
             progress: Default::default(),
             rule: None,
+            expect_outcome_seconds: None,
+            execution: None,
+            recalled: None,
         };
         // The rules judge the call an interaction carries (an interaction without one
         // asks a person something no rule is about). A `deny` settles an approval on

@@ -40,6 +40,10 @@ impl Service {
         }
         let me = self.clone();
         self.tasks.spawn(async move {
+            // Under the question's edit stripe, read afresh: a run reported meanwhile is
+            // shown by this edit too, and never undone by it (see `runs::EditStripes`).
+            let _editing = me.edits.lock(&record.id).await;
+            let record = me.afresh(record).await;
             let mut shown = Vec::new();
             for (chat_id, message_id) in record.messages().collect::<Vec<_>>() {
                 let Some(message_id) = message_id else {

@@ -123,7 +123,13 @@ impl Service {
         match self.store.get(&id).await {
             Ok(Some(record)) if record.is_terminal() => {
                 self.unclaim(&id);
-                self.finish(record);
+                // A run reported there: every message is edited to show it (below the
+                // outcome, which the same edit shows).
+                if record.execution.is_some() {
+                    self.show_run(record);
+                } else {
+                    self.finish(record);
+                }
             }
             Ok(_) => {}
             // Left unshown in the database: the next take-over shows it.

@@ -3,8 +3,9 @@
 //!
 //! One file per stage: [`create`] (a request becomes a stored question), [`deliver`]
 //! (it is posted in Telegram), [`answer`] (a tap or reply becomes an answer), [`decide`]
-//! (the outcome is stored and shown), [`wait`] (what agents read and wait on) and
-//! [`recover`] (what a restart resumes). Beside them, [`lead`] says which replica does
+//! (the outcome is stored and shown), [`runs`] (what happened after the yes: the agent's
+//! report of running the call, shown where it was decided), [`wait`] (what agents read
+//! and wait on) and [`recover`] (what a restart resumes). Beside them, [`lead`] says which replica does
 //! the work that must happen once, and [`agree`] who may decide while replicas run
 //! different configurations. This file holds the types they share and the ports.
 //!
@@ -55,6 +56,7 @@ mod grants;
 mod judge;
 mod lead;
 mod recover;
+mod runs;
 mod steps;
 mod wait;
 pub use agree::ConfigReport;
@@ -380,6 +382,10 @@ pub enum ServiceError {
     /// A grant that cannot be stored as asked: `field` is the request's field at fault.
     #[error("{field}: {reason}")]
     GrantRefused { field: String, reason: String },
+    /// An outcome report the confirmation does not take: `why` says why (it was not
+    /// confirmed, or a different report was taken); `record` is as stored.
+    #[error("{why}")]
+    OutcomeRefused { why: String, record: Box<Question> },
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
@@ -472,6 +478,8 @@ pub struct Service {
     rules: std::sync::RwLock<Arc<crate::domain::rules::Policy>>,
     /// Held from counting an `allow` rule's rate to storing the call it let through.
     rate_gate: tokio::sync::Mutex<()>,
+    /// Held while the messages of a question are edited to show how it ended ([`runs`]).
+    edits: runs::EditStripes,
 }
 
 impl Service {
@@ -480,6 +488,7 @@ impl Service {
             agree: agree::Agree::new(&config),
             rules: std::sync::RwLock::new(config.rules.clone()),
             rate_gate: tokio::sync::Mutex::new(()),
+            edits: runs::EditStripes::default(),
             config,
             store,
             messenger,

@@ -65,6 +65,7 @@ impl Service {
             tracing::info!(id = %record.id, "showing an outcome a restart interrupted");
             self.finish(record);
         }
+        self.show_unshown_runs().await?;
         if self.store.next_delivery_due().await?.is_some() {
             self.outbox_wake.notify_one();
         }

@@ -22,14 +22,16 @@ use time::OffsetDateTime;
 
 use super::{MIGRATOR, This, sql};
 use crate::domain::audit::{AuditEvent, Head, NewEvent, StoredRow, StoredStatus};
+use crate::domain::execution::{Recalled, Report};
 use crate::domain::grant::{Grant, Scope};
+use crate::domain::ids::ToolName;
 use crate::domain::ids::{CallbackToken, ConfirmationId, GrantId, IdempotencyKey, OwnerId};
 use crate::domain::interaction::Answer;
 use crate::domain::question::{Decision, Operator, Question, Window, WindowKey};
 use crate::storage::{
     Administration, AgentEvent, AgentEvents, Answered, Audit, Decided, DeliveryAttempt, Gauges,
     GrantInserted, Grants, Inserted, LiveWindow, Messages, Outbox, OutboxEntry, PendingEntry,
-    Questions, Shown, Steps, StorageError, WindowCache, Windows,
+    Questions, RunReported, Runs, Shown, Steps, StorageError, WindowCache, WindowUse, Windows,
 };
 
 #[async_trait]
@@ -332,6 +334,54 @@ impl Windows for This {
 
     async fn purge_expired_windows(&self, now: OffsetDateTime) -> Result<u64, StorageError> {
         self.purge_windows(now).await
+    }
+}
+
+#[async_trait]
+impl Runs for This {
+    async fn report_run(
+        &self,
+        id: &ConfirmationId,
+        agent: &str,
+        report: &Report,
+        now: OffsetDateTime,
+    ) -> Result<RunReported, StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::report_run(tx, id, agent, report, now, self.outbox_backlog_bound()).await
+    }
+
+    async fn overdue_runs(
+        &self,
+        now: OffsetDateTime,
+        limit: u32,
+    ) -> Result<Vec<Question>, StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::overdue_runs(tx, now, limit, self.outbox_backlog_bound()).await
+    }
+
+    async fn mark_run_shown(
+        &self,
+        id: &ConfirmationId,
+        reported_at: OffsetDateTime,
+    ) -> Result<(), StorageError> {
+        sql::mark_run_shown(&self.pool, id, reported_at).await
+    }
+
+    async fn unshown_runs(&self) -> Result<Vec<Question>, StorageError> {
+        sql::unshown_runs(&self.pool).await
+    }
+
+    async fn recall_run(
+        &self,
+        agent: &str,
+        tool: &ToolName,
+        since: OffsetDateTime,
+    ) -> Result<Option<Recalled>, StorageError> {
+        sql::recall_run(&self.pool, agent, tool, since).await
+    }
+
+    async fn window_use(&self, opened_by: &ConfirmationId) -> Result<WindowUse, StorageError> {
+        sql::window_use(&self.pool, opened_by).await
     }
 }
 

@@ -4,7 +4,8 @@
 //! ([`roles`]): [`Questions`] (storing, deciding and finding questions), [`Messages`]
 //! (their Telegram messages, copies and strays, and what those show), [`Steps`]
 //! (answers, reasons, extensions, reminders, escalation), [`Windows`], [`Grants`] (what
-//! a human let an agent do for a while), [`Outbox`] (webhook deliveries), [`Audit`],
+//! a human let an agent do for a while), [`Runs`] (what happened after the yes),
+//! [`Outbox`] (webhook deliveries), [`Audit`],
 //! [`AgentEvents`] (the agents' event streams),
 //! [`Coordination`] (the change feed, leases and replica configurations, for processes
 //! sharing one database) and [`Administration`] (migrations, health, backups, gauges,
@@ -40,8 +41,8 @@ use crate::domain::question::{Question, Window, WindowKey};
 
 pub use postgres::{PgStore, refuse_unknown_params};
 pub use roles::{
-    Administration, AgentEvents, Audit, Coordination, Grants, Messages, Outbox, Questions, Steps,
-    Windows,
+    Administration, AgentEvents, Audit, Coordination, Grants, Messages, Outbox, Questions, Runs,
+    Steps, Windows,
 };
 pub use sqlite::SqliteStore;
 
@@ -51,7 +52,8 @@ pub enum Change {
     /// Something about this question changed (its status, answers, steps or events).
     Question {
         id: ConfirmationId,
-        /// The change gave the question its outcome.
+        /// The change gave the question its outcome, or (once it ended) the run of its
+        /// call: its messages are the leader's to edit.
         ended: bool,
         /// This store committed it (this process): it knows already.
         ours: bool,
@@ -279,6 +281,30 @@ pub enum GrantInserted {
     Existing(Grant),
 }
 
+/// Result of reporting a confirmed call's run ([`Runs::report_run`]).
+#[derive(Debug)]
+pub enum RunReported {
+    /// Taken: this is the record with its run.
+    Taken(Question),
+    /// The very same report was taken before (a retry); nothing was written.
+    Same(Question),
+    /// A different report was taken before; nothing was written.
+    Conflict(Question),
+    /// The question was not confirmed (pending, cancelled, timed out): nothing ran.
+    NotConfirmed(Question),
+    /// No such question of this agent.
+    NotFound,
+}
+
+/// What a window let through ([`Runs::window_use`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WindowUse {
+    /// Calls it confirmed without asking.
+    pub calls: u64,
+    /// Of those, the ones whose run was reported `failed`.
+    pub failed: u64,
+}
+
 /// Result of applying a decision.
 #[derive(Debug)]
 pub enum Decided {
@@ -401,7 +427,7 @@ pub enum DeliveryAttempt {
 
 /// Everything the service stores, as one trait object (`Arc<dyn Store>`): the union of
 /// the role traits ([`Questions`], [`Messages`], [`Steps`], [`Windows`], [`Grants`],
-/// [`Outbox`], [`Audit`], [`AgentEvents`], [`Coordination`], [`Administration`]),
+/// [`Runs`], [`Outbox`], [`Audit`], [`AgentEvents`], [`Coordination`], [`Administration`]),
 /// implemented for every type that implements them all. A part of the service that
 /// needs one role can take that role alone (`&dyn Audit`); a `&dyn Store` coerces to
 /// any of them.
@@ -411,6 +437,7 @@ pub trait Store:
     + Steps
     + Windows
     + Grants
+    + Runs
     + Outbox
     + Audit
     + AgentEvents
@@ -448,6 +475,7 @@ impl<T> Store for T where
         + Steps
         + Windows
         + Grants
+        + Runs
         + Outbox
         + Audit
         + AgentEvents

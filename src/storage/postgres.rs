@@ -467,7 +467,7 @@ fn change_of(payload: &str, origin: &str) -> Change {
         "" => Change::Other,
         id => ConfirmationId::parse(id).map_or(Change::Missed, |id| Change::Question {
             id,
-            ended: audit::ends_question(kind),
+            ended: audit::edits_messages(kind),
             ours: !from.is_empty() && from == origin,
         }),
     }

@@ -11,12 +11,15 @@ use tokio::sync::mpsc;
 
 use super::{
     AgentEvent, Answered, Change, Decided, DeliveryAttempt, Gauges, GrantInserted, Inserted,
-    LiveConfig, LiveWindow, OutboxEntry, PendingEntry, Shown, StorageError,
+    LiveConfig, LiveWindow, OutboxEntry, PendingEntry, RunReported, Shown, StorageError, WindowUse,
 };
 use crate::domain::audit::{AuditEvent, Head, NewEvent, StoredRow, StoredStatus};
 use crate::domain::authority::{Authority, Fingerprint};
+use crate::domain::execution::{Recalled, Report};
 use crate::domain::grant::{Grant, Scope};
-use crate::domain::ids::{CallbackToken, ConfirmationId, GrantId, IdempotencyKey, OwnerId};
+use crate::domain::ids::{
+    CallbackToken, ConfirmationId, GrantId, IdempotencyKey, OwnerId, ToolName,
+};
 use crate::domain::interaction::Answer;
 use crate::domain::question::{Decision, Operator, Question, Window, WindowKey};
 
@@ -324,6 +327,57 @@ pub trait Grants: Send + Sync + 'static {
         by: Option<&Operator>,
         now: OffsetDateTime,
     ) -> Result<Option<Grant>, StorageError>;
+}
+
+/// What happened after the yes (issue 36): agents' reports of running confirmed calls,
+/// the runs never reported, the earlier run recalled to the next approver, and what a
+/// window let through.
+#[async_trait]
+pub trait Runs: Send + Sync + 'static {
+    /// Takes `report` as what happened when `agent` ran its confirmed call `id`, with one
+    /// conditional update: a question with no run yet, or the service's `unknown`,
+    /// takes it; the same report again changes nothing; another agent's question is
+    /// not found. In the same transaction: its audit event, the agent's stream event
+    /// and its webhook.
+    async fn report_run(
+        &self,
+        id: &ConfirmationId,
+        agent: &str,
+        report: &Report,
+        now: OffsetDateTime,
+    ) -> Result<RunReported, StorageError>;
+
+    /// Marks `unknown` (audited, streamed, its webhook queued) at most `limit` confirmed
+    /// calls whose route's `expect_outcome_seconds` passed at `now` with no report;
+    /// returns them.
+    async fn overdue_runs(
+        &self,
+        now: OffsetDateTime,
+        limit: u32,
+    ) -> Result<Vec<Question>, StorageError>;
+
+    /// Records that every message of `id` shows its run as reported at `reported_at`.
+    async fn mark_run_shown(
+        &self,
+        id: &ConfirmationId,
+        reported_at: OffsetDateTime,
+    ) -> Result<(), StorageError>;
+
+    /// The questions whose messages do not show their run yet (restart recovery).
+    async fn unshown_runs(&self) -> Result<Vec<Question>, StorageError>;
+
+    /// The last reported run of `agent`'s `tool` decided since `since`, when it failed
+    /// or is `unknown` (`None` when it went fine, or there is none).
+    async fn recall_run(
+        &self,
+        agent: &str,
+        tool: &ToolName,
+        since: OffsetDateTime,
+    ) -> Result<Option<Recalled>, StorageError>;
+
+    /// How many calls the window `opened_by` opened let through, and how many of them
+    /// failed.
+    async fn window_use(&self, opened_by: &ConfirmationId) -> Result<WindowUse, StorageError>;
 }
 
 /// The webhook outbox: deliveries queued with outcomes, and their attempts.

@@ -9,6 +9,7 @@ use time::OffsetDateTime;
 use super::{Gauges, LiveWindow, OutboxEntry, PendingEntry, StorageError};
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit::{self, AuditEvent, GENESIS_HASH, NewEvent, StoredRow};
+use crate::domain::execution::{Execution, RunStatus};
 use crate::domain::grant::{Grant, GrantSource, Scope};
 use crate::domain::ids::{
     CallbackToken, ConfirmationId, DeliveryId, GrantId, IdempotencyKey, OwnerId, ToolName,
@@ -95,6 +96,13 @@ pub(super) struct Row {
     escalated_at: Option<i64>,
     reasons_requested: i64,
     rule_json: Option<String>,
+    expect_outcome_seconds: Option<i64>,
+    run_status: Option<String>,
+    run_summary: Option<String>,
+    run_error: Option<String>,
+    run_duration_ms: Option<i64>,
+    run_at: Option<i64>,
+    recalled_json: Option<String>,
 }
 
 impl Row {
@@ -191,6 +199,30 @@ impl Row {
             rule: self
                 .rule_json
                 .map(|j| serde_json::from_str(&j).map_err(|_| corrupt("rule_json")))
+                .transpose()?,
+            expect_outcome_seconds: self
+                .expect_outcome_seconds
+                .map(u64::try_from)
+                .transpose()
+                .map_err(|_| corrupt("expect_outcome_seconds"))?,
+            execution: match (self.run_status, self.run_at) {
+                (Some(status), Some(at)) => Some(Execution {
+                    status: RunStatus::parse(&status).ok_or_else(|| corrupt("run_status"))?,
+                    summary: self.run_summary,
+                    error: self.run_error,
+                    duration_ms: self
+                        .run_duration_ms
+                        .map(u64::try_from)
+                        .transpose()
+                        .map_err(|_| corrupt("run_duration_ms"))?,
+                    reported_at: time(at)?,
+                }),
+                (None, None) => None,
+                _ => return Err(corrupt("run_at")),
+            },
+            recalled: self
+                .recalled_json
+                .map(|j| serde_json::from_str(&j).map_err(|_| corrupt("recalled_json")))
                 .transpose()?,
         })
     }
@@ -468,7 +500,8 @@ macro_rules! confirmation_columns {
         context, allow_edit, window_seconds, idempotency_key, callback_token, callback_url,
         message_id, status, via, reason, decided_by_id, decided_by_username,
         decided_by_name, created_at, expires_at, decided_at, interaction_id,
-        interaction_json, window_requested_seconds, approved_once, has_call, rule, rule_json"
+        interaction_json, window_requested_seconds, approved_once, has_call, rule, rule_json,
+        expect_outcome_seconds, recalled_json"
     };
 }
 pub(super) use confirmation_columns;
@@ -533,7 +566,9 @@ where
             .push_bind(r.approved_once)
             .push_bind(r.has_call)
             .push_bind(rule_name(r))
-            .push_bind(rule_json(r));
+            .push_bind(rule_json(r))
+            .push_bind(expect_outcome(r))
+            .push_bind(recalled_json(r));
     });
     b
 }
@@ -543,13 +578,26 @@ pub(super) fn rule_name(r: &Question) -> Option<&str> {
     r.rule.as_ref().and_then(|v| v.rule.as_deref())
 }
 
+/// The `expect_outcome_seconds` column.
+pub(super) fn expect_outcome(r: &Question) -> Option<i64> {
+    r.expect_outcome_seconds
+        .map(|s| i64::try_from(s).unwrap_or(i64::MAX))
+}
+
+/// The `recalled_json` column: the earlier run the approver is told of.
+pub(super) fn recalled_json(r: &Question) -> Option<String> {
+    r.recalled
+        .as_ref()
+        .and_then(|v| serde_json::to_string(v).ok())
+}
+
 /// The `rule_json` column: the rules' verdict on the call.
 pub(super) fn rule_json(r: &Question) -> Option<String> {
     r.rule.as_ref().and_then(|v| serde_json::to_string(v).ok())
 }
 
 /// Splits `rows` for multi-row `INSERT`s into runs of a power of two rows, largest
-/// first, up to 256 (the widest table has 32 columns, and SQLite allows 32,766
+/// first, up to 256 (the widest table has 34 columns, and SQLite allows 32,766
 /// parameters in one statement; PostgreSQL 65,535). A statement's text depends on its
 /// row count, and each connection keeps its prepared statements by text: with powers of
 /// two, every batch size reuses one of nine statements per table instead of preparing

@@ -645,6 +645,8 @@ fn write_plain_tx(
                 r.has_call,
                 rows::rule_name(r),
                 rows::rule_json(r),
+                rows::expect_outcome(r),
+                rows::recalled_json(r),
             ])?;
             events.execute(rusqlite::params![
                 r.agent.as_str(),
@@ -676,7 +678,7 @@ fn write_plain_tx(
 const INSERT_CONFIRMATION: &str = concat!(
     "INSERT INTO confirmations (",
     confirmation_columns!(),
-    ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 );
 
 impl SqliteStore {

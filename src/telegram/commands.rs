@@ -21,7 +21,7 @@ use crate::domain::ids::{ConfirmationId, GrantId};
 use crate::domain::question::{Question, operator_time as date_time};
 use crate::domain::text::{self, Layout};
 use crate::service::{Command, CommandError, CommandReply, RevokeTarget, Service, Setup};
-use crate::storage::LiveWindow;
+use crate::storage::{LiveWindow, WindowUse};
 
 /// The commands, their descriptions (Telegram's menu and `/help`) and what they take.
 pub const COMMANDS: [(&str, &str, &str); 6] = [
@@ -192,7 +192,7 @@ pub fn render(reply: &CommandReply, now: OffsetDateTime) -> String {
                  Close one with /revoke &lt;id&gt;:",
                 windows.len()
             ),
-            windows.iter().map(|w| window_entry(w, now)),
+            windows.iter().map(|(w, u)| window_entry(w, *u, now)),
         ),
         CommandReply::Revoked { window, by } => format!(
             "🔒 Window <code>{}</code> closed by {}: {} for owner <code>{}</code> (agent {}) \
@@ -385,17 +385,32 @@ fn pending_entry(r: &Question, now: OffsetDateTime) -> String {
             escape(&cut(r.owner_id.as_str(), 60))
         ),
     };
+    // The approver is warned before opening it: this agent's last run of the tool failed
+    // (or went unreported).
+    let warned = match &r.recalled {
+        Some(c) if c.status == "failed" => " · ⚠️ <b>last run failed</b>",
+        Some(_) => " · ⚠️ <b>last run unreported</b>",
+        None => "",
+    };
     format!(
-        "• {what} · agent {} · {} left · {}",
+        "• {what}{warned} · agent {} · {} left · {}",
         shown(&r.agent),
         left(r.expires_at - now),
         link(r.chat_id, r.message_id)
     )
 }
 
-fn window_entry(w: &LiveWindow, now: OffsetDateTime) -> String {
+fn window_entry(w: &LiveWindow, used: WindowUse, now: OffsetDateTime) -> String {
+    let calls = match used.calls {
+        1 => "1 call".to_owned(),
+        n => format!("{n} calls"),
+    };
+    let failed = match used.failed {
+        0 => String::new(),
+        n => format!(", ⚠️ {n} failed"),
+    };
     format!(
-        "• <code>{}</code>: {} for owner <code>{}</code> · agent {} · until {} ({} left)",
+        "• <code>{}</code>: {} for owner <code>{}</code> · agent {} · let through {calls}{failed} · until {} ({} left)",
         escape(w.window.opened_by.as_str()),
         tool(w.window.key.tool.as_str()),
         escape(&cut(w.window.key.owner_id.as_str(), 60)),

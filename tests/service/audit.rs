@@ -15,7 +15,7 @@ fn kinds(events: &[Value]) -> Vec<&str> {
 }
 
 /// Runs `hitl-telegram audit ...` against the app's database.
-async fn audit_cli(app: &TestApp, args: &[&str]) -> (i32, String, String) {
+pub(super) async fn audit_cli(app: &TestApp, args: &[&str]) -> (i32, String, String) {
     let mut all = vec!["audit"];
     all.extend_from_slice(args);
     cli(&app.db_url, &all).await

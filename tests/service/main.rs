@@ -48,6 +48,7 @@ mod polling {
     mod logs;
     mod metrics;
     mod outage;
+    mod outcomes;
     mod rules;
     mod serve;
     mod telegram_faults;

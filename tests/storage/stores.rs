@@ -170,6 +170,9 @@ pub(crate) fn pending(key: Option<&str>) -> Question {
         denial_reason: None,
         progress: Default::default(),
         rule: None,
+        expect_outcome_seconds: None,
+        execution: None,
+        recalled: None,
     }
 }
 

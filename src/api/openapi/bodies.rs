@@ -607,3 +607,59 @@ impl PartialSchema for CreateGrantBody {
             .into()
     }
 }
+
+/// Documentation of the `POST /v1/confirmations/{id}/outcome` body; the body itself is
+/// read by `api::outcomes::parse_report`.
+pub struct OutcomeBody;
+
+impl ToSchema for OutcomeBody {}
+
+impl PartialSchema for OutcomeBody {
+    fn schema() -> RefOr<Schema> {
+        use crate::domain::execution::MAX_REPORT_CHARS;
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property(
+                "status",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(["executed", "failed", "not_executed"]))
+                    .description(Some(
+                        "`executed`: the call ran; `failed`: it ran, or began to, and \
+                         failed; `not_executed`: it was not run after all.",
+                    )),
+            )
+            .required("status")
+            .property(
+                "summary",
+                optional_text(
+                    0,
+                    MAX_REPORT_CHARS,
+                    "What came of it, in a line, shown under the decision in every message \
+                     of the question (invisible characters as visible escapes).",
+                ),
+            )
+            .property(
+                "error",
+                optional_text(
+                    0,
+                    MAX_REPORT_CHARS,
+                    "Why it failed; only with `status: \"failed\"`.",
+                ),
+            )
+            .property(
+                "duration_ms",
+                ObjectBuilder::new()
+                    .schema_type(nullable(Type::Integer))
+                    .minimum(Some(0))
+                    .maximum(Some(super::super::outcomes::MAX_DURATION_MS))
+                    .description(Some("How long the run took, in milliseconds.")),
+            )
+            .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+            .description(Some(
+                "What happened when the agent ran the confirmed call. `null` counts as \
+                 absent; unknown fields and repeated keys are refused.",
+            ))
+            .into()
+    }
+}

@@ -38,6 +38,14 @@ pub fn effect_schema() -> Object {
         .build()
 }
 
+/// A run's status, as `outcome.status` holds it.
+pub fn run_status_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(["executed", "failed", "not_executed", "unknown"]))
+        .build()
+}
+
 pub fn via_schema() -> Object {
     let all = [
         Via::Operator,

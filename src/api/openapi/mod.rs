@@ -23,12 +23,12 @@ mod tests;
 
 pub use bodies::{
     CreateConfirmationBody, CreateGrantBody, CreateInteractionBody, HumanInteraction,
-    NotificationBody,
+    NotificationBody, OutcomeBody,
 };
 pub use fields::{
     ChangePoll, LongPoll, any_value_schema, approved_scope_schema, effect_schema,
-    human_responses_schema, interaction_status_schema, interaction_type_schema, status_schema,
-    timeout_action_schema, via_schema,
+    human_responses_schema, interaction_status_schema, interaction_type_schema, run_status_schema,
+    status_schema, timeout_action_schema, via_schema,
 };
 
 use std::sync::LazyLock;
@@ -66,6 +66,7 @@ pub const METRICS_BEARER: &str = "metrics_bearer";
         confirmations::get,
         confirmations::withdraw,
         confirmations::events,
+        super::outcomes::report,
         interactions::create,
         interactions::get,
         interactions::withdraw,
@@ -86,6 +87,7 @@ pub const METRICS_BEARER: &str = "metrics_bearer";
         NotificationBody,
         NotificationSent,
         CreateGrantBody,
+        OutcomeBody,
         super::grants::GrantView,
         super::grants::GrantAnswer,
         super::grants::GrantCheckView,
@@ -100,7 +102,8 @@ pub const METRICS_BEARER: &str = "metrics_bearer";
     )),
     modifiers(&BearerAuth),
     tags(
-        (name = "confirmations", description = "Ask, read, long-poll and withdraw."),
+        (name = "confirmations", description = "Ask, read, long-poll, withdraw, and report \
+            what happened when the confirmed call ran."),
         (name = "interactions", description = "AI-Parrot's human interactions: ask, read, \
             long-poll, withdraw, and stream answers and status changes."),
         (name = "notifications", description = "One-way messages to a route or a person."),

@@ -39,9 +39,10 @@ use time::OffsetDateTime;
 use super::Db;
 use super::append_events;
 use crate::domain::audit::{self, AuditEvent, NewEvent, StoredRow, StoredStatus};
+use crate::domain::execution::{Recalled, Report, RunStatus};
 use crate::domain::grant::{Grant, GrantSource, Scope};
 use crate::domain::ids::{
-    CallbackToken, ConfirmationId, DeliveryId, GrantId, IdempotencyKey, OwnerId,
+    CallbackToken, ConfirmationId, DeliveryId, GrantId, IdempotencyKey, OwnerId, ToolName,
 };
 use crate::domain::interaction::{Answer, TimeoutAction};
 use crate::domain::question::{Decision, Operator, Question, Step, Window, WindowKey, rfc3339};
@@ -53,12 +54,13 @@ use crate::storage::rows::{
 };
 use crate::storage::{
     AgentEvent, Answered, Decided, DeliveryAttempt, Gauges, GrantInserted, IDEMPOTENCY_TTL,
-    Inserted, LiveWindow, OutboxEntry, PendingEntry, Shown, StorageError,
+    Inserted, LiveWindow, OutboxEntry, PendingEntry, RunReported, Shown, StorageError, WindowUse,
 };
 
 mod grants;
 mod outbox;
 mod questions;
+mod runs;
 mod steps;
 mod trail;
 mod windows;
@@ -66,6 +68,7 @@ mod windows;
 pub(crate) use self::grants::*;
 pub(crate) use self::outbox::*;
 pub(crate) use self::questions::*;
+pub(crate) use self::runs::*;
 pub(crate) use self::steps::*;
 pub(crate) use self::trail::*;
 pub(crate) use self::windows::*;

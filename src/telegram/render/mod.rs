@@ -46,13 +46,13 @@ pub use keyboard::{
     parse_grant_revoke,
 };
 pub use params::{Attachment, attachment};
-pub use question::{decided_text, notification_text, outcome_line, question_text};
+pub use question::{decided_text, notification_text, outcome_line, question_text, run_line};
 
 /// Telegram's limit on a message's text.
 pub const TELEGRAM_MAX_CHARS: usize = 4096;
-/// Room kept free for the outcome line appended when the request ends (and the
-/// escalation note).
-const OUTCOME_RESERVE: usize = 700;
+/// Room kept free for the outcome line appended when the request ends, the escalation
+/// note, and the line of the run reported after it (its text cut to 200 units).
+const OUTCOME_RESERVE: usize = 950;
 /// The most of an operator's reason the outcome line shows (UTF-16 units, escaped);
 /// the agent gets all of it.
 const REASON_SHOWN: usize = 280;

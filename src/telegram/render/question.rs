@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use crate::domain::execution::{RunStatus, duration_words};
 use crate::domain::interaction::{InteractionType, Scope};
 use crate::domain::question::{Question, Status, Via, operator_time as date_time};
 use crate::domain::rules::Effect;
@@ -137,6 +138,7 @@ pub(super) fn question_parts(r: &Question) -> Parts {
     head.push_str("\n\n<b>Parameters</b>\n");
     let mut tail = window_disclosure(r);
     tail.push_str(&rule_note(r));
+    tail.push_str(&recalled_note(r));
     tail.push_str(&format!("\n\n⏳ Deadline: {}", date_time(r.expires_at)));
     let attached = attached_note(r);
     // The parameters get whatever room is left, less the note that they were cut.
@@ -151,6 +153,66 @@ pub(super) fn question_parts(r: &Question) -> Parts {
     }
     text.push_str(&tail);
     Parts { text, cut }
+}
+
+/// How much of a run's summary or error a message shows (UTF-16 units, escaped); the
+/// agent's record holds all of it.
+const RUN_TEXT_SHOWN: usize = 200;
+
+/// The earlier run of the same agent's tool the approver is told of: it failed, or its
+/// report never came. Empty when there is none.
+pub(super) fn recalled_note(r: &Question) -> String {
+    let Some(c) = &r.recalled else {
+        return String::new();
+    };
+    let at =
+        time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(c.approved_at_ms) * 1_000_000)
+            .map(clock)
+            .unwrap_or_default();
+    let head = format!(
+        "\n\n⚠️ <b>The last approved {}</b> ({at}, by {})",
+        shown_within(&c.tool, 100).0,
+        shown_within(&c.approved_by, 100).0
+    );
+    match (c.status.as_str(), &c.words) {
+        ("failed", Some(words)) => {
+            format!("{head} failed: {}", shown_within(words, RUN_TEXT_SHOWN).0)
+        }
+        ("failed", None) => format!("{head} failed."),
+        _ => format!("{head} was never reported by the agent: it may have failed."),
+    }
+}
+
+/// The line under the outcome once the agent reported running the call (or the report
+/// is overdue), or `None`.
+pub fn run_line(r: &Question) -> Option<String> {
+    let run = r.execution.as_ref()?;
+    let words = |t: Option<&str>| match t {
+        Some(t) if !t.trim().is_empty() => format!(": {}", shown_within(t, RUN_TEXT_SHOWN).0),
+        _ => String::new(),
+    };
+    Some(match run.status {
+        RunStatus::Executed => {
+            let took = run
+                .duration_ms
+                .map(|ms| format!(" in {}", duration_words(ms)))
+                .unwrap_or_default();
+            format!("🟢 <b>Ran{took}</b>{}", words(run.summary.as_deref()))
+        }
+        RunStatus::Failed => {
+            let after = run
+                .duration_ms
+                .map(|ms| format!(" (after {})", duration_words(ms)))
+                .unwrap_or_default();
+            format!("🔴 <b>Failed</b>{}{after}", words(run.words()))
+        }
+        RunStatus::NotExecuted => {
+            format!("⚪ <b>Not run</b>{}", words(run.summary.as_deref()))
+        }
+        RunStatus::Unknown => {
+            "🟠 <b>No report from the agent</b>: whether it ran is unknown".to_owned()
+        }
+    })
 }
 
 /// The line appended when the request ends, or `None` while it is pending.
@@ -270,6 +332,10 @@ pub(super) fn decided_text_in(r: &Question, view: &View) -> String {
     text.push_str(&escalation_line(view));
     if let Some(line) = outcome_line(r) {
         text.push_str("\n\n");
+        text.push_str(&line);
+    }
+    if let Some(line) = run_line(r) {
+        text.push('\n');
         text.push_str(&line);
     }
     text

@@ -46,6 +46,9 @@ fn record(params_json: &str) -> Question {
         denial_reason: None,
         progress: Default::default(),
         rule: None,
+        expect_outcome_seconds: None,
+        execution: None,
+        recalled: None,
     }
 }
 
