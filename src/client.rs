@@ -24,6 +24,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use time::OffsetDateTime;
 
+use crate::domain::execution::MAX_REPORT_CHARS;
 use crate::domain::ids::path_segment;
 use crate::domain::question::Status;
 
@@ -105,9 +106,6 @@ impl NewConfirmation<'_> {
     }
 }
 
-/// The most characters of an outcome's `summary` and `error` the service takes.
-pub const MAX_OUTCOME_CHARS: usize = 500;
-
 /// What became of a confirmed call, as `POST /v1/confirmations/{id}/outcome` takes it.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
@@ -135,7 +133,7 @@ impl OutcomeStatus {
 
 /// The body of an outcome report. Built through [`Outcome::executed`],
 /// [`Outcome::failed`] or [`Outcome::not_executed`], which cut `summary` and `error` to
-/// [`MAX_OUTCOME_CHARS`], so a report is never refused for its length: a command's
+/// [`MAX_REPORT_CHARS`], so a report is never refused for its length: a command's
 /// stderr line or a tool's output can be any size, and the service would answer 422
 /// to the whole report for one character too many.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -153,7 +151,7 @@ impl Outcome {
     pub fn executed(summary: Option<&str>, duration: Option<Duration>) -> Outcome {
         Outcome {
             status: OutcomeStatus::Executed,
-            summary: summary.map(|s| cut(s, MAX_OUTCOME_CHARS)),
+            summary: summary.map(|s| cut(s, MAX_REPORT_CHARS)),
             error: None,
             duration_ms: duration.map(millis),
         }
@@ -163,7 +161,7 @@ impl Outcome {
         Outcome {
             status: OutcomeStatus::Failed,
             summary: None,
-            error: Some(cut(error, MAX_OUTCOME_CHARS)),
+            error: Some(cut(error, MAX_REPORT_CHARS)),
             duration_ms: duration.map(millis),
         }
     }
@@ -171,7 +169,7 @@ impl Outcome {
     pub fn not_executed(summary: Option<&str>) -> Outcome {
         Outcome {
             status: OutcomeStatus::NotExecuted,
-            summary: summary.map(|s| cut(s, MAX_OUTCOME_CHARS)),
+            summary: summary.map(|s| cut(s, MAX_REPORT_CHARS)),
             error: None,
             duration_ms: None,
         }
@@ -561,7 +559,7 @@ mod tests {
         let long = "é".repeat(600);
         let o = Outcome::failed(&long, Some(Duration::from_millis(1500)));
         let error = o.error.as_deref().unwrap();
-        assert_eq!(error.chars().count(), MAX_OUTCOME_CHARS);
+        assert_eq!(error.chars().count(), MAX_REPORT_CHARS);
         assert!(error.ends_with('…'));
         assert_eq!(
             Outcome::executed(None, Some(Duration::from_millis(1234))).to_json(),
@@ -571,8 +569,8 @@ mod tests {
             Outcome::not_executed(Some("  skipped  ")).to_json(),
             r#"{"status":"not_executed","summary":"skipped"}"#
         );
-        let exact = "x".repeat(MAX_OUTCOME_CHARS);
-        assert_eq!(cut(&exact, MAX_OUTCOME_CHARS), exact);
+        let exact = "x".repeat(MAX_REPORT_CHARS);
+        assert_eq!(cut(&exact, MAX_REPORT_CHARS), exact);
     }
 
     #[test]

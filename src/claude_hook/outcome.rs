@@ -18,7 +18,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::client::{MAX_OUTCOME_CHARS, Outcome, Retry, V1Client, cut};
+use crate::client::{Outcome, Retry, V1Client, cut};
+use crate::domain::execution::MAX_REPORT_CHARS;
 
 use super::{HookEvent, HookOptions, HookResult, clean, ledger};
 
@@ -142,7 +143,7 @@ fn summary(event: &HookEvent) -> Option<String> {
         Ok(Value::String(s)) => s,
         _ => raw.to_owned(),
     };
-    let text = cut(&text, MAX_OUTCOME_CHARS);
+    let text = cut(&text, MAX_REPORT_CHARS);
     (!text.is_empty()).then_some(text)
 }
 
@@ -166,7 +167,7 @@ mod tests {
             "y".repeat(900)
         );
         let s = summary(&parse_event(long.as_bytes()).unwrap()).unwrap();
-        assert_eq!(s.chars().count(), MAX_OUTCOME_CHARS);
+        assert_eq!(s.chars().count(), MAX_REPORT_CHARS);
         let none =
             parse_event(br#"{"tool_name":"T","tool_input":{},"tool_response":null}"#).unwrap();
         assert_eq!(summary(&none), None);

@@ -45,7 +45,8 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use serde_json::{Value, json};
 
-use crate::client::{MAX_OUTCOME_CHARS, cut, is_terminal};
+use crate::client::{cut, is_terminal};
+use crate::domain::execution::MAX_REPORT_CHARS;
 use crate::domain::limits::{MAX_BODY_BYTES, MAX_LONG_POLL_SECONDS};
 use answer::{answer_text, decision_text, refused, reported_text, text_result, unreachable};
 use args::{
@@ -250,7 +251,7 @@ impl HitlMcp {
         // A summary or error over the service's limit is cut (marked with an ellipsis)
         // rather than refused: a model quoting a long error should not need a second
         // try. Which fields go with which status is the service's to check (422).
-        let clip = |s: String| cut(&s, MAX_OUTCOME_CHARS);
+        let clip = |s: String| cut(&s, MAX_REPORT_CHARS);
         let mut body = json!({"status": args.status});
         for (name, value) in [
             ("summary", args.summary.map(clip).map(Value::from)),
