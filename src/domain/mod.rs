@@ -12,7 +12,8 @@
 //! outbox's worker all follow; `rules` is the deterministic policy before the human
 //! (`allow`, `ask`, `deny`), checked at load (not yet read from the configuration);
 //! `grant` is what a human lets an agent do for an owner for a while (a scope such as
-//! `tool:deploy`), checked before the confirmation.
+//! `tool:deploy`), checked before the confirmation; `execution` is what happened after
+//! the yes (the agent's report of running the call, or `unknown`).
 
 pub mod args_hash;
 pub mod audit;

@@ -288,9 +288,29 @@ impl Question {
     }
 
     /// Whether the agent may report running this call: it was confirmed (by a person, a
-    /// window, a rule or a grant). Nothing else ran.
+    /// window, a rule or a grant), or it is an approval carrying a call (AI-Parrot's
+    /// guard) that was answered yes. Nothing else ran.
     pub fn takes_report(&self) -> bool {
-        self.status == Status::Confirmed
+        match self.status {
+            Status::Confirmed => true,
+            Status::Completed => {
+                self.has_call
+                    && self.kind() == InteractionType::Approval
+                    && self.result == Some(Value::Bool(true))
+            }
+            _ => false,
+        }
+    }
+
+    /// When the approved call is owed its report: its decision plus the route's
+    /// `expect_outcome_seconds` (`None` when it was not approved, or none is expected).
+    pub fn report_due_at(&self) -> Option<OffsetDateTime> {
+        let wait = self.expect_outcome_seconds?;
+        if !self.takes_report() {
+            return None;
+        }
+        let from = self.decided_at.unwrap_or(self.created_at);
+        Some(from + Duration::from_secs(wait))
     }
 
     /// What `GET /v1/events` streams when the call's run is reported (or found

@@ -305,7 +305,12 @@ impl Service {
             denial_reason: None,
             progress: Default::default(),
             rule: None,
-            expect_outcome_seconds: None,
+            // An approval carrying a call (AI-Parrot's guard) is owed its report like a
+            // confirmation, when the route expects one.
+            expect_outcome_seconds: match (&dest, &new.call) {
+                (Destination::Route(r), Some(_)) => r.expect_outcome_seconds,
+                _ => None,
+            },
             execution: None,
             recalled: None,
         };

@@ -501,7 +501,7 @@ macro_rules! confirmation_columns {
         message_id, status, via, reason, decided_by_id, decided_by_username,
         decided_by_name, created_at, expires_at, decided_at, interaction_id,
         interaction_json, window_requested_seconds, approved_once, has_call, rule, rule_json,
-        expect_outcome_seconds, recalled_json"
+        expect_outcome_seconds, recalled_json, run_due_at"
     };
 }
 pub(super) use confirmation_columns;
@@ -568,7 +568,8 @@ where
             .push_bind(rule_name(r))
             .push_bind(rule_json(r))
             .push_bind(expect_outcome(r))
-            .push_bind(recalled_json(r));
+            .push_bind(recalled_json(r))
+            .push_bind(run_due(r));
     });
     b
 }
@@ -584,6 +585,12 @@ pub(super) fn expect_outcome(r: &Question) -> Option<i64> {
         .map(|s| i64::try_from(s).unwrap_or(i64::MAX))
 }
 
+/// The `run_due_at` column: when an approved call is owed its report (`None`: nothing
+/// ran yet, or no report is expected).
+pub(crate) fn run_due(r: &Question) -> Option<i64> {
+    r.report_due_at().map(ms)
+}
+
 /// The `recalled_json` column: the earlier run the approver is told of.
 pub(super) fn recalled_json(r: &Question) -> Option<String> {
     r.recalled
@@ -597,7 +604,7 @@ pub(super) fn rule_json(r: &Question) -> Option<String> {
 }
 
 /// Splits `rows` for multi-row `INSERT`s into runs of a power of two rows, largest
-/// first, up to 256 (the widest table has 34 columns, and SQLite allows 32,766
+/// first, up to 256 (the widest table has 35 columns, and SQLite allows 32,766
 /// parameters in one statement; PostgreSQL 65,535). A statement's text depends on its
 /// row count, and each connection keeps its prepared statements by text: with powers of
 /// two, every batch size reuses one of nine statements per table instead of preparing

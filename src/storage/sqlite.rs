@@ -647,6 +647,7 @@ fn write_plain_tx(
                 rows::rule_json(r),
                 rows::expect_outcome(r),
                 rows::recalled_json(r),
+                rows::run_due(r),
             ])?;
             events.execute(rusqlite::params![
                 r.agent.as_str(),
@@ -678,7 +679,7 @@ fn write_plain_tx(
 const INSERT_CONFIRMATION: &str = concat!(
     "INSERT INTO confirmations (",
     confirmation_columns!(),
-    ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 );
 
 impl SqliteStore {

@@ -57,6 +57,7 @@ async fn the_openapi_document_is_public_and_lists_every_route() {
         "GET /v1/confirmations/{id}",
         "DELETE /v1/confirmations/{id}",
         "GET /v1/confirmations/{id}/events",
+        "POST /v1/confirmations/{id}/outcome",
         "POST /v1/interactions",
         "GET /v1/interactions/{interaction_id}",
         "DELETE /v1/interactions/{interaction_id}",

@@ -500,3 +500,75 @@ impl WebhookSink {
         panic!("fewer than {n} deliveries arrived");
     }
 }
+
+#[tokio::test]
+async fn a_report_telegram_did_not_show_is_shown_after_a_restart() {
+    let app = TestApp::spawn().await;
+    let (record, message_id) = approved(&app, call("deploy", json!({"v": 1}))).await;
+    let id = record["id"].as_str().unwrap().to_owned();
+    app.telegram
+        .wait_for_message(OPS_CHAT, message_id, "the decision shown", |m| {
+            !m.has_buttons()
+        })
+        .await;
+    // Telegram refuses the edit that shows the report: the report itself is stored.
+    app.telegram.fail_next(
+        "editMessageText",
+        1,
+        400,
+        "Bad Request: not enough rights to edit",
+    );
+    let (s, _) = report(
+        &app,
+        &id,
+        json!({"status": "executed", "summary": "all good"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let text = app.telegram.message(OPS_CHAT, message_id).visible_text;
+    assert!(!text.contains("all good"), "{text}");
+
+    let app = app.restart().await;
+    let text = shows(&app, OPS_CHAT, message_id, "🟢 Ran: all good").await;
+    assert!(text.contains("✅ Approved by Bob"), "{text}");
+    let (_, read) = app.get(&id).await;
+    assert_eq!(read["outcome"]["status"], "executed");
+}
+
+#[tokio::test]
+async fn an_approval_carrying_a_call_takes_a_report_when_answered_yes_and_is_owed_one() {
+    use crate::support::interactions::*;
+    let app = TestApp::spawn_with_settings(ops_with("expect_outcome_seconds = 1")).await;
+    let approval = |id: &str| {
+        json!({
+            "interaction": {"interaction_id": id, "question": "Transfer?", "interaction_type": "approval"},
+            "call": {"tool": "transfer", "owner_id": "emp-1", "params": {"amount": 5}},
+        })
+    };
+    let mut ids = Vec::new();
+    for (n, (iid, button)) in [("i-yes", "✅ Approve"), ("i-no", "❌ Reject")]
+        .into_iter()
+        .enumerate()
+    {
+        let (s, view) = post_interaction(&app, approval(iid)).await;
+        assert_eq!(s, StatusCode::ACCEPTED, "{view}");
+        let message = app.telegram.wait_for_message_in(OPS_CHAT, n + 1).await[n].clone();
+        wait_for_status_as(&app, TOKEN_A, iid, "delivered", Duration::from_secs(10)).await;
+        tap(&app, &message, button, bob()).await;
+        let done =
+            wait_for_status_as(&app, TOKEN_A, iid, "completed", Duration::from_secs(10)).await;
+        ids.push((done["id"].as_str().unwrap().to_owned(), message.message_id));
+    }
+    // Answered yes: owed a report (the route expects one within a second), shown.
+    let (yes, message_id) = &ids[0];
+    shows(&app, OPS_CHAT, *message_id, "🟠 No report from the agent").await;
+    let (s, r) = report(&app, yes, json!({"status": "executed", "summary": "sent"})).await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    assert_eq!(r["outcome"]["status"], "executed");
+    shows(&app, OPS_CHAT, *message_id, "🟢 Ran: sent").await;
+    // Answered no: nothing ran, nothing is owed.
+    let (no, _) = &ids[1];
+    let (s, r) = report(&app, no, json!({"status": "executed"})).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{r}");
+}

@@ -12,4 +12,5 @@ mod grants;
 mod migrate_to_postgres;
 mod migration;
 mod properties;
+mod runs;
 mod stores;

@@ -109,6 +109,14 @@ pub(crate) async fn apply_decision(
         let response = record.response_event(a);
         push_agent_event(tx, &record, "response", &response, d.decided_at).await?;
     }
+    if let Some(due) = rows::run_due(&record) {
+        // An approved call owed a report (the route's `expect_outcome_seconds`).
+        sqlx::query("UPDATE confirmations SET run_due_at = $1 WHERE id = $2")
+            .bind(due)
+            .bind(id.as_str())
+            .execute(&mut **tx)
+            .await?;
+    }
     push_agent_event(tx, &record, "status", &record.status_event(), d.decided_at).await?;
     append_event(tx, &audit::decided(&record)).await?;
     enqueue_delivery(tx, &record, d.decided_at, max_backlog).await?;

@@ -78,9 +78,8 @@ pub(crate) async fn overdue_runs(
     // Through the partial index of calls still owed a report: only those are read.
     let due: Vec<(String,)> = sqlx::query_as(
         "SELECT id FROM confirmations
-         WHERE status = 'confirmed' AND run_status IS NULL AND expect_outcome_seconds IS NOT NULL
-           AND decided_at + expect_outcome_seconds * 1000 <= $1
-         ORDER BY decided_at LIMIT $2",
+         WHERE run_status IS NULL AND run_due_at <= $1
+         ORDER BY run_due_at LIMIT $2",
     )
     .bind(ms(now))
     .bind(i64::from(limit))

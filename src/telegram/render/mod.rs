@@ -243,6 +243,10 @@ pub fn render(r: &Question, view: &View) -> (String, Markup) {
     if let Some(line) = outcome_line(r) {
         text.push_str("\n\n");
         text.push_str(&line);
+        if let Some(run) = run_line(r) {
+            text.push('\n');
+            text.push_str(&run);
+        }
         return (text, Markup::None);
     }
     let token = &r.callback_token;
