@@ -1,5 +1,6 @@
 //! Command-line pieces that are more than argument parsing: `ask` (gate a shell step on
-//! a human's tap), the `--demo` configuration, `check-config --online`, and how the
+//! a human's tap), `exec` (ask, run a command if approved, report what became of it:
+//! [`exec`]), the `--demo` configuration, `check-config --online`, and how the
 //! commands word their errors and read their arguments.
 
 use std::time::Duration;
@@ -11,6 +12,8 @@ use serde_json::value::RawValue;
 use crate::client::{Failure, Kind, NewConfirmation, Reply, Retry, Retrying, Suspend, V1Client};
 use crate::config::{AgentSettings, Config, RouteSettings, Settings};
 use crate::domain::python;
+
+pub mod exec;
 
 /// Variables the `--demo` mode reads.
 pub const DEMO_OPERATOR_ENV: &str = "HITL_DEMO_OPERATOR_ID";
@@ -246,6 +249,31 @@ async fn ask_inner(
     req: &AskRequest,
     progress: &mut dyn FnMut(String),
 ) -> anyhow::Result<(u8, String)> {
+    match decide(req, progress).await? {
+        Decided::Refused(body) => Ok((EXIT_ERROR, body)),
+        Decided::Record { code, record, .. } => Ok((code, serde_json::to_string_pretty(&record)?)),
+    }
+}
+
+/// How an ask ended.
+pub(crate) enum Decided {
+    /// The request's last record, with the exit code its status means and its JSON text
+    /// as the service sent it (which keeps `parameters` verbatim: key order and every
+    /// digit, which a parsed [`Value`] would not).
+    Record {
+        code: u8,
+        record: Value,
+        text: String,
+    },
+    /// The service refused the request: its error body.
+    Refused(String),
+}
+
+/// Asks and waits for the decision, telling `progress` what it is doing.
+pub(crate) async fn decide(
+    req: &AskRequest,
+    progress: &mut dyn FnMut(String),
+) -> anyhow::Result<Decided> {
     // One idempotency key for every attempt: a retry after a dropped connection finds
     // the same request instead of asking the operator twice.
     let key = format!(
@@ -259,7 +287,7 @@ async fn ask_inner(
         .create(&body, None, &ASK_RETRY, &mut say_retrying(progress))
         .await;
     let mut record = read_record(response)?;
-    if let Ok(first) = &record
+    if let Ok((first, _)) = &record
         && first.get("status").and_then(Value::as_str) == Some("pending")
     {
         let id = first
@@ -282,7 +310,7 @@ async fn ask_inner(
         let every = progress_every(total);
         loop {
             let left = match &record {
-                Ok(r) if r.get("status").and_then(Value::as_str) == Some("pending") => {
+                Ok((r, _)) if r.get("status").and_then(Value::as_str) == Some("pending") => {
                     seconds_left(r)
                 }
                 _ => break,
@@ -299,7 +327,7 @@ async fn ask_inner(
                 )
                 .await;
             record = read_record(response)?;
-            if let Ok(r) = &record
+            if let Ok((r, _)) = &record
                 && r.get("status").and_then(Value::as_str) == Some("pending")
             {
                 progress(format!(
@@ -309,9 +337,9 @@ async fn ask_inner(
             }
         }
     }
-    let record = match record {
+    let (record, text) = match record {
         Ok(r) => r,
-        Err(text) => return Ok((EXIT_ERROR, text)),
+        Err(body) => return Ok(Decided::Refused(body)),
     };
     let code = match record.get("status").and_then(Value::as_str) {
         Some("confirmed") => EXIT_CONFIRMED,
@@ -319,11 +347,11 @@ async fn ask_inner(
         Some("timeout") => EXIT_TIMEOUT,
         _ => EXIT_ERROR,
     };
-    Ok((code, serde_json::to_string_pretty(&record)?))
+    Ok(Decided::Record { code, record, text })
 }
 
-/// The record in a 2xx answer, or the error body of any other.
-fn read_record(answer: Result<Reply, Failure>) -> anyhow::Result<Result<Value, String>> {
+/// The record in a 2xx answer (parsed, and as its text), or the error body of any other.
+fn read_record(answer: Result<Reply, Failure>) -> anyhow::Result<Result<(Value, String), String>> {
     let reply = match answer {
         Ok(reply) => reply,
         Err(Failure::Unreachable(e)) => return Err(e).context("cannot reach the service"),
@@ -333,7 +361,7 @@ fn read_record(answer: Result<Reply, Failure>) -> anyhow::Result<Result<Value, S
         return Ok(Err(reply.body));
     }
     let record = reply.json().context("the service's answer is not JSON")?;
-    Ok(Ok(record))
+    Ok(Ok((record, reply.body)))
 }
 
 /// An error and its causes, each said once: `a: b: c`, leaving out a cause whose text

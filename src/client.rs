@@ -10,6 +10,10 @@
 //! (a person typing `ask` waits; a hook that Claude Code runs must answer), and the
 //! words its user reads. So the client hands back what happened ([`Reply`],
 //! [`Failure`]) and each caller words it.
+//!
+//! After the call ran, the same three report what happened to it ([`Outcome`],
+//! [`V1Client::report`]): `exec` for its command, the hook from Claude Code's
+//! post-tool events, the MCP server for the model's `report_outcome`.
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +24,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use time::OffsetDateTime;
 
+use crate::domain::execution::MAX_REPORT_CHARS;
 use crate::domain::ids::path_segment;
 use crate::domain::question::Status;
 
@@ -99,6 +104,98 @@ impl NewConfirmation<'_> {
         // Strings, finite numbers and valid raw JSON: serializing cannot fail.
         serde_json::to_string(self).unwrap_or_default()
     }
+}
+
+/// What became of a confirmed call, as `POST /v1/confirmations/{id}/outcome` takes it.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeStatus {
+    /// The call ran and did what it was asked.
+    Executed,
+    /// The call ran, or was started, and failed.
+    Failed,
+    /// The call was approved but never run.
+    NotExecuted,
+}
+
+impl OutcomeStatus {
+    /// The word the API uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutcomeStatus::Executed => "executed",
+            OutcomeStatus::Failed => "failed",
+            OutcomeStatus::NotExecuted => "not_executed",
+        }
+    }
+}
+
+/// The body of an outcome report. Built through [`Outcome::executed`],
+/// [`Outcome::failed`] or [`Outcome::not_executed`], which cut `summary` and `error` to
+/// [`MAX_REPORT_CHARS`], so a report is never refused for its length: a command's
+/// stderr line or a tool's output can be any size, and the service would answer 422
+/// to the whole report for one character too many.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Outcome {
+    pub status: OutcomeStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+}
+
+impl Outcome {
+    pub fn executed(summary: Option<&str>, duration: Option<Duration>) -> Outcome {
+        Outcome {
+            status: OutcomeStatus::Executed,
+            summary: summary.map(|s| cut(s, MAX_REPORT_CHARS)),
+            error: None,
+            duration_ms: duration.map(millis),
+        }
+    }
+
+    pub fn failed(error: &str, duration: Option<Duration>) -> Outcome {
+        Outcome {
+            status: OutcomeStatus::Failed,
+            summary: None,
+            error: Some(cut(error, MAX_REPORT_CHARS)),
+            duration_ms: duration.map(millis),
+        }
+    }
+
+    pub fn not_executed(summary: Option<&str>) -> Outcome {
+        Outcome {
+            status: OutcomeStatus::NotExecuted,
+            summary: summary.map(|s| cut(s, MAX_REPORT_CHARS)),
+            error: None,
+            duration_ms: None,
+        }
+    }
+
+    /// The JSON text sent.
+    pub fn to_json(&self) -> String {
+        // Strings and integers: serializing cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `s` trimmed, at most `max` characters, the last one `…` when it was cut; cut on a
+/// character boundary, never inside one.
+pub fn cut(s: &str, max: usize) -> String {
+    let s = s.trim();
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
 }
 
 /// What the service answered.
@@ -387,6 +484,21 @@ impl V1Client {
             .await
     }
 
+    /// `POST /v1/confirmations/{id}/outcome`: what became of the confirmed call `id`.
+    pub async fn report(
+        &self,
+        id: &str,
+        outcome: &Outcome,
+        timeout: Option<Duration>,
+        retry: &Retry,
+        retrying: &mut dyn FnMut(Retrying<'_>),
+    ) -> Result<Reply, Failure> {
+        let path = format!("{}/outcome", Kind::Confirmation.path(id));
+        let body = outcome.to_json();
+        self.send_retrying(Method::POST, &path, Some(&body), timeout, retry, retrying)
+            .await
+    }
+
     /// `DELETE …/{id}`: withdraws the question.
     pub async fn withdraw(
         &self,
@@ -440,6 +552,25 @@ mod tests {
             body,
             r#"{"tool":"t","params":{"b": 1.50, "a": "x"},"template":"{b}","timeout_seconds":30.0,"wait":"suspend","idempotency_key":"k"}"#
         );
+    }
+
+    #[test]
+    fn an_outcome_is_cut_to_the_services_limit_on_a_character_boundary() {
+        let long = "é".repeat(600);
+        let o = Outcome::failed(&long, Some(Duration::from_millis(1500)));
+        let error = o.error.as_deref().unwrap();
+        assert_eq!(error.chars().count(), MAX_REPORT_CHARS);
+        assert!(error.ends_with('…'));
+        assert_eq!(
+            Outcome::executed(None, Some(Duration::from_millis(1234))).to_json(),
+            r#"{"status":"executed","duration_ms":1234}"#
+        );
+        assert_eq!(
+            Outcome::not_executed(Some("  skipped  ")).to_json(),
+            r#"{"status":"not_executed","summary":"skipped"}"#
+        );
+        let exact = "x".repeat(MAX_REPORT_CHARS);
+        assert_eq!(cut(&exact, MAX_REPORT_CHARS), exact);
     }
 
     #[test]

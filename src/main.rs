@@ -79,8 +79,17 @@ enum Command {
     /// The record goes to stdout; which request it asked, and that it still waits, to
     /// stderr.
     Ask(Box<AskArgs>),
+    /// Ask as `ask` does, then run COMMAND only if confirmed, with the approved
+    /// parameters in HITL_PARAMS (JSON) and the request id in HITL_CONFIRMATION_ID, and
+    /// report on Telegram whether it ran or failed (its exit status and last stderr
+    /// line). Exits with the command's status (127 not found, 126 not runnable, 128+N
+    /// killed by signal N); when it did not run, with ask's 1 cancelled, 2 timeout, 3
+    /// error. Progress goes to stderr; stdout is the command's.
+    Exec(Box<ExecArgs>),
     /// Claude Code's PermissionRequest hook: reads the event on stdin, asks on Telegram,
-    /// prints Claude Code's decision JSON on stdout and exits 0.
+    /// prints Claude Code's decision JSON on stdout and exits 0. Installed for
+    /// PostToolUse and PostToolUseFailure too, it reports what became of the calls it
+    /// let through (silently, exit 0).
     ClaudeHook(Box<ClaudeHookArgs>),
     /// An MCP server on stdio (for MCP clients that start it): its tools ask through a
     /// running service with an agent's token, like `ask`.
@@ -183,6 +192,39 @@ struct AskArgs {
     window: Option<u64>,
 }
 
+/// `exec`'s arguments: `ask`'s, then the command after `--`.
+#[derive(Args)]
+struct ExecArgs {
+    #[command(flatten)]
+    ask: AskArgs,
+    /// The command to run if confirmed, and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<std::ffi::OsString>,
+}
+
+impl AskArgs {
+    /// The request these arguments make, or why there is none (no token).
+    fn into_request(self) -> anyhow::Result<AskRequest> {
+        let token = match (self.token, self.token_env) {
+            (Some(t), _) => t,
+            (None, Some(var)) => program::token_from_env(&var)?,
+            (None, None) => anyhow::bail!("--token or --token-env is required"),
+        };
+        Ok(AskRequest {
+            url: self.url,
+            token,
+            tool: self.tool,
+            params: self.params,
+            template: self.template,
+            timeout_seconds: self.timeout,
+            owner_id: self.owner,
+            context: self.context,
+            route: self.route,
+            window_seconds: self.window,
+        })
+    }
+}
+
 #[derive(Args)]
 struct McpArgs {
     /// Base URL of the service, e.g. http://127.0.0.1:8080
@@ -215,6 +257,12 @@ struct ClaudeHookArgs {
     /// component, or the Claude Code session id.
     #[arg(long, value_enum, default_value_t = OwnerFrom::User)]
     owner_from: OwnerFrom,
+    /// Where the hook notes the calls it let through, so that their PostToolUse and
+    /// PostToolUseFailure events can report what became of them (default:
+    /// $XDG_STATE_HOME/hitl-telegram/claude-hook, else
+    /// ~/.local/state/hitl-telegram/claude-hook).
+    #[arg(long, env = "HITL_CLAUDE_HOOK_STATE_DIR", value_name = "DIR")]
+    state_dir: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -260,6 +308,7 @@ async fn main() -> ExitCode {
                 timeout_seconds: a.timeout,
                 fallback: a.fallback,
                 owner_from: a.owner_from,
+                state_dir: a.state_dir,
             };
             let input = claude_hook::read_event(std::io::stdin().lock());
             let result = claude_hook::run(&opts, input, &|k| std::env::var(k).ok()).await;
@@ -276,37 +325,35 @@ async fn main() -> ExitCode {
         }
         Command::Mcp(a) => program::mcp_stdio(&a.url, &a.token_env).await,
         Command::Ask(a) => {
-            let a = *a;
-            let token = match (a.token, a.token_env) {
-                (Some(t), _) => Ok(t),
-                (None, Some(var)) => program::token_from_env(&var),
-                (None, None) => Err(anyhow::anyhow!("--token or --token-env is required")),
-            };
-            let token = match token {
-                Ok(t) => t,
+            let request = match a.into_request() {
+                Ok(r) => r,
                 Err(e) => {
                     eprintln!("error: {e:#}");
                     return ExitCode::from(cli::EXIT_ERROR);
                 }
             };
-            let (code, out) = cli::ask(AskRequest {
-                url: a.url,
-                token,
-                tool: a.tool,
-                params: a.params,
-                template: a.template,
-                timeout_seconds: a.timeout,
-                owner_id: a.owner,
-                context: a.context,
-                route: a.route,
-                window_seconds: a.window,
-            })
-            .await;
+            let (code, out) = cli::ask(request).await;
             if code == cli::EXIT_ERROR {
                 eprintln!("{out}");
             } else {
                 println!("{out}");
             }
+            return ExitCode::from(code);
+        }
+        Command::Exec(a) => {
+            let a = *a;
+            let ask = match a.ask.into_request() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("exec: error: {e:#}; the command was not run");
+                    return ExitCode::from(cli::EXIT_ERROR);
+                }
+            };
+            let code = cli::exec::exec(cli::exec::ExecRequest {
+                ask,
+                command: a.command,
+            })
+            .await;
             return ExitCode::from(code);
         }
     };

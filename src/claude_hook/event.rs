@@ -12,8 +12,9 @@ use crate::domain::limits::MAX_BODY_BYTES;
 
 use super::{MAX_EVENT_BYTES, OwnerFrom, clean};
 
-/// The fields of a hook event this command uses; the others (`transcript_path`,
-/// `permission_suggestions`, `mcp_server`, ...) are ignored.
+/// The fields of a hook event this command uses (a `PermissionRequest`, or a post
+/// event); the others (`transcript_path`, `permission_suggestions`, `mcp_server`, ...)
+/// are ignored.
 #[derive(Debug, Deserialize)]
 pub struct HookEvent {
     #[serde(default)]
@@ -26,9 +27,19 @@ pub struct HookEvent {
     pub hook_event_name: Option<String>,
     pub tool_name: String,
     pub tool_input: Box<RawValue>,
-    /// Not sent with `PermissionRequest` today; used when present.
+    /// Not sent with `PermissionRequest` today; used when present. The post events
+    /// carry it.
     #[serde(default)]
     pub tool_use_id: Option<String>,
+    /// `PostToolUse`: what the tool returned.
+    #[serde(default)]
+    pub tool_response: Option<Box<RawValue>>,
+    /// `PostToolUseFailure`: why the tool failed.
+    #[serde(default, alias = "error_message")]
+    pub error: Option<String>,
+    /// `PostToolUseFailure`: whether the user stopped it.
+    #[serde(default)]
+    pub is_interrupt: Option<bool>,
     /// Set when the call comes from a subagent.
     #[serde(default)]
     pub agent_type: Option<String>,

@@ -39,6 +39,12 @@
 //! started is never reused for a later identical call in the same session; that call is
 //! asked anew (see [`decide`]).
 //!
+//! Installed for `PostToolUse` and `PostToolUseFailure` too, the same command reports
+//! what became of each call it allowed (`executed`, with the tool's response as the
+//! summary, or `failed`, with its error), so the approver sees it under the decision on
+//! Telegram: the allowing run notes the confirmation's id (`ledger`), the post event
+//! takes it and reports (`outcome`), silently and within seconds.
+//!
 //! The parts, in the order a run goes through them: `event` reads what Claude Code
 //! sent, `request` turns it into the question (checked against the service's limits
 //! before anything is sent), `decide` asks and waits under an idempotency key, and
@@ -48,6 +54,8 @@
 mod api;
 mod decide;
 mod event;
+mod ledger;
+mod outcome;
 mod request;
 #[cfg(test)]
 mod tests;
@@ -109,6 +117,9 @@ pub struct HookOptions {
     pub timeout_seconds: f64,
     pub fallback: Fallback,
     pub owner_from: OwnerFrom,
+    /// `--state-dir`: where the calls let through wait for their post events
+    /// (see `ledger`); the default is read from the environment when `None`.
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 /// What the process prints and how it exits.
@@ -164,8 +175,18 @@ pub async fn run(
     input: Result<Vec<u8>, String>,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> HookResult {
+    let post = input.as_deref().is_ok_and(outcome::names_a_post_event);
     let event = match input.and_then(|bytes| parse_event(&bytes).map(|e| (e, bytes))) {
         Ok(e) => e,
+        // A post event comes after the call ran: a deny would mean nothing, and it must
+        // not block Claude Code whatever it holds.
+        Err(e) if post => {
+            return HookResult {
+                stdout: None,
+                stderr: Some(format!("hitl-telegram claude-hook: {e}")),
+                exit_code: 0,
+            };
+        }
         Err(e) => {
             return HookResult::deny(format!(
                 "Permission denied: hitl-telegram could not read the hook event ({e})."
@@ -173,6 +194,13 @@ pub async fn run(
         }
     };
     let (event, bytes) = event;
+    if event
+        .hook_event_name
+        .as_deref()
+        .is_some_and(outcome::is_post_event)
+    {
+        return outcome::report(opts, &event, env).await;
+    }
     if let Some(name) = event
         .hook_event_name
         .as_deref()
@@ -218,7 +246,13 @@ pub async fn run(
     tokio::select! {
         outcome = decide(&api, &request, event.tool_use_id.is_some(), opts.timeout_seconds, pending.clone()) => {
             match outcome {
-                Ok(record) => verdict(&record, opts.timeout_seconds),
+                Ok(record) => {
+                    let mut result = verdict(&record, opts.timeout_seconds);
+                    if allows(&record) {
+                        result.stderr = remember(opts, &event, &record, env);
+                    }
+                    result
+                }
                 Err(e) => {
                     withdraw_pending(&api, &pending).await;
                     failure(opts, e)
@@ -252,14 +286,37 @@ fn failure(opts: &HookOptions, why: String) -> HookResult {
     }
 }
 
+/// Whether the record lets the call run.
+fn allows(record: &Value) -> bool {
+    record.get("status").and_then(Value::as_str) == Some("confirmed")
+        && record.get("allowed") == Some(&Value::Bool(true))
+}
+
+/// Notes the confirmed call, so that its post event can report what became of it;
+/// why not, for stderr, when it cannot be noted (the call still runs: a report is
+/// worth less than the work the approver let through).
+fn remember(
+    opts: &HookOptions,
+    event: &HookEvent,
+    record: &Value,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Option<String> {
+    let id = record.get("id").and_then(Value::as_str).unwrap_or_default();
+    let why = match ledger::state_dir(opts.state_dir.as_deref(), env) {
+        Some(dir) => ledger::note(&dir, event, id).err()?,
+        None => "no --state-dir, XDG_STATE_HOME or HOME to note it in".to_owned(),
+    };
+    Some(format!(
+        "hitl-telegram claude-hook: what becomes of request {id} will not be reported: {why}"
+    ))
+}
+
 /// Maps a terminal record to the hook's decision.
 fn verdict(record: &Value, requested_timeout: f64) -> HookResult {
     let text = |k: &str| record.get(k).and_then(Value::as_str).unwrap_or("");
     let reason = clean(text("reason"), 500);
     match (text("status"), text("via")) {
-        ("confirmed", _) if record.get("allowed") == Some(&Value::Bool(true)) => {
-            HookResult::allow()
-        }
+        ("confirmed", _) if allows(record) => HookResult::allow(),
         ("cancelled", "operator") => {
             let by = record
                 .get("decided_by")

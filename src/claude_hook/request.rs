@@ -25,7 +25,7 @@ pub(super) fn briefing_template(tool: &str) -> String {
     format!("Claude Code asks to use {tool} with the parameters below.")
 }
 
-fn sha256_hex(parts: &[&[u8]]) -> String {
+pub(super) fn sha256_hex(parts: &[&[u8]]) -> String {
     let mut h = Sha256::new();
     for p in parts {
         h.update((p.len() as u64).to_be_bytes());

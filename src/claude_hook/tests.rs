@@ -86,6 +86,7 @@ fn options() -> HookOptions {
         timeout_seconds: 120.0,
         fallback: Fallback::Ask,
         owner_from: OwnerFrom::User,
+        state_dir: None,
     }
 }
 

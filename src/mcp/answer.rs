@@ -28,7 +28,10 @@ pub(super) fn decision_text(record: &Value) -> String {
     let reason = record["reason"].as_str().unwrap_or("");
     match record["status"].as_str() {
         Some("confirmed") => format!(
-            "APPROVED ({reason}). Run {tool} now with exactly these parameters: {}. Request {id}.",
+            "APPROVED ({reason}). Run {tool} now with exactly these parameters: {}. Request \
+             {id}. After running it, call report_outcome with id \"{id}\" and status \
+             \"executed\" (with a one-line summary), or \"failed\" (with the error); if you \
+             do not run it after all, report status \"not_executed\".",
             record["parameters"]
         ),
         Some("cancelled") => match record["denial_reason"].as_str() {
@@ -48,6 +51,60 @@ pub(super) fn decision_text(record: &Value) -> String {
         _ => format!(
             "NOT APPROVED YET: the request {id} is still waiting for a human. Do not run {tool} \
              now; call get_decision with id \"{id}\" to wait for the decision."
+        ),
+    }
+}
+
+/// What a report of an outcome came to, in words the model reads right: `REPORTED`
+/// only when the service took it.
+pub(super) fn reported_text(id: &str, answer: Answer) -> CallToolResult {
+    match answer {
+        Answer::Ok(s, record) if s.is_success() => {
+            let status = record["outcome"]["status"].as_str().unwrap_or("?");
+            text_result(
+                format!(
+                    "REPORTED: {status}. Request {id}. The human who approved it sees this \
+                     outcome on Telegram; nothing else to do for this call."
+                ),
+                Some(&record),
+                false,
+            )
+        }
+        Answer::Ok(s, body) => {
+            let message = body["error"]["message"]
+                .as_str()
+                .map_or_else(|| body.to_string(), str::to_owned);
+            let next = match s {
+                StatusCode::NOT_FOUND => {
+                    "There is no request of yours with this id: use the id request_approval \
+                     returned."
+                }
+                StatusCode::CONFLICT => {
+                    "Only an approved request takes an outcome, and only one: do not report \
+                     this call again."
+                }
+                StatusCode::UNPROCESSABLE_ENTITY => {
+                    "Fix the arguments and call report_outcome again."
+                }
+                _ => "Try report_outcome again later.",
+            };
+            text_result(
+                format!(
+                    "NOT REPORTED: the approval service refused the report ({} {message}). \
+                     Request {id}. {next}",
+                    s.as_u16()
+                ),
+                None,
+                true,
+            )
+        }
+        Answer::Unreachable(why) => text_result(
+            format!(
+                "NOT REPORTED: the approval service could not be reached ({why}). Request \
+                 {id}. Call report_outcome again later."
+            ),
+            None,
+            true,
         ),
     }
 }

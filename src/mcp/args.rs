@@ -9,6 +9,8 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use crate::client::OutcomeStatus;
+
 use super::answer::text_result;
 
 /// `request_approval`'s arguments: the body of `POST /v1/confirmations`.
@@ -86,6 +88,26 @@ pub struct GetDecision {
     pub id: String,
     /// Seconds to wait for the decision, 0 to 60 (default 60).
     pub wait_seconds: Option<f64>,
+}
+
+/// `report_outcome`'s arguments: the body of `POST /v1/confirmations/{id}/outcome`
+/// and the id it names.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReportOutcome {
+    /// The id request_approval returned (cf_...), of a call that was APPROVED.
+    pub id: String,
+    /// "executed": you ran the call and it did its job; "failed": it ran (or was
+    /// started) and failed; "not_executed": you decided not to run it after all.
+    pub status: OutcomeStatus,
+    /// Optional: what it did, in a sentence (at most 500 characters; shown to the human
+    /// who approved it).
+    pub summary: Option<String>,
+    /// With "failed" only: what went wrong, e.g. the error message (at most 500
+    /// characters).
+    pub error: Option<String>,
+    /// Optional: how long the call took, in milliseconds.
+    pub duration_ms: Option<u64>,
 }
 
 /// One option of `ask_human`'s choice questions.

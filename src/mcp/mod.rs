@@ -19,6 +19,9 @@
 //! An operator's deny reason reaches the model as their words, quoted as a JSON string
 //! ([`text::their_words`](crate::domain::text::their_words)), never as a sentence of ours.
 //!
+//! After an approved call ran, `report_outcome` tells the service what became of it,
+//! and the approver sees it on Telegram; `request_approval`'s APPROVED text asks for it.
+//!
 //! This file holds the tools themselves; what they take is `args.rs`, what the model
 //! reads back `answer.rs`, how a blocking tool waits (and withdraws its question when
 //! the call is cancelled) `wait.rs`, the grant tools' steps and words `grant.rs`, the
@@ -42,12 +45,13 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use serde_json::{Value, json};
 
-use crate::client::is_terminal;
+use crate::client::{cut, is_terminal};
+use crate::domain::execution::MAX_REPORT_CHARS;
 use crate::domain::limits::{MAX_BODY_BYTES, MAX_LONG_POLL_SECONDS};
-use answer::{answer_text, decision_text, refused, text_result, unreachable};
+use answer::{answer_text, decision_text, refused, reported_text, text_result, unreachable};
 use args::{
-    AskHuman, CheckGrant, GetDecision, NotifyHuman, RequestApproval, RequestGrant, arguments,
-    input_schema, not_valid,
+    AskHuman, CheckGrant, GetDecision, NotifyHuman, ReportOutcome, RequestApproval, RequestGrant,
+    arguments, input_schema, not_valid,
 };
 use v1::{Answer, bearer_of};
 use wait::{Asked, blocks};
@@ -219,6 +223,57 @@ impl HitlMcp {
     }
 
     #[tool(
+        description = "Report what became of a call request_approval APPROVED, once you ran it \
+        (or decided not to): status \"executed\" with an optional one-line summary, \"failed\" \
+        with the error, or \"not_executed\". The human who approved it sees the outcome on \
+        Telegram. REPORTED means the service took it; NOT REPORTED says why.",
+        input_schema = input_schema::<ReportOutcome>()
+    )]
+    async fn report_outcome(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let args: ReportOutcome = match arguments(args) {
+            Ok(args) => args,
+            Err(why) => {
+                return text_result(
+                    format!(
+                        "NOT REPORTED: the arguments of report_outcome are not valid ({why}). \
+                         Call report_outcome again with valid arguments."
+                    ),
+                    None,
+                    true,
+                );
+            }
+        };
+        let bearer = bearer_of(&ctx);
+        // A summary or error over the service's limit is cut (marked with an ellipsis)
+        // rather than refused: a model quoting a long error should not need a second
+        // try. Which fields go with which status is the service's to check (422).
+        let clip = |s: String| cut(&s, MAX_REPORT_CHARS);
+        let mut body = json!({"status": args.status});
+        for (name, value) in [
+            ("summary", args.summary.map(clip).map(Value::from)),
+            ("error", args.error.map(clip).map(Value::from)),
+            ("duration_ms", args.duration_ms.map(Value::from)),
+        ] {
+            if let Some(value) = value {
+                body[name] = value;
+            }
+        }
+        let path = format!(
+            "{}/outcome",
+            crate::client::Kind::Confirmation.path(&args.id)
+        );
+        let answer = self
+            .api
+            .call(bearer.as_deref(), Method::POST, &path, Some(&body))
+            .await;
+        reported_text(&args.id, answer)
+    }
+
+    #[tool(
         description = "Ask a human on Telegram a question and wait for the answer: free text, a \
         choice among options (single_choice, multi_choice, poll) or a yes/no approval. Returns \
         the answer (ANSWERED: ...) or NO ANSWER.",
@@ -383,7 +438,8 @@ impl HitlMcp {
     name = "hitl-telegram",
     instructions = "Human approval on Telegram. Before any side-effecting tool call, call \
     request_approval with the exact tool name and parameters, and run the call only if the \
-    result starts with APPROVED. Use ask_human for questions and notify_human for reports; \
+    result starts with APPROVED; after running it, call report_outcome with the request's \
+    id. Use ask_human for questions and notify_human for reports; \
     request_grant and check_grant for grants that let a scope of calls through for a while."
 )]
 impl ServerHandler for HitlMcp {}

@@ -17,7 +17,7 @@ use tokio::process::{Child, Command};
 const BIN: &str = env!("CARGO_BIN_EXE_hitl-telegram");
 const TOKEN_VAR: &str = "HITL_TEST_CLAUDE_HOOK_TOKEN";
 
-fn fixture(name: &str) -> Vec<u8> {
+pub(crate) fn fixture(name: &str) -> Vec<u8> {
     let path = format!(
         "{}/tests/fixtures/claude/{name}",
         env!("CARGO_MANIFEST_DIR")
@@ -25,11 +25,17 @@ fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-/// Starts `claude-hook` against `url` with `event` on stdin, as Claude Code would.
-fn hook(url: &str, token: Option<&str>, event: Vec<u8>, extra: &[&str]) -> Child {
+/// Starts `claude-hook` against `url` with `event` on stdin, as Claude Code would. The
+/// calls it allows are noted under the system's temporary directory (never the real
+/// home's state), unless `extra` gives a `--state-dir`.
+pub(crate) fn hook(url: &str, token: Option<&str>, event: Vec<u8>, extra: &[&str]) -> Child {
     let mut cmd = Command::new(BIN);
     cmd.args(["claude-hook", "--url", url, "--token-env", TOKEN_VAR])
         .args(extra)
+        .env(
+            "HITL_CLAUDE_HOOK_STATE_DIR",
+            std::env::temp_dir().join(format!("hitl-claude-hook-tests-{}", std::process::id())),
+        )
         .env("USER", "claude-tester")
         .env_remove("LOGNAME")
         .env_remove("USERNAME")
@@ -51,7 +57,7 @@ fn hook(url: &str, token: Option<&str>, event: Vec<u8>, extra: &[&str]) -> Child
     child
 }
 
-async fn finish(child: Child) -> (i32, String, String) {
+pub(crate) async fn finish(child: Child) -> (i32, String, String) {
     let out = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
         .await
         .expect("the hook ends within 60 s")
@@ -64,7 +70,7 @@ async fn finish(child: Child) -> (i32, String, String) {
 }
 
 /// The one decision object on stdout, checked to be Claude Code's shape.
-fn decision(stdout: &str, stderr: &str) -> Value {
+pub(crate) fn decision(stdout: &str, stderr: &str) -> Value {
     let lines: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(
         lines.len(),
@@ -104,14 +110,14 @@ fn event_with_input(mut event: Value, raw_input: &str) -> Vec<u8> {
 }
 
 /// One confirmation as the service stored it.
-struct Stored {
-    id: String,
+pub(crate) struct Stored {
+    pub(crate) id: String,
     params_json: String,
     context: Option<String>,
 }
 
 /// Every confirmation the service stored, oldest first.
-async fn stored(app: &TestApp) -> Vec<Stored> {
+pub(crate) async fn stored(app: &TestApp) -> Vec<Stored> {
     let pool = sqlx::SqlitePool::connect(&app.db_url).await.expect("db");
     let rows: Vec<(String, String, Option<String>)> =
         sqlx::query_as("SELECT id, params_json, context FROM confirmations ORDER BY created_at")
