@@ -263,6 +263,11 @@ struct ClaudeHookArgs {
     /// ~/.local/state/hitl-telegram/claude-hook).
     #[arg(long, env = "HITL_CLAUDE_HOOK_STATE_DIR", value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// Report a successful call with the start of the tool's output (at most 500
+    /// characters) as its summary, shown to the approvers in Telegram. Off by default: a
+    /// tool's output may hold secrets that must never reach a chat.
+    #[arg(long)]
+    report_output: bool,
 }
 
 #[tokio::main]
@@ -309,6 +314,7 @@ async fn main() -> ExitCode {
                 fallback: a.fallback,
                 owner_from: a.owner_from,
                 state_dir: a.state_dir,
+                report_output: a.report_output,
             };
             let input = claude_hook::read_event(std::io::stdin().lock());
             let result = claude_hook::run(&opts, input, &|k| std::env::var(k).ok()).await;

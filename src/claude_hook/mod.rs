@@ -120,6 +120,10 @@ pub struct HookOptions {
     /// `--state-dir`: where the calls let through wait for their post events
     /// (see `ledger`); the default is read from the environment when `None`.
     pub state_dir: Option<std::path::PathBuf>,
+    /// `--report-output`: a successful call's report carries (the start of) the tool's
+    /// output as its summary, which the approvers then read in Telegram. Off by default:
+    /// a tool's output may hold what should never reach a chat (a `cat .env`).
+    pub report_output: bool,
 }
 
 /// What the process prints and how it exits.

@@ -95,7 +95,10 @@ pub(super) async fn report(
         };
         Outcome::failed(&error, None)
     } else {
-        Outcome::executed(summary(event).as_deref(), None)
+        // The tool's output only when asked for (`--report-output`): it may hold what
+        // must never reach a chat.
+        let summary = opts.report_output.then(|| summary(event)).flatten();
+        Outcome::executed(summary.as_deref(), None)
     };
     let Some(token) = env(&opts.token_env).filter(|t| !t.trim().is_empty()) else {
         return quiet(Some(format!(

@@ -87,6 +87,7 @@ fn options() -> HookOptions {
         fallback: Fallback::Ask,
         owner_from: OwnerFrom::User,
         state_dir: None,
+        report_output: false,
     }
 }
 

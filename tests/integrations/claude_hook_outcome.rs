@@ -60,12 +60,17 @@ async fn approved(app: &TestApp, state: &str) -> String {
 
 /// Runs a post event; it must end quietly: exit 0, nothing on stdout. Returns stderr.
 async fn post(app: &TestApp, state: &str, event: Vec<u8>) -> String {
+    post_with(app, state, event, &[]).await
+}
+
+/// [`post`] with these further arguments.
+async fn post_with(app: &TestApp, state: &str, event: Vec<u8>, more: &[&str]) -> String {
     let started = Instant::now();
     let (code, out, err) = finish(hook(
         &app.base,
         Some(TOKEN_A),
         event,
-        &["--state-dir", state],
+        &[&["--state-dir", state], more].concat(),
     ))
     .await;
     assert_eq!(code, 0, "{err}");
@@ -82,13 +87,13 @@ async fn post_tool_use_of_an_approved_call_reports_it_executed_with_the_tools_re
     let app = TestApp::spawn().await;
     let state = tempfile::tempdir().unwrap();
     let state = state.path().to_str().unwrap();
-    let id = approved(&app, state).await;
     let event = post_event(
         "PostToolUse",
         json!({"tool_response": {"stdout": "Finished release [optimized]", "stderr": "",
                                  "interrupted": false, "isImage": false}}),
     );
-    let err = post(&app, state, event.clone()).await;
+    let id = approved(&app, state).await;
+    let err = post_with(&app, state, event.clone(), &["--report-output"]).await;
     assert_eq!(err, "");
     let (_, record) = app.get(&id).await;
     assert_eq!(record["outcome"]["status"], "executed", "{record}");
@@ -101,6 +106,29 @@ async fn post_tool_use_of_an_approved_call_reports_it_executed_with_the_tools_re
     );
     // Taken once: the same event again finds nothing to report and says nothing.
     assert_eq!(post(&app, state, event).await, "");
+}
+
+#[tokio::test]
+async fn without_report_output_the_tools_output_stays_out_of_the_chat() {
+    let app = TestApp::spawn().await;
+    let state = tempfile::tempdir().unwrap();
+    let state = state.path().to_str().unwrap();
+    let id = approved(&app, state).await;
+    let event = post_event(
+        "PostToolUse",
+        json!({"tool_response": {"stdout": "AWS_SECRET_ACCESS_KEY=abc123", "stderr": ""}}),
+    );
+    assert_eq!(post(&app, state, event).await, "");
+    let (_, record) = app.get(&id).await;
+    assert_eq!(record["outcome"]["status"], "executed", "{record}");
+    assert_eq!(record["outcome"]["summary"], Value::Null, "{record}");
+    let shown: Vec<String> = app
+        .telegram
+        .sent_messages()
+        .into_iter()
+        .map(|m| app.telegram.message(m.chat_id, m.message_id).visible_text)
+        .collect();
+    assert!(shown.iter().all(|t| !t.contains("abc123")), "{shown:?}");
 }
 
 #[tokio::test]
