@@ -71,6 +71,7 @@ pub fn demo_settings(mut s: Settings, operator: u64) -> anyhow::Result<Settings>
         max_window_seconds: crate::config::DEFAULT_MAX_WINDOW_SECONDS,
         max_grant_seconds: crate::config::DEFAULT_MAX_GRANT_SECONDS,
         expect_outcome_seconds: None,
+        console_confirm: false,
         remind_after: Vec::new(),
         escalate_after: None,
         escalate_to: None,

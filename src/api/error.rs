@@ -329,6 +329,16 @@ impl From<ServiceError> for ApiError {
                 message: why,
                 record,
             },
+            ServiceError::QuestionChanged(record) => ApiError::OutcomeRefused {
+                message: "args_hash: the question is not the call the page showed (it changed \
+                          since): reload it and decide again"
+                    .into(),
+                record,
+            },
+            ServiceError::NotInConsole(kind) => ApiError::field(
+                "action",
+                format!("a {kind} question is answered in the chat, not in the console"),
+            ),
             ServiceError::Storage(s) => s.into(),
         }
     }

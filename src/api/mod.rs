@@ -1,6 +1,7 @@
 //! The agents' HTTP API (axum): routes, authentication, and the one error format.
 
 pub mod confirmations;
+pub mod console;
 pub mod error;
 pub mod events;
 pub mod extract;
@@ -41,7 +42,8 @@ pub struct AppState {
 }
 
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let console = state.service.config().mini_app.is_some();
+    console::routes(Router::new(), console)
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi::serve))
         .route("/metrics", get(metrics::serve))

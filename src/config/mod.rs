@@ -20,6 +20,7 @@ mod confirmation;
 mod database;
 mod load;
 mod metrics;
+mod mini_app;
 mod redis_bridge;
 mod routes;
 mod rules;
@@ -35,6 +36,7 @@ pub use confirmation::{ConfirmationSettings, MAX_TIMEOUT_LIMIT};
 pub use database::{DatabaseSettings, DatabaseUrl};
 pub use load::ENV_OVERRIDE_PREFIX;
 pub use metrics::MetricsSettings;
+pub use mini_app::{MiniApp, MiniAppSettings};
 pub use redis_bridge::{RedisBridge, RedisBridgeSettings};
 pub use routes::{
     DEFAULT_MAX_EXTENSIONS, DEFAULT_MAX_GRANT_SECONDS, DEFAULT_MAX_WINDOW_SECONDS, Escalation,
@@ -101,6 +103,9 @@ pub struct Settings {
     /// `GET /metrics`.
     #[serde(default)]
     pub metrics: MetricsSettings,
+    /// `[mini_app]`: the operator's console in Telegram.
+    #[serde(default)]
+    pub mini_app: MiniAppSettings,
     /// `[[rules]]`: what is allowed, asked or denied before anyone is asked (checked by
     /// [`crate::domain::rules::RuleSet::from_values`], naming the rule at fault).
     #[serde(default)]
@@ -152,6 +157,8 @@ pub struct Config {
     pub redis_bridge: Option<RedisBridge>,
     /// The bearer token `GET /metrics` requires, if it requires one.
     pub metrics_token: Option<TokenDigest>,
+    /// The operator's console (`[mini_app]`), when it is on.
+    pub mini_app: Option<MiniApp>,
     /// `[server]`: timeouts and the connection limit of the HTTP server.
     pub http: HttpLimits,
     /// The rules checked before anyone is asked, as the file said at start (a SIGHUP
@@ -209,6 +216,7 @@ impl Config {
             _ => None,
         };
         let metrics_token = s.metrics.token(env)?;
+        let mini_app = s.mini_app.checked()?;
         let rules = Arc::new(rules::policy(&s.rules, s.rules_default, s.rules_mode)?);
         // An agent's token would then also read the metrics, and the reverse.
         if let Some(TokenDigest(digest)) = &metrics_token
@@ -238,6 +246,7 @@ impl Config {
             agents,
             redis_bridge,
             metrics_token,
+            mini_app,
             http,
             rules,
             demo: false,

@@ -38,6 +38,10 @@ pub struct RouteSettings {
     /// `unknown`, shown as "No report from the agent". Unset: no report is expected.
     #[serde(default)]
     pub expect_outcome_seconds: Option<u64>,
+    /// The console (`[mini_app]`) asks for a second, explicit confirmation of Approve on
+    /// this route's questions.
+    #[serde(default)]
+    pub console_confirm: bool,
     /// When to remind the approvers of a question still pending: shares of its timeout
     /// (`"50%"`) or times after it was asked (`"10m"`, `"90s"`, `"2h"`, or seconds).
     #[serde(default)]
@@ -113,6 +117,8 @@ pub struct Route {
     pub max_grant_seconds: u64,
     /// How long a confirmed call has to be reported before its run is `unknown`.
     pub expect_outcome_seconds: Option<u64>,
+    /// The console asks twice before it approves.
+    pub console_confirm: bool,
     /// Reminder points, in the order given.
     pub remind_after: Vec<When>,
     pub escalation: Option<Escalation>,
@@ -256,6 +262,7 @@ impl RouteSettings {
             max_window_seconds: self.max_window_seconds,
             max_grant_seconds: self.max_grant_seconds,
             expect_outcome_seconds: self.expect_outcome_seconds,
+            console_confirm: self.console_confirm,
             remind_after,
             escalation,
             extend_by,

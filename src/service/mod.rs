@@ -49,6 +49,7 @@ use crate::storage::{
 mod agree;
 mod answer;
 mod commands;
+mod console;
 mod create;
 mod decide;
 mod deliver;
@@ -61,6 +62,7 @@ mod steps;
 mod wait;
 pub use agree::ConfigReport;
 pub use commands::{Command, CommandError, CommandMessage, CommandReply, RevokeTarget, Setup};
+pub use console::ConsoleAction;
 pub use grants::{GrantCheck, GrantRequest};
 pub use steps::{MAX_MENTIONS, Mention};
 
@@ -386,6 +388,12 @@ pub enum ServiceError {
     /// confirmed, or a different report was taken); `record` is as stored.
     #[error("{why}")]
     OutcomeRefused { why: String, record: Box<Question> },
+    /// The console named another call than the question's (its args hash differs).
+    #[error("the question changed since the page showed it")]
+    QuestionChanged(Box<Question>),
+    /// A question the console cannot decide (a choice, a form, free text): in the chat.
+    #[error("a {0} question is answered in the chat, not in the console")]
+    NotInConsole(&'static str),
     #[error(transparent)]
     Storage(#[from] StorageError),
 }

@@ -40,6 +40,7 @@ mod polling {
     // Polling only: what does not depend on the mode, or only polling does (`getUpdates`
     // offsets, chaos on `getUpdates`), and the real binary as a process.
     mod api;
+    mod console;
     mod crash;
     mod fair_chat;
     mod grants;

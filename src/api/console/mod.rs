@@ -1,0 +1,220 @@
+//! The operator's console, a Telegram Mini App (issue 37; `[mini_app]`): the page at
+//! `GET /app` (plain HTML, CSS and JavaScript embedded in the binary) and its API under
+//! `/app/api/`, for Telegram users rather than agents. Every API request carries
+//! `Authorization: tma <initData>`, the launch data Telegram signed with the bot's token
+//! ([`crate::domain::launch`]); the user it names sees only what they could answer by
+//! tapping in a chat, and everything else is 404.
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use secrecy::ExposeSecret;
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::Body;
+use super::interactions::{object, text};
+use crate::domain::ids::ConfirmationId;
+use crate::domain::launch::{self, LaunchError};
+use crate::domain::question::Operator;
+use crate::domain::question::reason_text;
+use crate::service::{ConsoleAction, ServiceError, now};
+
+mod view;
+
+use view::{QuestionDetail, QuestionList, QuestionView};
+
+/// The page and its script, embedded: no build step, no CDN but Telegram's own script.
+const PAGE: &str = include_str!("page.html");
+const SCRIPT: &str = include_str!("console.js");
+
+/// Scripts only from here and Telegram (its `telegram-web-app.js`, for the theme and the
+/// main button); nothing the page shows can run as code.
+const CSP: &str = "default-src 'self'; script-src 'self' https://telegram.org; \
+                   style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
+                   connect-src 'self'; base-uri 'none'; form-action 'none'";
+
+/// The console's routes, when `[mini_app]` is on (else none: `/app` is 404).
+pub fn routes(router: Router<AppState>, enabled: bool) -> Router<AppState> {
+    if !enabled {
+        return router;
+    }
+    router
+        .route("/app", get(page))
+        .route("/app/console.js", get(script))
+        .route("/app/api/questions", get(list))
+        .route("/app/api/questions/{id}", get(detail))
+        .route("/app/api/questions/{id}/decision", post(decision))
+}
+
+fn static_file(content_type: &'static str, body: &'static str) -> Response {
+    let mut r = (StatusCode::OK, body).into_response();
+    let h = r.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+/// `GET /app`: the page. It holds no secret and no data: what it shows it fetches with
+/// the launch data Telegram passed it.
+async fn page() -> Response {
+    static_file("text/html; charset=utf-8", PAGE)
+}
+
+async fn script() -> Response {
+    static_file("text/javascript; charset=utf-8", SCRIPT)
+}
+
+/// The Telegram user the request's launch data names, checked.
+pub struct ConsoleUser(pub Operator);
+
+impl FromRequestParts<AppState> for ConsoleUser {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let config = state.service.config();
+        let Some(app) = &config.mini_app else {
+            return Err(ApiError::NotFound("no such route".into()));
+        };
+        let data = parts
+            .headers
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|h| h.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("tma"))
+            .map(|(_, d)| d.trim())
+            .unwrap_or("");
+        let checked = launch::check(data, config.bot_token.expose_secret(), now(), app.max_age)
+            .map_err(|e| {
+                ApiError::Unauthorized(match e {
+                    LaunchError::Missing => {
+                        "missing header Authorization: tma <launch data>: open the console from Telegram"
+                    }
+                    LaunchError::Malformed(_) => {
+                        "the launch data is not Telegram's: open the console from Telegram"
+                    }
+                    LaunchError::BadSignature => {
+                        "the launch data's signature does not match this bot: open the console from Telegram again"
+                    }
+                    LaunchError::Stale { .. } => {
+                        "the launch data is too old: open the console from Telegram again"
+                    }
+                })
+            })?;
+        super::serve::mark_authenticated(&parts.extensions);
+        let u = checked.user;
+        tracing::Span::current().record("agent", format!("console:{}", u.id).as_str());
+        let name = match &u.last_name {
+            Some(last) if !last.is_empty() => format!("{} {last}", u.first_name),
+            _ => u.first_name.clone(),
+        };
+        Ok(ConsoleUser(Operator {
+            id: u.id,
+            username: u.username,
+            name,
+        }))
+    }
+}
+
+/// Whether `q`'s route asks the console to confirm Approve twice.
+fn confirm_twice(state: &AppState, q: &crate::domain::question::Question) -> bool {
+    state
+        .service
+        .config()
+        .route(&q.route)
+        .is_some_and(|r| r.console_confirm)
+}
+
+fn question_id(id: &str) -> Result<ConfirmationId, ApiError> {
+    ConfirmationId::parse(id).map_err(|_| ApiError::NotFound("no such question".into()))
+}
+
+/// `GET /app/api/questions`: the pending questions this user may answer, soonest
+/// deadline first.
+async fn list(
+    State(state): State<AppState>,
+    ConsoleUser(user): ConsoleUser,
+) -> Result<Response, ApiError> {
+    let questions = state.service.console_questions(&user).await?;
+    Ok(Json(QuestionList {
+        questions: questions
+            .iter()
+            .map(|q| QuestionView::of(q, confirm_twice(&state, q)))
+            .collect(),
+    })
+    .into_response())
+}
+
+/// `GET /app/api/questions/{id}`: one question this user may answer, with everything
+/// the agent sent and its audit trail so far; 404 for any other.
+async fn detail(
+    State(state): State<AppState>,
+    ConsoleUser(user): ConsoleUser,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = question_id(&id)?;
+    let (record, events) =
+        state
+            .service
+            .console_question(&user, &id)
+            .await
+            .map_err(|e| match e {
+                ServiceError::NotFound => ApiError::NotFound("no such question".into()),
+                e => e.into(),
+            })?;
+    Ok(Json(QuestionDetail {
+        question: QuestionView::of(&record, confirm_twice(&state, &record)),
+        events,
+    })
+    .into_response())
+}
+
+/// `POST /app/api/questions/{id}/decision`: `{"action": "approve" | "approve_window" |
+/// "cancel" | "deny", "reason": "...", "args_hash": "..."}`. Decides as a tap would, only
+/// on the call the page showed (`args_hash`); 409 when it changed or ended.
+async fn decision(
+    State(state): State<AppState>,
+    ConsoleUser(user): ConsoleUser,
+    Path(id): Path<String>,
+    Body(bytes): Body,
+) -> Result<Response, ApiError> {
+    let id = question_id(&id)?;
+    let body = object(&bytes, &["action", "reason", "args_hash"])?;
+    let args_hash = text(&body, "args_hash", 64)?.ok_or_else(|| {
+        ApiError::field(
+            "args_hash",
+            "is required: the args hash of the call the page showed",
+        )
+    })?;
+    let reason = text(&body, "reason", 2000)?;
+    let action = match text(&body, "action", 32)?.as_deref() {
+        Some("approve") => ConsoleAction::Approve,
+        Some("approve_window") => ConsoleAction::ApproveWindow,
+        Some("cancel") => ConsoleAction::Cancel,
+        Some("deny") => match reason.as_deref().and_then(reason_text) {
+            Some(why) => ConsoleAction::Deny(why),
+            None => return Err(ApiError::field("reason", "is required to deny: say why")),
+        },
+        _ => {
+            return Err(ApiError::field(
+                "action",
+                "must be \"approve\", \"approve_window\", \"cancel\" or \"deny\"",
+            ));
+        }
+    };
+    let record = state
+        .service
+        .console_decide(&user, &id, action, &args_hash)
+        .await
+        .map_err(|e| match e {
+            ServiceError::NotFound => ApiError::NotFound("no such question".into()),
+            e => e.into(),
+        })?;
+    Ok(Json(QuestionView::of(&record, confirm_twice(&state, &record))).into_response())
+}

@@ -1,0 +1,124 @@
+//! What the console shows of a question: everything the agent sent, each text with its
+//! invisible characters as the visible escapes the chat shows, the parameters in full
+//! (pretty-printed as in the chat, never cut), and who has answered.
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use crate::domain::audit::AuditEvent;
+use crate::domain::python;
+use crate::domain::question::{Question, rfc3339, window_duration};
+use crate::domain::shown::params_view;
+use crate::domain::text::{self, Layout};
+
+#[derive(Serialize)]
+pub struct QuestionList {
+    pub questions: Vec<QuestionView>,
+}
+
+#[derive(Serialize)]
+pub struct QuestionDetail {
+    pub question: QuestionView,
+    /// Its audit trail so far, oldest first.
+    pub events: Vec<AuditEvent>,
+}
+
+#[derive(Serialize)]
+pub struct QuestionView {
+    pub id: String,
+    /// `confirmation`, or the interaction's type (`approval`, `form`, ...).
+    pub kind: &'static str,
+    pub status: &'static str,
+    pub tool: String,
+    pub agent: String,
+    pub owner_id: String,
+    pub route: String,
+    /// The agent's description of the call (a confirmation's briefing, an
+    /// interaction's question).
+    pub briefing: String,
+    pub context: Option<String>,
+    /// Every parameter, pretty JSON as the chat shows it, nothing cut.
+    pub parameters: String,
+    /// The parameters exactly as the agent sent them.
+    pub parameters_json: Option<Box<RawValue>>,
+    /// The argument hash a decision must name: the call the page showed.
+    pub args_hash: String,
+    /// What Approve also allows: identical calls for this long; null for a single call.
+    pub window: Option<String>,
+    pub window_seconds: u64,
+    pub expires_at: String,
+    pub decided_at: Option<String>,
+    pub decided_by: Option<String>,
+    pub reason: String,
+    pub answers: Vec<AnswerView>,
+    pub outcome: Option<serde_json::Value>,
+    /// The route asks for a second, explicit confirmation of Approve
+    /// (`console_confirm`).
+    pub confirm_twice: bool,
+    /// The console may decide it (a confirmation, or an approval); other kinds are
+    /// answered in the chat.
+    pub decidable: bool,
+}
+
+#[derive(Serialize)]
+pub struct AnswerView {
+    pub by: String,
+    pub at: String,
+}
+
+fn line(s: &str) -> String {
+    text::visible(s, Layout::Line)
+}
+
+impl QuestionView {
+    /// `r` as the console shows it; `confirm_twice`: its route's `console_confirm`.
+    pub fn of(r: &Question, confirm_twice: bool) -> QuestionView {
+        let parameters = match python::json::parse(&r.params_json) {
+            Ok(v) => params_view(&v, usize::MAX).0,
+            Err(_) => text::visible(&r.params_json, Layout::Quoted),
+        };
+        QuestionView {
+            id: r.id.to_string(),
+            kind: match &r.interaction {
+                Some(i) => i.kind.as_str(),
+                None => "confirmation",
+            },
+            status: r.public_status(),
+            tool: line(r.tool.as_str()),
+            agent: line(&r.agent),
+            owner_id: line(r.owner_id.as_str()),
+            route: line(&r.route),
+            briefing: text::visible(&r.briefing, Layout::Quoted),
+            context: r
+                .context
+                .as_deref()
+                .map(|c| text::visible(c, Layout::Quoted)),
+            parameters,
+            parameters_json: RawValue::from_string(r.params_json.clone()).ok(),
+            args_hash: r.args_hash.to_string(),
+            window: (r.window_seconds > 0).then(|| window_duration(r.window_seconds)),
+            window_seconds: r.window_seconds,
+            expires_at: rfc3339(r.expires_at),
+            decided_at: r.decided_at.map(rfc3339),
+            decided_by: r.decided_by.as_ref().map(|op| line(&op.to_string())),
+            reason: line(&r.reason),
+            answers: r
+                .answers
+                .iter()
+                .map(|a| AnswerView {
+                    by: a
+                        .by
+                        .as_ref()
+                        .map_or_else(|| line(&a.respondent), |op| line(&op.to_string())),
+                    at: rfc3339(a.at),
+                })
+                .collect(),
+            outcome: r.execution.as_ref().map(|e| e.to_json()),
+            confirm_twice,
+            decidable: !r.is_terminal()
+                && r.interaction.as_ref().is_none_or(|i| {
+                    i.kind == crate::domain::interaction::InteractionType::Approval
+                }),
+        }
+    }
+}

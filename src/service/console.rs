@@ -1,0 +1,164 @@
+//! The operator's console (the Telegram Mini App, issue 37): what one Telegram user may
+//! see there. Exactly what they could answer by tapping in a chat: the same approver
+//! rules, routes, escalation and targets ([`Service::may_not_answer`], every live
+//! replica's configuration included); anything else is not found.
+
+use super::*;
+use crate::domain::audit::AuditEvent;
+
+impl Service {
+    /// The first chat (in posting order) where `user` may answer `record`, if any.
+    pub(super) async fn console_chat(
+        &self,
+        record: &Question,
+        user: &Operator,
+    ) -> Result<Option<i64>, StorageError> {
+        let chats: Vec<i64> = record.messages().map(|(chat, _)| chat).collect();
+        for chat in chats {
+            if self
+                .may_not_answer(record, chat, user, false)
+                .await?
+                .is_none()
+            {
+                return Ok(Some(chat));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The pending questions `user` may answer, soonest deadline first.
+    pub async fn console_questions(&self, user: &Operator) -> Result<Vec<Question>, ServiceError> {
+        // Every chat a question is first posted in: the routes' (as they now are) and the
+        // people's private chats, this user's own among them.
+        let mut chats: Vec<i64> = self
+            .config
+            .routes
+            .values()
+            .map(|r| self.chat_of(&r.name, r.chat_id))
+            .chain(
+                self.config
+                    .people
+                    .values()
+                    .filter_map(|id| i64::try_from(*id).ok()),
+            )
+            .chain(i64::try_from(user.id).ok())
+            .collect();
+        chats.sort_unstable();
+        chats.dedup();
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for chat in chats {
+            for r in self.store.pending_in_chat(chat).await? {
+                if seen.insert(r.id.clone()) && self.console_chat(&r, user).await?.is_some() {
+                    out.push(r);
+                }
+            }
+        }
+        out.sort_by(|a, b| (a.expires_at, &a.id).cmp(&(b.expires_at, &b.id)));
+        Ok(out)
+    }
+
+    /// One question `user` may answer (pending or ended), with its audit trail so far;
+    /// not found when they could not answer it by tapping.
+    pub async fn console_question(
+        &self,
+        user: &Operator,
+        id: &ConfirmationId,
+    ) -> Result<(Question, Vec<AuditEvent>), ServiceError> {
+        let Some(record) = self.store.get(id).await? else {
+            return Err(ServiceError::NotFound);
+        };
+        if self.console_chat(&record, user).await?.is_none() {
+            return Err(ServiceError::NotFound);
+        }
+        let events = self.store.events_for(id).await?;
+        Ok((record, events))
+    }
+}
+
+/// What the console's decision asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsoleAction {
+    /// Approve this call only.
+    Approve,
+    /// Approve with the window the question offers.
+    ApproveWindow,
+    Cancel,
+    /// Deny, saying why (as "Deny with reason" and a reply would): the reason as
+    /// [`crate::domain::question::reason_text`] keeps it.
+    Deny(String),
+}
+
+impl ConsoleAction {
+    fn as_str(&self) -> &'static str {
+        match self {
+            ConsoleAction::Approve => "approve",
+            ConsoleAction::ApproveWindow => "approve_window",
+            ConsoleAction::Cancel => "cancel",
+            ConsoleAction::Deny(_) => "deny",
+        }
+    }
+}
+
+impl Service {
+    /// Decides question `id` as `user` from the console, through the same pipeline as a
+    /// tap (one conditional write: the first answer wins; every copy in the chat is
+    /// edited), only if `args_hash` is the call's: the page showed this very call. A
+    /// question that ended is `AlreadyDecided`; another call, `QuestionChanged`.
+    pub async fn console_decide(
+        self: &Arc<Self>,
+        user: &Operator,
+        id: &ConfirmationId,
+        action: ConsoleAction,
+        args_hash: &str,
+    ) -> Result<Question, ServiceError> {
+        let Some(record) = self.store.get(id).await? else {
+            return Err(ServiceError::NotFound);
+        };
+        if self.console_chat(&record, user).await?.is_none() {
+            return Err(ServiceError::NotFound);
+        }
+        if record.is_terminal() {
+            return Err(ServiceError::AlreadyDecided(Box::new(record)));
+        }
+        if record.args_hash.as_str() != args_hash {
+            return Err(ServiceError::QuestionChanged(Box::new(record)));
+        }
+        let kind = record.kind();
+        if record.interaction.is_some() && kind != InteractionType::Approval {
+            return Err(ServiceError::NotInConsole(kind.as_str()));
+        }
+        let (verdict, reason) = match &action {
+            ConsoleAction::Approve => (answer::Verdict::Approve { once: true }, None),
+            ConsoleAction::ApproveWindow => (answer::Verdict::Approve { once: false }, None),
+            ConsoleAction::Cancel => (answer::Verdict::Deny, None),
+            ConsoleAction::Deny(why) => (answer::Verdict::Deny, Some(why.clone())),
+        };
+        let approve = matches!(verdict, answer::Verdict::Approve { .. });
+        let (_, _, after) = self
+            .answer(record, user, json!(approve), Some(verdict), reason)
+            .await?;
+        self.then(after);
+        let Some(now_stored) = self.store.get(id).await? else {
+            return Err(ServiceError::NotFound);
+        };
+        let ours = now_stored
+            .answers
+            .iter()
+            .any(|a| a.by.as_ref().is_some_and(|by| by.id == user.id));
+        let event = audit::NewEvent {
+            at: now(),
+            confirmation_id: Some(id.to_string()),
+            kind: "console_decision",
+            actor: format!("telegram:{}", user.id),
+            detail: json!({"action": action.as_str(), "args_hash": args_hash, "counted": ours}),
+        };
+        if let Err(e) = self.store.record_event(event).await {
+            tracing::warn!(id = %id, error = %e, "could not audit a decision from the console");
+        }
+        if !ours {
+            return Err(ServiceError::AlreadyDecided(Box::new(now_stored)));
+        }
+        Ok(now_stored)
+    }
+}

@@ -1,0 +1,350 @@
+//! The operator's console (a Telegram Mini App, `[mini_app]`): its page is served, its
+//! API acts as the Telegram user the signed launch data names (checked: genuine, this
+//! bot's, fresh), and that user sees exactly what they could answer by tapping in a chat,
+//! every parameter in full; anyone else sees nothing.
+
+use crate::support::app::*;
+use hitl_telegram::domain::launch;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+fn with_console(toml: String) -> String {
+    toml + "\n[mini_app]\nenabled = true\npublic_url = \"http://127.0.0.1:9\"\nmax_age_seconds = 600\n"
+}
+
+fn unix_now() -> i64 {
+    time::OffsetDateTime::now_utc().unix_timestamp()
+}
+
+/// Launch data for `user_id`, signed with `token`, `age` seconds old.
+fn launch_data(user_id: u64, name: &str, token: &str, age: i64) -> String {
+    let user =
+        json!({"id": user_id, "first_name": name, "username": name.to_lowercase()}).to_string();
+    let auth = (unix_now() - age).to_string();
+    launch::signed(
+        &[
+            ("user", &user),
+            ("auth_date", &auth),
+            ("chat_type", "private"),
+        ],
+        token,
+    )
+}
+
+/// `GET path` with `Authorization: tma <data>` (no header with `None`).
+async fn console_get(app: &TestApp, path: &str, data: Option<&str>) -> (StatusCode, Value) {
+    let mut req = app.client.get(app.url(path));
+    if let Some(d) = data {
+        req = req.header("Authorization", format!("tma {d}"));
+    }
+    json_of(req.send().await.expect("console request")).await
+}
+
+fn as_user(app: &TestApp, user_id: u64, name: &str) -> String {
+    launch_data(user_id, name, app.telegram.token(), 5)
+}
+
+#[tokio::test]
+async fn launch_data_must_be_genuine_this_bots_and_fresh() {
+    let app = TestApp::spawn_with_settings(with_console).await;
+    let genuine = as_user(&app, ALICE, "Alice");
+    let (s, r) = console_get(&app, "/app/api/questions", Some(&genuine)).await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    assert_eq!(r["questions"], json!([]));
+
+    let changed = genuine.replace(&ALICE.to_string(), &BOB.to_string());
+    let other_bot = launch_data(ALICE, "Alice", "999999:another-bots-token", 5);
+    let stale = launch_data(ALICE, "Alice", app.telegram.token(), 601);
+    for (what, data) in [
+        ("a changed field", Some(changed.as_str())),
+        ("another bot's token", Some(other_bot.as_str())),
+        ("stale", Some(stale.as_str())),
+        ("missing", None),
+        ("empty", Some("")),
+    ] {
+        let (s, r) = console_get(&app, "/app/api/questions", data).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "{what}: {r}");
+        assert_eq!(r["error"]["code"], "unauthorized", "{what}");
+    }
+    // A bearer token of an agent is not a Telegram user.
+    let (s, _) = json_of(
+        app.client
+            .get(app.url("/app/api/questions"))
+            .bearer_auth(TOKEN_A)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn an_approver_sees_the_question_in_full_and_anyone_else_sees_nothing() {
+    let app = TestApp::spawn_with_settings(with_console).await;
+    let long = "x".repeat(5000);
+    let (record, _) = app
+        .ask_suspended(json!({
+            "tool": "transfer",
+            "owner_id": "emp-1",
+            "params": {"to": "ACME\u{202e}moc.evil", "memo": long, "amount": 1200.50},
+            "template": "Send {amount} to {to}?",
+            "context": "Invoice #42",
+        }))
+        .await;
+    let id = record["id"].as_str().unwrap();
+
+    let alice = as_user(&app, ALICE, "Alice");
+    let (s, list) = console_get(&app, "/app/api/questions", Some(&alice)).await;
+    assert_eq!(s, StatusCode::OK, "{list}");
+    let listed: Vec<&str> = list["questions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, [id]);
+
+    let (s, detail) = console_get(&app, &format!("/app/api/questions/{id}"), Some(&alice)).await;
+    assert_eq!(s, StatusCode::OK, "{detail}");
+    let q = &detail["question"];
+    assert_eq!(q["tool"], "transfer");
+    assert_eq!(q["agent"], "agent-a");
+    assert_eq!(q["args_hash"], record["args_hash"]);
+    assert_eq!(q["context"], "Invoice #42");
+    let params = q["parameters"].as_str().unwrap();
+    assert!(params.contains(&long), "every value whole, never cut");
+    assert!(params.contains(r#""ACME\u202emoc.evil""#), "{params}");
+    assert!(
+        params.contains("1200.5"),
+        "the number as Python (and the chat) shows it: {params}"
+    );
+    let kinds: Vec<&str> = detail["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"requested"), "{kinds:?}");
+
+    // Carol approves another route only, Mallory nothing: neither sees it.
+    for (user, name) in [(CAROL, "Carol"), (MALLORY, "Mallory")] {
+        let data = as_user(&app, user, name);
+        let (s, list) = console_get(&app, "/app/api/questions", Some(&data)).await;
+        assert_eq!(s, StatusCode::OK);
+        assert_eq!(list["questions"], json!([]), "{name}");
+        let (s, r) = console_get(&app, &format!("/app/api/questions/{id}"), Some(&data)).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{name}: {r}");
+    }
+    let (s, _) = console_get(&app, "/app/api/questions/not-an-id", Some(&alice)).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn the_page_is_served_with_no_secret_in_it_and_only_when_the_console_is_on() {
+    let app = TestApp::spawn_with_settings(with_console).await;
+    let page = app.client.get(app.url("/app")).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        csp.contains("script-src 'self' https://telegram.org"),
+        "{csp}"
+    );
+    let html = page.text().await.unwrap();
+    assert!(html.contains("/app/console.js"), "{html}");
+    let script = app
+        .client
+        .get(app.url("/app/console.js"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for secret in [app.telegram.token(), TOKEN_A] {
+        assert!(!html.contains(secret) && !script.contains(secret));
+    }
+    assert!(script.contains("tgWebAppData"), "reads the fragment itself");
+
+    let off = TestApp::spawn().await;
+    let r = off.client.get(off.url("/app")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let (s, _) = console_get(
+        &off,
+        "/app/api/questions",
+        Some(&as_user(&off, ALICE, "Alice")),
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+}
+
+/// `POST /app/api/questions/{id}/decision` as the user of `data`.
+async fn decide(app: &TestApp, id: &str, data: &str, body: Value) -> (StatusCode, Value) {
+    let r = app
+        .client
+        .post(app.url(&format!("/app/api/questions/{id}/decision")))
+        .header("Authorization", format!("tma {data}"))
+        .json(&body)
+        .send()
+        .await
+        .expect("decision");
+    json_of(r).await
+}
+
+#[tokio::test]
+async fn an_approve_in_the_console_confirms_the_agents_blocked_call_and_the_chat_shows_it() {
+    let app = TestApp::spawn_with_settings(with_console).await;
+    let blocked =
+        app.create_blocking(json!({"tool": "deploy", "owner_id": "emp-1", "params": {"v": 2}}));
+    let message = app
+        .telegram
+        .wait_for_message_in(OPS_CHAT, 1)
+        .await
+        .remove(0);
+    let alice = as_user(&app, ALICE, "Alice");
+    let (_, list) = console_get(&app, "/app/api/questions", Some(&alice)).await;
+    let q = list["questions"][0].clone();
+    let id = q["id"].as_str().unwrap();
+
+    // A stale page (another call's hash) decides nothing.
+    let (s, r) = decide(
+        &app,
+        id,
+        &alice,
+        json!({"action": "approve", "args_hash": "0".repeat(64)}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{r}");
+    assert_eq!(r["confirmation"]["status"], "pending");
+    // Someone who could not tap it cannot decide it here either.
+    let mallory = as_user(&app, MALLORY, "Mallory");
+    let (s, _) = decide(
+        &app,
+        id,
+        &mallory,
+        json!({"action": "approve", "args_hash": q["args_hash"]}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+
+    let (s, r) = decide(
+        &app,
+        id,
+        &alice,
+        json!({"action": "approve", "args_hash": q["args_hash"]}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    assert_eq!(r["status"], "confirmed");
+    let (s, record) = blocked.await.unwrap();
+    assert_eq!(s, StatusCode::OK, "{record}");
+    assert_eq!(record["status"], "confirmed");
+    assert_eq!(record["decided_by"]["id"], ALICE);
+    assert_eq!(record["parameters"], json!({"v": 2}));
+    let shown = app
+        .telegram
+        .wait_for_message(
+            OPS_CHAT,
+            message.message_id,
+            "the decision in the chat",
+            |m| !m.has_buttons(),
+        )
+        .await;
+    assert!(
+        shown.visible_text.contains("✅ Approved by Alice"),
+        "{}",
+        shown.visible_text
+    );
+    let console: Vec<Value> = app
+        .audit_events(id)
+        .await
+        .into_iter()
+        .filter(|e| e["kind"] == "console_decision")
+        .collect();
+    assert_eq!(console.len(), 1, "{console:?}");
+    assert_eq!(console[0]["actor"], format!("telegram:{ALICE}"));
+    assert_eq!(console[0]["detail"]["counted"], true);
+    // Ended: a second decision is refused with the outcome.
+    let (s, r) = decide(
+        &app,
+        id,
+        &alice,
+        json!({"action": "cancel", "args_hash": q["args_hash"]}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{r}");
+}
+
+#[tokio::test]
+async fn a_deny_with_a_reason_from_the_console_reaches_the_agent_as_a_tap_would() {
+    let app = TestApp::spawn_with_settings(with_console).await;
+    let (record, _) = app
+        .ask_suspended(json!({"tool": "deploy", "owner_id": "emp-1", "params": {"v": 3}}))
+        .await;
+    let id = record["id"].as_str().unwrap();
+    let bob = as_user(&app, BOB, "Bob");
+    let hash = record["args_hash"].clone();
+    let (s, r) = decide(&app, id, &bob, json!({"action": "deny", "args_hash": hash})).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "a deny says why: {r}");
+    let (s, r) = decide(
+        &app,
+        id,
+        &bob,
+        json!({"action": "deny", "reason": "use staging first", "args_hash": hash}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    let decided = app.wait_status(id, "cancelled").await;
+    assert_eq!(decided["denial_reason"], "use staging first");
+    assert_eq!(decided["do_not_retry"], true);
+}
+
+#[tokio::test]
+async fn a_console_decision_and_a_tap_racing_it_decide_once() {
+    let app = TestApp::spawn_with_settings(with_console).await;
+    for n in 0..3 {
+        let (record, message_id) = app
+            .ask_suspended(json!({"tool": "deploy", "owner_id": "emp-1", "params": {"n": n}}))
+            .await;
+        let id = record["id"].as_str().unwrap();
+        let alice = as_user(&app, ALICE, "Alice");
+        // Bob cancels in the chat while Alice approves in the console.
+        app.telegram.tap(OPS_CHAT, message_id, "❌ Cancel", bob());
+        let (s, r) = decide(
+            &app,
+            id,
+            &alice,
+            json!({"action": "approve", "args_hash": record["args_hash"]}),
+        )
+        .await;
+        let (_, stored) = app.get(id).await;
+        let stored = if stored["status"] == "pending" {
+            app.wait_status(
+                id,
+                if s == StatusCode::OK {
+                    "confirmed"
+                } else {
+                    "cancelled"
+                },
+            )
+            .await
+        } else {
+            stored
+        };
+        match s {
+            StatusCode::OK => assert_eq!(stored["decided_by"]["id"], ALICE, "{r}"),
+            StatusCode::CONFLICT => assert_eq!(stored["decided_by"]["id"], BOB, "{r}"),
+            other => panic!("{other}: {r}"),
+        }
+        let decided: Vec<Value> = app
+            .audit_events(id)
+            .await
+            .into_iter()
+            .filter(|e| e["kind"] == "decided")
+            .collect();
+        assert_eq!(decided.len(), 1, "one decision: {decided:?}");
+    }
+}
