@@ -348,3 +348,106 @@ async fn a_console_decision_and_a_tap_racing_it_decide_once() {
         assert_eq!(decided.len(), 1, "one decision: {decided:?}");
     }
 }
+
+/// The headless browser the page is tested in: `HITL_CHROMIUM`, else `chromium` on
+/// `PATH`; `None` (the test skips) without one, unless `HITL_REQUIRE_CHROMIUM=1`.
+fn chromium() -> Option<std::path::PathBuf> {
+    let given = std::env::var_os("HITL_CHROMIUM").map(std::path::PathBuf::from);
+    let found = given.or_else(|| {
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .flat_map(|d| ["chromium", "chromium-browser"].map(|n| d.join(n)))
+                .find(|p| p.is_file())
+        })
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var("HITL_REQUIRE_CHROMIUM").as_deref() != Ok("1"),
+            "HITL_REQUIRE_CHROMIUM=1 but no chromium (set HITL_CHROMIUM or install Debian's chromium)"
+        );
+        eprintln!("skipped: no chromium on PATH");
+    }
+    found
+}
+
+/// Runs the browser headless on `url` in a phone-sized window; returns the DOM after the
+/// page's script ran, and writes a screenshot to `screenshot` when given.
+async fn browse(
+    browser: &std::path::Path,
+    url: &str,
+    screenshot: Option<&std::path::Path>,
+) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "--headless=new".to_owned(),
+        "--no-sandbox".into(),
+        "--disable-gpu".into(),
+        "--no-first-run".into(),
+        "--window-size=390,844".into(),
+        "--virtual-time-budget=8000".into(),
+        format!("--user-data-dir={}", profile.path().display()),
+    ];
+    match screenshot {
+        Some(path) => args.push(format!("--screenshot={}", path.display())),
+        None => args.push("--dump-dom".into()),
+    }
+    args.push(url.to_owned());
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        tokio::process::Command::new(browser)
+            .args(&args)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the browser within 60 s")
+    .expect("the browser runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn in_a_real_browser_the_page_shows_the_pending_question_with_every_parameter() {
+    let Some(browser) = chromium() else {
+        return;
+    };
+    let app = TestApp::spawn_with_settings(with_console).await;
+    let memo = "line item 0042 paid in full; ".repeat(40);
+    let (record, _) = app
+        .ask_suspended(json!({
+            "tool": "transfer",
+            "owner_id": "emp-1",
+            "params": {"amount": 1200.5, "to": "ACME GmbH", "memo": memo},
+            "template": "Send {amount} EUR to {to}?",
+        }))
+        .await;
+    let id = record["id"].as_str().unwrap();
+    let user = json!({"id": ALICE, "first_name": "Alice", "username": "alice"}).to_string();
+    let auth = unix_now().to_string();
+    let data = launch::signed(
+        &[("user", &user), ("auth_date", &auth), ("start_param", id)],
+        app.telegram.token(),
+    );
+    let fragment: String = url::form_urlencoded::Serializer::new(String::new())
+        .append_pair("tgWebAppData", &data)
+        .append_pair("tgWebAppVersion", "8.0")
+        .append_pair("tgWebAppPlatform", "android")
+        .finish();
+    let url = format!("{}#{fragment}", app.url("/app"));
+    let dom = browse(&browser, &url, None).await;
+    assert!(dom.contains("id=\"parameters\""), "{dom}");
+    assert!(
+        dom.contains(memo.trim_end()),
+        "every parameter whole: {dom}"
+    );
+    assert!(
+        dom.contains("ACME GmbH") && dom.contains("Signed in by Telegram as Alice"),
+        "{dom}"
+    );
+    assert!(dom.contains("id=\"approve\""), "Approve is offered: {dom}");
+
+    // The screenshot the docs show: the console on a phone-sized window.
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-phone.png");
+    browse(&browser, &url, Some(&shot)).await;
+    let png = std::fs::read(&shot).expect("a screenshot");
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+}
