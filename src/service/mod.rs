@@ -217,6 +217,17 @@ pub struct View {
     pub extend_seconds: Option<u64>,
     /// The question was escalated (shown on its messages).
     pub escalation: Option<EscalationView>,
+    /// The console's button under a pending question, when `[mini_app]` is on.
+    pub review: Option<Review>,
+}
+
+/// The button that opens the console on a question.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Review {
+    /// A `web_app` button (private chats: Telegram refuses them in groups) to this URL.
+    WebApp(String),
+    /// A link to the app (`https://t.me/<bot>/<short_name>?startapp=<id>`), for groups.
+    Link(String),
 }
 
 /// Where a question was escalated, as its messages say.
@@ -663,6 +674,30 @@ impl Service {
                         && chat_id == self.chat_of(&to.name, to.chat_id),
                 })
             }),
+            review: self.review_of(record, chat_id),
         }
+    }
+
+    /// The console's button under `record` in `chat_id`: a `web_app` button in a private
+    /// chat; in a group a link to the app registered with @BotFather (when its
+    /// `short_name` and the bot's username are known). None when the console is off or
+    /// the question ended.
+    fn review_of(&self, record: &Question, chat_id: i64) -> Option<Review> {
+        let app = self.config.mini_app.as_ref()?;
+        if record.is_terminal() {
+            return None;
+        }
+        if chat_id > 0 {
+            return Some(Review::WebApp(format!(
+                "{}/app?q={}",
+                app.public_url, record.id
+            )));
+        }
+        let bot = self.bot_username.get()?;
+        let short = app.short_name.as_ref()?;
+        Some(Review::Link(format!(
+            "https://t.me/{bot}/{short}?startapp={}",
+            record.id
+        )))
     }
 }

@@ -162,6 +162,28 @@ pub async fn register(bot: Bot, service: Arc<Service>, stop: CancellationToken) 
     {
         tracing::info!("operator commands registered with Telegram");
     }
+    // The console ([mini_app]): the bot's menu button opens it in private chats.
+    let console = service
+        .config()
+        .mini_app
+        .as_ref()
+        .and_then(|app| format!("{}/app", app.public_url).parse().ok());
+    if let Some(url) = console {
+        let button = teloxide::types::MenuButton::WebApp {
+            text: "Console".to_owned(),
+            web_app: teloxide::types::WebAppInfo { url },
+        };
+        if super::startup::until_ok(&stop, metrics, "setChatMenuButton", || {
+            bot.set_chat_menu_button()
+                .menu_button(button.clone())
+                .send()
+        })
+        .await
+        .is_some()
+        {
+            tracing::info!("the console is the bot's menu button in private chats");
+        }
+    }
 }
 
 /// How many entries a list shows before "and N more".

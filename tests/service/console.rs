@@ -451,3 +451,78 @@ async fn in_a_real_browser_the_page_shows_the_pending_question_with_every_parame
     let png = std::fs::read(&shot).expect("a screenshot");
     assert!(png.starts_with(b"\x89PNG"), "a PNG");
 }
+
+#[tokio::test]
+async fn a_question_offers_the_console_as_a_web_app_in_private_and_as_the_apps_link_in_groups() {
+    use crate::support::fake_telegram::BOT_USERNAME;
+    use crate::support::interactions::post_interaction;
+    let app = TestApp::spawn_with_settings(|toml| {
+        with_console(toml).replace(
+            "max_age_seconds = 600\n",
+            "max_age_seconds = 600\nshort_name = \"console\"\n",
+        )
+    })
+    .await;
+    // The bot's menu button opens the console in private chats.
+    let menu = app.telegram.wait_for_requests("setChatMenuButton", 1).await;
+    assert_eq!(
+        menu[0].body["menu_button"]["web_app"]["url"], "http://127.0.0.1:9/app",
+        "{:?}",
+        menu[0].body
+    );
+
+    // In a group: a link to the app registered with @BotFather, naming the question.
+    let (record, message_id) = app
+        .ask_suspended(json!({"tool": "deploy", "owner_id": "emp-1", "params": {"v": 1}}))
+        .await;
+    let id = record["id"].as_str().unwrap();
+    let group = app.telegram.message(OPS_CHAT, message_id);
+    let review = group
+        .buttons
+        .iter()
+        .flatten()
+        .find(|b| b.text == "🔎 Review")
+        .expect("a Review button");
+    assert_eq!(
+        review.url.as_deref(),
+        Some(format!("https://t.me/{BOT_USERNAME}/console?startapp={id}").as_str())
+    );
+    assert_eq!(
+        review.web_app, None,
+        "Telegram refuses web_app buttons in groups"
+    );
+
+    // In a private chat: the page itself, as a web_app button.
+    let (s, view) = post_interaction(
+        &app,
+        json!({"interaction": {"interaction_id": "ask-alice", "question": "Ship it?", "interaction_type": "approval"},
+               "recipient": "alice"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{view}");
+    let private = app
+        .telegram
+        .wait_for_message_in(ALICE as i64, 1)
+        .await
+        .remove(0);
+    let review = private
+        .buttons
+        .iter()
+        .flatten()
+        .find(|b| b.text == "🔎 Review")
+        .expect("a Review button");
+    assert_eq!(
+        review.web_app.as_deref(),
+        Some(format!("http://127.0.0.1:9/app?q={}", view["id"].as_str().unwrap()).as_str())
+    );
+
+    // Once decided the buttons go, the Review button with them.
+    app.telegram.tap(OPS_CHAT, message_id, "✅ Approve", bob());
+    let decided = app
+        .telegram
+        .wait_for_message(OPS_CHAT, message_id, "no buttons once decided", |m| {
+            !m.has_buttons()
+        })
+        .await;
+    assert!(decided.buttons.is_empty());
+}

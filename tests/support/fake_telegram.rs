@@ -188,6 +188,8 @@ pub struct Button {
     pub text: String,
     pub callback_data: Option<String>,
     pub url: Option<String>,
+    /// A `web_app` button's URL (a Mini App opened in the chat).
+    pub web_app: Option<String>,
 }
 
 /// Which button [`FakeTelegram::tap`] presses: its exact text, or its position
@@ -1088,6 +1090,7 @@ impl StoredMessage {
                         text: field(button, "text").unwrap_or_default(),
                         callback_data: field(button, "callback_data"),
                         url: field(button, "url"),
+                        web_app: button["web_app"]["url"].as_str().map(str::to_owned),
                     })
                     .collect()
             })
@@ -1940,6 +1943,8 @@ async fn call_method(shared: &Shared, method: &str, body: &Value) -> ApiResult {
         }
         // Recorded like every request; `my_commands` reads the last one back.
         "setmycommands" => Ok(Value::Bool(true)),
+        // Recorded like every request (the console's menu button).
+        "setchatmenubutton" => Ok(Value::Bool(true)),
         "sendmessage" => shared.mutate(|state| state.send_message(body)),
         "senddocument" => shared.mutate(|state| state.send_document(body)),
         "editmessagetext" => shared.mutate(|state| state.edit_message(body, true)),
@@ -2376,7 +2381,13 @@ fn reply_markup_param(body: &Value, purpose: MarkupFor) -> Result<Markup, ApiFai
         }
         return force_reply_markup(&markup).ok_or_else(unparsable);
     };
+    // Telegram takes `web_app` buttons in private chats only: in a group it refuses the
+    // whole message.
+    let private = body["chat_id"].as_i64().is_some_and(|id| id > 0);
     for button in rows.iter().filter_map(Value::as_array).flatten() {
+        if button.get("web_app").is_some() && !private {
+            return Err(ApiFailure::bad_request("BUTTON_TYPE_INVALID"));
+        }
         if let Some(data) = button.get("callback_data") {
             let length = data.as_str().map_or(0, str::len);
             if length == 0 || length > MAX_CALLBACK_DATA_BYTES {

@@ -156,7 +156,9 @@ function start() {
     const user = JSON.parse(params.get("user") || "{}");
     document.getElementById("who").textContent = user.first_name ? "Signed in by Telegram as " + user.first_name : "";
   } catch (_) { /* the service checks the data; the greeting is only a courtesy */ }
-  const wanted = params.get("start_param");
+  // From a question's button: ?q=<id> (a web_app button in a private chat), or the
+  // launch data's start_param (the app's link from a group).
+  const wanted = params.get("start_param") || new URLSearchParams(location.search).get("q");
   const first = wanted ? showOne(wanted) : showList();
   first.catch(showError);
 }

@@ -34,7 +34,7 @@ use time::OffsetDateTime;
 use crate::domain::interaction::InteractionType;
 use crate::domain::question::{Question, operator_time as date_time};
 use crate::domain::text::{self, Layout};
-use crate::service::{TapAction, View};
+use crate::service::{Review, TapAction, View};
 
 use interaction::interaction_text;
 use keyboard::{approve_keyboard, button_label, rows};
@@ -237,7 +237,7 @@ pub fn render(r: &Question, view: &View) -> (String, Markup) {
                 view,
             ))
         };
-        return (decided_text_in(r, view), markup);
+        return (decided_text_in(r, view), with_review(markup, view));
     };
     let mut text = interaction_text(r, i, view);
     if let Some(line) = outcome_line(r) {
@@ -296,5 +296,31 @@ pub fn render(r: &Question, view: &View) -> (String, Markup) {
             Markup::Keyboard(InlineKeyboardMarkup::new(rows))
         }
     };
-    (text, markup)
+    (text, with_review(markup, view))
+}
+
+/// The console's label on a question's button.
+pub const REVIEW_LABEL: &str = "🔎 Review";
+
+/// `markup` with the console's button on a row of its own, when the view offers it.
+fn with_review(markup: Markup, view: &View) -> Markup {
+    let (Markup::Keyboard(mut keyboard), Some(review)) = (markup.clone(), &view.review) else {
+        return markup;
+    };
+    let button = match review {
+        Review::WebApp(url) => url.parse().ok().map(|url| {
+            InlineKeyboardButton::web_app(REVIEW_LABEL, teloxide::types::WebAppInfo { url })
+        }),
+        Review::Link(url) => url
+            .parse()
+            .ok()
+            .map(|url| InlineKeyboardButton::url(REVIEW_LABEL, url)),
+    };
+    match button {
+        Some(b) => {
+            keyboard.inline_keyboard.push(vec![b]);
+            Markup::Keyboard(keyboard)
+        }
+        None => markup,
+    }
 }
