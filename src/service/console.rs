@@ -5,6 +5,9 @@
 
 use super::*;
 use crate::domain::audit::AuditEvent;
+use crate::domain::grant::Grant;
+use crate::domain::ids::GrantId;
+use crate::storage::{LiveWindow, WindowUse};
 
 impl Service {
     /// The first chat (in posting order) where `user` may answer `record`, if any.
@@ -160,5 +163,105 @@ impl Service {
             return Err(ServiceError::AlreadyDecided(Box::new(now_stored)));
         }
         Ok(now_stored)
+    }
+}
+
+impl Service {
+    /// The routes `user` approves: whose windows and grants they see and may revoke in
+    /// the console, as they may in those routes' chats.
+    fn console_routes(&self, user: &Operator) -> Vec<Arc<Route>> {
+        let mut routes: Vec<Arc<Route>> = self
+            .config
+            .routes
+            .values()
+            .filter(|r| r.may_decide(user.id))
+            .cloned()
+            .collect();
+        routes.sort_by(|a, b| a.name.cmp(&b.name));
+        routes
+    }
+
+    /// The live windows of `user`'s routes, soonest to close first, each with what it let
+    /// through.
+    pub async fn console_windows(
+        &self,
+        user: &Operator,
+    ) -> Result<Vec<(LiveWindow, WindowUse)>, ServiceError> {
+        let now = now();
+        let mut live = Vec::new();
+        for route in self.console_routes(user) {
+            live.extend(self.store.live_windows(&route.name, now).await?);
+        }
+        live.sort_by(|a, b| {
+            (a.window.expires_at, &a.window.opened_by)
+                .cmp(&(b.window.expires_at, &b.window.opened_by))
+        });
+        let mut out = Vec::with_capacity(live.len());
+        for w in live {
+            let used = self.store.window_use(&w.window.opened_by).await?;
+            out.push((w, used));
+        }
+        Ok(out)
+    }
+
+    /// Closes the window `opened_by` opened, as `user` would with `/revoke` in its route's
+    /// chat; not found when it is not live or not of a route they approve.
+    pub async fn console_revoke_window(
+        &self,
+        user: &Operator,
+        opened_by: &ConfirmationId,
+    ) -> Result<LiveWindow, ServiceError> {
+        let now = now();
+        let Some(w) = self.store.live_window_opened_by(opened_by, now).await? else {
+            return Err(ServiceError::NotFound);
+        };
+        let Some(route) = self
+            .console_routes(user)
+            .into_iter()
+            .find(|r| r.name == w.route)
+        else {
+            return Err(ServiceError::NotFound);
+        };
+        let chat = self.chat_of(&route.name, route.chat_id);
+        let revoked = self
+            .store
+            .revoke_window(opened_by, user, chat, now)
+            .await?
+            .ok_or(ServiceError::NotFound)?;
+        tracing::info!(id = %opened_by, user_id = user.id, route = %revoked.route,
+            "confirmation window revoked from the console");
+        Ok(revoked)
+    }
+
+    /// The live grants of `user`'s routes, soonest to end first.
+    pub async fn console_grants(&self, user: &Operator) -> Result<Vec<Grant>, ServiceError> {
+        let now = now();
+        let mut live = Vec::new();
+        for route in self.console_routes(user) {
+            live.extend(self.store.live_grants(None, Some(&route.name), now).await?);
+        }
+        live.sort_by(|a, b| (a.expires_at, &a.grant_id).cmp(&(b.expires_at, &b.grant_id)));
+        Ok(live)
+    }
+
+    /// Revokes grant `id` as `user` would with its Revoke button; not found when it is
+    /// not live or not of a route they approve.
+    pub async fn console_revoke_grant(
+        &self,
+        user: &Operator,
+        id: &GrantId,
+    ) -> Result<Grant, ServiceError> {
+        let mine: Vec<String> = self
+            .console_routes(user)
+            .into_iter()
+            .map(|r| r.name.clone())
+            .collect();
+        match self
+            .revoke_grant_as(id, user, |route| mine.iter().any(|m| m == route))
+            .await?
+        {
+            CommandReply::GrantRevoked { grant, .. } => Ok(*grant),
+            _ => Err(ServiceError::NotFound),
+        }
     }
 }

@@ -526,3 +526,92 @@ async fn a_question_offers_the_console_as_a_web_app_in_private_and_as_the_apps_l
         .await;
     assert!(decided.buttons.is_empty());
 }
+
+/// `POST path` (a revoke) as the user of `data`.
+async fn console_post(app: &TestApp, path: &str, data: &str) -> (StatusCode, Value) {
+    let r = app
+        .client
+        .post(app.url(path))
+        .header("Authorization", format!("tma {data}"))
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("console POST");
+    json_of(r).await
+}
+
+#[tokio::test]
+async fn an_approver_lists_and_revokes_the_windows_and_grants_of_their_routes_from_the_console() {
+    let app = TestApp::spawn_with_settings(with_console).await;
+    // A window: approved for 10 min, then used once.
+    let call =
+        json!({"tool": "check_in", "owner_id": "emp-1", "params": {"e": 7}, "window_seconds": 600});
+    let (record, message_id) = app.ask_suspended(call.clone()).await;
+    let id = record["id"].as_str().unwrap();
+    let label = approve_label(600);
+    app.telegram
+        .tap(OPS_CHAT, message_id, label.as_str(), bob());
+    app.wait_status(id, "confirmed").await;
+    let (s, hit) = app.create(call.clone()).await;
+    assert_eq!((s, hit["via"].as_str()), (StatusCode::OK, Some("window")));
+    // A grant: asked and approved in the chat.
+    let asking = {
+        let (client, url) = (app.client.clone(), app.url("/v1/grants"));
+        tokio::spawn(async move {
+            let r = client
+                .post(url)
+                .bearer_auth(TOKEN_A)
+                .json(&json!({"owner_id": "emp-1", "scope": "tool:deploy"}))
+                .send()
+                .await
+                .unwrap();
+            json_of(r).await
+        })
+    };
+    let question = app
+        .telegram
+        .wait_for_message_in(OPS_CHAT, 2)
+        .await
+        .remove(1);
+    app.telegram
+        .tap(OPS_CHAT, question.message_id, "✅ Approve", alice());
+    let (s, granted) = asking.await.unwrap();
+    assert_eq!(s, StatusCode::CREATED, "{granted}");
+    let grant_id = granted["grant"]["grant_id"].as_str().unwrap().to_owned();
+
+    let alice = as_user(&app, ALICE, "Alice");
+    let (s, w) = console_get(&app, "/app/api/windows", Some(&alice)).await;
+    assert_eq!(s, StatusCode::OK, "{w}");
+    assert_eq!(w["windows"][0]["id"], id);
+    assert_eq!(w["windows"][0]["calls"], 1);
+    let (_, g) = console_get(&app, "/app/api/grants", Some(&alice)).await;
+    assert_eq!(g["grants"][0]["id"], grant_id.as_str());
+
+    // Carol approves another route: she sees neither, and revokes nothing.
+    let carol = as_user(&app, CAROL, "Carol");
+    let (_, w) = console_get(&app, "/app/api/windows", Some(&carol)).await;
+    assert_eq!(w["windows"], json!([]));
+    let (_, g) = console_get(&app, "/app/api/grants", Some(&carol)).await;
+    assert_eq!(g["grants"], json!([]));
+    let (s, _) = console_post(&app, &format!("/app/api/windows/{id}/revoke"), &carol).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, _) = console_post(&app, &format!("/app/api/grants/{grant_id}/revoke"), &carol).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+
+    // Alice revokes both: the next identical call asks again, and the grant is gone.
+    let (s, r) = console_post(&app, &format!("/app/api/windows/{id}/revoke"), &alice).await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    let (s, r) = console_post(&app, &format!("/app/api/grants/{grant_id}/revoke"), &alice).await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    let mut again = call.clone();
+    again["wait"] = json!("suspend");
+    let (s, next) = app.create(again).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "the window is closed: {next}");
+    let (_, g) = console_get(&app, "/app/api/grants", Some(&alice)).await;
+    assert_eq!(g["grants"], json!([]));
+    let kinds = app.audit_kinds(id).await;
+    assert!(kinds.contains(&"window_revoked".to_owned()), "{kinds:?}");
+    // Revoked already: not found.
+    let (s, _) = console_post(&app, &format!("/app/api/windows/{id}/revoke"), &alice).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+}

@@ -502,6 +502,15 @@ impl TestApp {
         b["events"].as_array().expect("events").clone()
     }
 
+    /// The kinds of question `id`'s audit events, oldest first.
+    pub async fn audit_kinds(&self, id: &str) -> Vec<String> {
+        self.audit_events(id)
+            .await
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
     /// `GET /metrics` as text (the test config leaves it open on loopback).
     pub async fn metrics_text(&self) -> String {
         self.client

@@ -64,16 +64,43 @@ function summary(q) {
 
 async function showList() {
   const main = document.getElementById("main");
-  const { questions } = await api("/app/api/questions");
+  const [{ questions }, { windows }, { grants }] = await Promise.all([
+    api("/app/api/questions"), api("/app/api/windows"), api("/app/api/grants")]);
   main.replaceChildren();
   if (questions.length === 0) {
     main.append(el("p", { class: "hint" }, "Nothing waits for you."));
-    return;
   }
   for (const q of questions) {
     const card = el("div", { class: "card", "data-id": q.id },
       el("button", { class: "open", onclick: () => showOne(q.id).catch(showError) }, summary(q)));
     main.append(card);
+  }
+  if (windows.length > 0) main.append(el("h2", {}, "Open windows"));
+  for (const w of windows) {
+    main.append(el("div", { class: "card", "data-window": w.id },
+      el("div", {}, el("strong", {}, w.tool), " · ", w.agent, " · owner ", w.owner_id),
+      el("div", { class: "hint" }, "until " + w.expires_at + " · let through " + w.calls + " call(s)" +
+        (w.failed > 0 ? ", " + w.failed + " failed" : "")),
+      el("button", { onclick: () => revoke("windows", w.id) }, "🔒 Revoke")));
+  }
+  if (grants.length > 0) main.append(el("h2", {}, "Grants"));
+  for (const g of grants) {
+    main.append(el("div", { class: "card", "data-grant": g.id },
+      el("div", {}, g.agent, " may run ", g.scope, " for ", g.owner_id),
+      el("div", { class: "hint" }, "granted by " + g.granted_by + " · until " + g.expires_at),
+      el("button", { onclick: () => revoke("grants", g.id) }, "🔒 Revoke")));
+  }
+}
+
+// Revoking ends a standing approval at once: asked once more, then sent.
+async function revoke(kind, id) {
+  const ok = await confirmed("Revoke it now? The next such call asks a person again.");
+  if (!ok) return;
+  try {
+    await api("/app/api/" + kind + "/" + encodeURIComponent(id) + "/revoke", {});
+    await showList();
+  } catch (e) {
+    showError(e);
   }
 }
 

@@ -27,7 +27,7 @@ use crate::service::{ConsoleAction, ServiceError, now};
 
 mod view;
 
-use view::{QuestionDetail, QuestionList, QuestionView};
+use view::{GrantView, QuestionDetail, QuestionList, QuestionView, WindowView};
 
 /// The page and its script, embedded: no build step, no CDN but Telegram's own script.
 const PAGE: &str = include_str!("page.html");
@@ -50,6 +50,10 @@ pub fn routes(router: Router<AppState>, enabled: bool) -> Router<AppState> {
         .route("/app/api/questions", get(list))
         .route("/app/api/questions/{id}", get(detail))
         .route("/app/api/questions/{id}/decision", post(decision))
+        .route("/app/api/windows", get(windows))
+        .route("/app/api/windows/{id}/revoke", post(revoke_window))
+        .route("/app/api/grants", get(grants))
+        .route("/app/api/grants/{id}/revoke", post(revoke_grant))
 }
 
 fn static_file(content_type: &'static str, body: &'static str) -> Response {
@@ -217,4 +221,69 @@ async fn decision(
             e => e.into(),
         })?;
     Ok(Json(QuestionView::of(&record, confirm_twice(&state, &record))).into_response())
+}
+
+/// `GET /app/api/windows`: the live windows of the routes this user approves, soonest to
+/// close first, with what each let through.
+async fn windows(
+    State(state): State<AppState>,
+    ConsoleUser(user): ConsoleUser,
+) -> Result<Response, ApiError> {
+    let live = state.service.console_windows(&user).await?;
+    let windows: Vec<WindowView> = live.iter().map(|(w, u)| WindowView::of(w, *u)).collect();
+    Ok(Json(serde_json::json!({ "windows": windows })).into_response())
+}
+
+/// `POST /app/api/windows/{id}/revoke` (`id`: the request that opened it): closes it, as
+/// `/revoke` in its route's chat would; 404 when it is not live or not this user's to
+/// close.
+async fn revoke_window(
+    State(state): State<AppState>,
+    ConsoleUser(user): ConsoleUser,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id =
+        ConfirmationId::parse(&id).map_err(|_| ApiError::NotFound("no such live window".into()))?;
+    let revoked = state
+        .service
+        .console_revoke_window(&user, &id)
+        .await
+        .map_err(|e| match e {
+            ServiceError::NotFound => ApiError::NotFound("no such live window".into()),
+            e => e.into(),
+        })?;
+    Ok(Json(serde_json::json!({
+        "revoked": WindowView::of(&revoked, Default::default())
+    }))
+    .into_response())
+}
+
+/// `GET /app/api/grants`: the live grants of the routes this user approves.
+async fn grants(
+    State(state): State<AppState>,
+    ConsoleUser(user): ConsoleUser,
+) -> Result<Response, ApiError> {
+    let live = state.service.console_grants(&user).await?;
+    let grants: Vec<GrantView> = live.iter().map(GrantView::of).collect();
+    Ok(Json(serde_json::json!({ "grants": grants })).into_response())
+}
+
+/// `POST /app/api/grants/{id}/revoke`: revokes it, as its Revoke button would; 404 when
+/// it is not live or not this user's to revoke.
+async fn revoke_grant(
+    State(state): State<AppState>,
+    ConsoleUser(user): ConsoleUser,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = crate::domain::ids::GrantId::parse(&id)
+        .map_err(|_| ApiError::NotFound("no such live grant".into()))?;
+    let revoked = state
+        .service
+        .console_revoke_grant(&user, &id)
+        .await
+        .map_err(|e| match e {
+            ServiceError::NotFound => ApiError::NotFound("no such live grant".into()),
+            e => e.into(),
+        })?;
+    Ok(Json(serde_json::json!({ "revoked": GrantView::of(&revoked) })).into_response())
 }

@@ -6,10 +6,12 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use crate::domain::audit::AuditEvent;
+use crate::domain::grant::{Grant, scope_in_words};
 use crate::domain::python;
 use crate::domain::question::{Question, rfc3339, window_duration};
 use crate::domain::shown::params_view;
 use crate::domain::text::{self, Layout};
+use crate::storage::{LiveWindow, WindowUse};
 
 #[derive(Serialize)]
 pub struct QuestionList {
@@ -119,6 +121,63 @@ impl QuestionView {
                 && r.interaction.as_ref().is_none_or(|i| {
                     i.kind == crate::domain::interaction::InteractionType::Approval
                 }),
+        }
+    }
+}
+
+/// A live window, as the console lists it.
+#[derive(Serialize)]
+pub struct WindowView {
+    /// The request that opened it (what Revoke names).
+    pub id: String,
+    pub tool: String,
+    pub agent: String,
+    pub owner_id: String,
+    pub route: String,
+    pub expires_at: String,
+    /// The calls it let through, and how many of them failed.
+    pub calls: u64,
+    pub failed: u64,
+}
+
+impl WindowView {
+    pub fn of(w: &LiveWindow, used: WindowUse) -> WindowView {
+        WindowView {
+            id: w.window.opened_by.to_string(),
+            tool: line(w.window.key.tool.as_str()),
+            agent: line(&w.window.key.agent),
+            owner_id: line(w.window.key.owner_id.as_str()),
+            route: line(&w.route),
+            expires_at: rfc3339(w.window.expires_at),
+            calls: used.calls,
+            failed: used.failed,
+        }
+    }
+}
+
+/// A live grant, as the console lists it.
+#[derive(Serialize)]
+pub struct GrantView {
+    pub id: String,
+    pub agent: String,
+    pub owner_id: String,
+    /// What it lets through, in words.
+    pub scope: String,
+    pub route: String,
+    pub granted_by: String,
+    pub expires_at: String,
+}
+
+impl GrantView {
+    pub fn of(g: &Grant) -> GrantView {
+        GrantView {
+            id: g.grant_id.to_string(),
+            agent: line(&g.agent),
+            owner_id: line(g.owner_id.as_str()),
+            scope: line(&scope_in_words(&g.scope)),
+            route: line(&g.route),
+            granted_by: line(&g.granted_by.to_string()),
+            expires_at: rfc3339(g.expires_at),
         }
     }
 }
