@@ -89,6 +89,8 @@ async fn open_window(store: &SqliteStore, tool: &ToolName, owner: &OwnerId) {
         expect_outcome_seconds: None,
         execution: None,
         recalled: None,
+        args_schema: None,
+        edited: None,
     };
     store.insert(&record, now).await.expect("insert");
     let operator = Operator {

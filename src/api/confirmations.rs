@@ -16,6 +16,7 @@ use super::extract::{AuthAgent, Body};
 use super::limits::Held;
 use super::record::{RecordView, WindowUseView};
 use crate::config::{Agent, Config};
+use crate::domain::edit::ArgsSchema;
 use crate::domain::grant::Scope;
 use crate::domain::ids::{ConfirmationId, IdempotencyKey, OwnerId, ToolName};
 use crate::domain::outbox::{Url, callback_path_refusal};
@@ -54,6 +55,7 @@ const FIELDS: &[&str] = &[
     "callback_url",
     "grant_scope",
     "require_grant_only",
+    "args_schema",
 ];
 
 /// A JSON object's members as raw JSON, read as sent.
@@ -95,9 +97,11 @@ pub struct CallFields {
     pub owner_id: OwnerId,
     /// `None` when absent: the caller's default applies.
     pub window_seconds: Option<u64>,
+    /// The tool's argument schema, checked as a JSON Schema.
+    pub args_schema: Option<ArgsSchema>,
 }
 
-/// Reads `tool`, `params`, `owner_id` and `window_seconds` of an object found at `at`
+/// Reads `tool`, `params`, `owner_id`, `window_seconds` and `args_schema` of an object found at `at`
 /// (see [`field_at`]), naming the first field at fault.
 pub fn call_fields(body: &RawObject, at: &str) -> Result<CallFields, ApiError> {
     let named = |name: &str| format!("{at}{name}");
@@ -143,12 +147,19 @@ pub fn call_fields(body: &RawObject, at: &str) -> Result<CallFields, ApiError> {
             ));
         }
     };
+    let args_schema = match body.get("args_schema").filter(|r| r.get() != "null") {
+        None => None,
+        Some(raw) => Some(
+            ArgsSchema::parse(raw.get()).map_err(|e| ApiError::field(named("args_schema"), e.0))?,
+        ),
+    };
     Ok(CallFields {
         tool,
         params,
         params_json: raw_params.get().to_owned(),
         owner_id,
         window_seconds,
+        args_schema,
     })
 }
 
@@ -232,6 +243,7 @@ pub fn parse_create(
         params_json,
         owner_id,
         window_seconds,
+        args_schema,
     } = call_fields(&body, "")?;
     let window_seconds = window_seconds.unwrap_or(config.default_window_seconds);
     let template = shown_text(&body, "template", MAX_TEMPLATE_CHARS)?;
@@ -296,6 +308,7 @@ pub fn parse_create(
             context,
             callback_url,
             grant,
+            args_schema,
         },
         wait,
     ))

@@ -48,6 +48,8 @@ pub enum ApiError {
     PayloadTooLarge,
     /// 422: a field is invalid.
     InvalidField { field: String, reason: String },
+    /// 422: edited parameters that do not fit the tool's schema, each field at fault.
+    InvalidParameters(Vec<FieldError>),
     /// 429, with `Retry-After` in whole seconds.
     TooManyRequests {
         message: String,
@@ -78,6 +80,19 @@ pub struct ErrorDetail {
     pub code: ErrorCode,
     /// A sentence for humans; for `invalid_field` it starts with the field's name.
     pub message: String,
+    /// For `invalid_parameters`: each parameter at fault (a dotted path such as
+    /// `target.region`) and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fields: Option<Vec<FieldError>>,
+}
+
+/// One parameter of an edit at fault (`invalid_parameters`).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FieldError {
+    /// The parameter, as a dotted path (`amount`, `target.region`, `tags[2]`); empty
+    /// when the parameters as a whole are at fault.
+    pub field: String,
+    pub message: String,
 }
 
 /// What went wrong, stable for programs to match on (the message is not).
@@ -94,6 +109,8 @@ pub enum ErrorCode {
     Conflict,
     PayloadTooLarge,
     InvalidField,
+    /// Edited parameters that do not fit the tool's `args_schema`; `fields` names each.
+    InvalidParameters,
     RateLimited,
     /// Over the agent's `max_streams` or `max_long_polls`.
     TooManyStreams,
@@ -144,7 +161,11 @@ impl ApiError {
 }
 
 fn body(status: StatusCode, code: ErrorCode, message: String) -> Response {
-    let error = ErrorDetail { code, message };
+    let error = ErrorDetail {
+        code,
+        message,
+        fields: None,
+    };
     (status, Json(ErrorBody { error })).into_response()
 }
 
@@ -205,6 +226,7 @@ impl IntoResponse for ApiError {
                 let error = ErrorDetail {
                     code: ErrorCode::AlreadyDecided,
                     message: format!("the confirmation is already {}", r.status.as_str()),
+                    fields: None,
                 };
                 let confirmation = RecordView::from(&*r);
                 (
@@ -220,6 +242,7 @@ impl IntoResponse for ApiError {
                 let error = ErrorDetail {
                     code: ErrorCode::AlreadyDecided,
                     message: format!("the interaction is already {}", r.public_status()),
+                    fields: None,
                 };
                 let interaction = InteractionView::from(&*r);
                 (
@@ -232,6 +255,7 @@ impl IntoResponse for ApiError {
                 let error = ErrorDetail {
                     code: ErrorCode::Conflict,
                     message,
+                    fields: None,
                 };
                 let confirmation = RecordView::from(&*record);
                 (
@@ -258,6 +282,22 @@ impl IntoResponse for ApiError {
                 ErrorCode::InvalidField,
                 format!("{field}: {reason}"),
             ),
+            ApiError::InvalidParameters(fields) => {
+                let message = fields
+                    .iter()
+                    .map(|f| match f.field.as_str() {
+                        "" => f.message.clone(),
+                        name => format!("{name}: {}", f.message),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                let error = ErrorDetail {
+                    code: ErrorCode::InvalidParameters,
+                    message: format!("parameters: {message}; nothing was decided"),
+                    fields: Some(fields),
+                };
+                (StatusCode::UNPROCESSABLE_ENTITY, Json(ErrorBody { error })).into_response()
+            }
             ApiError::TooManyRequests {
                 message,
                 retry_after_secs,
@@ -335,6 +375,16 @@ impl From<ServiceError> for ApiError {
                     .into(),
                 record,
             },
+            ServiceError::NotEditable(why) => ApiError::field("parameters", why),
+            ServiceError::InvalidEdit(fields) => ApiError::InvalidParameters(
+                fields
+                    .into_iter()
+                    .map(|f| FieldError {
+                        field: f.field,
+                        message: f.message,
+                    })
+                    .collect(),
+            ),
             ServiceError::NotInConsole(kind) => ApiError::field(
                 "action",
                 format!("a {kind} question is answered in the chat, not in the console"),

@@ -34,7 +34,13 @@ pub use crate::domain::limits::{MAX_NOTIFICATION_CHARS, MAX_RECIPIENT_CHARS};
 /// The fields of a `POST /v1/interactions` body.
 pub const FIELDS: &[&str] = &["interaction", "route", "recipient", "callback_url", "call"];
 /// The fields of a `call` (the tool call an approval is about).
-pub const CALL_FIELDS: &[&str] = &["tool", "params", "owner_id", "window_seconds"];
+pub const CALL_FIELDS: &[&str] = &[
+    "tool",
+    "params",
+    "owner_id",
+    "window_seconds",
+    "args_schema",
+];
 /// The fields of a `POST /v1/notifications` body.
 pub const NOTIFICATION_FIELDS: &[&str] = &["message", "route", "recipient"];
 
@@ -183,6 +189,7 @@ fn call(bytes: &[u8], interaction: &interaction::Interaction) -> Result<Option<C
         owner_id: c.owner_id,
         // An agent that keeps no window says nothing: none.
         window_seconds: c.window_seconds.unwrap_or(0),
+        args_schema: c.args_schema,
     }))
 }
 

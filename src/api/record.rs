@@ -96,6 +96,13 @@ pub struct RecordView {
     /// otherwise.
     #[schema(required = true)]
     pub window_use: Option<WindowUseView>,
+    /// True when an operator approved the call with changes (edit before execute, in the
+    /// console): `parameters` and `args_hash` are then the edited call's, the one to run.
+    pub edited: bool,
+    /// The argument hash of the call as the agent asked for it, when an operator edited
+    /// it; null otherwise.
+    #[schema(required = true)]
+    pub original_args_hash: Option<String>,
 }
 
 /// What happened when the confirmed call ran.
@@ -285,6 +292,8 @@ impl From<&Question> for RecordView {
             outcome: OutcomeView::of(r),
             recalled: RecalledView::of(r),
             window_use: None,
+            edited: r.edited.is_some(),
+            original_args_hash: r.edited.as_ref().map(|e| e.original_args_hash.to_string()),
         }
     }
 }
@@ -302,6 +311,12 @@ pub struct CallView {
     /// What the agent asked for when the route's cap cut it; null when as asked.
     #[schema(required = true)]
     pub window_requested_seconds: Option<u64>,
+    /// True when an operator approved the form with changes (in the console): the
+    /// result holds the edited parameters and `args_hash` is theirs.
+    pub edited: bool,
+    /// The argument hash of the call as the agent sent it, when edited; else null.
+    #[schema(required = true)]
+    pub original_args_hash: Option<String>,
 }
 
 /// An interaction (AI-Parrot's `HumanInteraction`) as agents see it: `{"id",
@@ -411,6 +426,8 @@ impl From<&Question> for InteractionView {
                 args_hash: r.args_hash.to_string(),
                 window_seconds: r.window_seconds,
                 window_requested_seconds: r.window_requested_seconds,
+                edited: r.edited.is_some(),
+                original_args_hash: r.edited.as_ref().map(|e| e.original_args_hash.to_string()),
             }),
             denial_reason: r.denial_reason.clone(),
             do_not_retry: r.do_not_retry(),

@@ -444,6 +444,8 @@ mod tests {
             expect_outcome_seconds: None,
             execution: None,
             recalled: None,
+            args_schema: None,
+            edited: None,
         }
     }
 

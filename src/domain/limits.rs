@@ -26,6 +26,10 @@ pub const MAX_PARAM_KEYS: usize = 1000;
 /// decision nobody should take by typo.
 pub const MAX_WINDOW_SECONDS: u64 = 366 * 24 * 3600;
 
+/// Largest `args_schema` (a tool's JSON Schema, compact): pydantic's schemas of real
+/// tools are a few KiB.
+pub const MAX_ARGS_SCHEMA_BYTES: usize = 32 * 1024;
+
 /// Longest `recipient` (a `[people]` name).
 pub const MAX_RECIPIENT_CHARS: usize = 200;
 /// Longest notification text; Telegram's own limit is 4096 after the bell we prepend.

@@ -13,12 +13,14 @@
 //! (`allow`, `ask`, `deny`), checked at load (not yet read from the configuration);
 //! `grant` is what a human lets an agent do for an owner for a while (a scope such as
 //! `tool:deploy`), checked before the confirmation; `execution` is what happened after
-//! the yes (the agent's report of running the call, or `unknown`).
+//! the yes (the agent's report of running the call, or `unknown`); `edit` is edit before
+//! execute: a tool's argument schema and an operator's edit checked against it.
 
 pub mod args_hash;
 pub mod audit;
 pub mod authority;
 pub mod briefing;
+pub mod edit;
 pub mod execution;
 pub mod grant;
 pub mod ids;

@@ -19,7 +19,9 @@ use serde_json::Value;
 use super::args_hash::ArgsHash;
 use super::execution::{Execution, Recalled};
 use super::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
-use super::interaction::{Answer, Interaction, InteractionType, Scope, TimeoutAction};
+use super::interaction::{
+    Answer, ConsensusMode, Interaction, InteractionType, Scope, TimeoutAction,
+};
 use super::rules::Verdict;
 use super::text::{self, Layout};
 
@@ -189,6 +191,29 @@ pub struct Question {
     /// The earlier run of the same agent's same tool the approver is told of (it failed,
     /// or was never reported), as found when the question was asked.
     pub recalled: Option<Recalled>,
+    /// The tool's argument schema the agent sent (`args_schema`, compact JSON, checked
+    /// as a JSON Schema when it came in): with `allow_edit`, the console offers a form
+    /// built from it and checks an operator's edit against it.
+    pub args_schema: Option<String>,
+    /// Set when an operator approved the call with changes: what the agent asked for.
+    /// `params_json` and `args_hash` are then the edited call's, which is what runs and
+    /// what a window covers.
+    pub edited: Option<Edited>,
+}
+
+/// The call as the agent asked for it, before an operator edited it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Edited {
+    pub original_params_json: String,
+    pub original_args_hash: ArgsHash,
+}
+
+/// An operator's edit, applied with the decision that approves it (one write: the call
+/// and its approval change together or not at all).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EditApplied {
+    pub params_json: String,
+    pub args_hash: ArgsHash,
 }
 
 /// The steps of a question between its delivery and its outcome, stored so a restart
@@ -388,6 +413,27 @@ impl Question {
 
     /// The values a `form` question is approved with: the interaction's current values,
     /// or a confirmation's own parameters.
+    /// The argument hash of the call the agent asked for (before any edit): what an
+    /// idempotent repeat of its request must match.
+    pub fn asked_args_hash(&self) -> &ArgsHash {
+        match &self.edited {
+            Some(e) => &e.original_args_hash,
+            None => &self.args_hash,
+        }
+    }
+
+    /// Whether an operator may edit the call before approving it (in the console): the
+    /// agent allows edits and sent the tool's schema, and one answer settles the question
+    /// (an edit is a decision, never one vote among several).
+    pub fn editable(&self) -> bool {
+        self.kind() == InteractionType::Form
+            && self.args_schema.is_some()
+            && match &self.interaction {
+                None => true,
+                Some(i) => self.has_call && i.consensus == ConsensusMode::FirstResponse,
+            }
+    }
+
     pub fn form_values(&self) -> Value {
         match &self.interaction {
             Some(i) => Value::Object(i.form_values.clone()),
@@ -562,6 +608,9 @@ pub struct Decision {
     pub once: bool,
     /// The operator's reason for a no, when they gave one.
     pub denial_reason: Option<String>,
+    /// The parameters an operator approved in place of the agent's (edit before
+    /// execute, from the console).
+    pub edit: Option<EditApplied>,
 }
 
 impl Outcome {
@@ -670,6 +719,7 @@ impl Outcome {
             timeout_action,
             once: approved_once,
             denial_reason,
+            edit: None,
         }
     }
 }

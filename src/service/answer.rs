@@ -435,7 +435,8 @@ impl Service {
                 .await;
             }
         };
-        self.answer(record, &tap.from, value, verdict, None).await
+        self.answer(record, &tap.from, value, verdict, None, None)
+            .await
     }
 
     /// An approver tapped "Deny with reason": the request stays open, and the bot asks
@@ -581,6 +582,7 @@ impl Service {
                 value,
                 Some(Verdict::Deny),
                 Some(reason),
+                None,
             )
             .await?;
         Ok(Some(after))
@@ -623,7 +625,7 @@ impl Service {
             .take(interaction::MAX_FREE_TEXT_CHARS)
             .collect();
         let (_, _, after) = self
-            .answer(record, &reply.from, json!(text), None, None)
+            .answer(record, &reply.from, json!(text), None, None, None)
             .await?;
         Ok(after)
     }
@@ -657,6 +659,7 @@ impl Service {
         value: Value,
         verdict: Option<Verdict>,
         reason: Option<String>,
+        edit: Option<EditApplied>,
     ) -> Result<(String, bool, After), StorageError> {
         // "Once" only means something where a window was offered.
         let once =
@@ -699,7 +702,12 @@ impl Service {
                 },
             }),
         };
-        let decision = settles.map(|o| o.decide(answer.at));
+        // An edit goes only with an answer that settles the question (see
+        // `Question::editable`): it is part of the decision's one write.
+        let decision = settles.map(|o| crate::domain::question::Decision {
+            edit,
+            ..o.decide(answer.at)
+        });
         let record = match self
             .store
             .add_answer(&record.id, &answer, decision.as_ref())

@@ -5,8 +5,10 @@
 
 use super::*;
 use crate::domain::audit::AuditEvent;
+use crate::domain::edit::FieldError;
 use crate::domain::grant::Grant;
 use crate::domain::ids::GrantId;
+use crate::domain::rules::{Call as RuleCall, Effect};
 use crate::storage::{LiveWindow, WindowUse};
 
 impl Service {
@@ -103,17 +105,34 @@ impl ConsoleAction {
     }
 }
 
+/// Parameters an operator edited in the console, as the page sent them.
+#[derive(Debug, Clone)]
+pub struct EditedParams {
+    /// Python's view of them (for the argument hash).
+    pub params: PyDict,
+    /// The object exactly as sent: what the agent is handed back.
+    pub params_json: String,
+    /// The same, as JSON for the schema's check and the rules.
+    pub value: Value,
+}
+
 impl Service {
     /// Decides question `id` as `user` from the console, through the same pipeline as a
     /// tap (one conditional write: the first answer wins; every copy in the chat is
     /// edited), only if `args_hash` is the call's: the page showed this very call. A
     /// question that ended is `AlreadyDecided`; another call, `QuestionChanged`.
+    ///
+    /// `edited`: an approval with changes (edit before execute). Only a question that
+    /// takes edits ([`Question::editable`]) takes them, only parameters that fit the
+    /// tool's schema and that no `deny` rule forbids (else `InvalidEdit`, nothing
+    /// decided); parameters equal to the asked ones are a plain approval.
     pub async fn console_decide(
         self: &Arc<Self>,
         user: &Operator,
         id: &ConfirmationId,
         action: ConsoleAction,
         args_hash: &str,
+        edited: Option<EditedParams>,
     ) -> Result<Question, ServiceError> {
         let Some(record) = self.store.get(id).await? else {
             return Err(ServiceError::NotFound);
@@ -128,9 +147,20 @@ impl Service {
             return Err(ServiceError::QuestionChanged(Box::new(record)));
         }
         let kind = record.kind();
-        if record.interaction.is_some() && kind != InteractionType::Approval {
+        let in_console = match &record.interaction {
+            None => true,
+            Some(_) => {
+                kind == InteractionType::Approval
+                    || (kind == InteractionType::Form && record.has_call)
+            }
+        };
+        if !in_console {
             return Err(ServiceError::NotInConsole(kind.as_str()));
         }
+        let edit = match edited {
+            Some(e) => self.check_edit(&record, e)?,
+            None => None,
+        };
         let (verdict, reason) = match &action {
             ConsoleAction::Approve => (answer::Verdict::Approve { once: true }, None),
             ConsoleAction::ApproveWindow => (answer::Verdict::Approve { once: false }, None),
@@ -138,8 +168,26 @@ impl Service {
             ConsoleAction::Deny(why) => (answer::Verdict::Deny, Some(why.clone())),
         };
         let approve = matches!(verdict, answer::Verdict::Approve { .. });
+        // The answer's value is what a tap would give: a form's values (the edited ones
+        // when edited; AI-Parrot's guard runs with them) or null; a yes or no otherwise.
+        let value = match (&record.interaction, kind, approve) {
+            (Some(_), InteractionType::Form, true) => match &edit {
+                Some((_, value)) => value.clone(),
+                None => record.form_values(),
+            },
+            (Some(_), InteractionType::Form, false) => Value::Null,
+            _ => json!(approve),
+        };
+        let was_edited = edit.is_some();
         let (_, _, after) = self
-            .answer(record, user, json!(approve), Some(verdict), reason)
+            .answer(
+                record,
+                user,
+                value,
+                Some(verdict),
+                reason,
+                edit.map(|(e, _)| e),
+            )
             .await?;
         self.then(after);
         let Some(now_stored) = self.store.get(id).await? else {
@@ -154,7 +202,8 @@ impl Service {
             confirmation_id: Some(id.to_string()),
             kind: "console_decision",
             actor: format!("telegram:{}", user.id),
-            detail: json!({"action": action.as_str(), "args_hash": args_hash, "counted": ours}),
+            detail: json!({"action": action.as_str(), "args_hash": args_hash, "counted": ours,
+                           "edited": was_edited}),
         };
         if let Err(e) = self.store.record_event(event).await {
             tracing::warn!(id = %id, error = %e, "could not audit a decision from the console");
@@ -163,6 +212,66 @@ impl Service {
             return Err(ServiceError::AlreadyDecided(Box::new(now_stored)));
         }
         Ok(now_stored)
+    }
+
+    /// The edit `e` of `record`, checked: the edit to apply and the answer's value, or
+    /// `None` when the parameters are the asked ones.
+    fn check_edit(
+        &self,
+        record: &Question,
+        e: EditedParams,
+    ) -> Result<Option<(EditApplied, Value)>, ServiceError> {
+        if !record.editable() {
+            return Err(ServiceError::NotEditable(
+                if !record.allow_edit && record.interaction.is_none() {
+                    "are not taken: the agent did not allow edits (allow_edit)".into()
+                } else if record.args_schema.is_none() {
+                    "are not taken: the agent sent no args_schema to check an edit against".into()
+                } else {
+                    "are not taken on this question (it needs more than one answer)".into()
+                },
+            ));
+        }
+        let schema = record
+            .args_schema
+            .as_deref()
+            .map(ArgsSchema::parse)
+            .transpose()
+            .map_err(|why| {
+                tracing::error!(id = %record.id, reason = %why.0, "a stored args_schema does not load");
+                ServiceError::NotEditable("are not taken: the stored args_schema does not load".into())
+            })?
+            .ok_or_else(|| ServiceError::NotEditable("are not taken: no args_schema".into()))?;
+        schema.check(&e.value).map_err(ServiceError::InvalidEdit)?;
+        let args_hash = ArgsHash::of(&e.params);
+        if args_hash == record.args_hash {
+            return Ok(None);
+        }
+        // A person may change a call, not its rules: an edit a `deny` rule forbids is
+        // refused as the call itself would be.
+        let call = RuleCall {
+            tool: record.tool.as_str(),
+            agent: &record.agent,
+            owner: Some(record.owner_id.as_str()),
+            params: &e.value,
+        };
+        let (verdict, _) = self.policy().judge(&call);
+        if verdict.effect == Effect::Deny && verdict.enforced {
+            return Err(ServiceError::InvalidEdit(vec![FieldError {
+                field: String::new(),
+                message: format!(
+                    "the edited call is {}; change it or cancel",
+                    judge::rule_reason(&verdict)
+                ),
+            }]));
+        }
+        Ok(Some((
+            EditApplied {
+                params_json: e.params_json,
+                args_hash,
+            },
+            e.value,
+        )))
     }
 }
 

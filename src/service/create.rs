@@ -82,6 +82,15 @@ impl Service {
             expect_outcome_seconds: route.expect_outcome_seconds,
             execution: None,
             recalled: None,
+            // Kept only while the console is on: the schema serves its edit form, and a
+            // question says it can be edited only where it can be.
+            args_schema: self
+                .config
+                .mini_app
+                .as_ref()
+                .and(new.args_schema.as_ref())
+                .map(|s| s.as_str().to_owned()),
+            edited: None,
         };
 
         // Grant, then confirm: without a live grant covering `grant_scope` nothing is
@@ -313,6 +322,14 @@ impl Service {
             },
             execution: None,
             recalled: None,
+            args_schema: self
+                .config
+                .mini_app
+                .as_ref()
+                .and(new.call.as_ref())
+                .and_then(|c| c.args_schema.as_ref())
+                .map(|s| s.as_str().to_owned()),
+            edited: None,
         };
         // The rules judge the call an interaction carries (an interaction without one
         // asks a person something no rule is about). A `deny` settles an approval on
@@ -457,7 +474,7 @@ pub(super) fn same_request(
 ) -> Result<Question, ServiceError> {
     if existing.tool == new.tool
         && existing.owner_id == new.owner_id
-        && existing.args_hash == *args_hash
+        && existing.asked_args_hash() == args_hash
     {
         Ok(existing)
     } else {

@@ -32,12 +32,15 @@ use crate::config::{Agent, Config, Route};
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit;
 use crate::domain::briefing;
+use crate::domain::edit::ArgsSchema;
 use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
 use crate::domain::interaction::{
     self, Answer, Consensus, ConsensusMode, Interaction, InteractionType, TimeoutAction,
 };
 use crate::domain::python::value::PyDict;
-use crate::domain::question::{Operator, Outcome, PENDING_REASON, Question, Status, Via};
+use crate::domain::question::{
+    EditApplied, Operator, Outcome, PENDING_REASON, Question, Status, Via,
+};
 use crate::domain::text;
 use crate::metrics::Metrics;
 use crate::scheduler::Deadlines;
@@ -62,7 +65,7 @@ mod steps;
 mod wait;
 pub use agree::ConfigReport;
 pub use commands::{Command, CommandError, CommandMessage, CommandReply, RevokeTarget, Setup};
-pub use console::ConsoleAction;
+pub use console::{ConsoleAction, EditedParams};
 pub use grants::{GrantCheck, GrantRequest};
 pub use steps::{MAX_MENTIONS, Mention};
 
@@ -268,6 +271,9 @@ pub struct Call {
     pub owner_id: OwnerId,
     /// The window the agent's guard records on approval (before the route's cap).
     pub window_seconds: u64,
+    /// The tool's argument schema (`call.args_schema`): with a `form` interaction, the
+    /// console's edit form and its check.
+    pub args_schema: Option<ArgsSchema>,
 }
 
 /// A message sent in reply to one of the bot's messages (a free-text answer).
@@ -311,6 +317,9 @@ pub struct NewConfirmation {
     pub callback_url: Option<String>,
     /// `grant_scope`: the grant check that comes first (grant, then confirm).
     pub grant: Option<GrantCheck>,
+    /// The tool's argument schema: with `allow_edit`, the console's edit form and its
+    /// check.
+    pub args_schema: Option<ArgsSchema>,
 }
 
 /// What a button means.
@@ -405,6 +414,13 @@ pub enum ServiceError {
     /// A question the console cannot decide (a choice, a form, free text): in the chat.
     #[error("a {0} question is answered in the chat, not in the console")]
     NotInConsole(&'static str),
+    /// An edit the question does not take (why, in a sentence completing "parameters …").
+    #[error("parameters {0}")]
+    NotEditable(String),
+    /// Edited parameters that do not fit the tool's schema (or that a `deny` rule
+    /// forbids): each field at fault; nothing was decided.
+    #[error("the edited parameters are invalid")]
+    InvalidEdit(Vec<crate::domain::edit::FieldError>),
     #[error(transparent)]
     Storage(#[from] StorageError),
 }

@@ -16,7 +16,7 @@ use crate::domain::ids::{
 };
 use crate::domain::interaction::{self, Answer, TimeoutAction};
 use crate::domain::question::{
-    Copy, Operator, Progress, Question, Status, Stray, Via, Window, WindowKey,
+    Copy, Edited, Operator, Progress, Question, Status, Stray, Via, Window, WindowKey,
 };
 
 /// A time as stored: Unix epoch milliseconds.
@@ -103,6 +103,9 @@ pub(super) struct Row {
     run_duration_ms: Option<i64>,
     run_at: Option<i64>,
     recalled_json: Option<String>,
+    args_schema: Option<String>,
+    original_params_json: Option<String>,
+    original_args_hash: Option<String>,
 }
 
 impl Row {
@@ -224,6 +227,16 @@ impl Row {
                 .recalled_json
                 .map(|j| serde_json::from_str(&j).map_err(|_| corrupt("recalled_json")))
                 .transpose()?,
+            args_schema: self.args_schema,
+            edited: match (self.original_params_json, self.original_args_hash) {
+                (Some(params), Some(hash)) => Some(Edited {
+                    original_params_json: params,
+                    original_args_hash: ArgsHash::parse(&hash)
+                        .map_err(|_| corrupt("original_args_hash"))?,
+                }),
+                (None, None) => None,
+                _ => return Err(corrupt("original_args_hash")),
+            },
         })
     }
 }
@@ -501,7 +514,7 @@ macro_rules! confirmation_columns {
         message_id, status, via, reason, decided_by_id, decided_by_username,
         decided_by_name, created_at, expires_at, decided_at, interaction_id,
         interaction_json, window_requested_seconds, approved_once, has_call, rule, rule_json,
-        expect_outcome_seconds, recalled_json, run_due_at"
+        expect_outcome_seconds, recalled_json, run_due_at, args_schema"
     };
 }
 pub(super) use confirmation_columns;
@@ -569,7 +582,8 @@ where
             .push_bind(rule_json(r))
             .push_bind(expect_outcome(r))
             .push_bind(recalled_json(r))
-            .push_bind(run_due(r));
+            .push_bind(run_due(r))
+            .push_bind(r.args_schema.as_deref());
     });
     b
 }

@@ -648,6 +648,7 @@ fn write_plain_tx(
                 rows::expect_outcome(r),
                 rows::recalled_json(r),
                 rows::run_due(r),
+                r.args_schema.as_deref(),
             ])?;
             events.execute(rusqlite::params![
                 r.agent.as_str(),
@@ -679,7 +680,7 @@ fn write_plain_tx(
 const INSERT_CONFIRMATION: &str = concat!(
     "INSERT INTO confirmations (",
     confirmation_columns!(),
-    ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 );
 
 impl SqliteStore {

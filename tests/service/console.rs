@@ -8,16 +8,16 @@ use hitl_telegram::domain::launch;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-fn with_console(toml: String) -> String {
+pub(super) fn with_console(toml: String) -> String {
     toml + "\n[mini_app]\nenabled = true\npublic_url = \"http://127.0.0.1:9\"\nmax_age_seconds = 600\n"
 }
 
-fn unix_now() -> i64 {
+pub(super) fn unix_now() -> i64 {
     time::OffsetDateTime::now_utc().unix_timestamp()
 }
 
 /// Launch data for `user_id`, signed with `token`, `age` seconds old.
-fn launch_data(user_id: u64, name: &str, token: &str, age: i64) -> String {
+pub(super) fn launch_data(user_id: u64, name: &str, token: &str, age: i64) -> String {
     let user =
         json!({"id": user_id, "first_name": name, "username": name.to_lowercase()}).to_string();
     let auth = (unix_now() - age).to_string();
@@ -32,7 +32,11 @@ fn launch_data(user_id: u64, name: &str, token: &str, age: i64) -> String {
 }
 
 /// `GET path` with `Authorization: tma <data>` (no header with `None`).
-async fn console_get(app: &TestApp, path: &str, data: Option<&str>) -> (StatusCode, Value) {
+pub(super) async fn console_get(
+    app: &TestApp,
+    path: &str,
+    data: Option<&str>,
+) -> (StatusCode, Value) {
     let mut req = app.client.get(app.url(path));
     if let Some(d) = data {
         req = req.header("Authorization", format!("tma {d}"));
@@ -40,7 +44,7 @@ async fn console_get(app: &TestApp, path: &str, data: Option<&str>) -> (StatusCo
     json_of(req.send().await.expect("console request")).await
 }
 
-fn as_user(app: &TestApp, user_id: u64, name: &str) -> String {
+pub(super) fn as_user(app: &TestApp, user_id: u64, name: &str) -> String {
     launch_data(user_id, name, app.telegram.token(), 5)
 }
 
@@ -182,7 +186,12 @@ async fn the_page_is_served_with_no_secret_in_it_and_only_when_the_console_is_on
 }
 
 /// `POST /app/api/questions/{id}/decision` as the user of `data`.
-async fn decide(app: &TestApp, id: &str, data: &str, body: Value) -> (StatusCode, Value) {
+pub(super) async fn decide(
+    app: &TestApp,
+    id: &str,
+    data: &str,
+    body: Value,
+) -> (StatusCode, Value) {
     let r = app
         .client
         .post(app.url(&format!("/app/api/questions/{id}/decision")))

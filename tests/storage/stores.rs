@@ -173,6 +173,8 @@ pub(crate) fn pending(key: Option<&str>) -> Question {
         expect_outcome_seconds: None,
         execution: None,
         recalled: None,
+        args_schema: None,
+        edited: None,
     }
 }
 

@@ -38,7 +38,10 @@ async function api(path, body) {
   const answer = await r.json().catch(() => ({}));
   if (!r.ok) {
     const message = answer.error && answer.error.message ? answer.error.message : r.status + "";
-    throw new Error(message);
+    const e = new Error(message);
+    // An edit the tool's schema refuses names each field at fault.
+    e.fields = answer.error && answer.error.fields ? answer.error.fields : null;
+    throw e;
   }
   return answer;
 }
@@ -124,9 +127,144 @@ async function showOne(id) {
       field("Deadline", q.expires_at),
       field("Args hash", q.args_hash),
       field("Status", q.status + (q.decided_by ? " by " + q.decided_by : "")),
+      field("Approved with changes", q.changes),
       field("Answered", q.answers.map((a) => a.by + " at " + a.at).join("\n"), true),
       field("Trail", events.map((e) => e.at + " " + e.kind).join("\n"), true)),
-    q.decidable ? decisionButtons(q) : null);
+    q.decidable ? decisionButtons(q) : null,
+    q.decidable && q.editable && q.args_schema ? editForm(q) : null);
+}
+
+// --- Edit before execute -------------------------------------------------------------
+// A form built from the tool's JSON Schema (pydantic's model_json_schema()), pre-filled
+// with the call's parameters. The service checks the edit against the schema; the page
+// only turns inputs into JSON values and shows what the service says of each field.
+
+// A property's own schema: a local $ref followed, and Optional[X] (anyOf X or null)
+// read as X that may be left empty.
+function resolved(schema, root) {
+  let s = schema || {};
+  for (let hops = 0; s.$ref && hops < 8; hops++) {
+    const m = /^#\/(\$defs|definitions)\/(.+)$/.exec(s.$ref);
+    s = m && root[m[1]] ? root[m[1]][m[2]] || {} : {};
+  }
+  const options = s.anyOf || s.oneOf;
+  if (Array.isArray(options)) {
+    const real = options.filter((o) => o.type !== "null");
+    if (real.length === 1) return Object.assign({}, resolved(real[0], root), { nullable: true, title: s.title, description: s.description });
+  }
+  return s;
+}
+
+function inputFor(name, schema, value) {
+  const kind = Array.isArray(schema.enum) ? "enum" : schema.type;
+  let input;
+  if (kind === "enum") {
+    input = el("select", {});
+    for (const option of schema.enum) {
+      const o = el("option", { value: JSON.stringify(option) }, String(option));
+      if (JSON.stringify(option) === JSON.stringify(value)) o.selected = true;
+      input.append(o);
+    }
+    input.read = () => JSON.parse(input.value);
+  } else if (kind === "boolean") {
+    input = el("input", { type: "checkbox", checked: value === true });
+    input.read = () => input.checked;
+  } else if (kind === "integer" || kind === "number") {
+    input = el("input", { type: "text", inputMode: "decimal", value: value === undefined || value === null ? "" : String(value) });
+    // Not a number stays the text typed: the service names the field's error.
+    input.read = () => {
+      const t = input.value.trim();
+      if (t === "") return schema.nullable ? null : undefined;
+      return /^-?\d+(\.\d+)?([eE][-+]?\d+)?$/.test(t) ? Number(t) : t;
+    };
+  } else if (kind === "string") {
+    const text = value === undefined || value === null ? "" : String(value);
+    input = text.length > 60 || text.includes("\n")
+      ? el("textarea", { rows: 3, value: text })
+      : el("input", { type: "text", value: text });
+    input.read = () => (input.value === "" && schema.nullable ? null : input.value);
+  } else {
+    // Objects, arrays and anything else: edited as JSON.
+    input = el("textarea", { rows: 4, value: value === undefined ? "" : JSON.stringify(value, null, 2) });
+    input.read = () => {
+      if (input.value.trim() === "") return undefined;
+      try { return JSON.parse(input.value); } catch (_) { throw { field: name, message: "is not valid JSON" }; }
+    };
+  }
+  input.name = name;
+  input.id = "edit-" + name;
+  return input;
+}
+
+function editForm(q) {
+  const schema = q.args_schema;
+  const params = q.parameters_json || {};
+  const properties = schema.properties || {};
+  const names = Object.keys(properties);
+  for (const k of Object.keys(params)) if (!names.includes(k)) names.push(k);
+  const inputs = {};
+  const form = el("form", { class: "card", id: "edit" }, el("h2", {}, "✏️ Edit, then approve"));
+  for (const name of names) {
+    const s = resolved(properties[name], schema);
+    const input = inputFor(name, s, params[name]);
+    inputs[name] = input;
+    form.append(el("div", { class: "field" },
+      el("label", { class: "label", htmlFor: input.id }, s.title && s.title !== name ? s.title + " (" + name + ")" : name),
+      s.description ? el("div", { class: "hint" }, s.description) : null,
+      input,
+      el("div", { class: "field-error", "data-error-for": name })));
+  }
+  form.append(el("button", { type: "submit", id: "approve_edited" }, "✅ Approve with these values"));
+  form.onsubmit = (e) => {
+    e.preventDefault();
+    submitEdit(q, inputs).catch(showError);
+  };
+  return form;
+}
+
+function showFieldErrors(fields) {
+  for (const box of document.querySelectorAll(".field-error")) box.textContent = "";
+  const rest = [];
+  for (const f of fields) {
+    const top = f.field.split(/[.[]/)[0];
+    const box = document.querySelector('[data-error-for="' + CSS.escape(top) + '"]');
+    if (box && top) box.textContent = (box.textContent ? box.textContent + "; " : "") + (f.field === top ? "" : f.field + ": ") + f.message;
+    else rest.push((f.field ? f.field + ": " : "") + f.message);
+  }
+  if (rest.length > 0) showError(new Error(rest.join("; ")));
+}
+
+async function submitEdit(q, inputs) {
+  const parameters = {};
+  try {
+    for (const [name, input] of Object.entries(inputs)) {
+      const v = input.read();
+      if (v !== undefined) parameters[name] = v;
+    }
+  } catch (bad) {
+    showFieldErrors([bad]);
+    return;
+  }
+  document.getElementById("error").hidden = true;
+  if (q.confirm_twice) {
+    const ok = await confirmed("Approve " + q.tool + " for " + q.owner_id + " with these values? This route asks you to confirm twice.");
+    if (!ok) return;
+  }
+  try {
+    const done = await api("/app/api/questions/" + encodeURIComponent(q.id) + "/decision",
+      { action: "approve", args_hash: q.args_hash, parameters });
+    showDone(done);
+  } catch (e) {
+    if (e.fields) showFieldErrors(e.fields);
+    else showError(e);
+  }
+}
+
+function showDone(done) {
+  document.getElementById("main").replaceChildren(
+    el("p", { id: "decided" }, "Done: " + done.status + (done.decided_by ? " by " + done.decided_by : "") +
+      (done.changes ? ", with changes: " + done.changes : "") + "."),
+    el("p", {}, el("a", { href: "#", onclick: (e) => { e.preventDefault(); showList().catch(showError); } }, "← All")));
 }
 
 // Asks yes or no: Telegram's own dialog inside Telegram, the browser's elsewhere.
@@ -149,9 +287,7 @@ async function decide(q, action, reason) {
   if (reason !== undefined) body.reason = reason;
   try {
     const done = await api("/app/api/questions/" + encodeURIComponent(q.id) + "/decision", body);
-    document.getElementById("main").replaceChildren(
-      el("p", { id: "decided" }, "Done: " + done.status + (done.decided_by ? " by " + done.decided_by : "") + "."),
-      el("p", {}, el("a", { href: "#", onclick: (e) => { e.preventDefault(); showList().catch(showError); } }, "← All")));
+    showDone(done);
   } catch (e) {
     showError(e);
   }

@@ -5,6 +5,8 @@
 //! ([`crate::domain::launch`]); the user it names sees only what they could answer by
 //! tapping in a chat, and everything else is 404.
 
+use std::collections::BTreeMap;
+
 use axum::Json;
 use axum::Router;
 use axum::extract::{FromRequestParts, Path, State};
@@ -14,6 +16,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use secrecy::ExposeSecret;
+use serde_json::value::RawValue;
 
 use super::AppState;
 use super::error::ApiError;
@@ -21,9 +24,11 @@ use super::extract::Body;
 use super::interactions::{object, text};
 use crate::domain::ids::ConfirmationId;
 use crate::domain::launch::{self, LaunchError};
+use crate::domain::limits::MAX_PARAM_KEYS;
+use crate::domain::python;
 use crate::domain::question::Operator;
 use crate::domain::question::reason_text;
-use crate::service::{ConsoleAction, ServiceError, now};
+use crate::service::{ConsoleAction, EditedParams, ServiceError, now};
 
 mod view;
 
@@ -180,8 +185,10 @@ async fn detail(
 }
 
 /// `POST /app/api/questions/{id}/decision`: `{"action": "approve" | "approve_window" |
-/// "cancel" | "deny", "reason": "...", "args_hash": "..."}`. Decides as a tap would, only
-/// on the call the page showed (`args_hash`); 409 when it changed or ended.
+/// "cancel" | "deny", "reason": "...", "args_hash": "...", "parameters": {...}}`. Decides
+/// as a tap would, only on the call the page showed (`args_hash`); 409 when it changed
+/// or ended. `parameters` (with an approve): the call as the operator edited it, checked
+/// against the tool's schema (422 naming each field at fault, nothing decided).
 async fn decision(
     State(state): State<AppState>,
     ConsoleUser(user): ConsoleUser,
@@ -189,7 +196,7 @@ async fn decision(
     Body(bytes): Body,
 ) -> Result<Response, ApiError> {
     let id = question_id(&id)?;
-    let body = object(&bytes, &["action", "reason", "args_hash"])?;
+    let body = object(&bytes, &["action", "reason", "args_hash", "parameters"])?;
     let args_hash = text(&body, "args_hash", 64)?.ok_or_else(|| {
         ApiError::field(
             "args_hash",
@@ -212,15 +219,52 @@ async fn decision(
             ));
         }
     };
+    let edited = edited_parameters(&bytes)?;
+    if edited.is_some()
+        && !matches!(
+            action,
+            ConsoleAction::Approve | ConsoleAction::ApproveWindow
+        )
+    {
+        return Err(ApiError::field(
+            "parameters",
+            "go only with \"approve\" or \"approve_window\": a refused call runs with nothing",
+        ));
+    }
     let record = state
         .service
-        .console_decide(&user, &id, action, &args_hash)
+        .console_decide(&user, &id, action, &args_hash, edited)
         .await
         .map_err(|e| match e {
             ServiceError::NotFound => ApiError::NotFound("no such question".into()),
             e => e.into(),
         })?;
     Ok(Json(QuestionView::of(&record, confirm_twice(&state, &record))).into_response())
+}
+
+/// The decision's `parameters`, read from the raw body so they are kept exactly as sent.
+fn edited_parameters(bytes: &[u8]) -> Result<Option<EditedParams>, ApiError> {
+    let raw: BTreeMap<String, Box<RawValue>> = serde_json::from_slice(bytes)
+        .map_err(|_| ApiError::field("body", "must be a JSON object"))?;
+    let Some(p) = raw.get("parameters").filter(|r| r.get() != "null") else {
+        return Ok(None);
+    };
+    let params = python::json::parse_object(p.get())
+        .map_err(|e| ApiError::field("parameters", format!("must be a JSON object: {e}")))?;
+    let keys = params.count_keys();
+    if keys > MAX_PARAM_KEYS {
+        return Err(ApiError::field(
+            "parameters",
+            format!("has {keys} keys; the limit is {MAX_PARAM_KEYS}"),
+        ));
+    }
+    let value = serde_json::from_str(p.get())
+        .map_err(|e| ApiError::field("parameters", format!("must be a JSON object: {e}")))?;
+    Ok(Some(EditedParams {
+        params,
+        params_json: p.get().to_owned(),
+        value,
+    }))
 }
 
 /// `GET /app/api/windows`: the live windows of the routes this user approves, soonest to

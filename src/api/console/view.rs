@@ -6,7 +6,9 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use crate::domain::audit::AuditEvent;
+use crate::domain::edit;
 use crate::domain::grant::{Grant, scope_in_words};
+use crate::domain::interaction::InteractionType;
 use crate::domain::python;
 use crate::domain::question::{Question, rfc3339, window_duration};
 use crate::domain::shown::params_view;
@@ -57,9 +59,17 @@ pub struct QuestionView {
     /// The route asks for a second, explicit confirmation of Approve
     /// (`console_confirm`).
     pub confirm_twice: bool,
-    /// The console may decide it (a confirmation, or an approval); other kinds are
-    /// answered in the chat.
+    /// The console may decide it (a confirmation, an approval, a form about a call);
+    /// other kinds are answered in the chat.
     pub decidable: bool,
+    /// The call may be edited before it is approved: the page shows a form built from
+    /// `args_schema`, pre-filled with the parameters.
+    pub editable: bool,
+    /// The tool's JSON Schema the agent sent (only while the call is editable).
+    pub args_schema: Option<Box<RawValue>>,
+    /// Set when an operator approved the call with changes: what changed, in words
+    /// (`amount 1200.5 → 1000`).
+    pub changes: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -118,9 +128,22 @@ impl QuestionView {
             outcome: r.execution.as_ref().map(|e| e.to_json()),
             confirm_twice,
             decidable: !r.is_terminal()
-                && r.interaction.as_ref().is_none_or(|i| {
-                    i.kind == crate::domain::interaction::InteractionType::Approval
+                && r.interaction.as_ref().is_none_or(|i| match i.kind {
+                    InteractionType::Approval => true,
+                    InteractionType::Form => r.has_call,
+                    _ => false,
                 }),
+            editable: !r.is_terminal() && r.editable(),
+            args_schema: r
+                .args_schema
+                .as_ref()
+                .filter(|_| !r.is_terminal() && r.editable())
+                .and_then(|s| RawValue::from_string(s.clone()).ok()),
+            changes: r.edited.as_ref().map(|e| {
+                let before = serde_json::from_str(&e.original_params_json).unwrap_or_default();
+                let after = serde_json::from_str(&r.params_json).unwrap_or_default();
+                line(&edit::changes_text(&edit::changes(&before, &after)))
+            }),
         }
     }
 }

@@ -65,6 +65,7 @@ fn call_schema() -> Object {
                      `max_window_seconds` and disclosed to the operator.",
                 )),
         )
+        .property("args_schema", args_schema_schema())
         .additional_properties(Some(AdditionalProperties::FreeForm(false)))
         .description(Some(
             "The tool call an `approval` or `form` is about (AI-Parrot's ConfirmationGuard \
@@ -127,7 +128,9 @@ impl PartialSchema for CreateConfirmationBody {
             .schema_type(nullable(Type::Boolean))
             .default(Some(false.into()))
             .description(Some(
-                "The tool allows editing; in Telegram it falls back to approve/cancel.",
+                "The tool allows editing: in the chat it falls back to approve/cancel; with \
+                 `args_schema` and the console on, the call can be edited there before it \
+                 is approved (the answer then says `edited` and gives the new parameters).",
             ))
             .build();
         let timeout_seconds = ObjectBuilder::new()
@@ -164,6 +167,7 @@ impl PartialSchema for CreateConfirmationBody {
             )
             .property("window_seconds", window_seconds)
             .property("allow_edit", allow_edit)
+            .property("args_schema", args_schema_schema())
             .property("timeout_seconds", timeout_seconds)
             .property("wait", wait)
             .property(
@@ -662,4 +666,19 @@ impl PartialSchema for OutcomeBody {
             ))
             .into()
     }
+}
+
+/// `args_schema`: the tool's JSON Schema, for edit before execute in the console.
+fn args_schema_schema() -> utoipa::openapi::schema::Object {
+    ObjectBuilder::new()
+        .schema_type(nullable(Type::Object))
+        .description(Some(format!(
+            "The tool's argument schema as JSON Schema (pydantic's `model_json_schema()`), at \
+             most {} bytes; no `$ref` outside it (nothing is fetched). With `allow_edit` and \
+             the console (`[mini_app]`) on, an operator may edit the call there before \
+             approving it: the form is built from it and the edit checked against it. An \
+             invalid schema is refused (422).",
+            crate::domain::limits::MAX_ARGS_SCHEMA_BYTES
+        )))
+        .build()
 }

@@ -94,6 +94,20 @@ pub(crate) async fn apply_decision(
     .await?
     .rows_affected()
         == 1;
+    if let (true, Some(edit)) = (changed, &d.edit) {
+        // Approved with changes: the edited call replaces the asked one in the same
+        // transaction, so no reader sees the approval with the call it did not approve.
+        sqlx::query(
+            "UPDATE confirmations SET original_params_json = params_json,
+                    original_args_hash = args_hash, params_json = $1, args_hash = $2
+                 WHERE id = $3 AND original_args_hash IS NULL",
+        )
+        .bind(&edit.params_json)
+        .bind(edit.args_hash.as_str())
+        .bind(id.as_str())
+        .execute(&mut **tx)
+        .await?;
+    }
     let default_answer = rows::default_answer(d, changed);
     if let Some(a) = &default_answer {
         insert_answer(tx, id, a).await?;

@@ -237,7 +237,10 @@ pub fn render(r: &Question, view: &View) -> (String, Markup) {
                 view,
             ))
         };
-        return (decided_text_in(r, view), with_review(markup, view));
+        return (
+            decided_text_in(r, view),
+            with_review(markup, view, r.editable()),
+        );
     };
     let mut text = interaction_text(r, i, view);
     if let Some(line) = outcome_line(r) {
@@ -296,25 +299,34 @@ pub fn render(r: &Question, view: &View) -> (String, Markup) {
             Markup::Keyboard(InlineKeyboardMarkup::new(rows))
         }
     };
-    (text, with_review(markup, view))
+    (text, with_review(markup, view, r.editable()))
 }
 
 /// The console's label on a question's button.
 pub const REVIEW_LABEL: &str = "🔎 Review";
+/// ... on a question whose call can be edited there.
+pub const REVIEW_EDIT_LABEL: &str = "✏️ Review and edit";
 
-/// `markup` with the console's button on a row of its own, when the view offers it.
-fn with_review(markup: Markup, view: &View) -> Markup {
+/// `markup` with the console's button on a row of its own, when the view offers it;
+/// `editable`: the call can be edited there.
+fn with_review(markup: Markup, view: &View, editable: bool) -> Markup {
+    let label = if editable {
+        REVIEW_EDIT_LABEL
+    } else {
+        REVIEW_LABEL
+    };
     let (Markup::Keyboard(mut keyboard), Some(review)) = (markup.clone(), &view.review) else {
         return markup;
     };
     let button = match review {
-        Review::WebApp(url) => url.parse().ok().map(|url| {
-            InlineKeyboardButton::web_app(REVIEW_LABEL, teloxide::types::WebAppInfo { url })
-        }),
+        Review::WebApp(url) => url
+            .parse()
+            .ok()
+            .map(|url| InlineKeyboardButton::web_app(label, teloxide::types::WebAppInfo { url })),
         Review::Link(url) => url
             .parse()
             .ok()
-            .map(|url| InlineKeyboardButton::url(REVIEW_LABEL, url)),
+            .map(|url| InlineKeyboardButton::url(label, url)),
     };
     match button {
         Some(b) => {

@@ -131,9 +131,13 @@ pub(super) fn question_parts(r: &Question) -> Parts {
     head.push_str(&briefing);
     head.push_str(&context_block(r.context.as_deref()));
     if r.allow_edit {
-        head.push_str(
-            "\n\n✏️ <i>Editing is not available in Telegram: this call can only be approved or cancelled exactly as shown.</i>",
-        );
+        // A schema is kept only while the console is on (see `Service::create`): then
+        // the call can be changed there.
+        head.push_str(if r.editable() {
+            "\n\n✏️ <i>This call can be changed before it is approved in the console (✏️ Review and edit, or the bot's menu in a private chat with it); here it can only be approved or cancelled exactly as shown.</i>"
+        } else {
+            "\n\n✏️ <i>Editing is not available in Telegram: this call can only be approved or cancelled exactly as shown.</i>"
+        });
     }
     head.push_str("\n\n<b>Parameters</b>\n");
     let mut tail = window_disclosure(r);
@@ -215,6 +219,31 @@ pub fn run_line(r: &Question) -> Option<String> {
     })
 }
 
+/// Room the changes of an edited approval take on its line, in characters.
+const CHANGES_SHOWN: usize = 300;
+
+/// "✏️ Approved with changes by Alice at 09:01: amount 1200.5 → 1000": an approval
+/// whose call an operator edited (in the console), with the window the edited call
+/// opened, if any.
+fn edited_line(r: &Question, by: &str, at: &str) -> Option<String> {
+    let e = r.edited.as_ref()?;
+    let before = serde_json::from_str(&e.original_params_json).unwrap_or(Value::Null);
+    let after = serde_json::from_str(&r.params_json).unwrap_or(Value::Null);
+    let changes = crate::domain::edit::changes_text(&crate::domain::edit::changes(&before, &after));
+    let (changes, _) = shown_within(&changes, CHANGES_SHOWN);
+    let window = match (r.approved_scope(), r.window_until()) {
+        (Some(Scope::Window(_)), Some(until)) => format!(
+            ". Identical calls of the edited call pass until {}; /revoke {}",
+            date_time(until),
+            r.id
+        ),
+        _ => String::new(),
+    };
+    Some(format!(
+        "✏️ <b>Approved with changes by {by}</b> at {at}: {changes}{window}"
+    ))
+}
+
 /// The line appended when the request ends, or `None` while it is pending.
 pub fn outcome_line(r: &Question) -> Option<String> {
     let at = r.decided_at.map(clock).unwrap_or_default();
@@ -223,6 +252,11 @@ pub fn outcome_line(r: &Question) -> Option<String> {
         .as_ref()
         .map(|op| shown(&op.to_string()))
         .unwrap_or_default();
+    if matches!(r.status, Status::Confirmed | Status::Completed)
+        && let Some(line) = edited_line(r, &by, &at)
+    {
+        return Some(line);
+    }
     Some(match (r.status, r.via) {
         (Status::Pending, _) => return None,
         (Status::Confirmed, Some(Via::Operator)) => match (r.approved_scope(), r.window_until()) {

@@ -49,6 +49,8 @@ fn record(params_json: &str) -> Question {
         expect_outcome_seconds: None,
         execution: None,
         recalled: None,
+        args_schema: None,
+        edited: None,
     }
 }
 
