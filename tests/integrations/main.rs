@@ -11,6 +11,7 @@ const TELEGRAM_MODE: support::app::ModeRule = support::app::ModeRule::Polling;
 
 mod aiparrot;
 mod aiparrot_e2e;
+mod aiparrot_edit_e2e;
 mod aiparrot_grants_e2e;
 mod aiparrot_outcome_e2e;
 mod aiparrot_redis_e2e;

@@ -179,9 +179,10 @@ class StubService:
         call = body.get("call")
         if call is not None:
             # The contract's shape: tool and params required, nothing else but
-            # owner_id and window_seconds.
+            # owner_id, window_seconds and args_schema (an object).
             if (not isinstance(call.get("tool"), str) or not isinstance(call.get("params"), dict)
-                    or set(call) - {"tool", "params", "owner_id", "window_seconds"}):
+                    or set(call) - {"tool", "params", "owner_id", "window_seconds", "args_schema"}
+                    or not isinstance(call.get("args_schema", {}), dict)):
                 return web.json_response(
                     {"error": {"code": "invalid_field", "message": f"call: {call!r}"}}, status=422)
         if self.echo_call:
@@ -980,6 +981,12 @@ class GuardTest(GuardHarness):
         posted = self.stub.posted()
         self.assertEqual(posted[1]["call"]["params"], {"service": "billing", "replicas": 3})
         self.assertEqual(posted[2]["call"]["params"], {"service": "billing", "replicas": "many"})
+        # The tool's pydantic schema goes along, for the console's edit form (the first
+        # tool has none: its question goes without).
+        schema = Strict.args_schema.model_json_schema()
+        self.assertEqual(posted[1]["call"]["args_schema"], schema)
+        self.assertEqual(schema["properties"]["replicas"]["type"], "integer")
+        self.assertNotIn("args_schema", posted[0]["call"])
 
     async def test_a_suspended_question_carries_the_call_until_it_ends(self):
         guard = await self.guard()

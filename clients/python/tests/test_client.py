@@ -124,6 +124,24 @@ class ClientTests(unittest.TestCase):
             {"tool": "deploy", "params": {"env": "prod"}, "wait": "suspend", "owner_id": "alice"},
         )
 
+    def test_an_edit_allowed_with_a_schema_sends_it_and_an_edited_answer_says_so(self):
+        edited = record(status="confirmed", allowed=True, via="operator",
+                        parameters={"env": "staging"}, edited=True,
+                        args_hash="b" * 64, original_args_hash="a" * 64)
+        stub = self.stub(lambda *_: json_answer(200, edited))
+        client = HitlClient(stub.url, TOKEN)
+        schema = {"type": "object", "properties": {"env": {"enum": ["prod", "staging"]}}}
+        got = client.create("deploy", {"env": "prod"}, allow_edit=True, args_schema=schema)
+        body = json.loads(stub.requests[0][3])
+        self.assertEqual(body["args_schema"], schema)
+        self.assertTrue(got.edited)
+        self.assertEqual(got.original_args_hash, "a" * 64)
+        self.assertEqual(got.parameters, {"env": "staging"})
+        # An answer from a service without edits is not edited.
+        self.assertFalse(Confirmation.from_json(record()).edited)
+        with self.assertRaisesRegex(ValueError, "edited"):
+            Confirmation.from_json(record(edited="yes"))
+
     def test_an_error_page_that_is_not_the_services_json_is_unexpected_response(self):
         stub = self.stub(lambda *_: (502, {"Content-Type": "text/html"}, b"<h1>Bad gateway</h1>"))
         with self.assertRaises(HitlError) as caught:

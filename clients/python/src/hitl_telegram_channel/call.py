@@ -87,6 +87,11 @@ class ToolCall:
         record_id: Set once the question is answered: the service's record of it
             (``cf_...``, the ``id`` of ``POST /v1/interactions``' answer), which an
             outcome report names; ``None`` when the service did not take the question.
+        args_schema: The tool's argument schema as JSON Schema (its pydantic
+            ``args_schema.model_json_schema()``), sent with a ``form`` (``allow_edit``)
+            so the operator can edit the call in the service's console, where the edit
+            is checked against it; ``None`` when the tool has none, and for an
+            ``approval`` (which cannot be edited).
     """
 
     tool: str
@@ -96,6 +101,7 @@ class ToolCall:
     granted_window_seconds: Optional[int] = field(default=None, compare=False)
     denial: Optional["Denial"] = field(default=None, compare=False)
     record_id: Optional[str] = field(default=None, compare=False)
+    args_schema: Optional[Dict[str, Any]] = field(default=None, compare=False)
 
     def body(self) -> Dict[str, Any]:
         """The request's ``call`` field.
@@ -107,12 +113,15 @@ class ToolCall:
         that would run.
         """
         params = json.loads(json.dumps(self.params, default=str, allow_nan=False))
-        return {
+        body = {
             "tool": self.tool,
             "params": params,
             "owner_id": self.owner_id,
             "window_seconds": int(self.window_seconds),
         }
+        if self.args_schema is not None:
+            body["args_schema"] = self.args_schema
+        return body
 
     def for_form(self, current_values: Any) -> "ToolCall":
         """The call a ``form`` interaction (``allow_edit``) asks about.

@@ -131,6 +131,11 @@ class Confirmation:
     #: What is known of running the confirmed call (:meth:`HitlClient.report_outcome`,
     #: or ``unknown`` set by the service); ``None`` before any report.
     outcome: Optional["Outcome"] = None
+    #: True when an operator approved the call with changes (in the console):
+    #: :attr:`parameters` are then the edited ones, the ones to run.
+    edited: bool = False
+    #: The argument hash of the call as first asked, when edited; else ``None``.
+    original_args_hash: Optional[str] = None
 
     @classmethod
     def from_json(cls, record: Any) -> "Confirmation":
@@ -171,6 +176,9 @@ class Confirmation:
         outcome = record.get("outcome")
         if outcome is not None:
             outcome = Outcome.from_json(outcome)
+        edited = record.get("edited", False)
+        if not isinstance(edited, bool):
+            raise ValueError("confirmation record: edited is not a boolean")
         return cls(
             id=text("id"),
             status=status,
@@ -186,6 +194,8 @@ class Confirmation:
             do_not_retry=do_not_retry,
             progress=progress,
             outcome=outcome,
+            edited=edited,
+            original_args_hash=text("original_args_hash", optional=True),
         )
 
     @property
@@ -446,8 +456,14 @@ class HitlClient:
         idempotency_key: Optional[str] = None,
         context: Optional[str] = None,
         callback_url: Optional[str] = None,
+        args_schema: Optional[Mapping[str, Any]] = None,
     ) -> Confirmation:
         """``POST /v1/confirmations``: asks a human about one tool call.
+
+        ``args_schema`` (the tool's JSON Schema, e.g. a pydantic model's
+        ``model_json_schema()``) with ``allow_edit=True`` lets an operator edit the call in
+        the console before approving it; the answer then has ``edited`` set and the
+        edited :attr:`Confirmation.parameters`, which are the ones to run.
 
         ``wait="block"`` returns the decision (``confirmed``, ``cancelled`` or
         ``timeout``); ``wait="suspend"`` returns at once, usually ``pending`` (a window
@@ -469,6 +485,7 @@ class HitlClient:
             "idempotency_key": idempotency_key,
             "context": context,
             "callback_url": callback_url,
+            "args_schema": dict(args_schema) if args_schema is not None else None,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
         if wait == "block":

@@ -51,6 +51,7 @@ manager's code, unchanged; other channels registered on it behave as before.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -281,7 +282,9 @@ class HitlInteractionManager(HumanInteractionManager):
         if interaction.interaction_type == InteractionType.FORM:
             bound = call.for_form((interaction.form_schema or {}).get("current_values"))
         else:
-            bound = replace(call, granted_window_seconds=None, denial=None, record_id=None)
+            # Only a form (allow_edit) can be edited: an approval goes without the schema.
+            bound = replace(call, granted_window_seconds=None, denial=None, record_id=None,
+                            args_schema=None)
         impl.attach_call(interaction.interaction_id, bound)
         return call, token, impl
 
@@ -474,6 +477,7 @@ class HitlConfirmationGuard(ConfirmationGuard):
             params=kwargs["parameters"],
             owner_id=owner if isinstance(owner, str) and owner else "anonymous",
             window_seconds=max(0, int(kwargs.get("window_seconds") or 0)),
+            args_schema=args_schema_of(tool),
         )
         token = asking.set(call)
         try:
@@ -592,3 +596,22 @@ async def close_confirmation_guard(guard: ConfirmationGuard) -> None:
         except AttributeError:  # redis-py < 5
             await redis.close()
         manager._redis = None
+
+
+def args_schema_of(tool: Any) -> Optional[Dict[str, Any]]:
+    """The tool's argument schema as JSON Schema (its pydantic ``args_schema``'s
+    ``model_json_schema()``), for the console's edit form; ``None`` when the tool has
+    none or it cannot be written as JSON (the question then goes without it, and edits
+    fall back to approve/cancel: never a failed question for want of a form)."""
+    model = getattr(tool, "args_schema", None)
+    write = getattr(model, "model_json_schema", None)
+    if not callable(write):
+        return None
+    try:
+        schema = write()
+        json.dumps(schema, allow_nan=False)
+    except Exception as exc:  # noqa: BLE001 - a schema pydantic cannot write: no form
+        logger.warning("tool %r: its args_schema has no JSON Schema (%s); no edit form",
+                       getattr(tool, "name", "?"), exc)
+        return None
+    return schema if isinstance(schema, dict) else None
