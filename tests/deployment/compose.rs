@@ -618,6 +618,31 @@ async fn the_ha_profile_runs_two_replicas_on_postgresql_behind_caddy_and_carries
         "the tap did not reach a replica through Caddy: {through_caddy:?}"
     );
 
+    // Caddy publishes the webhook and the console (the service's own JSON answers: the
+    // console is off here) and nothing else (its own empty 404).
+    for (path, published) in [
+        ("/app/api/questions", true),
+        ("/app", true),
+        (
+            "/v1/confirmations/cf_00000000000000000000000000000000",
+            false,
+        ),
+        ("/openapi.json", false),
+    ] {
+        let r = client
+            .get(format!("{}{path}", project.public))
+            .send()
+            .await
+            .expect("GET through Caddy");
+        assert_eq!(r.status(), reqwest::StatusCode::NOT_FOUND, "{path}");
+        let body = r.text().await.unwrap();
+        assert_eq!(
+            body.contains("\"not_found\""),
+            published,
+            "{path}: {body:?}"
+        );
+    }
+
     // The first replica killed outright: the second posts, hears the tap through Caddy
     // (which skips the dead one) and answers its agent.
     let killed = project.container_id("hitl-telegram").await;
