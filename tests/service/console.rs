@@ -771,3 +771,47 @@ async fn a_page_of_ended_questions_names_a_malformed_cursor_or_limit() {
     let (s, _) = console_get(&app, "/app/api/ended?limit=50", None).await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
 }
+
+#[tokio::test]
+async fn in_a_real_browser_the_list_shows_the_recently_ended_questions_with_their_runs() {
+    let Some(browser) = chromium() else {
+        return;
+    };
+    let app = TestApp::spawn_with_settings(with_console).await;
+    let alice_data = as_user(&app, ALICE, "Alice");
+    let call = |n: u32| json!({"tool": "deploy", "owner_id": "emp-1", "params": {"n": n}, "window_seconds": 0});
+    let failed = approved_in_console(&app, call(1), &alice_data).await;
+    let ran = approved_in_console(&app, call(2), &alice_data).await;
+    let r = app
+        .client
+        .post(app.url(&format!("/v1/confirmations/{failed}/outcome")))
+        .bearer_auth(TOKEN_A)
+        .json(&json!({"status": "failed", "error": "disk <b>full</b>"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // The list, as the bot's menu button opens it: no question named.
+    let fragment: String = url::form_urlencoded::Serializer::new(String::new())
+        .append_pair("tgWebAppData", &alice_data)
+        .append_pair("tgWebAppVersion", "8.0")
+        .finish();
+    let dom = browse(&browser, &format!("{}#{fragment}", app.url("/app")), None).await;
+    assert!(dom.contains("id=\"ended\""), "{dom}");
+    let (at_ran, at_failed) = (
+        dom.find(&format!("data-ended=\"{ran}\"")).expect("listed"),
+        dom.find(&format!("data-ended=\"{failed}\""))
+            .expect("listed"),
+    );
+    assert!(at_ran < at_failed, "the latest decision first: {dom}");
+    assert!(dom.contains("confirmed by Alice (@alice)"), "{dom}");
+    // The agent's text as text, never as markup.
+    assert!(
+        dom.contains("🔴 failed: disk &lt;b&gt;full&lt;/b&gt;"),
+        "{dom}"
+    );
+    assert!(
+        !dom.contains("id=\"more-ended\""),
+        "one page holds both: {dom}"
+    );
+}
