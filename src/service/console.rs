@@ -9,7 +9,16 @@ use crate::domain::edit::FieldError;
 use crate::domain::grant::Grant;
 use crate::domain::ids::GrantId;
 use crate::domain::rules::{Call as RuleCall, Effect};
-use crate::storage::{LiveWindow, WindowUse};
+use crate::storage::{EndedCursor, LiveWindow, WindowUse};
+
+/// The most ended questions one page of the console holds.
+pub const CONSOLE_PAGE_MAX: u32 = 50;
+
+/// How many times one page of ended questions reads the store (each read
+/// [`CONSOLE_PAGE_MAX`] questions) looking for ones the user could answer: a user who
+/// may answer few of many questions gets a short page rather than a request that reads
+/// the whole history.
+const CONSOLE_PAGE_READS: usize = 10;
 
 impl Service {
     /// The first chat (in posting order) where `user` may answer `record`, if any.
@@ -31,10 +40,9 @@ impl Service {
         Ok(None)
     }
 
-    /// The pending questions `user` may answer, soonest deadline first.
-    pub async fn console_questions(&self, user: &Operator) -> Result<Vec<Question>, ServiceError> {
-        // Every chat a question is first posted in: the routes' (as they now are) and the
-        // people's private chats, this user's own among them.
+    /// Every chat a question is first posted in: the routes' (as they now are) and the
+    /// people's private chats, `user`'s own among them.
+    fn console_post_chats(&self, user: &Operator) -> Vec<i64> {
         let mut chats: Vec<i64> = self
             .config
             .routes
@@ -50,6 +58,12 @@ impl Service {
             .collect();
         chats.sort_unstable();
         chats.dedup();
+        chats
+    }
+
+    /// The pending questions `user` may answer, soonest deadline first.
+    pub async fn console_questions(&self, user: &Operator) -> Result<Vec<Question>, ServiceError> {
+        let chats = self.console_post_chats(user);
         let mut seen = HashSet::new();
         let mut out = Vec::new();
         for chat in chats {
@@ -61,6 +75,52 @@ impl Service {
         }
         out.sort_by(|a, b| (a.expires_at, &a.id).cmp(&(b.expires_at, &b.id)));
         Ok(out)
+    }
+
+    /// A page of at most `limit` (1 to [`CONSOLE_PAGE_MAX`]) of the ended questions
+    /// `user` could have answered, the latest decision first, after `before` (the
+    /// previous page's cursor); with the cursor of the next page, `None` once there is no
+    /// more. The store's pages are of every question posted in the chats, and the ones
+    /// this user could not answer are left out, so a page is read on until it is full,
+    /// for a bounded number of reads of the store: a page may then come back short, with
+    /// a cursor to go on from.
+    pub async fn console_ended(
+        &self,
+        user: &Operator,
+        before: Option<EndedCursor>,
+        limit: u32,
+    ) -> Result<(Vec<Question>, Option<EndedCursor>), ServiceError> {
+        let limit = limit.clamp(1, CONSOLE_PAGE_MAX);
+        let chats = self.console_post_chats(user);
+        let mut cursor = before;
+        let mut out = Vec::new();
+        for read in 0..CONSOLE_PAGE_READS {
+            // The page itself first: usually every question is this user's to see. When
+            // some were not, the rest is read in the largest pages.
+            let size = if read == 0 { limit } else { CONSOLE_PAGE_MAX };
+            let page = self
+                .store
+                .ended_in_chats(&chats, cursor.as_ref(), size)
+                .await?;
+            let exhausted = page.len() < size as usize;
+            let got = page.len();
+            for (i, r) in page.into_iter().enumerate() {
+                if let Some(after) = EndedCursor::after(&r) {
+                    cursor = Some(after);
+                }
+                if self.console_chat(&r, user).await?.is_some() {
+                    out.push(r);
+                }
+                if out.len() == limit as usize {
+                    let more = !exhausted || i + 1 < got;
+                    return Ok((out, cursor.filter(|_| more)));
+                }
+            }
+            if exhausted {
+                return Ok((out, None));
+            }
+        }
+        Ok((out, cursor))
     }
 
     /// One question `user` may answer (pending or ended), with its audit trail so far;

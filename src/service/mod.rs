@@ -65,7 +65,7 @@ mod steps;
 mod wait;
 pub use agree::ConfigReport;
 pub use commands::{Command, CommandError, CommandMessage, CommandReply, RevokeTarget, Setup};
-pub use console::{ConsoleAction, EditedParams};
+pub use console::{CONSOLE_PAGE_MAX, ConsoleAction, EditedParams};
 pub use grants::{GrantCheck, GrantRequest};
 pub use steps::{MAX_MENTIONS, Mention};
 

@@ -29,9 +29,10 @@ use crate::domain::ids::{CallbackToken, ConfirmationId, GrantId, IdempotencyKey,
 use crate::domain::interaction::Answer;
 use crate::domain::question::{Decision, Operator, Question, Window, WindowKey};
 use crate::storage::{
-    Administration, AgentEvent, AgentEvents, Answered, Audit, Decided, DeliveryAttempt, Gauges,
-    GrantInserted, Grants, Inserted, LiveWindow, Messages, Outbox, OutboxEntry, PendingEntry,
-    Questions, RunReported, Runs, Shown, Steps, StorageError, WindowCache, WindowUse, Windows,
+    Administration, AgentEvent, AgentEvents, Answered, Audit, Decided, DeliveryAttempt,
+    EndedCursor, Gauges, GrantInserted, Grants, Inserted, LiveWindow, Messages, Outbox,
+    OutboxEntry, PendingEntry, Questions, RunReported, Runs, Shown, Steps, StorageError,
+    WindowCache, WindowUse, Windows,
 };
 
 #[async_trait]
@@ -85,6 +86,15 @@ impl Questions for This {
 
     async fn pending_in_chat(&self, chat_id: i64) -> Result<Vec<Question>, StorageError> {
         sql::pending_in_chat(&self.pool, chat_id).await
+    }
+
+    async fn ended_in_chats(
+        &self,
+        chats: &[i64],
+        before: Option<&EndedCursor>,
+        limit: u32,
+    ) -> Result<Vec<Question>, StorageError> {
+        sql::ended_in_chats(&self.pool, chats, before, limit).await
     }
 
     async fn count_pending(&self, agent: &str) -> Result<u64, StorageError> {

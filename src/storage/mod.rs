@@ -377,6 +377,48 @@ pub struct LiveWindow {
     pub chat_id: i64,
 }
 
+/// Where a page of ended questions goes on from ([`Questions::ended_in_chats`]): the
+/// last question of the page before, by its decision time and id, which together order
+/// every ended question once (two decided in the same millisecond are told apart by id).
+/// Its text form, `<decided_at in ms>.<id>`, is what the console hands out as an opaque
+/// cursor and reads back with [`EndedCursor::parse`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndedCursor {
+    /// When it was decided, in Unix milliseconds (as the column keeps it).
+    pub decided_at_ms: i64,
+    pub id: ConfirmationId,
+}
+
+impl EndedCursor {
+    /// The cursor just past `q`; `None` while it is pending.
+    pub fn after(q: &Question) -> Option<EndedCursor> {
+        let at = q.decided_at?;
+        Some(EndedCursor {
+            // Milliseconds, as stored: a decision time read back has no finer part.
+            decided_at_ms: i64::try_from(at.unix_timestamp_nanos() / 1_000_000).ok()?,
+            id: q.id.clone(),
+        })
+    }
+
+    /// The cursor whose text form is `s`; `None` for anything else.
+    pub fn parse(s: &str) -> Option<EndedCursor> {
+        let (at, id) = s.split_once('.')?;
+        if at.is_empty() || !at.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some(EndedCursor {
+            decided_at_ms: at.parse().ok()?,
+            id: ConfirmationId::parse(id).ok()?,
+        })
+    }
+}
+
+impl std::fmt::Display for EndedCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.decided_at_ms, self.id.as_str())
+    }
+}
+
 /// Stored state the metrics report, read at scrape time.
 #[derive(Debug, Clone, Default)]
 pub struct Gauges {

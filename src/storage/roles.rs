@@ -10,8 +10,9 @@ use time::OffsetDateTime;
 use tokio::sync::mpsc;
 
 use super::{
-    AgentEvent, Answered, Change, Decided, DeliveryAttempt, Gauges, GrantInserted, Inserted,
-    LiveConfig, LiveWindow, OutboxEntry, PendingEntry, RunReported, Shown, StorageError, WindowUse,
+    AgentEvent, Answered, Change, Decided, DeliveryAttempt, EndedCursor, Gauges, GrantInserted,
+    Inserted, LiveConfig, LiveWindow, OutboxEntry, PendingEntry, RunReported, Shown, StorageError,
+    WindowUse,
 };
 use crate::domain::audit::{AuditEvent, Head, NewEvent, StoredRow, StoredStatus};
 use crate::domain::authority::{Authority, Fingerprint};
@@ -65,6 +66,17 @@ pub trait Questions: Send + Sync + 'static {
 
     /// The pending questions posted in `chat_id` (as their first message), oldest first.
     async fn pending_in_chat(&self, chat_id: i64) -> Result<Vec<Question>, StorageError>;
+
+    /// At most `limit` of the questions asked in any of `chats` (as their first message
+    /// or a copy) that ended, the latest decision first, starting after `before` (the
+    /// last of the previous page). Only questions someone was asked: not the calls a
+    /// window, a rule or a grant let through as they were stored.
+    async fn ended_in_chats(
+        &self,
+        chats: &[i64],
+        before: Option<&EndedCursor>,
+        limit: u32,
+    ) -> Result<Vec<Question>, StorageError>;
 
     /// How many requests of `agent` are pending.
     async fn count_pending(&self, agent: &str) -> Result<u64, StorageError>;

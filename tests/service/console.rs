@@ -624,3 +624,203 @@ async fn an_approver_lists_and_revokes_the_windows_and_grants_of_their_routes_fr
     let (s, _) = console_post(&app, &format!("/app/api/windows/{id}/revoke"), &alice).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
 }
+
+/// Every page of `GET /app/api/ended?limit=<limit>` as the user of `data`, from the
+/// first: the ids of each page, in order. Fails if a page is not 200 or the walk does not
+/// end.
+async fn ended_pages(app: &TestApp, data: &str, limit: u32) -> Vec<Vec<String>> {
+    let mut pages = Vec::new();
+    let mut before: Option<String> = None;
+    for _ in 0..20 {
+        let path = match &before {
+            Some(c) => format!("/app/api/ended?limit={limit}&before={c}"),
+            None => format!("/app/api/ended?limit={limit}"),
+        };
+        let (s, page) = console_get(app, &path, Some(data)).await;
+        assert_eq!(s, StatusCode::OK, "{page}");
+        let ids = page["questions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|q| q["id"].as_str().unwrap().to_owned())
+            .collect();
+        pages.push(ids);
+        match page["next"].as_str() {
+            Some(next) => before = Some(next.to_owned()),
+            None => {
+                assert_eq!(page["next"], Value::Null);
+                return pages;
+            }
+        }
+    }
+    panic!("the pages never end: {pages:?}");
+}
+
+/// Asks `body` (suspended) and has the user of `data` approve it from the console;
+/// returns its id.
+async fn approved_in_console(app: &TestApp, body: Value, data: &str) -> String {
+    let (record, _) = app.ask_suspended(body).await;
+    let id = record["id"].as_str().unwrap().to_owned();
+    let approve = json!({"action": "approve", "args_hash": record["args_hash"]});
+    let (s, r) = decide(app, &id, data, approve).await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    id
+}
+
+#[tokio::test]
+async fn an_approver_sees_the_questions_ended_in_their_chats_newest_first_with_who_decided_and_the_run()
+ {
+    let app = TestApp::spawn_with_settings(with_console).await;
+    let alice = as_user(&app, ALICE, "Alice");
+    let bob_data = as_user(&app, BOB, "Bob");
+    let call = |n: u32| json!({"tool": "deploy", "owner_id": "emp-1", "params": {"n": n}, "window_seconds": 0});
+    // Alice approves the first from the console, and its run fails.
+    let first_id = approved_in_console(&app, call(1), &alice).await;
+    // Bob cancels the second by tapping in the chat.
+    let (second, message_id) = app.ask_suspended(call(2)).await;
+    let second_id = second["id"].as_str().unwrap().to_owned();
+    app.telegram.tap(OPS_CHAT, message_id, "❌ Cancel", bob());
+    app.wait_status(&second_id, "cancelled").await;
+    // Bob approves the third from the console, and it runs.
+    let third_id = approved_in_console(&app, call(3), &bob_data).await;
+    for (id, run) in [
+        (&first_id, json!({"status": "failed", "error": "disk full"})),
+        (
+            &third_id,
+            json!({"status": "executed", "summary": "deployed"}),
+        ),
+    ] {
+        let r = app
+            .client
+            .post(app.url(&format!("/v1/confirmations/{id}/outcome")))
+            .bearer_auth(TOKEN_A)
+            .json(&run)
+            .send()
+            .await
+            .unwrap();
+        let (s, body) = json_of(r).await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+    }
+    // Ended in the other route's chat, which only Bob approves: not Alice's to see.
+    let mut elsewhere = call(4);
+    elsewhere["route"] = json!("other");
+    let other_id = approved_in_console(&app, elsewhere, &bob_data).await;
+    // Still pending: not ended.
+    app.ask_suspended(call(5)).await;
+
+    let (s, page) = console_get(&app, "/app/api/ended", Some(&alice)).await;
+    assert_eq!(s, StatusCode::OK, "{page}");
+    assert_eq!(page["next"], Value::Null, "{page}");
+    let qs = page["questions"].as_array().unwrap();
+    let ids: Vec<&str> = qs.iter().map(|q| q["id"].as_str().unwrap()).collect();
+    assert_eq!(
+        ids,
+        [&third_id, &second_id, &first_id],
+        "newest decision first"
+    );
+    let seen: Vec<(&str, &str)> = qs
+        .iter()
+        .map(|q| {
+            (
+                q["status"].as_str().unwrap(),
+                q["decided_by"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("confirmed", "Bob (@bob)"),
+            ("cancelled", "Bob"),
+            ("confirmed", "Alice (@alice)")
+        ]
+    );
+    assert_eq!(qs[0]["outcome"]["status"], "executed");
+    assert_eq!(qs[0]["outcome"]["summary"], "deployed");
+    assert_eq!(qs[1]["outcome"], Value::Null);
+    assert_eq!(qs[2]["outcome"]["status"], "failed");
+    assert_eq!(qs[2]["outcome"]["error"], "disk full");
+    assert!(qs.iter().all(|q| q["decided_at"].is_string()));
+
+    // One at a time: each exactly once, in the same order, and then no next page.
+    let pages = ended_pages(&app, &alice, 1).await;
+    let walked: Vec<&String> = pages.iter().flatten().collect();
+    assert_eq!(walked, [&third_id, &second_id, &first_id], "{pages:?}");
+    assert!(pages.iter().all(|p| p.len() <= 1), "{pages:?}");
+    // Bob approves both routes: he sees all four.
+    let walked: Vec<String> = ended_pages(&app, &bob_data, 2).await.concat();
+    assert_eq!(walked, [other_id, third_id, second_id, first_id]);
+
+    // Carol approves another route, Mallory nothing: neither sees any.
+    for (user, name) in [(CAROL, "Carol"), (MALLORY, "Mallory")] {
+        let data = as_user(&app, user, name);
+        let (s, page) = console_get(&app, "/app/api/ended", Some(&data)).await;
+        assert_eq!(s, StatusCode::OK, "{page}");
+        assert_eq!(page, json!({"questions": [], "next": null}), "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_page_of_ended_questions_names_a_malformed_cursor_or_limit() {
+    let app = TestApp::spawn_with_settings(with_console).await;
+    let alice = as_user(&app, ALICE, "Alice");
+    for (query, field) in [
+        ("before=yesterday", "before"),
+        ("before=12.not-an-id", "before"),
+        ("before=-5.cf_00000000000000000000000000000000", "before"),
+        ("limit=0", "limit"),
+        ("limit=51", "limit"),
+        ("limit=twenty", "limit"),
+    ] {
+        let (s, r) = console_get(&app, &format!("/app/api/ended?{query}"), Some(&alice)).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{query}: {r}");
+        let message = r["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with(&format!("{field}: ")), "{query}: {r}");
+    }
+    let (s, _) = console_get(&app, "/app/api/ended?limit=50", None).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn in_a_real_browser_the_list_shows_the_recently_ended_questions_with_their_runs() {
+    let Some(browser) = chromium() else {
+        return;
+    };
+    let app = TestApp::spawn_with_settings(with_console).await;
+    let alice_data = as_user(&app, ALICE, "Alice");
+    let call = |n: u32| json!({"tool": "deploy", "owner_id": "emp-1", "params": {"n": n}, "window_seconds": 0});
+    let failed = approved_in_console(&app, call(1), &alice_data).await;
+    let ran = approved_in_console(&app, call(2), &alice_data).await;
+    let r = app
+        .client
+        .post(app.url(&format!("/v1/confirmations/{failed}/outcome")))
+        .bearer_auth(TOKEN_A)
+        .json(&json!({"status": "failed", "error": "disk <b>full</b>"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // The list, as the bot's menu button opens it: no question named.
+    let fragment: String = url::form_urlencoded::Serializer::new(String::new())
+        .append_pair("tgWebAppData", &alice_data)
+        .append_pair("tgWebAppVersion", "8.0")
+        .finish();
+    let dom = browse(&browser, &format!("{}#{fragment}", app.url("/app")), None).await;
+    assert!(dom.contains("id=\"ended\""), "{dom}");
+    let (at_ran, at_failed) = (
+        dom.find(&format!("data-ended=\"{ran}\"")).expect("listed"),
+        dom.find(&format!("data-ended=\"{failed}\""))
+            .expect("listed"),
+    );
+    assert!(at_ran < at_failed, "the latest decision first: {dom}");
+    assert!(dom.contains("confirmed by Alice (@alice)"), "{dom}");
+    // The agent's text as text, never as markup.
+    assert!(
+        dom.contains("🔴 failed: disk &lt;b&gt;full&lt;/b&gt;"),
+        "{dom}"
+    );
+    assert!(
+        !dom.contains("id=\"more-ended\""),
+        "one page holds both: {dom}"
+    );
+}

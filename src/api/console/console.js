@@ -67,8 +67,9 @@ function summary(q) {
 
 async function showList() {
   const main = document.getElementById("main");
-  const [{ questions }, { windows }, { grants }] = await Promise.all([
-    api("/app/api/questions"), api("/app/api/windows"), api("/app/api/grants")]);
+  const [{ questions }, { windows }, { grants }, ended] = await Promise.all([
+    api("/app/api/questions"), api("/app/api/windows"), api("/app/api/grants"),
+    api(ENDED_PAGE)]);
   main.replaceChildren();
   if (questions.length === 0) {
     main.append(el("p", { class: "hint" }, "Nothing waits for you."));
@@ -93,6 +94,50 @@ async function showList() {
       el("div", { class: "hint" }, "granted by " + g.granted_by + " · until " + g.expires_at),
       el("button", { onclick: () => revoke("grants", g.id) }, "🔒 Revoke")));
   }
+  const section = el("section", { id: "ended" }, el("h2", {}, "Recently ended"));
+  main.append(section);
+  showEnded(section, ended);
+  if (ended.questions.length === 0) section.append(el("p", { class: "hint" }, "Nothing has ended yet."));
+}
+
+const ENDED_PAGE = "/app/api/ended?limit=20";
+
+// Appends a page of ended questions to the section, and a More button while the service
+// says there is a next page (its cursor is opaque: sent back as it came).
+function showEnded(section, page) {
+  const more = document.getElementById("more-ended");
+  if (more) more.remove();
+  for (const q of page.questions) section.append(endedCard(q));
+  if (page.next === null || page.next === undefined) return;
+  section.append(el("button", {
+    id: "more-ended",
+    onclick: () => api(ENDED_PAGE + "&before=" + encodeURIComponent(page.next))
+      .then((next) => showEnded(section, next)).catch(showError),
+  }, "More"));
+}
+
+// An ended question: what was asked, how it ended and by whom, when, and what the
+// agent reported of running it; tapping it opens it whole.
+function endedCard(q) {
+  const how = q.status + (q.decided_by ? " by " + q.decided_by : "") +
+    (q.decided_at ? " · " + q.decided_at : "");
+  return el("div", { class: "card", "data-ended": q.id },
+    el("button", { class: "open", onclick: () => showOne(q.id).catch(showError) },
+      el("div", {}, el("strong", {}, q.tool), " · ", q.agent),
+      el("div", { class: "hint" }, how),
+      runLine(q.outcome)));
+}
+
+// The run's report in the chat's words ("🟢 ran", "🔴 failed: …"), or nothing.
+function runLine(run) {
+  if (!run) return null;
+  const words = (t) => (t && t.trim() ? ": " + t : "");
+  let text;
+  if (run.status === "executed") text = "🟢 ran" + words(run.summary);
+  else if (run.status === "failed") text = "🔴 failed" + words(run.error || run.summary);
+  else if (run.status === "not_executed") text = "⚪ not run" + words(run.summary);
+  else text = "🟠 no report from the agent";
+  return el("div", { class: "outcome" }, text);
 }
 
 // Revoking ends a standing approval at once: asked once more, then sent.

@@ -5,11 +5,11 @@
 //! ([`crate::domain::launch`]); the user it names sees only what they could answer by
 //! tapping in a chat, and everything else is 404.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{FromRequestParts, Path, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode};
@@ -28,7 +28,8 @@ use crate::domain::limits::MAX_PARAM_KEYS;
 use crate::domain::python;
 use crate::domain::question::Operator;
 use crate::domain::question::reason_text;
-use crate::service::{ConsoleAction, EditedParams, ServiceError, now};
+use crate::service::{CONSOLE_PAGE_MAX, ConsoleAction, EditedParams, ServiceError, now};
+use crate::storage::EndedCursor;
 
 mod view;
 
@@ -55,6 +56,7 @@ pub fn routes(router: Router<AppState>, enabled: bool) -> Router<AppState> {
         .route("/app/api/questions", get(list))
         .route("/app/api/questions/{id}", get(detail))
         .route("/app/api/questions/{id}/decision", post(decision))
+        .route("/app/api/ended", get(ended))
         .route("/app/api/windows", get(windows))
         .route("/app/api/windows/{id}/revoke", post(revoke_window))
         .route("/app/api/grants", get(grants))
@@ -157,6 +159,49 @@ async fn list(
             .map(|q| QuestionView::of(q, confirm_twice(&state, q)))
             .collect(),
     })
+    .into_response())
+}
+
+/// How many ended questions a page holds when the page does not say.
+const ENDED_PAGE: u32 = 20;
+
+/// `GET /app/api/ended?before=<cursor>&limit=<1 to 50>`: the ended questions this user
+/// could have answered, the latest decision first, `{"questions": [...], "next":
+/// "<cursor>" | null}`; `next` is what `before` takes for the following page (opaque to
+/// the page). A query that is not one of these is a 422 naming the field.
+async fn ended(
+    State(state): State<AppState>,
+    ConsoleUser(user): ConsoleUser,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let before = match query.get("before").map(String::as_str) {
+        None | Some("") => None,
+        Some(c) => Some(EndedCursor::parse(c).ok_or_else(|| {
+            ApiError::field("before", "is not a cursor this list gave (its \"next\")")
+        })?),
+    };
+    let limit = match query.get("limit") {
+        None => ENDED_PAGE,
+        Some(l) => l
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=CONSOLE_PAGE_MAX).contains(n))
+            .ok_or_else(|| {
+                ApiError::field(
+                    "limit",
+                    format!("must be a whole number from 1 to {CONSOLE_PAGE_MAX}"),
+                )
+            })?,
+    };
+    let (questions, next) = state.service.console_ended(&user, before, limit).await?;
+    let questions: Vec<QuestionView> = questions
+        .iter()
+        .map(|q| QuestionView::of(q, confirm_twice(&state, q)))
+        .collect();
+    Ok(Json(serde_json::json!({
+        "questions": questions,
+        "next": next.map(|c| c.to_string()),
+    }))
     .into_response())
 }
 

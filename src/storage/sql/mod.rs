@@ -53,8 +53,9 @@ use crate::storage::rows::{
     select_windows_where, user_column,
 };
 use crate::storage::{
-    AgentEvent, Answered, Decided, DeliveryAttempt, Gauges, GrantInserted, IDEMPOTENCY_TTL,
-    Inserted, LiveWindow, OutboxEntry, PendingEntry, RunReported, Shown, StorageError, WindowUse,
+    AgentEvent, Answered, Decided, DeliveryAttempt, EndedCursor, Gauges, GrantInserted,
+    IDEMPOTENCY_TTL, Inserted, LiveWindow, OutboxEntry, PendingEntry, RunReported, Shown,
+    StorageError, WindowUse,
 };
 
 mod grants;

@@ -368,6 +368,55 @@ pub(crate) async fn pending_in_chat(
     hydrate_all(&mut conn, rows).await
 }
 
+/// See [`crate::storage::Questions::ended_in_chats`]. The `via` list is the very predicate
+/// of the partial index `confirmations_ended` (on `decided_at, id`), so the newest
+/// decisions are read in index order and the scan stops at `limit`; a question's copies
+/// are found by their primary key, one probe per question read.
+pub(crate) async fn ended_in_chats(
+    pool: &Pool<Db>,
+    chats: &[i64],
+    before: Option<&EndedCursor>,
+    limit: u32,
+) -> Result<Vec<Question>, StorageError> {
+    if chats.is_empty() || limit == 0 {
+        return Ok(Vec::new());
+    }
+    let mut q: QueryBuilder<Db> = QueryBuilder::new(select_where!(
+        "via IN ('operator', 'timeout', 'withdrawn', 'fail_closed')"
+    ));
+    if let Some(c) = before {
+        q.push(" AND decided_at <= ")
+            .push_bind(c.decided_at_ms)
+            .push(" AND (decided_at < ")
+            .push_bind(c.decided_at_ms)
+            .push(concat!(" OR id", bytewise!(), " < "))
+            .push_bind(c.id.as_str().to_owned())
+            .push(")");
+    }
+    q.push(" AND (chat_id IN (");
+    let mut list = q.separated(", ");
+    for chat in chats {
+        list.push_bind(*chat);
+    }
+    q.push(
+        ") OR EXISTS (SELECT 1 FROM copies c WHERE c.question_id = confirmations.id
+                       AND c.chat_id IN (",
+    );
+    let mut list = q.separated(", ");
+    for chat in chats {
+        list.push_bind(*chat);
+    }
+    q.push(concat!(
+        "))) ORDER BY decided_at DESC, id",
+        bytewise!(),
+        " DESC LIMIT "
+    ))
+    .push_bind(i64::from(limit));
+    let mut conn = pool.acquire().await?;
+    let rows: Vec<Row> = q.build_query_as().fetch_all(&mut *conn).await?;
+    hydrate_all(&mut conn, rows).await
+}
+
 /// See [`crate::storage::Questions::unshown_outcomes`].
 pub(crate) async fn unshown_outcomes(pool: &Pool<Db>) -> Result<Vec<Question>, StorageError> {
     let mut conn = pool.acquire().await?;
