@@ -100,6 +100,9 @@ async fn an_edit_that_breaks_the_tools_schema_is_refused_field_by_field_and_deci
 #[tokio::test]
 async fn an_edited_approval_reaches_the_agent_with_the_new_call_and_the_chat_says_what_changed() {
     let app = TestApp::spawn_with_settings(with_app).await;
+    // A group's Review button links to the app by the bot's username, known once the
+    // bot has introduced itself (and set its menu button).
+    app.telegram.wait_for_requests("setChatMenuButton", 1).await;
     let blocked = app.create_blocking(transfer(json!(1200.5)));
     let message = app
         .telegram
@@ -237,6 +240,7 @@ async fn a_window_opened_by_an_edited_approval_covers_the_edited_call_only() {
 #[tokio::test]
 async fn edits_are_taken_only_where_the_agent_allowed_them_with_a_valid_schema() {
     let app = TestApp::spawn_with_settings(with_app).await;
+    app.telegram.wait_for_requests("setChatMenuButton", 1).await;
     // An invalid schema is refused when the question is asked, not when someone edits.
     for bad in [
         json!({"type": "no-such-type"}),
