@@ -6,7 +6,7 @@
 //! the operator would, against the real service.
 
 use crate::support::app::*;
-use crate::support::browser::Browser;
+use crate::support::browser::{Browser, Page};
 use hitl_telegram::domain::launch;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -416,6 +416,136 @@ async fn in_a_real_browser_the_page_shows_the_pending_question_with_every_parame
         params.contains(memo.trim_end()),
         "every parameter whole: {params}"
     );
+}
+
+/// Opens the console for `user_id` on question `id` in `browser`, clicks Approve with the
+/// mouse, and returns the page once it says the question is decided.
+async fn approve_in_the_page(
+    browser: &Browser,
+    app: &TestApp,
+    (user_id, name): (u64, &str),
+    id: &str,
+) -> Page {
+    let page = browser.page().await;
+    page.goto(&console_url(app, user_id, name, Some(id))).await;
+    page.wait_for("#approve", PAGE_WAIT).await;
+    page.click("#approve").await;
+    page.wait_for("#decided", PAGE_WAIT).await;
+    page
+}
+
+/// The id of the one question `user_id` sees pending in the console.
+async fn the_pending_question(app: &TestApp, user_id: u64, name: &str) -> String {
+    let data = as_user(app, user_id, name);
+    let (s, list) = console_get(app, "/app/api/questions", Some(&data)).await;
+    assert_eq!(s, StatusCode::OK, "{list}");
+    assert_eq!(
+        list["questions"].as_array().map(Vec::len),
+        Some(1),
+        "{list}"
+    );
+    list["questions"][0]["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn in_a_real_browser_an_approve_in_the_page_confirms_the_agents_blocked_call() {
+    let Some(browser) = Browser::launch().await else {
+        return;
+    };
+    let app = TestApp::spawn_with_settings(with_console).await;
+    let blocked =
+        app.create_blocking(json!({"tool": "deploy", "owner_id": "emp-1", "params": {"v": 2}}));
+    let message = app
+        .telegram
+        .wait_for_message_in(OPS_CHAT, 1)
+        .await
+        .remove(0);
+    let id = the_pending_question(&app, ALICE, "Alice").await;
+
+    let page = approve_in_the_page(&browser, &app, (ALICE, "Alice"), &id).await;
+    let done = page.text("#decided").await;
+    assert!(done.contains("confirmed by Alice"), "{done}");
+    assert_eq!(
+        page.dialogs(),
+        Vec::<String>::new(),
+        "a route without console_confirm asks no second time"
+    );
+
+    let (s, record) = blocked.await.unwrap();
+    assert_eq!(s, StatusCode::OK, "{record}");
+    assert_eq!(record["status"], "confirmed");
+    assert_eq!(record["decided_by"]["id"], ALICE);
+    let shown = app
+        .telegram
+        .wait_for_message(
+            OPS_CHAT,
+            message.message_id,
+            "the decision in the chat",
+            |m| !m.has_buttons(),
+        )
+        .await;
+    assert!(
+        shown.visible_text.contains("✅ Approved by Alice"),
+        "{}",
+        shown.visible_text
+    );
+}
+
+#[tokio::test]
+async fn in_a_real_browser_a_route_that_asks_twice_approves_once_the_page_is_told_ok() {
+    let Some(browser) = Browser::launch().await else {
+        return;
+    };
+    let app = TestApp::spawn_with_settings(|toml| {
+        with_console(toml).replace(
+            "name = \"other\"\n",
+            "name = \"other\"\nconsole_confirm = true\n",
+        )
+    })
+    .await;
+    let blocked = app.create_blocking(
+        json!({"tool": "deploy", "owner_id": "emp-1", "params": {"v": 3}, "route": "other"}),
+    );
+    app.telegram.wait_for_message_in(OTHER_CHAT, 1).await;
+    let id = the_pending_question(&app, BOB, "Bob").await;
+
+    // The click opens window.confirm; the driver answers OK, as Bob would.
+    let page = approve_in_the_page(&browser, &app, (BOB, "Bob"), &id).await;
+    let asked = page.dialogs();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].contains("Approve deploy for emp-1?"), "{asked:?}");
+    let (s, record) = blocked.await.unwrap();
+    assert_eq!(s, StatusCode::OK, "{record}");
+    assert_eq!(record["status"], "confirmed");
+    assert_eq!(record["decided_by"]["id"], BOB);
+}
+
+#[tokio::test]
+async fn in_a_real_browser_a_reason_typed_in_the_page_reaches_the_agent_with_the_deny() {
+    let Some(browser) = Browser::launch().await else {
+        return;
+    };
+    let app = TestApp::spawn_with_settings(with_console).await;
+    let (record, _) = app
+        .ask_suspended(json!({"tool": "deploy", "owner_id": "emp-1", "params": {"v": 4}}))
+        .await;
+    let id = record["id"].as_str().unwrap();
+    // Opened on the list, as the bot's menu button opens it: the question is one tap away.
+    let page = browser.page().await;
+    page.goto(&console_url(&app, BOB, "Bob", None)).await;
+    let card = format!("[data-id=\"{id}\"] button.open");
+    page.wait_for(&card, PAGE_WAIT).await;
+    page.click(&card).await;
+    page.wait_for("#reason", PAGE_WAIT).await;
+    page.type_into("#reason", "a first draft").await;
+    // Typing again replaces what the field held.
+    page.type_into("#reason", "use staging first").await;
+    page.click("#deny").await;
+    page.wait_for("#decided", PAGE_WAIT).await;
+
+    let decided = app.wait_status(id, "cancelled").await;
+    assert_eq!(decided["denial_reason"], "use staging first");
+    assert_eq!(decided["decided_by"]["id"], BOB);
 }
 
 #[tokio::test]
