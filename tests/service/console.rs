@@ -1,12 +1,16 @@
 //! The operator's console (a Telegram Mini App, `[mini_app]`): its page is served, its
 //! API acts as the Telegram user the signed launch data names (checked: genuine, this
 //! bot's, fresh), and that user sees exactly what they could answer by tapping in a chat,
-//! every parameter in full; anyone else sees nothing.
+//! every parameter in full; anyone else sees nothing. The `in_a_real_browser_*` tests
+//! open the page in a headless Chromium (`support::browser`) and click and type in it as
+//! the operator would, against the real service.
 
 use crate::support::app::*;
+use crate::support::browser::{Browser, Page};
 use hitl_telegram::domain::launch;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use std::time::Duration;
 
 pub(super) fn with_console(toml: String) -> String {
     toml + "\n[mini_app]\nenabled = true\npublic_url = \"http://127.0.0.1:9\"\nmax_age_seconds = 600\n"
@@ -358,65 +362,36 @@ async fn a_console_decision_and_a_tap_racing_it_decide_once() {
     }
 }
 
-/// The headless browser the page is tested in: `HITL_CHROMIUM`, else `chromium` on
-/// `PATH`; `None` (the test skips) without one, unless `HITL_REQUIRE_CHROMIUM=1`.
-fn chromium() -> Option<std::path::PathBuf> {
-    let given = std::env::var_os("HITL_CHROMIUM").map(std::path::PathBuf::from);
-    let found = given.or_else(|| {
-        std::env::var_os("PATH").and_then(|paths| {
-            std::env::split_paths(&paths)
-                .flat_map(|d| ["chromium", "chromium-browser"].map(|n| d.join(n)))
-                .find(|p| p.is_file())
-        })
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var("HITL_REQUIRE_CHROMIUM").as_deref() != Ok("1"),
-            "HITL_REQUIRE_CHROMIUM=1 but no chromium (set HITL_CHROMIUM or install Debian's chromium)"
-        );
-        eprintln!("skipped: no chromium on PATH");
-    }
-    found
-}
+/// How long the page may take to show what a test waits for: generous, since the tests
+/// share a small machine with the compiler; a page that works shows it in well under 1 s.
+pub(super) const PAGE_WAIT: Duration = Duration::from_secs(20);
 
-/// Runs the browser headless on `url` in a phone-sized window; returns the DOM after the
-/// page's script ran, and writes a screenshot to `screenshot` when given.
-async fn browse(
-    browser: &std::path::Path,
-    url: &str,
-    screenshot: Option<&std::path::Path>,
+/// The console as Telegram opens it for `user_id`: the launch data, signed with the bot's
+/// token, in the URL's fragment; on the question `start_param` names (the app's link from
+/// a group), on the list without one.
+pub(super) fn console_url(
+    app: &TestApp,
+    user_id: u64,
+    name: &str,
+    start_param: Option<&str>,
 ) -> String {
-    let profile = tempfile::tempdir().unwrap();
-    let mut args = vec![
-        "--headless=new".to_owned(),
-        "--no-sandbox".into(),
-        "--disable-gpu".into(),
-        "--no-first-run".into(),
-        "--window-size=390,844".into(),
-        "--virtual-time-budget=8000".into(),
-        format!("--user-data-dir={}", profile.path().display()),
-    ];
-    match screenshot {
-        Some(path) => args.push(format!("--screenshot={}", path.display())),
-        None => args.push("--dump-dom".into()),
-    }
-    args.push(url.to_owned());
-    let out = tokio::time::timeout(
-        std::time::Duration::from_secs(60),
-        tokio::process::Command::new(browser)
-            .args(&args)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the browser within 60 s")
-    .expect("the browser runs");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let user =
+        json!({"id": user_id, "first_name": name, "username": name.to_lowercase()}).to_string();
+    let auth = unix_now().to_string();
+    let mut fields = vec![("user", user.as_str()), ("auth_date", auth.as_str())];
+    fields.extend(start_param.map(|id| ("start_param", id)));
+    let data = launch::signed(&fields, app.telegram.token());
+    let fragment: String = url::form_urlencoded::Serializer::new(String::new())
+        .append_pair("tgWebAppData", &data)
+        .append_pair("tgWebAppVersion", "8.0")
+        .append_pair("tgWebAppPlatform", "android")
+        .finish();
+    format!("{}#{fragment}", app.url("/app"))
 }
 
 #[tokio::test]
 async fn in_a_real_browser_the_page_shows_the_pending_question_with_every_parameter() {
-    let Some(browser) = chromium() else {
+    let Some(browser) = Browser::launch().await else {
         return;
     };
     let app = TestApp::spawn_with_settings(with_console).await;
@@ -430,35 +405,161 @@ async fn in_a_real_browser_the_page_shows_the_pending_question_with_every_parame
         }))
         .await;
     let id = record["id"].as_str().unwrap();
-    let user = json!({"id": ALICE, "first_name": "Alice", "username": "alice"}).to_string();
-    let auth = unix_now().to_string();
-    let data = launch::signed(
-        &[("user", &user), ("auth_date", &auth), ("start_param", id)],
-        app.telegram.token(),
-    );
-    let fragment: String = url::form_urlencoded::Serializer::new(String::new())
-        .append_pair("tgWebAppData", &data)
-        .append_pair("tgWebAppVersion", "8.0")
-        .append_pair("tgWebAppPlatform", "android")
-        .finish();
-    let url = format!("{}#{fragment}", app.url("/app"));
-    let dom = browse(&browser, &url, None).await;
-    assert!(dom.contains("id=\"parameters\""), "{dom}");
+    let page = browser.page().await;
+    page.goto(&console_url(&app, ALICE, "Alice", Some(id)))
+        .await;
+    page.wait_for("#approve", PAGE_WAIT).await;
+    let shown = page.text("body").await;
     assert!(
-        dom.contains(memo.trim_end()),
-        "every parameter whole: {dom}"
+        shown.contains("ACME GmbH") && shown.contains("Signed in by Telegram as Alice"),
+        "{shown}"
     );
-    assert!(
-        dom.contains("ACME GmbH") && dom.contains("Signed in by Telegram as Alice"),
-        "{dom}"
-    );
-    assert!(dom.contains("id=\"approve\""), "Approve is offered: {dom}");
 
     // The screenshot the docs show: the console on a phone-sized window.
     let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-phone.png");
-    browse(&browser, &url, Some(&shot)).await;
+    page.screenshot(&shot).await;
     let png = std::fs::read(&shot).expect("a screenshot");
     assert!(png.starts_with(b"\x89PNG"), "a PNG");
+
+    // Long, the parameters are folded away; unfolded, all of them are there.
+    let folded = "document.querySelector('#parameters').closest('details').open === false";
+    assert_eq!(page.eval(folded).await, true);
+    page.click("details summary").await;
+    let params = page.text("#parameters").await;
+    assert!(
+        params.contains(memo.trim_end()),
+        "every parameter whole: {params}"
+    );
+}
+
+/// Opens the console for `user_id` on question `id` in `browser`, clicks Approve with the
+/// mouse, and returns the page once it says the question is decided.
+async fn approve_in_the_page(
+    browser: &Browser,
+    app: &TestApp,
+    (user_id, name): (u64, &str),
+    id: &str,
+) -> Page {
+    let page = browser.page().await;
+    page.goto(&console_url(app, user_id, name, Some(id))).await;
+    page.wait_for("#approve", PAGE_WAIT).await;
+    page.click("#approve").await;
+    page.wait_for("#decided", PAGE_WAIT).await;
+    page
+}
+
+/// The id of the one question `user_id` sees pending in the console.
+async fn the_pending_question(app: &TestApp, user_id: u64, name: &str) -> String {
+    let data = as_user(app, user_id, name);
+    let (s, list) = console_get(app, "/app/api/questions", Some(&data)).await;
+    assert_eq!(s, StatusCode::OK, "{list}");
+    assert_eq!(
+        list["questions"].as_array().map(Vec::len),
+        Some(1),
+        "{list}"
+    );
+    list["questions"][0]["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn in_a_real_browser_an_approve_in_the_page_confirms_the_agents_blocked_call() {
+    let Some(browser) = Browser::launch().await else {
+        return;
+    };
+    let app = TestApp::spawn_with_settings(with_console).await;
+    let blocked =
+        app.create_blocking(json!({"tool": "deploy", "owner_id": "emp-1", "params": {"v": 2}}));
+    let message = app
+        .telegram
+        .wait_for_message_in(OPS_CHAT, 1)
+        .await
+        .remove(0);
+    let id = the_pending_question(&app, ALICE, "Alice").await;
+
+    let page = approve_in_the_page(&browser, &app, (ALICE, "Alice"), &id).await;
+    let done = page.text("#decided").await;
+    assert!(done.contains("confirmed by Alice"), "{done}");
+    assert_eq!(
+        page.dialogs(),
+        Vec::<String>::new(),
+        "a route without console_confirm asks no second time"
+    );
+
+    let (s, record) = blocked.await.unwrap();
+    assert_eq!(s, StatusCode::OK, "{record}");
+    assert_eq!(record["status"], "confirmed");
+    assert_eq!(record["decided_by"]["id"], ALICE);
+    let shown = app
+        .telegram
+        .wait_for_message(
+            OPS_CHAT,
+            message.message_id,
+            "the decision in the chat",
+            |m| !m.has_buttons(),
+        )
+        .await;
+    assert!(
+        shown.visible_text.contains("✅ Approved by Alice"),
+        "{}",
+        shown.visible_text
+    );
+}
+
+#[tokio::test]
+async fn in_a_real_browser_a_route_that_asks_twice_approves_once_the_page_is_told_ok() {
+    let Some(browser) = Browser::launch().await else {
+        return;
+    };
+    let app = TestApp::spawn_with_settings(|toml| {
+        with_console(toml).replace(
+            "name = \"other\"\n",
+            "name = \"other\"\nconsole_confirm = true\n",
+        )
+    })
+    .await;
+    let blocked = app.create_blocking(
+        json!({"tool": "deploy", "owner_id": "emp-1", "params": {"v": 3}, "route": "other"}),
+    );
+    app.telegram.wait_for_message_in(OTHER_CHAT, 1).await;
+    let id = the_pending_question(&app, BOB, "Bob").await;
+
+    // The click opens window.confirm; the driver answers OK, as Bob would.
+    let page = approve_in_the_page(&browser, &app, (BOB, "Bob"), &id).await;
+    let asked = page.dialogs();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].contains("Approve deploy for emp-1?"), "{asked:?}");
+    let (s, record) = blocked.await.unwrap();
+    assert_eq!(s, StatusCode::OK, "{record}");
+    assert_eq!(record["status"], "confirmed");
+    assert_eq!(record["decided_by"]["id"], BOB);
+}
+
+#[tokio::test]
+async fn in_a_real_browser_a_reason_typed_in_the_page_reaches_the_agent_with_the_deny() {
+    let Some(browser) = Browser::launch().await else {
+        return;
+    };
+    let app = TestApp::spawn_with_settings(with_console).await;
+    let (record, _) = app
+        .ask_suspended(json!({"tool": "deploy", "owner_id": "emp-1", "params": {"v": 4}}))
+        .await;
+    let id = record["id"].as_str().unwrap();
+    // Opened on the list, as the bot's menu button opens it: the question is one tap away.
+    let page = browser.page().await;
+    page.goto(&console_url(&app, BOB, "Bob", None)).await;
+    let card = format!("[data-id=\"{id}\"] button.open");
+    page.wait_for(&card, PAGE_WAIT).await;
+    page.click(&card).await;
+    page.wait_for("#reason", PAGE_WAIT).await;
+    page.type_into("#reason", "a first draft").await;
+    // Typing again replaces what the field held.
+    page.type_into("#reason", "use staging first").await;
+    page.click("#deny").await;
+    page.wait_for("#decided", PAGE_WAIT).await;
+
+    let decided = app.wait_status(id, "cancelled").await;
+    assert_eq!(decided["denial_reason"], "use staging first");
+    assert_eq!(decided["decided_by"]["id"], BOB);
 }
 
 #[tokio::test]
@@ -783,7 +884,7 @@ async fn a_page_of_ended_questions_names_a_malformed_cursor_or_limit() {
 
 #[tokio::test]
 async fn in_a_real_browser_the_list_shows_the_recently_ended_questions_with_their_runs() {
-    let Some(browser) = chromium() else {
+    let Some(browser) = Browser::launch().await else {
         return;
     };
     let app = TestApp::spawn_with_settings(with_console).await;
@@ -805,7 +906,19 @@ async fn in_a_real_browser_the_list_shows_the_recently_ended_questions_with_thei
         .append_pair("tgWebAppData", &alice_data)
         .append_pair("tgWebAppVersion", "8.0")
         .finish();
-    let dom = browse(&browser, &format!("{}#{fragment}", app.url("/app")), None).await;
+    let page = browser.page().await;
+    page.goto(&format!("{}#{fragment}", app.url("/app"))).await;
+    page.wait_for(
+        &format!("[data-ended=\"{failed}\"]"),
+        std::time::Duration::from_secs(20),
+    )
+    .await;
+    let dom = page
+        .eval("document.body.innerHTML")
+        .await
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     assert!(dom.contains("id=\"ended\""), "{dom}");
     let (at_ran, at_failed) = (
         dom.find(&format!("data-ended=\"{ran}\"")).expect("listed"),

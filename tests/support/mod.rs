@@ -2,6 +2,7 @@
 //! the real service spawned against it.
 
 pub mod app;
+pub mod browser;
 pub mod fake_telegram;
 pub mod interactions;
 pub mod parrot_driver;
