@@ -4,7 +4,8 @@
 //! decided), the agent runs the edited call (`edited`, the new hash and the original),
 //! the chat says what changed, and a window covers the edited call only.
 
-use super::console::{as_user, console_get, decide, with_console};
+use super::console::{PAGE_WAIT, as_user, console_get, console_url, decide, with_console};
+use crate::support::browser::Browser;
 
 /// The console on, registered with @BotFather (so a group's question links to it).
 fn with_app(toml: String) -> String {
@@ -334,4 +335,60 @@ async fn an_edit_a_deny_rule_forbids_is_refused_as_the_call_itself_would_be() {
     );
     let (_, now) = app.get(id).await;
     assert_eq!(now["status"], "pending");
+}
+
+#[tokio::test]
+async fn in_a_real_browser_an_invalid_edit_shows_the_schema_error_on_its_field_and_a_valid_one_runs()
+ {
+    let Some(browser) = Browser::launch().await else {
+        return;
+    };
+    let app = TestApp::spawn_with_settings(with_app).await;
+    let blocked = app.create_blocking(transfer(json!(1200.5)));
+    app.telegram.wait_for_message_in(OPS_CHAT, 1).await;
+    let alice = as_user(&app, ALICE, "Alice");
+    let (_, list) = console_get(&app, "/app/api/questions", Some(&alice)).await;
+    let id = list["questions"][0]["id"].as_str().unwrap().to_owned();
+
+    let page = browser.page().await;
+    page.goto(&console_url(&app, ALICE, "Alice", Some(&id)))
+        .await;
+    page.wait_for("#edit", PAGE_WAIT).await;
+    // The form is the tool's schema, filled with the call.
+    assert_eq!(
+        page.eval("document.querySelector('#edit-amount').value")
+            .await,
+        "1200.5"
+    );
+    assert_eq!(
+        page.eval("document.querySelector('#edit-to').value").await,
+        "ACME GmbH"
+    );
+
+    // Over the schema's maximum: the service's error shows beside the field, and the
+    // agent still waits.
+    page.type_into("#edit-amount", "9000").await;
+    page.click("#approve_edited").await;
+    page.wait_for("[data-error-for=amount]:not(:empty)", PAGE_WAIT)
+        .await;
+    let error = page.text("[data-error-for=amount]").await;
+    assert!(error.contains("5000"), "{error}");
+    assert_eq!(page.text("[data-error-for=to]").await, "");
+    assert!(!blocked.is_finished(), "nothing was decided");
+    // The operator's guide shows this: the form, the error on its field.
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-edit-phone.png");
+    page.eval("document.querySelector('#edit').scrollIntoView()")
+        .await;
+    page.screenshot(&shot).await;
+
+    // Fixed: approved with the change, which the agent runs.
+    page.type_into("#edit-amount", "1000").await;
+    page.click("#approve_edited").await;
+    page.wait_for("#decided", PAGE_WAIT).await;
+    let done = page.text("#decided").await;
+    assert!(done.contains("amount 1200.5 → 1000"), "{done}");
+    let (s, record) = blocked.await.unwrap();
+    assert_eq!(s, StatusCode::OK, "{record}");
+    assert_eq!(record["edited"], true);
+    assert_eq!(record["parameters"]["amount"], 1000);
 }

@@ -254,7 +254,7 @@ function editForm(q) {
     const input = inputFor(name, s, params[name]);
     inputs[name] = input;
     form.append(el("div", { class: "field" },
-      el("label", { class: "label", htmlFor: input.id }, s.title && s.title !== name ? s.title + " (" + name + ")" : name),
+      el("label", { class: "label", htmlFor: input.id }, fieldLabel(name, s.title)),
       s.description ? el("div", { class: "hint" }, s.description) : null,
       input,
       el("div", { class: "field-error", "data-error-for": name })));
@@ -265,6 +265,14 @@ function editForm(q) {
     submitEdit(q, inputs).catch(showError);
   };
   return form;
+}
+
+// The schema's title, with the parameter's own name when the title is not just that name
+// spelled otherwise (pydantic titles `amount` "Amount").
+function fieldLabel(name, title) {
+  if (!title) return name;
+  const plain = (t) => t.toLowerCase().replace(/[\s_-]+/g, "");
+  return plain(title) === plain(name) ? title : title + " (" + name + ")";
 }
 
 function showFieldErrors(fields) {
