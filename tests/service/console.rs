@@ -785,7 +785,11 @@ async fn an_approver_sees_the_questions_ended_in_their_chats_newest_first_with_w
     // Bob approves the third from the console, and it runs.
     let third_id = approved_in_console(&app, call(3), &bob_data).await;
     for (id, run) in [
-        (&first_id, json!({"status": "failed", "error": "disk full"})),
+        // An invisible character in the agent's words shows as its escape, as in chat.
+        (
+            &first_id,
+            json!({"status": "failed", "error": "disk full\u{202e}"}),
+        ),
         (
             &third_id,
             json!({"status": "executed", "summary": "deployed"}),
@@ -840,7 +844,7 @@ async fn an_approver_sees_the_questions_ended_in_their_chats_newest_first_with_w
     assert_eq!(qs[0]["outcome"]["summary"], "deployed");
     assert_eq!(qs[1]["outcome"], Value::Null);
     assert_eq!(qs[2]["outcome"]["status"], "failed");
-    assert_eq!(qs[2]["outcome"]["error"], "disk full");
+    assert_eq!(qs[2]["outcome"]["error"], "disk full\\u202e");
     assert!(qs.iter().all(|q| q["decided_at"].is_string()));
 
     // One at a time: each exactly once, in the same order, and then no next page.

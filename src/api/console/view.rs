@@ -125,7 +125,17 @@ impl QuestionView {
                     at: rfc3339(a.at),
                 })
                 .collect(),
-            outcome: r.execution.as_ref().map(|e| e.to_json()),
+            // The agent's words about its run, with every invisible character as the
+            // escape the chat shows, like every other text of the agent's here.
+            outcome: r.execution.as_ref().map(|e| {
+                let mut o = e.to_json();
+                for key in ["summary", "error"] {
+                    if let Some(text) = o[key].as_str().map(line) {
+                        o[key] = serde_json::Value::String(text);
+                    }
+                }
+                o
+            }),
             confirm_twice,
             decidable: !r.is_terminal()
                 && r.interaction.as_ref().is_none_or(|i| match i.kind {
