@@ -131,6 +131,18 @@ async fn open_window(store: &SqliteStore, tool: &ToolName, owner: &OwnerId) {
     assert!(matches!(decided, Decided::Applied(_)), "the window opens");
 }
 
+/// A current-thread runtime (the figures are per core) and a SQLite file's URL in a
+/// temporary folder, kept as long as the folder is.
+fn runtime_and_database() -> (tokio::runtime::Runtime, tempfile::TempDir, String) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime");
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+    (rt, dir, url)
+}
+
 /// The bench's world: a current-thread runtime (the figure is per core) and two stores
 /// on one file holding one open window, one with the in-memory index, one without.
 struct World {
@@ -144,12 +156,7 @@ struct World {
 
 impl World {
     fn new() -> World {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a current-thread runtime");
-        let dir = tempfile::tempdir().expect("a temporary folder");
-        let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+        let (rt, dir, url) = runtime_and_database();
         let tool = ToolName::parse("deploy_release").expect("a valid tool name");
         let owner = OwnerId::parse("alice@example.com").expect("a valid owner id");
         let (indexed, unindexed) = rt.block_on(async {
@@ -329,12 +336,7 @@ struct ServiceWorld {
 
 impl ServiceWorld {
     fn new() -> ServiceWorld {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a current-thread runtime");
-        let dir = tempfile::tempdir().expect("a temporary folder");
-        let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+        let (rt, dir, url) = runtime_and_database();
         let settings =
             Settings::from_toml(&service_settings(&url)).expect("the bench settings parse");
         let env = |key: &str| match key {
