@@ -460,7 +460,7 @@ impl ServiceWorld {
         self.settle();
     }
 
-    /// Whether `record` is decided now, as stored.
+    /// `record`'s status as stored now.
     fn status(&self, record: &Question) -> Status {
         self.rt
             .block_on(self.service.questions().get(&record.id))
