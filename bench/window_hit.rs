@@ -9,15 +9,34 @@
 //! has not loaded the index and so asks SQLite (what every lookup cost before the index
 //! existed), so one run shows both. `bench/run` turns the means into decisions per
 //! second and sets them beside AI-Parrot's own `ConfirmationGuard.confirm()`.
+//!
+//! For the instruction counts CI compares with `bench/instructions.toml`
+//! (`bench/check-instructions`), `B1_COUNT` also runs two paths through the real
+//! [`Service`]: a window hit as `POST /v1/confirmations` takes it (body parsed, rules,
+//! window, durable write, the response's JSON), and an operator's tap deciding a pending
+//! confirmation (`Service::handle_tap`, with the background work it starts). Telegram is
+//! a [`Messenger`] that sends nothing: what the counts follow is our decision path, not
+//! teloxide's HTTP client.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
+use async_trait::async_trait;
+
 use criterion::{Criterion, criterion_group};
+use hitl_telegram::api::confirmations::parse_create;
+use hitl_telegram::api::record::RecordView;
+use hitl_telegram::app::open_store;
+use hitl_telegram::config::{Agent, Config, Settings};
 use hitl_telegram::domain::args_hash::ArgsHash;
 use hitl_telegram::domain::ids::{CallbackToken, ConfirmationId, OwnerId, ToolName};
 use hitl_telegram::domain::python;
 use hitl_telegram::domain::question::{
     Operator, Outcome, PENDING_REASON, Question, Status, WindowKey,
+};
+use hitl_telegram::service::{
+    Button, CommandReply, DeliveryError, Mention, Messenger, Service, Tap, TapAction, Turn, View,
 };
 use hitl_telegram::storage::{Administration, Decided, Questions, SqliteStore, Store};
 use time::OffsetDateTime;
@@ -112,6 +131,18 @@ async fn open_window(store: &SqliteStore, tool: &ToolName, owner: &OwnerId) {
     assert!(matches!(decided, Decided::Applied(_)), "the window opens");
 }
 
+/// A current-thread runtime (the figures are per core) and a SQLite file's URL in a
+/// temporary folder, kept as long as the folder is.
+fn runtime_and_database() -> (tokio::runtime::Runtime, tempfile::TempDir, String) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime");
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+    (rt, dir, url)
+}
+
 /// The bench's world: a current-thread runtime (the figure is per core) and two stores
 /// on one file holding one open window, one with the in-memory index, one without.
 struct World {
@@ -125,12 +156,7 @@ struct World {
 
 impl World {
     fn new() -> World {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a current-thread runtime");
-        let dir = tempfile::tempdir().expect("a temporary folder");
-        let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+        let (rt, dir, url) = runtime_and_database();
         let tool = ToolName::parse("deploy_release").expect("a valid tool name");
         let owner = OwnerId::parse("alice@example.com").expect("a valid owner id");
         let (indexed, unindexed) = rt.block_on(async {
@@ -159,14 +185,306 @@ impl World {
     }
 }
 
+/// The chat side of the service's bench: every message "gets through" at once and
+/// nothing leaves the process. Message ids count up, so each question has its own.
+struct NoTelegram {
+    next_message: AtomicI32,
+}
+
+impl NoTelegram {
+    fn sent(&self) -> Result<i32, DeliveryError> {
+        Ok(self.next_message.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+#[async_trait]
+impl Messenger for NoTelegram {
+    async fn question_turn(
+        &self,
+        _chat_id: i64,
+        _agent: &str,
+        _deadline: OffsetDateTime,
+    ) -> Result<Turn, DeliveryError> {
+        Ok(Turn::new(()))
+    }
+    async fn send_question(
+        &self,
+        _record: &Question,
+        _chat_id: i64,
+        _view: &View,
+        _turn: Turn,
+    ) -> Result<i32, DeliveryError> {
+        self.sent()
+    }
+    async fn update_message(
+        &self,
+        _record: &Question,
+        _chat_id: i64,
+        _message_id: i32,
+        _view: &View,
+    ) -> Result<(), DeliveryError> {
+        Ok(())
+    }
+    async fn send_notification(
+        &self,
+        _chat_id: i64,
+        _agent: &str,
+        _text: &str,
+    ) -> Result<i32, DeliveryError> {
+        self.sent()
+    }
+    async fn send_attachment(
+        &self,
+        _record: &Question,
+        _chat_id: i64,
+        _reply_to: i32,
+    ) -> Result<bool, DeliveryError> {
+        Ok(false)
+    }
+    async fn answer_tap(
+        &self,
+        _query_id: &str,
+        _text: &str,
+        _alert: bool,
+    ) -> Result<(), DeliveryError> {
+        Ok(())
+    }
+    async fn send_command_reply(
+        &self,
+        _chat_id: i64,
+        _thread: Option<i32>,
+        _reply_to: i32,
+        _reply: &CommandReply,
+    ) -> Result<i32, DeliveryError> {
+        self.sent()
+    }
+    async fn send_reason_prompt(
+        &self,
+        _record: &Question,
+        _chat_id: i64,
+        _thread: Option<i32>,
+        _reply_to: i32,
+        _from: &Operator,
+    ) -> Result<i32, DeliveryError> {
+        self.sent()
+    }
+    async fn send_reminder(
+        &self,
+        _record: &Question,
+        _chat_id: i64,
+        _thread: Option<i32>,
+        _reply_to: i32,
+        _waiting: &[Mention],
+    ) -> Result<i32, DeliveryError> {
+        self.sent()
+    }
+}
+
+/// The route's chat and its one approver, who taps.
+const CHAT: i64 = -100;
+const APPROVER: u64 = 1;
+
+/// The service's configuration: one route, one agent allowed enough pending questions
+/// for any count the bench prepares, deadlines far past any run under callgrind.
+fn service_settings(db_url: &str) -> String {
+    format!(
+        r#"
+        [server]
+        bind = "127.0.0.1:0"
+        [database]
+        url = "{db_url}"
+        [telegram]
+        api_url = "http://127.0.0.1:9/"
+        poll_timeout_seconds = 1
+        [confirmation]
+        default_timeout_seconds = 86400
+        max_timeout_seconds = 86400
+        default_window_seconds = 0
+        [[routes]]
+        name = "ops"
+        chat_id = {CHAT}
+        approvers = [{APPROVER}]
+        max_window_seconds = 86400
+        [[agents]]
+        name = "{AGENT}"
+        token_env = "BENCH_AGENT_TOKEN"
+        routes = ["ops"]
+        default_route = "ops"
+        max_pending = 1000000
+        "#
+    )
+}
+
+/// The create body a busy agent repeats: the bench's call, asking for a window.
+fn create_body() -> String {
+    format!(
+        r#"{{"tool": "deploy_release", "owner_id": "alice@example.com", "window_seconds": 3600, "params": {PARAMS}}}"#
+    )
+}
+
+/// The real service on a SQLite file in a temporary folder, started as
+/// `Application::run_until_stopped` starts it (configuration held, pending questions
+/// recovered, so this process leads and posts), on a current-thread runtime so that the
+/// counts do not depend on how work lands on worker threads.
+struct ServiceWorld {
+    rt: tokio::runtime::Runtime,
+    service: Arc<Service>,
+    config: Arc<Config>,
+    agent: Arc<Agent>,
+    _dir: tempfile::TempDir,
+}
+
+impl ServiceWorld {
+    fn new() -> ServiceWorld {
+        let (rt, dir, url) = runtime_and_database();
+        let settings =
+            Settings::from_toml(&service_settings(&url)).expect("the bench settings parse");
+        let env = |key: &str| match key {
+            "TELEGRAM_BOT_TOKEN" => Some("123:bench".to_owned()),
+            "BENCH_AGENT_TOKEN" => Some("bench-agent-token-0123456789".to_owned()),
+            _ => None,
+        };
+        let config = Arc::new(Config::from_settings(settings, &env).expect("a valid config"));
+        let agent = config.agents[0].clone();
+        let service = rt.block_on(async {
+            let store = open_store(&config).await.expect("the store opens");
+            let messenger = Arc::new(NoTelegram {
+                next_message: AtomicI32::new(1),
+            });
+            let service = Arc::new(Service::new(config.clone(), store, messenger));
+            service.hold_config().await.expect("configuration held");
+            service.config_report().await.expect("configurations read");
+            service.recover().await.expect("recovered");
+            // Every connection the pool may hold, opened now: one opened by chance in
+            // the middle of a run (a query arriving while the others are busy) would
+            // make the counts vary from run to run.
+            let pings = (0..2 * SQLITE_POOL).map(|_| service.administration().ping());
+            for ping in futures_util::future::join_all(pings).await {
+                ping.expect("the database answers");
+            }
+            service
+        });
+        ServiceWorld {
+            rt,
+            service,
+            config,
+            agent,
+            _dir: dir,
+        }
+    }
+
+    /// One `POST /v1/confirmations` without HTTP: parse the body, create, write the
+    /// response. Returns the record's status.
+    async fn create(&self) -> Status {
+        let body = create_body();
+        let (new, _wait) = parse_create(
+            std::hint::black_box(body.as_bytes()),
+            &self.config,
+            &self.agent,
+        )
+        .expect("the bench body is valid");
+        let record = self
+            .service
+            .create(&self.agent, new)
+            .await
+            .expect("the service creates");
+        let response = serde_json::to_vec(&RecordView::from(&record)).expect("a record serialises");
+        std::hint::black_box(response);
+        record.status
+    }
+
+    /// Runs the background work started so far (deliveries, message edits) to its end.
+    fn settle(&self) {
+        let tasks = self.service.tasks();
+        tasks.close();
+        self.rt.block_on(tasks.wait());
+        tasks.reopen();
+    }
+
+    /// `n` pending questions, each posted (its message id stored): what taps answer.
+    fn pending(&self, n: u64) -> Vec<Question> {
+        let ids: Vec<ConfirmationId> = (0..n)
+            .map(|_| {
+                let body = create_body();
+                let (new, _) = parse_create(body.as_bytes(), &self.config, &self.agent)
+                    .expect("the bench body is valid");
+                let id = self
+                    .rt
+                    .block_on(self.service.create(&self.agent, new))
+                    .expect("the service creates")
+                    .id;
+                // One delivery at a time: deliveries overlapping as threads happen to
+                // run would make the pool open connections in one run and not the next.
+                self.settle();
+                id
+            })
+            .collect();
+        ids.iter()
+            .map(|id| {
+                let record = self
+                    .rt
+                    .block_on(self.service.questions().get(id))
+                    .expect("the store reads")
+                    .expect("the question is stored");
+                assert!(record.message_id.is_some(), "the question was posted");
+                record
+            })
+            .collect()
+    }
+
+    /// The approver's tap on `record`'s message.
+    fn tap(&self, record: &Question, action: TapAction) {
+        let tap = Tap {
+            query_id: "bench-query".to_owned(),
+            button: Some(Button {
+                action,
+                token: record.callback_token.clone(),
+            }),
+            chat_id: Some(CHAT),
+            message_id: record.message_id,
+            carries_button: true,
+            from: Operator {
+                id: APPROVER,
+                username: None,
+                name: "Bench".to_owned(),
+            },
+            from_is_bot: false,
+            revoke_grant: None,
+        };
+        self.rt
+            .block_on(self.service.handle_tap(tap))
+            .expect("the tap is stored");
+        // What the tap started in the background (the answer to the tap, the message
+        // edits) is counted with it, and never overlaps the next tap: overlapping as
+        // threads happen to run, they would make the counts vary from run to run.
+        self.settle();
+    }
+
+    /// `record`'s status as stored now.
+    fn status(&self, record: &Question) -> Status {
+        self.rt
+            .block_on(self.service.questions().get(&record.id))
+            .expect("the store reads")
+            .expect("the question is stored")
+            .status
+    }
+}
+
 /// `B1_COUNT=<what>:<n>` runs `n` of one operation and nothing else, for
-/// `bench/b1-instructions`, which counts the instructions under callgrind at two `n`
-/// and divides the difference (so the setup cancels out).
+/// `bench/b1-instructions` and `bench/check-instructions`, which count the instructions
+/// under callgrind at two `n` and divide the difference (so the setup cancels out).
+///
+/// `tap` needs a pending question per tap, prepared before the taps: `B1_PREPARE=<m>`
+/// (default `n`) prepares `m` of them, so that two runs given the same `B1_PREPARE`
+/// prepare the same and differ only by their taps.
 fn count_mode(spec: &str) {
     let (what, n) = spec
         .split_once(':')
         .and_then(|(what, n)| Some((what, n.parse::<u64>().ok()?)))
-        .expect("B1_COUNT is <decision|canonical|tree>:<n>");
+        .expect("B1_COUNT is <decision|canonical|tree|service_hit|tap>:<n>");
+    if matches!(what, "service_hit" | "tap") {
+        return count_service(what, n);
+    }
     let world = World::new();
     let mut hits = 0u64;
     for _ in 0..n {
@@ -180,6 +498,61 @@ fn count_mode(spec: &str) {
         });
     }
     assert_eq!(hits, n, "every operation succeeds");
+}
+
+/// The SQLite store's pool size (`max_connections` in src/storage/sqlite.rs).
+const SQLITE_POOL: usize = 8;
+
+/// Operations done in the setup of both runs, before the counted ones, so that every
+/// pooled connection (taken in turn) has prepared each statement and the caches are
+/// full: a cost that would otherwise land on the counted operations of a run and not
+/// on those of a run of none.
+const WARM_UP: u64 = 2 * SQLITE_POOL as u64;
+
+/// The two operations through the service; see [`count_mode`].
+fn count_service(what: &str, n: u64) {
+    let world = ServiceWorld::new();
+    match what {
+        "service_hit" => {
+            // The window every hit goes through, opened as an operator opens one.
+            let first = world.pending(1);
+            world.tap(&first[0], TapAction::ApproveWindow);
+            assert_eq!(
+                world.status(&first[0]),
+                Status::Confirmed,
+                "the window opens"
+            );
+            for _ in 0..WARM_UP + n {
+                let status = world.rt.block_on(world.create());
+                assert_eq!(status, Status::Confirmed, "a window hit");
+            }
+        }
+        "tap" => {
+            let prepare = std::env::var("B1_PREPARE")
+                .ok()
+                .map(|m| m.parse::<u64>().expect("B1_PREPARE is a count"))
+                .unwrap_or(n);
+            assert!(prepare >= n, "B1_PREPARE prepares at least n questions");
+            let questions = world.pending(WARM_UP + prepare);
+            let (warm, counted) = questions.split_at(WARM_UP as usize);
+            for record in warm {
+                world.tap(record, TapAction::Approve);
+            }
+            for record in &counted[..n as usize] {
+                world.tap(record, TapAction::Approve);
+            }
+            // The first and the last: checking each would add a read to every tap.
+            for record in [questions.first(), counted[..n as usize].last()]
+                .into_iter()
+                .flatten()
+            {
+                assert_eq!(world.status(record), Status::Confirmed, "the tap decided");
+            }
+        }
+        _ => unreachable!("count_mode sends only these"),
+    }
+    // Stops SQLite's group-commit thread, so its work is all in the counts.
+    world.rt.block_on(world.service.administration().close());
 }
 
 fn window_hit(c: &mut Criterion) {
