@@ -20,7 +20,7 @@ use hitl_telegram::domain::ids::{
 use hitl_telegram::domain::interaction::Answer;
 use hitl_telegram::domain::python;
 use hitl_telegram::domain::question::{
-    Decision, Operator, Outcome, PENDING_REASON, Question, Status, Via,
+    Decision, EditApplied, Edited, Operator, Outcome, PENDING_REASON, Question, Status, Via,
 };
 use hitl_telegram::service::now;
 use hitl_telegram::storage::{
@@ -112,6 +112,7 @@ on_both_backends! {
     of_many_concurrent_decisions_exactly_one_is_applied,
     concurrent_decisions_from_two_stores_on_one_database_apply_exactly_once,
     an_operator_confirmation_opens_a_window_in_the_same_transaction,
+    an_edited_approval_replaces_the_call_and_keeps_the_asked_one_in_one_write,
     a_shorter_window_never_cuts_a_longer_one_short,
     windows_are_found_by_another_store_on_the_same_database,
     concurrent_window_hits_are_each_stored_with_their_audit_event,
@@ -305,6 +306,58 @@ async fn an_operator_confirmation_opens_a_window_in_the_same_transaction(db: Tes
             .unwrap(),
         1
     );
+}
+
+async fn an_edited_approval_replaces_the_call_and_keeps_the_asked_one_in_one_write(db: TestDb) {
+    let s = db.store().await;
+    let mut r = pending(None);
+    r.args_schema = Some(r#"{"type": "object"}"#.into());
+    s.insert(&r, now()).await.unwrap();
+    let edited = python::json::parse_object(r#"{"a": 2}"#).unwrap();
+    let edit = EditApplied {
+        params_json: r#"{"a": 2}"#.into(),
+        args_hash: ArgsHash::of(&edited),
+    };
+    let decision = Decision {
+        edit: Some(edit.clone()),
+        ..approved(1)
+    };
+    s.decide(&r.id, &decision).await.unwrap();
+    let stored = s.get(&r.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, Status::Confirmed);
+    assert_eq!(stored.params_json, edit.params_json);
+    assert_eq!(stored.args_hash, edit.args_hash);
+    assert_eq!(stored.args_schema, r.args_schema);
+    assert_eq!(
+        stored.edited,
+        Some(Edited {
+            original_params_json: r.params_json.clone(),
+            original_args_hash: r.args_hash.clone(),
+        })
+    );
+    assert_eq!(stored.asked_args_hash(), &r.args_hash);
+    // The window is the edited call's; the call as asked has none.
+    let mut key = r.window_key();
+    assert!(s.live_window(&key, now()).await.unwrap().is_none());
+    key.args_hash = edit.args_hash.clone();
+    assert_eq!(
+        s.live_window(&key, now()).await.unwrap().unwrap().opened_by,
+        r.id
+    );
+    // A second decision changes nothing: not the outcome, not the call.
+    let other = python::json::parse_object(r#"{"a": 3}"#).unwrap();
+    let late = Decision {
+        edit: Some(EditApplied {
+            params_json: r#"{"a": 3}"#.into(),
+            args_hash: ArgsHash::of(&other),
+        }),
+        ..approved(2)
+    };
+    s.decide(&r.id, &late).await.unwrap();
+    let after = s.get(&r.id).await.unwrap().unwrap();
+    assert_eq!(after.params_json, edit.params_json);
+    assert_eq!(after.edited, stored.edited);
+    chain_length(&*s).await;
 }
 
 async fn a_shorter_window_never_cuts_a_longer_one_short(db: TestDb) {
