@@ -411,8 +411,6 @@ impl Question {
             .chain(self.copies.iter().map(|c| (c.chat_id, c.message_id)))
     }
 
-    /// The values a `form` question is approved with: the interaction's current values,
-    /// or a confirmation's own parameters.
     /// The argument hash of the call the agent asked for (before any edit): what an
     /// idempotent repeat of its request must match.
     pub fn asked_args_hash(&self) -> &ArgsHash {
@@ -434,6 +432,8 @@ impl Question {
             }
     }
 
+    /// The values a `form` question is approved with: the interaction's current values,
+    /// or a confirmation's own parameters.
     pub fn form_values(&self) -> Value {
         match &self.interaction {
             Some(i) => Value::Object(i.form_values.clone()),

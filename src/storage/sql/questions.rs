@@ -491,10 +491,18 @@ pub(crate) async fn add_answer(
         return Ok(Answered::Closed(record));
     }
     let added = insert_answer(&mut tx, id, answer).await?;
-    let record = hydrate(&mut tx, record).await?;
     if !added {
+        let record = hydrate(&mut tx, record).await?;
         return Ok(Answered::AlreadyAnswered(record));
     }
+    // An answer that settles the question is followed by the decision, which reads the
+    // record again whole: its answers, copies and strays are not read twice. What is
+    // written before that (the answer's audit event and stream row) needs only the row.
+    let record = if settles.is_some() {
+        record
+    } else {
+        hydrate(&mut tx, record).await?
+    };
     append_event(&mut tx, &audit::answered(id.as_str(), answer)).await?;
     push_agent_event(
         &mut tx,
