@@ -324,15 +324,10 @@ pub fn decided(r: &Question) -> NewEvent {
     if let Some(reason) = &r.denial_reason {
         detail["denial_reason"] = json!(reason);
     }
-    if let Some(e) = &r.edited {
+    if let (Some(e), Some(changes)) = (&r.edited, r.edit_changes()) {
         // Approved with changes: the hashes of both calls and the names of the changed
         // parameters (never their values: the trail keeps hashes, as for the request).
-        let before = serde_json::from_str(&e.original_params_json).unwrap_or(Value::Null);
-        let after = serde_json::from_str(&r.params_json).unwrap_or(Value::Null);
-        let changed: Vec<String> = super::edit::changes(&before, &after)
-            .into_iter()
-            .map(|c| c.key)
-            .collect();
+        let changed: Vec<String> = changes.into_iter().map(|c| c.key).collect();
         detail["edited"] = json!({
             "original_args_hash": e.original_args_hash.as_str(),
             "args_hash": r.args_hash.as_str(),

@@ -420,6 +420,15 @@ impl Question {
         }
     }
 
+    /// What an operator's edit changed, parameter by parameter (the asked call against
+    /// the edited one); `None` unless the call was edited.
+    pub fn edit_changes(&self) -> Option<Vec<super::edit::Change>> {
+        let e = self.edited.as_ref()?;
+        let before = serde_json::from_str(&e.original_params_json).unwrap_or(Value::Null);
+        let after = serde_json::from_str(&self.params_json).unwrap_or(Value::Null);
+        Some(super::edit::changes(&before, &after))
+    }
+
     /// Whether an operator may edit the call before approving it (in the console): the
     /// agent allows edits and sent the tool's schema, and one answer settles the question
     /// (an edit is a decision, never one vote among several).

@@ -149,11 +149,7 @@ impl QuestionView {
                 .as_ref()
                 .filter(|_| !r.is_terminal() && r.editable())
                 .and_then(|s| RawValue::from_string(s.clone()).ok()),
-            changes: r.edited.as_ref().map(|e| {
-                let before = serde_json::from_str(&e.original_params_json).unwrap_or_default();
-                let after = serde_json::from_str(&r.params_json).unwrap_or_default();
-                line(&edit::changes_text(&edit::changes(&before, &after)))
-            }),
+            changes: r.edit_changes().map(|c| line(&edit::changes_text(&c))),
         }
     }
 }

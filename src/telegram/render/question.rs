@@ -226,10 +226,7 @@ const CHANGES_SHOWN: usize = 300;
 /// whose call an operator edited (in the console), with the window the edited call
 /// opened, if any.
 fn edited_line(r: &Question, by: &str, at: &str) -> Option<String> {
-    let e = r.edited.as_ref()?;
-    let before = serde_json::from_str(&e.original_params_json).unwrap_or(Value::Null);
-    let after = serde_json::from_str(&r.params_json).unwrap_or(Value::Null);
-    let changes = crate::domain::edit::changes_text(&crate::domain::edit::changes(&before, &after));
+    let changes = crate::domain::edit::changes_text(&r.edit_changes()?);
     let (changes, _) = shown_within(&changes, CHANGES_SHOWN);
     let window = match (r.approved_scope(), r.window_until()) {
         (Some(Scope::Window(_)), Some(until)) => format!(
