@@ -162,8 +162,8 @@ impl Running {
         }
     }
 
-    /// (VmRSS, VmHWM) in KiB.
-    pub fn memory(&self) -> io::Result<(u64, u64)> {
+    /// The process's memory now, from /proc (KiB).
+    pub fn memory(&self) -> io::Result<Memory> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
         let field = |name: &str| {
             status
@@ -173,7 +173,12 @@ impl Running {
                 .and_then(|v| v.parse::<u64>().ok())
                 .unwrap_or(0)
         };
-        Ok((field("VmRSS:"), field("VmHWM:")))
+        Ok(Memory {
+            rss: field("VmRSS:"),
+            hwm: field("VmHWM:"),
+            anon: field("RssAnon:"),
+            file: field("RssFile:"),
+        })
     }
 
     /// SIGKILL: no shutdown path runs, as in a crash.
@@ -182,6 +187,22 @@ impl Running {
         self.child.wait()?;
         Ok(())
     }
+}
+
+/// A process's memory, in KiB, as /proc/PID/status has it.
+#[derive(Debug, Clone, Copy)]
+pub struct Memory {
+    /// Resident now (VmRSS): `anon` + `file` (+ shared memory, which the service has none of).
+    pub rss: u64,
+    /// The most ever resident (VmHWM).
+    pub hwm: u64,
+    /// Resident private memory (RssAnon): the heap, stacks and the allocator's caches,
+    /// what the service itself holds.
+    pub anon: u64,
+    /// Resident pages of mapped files (RssFile): the binary's code and read-only data, as
+    /// far as the kernel has mapped them (it maps up to 64 KiB around each page touched).
+    /// Clean and shared with the page cache: the kernel can drop them at any time.
+    pub file: u64,
 }
 
 /// A free loopback port (bound and released; the service binds it right after).
