@@ -811,3 +811,46 @@ impl WindowCache for SqliteStore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{MIGRATOR, rows, sql};
+    use sqlx::sqlite::SqlitePoolOptions;
+
+    /// A read that scans a table that grows with every question answered makes every
+    /// tap, poll and message edit slower as the database ages (B3's tap-to-response rose
+    /// with the table until `answers_question` was added). SQLite's plan says whether a
+    /// statement searches an index or scans.
+    #[tokio::test]
+    async fn reading_a_whole_question_searches_indexes_and_scans_no_table() {
+        // One connection: each connection to `:memory:` is a database of its own.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .unwrap();
+        MIGRATOR.run(&pool).await.unwrap();
+        let reads = [
+            rows::select_where!("id = $1"),
+            rows::select_where!("callback_token = $1"),
+            sql::ANSWERS_OF,
+            sql::COPIES_OF,
+            sql::STRAYS_OF,
+        ];
+        for read in reads {
+            let plan: Vec<(i64, i64, i64, String)> =
+                // The statements are the store's own constants, not outside input.
+                sqlx::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {read}")))
+                    .bind("cf_x")
+                    .fetch_all(&pool)
+                    .await
+                    .unwrap();
+            let steps: Vec<&str> = plan.iter().map(|(.., step)| step.as_str()).collect();
+            assert!(
+                steps.iter().any(|s| s.starts_with("SEARCH"))
+                    && !steps.iter().any(|s| s.starts_with("SCAN")),
+                "{read}: {steps:?}"
+            );
+        }
+    }
+}

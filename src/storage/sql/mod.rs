@@ -99,34 +99,40 @@ pub(crate) async fn read_in(
     }
 }
 
+/// What [`hydrate`] reads with every whole question: its answers, copies and strays, each
+/// looked up by an index on `question_id` (never a scan: one read per tap, poll and edit,
+/// on a table that only grows; the SQLite store's tests check the plans).
+pub(crate) const ANSWERS_OF: &str =
+    "SELECT respondent, user_id, username, name, value_json, is_default, once, reason, at
+     FROM answers WHERE question_id = $1 ORDER BY seq";
+pub(crate) const COPIES_OF: &str = concat!(
+    "SELECT recipient, chat_id, message_id, outcome_shown FROM copies
+     WHERE question_id = $1 ORDER BY ",
+    insertion_order!()
+);
+pub(crate) const STRAYS_OF: &str = concat!(
+    "SELECT chat_id, message_id, outcome_shown FROM strays
+     WHERE question_id = $1 ORDER BY ",
+    insertion_order!()
+);
+
 /// Reads a question's answers, copies and strays into it.
 pub(crate) async fn hydrate(
     conn: &mut <Db as Database>::Connection,
     r: Question,
 ) -> Result<Question, StorageError> {
-    let answers: Vec<AnswerRow> = sqlx::query_as(
-        "SELECT respondent, user_id, username, name, value_json, is_default, once, reason, at
-         FROM answers WHERE question_id = $1 ORDER BY seq",
-    )
-    .bind(r.id.as_str())
-    .fetch_all(&mut *conn)
-    .await?;
-    let copies: Vec<CopyRow> = sqlx::query_as(concat!(
-        "SELECT recipient, chat_id, message_id, outcome_shown FROM copies
-         WHERE question_id = $1 ORDER BY ",
-        insertion_order!()
-    ))
-    .bind(r.id.as_str())
-    .fetch_all(&mut *conn)
-    .await?;
-    let strays: Vec<StrayRow> = sqlx::query_as(concat!(
-        "SELECT chat_id, message_id, outcome_shown FROM strays
-         WHERE question_id = $1 ORDER BY ",
-        insertion_order!()
-    ))
-    .bind(r.id.as_str())
-    .fetch_all(&mut *conn)
-    .await?;
+    let answers: Vec<AnswerRow> = sqlx::query_as(ANSWERS_OF)
+        .bind(r.id.as_str())
+        .fetch_all(&mut *conn)
+        .await?;
+    let copies: Vec<CopyRow> = sqlx::query_as(COPIES_OF)
+        .bind(r.id.as_str())
+        .fetch_all(&mut *conn)
+        .await?;
+    let strays: Vec<StrayRow> = sqlx::query_as(STRAYS_OF)
+        .bind(r.id.as_str())
+        .fetch_all(&mut *conn)
+        .await?;
     rows::fill(r, answers, copies, strays)
 }
 
