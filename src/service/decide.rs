@@ -23,7 +23,7 @@ impl Service {
             status = r.status.as_str(), via = r.via.map(Via::as_str).unwrap_or(""),
             "question decided");
         self.metrics.request_decided(r);
-        self.changed(&r.id);
+        self.decided_now(r);
         if r.callback_url.is_some() {
             self.outbox_wake.notify_one();
         }

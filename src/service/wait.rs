@@ -76,7 +76,17 @@ impl Service {
         done: impl Fn(&Question) -> bool,
     ) -> Result<Question, ServiceError> {
         let give_up = max_wait.map(|d| Instant::now() + d);
+        // What the last wake-up handed over: the record a decision of this process
+        // committed (see `Waiters`), answered with instead of being read again.
+        let mut handed: Handed = None;
         loop {
+            if let Some(r) = handed.take()
+                && r.agent == agent.name
+                && done(&r)
+            {
+                tracing::debug!(id = %id, "wait over");
+                return Ok(Arc::unwrap_or_clone(r));
+            }
             // Subscribe before reading, so a change landing in between is not missed.
             let mut changed = self.waiters.subscribe(id);
             // Boxed, and the record dropped before waiting: an agent may wait for an
@@ -90,7 +100,7 @@ impl Service {
             drop(record);
             let wake = give_up.map_or(overdue, |g| g.min(overdue));
             tokio::select! {
-                _ = changed.changed() => {}
+                _ = changed.changed() => handed = changed.borrow_and_update().clone(),
                 _ = tokio::time::sleep_until(wake) => {
                     if Instant::now() >= overdue {
                         Box::pin(self.expire(id)).await;
