@@ -79,6 +79,7 @@ pub fn demo_settings(mut s: Settings, operator: u64) -> anyhow::Result<Settings>
         extend_minutes: None,
         max_extensions: crate::config::DEFAULT_MAX_EXTENSIONS,
         topic_id: None,
+        grant_scopes: Default::default(),
     }];
     s.agents = vec![AgentSettings {
         name: "demo".into(),
@@ -92,6 +93,7 @@ pub fn demo_settings(mut s: Settings, operator: u64) -> anyhow::Result<Settings>
         max_pending: 100,
         max_streams: crate::config::DEFAULT_MAX_STREAMS,
         max_long_polls: crate::config::DEFAULT_MAX_LONG_POLLS,
+        grant_scopes: Default::default(),
     }];
     Ok(s)
 }

@@ -342,7 +342,7 @@ pub(super) fn respond(status: StatusCode, r: &Question) -> Response {
             headers(("WWW-Authenticate" = String))),
         (status = 403, description = "`forbidden`: the route is not allowed for this agent.", body = crate::api::error::ErrorBody),
         (status = 413, description = "`payload_too_large`: the body is over 64 KiB.", body = crate::api::error::ErrorBody),
-        (status = 422, description = "`invalid_field`: the message starts with the field's name.", body = crate::api::error::ErrorBody),
+        (status = 422, description = "`invalid_field`: the message starts with the field's name; `grant_scope: '…' does not cover tool '…'` when the scope presented does not cover the call's tool (nothing stored).", body = crate::api::error::ErrorBody),
         (status = 429, description = "`rate_limited`: over the agent's `requests_per_minute` or `max_pending`.", body = crate::api::error::ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying."))),
         (status = 503, description = "`unavailable`: shutting down, or the database is out of reach for now; retry with the same `idempotency_key`.", body = crate::api::error::ErrorBody),

@@ -365,6 +365,7 @@ impl From<ServiceError> for ApiError {
                 retry_after_secs,
             },
             ServiceError::GrantRefused { field, reason } => ApiError::Conflict { field, reason },
+            ServiceError::ScopeNotCovering(why) => ApiError::field("grant_scope", why),
             ServiceError::OutcomeRefused { why, record } => ApiError::OutcomeRefused {
                 message: why,
                 record,

@@ -1,7 +1,7 @@
 //! `[[agents]]`: who may call the API, with which token, on which routes, where its
 //! webhooks may go, and how much of the service it may hold at once.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use secrecy::SecretString;
@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use super::routes::Route;
 use super::{BOT_TOKEN_ENV, ConfigError, EXAMPLE_SECRET_PREFIX, invalid, token_digest};
+use crate::domain::grant::ScopeMap;
 use crate::domain::outbox::{Url, callback_path_refusal, link_local_refusal, under_prefix};
 
 /// The shortest agent bearer token accepted: a token is the agent's only credential,
@@ -47,6 +48,11 @@ pub struct AgentSettings {
     /// `Retry-After`.
     #[serde(default = "default_max_long_polls")]
     pub max_long_polls: u32,
+    /// What this agent's scopes of kinds other than `tool` cover: `{ "billing:write" =
+    /// ["transfer", "refund_*"] }`. A `grant_scope` of such a kind covers a call only
+    /// where this map or its route's maps it to a pattern the tool matches.
+    #[serde(default)]
+    pub grant_scopes: BTreeMap<String, Vec<String>>,
 }
 
 /// See [`AgentSettings::max_streams`]: one stream per agent process is the usual use;
@@ -89,6 +95,8 @@ pub struct Agent {
     pub max_streams: u32,
     /// Most long-polls waiting at once.
     pub max_long_polls: u32,
+    /// See [`AgentSettings::grant_scopes`].
+    pub grant_scopes: ScopeMap,
 }
 
 impl Agent {
@@ -189,6 +197,7 @@ impl AgentSettings {
         }
         let callback_url_prefixes = self.callback_url_prefixes(key)?;
         let webhook_secret = self.webhook_secret(key, !callback_url_prefixes.is_empty(), env)?;
+        let grant_scopes = super::grant_scopes(key, &self.grant_scopes)?;
         Ok(Agent {
             name: self.name,
             token_sha256,
@@ -200,6 +209,7 @@ impl AgentSettings {
             max_pending: self.max_pending,
             max_streams: self.max_streams,
             max_long_polls: self.max_long_polls,
+            grant_scopes,
         })
     }
 
@@ -384,6 +394,75 @@ mod tests {
             e.contains("MISSING_TOKEN") && e.contains("agents[0].token_env"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn grant_scopes_of_agents_and_routes_are_read_and_a_bad_entry_is_refused_naming_it() {
+        let with = |agent: &str, route: &str| {
+            let toml = BASE
+                .replace(
+                    r#"routes = ["ops"]"#,
+                    &format!("routes = [\"ops\"]\ngrant_scopes = {{ {agent} }}"),
+                )
+                .replace(
+                    "approvers = [1, 2]",
+                    &format!("approvers = [1, 2]\ngrant_scopes = {{ {route} }}"),
+                );
+            Config::from_settings(Settings::from_toml(&toml).unwrap(), &env)
+                .map_err(|e| e.to_string())
+        };
+        let c = with(
+            r#""billing:write" = ["transfer", "refund_*"]"#,
+            r#""report:read" = ["read_report"]"#,
+        )
+        .unwrap();
+        let scope = |s: &str| crate::domain::grant::Scope::parse(s).unwrap();
+        let agent = &c.agents[0].grant_scopes;
+        let patterns: Vec<&str> = agent
+            .patterns(&scope("billing:write"))
+            .unwrap()
+            .iter()
+            .map(|g| g.as_str())
+            .collect();
+        assert_eq!(patterns, ["transfer", "refund_*"]);
+        assert!(
+            c.route("ops")
+                .unwrap()
+                .grant_scopes
+                .patterns(&scope("report:read"))
+                .is_some()
+        );
+        assert!(with("", "").unwrap().agents[0].grant_scopes.is_empty());
+
+        for (agent, route, key, why) in [
+            (
+                r#""tool:read_report" = ["*"]"#,
+                "",
+                r#"agents[0].grant_scopes."tool:read_report""#,
+                "cannot be mapped",
+            ),
+            (
+                r#""billing" = ["x"]"#,
+                "",
+                r#"agents[0].grant_scopes."billing""#,
+                "is not a scope",
+            ),
+            (
+                "",
+                r#""billing:write" = []"#,
+                r#"routes[0].grant_scopes."billing:write""#,
+                "maps to no tool",
+            ),
+            (
+                "",
+                r#""billing:write" = ["refund_{a,b}"]"#,
+                r#"routes[0].grant_scopes."billing:write""#,
+                "'refund_{a,b}': `{` is not supported",
+            ),
+        ] {
+            let e = with(agent, route).unwrap_err();
+            assert!(e.contains(&format!("{key}: ")) && e.contains(why), "{e}");
+        }
     }
 
     #[test]

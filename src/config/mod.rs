@@ -55,7 +55,7 @@ pub use telegram::{
 pub use webhooks::OutboxSettings;
 pub use when::{When, WhenSetting};
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,6 +63,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use crate::domain::grant::ScopeMap;
 use crate::domain::rules::{Effect, Policy, RulesMode};
 
 /// How `.env.example`'s placeholder secrets begin (`replace-with-a-long-random-string`,
@@ -132,6 +133,16 @@ fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
         key: key.into(),
         reason: reason.into(),
     }
+}
+
+/// `grant_scopes` of an agent or a route (`key` says which, `agents[0]`), read into the
+/// map the grant check uses ([`ScopeMap`]), the entry at fault named as TOML writes it.
+fn grant_scopes(
+    key: &str,
+    entries: &BTreeMap<String, Vec<String>>,
+) -> Result<ScopeMap, ConfigError> {
+    ScopeMap::parse(entries)
+        .map_err(|e| invalid(format!("{key}.grant_scopes.{:?}", e.key), e.reason))
 }
 
 /// The validated configuration the service runs on.

@@ -1,7 +1,7 @@
 //! `[[routes]]`: the Telegram chats questions are posted to, who may decide there, and
 //! each route's reminders, escalation and extensions.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use super::when::{When, WhenSetting};
 use super::{BOT_TOKEN_ENV, ConfigError, invalid};
+use crate::domain::grant::ScopeMap;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -67,6 +68,10 @@ pub struct RouteSettings {
     /// reminders, command replies and outcomes go there.
     #[serde(default)]
     pub topic_id: Option<i32>,
+    /// What scopes of kinds other than `tool` cover for calls on this route: `{
+    /// "billing:write" = ["transfer", "refund_*"] }` (see the agents' key of that name).
+    #[serde(default)]
+    pub grant_scopes: BTreeMap<String, Vec<String>>,
 }
 
 /// See [`RouteSettings::max_extensions`].
@@ -127,6 +132,8 @@ pub struct Route {
     pub max_extensions: u32,
     /// The forum topic questions of this route go to.
     pub topic_id: Option<i32>,
+    /// See [`RouteSettings::grant_scopes`].
+    pub grant_scopes: ScopeMap,
 }
 
 impl Route {
@@ -253,6 +260,7 @@ impl RouteSettings {
         if self.quorum == Some(0) {
             return Err(invalid(format!("{key}.quorum"), "must be at least 1"));
         }
+        let grant_scopes = super::grant_scopes(key, &self.grant_scopes)?;
         Ok(Route {
             name: self.name,
             chat_id: self.chat_id,
@@ -268,6 +276,7 @@ impl RouteSettings {
             extend_by,
             max_extensions: self.max_extensions,
             topic_id: self.topic_id,
+            grant_scopes,
         })
     }
 

@@ -120,7 +120,9 @@ pub fn at_once(r: &Question) -> NewEvent {
 }
 
 /// The grant check decided a call without asking: no live grant (`cancelled`), or a live
-/// grant was enough (`confirmed`); `reason` names the scope, and the grant.
+/// grant was enough (`confirmed`); `reason` names the scope, and the grant with the scope
+/// that covered the call. `rules` is the rules' verdict, judged first (an `ask`, an
+/// `allow` the grant came before, or in a dry run what they would have done).
 pub fn grant_decided(r: &Question) -> NewEvent {
     NewEvent {
         at: r.created_at,
@@ -133,6 +135,7 @@ pub fn grant_decided(r: &Question) -> NewEvent {
             "args_hash": r.args_hash.as_str(),
             "status": r.status.as_str(),
             "reason": r.reason,
+            "rules": r.rule.as_ref().map(verdict_json),
         }),
     }
 }

@@ -1,8 +1,12 @@
 //! Grants (issue 35, AI-Parrot's `GrantGuard`): a human lets one agent run every call in
 //! a [`Scope`] (`tool:deploy`, or `tool:*` for every tool) for one owner, until the grant
-//! expires or is revoked. Checked before a confirmation is asked: "may this owner's agent
-//! call this tool at all?". Pure values; storage keeps them (`storage::Grants`) so they
-//! survive restarts and a revoke holds on every replica at once.
+//! expires or is revoked. Checked after the `deny` rules and before a confirmation is
+//! asked: "may this owner's agent call this tool at all?"; a grant never covers a call
+//! its scope does not name ([`cover`]). Pure values; storage keeps them
+//! (`storage::Grants`) so they survive restarts and a revoke holds on every replica at
+//! once.
+
+mod cover;
 
 use std::fmt;
 use std::sync::Arc;
@@ -11,6 +15,8 @@ use time::OffsetDateTime;
 
 use super::ids::{ConfirmationId, GrantId, InvalidValue, OwnerId, ToolName, all_visible};
 use super::question::Operator;
+
+pub use cover::{Cover, ScopeMap, ScopeMapError, cover};
 
 /// What a grant lets through: `kind:name`, such as `tool:deploy`, or `kind:*` for every
 /// name of that kind. One checking constructor ([`Scope::parse`]), so a scope that

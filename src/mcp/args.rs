@@ -42,6 +42,14 @@ pub struct RequestApproval {
     /// "block" (default): wait for the decision, with progress notifications.
     /// "suspend": return at once with the request's id; then call get_decision.
     pub wait: Option<String>,
+    /// The grant this call relies on (from request_grant), e.g. "tool:deploy": it must
+    /// cover this tool ("tool:<this tool>" or "tool:*"; another kind only where the
+    /// service's configuration maps it to this tool). Without a live grant for owner_id
+    /// the call is NOT APPROVED at once, nobody asked.
+    pub grant_scope: Option<String>,
+    /// With grant_scope: a live grant is enough, nobody is asked (a deny rule still
+    /// refuses the call).
+    pub require_grant_only: Option<bool>,
 }
 
 /// `request_grant`'s arguments: the body of `POST /v1/grants`.

@@ -117,6 +117,11 @@ impl HitlMcp {
             ("route", args.route.map(Value::from)),
             ("owner_id", args.owner_id.map(Value::from)),
             ("idempotency_key", args.idempotency_key.map(Value::from)),
+            ("grant_scope", args.grant_scope.map(Value::from)),
+            (
+                "require_grant_only",
+                args.require_grant_only.map(Value::from),
+            ),
         ] {
             if let Some(value) = value {
                 body[name] = value;

@@ -1,14 +1,17 @@
-//! The first stage: an agent's request becomes a stored question (or is confirmed at
-//! once by a live window, or found again by its idempotency key) and is handed to
-//! delivery.
+//! The first stage: an agent's request becomes a stored question (or is settled at
+//! once by a rule, a grant or a live window, in the order of [`super::gate`], or found
+//! again by its idempotency key) and is handed to delivery.
 
+use super::gate::{LookForWindow, Settled};
 use super::*;
 use crate::domain::execution::REMEMBERED_FOR;
 use crate::domain::rules::Effect;
 
 impl Service {
-    /// Creates a request: an idempotent repeat returns the original, a live window
-    /// confirms at once, anything else is stored pending and handed to Telegram.
+    /// Creates a request: an idempotent repeat returns the original, a rule, a grant or a
+    /// live window settles it at once ([`super::gate`]), anything else is stored pending
+    /// and handed to Telegram. A `grant_scope` that does not cover the call's tool is
+    /// refused before anything is read or stored.
     pub async fn create(
         self: &Arc<Self>,
         agent: &Agent,
@@ -22,6 +25,11 @@ impl Service {
             Some(r) if agent.routes.contains(&route_name) => r.clone(),
             _ => return Err(ServiceError::RouteNotAllowed(route_name)),
         };
+        let grant = new
+            .grant
+            .as_ref()
+            .map(|check| self.presented_grant(agent, &route, &new.tool, check))
+            .transpose()?;
         let now = now();
         let args_hash = ArgsHash::of(&new.params);
         // The route caps what one tap may allow; the cut is kept and shown.
@@ -93,18 +101,6 @@ impl Service {
             edited: None,
         };
 
-        // Grant, then confirm: without a live grant covering `grant_scope` nothing is
-        // asked; with one, the call goes on to rules, window and person (or is confirmed
-        // here when the grant is all it needs).
-        if let Some(check) = &new.grant
-            && self.grant_gate(check, &mut record, now).await?
-        {
-            return match self.store_ended(&record, now).await? {
-                Inserted::New(r) => Ok(r),
-                Inserted::Existing(e) => same_request(e, &new, &record.args_hash),
-            };
-        }
-
         let judgement = self
             .judge(
                 &agent.name,
@@ -115,29 +111,25 @@ impl Service {
             )
             .await?;
         record.rule = judgement.verdict.clone();
-        let effect = judgement.applied();
-        if effect != Effect::Ask {
-            end_by_rule(&mut record, effect, now, None);
+        // Deny rule, grant, window, allow rule: the first that settles the call ends it
+        // here (the judgement, holding a rate's gate, lives until the record is stored).
+        if let Some(settled) = self
+            .before_asking(
+                &record,
+                judgement.applied(),
+                grant.as_ref(),
+                LookForWindow::Yes,
+                now,
+            )
+            .await?
+        {
+            settled.end(&mut record, now);
             return match self.store_ended(&record, now).await? {
                 Inserted::New(r) => Ok(r),
                 Inserted::Existing(e) => same_request(e, &new, &record.args_hash),
             };
         }
         drop(judgement);
-
-        // A window lets an identical call through only when no `deny` matches it now:
-        // the rules were judged first, and a `deny` has ended the request above.
-        if let Some(window) = self.store.live_window(&record.window_key(), now).await? {
-            record.status = Status::Confirmed;
-            record.via = Some(Via::Window);
-            record.callback_token = CallbackToken::never_shown();
-            record.reason = window.reason();
-            record.decided_at = Some(now);
-            return match self.store_ended(&record, now).await? {
-                Inserted::New(r) => Ok(r),
-                Inserted::Existing(e) => same_request(e, &new, &record.args_hash),
-            };
-        }
 
         // Checked after the idempotency and window paths: retrying a request that exists,
         // or a call a window confirms, never adds a pending one.
@@ -332,9 +324,10 @@ impl Service {
             edited: None,
         };
         // The rules judge the call an interaction carries (an interaction without one
-        // asks a person something no rule is about). A `deny` settles an approval on
-        // "no" (any other kind on null: nothing was answered); an `allow` settles only
-        // an approval, on "yes": a form still needs a person to fill it.
+        // asks a person something no rule is about), in the one order of `gate` (no grant
+        // is presented, no window looked for). A `deny` settles an approval on "no" (any
+        // other kind on null: nothing was answered); an `allow` settles only an
+        // approval, on "yes": a form still needs a person to fill it.
         if new.call.is_some() {
             let judgement = self
                 .judge(
@@ -347,17 +340,24 @@ impl Service {
                 .await?;
             record.rule = judgement.verdict.clone();
             let approval = i.kind == InteractionType::Approval;
-            let answer = match judgement.applied() {
-                Effect::Deny => Some(if approval {
-                    Value::Bool(false)
-                } else {
-                    Value::Null
-                }),
-                Effect::Allow if approval => Some(Value::Bool(true)),
+            let settled = self
+                .before_asking(&record, judgement.applied(), None, LookForWindow::No, now)
+                .await?;
+            let ending = match settled {
+                Some(Settled::Rule(Effect::Deny)) => Some((
+                    Effect::Deny,
+                    if approval {
+                        Value::Bool(false)
+                    } else {
+                        Value::Null
+                    },
+                )),
+                Some(Settled::Rule(Effect::Allow)) if approval => {
+                    Some((Effect::Allow, Value::Bool(true)))
+                }
                 _ => None,
             };
-            if let Some(answer) = answer {
-                let effect = judgement.applied();
+            if let Some((effect, answer)) = ending {
                 end_by_rule(&mut record, effect, now, Some(answer));
                 return match self.store_ended(&record, now).await? {
                     Inserted::New(r) => Ok((r, true)),
@@ -450,7 +450,12 @@ impl Service {
 /// Ends `record` as the rules decided (`effect` is `allow` or `deny`): a confirmation is
 /// confirmed or cancelled; an interaction (`answer`: what its approval settles on) is
 /// completed with that value.
-fn end_by_rule(record: &mut Question, effect: Effect, now: OffsetDateTime, answer: Option<Value>) {
+pub(super) fn end_by_rule(
+    record: &mut Question,
+    effect: Effect,
+    now: OffsetDateTime,
+    answer: Option<Value>,
+) {
     record.status = match (&answer, effect) {
         (Some(_), _) => Status::Completed,
         (None, Effect::Allow) => Status::Confirmed,
@@ -460,7 +465,7 @@ fn end_by_rule(record: &mut Question, effect: Effect, now: OffsetDateTime, answe
     record.via = Some(Via::Rule);
     record.callback_token = CallbackToken::never_shown();
     record.reason = record.rule.as_ref().map_or_else(
-        || "decided before asking (rules or a grant)".to_owned(),
+        || "decided before asking by the rules".to_owned(),
         judge::rule_reason,
     );
     record.decided_at = Some(now);

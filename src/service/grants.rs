@@ -1,7 +1,7 @@
 //! Grants (AI-Parrot's `GrantGuard`, FEAT-211): a human approves a *scope*
 //! (`tool:deploy`, `tool:*`) for an owner for a bounded time, and while the grant lives
-//! every call of the agent in that scope passes the grant check, which comes before the
-//! confirmation (grant, then confirm).
+//! every call of the agent in that scope passes the grant check, which comes after the
+//! `deny` rules and before the confirmation (the order is [`super::gate`]'s).
 //!
 //! A grant is always an approval a person answered yes: one this service asks
 //! ([`Service::ask_grant`], an `approval` interaction whose question states the scope,
@@ -32,8 +32,8 @@ pub struct GrantRequest {
 #[derive(Debug, Clone)]
 pub struct GrantCheck {
     pub scope: Scope,
-    /// `require_grant_only`: a live grant confirms the call without rules, window or
-    /// person.
+    /// `require_grant_only`: a live grant confirms the call without window, `allow` rule
+    /// or person (a `deny` rule still cancels it).
     pub sufficient: bool,
 }
 
@@ -231,44 +231,5 @@ impl Service {
         self.metrics.grant_event("revoked");
         tracing::info!(grant = %revoked.grant_id, agent = %revoked.agent, "grant revoked by its agent");
         Ok(revoked)
-    }
-
-    /// The grant check of a confirmation (`grant_scope`): `true` when it ended `record`
-    /// here (no live grant: cancelled; a live grant that is enough: confirmed), `false`
-    /// when the request goes on to rules, window and person.
-    pub(super) async fn grant_gate(
-        &self,
-        check: &GrantCheck,
-        record: &mut Question,
-        now: OffsetDateTime,
-    ) -> Result<bool, ServiceError> {
-        let live = self
-            .store
-            .live_grant_covering(&record.agent, &record.owner_id, &check.scope, now)
-            .await?;
-        let (status, reason) = match (&live, check.sufficient) {
-            (None, _) => (
-                Status::Cancelled,
-                format!("no grant for {} (owner {})", check.scope, record.owner_id),
-            ),
-            (Some(g), true) => (
-                Status::Confirmed,
-                format!(
-                    "allowed by grant {} ({} for {}, granted by {}, until {})",
-                    g.grant_id,
-                    g.scope,
-                    g.owner_id,
-                    g.granted_by,
-                    crate::domain::question::rfc3339(g.expires_at)
-                ),
-            ),
-            (Some(_), false) => return Ok(false),
-        };
-        record.status = status;
-        record.via = Some(Via::Grant);
-        record.callback_token = CallbackToken::never_shown();
-        record.reason = reason;
-        record.decided_at = Some(now);
-        Ok(true)
     }
 }

@@ -1,8 +1,9 @@
 //! The one pipeline every question goes through:
 //! create -> (window hit | deliver) -> answer -> decide -> notify.
 //!
-//! One file per stage: [`create`] (a request becomes a stored question), [`deliver`]
-//! (it is posted in Telegram), [`answer`] (a tap or reply becomes an answer), [`decide`]
+//! One file per stage: [`create`] (a request becomes a stored question, or is settled
+//! at once in the one order of [`gate`]: a `deny` rule, a grant, a window, an `allow`
+//! rule), [`deliver`] (it is posted in Telegram), [`answer`] (a tap or reply becomes an answer), [`decide`]
 //! (the outcome is stored and shown), [`runs`] (what happened after the yes: the agent's
 //! report of running the call, shown where it was decided), [`wait`] (what agents read
 //! and wait on) and [`recover`] (what a restart resumes). Beside them, [`lead`] says which replica does
@@ -56,6 +57,7 @@ mod console;
 mod create;
 mod decide;
 mod deliver;
+mod gate;
 mod grants;
 mod judge;
 mod lead;
@@ -315,7 +317,8 @@ pub struct NewConfirmation {
     pub context: Option<String>,
     /// Already checked against the agent's allow-list.
     pub callback_url: Option<String>,
-    /// `grant_scope`: the grant check that comes first (grant, then confirm).
+    /// `grant_scope`: the grant the call presents, checked after the `deny` rules and
+    /// before the window, the `allow` rules and any person ([`gate`]).
     pub grant: Option<GrantCheck>,
     /// The tool's argument schema: with `allow_edit`, the console's edit form and its
     /// check.
@@ -404,6 +407,10 @@ pub enum ServiceError {
     /// A grant that cannot be stored as asked: `field` is the request's field at fault.
     #[error("{field}: {reason}")]
     GrantRefused { field: String, reason: String },
+    /// A `grant_scope` that does not cover the call's tool (why, naming both): nothing
+    /// was read or stored.
+    #[error("grant_scope: {0}")]
+    ScopeNotCovering(String),
     /// An outcome report the confirmation does not take: `why` says why (it was not
     /// confirmed, or a different report was taken); `record` is as stored.
     #[error("{why}")]

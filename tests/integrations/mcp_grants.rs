@@ -1,15 +1,17 @@
 //! The MCP grant tools, `request_grant` and `check_grant`, driven by the official Python
 //! MCP SDK like the other tools (`mcp.rs`'s driver), over both transports: asked in the
-//! fake Telegram, approved or refused by Alice, then checked.
+//! fake Telegram, approved or refused by Alice, then checked; and a grant presented with
+//! `request_approval`.
 //!
 //! Needs `HITL_MCP_PYTHON`; skips without it unless `HITL_REQUIRE_MCP=1`.
 
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::mcp::{Driver, Transport, mcp_python, question_about, split};
 use crate::support::app::*;
+use crate::support::grants::{approved_grant, gated};
 
 async fn a_grant_asked_over_mcp_lets_its_scope_through_and_nothing_else(transport: Transport) {
     let Some(python) = mcp_python() else {
@@ -183,4 +185,93 @@ async fn over_stdio_a_grant_asked_and_approved_lets_its_scope_through_and_nothin
 #[tokio::test]
 async fn over_streamable_http_a_grant_asked_and_approved_lets_its_scope_through_and_nothing_else() {
     a_grant_asked_over_mcp_lets_its_scope_through_and_nothing_else(Transport::Http).await;
+}
+
+/// `request_approval` for emp-1 presenting `scope` with `require_grant_only`.
+async fn present(
+    mcp: &mut Driver,
+    tool: &str,
+    params: Value,
+    scope: &str,
+) -> (bool, String, Option<Value>) {
+    mcp.call_now(
+        "request_approval",
+        json!({"tool": tool, "params": params, "owner_id": "emp-1",
+               "grant_scope": scope, "require_grant_only": true}),
+    )
+    .await
+}
+
+/// `request_approval` presents a grant (`grant_scope`, `require_grant_only`): a scope that
+/// does not cover the tool, or that nobody maps, is NOT APPROVED naming both; a deny rule
+/// beats a live `tool:*` grant; a mapped scope confirms only its tools.
+#[tokio::test]
+async fn request_approval_presents_a_grant_that_never_widens_the_call_and_loses_to_a_deny_rule() {
+    let Some(python) = mcp_python() else {
+        return;
+    };
+    let app = TestApp::spawn_with_settings(gated).await;
+    approved_grant(&app, "tool:*", "emp-1").await;
+    approved_grant(&app, "billing:write", "emp-1").await;
+    let mut mcp = Driver::start(&python, &app, Transport::Stdio, TOKEN_A).await;
+    mcp.ready().await;
+    let (error, verdict, _) = present(
+        &mut mcp,
+        "drop_table",
+        json!({"env": "staging"}),
+        "tool:deploy",
+    )
+    .await;
+    assert!(
+        error
+            && verdict.starts_with("NOT APPROVED: the approval service refused the request (422 grant_scope: 'tool:deploy' does not cover tool 'drop_table'"),
+        "{verdict}"
+    );
+    let (error, verdict, record) =
+        present(&mut mcp, "drop_table", json!({"env": "prod"}), "tool:*").await;
+    assert!(
+        !error && verdict.starts_with("NOT APPROVED: cancelled (denied by rule 'no-drops-in-prod'"),
+        "{verdict}"
+    );
+    assert_eq!(record.unwrap()["via"], "rule");
+    let (error, verdict, record) = present(
+        &mut mcp,
+        "refund_card",
+        json!({"amount": 5}),
+        "billing:write",
+    )
+    .await;
+    assert!(
+        !error && verdict.starts_with("APPROVED (allowed by grant gr_"),
+        "{verdict}"
+    );
+    assert!(
+        verdict
+            .contains("billing:write covers refund_card (grant_scopes of route 'ops': refund_*)"),
+        "{verdict}"
+    );
+    assert_eq!(record.unwrap()["via"], "grant");
+    let (error, verdict, _) = present(
+        &mut mcp,
+        "drop_table",
+        json!({"env": "staging"}),
+        "billing:write",
+    )
+    .await;
+    assert!(
+        error && verdict.contains("422 grant_scope: 'billing:write' does not cover tool 'drop_table': route 'ops' maps it to transfer, refund_*"),
+        "{verdict}"
+    );
+    let (error, verdict, _) =
+        present(&mut mcp, "transfer", json!({"amount": 5}), "billing:read").await;
+    assert!(
+        error && verdict.contains("422 grant_scope: 'billing:read' does not cover tool 'transfer'"),
+        "{verdict}"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        app.telegram.messages_in(OPS_CHAT).len(),
+        2,
+        "only the two grant questions were asked"
+    );
 }

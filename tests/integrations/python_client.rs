@@ -2,8 +2,8 @@
 //! `verify_webhook`) against the real service and the fake Telegram, run by a python3
 //! that cannot import AI-Parrot: a blocking approval, a suspended call decided while it
 //! long-polls, a withdrawal and the errors an agent branches on, a real signed webhook
-//! delivery checked (and its replays and tamperings refused), and the example of
-//! `clients/python/README.md` run as written.
+//! delivery checked (and its replays and tamperings refused), a grant presented with a
+//! call, and the example of `clients/python/README.md` run as written.
 //!
 //! The scripts hide `parrot`, `navconfig` and `aiohttp` from Python's import system, so
 //! they prove the client needs none of them even on a machine where they are installed.
@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support::app::*;
+use crate::support::grants::{approved_grant, gated};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -506,5 +507,82 @@ say(
             "two_delivery_ids": false, "stale": false, "early": false,
             "within_tolerance": true,
         })
+    );
+}
+
+/// `HitlClient.create` presents a grant (`grant_scope`, `require_grant_only`): a scope
+/// that does not cover the tool, or that nobody maps, is `invalid_field` naming both; a
+/// deny rule beats a live `tool:*` grant; a mapped scope confirms only its tools.
+#[tokio::test]
+async fn a_python_call_presents_a_grant_that_never_widens_it_and_loses_to_a_deny_rule() {
+    let app = TestApp::spawn_with_settings(gated).await;
+    approved_grant(&app, "tool:*", "emp-1").await;
+    approved_grant(&app, "billing:write", "emp-1").await;
+    let Some(mut py) = PyAgent::start(
+        &app,
+        &[],
+        r#"
+def present(tool, params, scope):
+    try:
+        c = client.create(tool, params, owner_id="emp-1", grant_scope=scope,
+                          require_grant_only=True)
+        return {"status": c.status, "via": c.via, "reason": c.reason}
+    except HitlError as e:
+        return {"status": e.status, "code": e.code, "message": e.message}
+
+say(
+    other_tool=present("drop_table", {"env": "staging"}, "tool:deploy"),
+    denied=present("drop_table", {"env": "prod"}, "tool:*"),
+    mapped=present("refund_card", {"amount": 5}, "billing:write"),
+    outside=present("drop_table", {"env": "staging"}, "billing:write"),
+    unmapped=present("transfer", {"amount": 5}, "billing:read"),
+)
+"#,
+    ) else {
+        return;
+    };
+    let said = py.next().await;
+    py.finish().await;
+    let refused = |name: &str, message: &str| {
+        let r = &said[name];
+        assert_eq!(
+            (r["status"].as_u64(), r["code"].as_str()),
+            (Some(422), Some("invalid_field")),
+            "{name}: {r}"
+        );
+        assert!(
+            r["message"].as_str().unwrap().starts_with(message),
+            "{name}: {r}"
+        );
+    };
+    refused(
+        "other_tool",
+        "grant_scope: 'tool:deploy' does not cover tool 'drop_table'",
+    );
+    refused(
+        "outside",
+        "grant_scope: 'billing:write' does not cover tool 'drop_table': route 'ops' maps it to transfer, refund_*",
+    );
+    refused(
+        "unmapped",
+        "grant_scope: 'billing:read' does not cover tool 'transfer'",
+    );
+    assert_eq!(said["denied"]["status"], "cancelled", "{said}");
+    assert_eq!(said["denied"]["via"], "rule");
+    assert!(
+        said["denied"]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("denied by rule 'no-drops-in-prod'"),
+        "{said}"
+    );
+    assert_eq!(said["mapped"]["status"], "confirmed", "{said}");
+    assert_eq!(said["mapped"]["via"], "grant");
+    assert!(
+        said["mapped"]["reason"]
+            .as_str()
+            .unwrap()
+            .ends_with("billing:write covers refund_card (grant_scopes of route 'ops': refund_*)"),
+        "{said}"
     );
 }

@@ -1,11 +1,13 @@
 //! Grants (AI-Parrot's `GrantGuard`, durable): asked in Telegram and approved, or an
 //! approval presented once within 5 minutes; checked (`tool:*` covers every tool),
-//! listed, revoked, expired; another agent's invisible; grant then confirm; kept across
-//! a restart.
+//! listed, revoked, expired; another agent's invisible; kept across a restart. Presented
+//! with a call (`grant_scope`): after the deny rules and before the window, the allow
+//! rules and any person, and never for a tool its scope does not cover.
 
 use std::time::Duration;
 
 use crate::support::app::*;
+use crate::support::grants::{approved_grant, gated, presenting};
 use crate::support::interactions::*;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -359,16 +361,231 @@ async fn grant_then_confirm_without_a_grant_cancels_and_with_one_asks_or_is_enou
         (r["status"].as_str(), r["via"].as_str()),
         (Some("confirmed"), Some("grant"))
     );
+    let reason = r["reason"].as_str().unwrap();
     assert!(
-        r["reason"]
-            .as_str()
-            .unwrap()
-            .starts_with("allowed by grant gr_"),
+        reason.starts_with("allowed by grant gr_")
+            && reason.ends_with(": tool:deploy covers deploy"),
         "{r}"
     );
     assert_eq!(r["parameters"], json!({"service": "billing"}));
     let events = app.audit_events(r["id"].as_str().unwrap()).await;
     assert_eq!(events[0]["kind"], "grant_decided", "{events:?}");
+}
+
+/// How many requests of `tool` are stored, whatever became of them.
+async fn stored(app: &TestApp, tool: &str) -> i64 {
+    let pool = sqlx::SqlitePool::connect(&app.db_url).await.unwrap();
+    let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM confirmations WHERE tool = ?")
+        .bind(tool)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    n
+}
+
+#[tokio::test]
+async fn a_grant_for_one_tool_presented_with_another_is_refused_naming_both_and_nothing_is_stored()
+{
+    let app = TestApp::spawn().await;
+    approved_grant(&app, "tool:deploy", "emp-1").await;
+    let asked = app.telegram.sent_messages().len();
+    for only in [true, false] {
+        let (s, b) = app
+            .create(presenting(
+                "drop_table",
+                json!({"table": "users"}),
+                "tool:deploy",
+                only,
+            ))
+            .await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+        assert_eq!(b["error"]["code"], "invalid_field");
+        let message = b["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("grant_scope: 'tool:deploy' does not cover tool 'drop_table'"),
+            "{message}"
+        );
+    }
+    // An idempotency key does not make it a request either.
+    let mut keyed = presenting("drop_table", json!({}), "tool:deploy", true);
+    keyed["idempotency_key"] = json!("k-1");
+    assert_eq!(app.create(keyed).await.0, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(stored(&app, "drop_table").await, 0, "nothing stored");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(app.telegram.sent_messages().len(), asked, "nobody asked");
+
+    // The tool it names is covered.
+    let (s, r) = app
+        .create(presenting("deploy", json!({}), "tool:deploy", true))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    assert_eq!(
+        (r["status"].as_str(), r["via"].as_str()),
+        (Some("confirmed"), Some("grant"))
+    );
+}
+
+#[tokio::test]
+async fn a_deny_rule_beats_a_live_wildcard_grant_with_or_without_require_grant_only() {
+    let app = TestApp::spawn_with_settings(gated).await;
+    let grant = approved_grant(&app, "tool:*", "emp-1").await;
+    let asked = app.telegram.sent_messages().len();
+    for only in [true, false] {
+        let (s, r) = app
+            .create(presenting(
+                "drop_table",
+                json!({"env": "prod"}),
+                "tool:*",
+                only,
+            ))
+            .await;
+        assert_eq!(s, StatusCode::OK, "{r}");
+        assert_eq!(
+            (r["status"].as_str(), r["via"].as_str(), r["rule"].as_str()),
+            (Some("cancelled"), Some("rule"), Some("no-drops-in-prod")),
+            "require_grant_only {only}: {r}"
+        );
+        assert_eq!(r["do_not_retry"], true);
+        assert_eq!(
+            r["reason"],
+            "denied by rule 'no-drops-in-prod': production tables are never dropped by agents"
+        );
+        let events = app.audit_events(r["id"].as_str().unwrap()).await;
+        assert_eq!(events[0]["kind"], "rule_decided", "{events:?}");
+    }
+    // What no deny matches, the grant confirms, naming itself and the scope that covered
+    // the call, in the record and in the audit trail.
+    let (_, r) = app
+        .create(presenting(
+            "drop_table",
+            json!({"env": "staging"}),
+            "tool:*",
+            true,
+        ))
+        .await;
+    assert_eq!(
+        (r["status"].as_str(), r["via"].as_str()),
+        (Some("confirmed"), Some("grant")),
+        "{r}"
+    );
+    let reason = r["reason"].as_str().unwrap();
+    let id = grant["grant_id"].as_str().unwrap();
+    assert!(
+        reason.starts_with(&format!(
+            "allowed by grant {id} (tool:* for emp-1, granted by "
+        )) && reason.ends_with("): tool:* covers drop_table"),
+        "{reason}"
+    );
+    let events = app.audit_events(r["id"].as_str().unwrap()).await;
+    assert_eq!(events[0]["kind"], "grant_decided", "{events:?}");
+    assert_eq!(events[0]["detail"]["reason"], reason);
+    assert_eq!(events[0]["detail"]["status"], "confirmed");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(app.telegram.sent_messages().len(), asked, "nobody asked");
+}
+
+#[tokio::test]
+async fn a_scope_of_another_kind_covers_only_the_tools_a_mapping_names_and_an_unmapped_one_none() {
+    let app = TestApp::spawn_with_settings(gated).await;
+    approved_grant(&app, "billing:write", "emp-1").await;
+    // Mapped by route ops: its tools, confirmed by the grant, the reason saying how.
+    for (tool, pattern) in [("transfer", "transfer"), ("refund_card", "refund_*")] {
+        let (s, r) = app
+            .create(presenting(
+                tool,
+                json!({"amount": 9000}),
+                "billing:write",
+                true,
+            ))
+            .await;
+        assert_eq!(s, StatusCode::OK, "{r}");
+        assert_eq!(
+            (r["status"].as_str(), r["via"].as_str()),
+            (Some("confirmed"), Some("grant")),
+            "{r}"
+        );
+        assert!(
+            r["reason"].as_str().unwrap().ends_with(&format!(
+                "): billing:write covers {tool} (grant_scopes of route 'ops': {pattern})"
+            )),
+            "{r}"
+        );
+    }
+    // Any other tool is refused, naming the scope, the tool and what it is mapped to.
+    let refusal = |b: &Value| b["error"]["message"].as_str().unwrap().to_owned();
+    let (s, b) = app
+        .create(presenting(
+            "drop_table",
+            json!({"env": "staging"}),
+            "billing:write",
+            true,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    assert_eq!(
+        refusal(&b),
+        "grant_scope: 'billing:write' does not cover tool 'drop_table': route 'ops' maps it to transfer, refund_*"
+    );
+    // On a route that does not map it, it covers nothing.
+    let mut elsewhere = presenting("transfer", json!({"amount": 1}), "billing:write", true);
+    elsewhere["route"] = json!("other");
+    let (s, b) = app.create(elsewhere).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    assert!(
+        refusal(&b)
+            .contains("no grant_scopes (of agent 'agent-a' or route 'other') maps 'billing:write'"),
+        "{b}"
+    );
+    // Unmapped anywhere: refused.
+    let (s, b) = app
+        .create(presenting(
+            "transfer",
+            json!({"amount": 1}),
+            "billing:read",
+            true,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    assert!(
+        refusal(&b).starts_with("grant_scope: 'billing:read' does not cover tool 'transfer'"),
+        "{b}"
+    );
+    // The agent's own mapping counts on every one of its routes: covered, and with no
+    // grant for it, cancelled by the grant check.
+    let mut reading = presenting("read_report", json!({}), "report:read", true);
+    reading["route"] = json!("other");
+    let (s, r) = app.create(reading).await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    assert_eq!(r["reason"], "no grant for report:read (owner emp-1)");
+    assert_eq!(stored(&app, "drop_table").await, 0);
+}
+
+#[tokio::test]
+async fn in_a_dry_run_a_deny_does_not_stop_a_grant_and_the_record_says_what_it_would_have_done() {
+    let app =
+        TestApp::spawn_with_settings(|t| format!("rules_mode = \"dry_run\"\n{}", gated(t))).await;
+    approved_grant(&app, "tool:*", "emp-1").await;
+    let (s, r) = app
+        .create(presenting(
+            "drop_table",
+            json!({"env": "prod"}),
+            "tool:*",
+            true,
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    assert_eq!(
+        (r["status"].as_str(), r["via"].as_str()),
+        (Some("confirmed"), Some("grant")),
+        "{r}"
+    );
+    assert_eq!(r["rule_decision"]["effect"], "deny");
+    assert_eq!(r["rule_decision"]["enforced"], false);
+    let events = app.audit_events(r["id"].as_str().unwrap()).await;
+    assert_eq!(events[0]["kind"], "grant_decided", "{events:?}");
+    assert_eq!(events[0]["detail"]["rules"]["effect"], "deny");
+    assert_eq!(events[0]["detail"]["rules"]["enforced"], false);
 }
 
 #[tokio::test]

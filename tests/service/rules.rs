@@ -349,3 +349,63 @@ async fn an_interaction_carrying_a_call_is_settled_by_a_deny_and_an_allow_rule()
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(app.telegram.sent_messages().is_empty(), "nobody is asked");
 }
+
+#[tokio::test]
+async fn a_deny_rule_ends_a_call_before_anything_else_even_for_an_agent_at_its_max_pending() {
+    let app = TestApp::spawn_with_settings(with_rules).await;
+    // agent-b may hold two pending requests: both are taken, a third call is refused.
+    let on_other = |tool: &str, params: Value| {
+        let mut body = call(tool, params);
+        body["route"] = json!("other");
+        body["wait"] = json!("suspend");
+        body
+    };
+    for n in 0..2 {
+        let (s, r) = app
+            .create_as(TOKEN_B, on_other("deploy", json!({"n": n})))
+            .await;
+        assert_eq!(s, StatusCode::ACCEPTED, "{r}");
+    }
+    let (s, r) = app
+        .create_as(TOKEN_B, on_other("deploy", json!({"n": 2})))
+        .await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{r}");
+
+    // A call a deny matches is still ended by the rule, as a confirmation and as the
+    // call an interaction carries: nothing is counted, asked or stored pending first.
+    let (s, r) = app
+        .create_as(TOKEN_B, on_other("drop_table", json!({"env": "prod"})))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    assert_eq!(
+        (r["status"].as_str(), r["via"].as_str(), r["rule"].as_str()),
+        (Some("cancelled"), Some("rule"), Some("no-drops-in-prod"))
+    );
+    let (s, i) = post_interaction_as(
+        &app,
+        TOKEN_B,
+        json!({
+            "interaction": {"interaction_id": "i-b", "question": "Drop it?", "interaction_type": "approval"},
+            "route": "other",
+            "call": {"tool": "drop_table", "owner_id": "emp-1", "params": {"env": "prod"}},
+        }),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{i}");
+    assert_eq!(
+        (
+            i["status"].as_str(),
+            i["result"].as_bool(),
+            i["rule"].as_str()
+        ),
+        (Some("completed"), Some(false), Some("no-drops-in-prod"))
+    );
+    // The chat's pacing may hold the two questions back a moment.
+    app.telegram.wait_for_message_in(OTHER_CHAT, 2).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        app.telegram.messages_in(OTHER_CHAT).len(),
+        2,
+        "only the two pending calls were asked"
+    );
+}

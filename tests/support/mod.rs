@@ -4,6 +4,7 @@
 pub mod app;
 pub mod browser;
 pub mod fake_telegram;
+pub mod grants;
 pub mod interactions;
 pub mod parrot_driver;
 pub mod postgres;

@@ -142,6 +142,23 @@ class ClientTests(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "edited"):
             Confirmation.from_json(record(edited="yes"))
 
+    def test_a_grant_scope_and_require_grant_only_are_sent_as_given(self):
+        granted = record(status="confirmed", allowed=True, via="grant",
+                         reason="allowed by grant gr_1 (tool:deploy for alice, ...)")
+        stub = self.stub(lambda *_: json_answer(200, granted))
+        client = HitlClient(stub.url, TOKEN)
+        got = client.create("deploy", {"env": "prod"}, owner_id="alice",
+                            grant_scope="tool:deploy", require_grant_only=True)
+        body = json.loads(stub.requests[0][3])
+        self.assertEqual((body["grant_scope"], body["require_grant_only"]), ("tool:deploy", True))
+        self.assertTrue(got.allowed)
+        self.assertEqual(got.via, "grant")
+        # Left out, neither is sent.
+        client.create("deploy", {"env": "prod"})
+        body = json.loads(stub.requests[1][3])
+        self.assertNotIn("grant_scope", body)
+        self.assertNotIn("require_grant_only", body)
+
     def test_an_error_page_that_is_not_the_services_json_is_unexpected_response(self):
         stub = self.stub(lambda *_: (502, {"Content-Type": "text/html"}, b"<h1>Bad gateway</h1>"))
         with self.assertRaises(HitlError) as caught:

@@ -200,9 +200,13 @@ impl PartialSchema for CreateConfirmationBody {
             .property(
                 "grant_scope",
                 grant_scope_schema(
-                    "Grant, then confirm: the scope (`tool:deploy`; `tool:*` covers every tool) a \
-                 live grant of this agent for `owner_id` must cover. Without one the request \
-                 is `cancelled` at once, `via: \"grant\"`, nobody asked.",
+                    "The grant the call presents, checked after the `deny` rules and before the \
+                 window, the `allow` rules and any person: the scope (`tool:deploy`; `tool:*` \
+                 covers every tool) a live grant of this agent for `owner_id` must cover. \
+                 Without one the request is `cancelled` at once, `via: \"grant\"`, nobody \
+                 asked. It must cover `tool` (`tool:<tool>` or `tool:*`; another kind only \
+                 where the configuration's `grant_scopes` maps it to `tool`), else 422 \
+                 `invalid_field` naming both, nothing stored.",
                 ),
             )
             .property(
@@ -212,7 +216,8 @@ impl PartialSchema for CreateConfirmationBody {
                     .default(Some(false.into()))
                     .description(Some(
                         "With `grant_scope`: a live grant confirms the call at once \
-                         (`via: \"grant\"`), without rules, window or person.",
+                         (`via: \"grant\"`), without window, `allow` rule or person; a \
+                         `deny` rule still cancels it.",
                     )),
             )
             .examples([

@@ -103,8 +103,8 @@ class Confirmation:
     status: str
     #: True only for ``confirmed``: the one value to gate the tool call on.
     allowed: bool
-    #: ``operator``, ``window``, ``timeout``, ``withdrawn``, ``fail_closed``; ``None``
-    #: while pending.
+    #: ``operator``, ``window``, ``timeout``, ``withdrawn``, ``fail_closed``, ``rule``
+    #: or ``grant``; ``None`` while pending.
     via: Optional[str]
     reason: Optional[str]
     tool: str
@@ -457,8 +457,18 @@ class HitlClient:
         context: Optional[str] = None,
         callback_url: Optional[str] = None,
         args_schema: Optional[Mapping[str, Any]] = None,
+        grant_scope: Optional[str] = None,
+        require_grant_only: Optional[bool] = None,
     ) -> Confirmation:
         """``POST /v1/confirmations``: asks a human about one tool call.
+
+        ``grant_scope`` (``"tool:deploy"``, ``"tool:*"``) presents a grant
+        (:meth:`request_grant`) for ``owner_id``: with no live grant covering it the call
+        is ``cancelled`` at once, nobody asked; with ``require_grant_only=True`` a live
+        grant confirms it without asking. The scope must cover ``tool`` (``tool:<tool>``
+        or ``tool:*``; another kind only where the service's ``grant_scopes`` maps it to
+        ``tool``), else :class:`HitlError` ``invalid_field`` (422). A ``deny`` rule
+        cancels the call whatever grant it presents.
 
         ``args_schema`` (the tool's JSON Schema, e.g. a pydantic model's
         ``model_json_schema()``) with ``allow_edit=True`` lets an operator edit the call in
@@ -486,6 +496,8 @@ class HitlClient:
             "context": context,
             "callback_url": callback_url,
             "args_schema": dict(args_schema) if args_schema is not None else None,
+            "grant_scope": grant_scope,
+            "require_grant_only": require_grant_only,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
         if wait == "block":
