@@ -351,8 +351,8 @@ impl From<ServiceError> for ApiError {
             ),
             ServiceError::InteractionMismatch(_) => ApiError::Conflict {
                 field: "interaction.interaction_id".into(),
-                reason: "already names a different interaction of this agent (the question \
-                         or interaction_type differ)"
+                reason: "already names a different interaction of this agent (the question, \
+                         interaction_type or grant terms differ)"
                     .into(),
             },
             ServiceError::NobodyMayAnswer(why) => ApiError::field("interaction.target_humans", why),
@@ -365,6 +365,7 @@ impl From<ServiceError> for ApiError {
                 retry_after_secs,
             },
             ServiceError::GrantRefused { field, reason } => ApiError::Conflict { field, reason },
+            ServiceError::InvalidGrant { field, reason } => ApiError::field(field, reason),
             ServiceError::OutcomeRefused { why, record } => ApiError::OutcomeRefused {
                 message: why,
                 record,

@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 
+use super::grant::GrantTerms;
 use super::ids::all_visible;
 use super::question::Operator;
 use super::text;
@@ -117,6 +118,10 @@ pub struct Interaction {
     pub timeout_action: TimeoutAction,
     pub severity: Severity,
     pub source_agent: Option<String>,
+    /// The terms of a grant question (`grant`): set, the question asks a person for a
+    /// grant on these terms, and their yes stores it (see [`super::grant`]). Only ever
+    /// read from this field, never from the question's words.
+    pub grant: Option<GrantTerms>,
     /// The object exactly as the agent sent it (less nothing): echoed back, so the fields
     /// this service does not act on survive the round trip.
     pub raw: Map<String, Value>,
@@ -279,6 +284,7 @@ pub fn parse(v: &Value, max_timeout_seconds: f64) -> Result<Interaction, FieldEr
     )?;
     let default_response = o.get("default_response").cloned().unwrap_or(Value::Null);
     let quorum = quorum_of(o)?;
+    let grant = grant_of(o, kind, timeout_action, &default_response)?;
     Ok(Interaction {
         interaction_id,
         kind,
@@ -294,8 +300,66 @@ pub fn parse(v: &Value, max_timeout_seconds: f64) -> Result<Interaction, FieldEr
         timeout_action,
         severity,
         source_agent: source_agent(o)?,
+        grant,
         raw: o.clone(),
     })
+}
+
+/// An interaction read back from storage: checked as [`parse`] checks it, without the
+/// timeout cap (the configuration may have changed since). A `grant` this service did
+/// not store as terms (a field of that name an agent sent before grant questions
+/// existed, kept as unknown fields are) is read as none: it grants nothing, and the row
+/// still loads.
+pub fn parse_stored(v: &Value) -> Result<Interaction, FieldError> {
+    match parse(v, f64::MAX) {
+        Err(e) if e.field.starts_with("interaction.grant") => {
+            let mut without = v.clone();
+            if let Some(o) = without.as_object_mut() {
+                o.remove("grant");
+            }
+            let mut i = parse(&without, f64::MAX)?;
+            i.raw = v.as_object().cloned().unwrap_or_default();
+            Ok(i)
+        }
+        read => read,
+    }
+}
+
+/// `grant`: the terms of a grant question. Only an approval asks for a grant, and only a
+/// person's yes gives one: a default that would answer yes on silence is refused.
+fn grant_of(
+    o: &Map<String, Value>,
+    kind: InteractionType,
+    timeout_action: TimeoutAction,
+    default_response: &Value,
+) -> Result<Option<GrantTerms>, FieldError> {
+    let Some(v) = o.get("grant").filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let terms = GrantTerms::parse(v).map_err(|e| {
+        let field = match e.field {
+            "" => "grant".to_owned(),
+            f => format!("grant.{f}"),
+        };
+        err(field, e.reason)
+    })?;
+    if kind != InteractionType::Approval {
+        return Err(err(
+            "grant",
+            format!(
+                "goes only with interaction_type \"approval\" (a grant is a yes or a no), not {}",
+                kind.as_str()
+            ),
+        ));
+    }
+    if timeout_action == TimeoutAction::Default && *default_response == Value::Bool(true) {
+        return Err(err(
+            "default_response",
+            "must not be true on a grant question with timeout_action \"default\": only a \
+             person's yes gives a grant, never silence",
+        ));
+    }
+    Ok(Some(terms))
 }
 
 /// Text shown to the humans: other invisible characters are shown to them as escapes;
