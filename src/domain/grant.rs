@@ -257,8 +257,8 @@ pub struct GrantTerms {
     pub requested_window_seconds: Option<u64>,
 }
 
-/// Why a `grant` object was refused: the field at fault (`scope`, `owner_id`,
-/// `window_seconds`, or empty for the object itself) and why.
+/// Why a `grant` object was refused: the field at fault, within the interaction
+/// (`grant`, `grant.scope`, `default_response`, ...), and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TermsError {
     pub field: &'static str,
@@ -297,45 +297,49 @@ impl GrantTerms {
         let refuse = |field: &'static str, reason: String| TermsError { field, reason };
         let Some(o) = v.as_object() else {
             return Err(refuse(
-                "",
+                "grant",
                 "must be an object: {\"scope\", \"owner_id\", \"window_seconds\"}".into(),
             ));
         };
         if let Some(unknown) = o.keys().find(|k| !Self::FIELDS.contains(&k.as_str())) {
             return Err(TermsError {
-                field: "",
+                field: "grant",
                 reason: format!(
                     "has no field '{unknown}' (its fields: scope, owner_id, window_seconds)"
                 ),
             });
         }
-        let text = |name: &'static str| match o.get(name) {
+        let text = |name: &'static str, field: &'static str| match o.get(name) {
             Some(serde_json::Value::String(s)) => Ok(s.as_str()),
-            None | Some(serde_json::Value::Null) => Err(refuse(name, "is required".into())),
-            Some(_) => Err(refuse(name, "must be a string".into())),
+            None | Some(serde_json::Value::Null) => Err(refuse(field, "is required".into())),
+            Some(_) => Err(refuse(field, "must be a string".into())),
         };
-        let scope = Scope::parse(text("scope")?).map_err(|e| refuse("scope", e.0))?;
-        let owner_id = OwnerId::parse(text("owner_id")?).map_err(|e| refuse("owner_id", e.0))?;
-        let seconds = |name: &'static str| match o.get(name) {
+        let scope =
+            Scope::parse(text("scope", "grant.scope")?).map_err(|e| refuse("grant.scope", e.0))?;
+        let owner_id = OwnerId::parse(text("owner_id", "grant.owner_id")?)
+            .map_err(|e| refuse("grant.owner_id", e.0))?;
+        let seconds = |name: &'static str, field: &'static str| match o.get(name) {
             None | Some(serde_json::Value::Null) => Ok(None),
             Some(v) => match v.as_u64() {
                 Some(w) if (1..=MAX_WINDOW_SECONDS).contains(&w) => Ok(Some(w)),
                 _ => Err(refuse(
-                    name,
+                    field,
                     format!("must be a whole number of seconds from 1 to {MAX_WINDOW_SECONDS}"),
                 )),
             },
         };
-        let window_seconds = seconds("window_seconds")?.ok_or_else(|| {
-            refuse(
-                "window_seconds",
-                "is required: how long the grant lasts from the person's yes".into(),
-            )
-        })?;
-        let requested_window_seconds = seconds("requested_window_seconds")?;
+        let window_seconds =
+            seconds("window_seconds", "grant.window_seconds")?.ok_or_else(|| {
+                refuse(
+                    "grant.window_seconds",
+                    "is required: how long the grant lasts from the person's yes".into(),
+                )
+            })?;
+        let requested_window_seconds =
+            seconds("requested_window_seconds", "grant.requested_window_seconds")?;
         if requested_window_seconds.is_some_and(|r| r <= window_seconds) {
             return Err(refuse(
-                "requested_window_seconds",
+                "grant.requested_window_seconds",
                 "is set by the service only, when the route's cap cut window_seconds".into(),
             ));
         }
@@ -345,6 +349,37 @@ impl GrantTerms {
             window_seconds,
             requested_window_seconds,
         })
+    }
+
+    /// The terms of an interaction's `grant` (`None` when it has none): only an
+    /// `approval` asks for a grant, and only a person's yes gives one, so terms on a
+    /// question whose silence answers yes (`yes_on_silence`: `timeout_action: default`
+    /// with `default_response: true`) are refused.
+    pub fn of_interaction(
+        grant: Option<&serde_json::Value>,
+        approval: bool,
+        yes_on_silence: bool,
+    ) -> Result<Option<GrantTerms>, TermsError> {
+        let Some(v) = grant.filter(|v| !v.is_null()) else {
+            return Ok(None);
+        };
+        let terms = GrantTerms::parse(v)?;
+        if !approval {
+            return Err(TermsError {
+                field: "grant",
+                reason: "goes only with interaction_type \"approval\" (a grant is a yes or a no)"
+                    .into(),
+            });
+        }
+        if yes_on_silence {
+            return Err(TermsError {
+                field: "default_response",
+                reason: "must not be true on a grant question with timeout_action \"default\": \
+                         only a person's yes gives a grant, never silence"
+                    .into(),
+            });
+        }
+        Ok(Some(terms))
     }
 
     /// The terms as stored with the question (and echoed in its `interaction`).
@@ -460,7 +495,9 @@ pub fn granted_by_tap(record: &Question) -> Option<Grant> {
         owner_id: terms.owner_id.clone(),
         scope: terms.scope.clone(),
         route: record.route.clone(),
-        reason: Some(i.question.clone()),
+        // What the person read from the agent: its question (POST /v1/grants asks its
+        // reason), none when it gave no reason.
+        reason: (i.question != NO_REASON).then(|| i.question.clone()),
         granted_by: by,
         created_at: at,
         expires_at: at + std::time::Duration::from_secs(terms.window_seconds),
@@ -582,47 +619,47 @@ mod tests {
         );
         assert_eq!(GrantTerms::parse(&t.to_json()), Ok(t.clone()));
         for (v, field, why) in [
-            (serde_json::json!("tool:*"), "", "must be an object"),
+            (serde_json::json!("tool:*"), "grant", "must be an object"),
             (
                 serde_json::json!({"scope": "tool:*", "owner_id": "c", "window_seconds": 1,
                                    "until": 9}),
-                "",
+                "grant",
                 "has no field 'until'",
             ),
             (
                 serde_json::json!({"owner_id": "c", "window_seconds": 1}),
-                "scope",
+                "grant.scope",
                 "is required",
             ),
             (
                 serde_json::json!({"scope": "deploy", "owner_id": "c", "window_seconds": 1}),
-                "scope",
+                "grant.scope",
                 "must be kind:name",
             ),
             (
                 serde_json::json!({"scope": "tool:x", "owner_id": 7, "window_seconds": 1}),
-                "owner_id",
+                "grant.owner_id",
                 "must be a string",
             ),
             (
                 serde_json::json!({"scope": "tool:x", "owner_id": "c"}),
-                "window_seconds",
+                "grant.window_seconds",
                 "is required",
             ),
             (
                 serde_json::json!({"scope": "tool:x", "owner_id": "c", "window_seconds": 0}),
-                "window_seconds",
+                "grant.window_seconds",
                 "from 1 to",
             ),
             (
                 serde_json::json!({"scope": "tool:x", "owner_id": "c", "window_seconds": 1.5}),
-                "window_seconds",
+                "grant.window_seconds",
                 "whole number",
             ),
             (
                 serde_json::json!({"scope": "tool:x", "owner_id": "c", "window_seconds": 60,
                                    "requested_window_seconds": 60}),
-                "requested_window_seconds",
+                "grant.requested_window_seconds",
                 "set by the service only",
             ),
         ] {

@@ -284,7 +284,12 @@ pub fn parse(v: &Value, max_timeout_seconds: f64) -> Result<Interaction, FieldEr
     )?;
     let default_response = o.get("default_response").cloned().unwrap_or(Value::Null);
     let quorum = quorum_of(o)?;
-    let grant = grant_of(o, kind, timeout_action, &default_response)?;
+    let grant = GrantTerms::of_interaction(
+        o.get("grant"),
+        kind == InteractionType::Approval,
+        timeout_action == TimeoutAction::Default && default_response == Value::Bool(true),
+    )
+    .map_err(|e| err(e.field, e.reason))?;
     Ok(Interaction {
         interaction_id,
         kind,
@@ -323,43 +328,6 @@ pub fn parse_stored(v: &Value) -> Result<Interaction, FieldError> {
         }
         read => read,
     }
-}
-
-/// `grant`: the terms of a grant question. Only an approval asks for a grant, and only a
-/// person's yes gives one: a default that would answer yes on silence is refused.
-fn grant_of(
-    o: &Map<String, Value>,
-    kind: InteractionType,
-    timeout_action: TimeoutAction,
-    default_response: &Value,
-) -> Result<Option<GrantTerms>, FieldError> {
-    let Some(v) = o.get("grant").filter(|v| !v.is_null()) else {
-        return Ok(None);
-    };
-    let terms = GrantTerms::parse(v).map_err(|e| {
-        let field = match e.field {
-            "" => "grant".to_owned(),
-            f => format!("grant.{f}"),
-        };
-        err(field, e.reason)
-    })?;
-    if kind != InteractionType::Approval {
-        return Err(err(
-            "grant",
-            format!(
-                "goes only with interaction_type \"approval\" (a grant is a yes or a no), not {}",
-                kind.as_str()
-            ),
-        ));
-    }
-    if timeout_action == TimeoutAction::Default && *default_response == Value::Bool(true) {
-        return Err(err(
-            "default_response",
-            "must not be true on a grant question with timeout_action \"default\": only a \
-             person's yes gives a grant, never silence",
-        ));
-    }
-    Ok(Some(terms))
 }
 
 /// Text shown to the humans: other invisible characters are shown to them as escapes;

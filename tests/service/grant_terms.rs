@@ -367,6 +367,10 @@ async fn a_granted_question_is_listed_and_audited_from_the_tap_and_kept_across_a
         (&json!("tool:deploy"), &json!("emp-1"), &json!("guard-9"))
     );
     assert_eq!(g["granted_by"]["id"], ALICE);
+    assert_eq!(
+        g["reason"], "⚠️ Tool 'deploy' requires approval.",
+        "the words read"
+    );
     assert_eq!(time_of(&g["created_at"]), time_of(&ended["decided_at"]));
     let shown = app
         .telegram

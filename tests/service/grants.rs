@@ -260,6 +260,34 @@ async fn presenting_another_scope_an_unanswered_question_or_an_ended_grant_gets_
             .contains("is not answered yet"),
         "{b}"
     );
+    // Answered yes: asked without a reason, the grant has none.
+    let mut found = None;
+    for _ in 0..500 {
+        found = app
+            .telegram
+            .messages_in(OPS_CHAT)
+            .into_iter()
+            .find(|m| m.visible_text.contains("Scope: tool:x ("));
+        if found.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let msg = found.expect("the grant question for tool:x");
+    assert!(
+        msg.visible_text.contains("it gave no reason"),
+        "{}",
+        msg.visible_text
+    );
+    tap(&app, &msg, "✅ Approve", alice()).await;
+    let (s, b) = post_grant(
+        &app,
+        json!({"owner_id": "emp-1", "scope": "tool:x",
+               "interaction_id": asked["interaction_id"]}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    assert_eq!(b["grant"]["reason"], Value::Null, "{b}");
 
     // Revoked: presenting it afterwards gets no grant.
     let (_, g) = post_grant(
