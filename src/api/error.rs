@@ -351,8 +351,8 @@ impl From<ServiceError> for ApiError {
             ),
             ServiceError::InteractionMismatch(_) => ApiError::Conflict {
                 field: "interaction.interaction_id".into(),
-                reason: "already names a different interaction of this agent (the question \
-                         or interaction_type differ)"
+                reason: "already names a different interaction of this agent (the question, \
+                         interaction_type or grant terms differ)"
                     .into(),
             },
             ServiceError::NobodyMayAnswer(why) => ApiError::field("interaction.target_humans", why),
@@ -366,6 +366,7 @@ impl From<ServiceError> for ApiError {
             },
             ServiceError::GrantRefused { field, reason } => ApiError::Conflict { field, reason },
             ServiceError::ScopeNotCovering(why) => ApiError::field("grant_scope", why),
+            ServiceError::InvalidGrant { field, reason } => ApiError::field(field, reason),
             ServiceError::OutcomeRefused { why, record } => ApiError::OutcomeRefused {
                 message: why,
                 record,

@@ -1,7 +1,8 @@
 //! `/v1/grants`: AI-Parrot's `GrantGuard` grants, durable. Ask for one (the route's
-//! approvers are asked in Telegram), or present an approval answered yes within the last
-//! 5 minutes; check whether a call's scope is covered; list the agent's live grants;
-//! revoke one. An agent sees only its own grants: another's are 404.
+//! approvers are asked in Telegram, shown the terms; their yes stores it), or present a
+//! grant question answered yes to get the grant it stored; check whether a call's scope
+//! is covered; list the agent's live grants; revoke one. An agent sees only its own
+//! grants: another's are 404.
 
 use std::collections::HashMap;
 
@@ -38,7 +39,7 @@ pub const FIELDS: &[&str] = &[
 ];
 
 /// AI-Parrot's `GrantConfig.window_seconds` default: 15 minutes.
-pub const DEFAULT_GRANT_SECONDS: u64 = 900;
+pub const DEFAULT_GRANT_SECONDS: u64 = crate::domain::grant::DEFAULT_WINDOW_SECONDS;
 /// Longest `reason` an agent may give.
 pub const MAX_REASON_CHARS: usize = 500;
 
@@ -66,7 +67,7 @@ pub struct GrantView {
     /// Who revoked it: an operator, or null when its agent did (or it was not revoked).
     #[schema(required = true)]
     pub revoked_by: Option<DecidedByView>,
-    /// The approval it came from (`interaction_id`).
+    /// The grant question it came from (its `interaction_id`).
     pub interaction_id: Option<String>,
     /// Whether it lets calls through now.
     pub live: bool,
@@ -107,7 +108,7 @@ impl GrantView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct GrantAnswer {
     /// `granted`: stored (`grant`); `pending`: the question waits for an answer
-    /// (`wait: "suspend"`: present its `interaction_id` once it is answered yes);
+    /// (`wait: "suspend"`: a yes stores the grant; present its `interaction_id` to get it);
     /// `refused`: a person said no; `timeout`: nobody answered in time.
     pub status: &'static str,
     #[schema(required = true)]
@@ -160,9 +161,9 @@ fn parse_create(
     })?;
     let scope = Scope::parse(&scope).map_err(|e| ApiError::field("scope", e.0))?;
     let window_seconds = match body.get("window_seconds") {
-        None | Some(Value::Null) => DEFAULT_GRANT_SECONDS,
+        None | Some(Value::Null) => None,
         Some(v) => match v.as_u64() {
-            Some(w) if (1..=MAX_WINDOW_SECONDS).contains(&w) => w,
+            Some(w) if (1..=MAX_WINDOW_SECONDS).contains(&w) => Some(w),
             _ => {
                 return Err(ApiError::field(
                     "window_seconds",
@@ -233,14 +234,14 @@ fn answer(status: StatusCode, a: GrantAnswer) -> Response {
     request_body = crate::api::openapi::CreateGrantBody,
     responses(
         (status = 200, description = "Asked and ended without a grant: `refused` (a person said no) or `timeout`.", body = GrantAnswer),
-        (status = 201, description = "`granted`: the grant is stored.", body = GrantAnswer),
-        (status = 202, description = "`pending` (`wait: \"suspend\"`): asked; present its `interaction_id` once a person said yes.", body = GrantAnswer),
+        (status = 201, description = "`granted`: the grant a person's yes stored (asked and approved; or the grant question presented, on its terms).", body = GrantAnswer),
+        (status = 202, description = "`pending` (`wait: \"suspend\"`): asked; a person's yes stores the grant (present its `interaction_id` to get it).", body = GrantAnswer),
         (status = 400, description = "`malformed_json`: the body is not JSON.", body = crate::api::error::ErrorBody),
         (status = 401, description = "`unauthorized`: missing or unknown bearer token.", body = crate::api::error::ErrorBody,
             headers(("WWW-Authenticate" = String))),
         (status = 403, description = "`forbidden`: the route is not allowed for this agent.", body = crate::api::error::ErrorBody),
         (status = 404, description = "`not_found`: `interaction_id` names no interaction of this agent.", body = crate::api::error::ErrorBody),
-        (status = 409, description = "`conflict`: the approval presented grants nothing (not a yes by a person, older than 5 minutes, about another scope or owner, already used), or the route differs from the approval's.", body = crate::api::error::ErrorBody),
+        (status = 409, description = "`conflict`: the interaction presented is not a grant question, is not answered yet, was not answered yes, or its grant has ended; or the body names another scope, owner, window or route than the question's terms (the message names the field and what the person approved).", body = crate::api::error::ErrorBody),
         (status = 413, description = "`payload_too_large`: the body is over 64 KiB.", body = crate::api::error::ErrorBody),
         (status = 422, description = "`invalid_field`: the message starts with the field's name.", body = crate::api::error::ErrorBody),
         (status = 429, description = "`rate_limited`: over the agent's `requests_per_minute`; or `too_many_pending`.", body = crate::api::error::ErrorBody,
@@ -264,7 +265,7 @@ pub async fn create(
     if let Some(id) = &c.interaction_id {
         let g = state
             .service
-            .grant_from_approval(&agent, id, &c.request)
+            .present_grant(&agent, id, &c.request)
             .await
             .map_err(ApiError::interaction)?;
         return Ok(answer(
@@ -300,8 +301,8 @@ pub async fn create(
         .service
         .wait(&agent, &asked.id, None, &state.stop)
         .await?;
-    let yes = ended.result == Some(Value::Bool(true));
-    if !yes {
+    // The yes stored the grant with itself: found, never made here.
+    let Some(g) = state.service.grant_of_question(&ended).await? else {
         let status = if ended.status == crate::domain::question::Status::Timeout
             || ended.via == Some(crate::domain::question::Via::Timeout)
         {
@@ -318,11 +319,7 @@ pub async fn create(
                 question: Some(InteractionView::from(&ended)),
             },
         ));
-    }
-    let g = state
-        .service
-        .grant_from_approval(&agent, &interaction_id, &c.request)
-        .await?;
+    };
     Ok(answer(
         StatusCode::CREATED,
         GrantAnswer {

@@ -5,6 +5,9 @@
 //! its scope does not name ([`cover`]). Pure values; storage keeps them
 //! (`storage::Grants`) so they survive restarts and a revoke holds on every replica at
 //! once.
+//!
+//! A grant is asked for as [`GrantTerms`], data the person is shown as the service words
+//! it, and exists from the person's yes on exactly those terms ([`granted_by_tap`]).
 
 mod cover;
 
@@ -14,7 +17,9 @@ use std::sync::Arc;
 use time::OffsetDateTime;
 
 use super::ids::{ConfirmationId, GrantId, InvalidValue, OwnerId, ToolName, all_visible};
-use super::question::Operator;
+use super::limits::MAX_WINDOW_SECONDS;
+use super::question::{Operator, Question, Status, Via};
+use super::text;
 
 pub use cover::{Cover, ScopeMap, ScopeMapError, cover};
 
@@ -169,14 +174,14 @@ fn invalid(why: &str) -> InvalidValue {
     InvalidValue(why.to_owned())
 }
 
-/// How a grant came to be: the question that asked a human for it, or an approval the
-/// agent had asked for itself and presented once.
+/// How a grant came to be: the question that asked a human for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GrantSource {
-    /// A grant question (`POST /v1/grants`) a human approved.
+    /// A grant question named by its record id. Never written since grant questions
+    /// became interactions; read back for rows that may hold it.
     Asked { confirmation_id: ConfirmationId },
-    /// An approval (an interaction of the agent's, answered yes) that the agent turned
-    /// into this grant: how AI-Parrot's `GrantGuard` asks first and stores after. An
+    /// A grant question (an interaction of the agent's, asked with [`GrantTerms`]) a
+    /// person answered yes, or (before issue 46) an approval the agent presented. An
     /// interaction becomes a grant at most once (the database refuses a second).
     Interaction { interaction_id: String },
 }
@@ -214,11 +219,6 @@ impl Grant {
     }
 }
 
-/// How long after a human answered yes an approval may be presented to become a grant
-/// (`POST /v1/grants` with `interaction_id`): long enough for an agent to store what it
-/// just asked, too short to dig out an old yes.
-pub const PRESENTATION_WINDOW: std::time::Duration = std::time::Duration::from_secs(300);
-
 /// What approving a grant allows, in plain words: "any deploy call", "any call of any
 /// tool", or "anything in scope report:q3".
 pub fn scope_in_words(scope: &Scope) -> String {
@@ -229,33 +229,290 @@ pub fn scope_in_words(scope: &Scope) -> String {
     }
 }
 
-/// The question a grant is asked with. Its `Scope:` and `Owner:` lines are what
-/// [`approval_names`] checks when the approval is presented, the same lines AI-Parrot's
-/// `GrantGuard` writes in its own question, so an approval of something else never
-/// becomes a grant.
-pub fn question(
-    agent: &str,
-    scope: &Scope,
-    owner: &OwnerId,
-    window: &str,
-    latest_end: &str,
-    reason: Option<&str>,
-) -> String {
-    let mut text = format!(
-        "🔑 Grant request: approving lets {agent} run {} for {owner}, without asking, for {window} after your tap (until {latest_end} at the latest). Revoke it any time with /grants.\nScope: {scope}\nOwner: {owner}",
-        scope_in_words(scope),
-    );
-    if let Some(reason) = reason {
-        text.push_str(&format!("\nReason given by the agent: {reason}"));
+/// What a scope lets through, in words that do not repeat it (the terms show the scope
+/// itself on the line before): bounded, whatever the scope's length.
+pub fn scope_reach(scope: &Scope) -> &'static str {
+    match (scope.kind(), scope.is_wildcard()) {
+        (TOOL_KIND, true) => "every call of every tool",
+        (TOOL_KIND, false) => "every call of this one tool",
+        _ => "whatever this scope names",
     }
-    text
 }
 
-/// Whether an approval's question names `scope` and `owner` on lines of their own
-/// (`Scope: tool:deploy`, `Owner: alice`): what the human saw and said yes to.
-pub fn approval_names(question: &str, scope: &Scope, owner: &OwnerId) -> bool {
-    let line = |want: String| question.lines().any(|l| l.trim() == want);
-    line(format!("Scope: {scope}")) && line(format!("Owner: {owner}"))
+/// How long a grant lasts when the agent does not say: AI-Parrot's
+/// `GrantConfig.window_seconds` default, 15 minutes.
+pub const DEFAULT_WINDOW_SECONDS: u64 = 900;
+
+/// The question of a grant asked for without a reason (`POST /v1/grants`): the terms
+/// say the rest.
+pub const NO_REASON: &str = "The agent asks for a grant (it gave no reason).";
+
+/// The terms of a grant question (issue 46): the scope, the owner and how long, fixed
+/// when the person is asked, shown to them on lines of the service's own (never cut),
+/// and exactly what their yes stores ([`granted_by_tap`]). Data, never read out of the
+/// agent's prose: a question asked without terms grants nothing, whatever it says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantTerms {
+    pub scope: Scope,
+    pub owner_id: OwnerId,
+    /// How long the grant lasts from the tap: what the agent asked, cut to the route's
+    /// `max_grant_seconds` when the question was asked.
+    pub window_seconds: u64,
+    /// What the agent asked for when the route's cap cut it (`None`: as asked). An agent
+    /// presenting the question may name either.
+    pub requested_window_seconds: Option<u64>,
+}
+
+/// Why a `grant` object was refused: the field at fault, within the interaction
+/// (`grant`, `grant.scope`, `default_response`, ...), and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TermsError {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+/// Which term of a presented grant differs from the question's (see
+/// [`GrantTerms::differs_from`]): the field, and what the question said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TermsDiffer {
+    pub field: &'static str,
+    pub asked: String,
+}
+
+impl GrantTerms {
+    /// The fields of a `grant` object.
+    pub const FIELDS: &'static [&'static str] = &[
+        "scope",
+        "owner_id",
+        "window_seconds",
+        "requested_window_seconds",
+    ];
+
+    /// The most UTF-16 units the terms' values (the agent's name, the scope and the
+    /// owner, each as Telegram is sent it: made visible and HTML-escaped) may take: with
+    /// the terms' own words and the rest of the message, what a Telegram message can
+    /// always show whole next to a question cut short. Longer terms are refused when
+    /// asked (422), never cut.
+    pub const MAX_SHOWN_UNITS: usize = 900;
+
+    /// Reads a `grant` object (`{scope, owner_id, window_seconds}`); the terms a
+    /// question is stored with also hold `requested_window_seconds` (see
+    /// [`GrantTerms::capped`]). Unknown fields are refused: a term this service would
+    /// not show must not pass as one the person approved.
+    pub fn parse(v: &serde_json::Value) -> Result<GrantTerms, TermsError> {
+        let refuse = |field: &'static str, reason: String| TermsError { field, reason };
+        let Some(o) = v.as_object() else {
+            return Err(refuse(
+                "grant",
+                "must be an object: {\"scope\", \"owner_id\", \"window_seconds\"}".into(),
+            ));
+        };
+        if let Some(unknown) = o.keys().find(|k| !Self::FIELDS.contains(&k.as_str())) {
+            return Err(TermsError {
+                field: "grant",
+                reason: format!(
+                    "has no field '{unknown}' (its fields: scope, owner_id, window_seconds)"
+                ),
+            });
+        }
+        let text = |name: &'static str, field: &'static str| match o.get(name) {
+            Some(serde_json::Value::String(s)) => Ok(s.as_str()),
+            None | Some(serde_json::Value::Null) => Err(refuse(field, "is required".into())),
+            Some(_) => Err(refuse(field, "must be a string".into())),
+        };
+        let scope =
+            Scope::parse(text("scope", "grant.scope")?).map_err(|e| refuse("grant.scope", e.0))?;
+        let owner_id = OwnerId::parse(text("owner_id", "grant.owner_id")?)
+            .map_err(|e| refuse("grant.owner_id", e.0))?;
+        let seconds = |name: &'static str, field: &'static str| match o.get(name) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(v) => match v.as_u64() {
+                Some(w) if (1..=MAX_WINDOW_SECONDS).contains(&w) => Ok(Some(w)),
+                _ => Err(refuse(
+                    field,
+                    format!("must be a whole number of seconds from 1 to {MAX_WINDOW_SECONDS}"),
+                )),
+            },
+        };
+        let window_seconds =
+            seconds("window_seconds", "grant.window_seconds")?.ok_or_else(|| {
+                refuse(
+                    "grant.window_seconds",
+                    "is required: how long the grant lasts from the person's yes".into(),
+                )
+            })?;
+        let requested_window_seconds =
+            seconds("requested_window_seconds", "grant.requested_window_seconds")?;
+        if requested_window_seconds.is_some_and(|r| r <= window_seconds) {
+            return Err(refuse(
+                "grant.requested_window_seconds",
+                "is set by the service only, when the route's cap cut window_seconds".into(),
+            ));
+        }
+        Ok(GrantTerms {
+            scope,
+            owner_id,
+            window_seconds,
+            requested_window_seconds,
+        })
+    }
+
+    /// The terms of an interaction's `grant` (`None` when it has none): only an
+    /// `approval` asks for a grant, and only a person's yes gives one, so terms on a
+    /// question whose silence answers yes (`yes_on_silence`: `timeout_action: default`
+    /// with `default_response: true`) are refused.
+    pub fn of_interaction(
+        grant: Option<&serde_json::Value>,
+        approval: bool,
+        yes_on_silence: bool,
+    ) -> Result<Option<GrantTerms>, TermsError> {
+        let Some(v) = grant.filter(|v| !v.is_null()) else {
+            return Ok(None);
+        };
+        let terms = GrantTerms::parse(v)?;
+        if !approval {
+            return Err(TermsError {
+                field: "grant",
+                reason: "goes only with interaction_type \"approval\" (a grant is a yes or a no)"
+                    .into(),
+            });
+        }
+        if yes_on_silence {
+            return Err(TermsError {
+                field: "default_response",
+                reason: "must not be true on a grant question with timeout_action \"default\": \
+                         only a person's yes gives a grant, never silence"
+                    .into(),
+            });
+        }
+        Ok(Some(terms))
+    }
+
+    /// The terms as stored with the question (and echoed in its `interaction`).
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "scope": self.scope.as_str(),
+            "owner_id": self.owner_id.as_str(),
+            "window_seconds": self.window_seconds,
+        });
+        if let Some(r) = self.requested_window_seconds {
+            v["requested_window_seconds"] = r.into();
+        }
+        v
+    }
+
+    /// The window the agent asked for, before any cap.
+    pub fn asked_window_seconds(&self) -> u64 {
+        self.requested_window_seconds.unwrap_or(self.window_seconds)
+    }
+
+    /// The terms a route whose `max_grant_seconds` is `max` asks with: the window cut to
+    /// it, and what was asked kept when it was cut.
+    pub fn capped(&self, max: u64) -> GrantTerms {
+        let asked = self.asked_window_seconds();
+        let window_seconds = asked.min(max);
+        GrantTerms {
+            window_seconds,
+            requested_window_seconds: (window_seconds < asked).then_some(asked),
+            ..self.clone()
+        }
+    }
+
+    /// Whether `other` asks the same (a repeat of the same question): the same scope,
+    /// owner and window asked for, whatever a cap made of it.
+    pub fn same_ask(&self, other: &GrantTerms) -> bool {
+        self.scope == other.scope
+            && self.owner_id == other.owner_id
+            && self.asked_window_seconds() == other.asked_window_seconds()
+    }
+
+    /// The first term a presentation names differently from these, if any: the scope,
+    /// the owner, or a window that is neither the one approved nor the one asked for
+    /// (`None`: the presentation leaves the window to the question).
+    pub fn differs_from(
+        &self,
+        scope: &Scope,
+        owner: &OwnerId,
+        window_seconds: Option<u64>,
+    ) -> Option<TermsDiffer> {
+        if *scope != self.scope {
+            return Some(TermsDiffer {
+                field: "scope",
+                asked: self.scope.to_string(),
+            });
+        }
+        if *owner != self.owner_id {
+            return Some(TermsDiffer {
+                field: "owner_id",
+                asked: self.owner_id.to_string(),
+            });
+        }
+        match window_seconds {
+            Some(w) if w != self.window_seconds && w != self.asked_window_seconds() => {
+                Some(TermsDiffer {
+                    field: "window_seconds",
+                    asked: self.window_seconds.to_string(),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// The UTF-16 units the values of the terms take in Telegram (see
+    /// [`GrantTerms::MAX_SHOWN_UNITS`]), `agent` being the agent the grant is for.
+    pub fn shown_units(&self, agent: &str) -> usize {
+        [agent, self.scope.as_str(), self.owner_id.as_str()]
+            .iter()
+            .map(|s| text::html_units(&text::visible(s, text::Layout::Line)))
+            .sum()
+    }
+}
+
+/// The grant a decided question stores in the same write as its decision: a grant
+/// question (one asked with [`GrantTerms`]) that a person answered yes, on the terms it
+/// was asked with, from the moment of that yes. `None` for every other outcome: a no, a
+/// timeout (whatever its default), a withdrawal, any question without terms.
+///
+/// Its id is the question's ([`GrantId::of_question`]): one question, one grant, found
+/// again from the question alone.
+pub fn granted_by_tap(record: &Question) -> Option<Grant> {
+    let i = record.interaction.as_deref()?;
+    let terms = i.grant.as_ref()?;
+    let yes = record.status == Status::Completed
+        && record.via == Some(Via::Operator)
+        && record.result == Some(serde_json::Value::Bool(true));
+    if !yes {
+        return None;
+    }
+    // A consensus (a route's quorum) settles with no one person named: the grant is
+    // the last yes's, the answer that completed it.
+    let by = record.decided_by.clone().or_else(|| {
+        record
+            .answers
+            .iter()
+            .rev()
+            .filter(|a| !a.is_default && a.value == serde_json::Value::Bool(true))
+            .find_map(|a| a.by.clone())
+    })?;
+    let at = record.decided_at?;
+    Some(Grant {
+        grant_id: GrantId::of_question(&record.id),
+        agent: record.agent.clone(),
+        owner_id: terms.owner_id.clone(),
+        scope: terms.scope.clone(),
+        route: record.route.clone(),
+        // What the person read from the agent: its question (POST /v1/grants asks its
+        // reason), none when it gave no reason.
+        reason: (i.question != NO_REASON).then(|| i.question.clone()),
+        granted_by: by,
+        created_at: at,
+        expires_at: at + std::time::Duration::from_secs(terms.window_seconds),
+        revoked_at: None,
+        revoked_by: None,
+        source: GrantSource::Interaction {
+            interaction_id: i.interaction_id.clone(),
+        },
+    })
 }
 
 #[cfg(test)]
@@ -271,44 +528,6 @@ mod tests {
             Ok(scope) => panic!("{s} parsed as {scope:?}"),
             Err(InvalidValue(why)) => why,
         }
-    }
-
-    #[test]
-    fn an_approval_names_the_scope_and_owner_only_on_lines_of_their_own() {
-        let owner = OwnerId::parse("alice").unwrap();
-        let q = question(
-            "agent-a",
-            &scope("tool:deploy"),
-            &owner,
-            "8 h",
-            "17:00 UTC",
-            None,
-        );
-        assert!(
-            q.contains("approving lets agent-a run any deploy call for alice"),
-            "{q}"
-        );
-        assert!(approval_names(&q, &scope("tool:deploy"), &owner));
-        assert!(!approval_names(&q, &scope("tool:*"), &owner));
-        assert!(!approval_names(
-            &q,
-            &scope("tool:deploy"),
-            &OwnerId::parse("bob").unwrap()
-        ));
-        // AI-Parrot's GrantGuard words it its own way, with the same two lines.
-        let parrot = "⚠️ Tool 'deploy' requires approval.\nScope: tool:deploy\nOwner: alice\nApproval window: 15.0 min\n\nDo you approve this action?";
-        assert!(approval_names(parrot, &scope("tool:deploy"), &owner));
-        // Named in passing is not named.
-        assert!(!approval_names(
-            "Scope: tool:deploy, Owner: alice",
-            &scope("tool:deploy"),
-            &owner
-        ));
-        assert_eq!(scope_in_words(&scope("tool:*")), "any call of any tool");
-        assert_eq!(
-            scope_in_words(&scope("report:q3")),
-            "anything in scope report:q3"
-        );
     }
 
     #[test]
@@ -389,6 +608,128 @@ mod tests {
         assert!(scope("tool:*").covers(&odd));
         let longest = ToolName::parse(&"x".repeat(ToolName::MAX_CHARS)).unwrap();
         assert!(Scope::parse(Scope::for_tool(&longest).as_str()).is_ok());
+    }
+
+    fn terms(v: serde_json::Value) -> Result<GrantTerms, TermsError> {
+        GrantTerms::parse(&v)
+    }
+
+    #[test]
+    fn grant_terms_are_read_as_data_and_refused_naming_the_field() {
+        let t = terms(serde_json::json!({"scope": "tool:*", "owner_id": "carol",
+                                         "window_seconds": 60}))
+        .unwrap();
+        assert_eq!(
+            (t.scope.as_str(), t.owner_id.as_str(), t.window_seconds),
+            ("tool:*", "carol", 60)
+        );
+        assert_eq!(GrantTerms::parse(&t.to_json()), Ok(t.clone()));
+        for (v, field, why) in [
+            (serde_json::json!("tool:*"), "grant", "must be an object"),
+            (
+                serde_json::json!({"scope": "tool:*", "owner_id": "c", "window_seconds": 1,
+                                   "until": 9}),
+                "grant",
+                "has no field 'until'",
+            ),
+            (
+                serde_json::json!({"owner_id": "c", "window_seconds": 1}),
+                "grant.scope",
+                "is required",
+            ),
+            (
+                serde_json::json!({"scope": "deploy", "owner_id": "c", "window_seconds": 1}),
+                "grant.scope",
+                "must be kind:name",
+            ),
+            (
+                serde_json::json!({"scope": "tool:x", "owner_id": 7, "window_seconds": 1}),
+                "grant.owner_id",
+                "must be a string",
+            ),
+            (
+                serde_json::json!({"scope": "tool:x", "owner_id": "c"}),
+                "grant.window_seconds",
+                "is required",
+            ),
+            (
+                serde_json::json!({"scope": "tool:x", "owner_id": "c", "window_seconds": 0}),
+                "grant.window_seconds",
+                "from 1 to",
+            ),
+            (
+                serde_json::json!({"scope": "tool:x", "owner_id": "c", "window_seconds": 1.5}),
+                "grant.window_seconds",
+                "whole number",
+            ),
+            (
+                serde_json::json!({"scope": "tool:x", "owner_id": "c", "window_seconds": 60,
+                                   "requested_window_seconds": 60}),
+                "grant.requested_window_seconds",
+                "set by the service only",
+            ),
+        ] {
+            let e = terms(v.clone()).expect_err(&v.to_string());
+            assert_eq!(e.field, field, "{v}");
+            assert!(e.reason.contains(why), "{v}: {}", e.reason);
+        }
+    }
+
+    #[test]
+    fn a_cap_cuts_the_window_and_keeps_what_was_asked() {
+        let asked = terms(
+            serde_json::json!({"scope": "tool:deploy", "owner_id": "alice",
+                                             "window_seconds": 86_400}),
+        )
+        .unwrap();
+        let cut = asked.capped(3600);
+        assert_eq!(
+            (cut.window_seconds, cut.requested_window_seconds),
+            (3600, Some(86_400))
+        );
+        assert_eq!(cut.asked_window_seconds(), 86_400);
+        assert!(cut.same_ask(&asked) && asked.same_ask(&cut));
+        // Cut again under another cap: from what was asked, never from the cut.
+        assert_eq!(cut.capped(7200).window_seconds, 7200);
+        assert_eq!(
+            asked.capped(100_000),
+            asked,
+            "a cap above the ask changes nothing"
+        );
+        assert_eq!(GrantTerms::parse(&cut.to_json()), Ok(cut.clone()));
+
+        let (deploy, alice) = (scope("tool:deploy"), OwnerId::parse("alice").unwrap());
+        assert_eq!(cut.differs_from(&deploy, &alice, None), None);
+        assert_eq!(cut.differs_from(&deploy, &alice, Some(3600)), None);
+        assert_eq!(cut.differs_from(&deploy, &alice, Some(86_400)), None);
+        let d = cut.differs_from(&deploy, &alice, Some(3601)).unwrap();
+        assert_eq!((d.field, d.asked.as_str()), ("window_seconds", "3600"));
+        let d = cut.differs_from(&scope("tool:*"), &alice, None).unwrap();
+        assert_eq!((d.field, d.asked.as_str()), ("scope", "tool:deploy"));
+        let bob = OwnerId::parse("bob").unwrap();
+        assert_eq!(
+            cut.differs_from(&deploy, &bob, Some(3600)).unwrap().field,
+            "owner_id"
+        );
+        let other = terms(
+            serde_json::json!({"scope": "tool:deploy", "owner_id": "alice",
+                                             "window_seconds": 3600}),
+        )
+        .unwrap();
+        assert!(!cut.same_ask(&other), "asked for an hour, not a day");
+    }
+
+    #[test]
+    fn terms_are_measured_as_telegram_is_sent_them() {
+        let t = terms(serde_json::json!({"scope": "tool:a&b", "owner_id": "<é>",
+                                         "window_seconds": 60}))
+        .unwrap();
+        // agent 5 + "tool:a&amp;b" 12 + "&lt;é&gt;" 9
+        assert_eq!(t.shown_units("agent"), 26);
+        let emoji = terms(serde_json::json!({"scope": "tool:🔧", "owner_id": "o",
+                                             "window_seconds": 60}))
+        .unwrap();
+        assert_eq!(emoji.shown_units(""), 7 + 1, "an emoji is two UTF-16 units");
     }
 
     #[test]

@@ -95,6 +95,16 @@ prefixed_id!(
     "a grant id (gr_ followed by 32 hex digits)"
 );
 
+impl GrantId {
+    /// The id of the grant that the grant question `question` stores on a person's yes:
+    /// its own digits under `gr_`, so one question has one grant, found again from the
+    /// question alone (and as unguessable as the question's id).
+    pub fn of_question(question: &ConfirmationId) -> GrantId {
+        let digits = question.as_str().trim_start_matches("cf_");
+        GrantId(format!("gr_{digits}").into())
+    }
+}
+
 impl fmt::Display for GrantId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -286,6 +296,9 @@ mod tests {
             GrantId::parse(id.as_str()).is_err(),
             "a confirmation id is no grant id"
         );
+        let of = GrantId::of_question(&id);
+        assert_eq!(GrantId::parse(of.as_str()).unwrap(), of);
+        assert_eq!(of.as_str()[3..], id.as_str()[3..]);
         let t = CallbackToken::generate();
         assert_eq!(CallbackToken::parse(t.as_str()).unwrap(), t);
         assert!(CallbackToken::parse("../../etc").is_err());

@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 
+use super::grant::GrantTerms;
 use super::ids::all_visible;
 use super::question::Operator;
 use super::text;
@@ -117,6 +118,10 @@ pub struct Interaction {
     pub timeout_action: TimeoutAction,
     pub severity: Severity,
     pub source_agent: Option<String>,
+    /// The terms of a grant question (`grant`): set, the question asks a person for a
+    /// grant on these terms, and their yes stores it (see [`super::grant`]). Only ever
+    /// read from this field, never from the question's words.
+    pub grant: Option<GrantTerms>,
     /// The object exactly as the agent sent it (less nothing): echoed back, so the fields
     /// this service does not act on survive the round trip.
     pub raw: Map<String, Value>,
@@ -279,6 +284,12 @@ pub fn parse(v: &Value, max_timeout_seconds: f64) -> Result<Interaction, FieldEr
     )?;
     let default_response = o.get("default_response").cloned().unwrap_or(Value::Null);
     let quorum = quorum_of(o)?;
+    let grant = GrantTerms::of_interaction(
+        o.get("grant"),
+        kind == InteractionType::Approval,
+        timeout_action == TimeoutAction::Default && default_response == Value::Bool(true),
+    )
+    .map_err(|e| err(e.field, e.reason))?;
     Ok(Interaction {
         interaction_id,
         kind,
@@ -294,8 +305,29 @@ pub fn parse(v: &Value, max_timeout_seconds: f64) -> Result<Interaction, FieldEr
         timeout_action,
         severity,
         source_agent: source_agent(o)?,
+        grant,
         raw: o.clone(),
     })
+}
+
+/// An interaction read back from storage: checked as [`parse`] checks it, without the
+/// timeout cap (the configuration may have changed since). A `grant` this service did
+/// not store as terms (a field of that name an agent sent before grant questions
+/// existed, kept as unknown fields are) is read as none: it grants nothing, and the row
+/// still loads.
+pub fn parse_stored(v: &Value) -> Result<Interaction, FieldError> {
+    match parse(v, f64::MAX) {
+        Err(e) if e.field.starts_with("interaction.grant") => {
+            let mut without = v.clone();
+            if let Some(o) = without.as_object_mut() {
+                o.remove("grant");
+            }
+            let mut i = parse(&without, f64::MAX)?;
+            i.raw = v.as_object().cloned().unwrap_or_default();
+            Ok(i)
+        }
+        read => read,
+    }
 }
 
 /// Text shown to the humans: other invisible characters are shown to them as escapes;

@@ -170,6 +170,19 @@ pub fn without_nul(s: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// The UTF-16 units `s` takes once HTML-escaped as the renderer escapes it (`&`, `<` and
+/// `>` become entities): what Telegram counts against a message's limit. For a bound
+/// the service checks before anything is rendered (a grant's terms).
+pub fn html_units(s: &str) -> usize {
+    s.chars()
+        .map(|c| match c {
+            '&' => 5,
+            '<' | '>' => 4,
+            c => c.len_utf16(),
+        })
+        .sum()
+}
+
 /// True when a word of `s` mixes scripts in a way that lets one letter pose as another
 /// (UTS #39 mixed-script detection, per whitespace-separated word): `pаypal` with a
 /// Cyrillic `а` is flagged, a sentence with a Russian word beside an English one is not.

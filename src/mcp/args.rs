@@ -73,8 +73,9 @@ pub struct RequestGrant {
     /// return at once with the question's id; then call get_decision, and on a yes call
     /// request_grant again with interaction_id.
     pub wait: Option<String>,
-    /// The id of a question answered yes within the last 5 minutes (from a suspended
-    /// request_grant): stores the grant it approved, once, without asking again.
+    /// The id of a grant question answered yes (from a suspended request_grant): returns
+    /// the grant that yes stored, without asking again, when owner_id, scope and
+    /// window_seconds (if given) are the ones it asked for.
     pub interaction_id: Option<String>,
 }
 

@@ -4,9 +4,10 @@
 //!
 //! `request_grant` asks as `request_approval` does: the question is posted with
 //! `wait: "suspend"`, the tool long-polls it with progress, and withdraws it when the wait
-//! fails. On a yes it presents the answered question (`POST /v1/grants` with its
-//! `interaction_id`), which is what stores the grant: the same step the API's own
-//! blocking path takes, so one pipeline either way.
+//! fails. A yes stores the grant, from the tap, on the terms the person was shown; the
+//! tool then presents the answered question (`POST /v1/grants` with its
+//! `interaction_id`) to get that grant, with the terms it asked for, so a grant other
+//! than the one approved is never reported GRANTED.
 
 use axum::http::{Method, StatusCode};
 use rmcp::RoleServer;
@@ -170,7 +171,8 @@ impl HitlMcp {
         self.present(bearer.as_deref(), body, &id).await
     }
 
-    /// Presents an approval answered yes: the service stores the grant once.
+    /// Presents a grant question answered yes: the service answers the grant its yes
+    /// stored.
     async fn present(&self, bearer: Option<&str>, mut body: Value, id: &str) -> CallToolResult {
         let scope = body["scope"].as_str().unwrap_or("?").to_owned();
         let owner = body["owner_id"].as_str().unwrap_or("?").to_owned();
@@ -265,7 +267,7 @@ fn not_yet(id: &str, question: &Value) -> CallToolResult {
             "NOT GRANTED YET: question {id} is waiting for a human. Do not run the calls now. \
              Call get_decision with id \"{id}\"; once it says ANSWERED: true, call \
              request_grant again with the same owner_id and scope and interaction_id \"{id}\" \
-             to store the grant."
+             to get the grant the yes stored."
         ),
         Some(question),
         false,

@@ -218,9 +218,17 @@ impl Service {
     pub async fn create_interaction(
         self: &Arc<Self>,
         agent: &Agent,
-        new: NewInteraction,
+        mut new: NewInteraction,
     ) -> Result<(Question, bool), ServiceError> {
         let dest = self.destination(agent, new.route.as_deref(), new.recipient.as_deref())?;
+        if let Some(terms) = self.grant_terms_on(agent, &new, &dest)? {
+            // Stored with the question as the route cut them: what the person is shown
+            // and what their yes stores.
+            new.interaction
+                .raw
+                .insert("grant".to_owned(), terms.to_json());
+            new.interaction.grant = Some(terms);
+        }
         if let Some(existing) = self
             .store
             .find_interaction(&agent.name, &new.interaction.interaction_id)
@@ -389,7 +397,13 @@ impl Service {
         dest: Destination,
     ) -> Result<(Question, bool), ServiceError> {
         let same = existing.interaction.as_deref().is_some_and(|i| {
-            i.kind == new.interaction.kind && i.question == new.interaction.question
+            i.kind == new.interaction.kind
+                && i.question == new.interaction.question
+                && match (&i.grant, &new.interaction.grant) {
+                    (None, None) => true,
+                    (Some(was), Some(now)) => was.same_ask(now),
+                    _ => false,
+                }
         });
         if !same {
             return Err(ServiceError::InteractionMismatch(

@@ -23,6 +23,11 @@ impl Service {
             status = r.status.as_str(), via = r.via.map(Via::as_str).unwrap_or(""),
             "question decided");
         self.metrics.request_decided(r);
+        if let Some(g) = crate::domain::grant::granted_by_tap(r) {
+            tracing::info!(grant = %g.grant_id, agent = %g.agent, scope = %g.scope,
+                "grant stored with the yes to its question");
+            self.metrics.grant_event("created");
+        }
         self.decided_now(r);
         if r.callback_url.is_some() {
             self.outbox_wake.notify_one();

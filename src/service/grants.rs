@@ -3,27 +3,31 @@
 //! every call of the agent in that scope passes the grant check, which comes after the
 //! `deny` rules and before the confirmation (the order is [`super::gate`]'s).
 //!
-//! A grant is always an approval a person answered yes: one this service asks
-//! ([`Service::ask_grant`], an `approval` interaction whose question states the scope,
-//! the owner and how long), or one the agent asked itself and presents within
-//! [`grant::PRESENTATION_WINDOW`] ([`Service::grant_from_approval`]): how `GrantGuard`
-//! asks first and stores after. Either way the approval becomes a grant once, and only
-//! when its question named that scope and that owner. Grants are stored and read from
-//! the database on every check: a revoke stops them at once on every replica.
+//! A grant is always a grant question a person answered yes: an `approval` interaction
+//! asked with [`GrantTerms`] (the scope, the owner, how long), by this service
+//! ([`Service::ask_grant`], `POST /v1/grants`) or by the agent itself (`POST
+//! /v1/interactions` with `interaction.grant`, how the Python package asks for
+//! `GrantGuard`). The person is shown the terms on lines of the service's own, and the
+//! grant is stored with their yes, in the same write, on exactly those terms
+//! (`grant::granted_by_tap`). Presenting the question afterwards
+//! ([`Service::present_grant`]) only finds that grant: nothing an agent says then, and
+//! nothing written in a question's prose, makes or widens one. Grants are stored and read
+//! from the database on every check: a revoke stops them at once on every replica.
 
 use super::*;
-use crate::domain::grant::{self, Grant, GrantSource, Scope};
+use crate::domain::grant::{self, Grant, GrantTerms, Scope};
 use crate::domain::ids::GrantId;
-use crate::domain::question::{operator_time, window_duration};
-use crate::storage::GrantInserted;
+use crate::domain::question::{rfc3339, window_duration};
 
-/// A grant an agent asks for (`POST /v1/grants`).
+/// A grant an agent asks for or presents (`POST /v1/grants`).
 #[derive(Debug, Clone)]
 pub struct GrantRequest {
     pub owner_id: OwnerId,
     pub scope: Scope,
-    /// How long it should last; cut to the route's `max_grant_seconds`.
-    pub window_seconds: u64,
+    /// How long it should last: asked, cut to the route's `max_grant_seconds` (`None`:
+    /// [`grant::DEFAULT_WINDOW_SECONDS`]); presented, the window the question was asked
+    /// with (`None`: whatever it was).
+    pub window_seconds: Option<u64>,
     pub route: Option<String>,
     pub reason: Option<String>,
 }
@@ -38,10 +42,10 @@ pub struct GrantCheck {
 }
 
 impl Service {
-    /// Asks the route's approvers for a grant: an `approval` interaction of the agent,
-    /// worded so that [`grant::approval_names`] finds the scope and owner in it. Returns
-    /// the question; once a person answered yes, [`Service::grant_from_approval`] turns
-    /// it into the grant.
+    /// Asks the route's approvers for a grant: an `approval` interaction of the agent
+    /// with the request's terms, its reason (if any) as the question. Returns the
+    /// question; a person's yes stores the grant ([`Service::grant_of_question`] finds
+    /// it).
     pub async fn ask_grant(
         self: &Arc<Self>,
         agent: &Agent,
@@ -52,17 +56,17 @@ impl Service {
             Destination::Route(route) => route,
             Destination::Person { .. } => return Err(ServiceError::NotFound),
         };
-        let window = req.window_seconds.min(route.max_grant_seconds);
-        let latest_end =
-            now() + Duration::from_secs_f64(timeout_seconds) + Duration::from_secs(window);
-        let question = grant::question(
-            &agent.name,
-            &req.scope,
-            &req.owner_id,
-            &window_duration(window),
-            &operator_time(latest_end),
-            req.reason.as_deref(),
-        );
+        let terms = GrantTerms {
+            scope: req.scope.clone(),
+            owner_id: req.owner_id.clone(),
+            window_seconds: req.window_seconds.unwrap_or(grant::DEFAULT_WINDOW_SECONDS),
+            requested_window_seconds: None,
+        };
+        let question = req
+            .reason
+            .as_deref()
+            .filter(|r| !r.trim().is_empty())
+            .unwrap_or(grant::NO_REASON);
         let raw = json!({
             "interaction_id": format!("grant-{}", GrantId::generate().as_str().trim_start_matches("gr_")),
             "question": question,
@@ -70,10 +74,11 @@ impl Service {
             "timeout": timeout_seconds,
             "default_response": false,
             "source_agent": agent.name,
+            "grant": terms.to_json(),
         });
         let interaction =
             interaction::parse(&raw, self.config.max_timeout_seconds).map_err(|e| {
-                ServiceError::GrantRefused {
+                ServiceError::InvalidGrant {
                     field: e.field,
                     reason: e.reason,
                 }
@@ -90,19 +95,84 @@ impl Service {
         Ok(record)
     }
 
-    /// Stores the grant that the approval `interaction_id` (an interaction of `agent`,
-    /// answered yes by a person on one of its routes within the last
-    /// [`grant::PRESENTATION_WINDOW`], whose question names `req`'s scope and owner)
-    /// allows. The grant runs from that yes, for `req.window_seconds` cut to the route's
-    /// `max_grant_seconds`. An approval becomes a grant once.
-    pub async fn grant_from_approval(
+    /// The terms a grant question is asked with on `dest` (`None`: the interaction asks
+    /// for no grant): the window cut to the route's `max_grant_seconds`, and refused
+    /// where they could not be shown whole, or where nobody could list and revoke the
+    /// grant (a private chat).
+    pub(super) fn grant_terms_on(
+        &self,
+        agent: &Agent,
+        new: &NewInteraction,
+        dest: &Destination,
+    ) -> Result<Option<GrantTerms>, ServiceError> {
+        let Some(terms) = &new.interaction.grant else {
+            return Ok(None);
+        };
+        let refused = |field: &str, reason: String| ServiceError::InvalidGrant {
+            field: field.to_owned(),
+            reason,
+        };
+        let Destination::Route(route) = dest else {
+            return Err(refused(
+                "interaction.grant",
+                "is asked of a route's approvers, who list and revoke grants there (/grants): \
+                 name a route, not a recipient"
+                    .into(),
+            ));
+        };
+        if new.call.is_some() {
+            return Err(refused(
+                "call",
+                "does not go with a grant: a grant question is about a scope, not one call".into(),
+            ));
+        }
+        let capped = terms.capped(route.max_grant_seconds);
+        let shown = capped.shown_units(&agent.name);
+        if shown > GrantTerms::MAX_SHOWN_UNITS {
+            return Err(refused(
+                "interaction.grant",
+                format!(
+                    "cannot be shown whole: the agent's name, the scope and the owner take {shown} \
+                     characters in Telegram, more than the {} a question's terms may (shorten the \
+                     scope or the owner)",
+                    GrantTerms::MAX_SHOWN_UNITS
+                ),
+            ));
+        }
+        Ok(Some(capped))
+    }
+
+    /// The grant a person's yes to `record` stored, if it is a grant question answered
+    /// yes (`None` for any other question or answer).
+    pub async fn grant_of_question(
+        &self,
+        record: &Question,
+    ) -> Result<Option<Grant>, ServiceError> {
+        if record
+            .interaction
+            .as_ref()
+            .and_then(|i| i.grant.as_ref())
+            .is_none()
+        {
+            return Ok(None);
+        }
+        Ok(self.store.grant(&GrantId::of_question(&record.id)).await?)
+    }
+
+    /// The grant that the grant question `interaction_id` of `agent` stored when a person
+    /// answered it yes, if `req` names it as it was asked: the same scope and owner, and
+    /// no window but the one approved (or the one the agent asked for, before the route
+    /// cut it). Nothing is written: the grant exists from the yes, and this only hands
+    /// it to the agent that asked (a presentation names nothing new, so a second one
+    /// answers the same).
+    pub async fn present_grant(
         &self,
         agent: &Agent,
         interaction_id: &str,
         req: &GrantRequest,
     ) -> Result<Grant, ServiceError> {
-        let refused = |reason: String| ServiceError::GrantRefused {
-            field: "interaction_id".into(),
+        let refused = |field: &str, reason: String| ServiceError::GrantRefused {
+            field: field.to_owned(),
             reason,
         };
         let record = self
@@ -110,90 +180,62 @@ impl Service {
             .find_interaction(&agent.name, interaction_id)
             .await?
             .ok_or(ServiceError::NotFound)?;
-        let Some(i) = record.interaction.as_deref() else {
-            return Err(ServiceError::NotFound);
-        };
-        if i.kind != InteractionType::Approval {
-            return Err(refused(format!(
-                "is a {} question, not an approval",
-                i.kind.as_str()
-            )));
-        }
-        let yes = record.status == Status::Completed
-            && record.via == Some(Via::Operator)
-            && record.result == Some(Value::Bool(true));
-        let (Some(by), Some(decided_at), true) =
-            (record.decided_by.clone(), record.decided_at, yes)
-        else {
+        let Some(terms) = record.interaction.as_deref().and_then(|i| i.grant.as_ref()) else {
             return Err(refused(
-                "was not answered yes by a person (a refusal, a timeout's default or a pending question grants nothing)".into(),
+                "interaction_id",
+                "is not a grant question: it was asked without grant terms, so no answer to it \
+                 grants anything, whatever its text says (ask with POST /v1/grants, or send the \
+                 interaction with a `grant` object)"
+                    .into(),
             ));
         };
-        let now = now();
-        if now - decided_at > grant::PRESENTATION_WINDOW {
-            return Err(refused(format!(
-                "was answered more than {} s ago: present an approval within {} s of the yes, or ask again",
-                grant::PRESENTATION_WINDOW.as_secs(),
-                grant::PRESENTATION_WINDOW.as_secs()
-            )));
+        if let Some(d) = terms.differs_from(&req.scope, &req.owner_id, req.window_seconds) {
+            let approved = match d.field {
+                "window_seconds" => format!(
+                    "{} ({} from the yes)",
+                    d.asked,
+                    window_duration(terms.window_seconds)
+                ),
+                _ => d.asked,
+            };
+            return Err(refused(
+                d.field,
+                format!("differs from the grant question's terms: the person approved {approved}"),
+            ));
         }
-        if !grant::approval_names(&i.question, &req.scope, &req.owner_id) {
-            return Err(refused(format!(
-                "asked something else: its question has no line 'Scope: {}' and 'Owner: {}', so the person who said yes did not see this grant",
-                req.scope, req.owner_id
-            )));
-        }
-        let route = match self.config.route(&record.route) {
-            Some(r) if agent.routes.contains(&record.route) => r.clone(),
-            _ => {
-                return Err(refused(format!(
-                    "was answered in {}, not on one of this agent's routes",
-                    record.route
-                )));
-            }
-        };
         if let Some(asked) = &req.route
-            && *asked != route.name
+            && *asked != record.route
         {
-            return Err(ServiceError::GrantRefused {
-                field: "route".into(),
-                reason: format!("the approval was answered on route '{}'", route.name),
-            });
+            return Err(refused(
+                "route",
+                format!("the grant question was asked on route '{}'", record.route),
+            ));
         }
-        let window = req.window_seconds.min(route.max_grant_seconds);
-        let g = Grant {
-            grant_id: GrantId::generate(),
-            agent: agent.name.clone(),
-            owner_id: req.owner_id.clone(),
-            scope: req.scope.clone(),
-            route: route.name.clone(),
-            reason: req.reason.clone(),
-            granted_by: by,
-            created_at: now,
-            expires_at: decided_at + Duration::from_secs(window),
-            revoked_at: None,
-            revoked_by: None,
-            source: GrantSource::Interaction {
-                interaction_id: interaction_id.to_owned(),
-            },
+        if !record.is_terminal() {
+            return Err(refused(
+                "interaction_id",
+                "is not answered yet: present it once a person said yes".into(),
+            ));
+        }
+        let Some(g) = self.grant_of_question(&record).await? else {
+            return Err(refused(
+                "interaction_id",
+                "was not answered yes by a person (a refusal, a timeout or a withdrawal grants \
+                 nothing)"
+                    .into(),
+            ));
         };
-        if !g.is_live(now) {
-            return Err(refused(format!(
-                "allowed {} from the yes, which has passed",
-                window_duration(window)
-            )));
+        if !g.is_live(now()) {
+            let ended = match g.revoked_at {
+                Some(at) => format!("was revoked at {}", rfc3339(at)),
+                None => format!("expired at {}", rfc3339(g.expires_at)),
+            };
+            return Err(refused(
+                "interaction_id",
+                format!("granted {}, which {ended}: ask again", g.grant_id),
+            ));
         }
-        match self.store.insert_grant(&g).await? {
-            GrantInserted::New(g) | GrantInserted::Existing(g) => {
-                tracing::info!(grant = %g.grant_id, agent = %g.agent, scope = %g.scope,
-                    "grant stored");
-                self.metrics.grant_event("created");
-                Ok(g)
-            }
-            GrantInserted::InteractionUsed => Err(refused(
-                "was already turned into a grant: an approval grants once".into(),
-            )),
-        }
+        Ok(g)
     }
 
     /// The live grant of `agent` for `owner_id` that covers `scope`, if any.

@@ -390,7 +390,9 @@ pub enum ServiceError {
     TooManyPending(u32),
     #[error("recipient '{0}' is not in [people]; add them to the config or pass a route")]
     UnknownRecipient(String),
-    #[error("interaction_id '{0}' already names a different interaction (question or type differ)")]
+    #[error(
+        "interaction_id '{0}' already names a different interaction (question, type or grant terms differ)"
+    )]
     InteractionMismatch(String),
     #[error("{0}")]
     NobodyMayAnswer(String),
@@ -411,6 +413,10 @@ pub enum ServiceError {
     /// was read or stored.
     #[error("grant_scope: {0}")]
     ScopeNotCovering(String),
+    /// Grant terms that cannot be asked as they are (not shown whole, not on a route,
+    /// with a call): `field` is the request's field at fault.
+    #[error("{field}: {reason}")]
+    InvalidGrant { field: String, reason: String },
     /// An outcome report the confirmation does not take: `why` says why (it was not
     /// confirmed, or a different report was taken); `record` is as stored.
     #[error("{why}")]

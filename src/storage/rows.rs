@@ -174,7 +174,7 @@ impl Row {
                     // (the config may have changed since).
                     serde_json::from_str(&j)
                         .ok()
-                        .and_then(|v| interaction::parse(&v, f64::MAX).ok())
+                        .and_then(|v| interaction::parse_stored(&v).ok())
                         .map(std::sync::Arc::new)
                         .ok_or_else(|| corrupt("interaction_json"))
                 })

@@ -4,8 +4,9 @@
 //! binary talks to the fake Bot API, where this test plays the operator.
 //!
 //! What must hold: the guard's first call asks (its question names the scope and the
-//! owner) and, once Alice approves, the grant is stored by the service from that
-//! approval; after the service is killed and restarted, the next call is let through by
+//! owner, and the channel sends them as the question's grant terms, which the chat shows
+//! under 🔑 on the service's own lines) and, once Alice approves, the grant is stored by
+//! the service from that yes, on those terms, and handed to the guard; after the service is killed and restarted, the next call is let through by
 //! the stored grant without a new question; once the grant is revoked, the next call
 //! asks again. The revoke is the operator's: `/grants` in the route's chat, and its
 //! Revoke button.
@@ -102,6 +103,19 @@ async fn ai_parrot_grant_guard_keeps_its_grant_in_the_service_across_a_restart_u
     );
     let id = asked["interaction_id"].as_str().unwrap();
     let msg = wait_for_question(&telegram, OPS_CHAT, "Scope: tool:deploy", &[]).await;
+    // The terms as data, shown by the service: GrantGuard's "60.0 min" is one hour.
+    for line in [
+        "🔑 Grant: approving lets agent-a act without asking, on these terms only",
+        "Scope: tool:deploy (every call of this one tool)",
+        "Owner: alice",
+        "Duration: 1 h from your tap",
+    ] {
+        assert!(
+            msg.visible_text.contains(line),
+            "{line}: {}",
+            msg.visible_text
+        );
+    }
     wait_delivered(&client, &base, TOKEN_A, id).await;
     let q = telegram.tap(OPS_CHAT, msg.message_id, "✅ Approve", alice());
     telegram.wait_for_callback_answer(&q).await;
@@ -136,6 +150,11 @@ async fn ai_parrot_grant_guard_keeps_its_grant_in_the_service_across_a_restart_u
     assert_eq!(stored["interaction_id"], id);
     assert_eq!(stored["granted_by"]["id"], ALICE);
     assert_eq!(stored["agent"], "agent-a");
+    let (from, to) = (
+        time_of(&stored["created_at"]),
+        time_of(&stored["expires_at"]),
+    );
+    assert_eq!(to - from, time::Duration::hours(1), "{stored}");
 
     // The service dies and comes back: the grant is still there, and the next call is
     // let through without a question.

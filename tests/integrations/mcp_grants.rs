@@ -119,7 +119,7 @@ async fn a_grant_asked_over_mcp_lets_its_scope_through_and_nothing_else(transpor
     assert!(verdict.starts_with("NOT GRANTED"), "{verdict}");
 
     // Suspended: NOT GRANTED YET with the question's id; once it is answered yes,
-    // presenting that id stores the grant, once.
+    // presenting that id answers the grant the yes stored, on its terms only.
     let (error, verdict, _) = mcp
         .call_now(
             "request_grant",
@@ -145,11 +145,8 @@ async fn a_grant_asked_over_mcp_lets_its_scope_through_and_nothing_else(transpor
         .await;
     assert!(verdict.starts_with("ANSWERED: true"), "{verdict}");
     let present = json!({"owner_id": "alice", "scope": "tool:*", "interaction_id": id});
-    let (error, verdict, _) = mcp.call_now("request_grant", present.clone()).await;
-    assert!(
-        !error && verdict.starts_with("GRANTED by Alice"),
-        "{verdict}"
-    );
+    let (error, first, _) = mcp.call_now("request_grant", present.clone()).await;
+    assert!(!error && first.starts_with("GRANTED by Alice"), "{first}");
     let (_, verdict, _) = mcp
         .call_now(
             "check_grant",
@@ -160,10 +157,15 @@ async fn a_grant_asked_over_mcp_lets_its_scope_through_and_nothing_else(transpor
         verdict.starts_with("GRANTED"),
         "tool:* covers it: {verdict}"
     );
-    let (error, verdict, _) = mcp.call_now("request_grant", present).await;
+    // The yes stored the grant: presented again, the same; presented longer, none.
+    let (error, again, _) = mcp.call_now("request_grant", present.clone()).await;
+    assert!(!error && again == first, "{again}");
+    let mut longer = present;
+    longer["window_seconds"] = json!(28_800);
+    let (error, verdict, _) = mcp.call_now("request_grant", longer).await;
     assert!(
         error && verdict.starts_with("NOT GRANTED") && verdict.contains("409"),
-        "presented twice: {verdict}"
+        "presented longer: {verdict}"
     );
 
     // Arguments it cannot read: NOT GRANTED, nothing asked.

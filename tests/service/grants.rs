@@ -1,8 +1,9 @@
-//! Grants (AI-Parrot's `GrantGuard`, durable): asked in Telegram and approved, or an
-//! approval presented once within 5 minutes; checked (`tool:*` covers every tool),
-//! listed, revoked, expired; another agent's invisible; kept across a restart. Presented
-//! with a call (`grant_scope`): after the deny rules and before the window, the allow
-//! rules and any person, and never for a tool its scope does not cover.
+//! Grants (AI-Parrot's `GrantGuard`, durable): asked in Telegram and approved (by the
+//! service, or as an interaction with grant terms, then presented); checked (`tool:*`
+//! covers every tool), listed, revoked, expired; another agent's invisible; kept across
+//! a restart. Presented with a call (`grant_scope`): after the deny rules and before the
+//! window, the allow rules and any person, and never for a tool its scope does not
+//! cover. (What the person is shown and what their yes stores: `grant_terms.rs`.)
 
 use std::time::Duration;
 
@@ -76,20 +77,29 @@ async fn revoke_as(app: &TestApp, token: &str, id: &str) -> (StatusCode, Value) 
     json_of(r).await
 }
 
-/// AI-Parrot's `GrantGuard` asks its own approval first: this one, answered yes by
-/// Alice. Returns its interaction id.
-async fn guard_approval(app: &TestApp, id: &str, scope: &str, owner: &str) -> String {
+/// AI-Parrot's `GrantGuard` asks its own approval first, with its terms as data (as the
+/// Python package sends it): this one, for `window_seconds`, answered yes by Alice.
+/// Returns its interaction id.
+async fn guard_approval(
+    app: &TestApp,
+    id: &str,
+    scope: &str,
+    owner: &str,
+    window_seconds: u64,
+) -> String {
     let question = format!(
         "⚠️ Tool 'deploy' requires approval.\nScope: {scope}\nOwner: {owner}\nApproval window: 15.0 min\n\nDo you approve this action?"
     );
     let before = app.telegram.sent_messages().len();
-    let (s, _) = post_interaction(
+    let (s, b) = post_interaction(
         app,
         json!({"interaction": {"interaction_id": id, "question": question,
-                               "interaction_type": "approval", "default_response": false}}),
+                               "interaction_type": "approval", "default_response": false,
+                               "grant": {"scope": scope, "owner_id": owner,
+                                         "window_seconds": window_seconds}}}),
     )
     .await;
-    assert_eq!(s, StatusCode::ACCEPTED);
+    assert_eq!(s, StatusCode::ACCEPTED, "{b}");
     let mut msg = None;
     for _ in 0..500 {
         msg = app
@@ -123,18 +133,15 @@ async fn a_grant_asked_and_approved_in_telegram_covers_its_scope_for_its_owner_o
         .await
         .remove(0);
     let text = &msg.visible_text;
-    assert!(
-        text.contains("approving lets agent-a run any deploy call for emp-1, without asking, for 1 h after your tap"),
-        "{text}"
-    );
-    assert!(
-        text.contains("Scope: tool:deploy") && text.contains("Owner: emp-1"),
-        "{text}"
-    );
-    assert!(
-        text.contains("Reason given by the agent: release day"),
-        "{text}"
-    );
+    for line in [
+        "release day",
+        "🔑 Grant: approving lets agent-a act without asking, on these terms only",
+        "Scope: tool:deploy (every call of this one tool)",
+        "Owner: emp-1",
+        "Duration: 1 h from your tap",
+    ] {
+        assert!(text.contains(line), "{line}: {text}");
+    }
     tap(&app, &msg, "✅ Approve", alice()).await;
     let (s, answer) = asking.await.unwrap();
     assert_eq!(s, StatusCode::CREATED, "{answer}");
@@ -145,6 +152,7 @@ async fn a_grant_asked_and_approved_in_telegram_covers_its_scope_for_its_owner_o
     assert_eq!(grant["agent"], "agent-a");
     assert_eq!(grant["granted_by"]["id"], ALICE);
     assert_eq!(grant["live"], true);
+    assert_eq!(grant["reason"], "release day");
     assert!(grant["grant_id"].as_str().unwrap().starts_with("gr_"));
 
     assert!(check(&app, "emp-1", "tool:deploy").await);
@@ -180,7 +188,8 @@ async fn a_grant_refused_in_telegram_stores_nothing() {
         .await
         .remove(0);
     assert!(
-        msg.visible_text.contains("any call of any tool"),
+        msg.visible_text
+            .contains("Scope: tool:* (every call of every tool)"),
         "{}",
         msg.visible_text
     );
@@ -196,9 +205,12 @@ async fn a_grant_refused_in_telegram_stores_nothing() {
 }
 
 #[tokio::test]
-async fn a_wildcard_approval_presented_once_covers_every_tool_and_is_refused_the_second_time() {
+async fn a_wildcard_grant_question_covers_every_tool_and_presenting_it_again_answers_the_same_grant()
+ {
     let app = TestApp::spawn().await;
-    let id = guard_approval(&app, "guard-1", "tool:*", "emp-1").await;
+    let id = guard_approval(&app, "guard-1", "tool:*", "emp-1", 900).await;
+    // Granted by the yes itself, before anything is presented.
+    assert!(check(&app, "emp-1", "tool:deploy").await);
     let body = json!({"owner_id": "emp-1", "scope": "tool:*", "window_seconds": 900,
                       "interaction_id": id});
     let (s, answer) = post_grant(&app, body.clone()).await;
@@ -208,24 +220,38 @@ async fn a_wildcard_approval_presented_once_covers_every_tool_and_is_refused_the
     assert!(check(&app, "emp-1", "tool:anything_else").await);
 
     let (s, again) = post_grant(&app, body).await;
-    assert_eq!(s, StatusCode::CONFLICT, "{again}");
-    assert!(
-        again["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("already turned into a grant"),
-        "{again}"
-    );
+    assert_eq!(s, StatusCode::CREATED, "{again}");
+    assert_eq!(again["grant"], answer["grant"]);
 }
 
 #[tokio::test]
-async fn an_approval_of_something_else_or_older_than_five_minutes_grants_nothing() {
+async fn presenting_another_scope_an_unanswered_question_or_an_ended_grant_gets_nothing() {
     let app = TestApp::spawn().await;
     // The yes was about tool:deploy; the agent asks for tool:*.
-    let id = guard_approval(&app, "guard-2", "tool:deploy", "emp-1").await;
+    let id = guard_approval(&app, "guard-2", "tool:deploy", "emp-1", 900).await;
     let (s, b) = post_grant(
         &app,
         json!({"owner_id": "emp-1", "scope": "tool:*", "interaction_id": id}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{b}");
+    assert_eq!(
+        b["error"]["message"],
+        "scope: differs from the grant question's terms: the person approved tool:deploy",
+        "{b}"
+    );
+
+    // Not answered yet.
+    let (s, asked) = post_grant(
+        &app,
+        json!({"owner_id": "emp-1", "scope": "tool:x", "wait": "suspend"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{asked}");
+    let (s, b) = post_grant(
+        &app,
+        json!({"owner_id": "emp-1", "scope": "tool:x",
+               "interaction_id": asked["interaction_id"]}),
     )
     .await;
     assert_eq!(s, StatusCode::CONFLICT, "{b}");
@@ -233,17 +259,46 @@ async fn an_approval_of_something_else_or_older_than_five_minutes_grants_nothing
         b["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("asked something else"),
+            .contains("is not answered yet"),
         "{b}"
     );
+    // Answered yes: asked without a reason, the grant has none.
+    let mut found = None;
+    for _ in 0..500 {
+        found = app
+            .telegram
+            .messages_in(OPS_CHAT)
+            .into_iter()
+            .find(|m| m.visible_text.contains("Scope: tool:x ("));
+        if found.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let msg = found.expect("the grant question for tool:x");
+    assert!(
+        msg.visible_text.contains("it gave no reason"),
+        "{}",
+        msg.visible_text
+    );
+    tap(&app, &msg, "✅ Approve", alice()).await;
+    let (s, b) = post_grant(
+        &app,
+        json!({"owner_id": "emp-1", "scope": "tool:x",
+               "interaction_id": asked["interaction_id"]}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    assert_eq!(b["grant"]["reason"], Value::Null, "{b}");
 
-    // Six minutes ago.
-    let pool = sqlx::SqlitePool::connect(&app.db_url).await.unwrap();
-    sqlx::query("UPDATE confirmations SET decided_at = decided_at - 360000 WHERE interaction_id = 'guard-2'")
-        .execute(&pool)
-        .await
-        .unwrap();
-    pool.close().await;
+    // Revoked: presenting it afterwards gets no grant.
+    let (_, g) = post_grant(
+        &app,
+        json!({"owner_id": "emp-1", "scope": "tool:deploy", "interaction_id": id}),
+    )
+    .await;
+    let grant_id = g["grant"]["grant_id"].as_str().unwrap().to_owned();
+    assert_eq!(revoke_as(&app, TOKEN_A, &grant_id).await.0, StatusCode::OK);
     let (s, b) = post_grant(
         &app,
         json!({"owner_id": "emp-1", "scope": "tool:deploy", "interaction_id": "guard-2"}),
@@ -254,7 +309,7 @@ async fn an_approval_of_something_else_or_older_than_five_minutes_grants_nothing
         b["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("more than 300 s ago"),
+            .contains("was revoked at"),
         "{b}"
     );
 
@@ -270,22 +325,25 @@ async fn an_approval_of_something_else_or_older_than_five_minutes_grants_nothing
 #[tokio::test]
 async fn a_grant_expires_and_a_revoked_one_stops_at_once() {
     let app = TestApp::spawn().await;
-    let id = guard_approval(&app, "guard-3", "tool:deploy", "emp-1").await;
-    let (_, short) = post_grant(
+    // A second after the yes.
+    guard_approval(&app, "guard-3", "tool:deploy", "emp-1", 1).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(!check(&app, "emp-1", "tool:deploy").await, "expired");
+    let (s, b) = post_grant(
         &app,
-        json!({"owner_id": "emp-1", "scope": "tool:deploy", "window_seconds": 1,
-               "interaction_id": id}),
+        json!({"owner_id": "emp-1", "scope": "tool:deploy", "interaction_id": "guard-3"}),
     )
     .await;
-    // A second after the yes, not after the grant was stored.
-    let ends = short["grant"]["expires_at"].as_str().unwrap().to_owned();
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{b}");
     assert!(
-        !check(&app, "emp-1", "tool:deploy").await,
-        "expired at {ends}"
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("expired at"),
+        "{b}"
     );
 
-    let id = guard_approval(&app, "guard-4", "tool:deploy", "emp-1").await;
+    let id = guard_approval(&app, "guard-4", "tool:deploy", "emp-1", 900).await;
     let (_, g) = post_grant(
         &app,
         json!({"owner_id": "emp-1", "scope": "tool:deploy", "interaction_id": id}),
@@ -343,7 +401,7 @@ async fn grant_then_confirm_without_a_grant_cancels_and_with_one_asks_or_is_enou
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(app.telegram.sent_messages().is_empty(), "nobody asked");
 
-    let id = guard_approval(&app, "guard-5", "tool:deploy", "emp-1").await;
+    let id = guard_approval(&app, "guard-5", "tool:deploy", "emp-1", 900).await;
     post_grant(
         &app,
         json!({"owner_id": "emp-1", "scope": "tool:deploy", "interaction_id": id}),
@@ -651,7 +709,7 @@ async fn operators_list_grants_with_slash_grants_and_revoke_them_with_its_button
     let app = TestApp::spawn().await;
     let mut ids = Vec::new();
     for (n, scope) in ["tool:deploy", "tool:*"].into_iter().enumerate() {
-        let id = guard_approval(&app, &format!("guard-c{n}"), scope, "emp-1").await;
+        let id = guard_approval(&app, &format!("guard-c{n}"), scope, "emp-1", 900).await;
         let (_, g) = post_grant(
             &app,
             json!({"owner_id": "emp-1", "scope": scope, "interaction_id": id}),

@@ -44,6 +44,7 @@ mod polling {
     mod console_edit;
     mod crash;
     mod fair_chat;
+    mod grant_terms;
     mod grants;
     mod hostile_clients;
     mod input_refusals;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hitl_telegram::domain::grant::{Grant, GrantSource, Scope};
 use hitl_telegram::domain::ids::{GrantId, OwnerId, ToolName};
-use hitl_telegram::domain::question::Operator;
+use hitl_telegram::domain::question::{Operator, Outcome, Question};
 use hitl_telegram::service::now;
 use hitl_telegram::storage::{GrantInserted, Store};
 use time::OffsetDateTime;
@@ -28,6 +28,7 @@ on_both_backends! {
     an_interaction_becomes_a_grant_once_per_agent,
     of_two_stores_storing_one_interaction_at_once_exactly_one_succeeds,
     a_grant_question_becomes_one_grant,
+    a_yes_to_a_grant_question_stores_its_grant_in_the_same_write,
     live_grants_are_listed_by_agent_and_route_soonest_expiry_first,
     grants_survive_reopening_the_store_and_a_revoke_is_seen_by_another_store,
 }
@@ -475,4 +476,65 @@ async fn grants_survive_reopening_the_store_and_a_revoke_is_seen_by_another_stor
             .unwrap(),
         GrantInserted::InteractionUsed
     );
+}
+
+/// A pending grant question of `agent` (an approval interaction with grant terms).
+fn grant_question(interaction_id: &str, window_seconds: u64) -> Question {
+    let raw = serde_json::json!({
+        "interaction_id": interaction_id, "question": "Deploy?",
+        "interaction_type": "approval",
+        "grant": {"scope": "tool:deploy", "owner_id": "alice", "window_seconds": window_seconds},
+    });
+    let i = hitl_telegram::domain::interaction::parse(&raw, 3600.0).unwrap();
+    Question {
+        allow_edit: false,
+        window_seconds: 0,
+        interaction: Some(Arc::new(i)),
+        ..pending(None)
+    }
+}
+
+async fn a_yes_to_a_grant_question_stores_its_grant_in_the_same_write(db: TestDb) {
+    let s = db.store().await;
+    let (yes, no) = (grant_question("g-yes", 60), grant_question("g-no", 60));
+    for q in [&yes, &no] {
+        s.insert(q, now()).await.unwrap();
+    }
+    let answered = |value: bool| Outcome::Completed {
+        value: serde_json::Value::Bool(value),
+        by: Some(op(7)),
+        reason: "answered".into(),
+        denial: None,
+    };
+    let at = now();
+    s.decide(&yes.id, &answered(true).decide(at)).await.unwrap();
+    s.decide(&no.id, &answered(false).decide(at)).await.unwrap();
+    // Read by another store on the same database, as after a restart or on a replica.
+    let other = db.store().await;
+    let g = other
+        .grant(&GrantId::of_question(&yes.id))
+        .await
+        .unwrap()
+        .expect("the yes stored its grant");
+    assert_eq!(
+        (g.scope.as_str(), g.owner_id.as_str(), g.agent.as_str()),
+        ("tool:deploy", "alice", "agent")
+    );
+    assert_eq!(g.granted_by, op(7));
+    assert_eq!(g.expires_at - g.created_at, time::Duration::seconds(60));
+    assert_eq!(
+        g.source,
+        GrantSource::Interaction {
+            interaction_id: "g-yes".into()
+        }
+    );
+    assert_eq!(
+        other.grant(&GrantId::of_question(&no.id)).await.unwrap(),
+        None
+    );
+    let covering = other
+        .live_grant_covering("agent", &owner("alice"), &call("deploy"), now())
+        .await
+        .unwrap();
+    assert_eq!(covering.map(|c| c.grant_id), Some(g.grant_id));
 }

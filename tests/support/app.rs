@@ -547,3 +547,10 @@ pub async fn json_of(r: reqwest::Response) -> (StatusCode, Value) {
     let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON ({status}): {text}"));
     (status, v)
 }
+
+/// A time of the API (RFC 3339), as a time to compute with.
+pub fn time_of(v: &Value) -> time::OffsetDateTime {
+    let s = v.as_str().unwrap_or_else(|| panic!("not a time: {v}"));
+    time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|e| panic!("{s}: {e}"))
+}

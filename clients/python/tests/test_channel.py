@@ -48,6 +48,7 @@ from hitl_telegram_channel import (  # noqa: E402
     close_confirmation_guard,
     make_confirmation_guard,
 )
+from hitl_telegram_channel.grant_terms import GrantTerms  # noqa: E402
 from hitl_telegram_channel.call import Denial, asking, denial, granted_window, their_words  # noqa: E402
 from hitl_telegram_channel.channel import _parse_time  # noqa: E402
 
@@ -701,6 +702,37 @@ class CallTest(ServiceTestCase):
             await asyncio.sleep(0.05)
         self.assertEqual(c.call_for(a.interaction_id).params, {"q": "A?"})
         self.assertIsNone(c.call_for(b.interaction_id))
+
+
+class GrantTermsTest(ServiceTestCase):
+    """A grant question's terms travel as the interaction's `grant`, never as prose
+    alone: read from GrantGuard's own question, or attached."""
+
+    GUARD = ("⚠️ Tool 'deploy' requires approval.\nScope: tool:*\nOwner: carol\n"
+             "Approval window: 1.0 min\n\nDo you approve this action?")
+
+    async def test_grant_guards_question_is_sent_with_the_terms_it_states(self):
+        c = self.channel(route="ops")
+        i = approval(self.GUARD)
+        self.assertTrue(await c.send_interaction(i, ""))
+        sent = self.stub.posted()[-1]["interaction"]
+        self.assertEqual(sent["grant"], {"scope": "tool:*", "owner_id": "carol", "window_seconds": 60})
+        # The guard's own words still go along, as the question.
+        self.assertEqual(sent["question"], self.GUARD)
+
+    async def test_an_attached_grant_is_sent_and_a_plain_approval_asks_for_none(self):
+        c = self.channel(route="ops")
+        i = approval("May I read the Q3 report?")
+        c.attach_grant(i.interaction_id, GrantTerms("tool:read_report", "alice", 300))
+        self.assertTrue(await c.send_interaction(i, ""))
+        self.assertEqual(self.stub.posted()[-1]["interaction"]["grant"],
+                         {"scope": "tool:read_report", "owner_id": "alice", "window_seconds": 300})
+        # Scope and Owner lines in another wording are prose: no grant is asked.
+        plain = approval("Approve reading the Q3 report.\nScope: tool:*\nOwner: carol")
+        self.assertTrue(await c.send_interaction(plain, ""))
+        self.assertNotIn("grant", self.stub.posted()[-1]["interaction"])
+        self.assertEqual(c.detach_grant(i.interaction_id).scope, "tool:read_report")
+        self.assertIsNone(c.grant_for(i))
 
 
 class WindowScopeTest(unittest.IsolatedAsyncioTestCase):

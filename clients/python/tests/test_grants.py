@@ -23,10 +23,12 @@ import aiparrot_site  # noqa: E402
 
 aiparrot_site.enter()
 
-from parrot.auth.grants import Grant, GrantGuard  # noqa: E402
+from parrot.auth.grants import Grant, GrantGuard, InMemoryGrantStore  # noqa: E402
+from parrot.human.models import HumanInteraction, InteractionType  # noqa: E402
 
 from hitl_telegram_channel import HitlClient, HitlError  # noqa: E402
 from hitl_telegram_channel.aiparrot import HitlGrantStore  # noqa: E402
+from hitl_telegram_channel.grant_terms import GrantTerms, grant_guard_terms, shown_window  # noqa: E402
 from test_client import GRANT_ID, TOKEN, Stub, grant, json_answer  # noqa: E402
 
 CONFLICT = {"error": {"code": "conflict", "message": "interaction_id: this approval already granted"}}
@@ -157,6 +159,41 @@ class GuardTests(unittest.TestCase):
         decision = asyncio.run(guard.authorize(tool=tool(), parameters={}))
         self.assertFalse(decision.allowed)
         self.assertEqual(len(manager.asked), 1)
+
+
+class TermsTests(unittest.TestCase):
+    """GrantGuard's question read as the terms it states, and nothing else."""
+
+    def asked(self, **meta):
+        """The approval question AI-Parrot's real GrantGuard asks for ``tool(**meta)``."""
+        manager = Manager(value=False)
+        guard = GrantGuard(InMemoryGrantStore(), human_manager=manager)
+        alice = SimpleNamespace(user_id="alice", channel="telegram")
+        asyncio.run(guard.authorize(tool=tool(**meta), parameters={}, permission_context=alice))
+        return manager.asked[0][0]
+
+    def test_the_window_is_the_one_grant_guard_shows_the_person(self):
+        cases = {900: 900, 3600: 3600, 600: 600, 60: 60, 100: 102, 125: 126, 1: 1, 2: 1}
+        self.assertEqual({w: shown_window(w) for w in cases}, cases)
+
+    def test_grant_guards_own_question_gives_its_terms(self):
+        self.assertEqual(grant_guard_terms(self.asked()), GrantTerms("tool:deploy", "alice", 900))
+        wide = self.asked(grant_scope="tool:*", grant_window_seconds=100)
+        self.assertEqual(grant_guard_terms(wide), GrantTerms("tool:*", "alice", 102))
+        self.assertEqual(GrantTerms("tool:*", "alice", 102).body(),
+                         {"scope": "tool:*", "owner_id": "alice", "window_seconds": 102})
+
+    def test_any_other_question_gives_none(self):
+        real = self.asked().question
+        for question, kind in [
+            (real, InteractionType.FREE_TEXT),
+            (real + "\nScope: tool:*", InteractionType.APPROVAL),
+            ("Read the Q3 report?\n" + real, InteractionType.APPROVAL),
+            (real.replace("15.0 min", "15 min"), InteractionType.APPROVAL),
+            ("Approve?\nScope: tool:*\nOwner: carol", InteractionType.APPROVAL),
+        ]:
+            i = HumanInteraction(interaction_type=kind, question=question, timeout=30)
+            self.assertIsNone(grant_guard_terms(i), question)
 
 
 if __name__ == "__main__":

@@ -408,6 +408,7 @@ impl PartialSchema for HumanInteraction {
                     "Shown to the humans: no invisible or layout-changing characters.",
                 ),
             )
+            .property("grant", grant_terms_schema())
             .additional_properties(Some(AdditionalProperties::FreeForm(true)))
             .description(Some(
                 "AI-Parrot's `HumanInteraction`. Other fields are kept and echoed back; \
@@ -422,6 +423,48 @@ impl PartialSchema for HumanInteraction {
             })])
             .into()
     }
+}
+
+/// The `grant` of an interaction: the terms of a grant question.
+fn grant_terms_schema() -> ObjectBuilder {
+    let mut scope = grant_scope_schema("What the grant covers: `tool:deploy`, or `tool:*`.");
+    scope.schema_type = Type::String.into();
+    ObjectBuilder::new()
+        .schema_type(nullable(Type::Object))
+        .property(
+            "owner_id",
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(1))
+                .max_length(Some(OwnerId::MAX_CHARS))
+                .description(Some("On whose behalf the agent acts.")),
+        )
+        .required("owner_id")
+        .property("scope", scope)
+        .required("scope")
+        .property(
+            "window_seconds",
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(1))
+                .maximum(Some(MAX_WINDOW_SECONDS))
+                .description(Some(
+                    "How long the grant lasts from the person's yes; cut to the route's \
+                     `max_grant_seconds` when asked (the record then also holds \
+                     `requested_window_seconds`, what was asked).",
+                )),
+        )
+        .required("window_seconds")
+        .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+        .description(Some(
+            "Makes an `approval` a grant question: the approvers of the route (a route, never \
+             a private chat) are shown these terms on the service's own lines, never cut, \
+             and a person's yes stores the grant on them, from the tap (`GET /v1/grants`, \
+             `/grants`). Present the interaction to `POST /v1/grants` to get it. Refused \
+             (422) with a `call`, with `default_response: true` and `timeout_action: \
+             default`, or when the terms could not be shown whole. Without it, no answer \
+             to an approval grants anything, whatever its question says.",
+        ))
 }
 
 /// Documentation of the `POST /v1/interactions` body; the body itself is read by
@@ -556,7 +599,9 @@ impl PartialSchema for CreateGrantBody {
                     .default(Some(super::super::grants::DEFAULT_GRANT_SECONDS.into()))
                     .description(Some(
                         "How long the grant lasts from the yes; cut to the route's \
-                         `max_grant_seconds` (8 h by default).",
+                         `max_grant_seconds` (8 h by default) when asked. Presenting: \
+                         the window the question was asked with (either the one \
+                         approved or the one asked for), or nothing.",
                     )),
             )
             .property(
@@ -581,9 +626,11 @@ impl PartialSchema for CreateGrantBody {
                 optional_text(
                     1,
                     crate::domain::interaction::MAX_INTERACTION_ID_CHARS,
-                    "Present an approval instead of asking: an interaction of this agent a \
-                     person answered yes within the last 5 minutes, whose question has the \
-                     lines `Scope: <scope>` and `Owner: <owner_id>`. It grants once.",
+                    "Present a grant question instead of asking: an interaction of this \
+                     agent asked with `grant` terms (or by this endpoint) that a person \
+                     answered yes. Answers the grant their yes stored; `scope`, `owner_id` \
+                     and (when given) `window_seconds` must be the question's terms (409 \
+                     naming the one that differs).",
                 ),
             )
             .property(

@@ -153,6 +153,16 @@ pub(crate) async fn apply_decision(
         .execute(&mut **tx)
         .await?;
     }
+    if let Some(g) = crate::domain::grant::granted_by_tap(&record) {
+        // A grant question answered yes: the grant exists from that yes, in the same
+        // write (audited `grant_created` with it), so no reader sees the yes without the
+        // grant. Only an interaction presented as a grant before issue 46 can hold the
+        // source already; that grant is this one, and the decision still stands.
+        let stored = insert_grant(tx, &g).await?;
+        if matches!(stored, GrantInserted::InteractionUsed) {
+            tracing::warn!(id = %record.id, "the grant question's interaction was granted before");
+        }
+    }
     Ok(Decided::Applied(record))
 }
 

@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use crate::domain::grant::{GrantTerms, scope_reach};
 use crate::domain::interaction::{
     ConsensusMode, Interaction, InteractionType, Severity, TimeoutAction,
 };
@@ -80,6 +81,39 @@ fn call_block(r: &Question, budget: usize) -> (String, bool) {
     (out, cut)
 }
 
+/// The most UTF-16 units a grant question's agent text (its question) and its terms
+/// share: with the context, the disclosures and the outcome's reserve, the message stays
+/// within Telegram's limit however long the agent's text is. The terms come first (they
+/// are never cut; the service refused, when asked, terms longer than
+/// `GrantTerms::MAX_SHOWN_UNITS`), the question gets the rest, up to its usual budget.
+const QUESTION_AND_TERMS_BUDGET: usize = 1550;
+
+/// A grant question's terms, on lines of the service's own under 🔑, whole: the person
+/// reads exactly what their yes stores (the agent, the scope, the owner, how long from
+/// the tap), whatever the agent's own text says or wherever it was cut.
+fn grant_block(r: &Question, terms: &GrantTerms) -> String {
+    let cut = match terms.requested_window_seconds {
+        Some(asked) => format!(
+            " (the agent asked for {}; the route allows at most this)",
+            window_duration(asked)
+        ),
+        None => String::new(),
+    };
+    let latest_end = r.expires_at + std::time::Duration::from_secs(terms.window_seconds);
+    format!(
+        "\n\n🔑 <b>Grant: approving lets <code>{}</code>{} act without asking, on these terms only</b>\nScope: <code>{}</code>{} ({})\nOwner: <code>{}</code>{}\nDuration: {} from your tap{cut}, so until {} at the latest\n<i>Listed in /grants from your tap; revoke it there any time.</i>",
+        shown(&r.agent),
+        flag(&r.agent),
+        shown(terms.scope.as_str()),
+        flag(terms.scope.as_str()),
+        scope_reach(&terms.scope),
+        shown(terms.owner_id.as_str()),
+        flag(terms.owner_id.as_str()),
+        window_duration(terms.window_seconds),
+        date_time(latest_end),
+    )
+}
+
 /// The text of an interaction: question, context, options, progress and deadline.
 pub(super) fn interaction_text(r: &Question, i: &Interaction, view: &View) -> String {
     interaction_parts(r, i, view).text
@@ -92,6 +126,12 @@ pub(super) fn interaction_parts(r: &Question, i: &Interaction, view: &View) -> P
         Severity::Low | Severity::Normal => "",
     };
     let from = i.source_agent.as_deref().unwrap_or(&r.agent);
+    let terms = i.grant.as_ref().map(|t| grant_block(r, t));
+    // The agent's text is cut first: a grant's terms take their room whole.
+    let question_budget = match &terms {
+        Some(block) => BRIEFING_BUDGET.min(QUESTION_AND_TERMS_BUDGET.saturating_sub(units(block))),
+        None => BRIEFING_BUDGET,
+    };
     let (question, question_cut) = quoted(
         &format!(
             "{badge}❓ <b>Question</b> from <code>{}</code>{}",
@@ -99,7 +139,7 @@ pub(super) fn interaction_parts(r: &Question, i: &Interaction, view: &View) -> P
             flag(from)
         ),
         &i.question,
-        BRIEFING_BUDGET,
+        question_budget,
         "the question",
     );
     let mut text = question;
@@ -112,6 +152,8 @@ pub(super) fn interaction_parts(r: &Question, i: &Interaction, view: &View) -> P
         );
         text.push_str(&block);
         cut = call_cut || question_cut;
+    } else if let Some(block) = &terms {
+        text.push_str(block);
     } else if i.kind == InteractionType::Approval {
         text.push_str(
             "\n\nℹ️ <i>The agent sent no parameters: only its question is shown. Approve only what the question itself says.</i>",

@@ -314,12 +314,20 @@ pub fn outcome_line(r: &Question) -> Option<String> {
                     Some(reason) => format!(": {}", shown_within(reason, REASON_SHOWN).0),
                     None => String::new(),
                 };
-                match r.decided_by {
+                let line = match r.decided_by {
                     Some(_) => format!(
                         "{mark} <b>{}{scope}</b> — {by} at {at}{why}",
                         summary(r, value)
                     ),
                     None => format!("{mark} <b>{}{scope}</b> at {at}{why}", summary(r, value)),
+                };
+                match crate::domain::grant::granted_by_tap(r) {
+                    Some(g) => format!(
+                        "{line}\n🔑 <b>Granted</b> until {}: <code>{}</code>, listed in /grants (revoke it there)",
+                        date_time(g.expires_at),
+                        g.grant_id
+                    ),
+                    None => line,
                 }
             }
         }

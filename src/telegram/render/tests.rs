@@ -153,3 +153,63 @@ fn callback_data_round_trips_and_fits_telegram() {
         assert!(parse_callback_data(bad).is_none(), "{bad}");
     }
 }
+
+#[test]
+fn a_grant_questions_terms_are_shown_whole_after_the_longest_agent_text_and_it_fits() {
+    use crate::domain::grant::GrantTerms;
+    use crate::service::EscalationView;
+    // Terms as long as the service takes them once escaped, the agent's texts as long as
+    // it takes them, each character escaped to several.
+    let owner = "&".repeat(178);
+    let raw = serde_json::json!({
+        "interaction_id": "g", "question": "<".repeat(4096), "context": "&".repeat(4096),
+        "interaction_type": "approval", "severity": "critical", "source_agent": "a".repeat(200),
+        "grant": {"scope": "tool:x", "owner_id": owner, "window_seconds": 86_400},
+    });
+    let mut i = crate::domain::interaction::parse(&raw, f64::MAX).unwrap();
+    let terms = i.grant.take().unwrap().capped(3600);
+    assert!(terms.shown_units("bot") <= GrantTerms::MAX_SHOWN_UNITS);
+    assert!(terms.shown_units("bot") > GrantTerms::MAX_SHOWN_UNITS - 10);
+    i.grant = Some(terms);
+    let mut r = record("{}");
+    r.interaction = Some(std::sync::Arc::new(i));
+    let view = View {
+        expected: 3,
+        escalation: Some(EscalationView {
+            from_route: "r".repeat(64),
+            to_route: "s".repeat(64),
+            at: r.created_at,
+            here: true,
+        }),
+        ..Default::default()
+    };
+    let (text, _) = render(&r, &view);
+    assert!(
+        units(&text) <= TELEGRAM_MAX_CHARS - OUTCOME_RESERVE,
+        "{}",
+        units(&text)
+    );
+    for whole in [
+        "Scope: <code>tool:x</code> (every call of this one tool)".to_owned(),
+        format!("Owner: <code>{}</code>", "&amp;".repeat(178)),
+        "Duration: 1 h from your tap (the agent asked for 1 day; the route allows at most this)"
+            .to_owned(),
+    ] {
+        assert!(text.contains(&whole), "{whole}: {text}");
+    }
+    assert!(text.contains("more characters of the question not shown"));
+
+    // Approved: the outcome names the grant, and the message still fits.
+    r.status = Status::Completed;
+    r.via = Some(Via::Operator);
+    r.result = Some(serde_json::Value::Bool(true));
+    r.decided_at = Some(r.created_at);
+    r.decided_by = Some(Operator {
+        id: 1,
+        username: Some("a".repeat(32)),
+        name: "n".repeat(128),
+    });
+    let (text, _) = render(&r, &view);
+    assert!(units(&text) <= TELEGRAM_MAX_CHARS, "{}", units(&text));
+    assert!(text.contains("🔑 <b>Granted</b> until"), "{text}");
+}

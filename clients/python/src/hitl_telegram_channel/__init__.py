@@ -45,6 +45,7 @@ from .client import (
     Outcome,
     Progress,
 )
+from .grant_terms import GrantTerms
 from .reporter import OutcomeReporter
 from .sse import SseEvent, SseParser
 from .webhook import verify_webhook
@@ -98,6 +99,7 @@ __all__ = [
     "Confirmation",
     "GrantAnswer",
     "GrantRecord",
+    "GrantTerms",
     "HitlClient",
     "HitlError",
     "Outcome",

@@ -6,7 +6,12 @@ Outbound, each call is one HTTP request:
 - ``send_interaction`` → ``POST /v1/interactions`` (the ``HumanInteraction`` exactly as
   ``model_dump_json()`` wrote it, and the tool call it is about as ``call`` when one was
   attached with :meth:`HitlTelegramChannel.attach_call`: the service then shows the
-  tool, the owner and every parameter, rendered as for ``POST /v1/confirmations``);
+  tool, the owner and every parameter, rendered as for ``POST /v1/confirmations``; and,
+  for a grant question, its terms as the interaction's ``grant``: attached with
+  :meth:`HitlTelegramChannel.attach_grant`, or read from ``GrantGuard``'s own question
+  (:func:`~hitl_telegram_channel.grant_terms.grant_guard_terms`), so the person is
+  shown the scope, the owner and the window on the service's own lines and their yes
+  stores that grant);
 - ``send_notification`` → ``POST /v1/notifications``;
 - ``cancel_interaction`` → ``DELETE /v1/interactions/{interaction_id}``.
 
@@ -52,6 +57,7 @@ from parrot.human.channels.base import HumanChannel
 from parrot.human.models import HumanInteraction, HumanResponse
 
 from .call import ToolCall
+from .grant_terms import GrantTerms, grant_guard_terms
 from .sse import SseParser
 
 logger = logging.getLogger("hitl_telegram_channel")
@@ -150,6 +156,8 @@ class HitlTelegramChannel(HumanChannel):
         self._open: "OrderedDict[str, None]" = OrderedDict()
         # interaction_id -> the tool call it asks about (sent as the request's `call`).
         self._calls: "OrderedDict[str, ToolCall]" = OrderedDict()
+        # interaction_id -> the grant terms it asks for (sent as the interaction's `grant`).
+        self._grants: "OrderedDict[str, GrantTerms]" = OrderedDict()
         # interaction_id -> the deadline the service last reported for it (open ones).
         self._deadlines: "OrderedDict[str, datetime]" = OrderedDict()
         # interaction_id -> the service's record id (`cf_...`) of the question.
@@ -218,6 +226,28 @@ class HitlTelegramChannel(HumanChannel):
         """The call attached to ``interaction_id``, if any."""
         return self._calls.get(interaction_id)
 
+    # ── The grant a question asks for ─────────────────────────────────────
+
+    def attach_grant(self, interaction_id: str, terms: GrantTerms) -> None:
+        """Every send of ``interaction_id`` (an approval) from now on asks for a grant on
+        ``terms``: the service shows them to the person under 🔑 and stores the grant
+        with their yes. ``GrantGuard``'s own questions need no call: their terms are
+        read from their wording. Forgotten when the service reports the question ended,
+        or with :meth:`detach_grant`."""
+        self._grants[interaction_id] = terms
+        self._grants.move_to_end(interaction_id)
+        _trim(self._grants)
+
+    def detach_grant(self, interaction_id: str) -> Optional[GrantTerms]:
+        """Forgets the grant terms attached to ``interaction_id`` and returns them."""
+        return self._grants.pop(interaction_id, None)
+
+    def grant_for(self, interaction: HumanInteraction) -> Optional[GrantTerms]:
+        """The grant terms ``interaction`` is asked with: attached ones, else those of
+        ``GrantGuard``'s question, else ``None`` (an approval that grants nothing)."""
+        attached = self._grants.get(interaction.interaction_id)
+        return attached if attached is not None else grant_guard_terms(interaction)
+
     # ── HumanChannel: outbound ────────────────────────────────────────────
 
     async def send_interaction(
@@ -228,6 +258,9 @@ class HitlTelegramChannel(HumanChannel):
         call = self._calls.get(iid)
         try:
             body: Dict[str, Any] = {"interaction": json.loads(interaction.model_dump_json())}
+            grant = self.grant_for(interaction)
+            if grant is not None:
+                body["interaction"]["grant"] = grant.body()
             if call is not None:
                 body["call"] = call.body()
             body.update(self.target_for(recipient))
@@ -565,8 +598,9 @@ class HitlTelegramChannel(HumanChannel):
         self._open.pop(iid, None)
         self._deadlines.pop(iid, None)
         # Ended: it is not asked again (the service refuses a further send of an ended
-        # question anyway), so its call need not be kept.
+        # question anyway), so its call and grant terms need not be kept.
         self._calls.pop(iid, None)
+        self._grants.pop(iid, None)
         if status != "cancelled" or not was_open:
             # completed: the answers came as response events; timeout: the manager's
             # own timer ends it with the same deadline.

@@ -594,13 +594,16 @@ class HitlClient:
         """``POST /v1/grants``: a grant of ``scope`` for ``owner_id``, for
         ``window_seconds`` (900 by default; the route may cut it).
 
-        Without ``interaction_id`` the route's approvers are asked in Telegram:
-        ``wait="block"`` (the default) returns ``granted``, ``refused`` or ``timeout``;
-        ``wait="suspend"`` returns ``pending`` at once. With ``interaction_id`` it presents
-        an approval of this agent answered yes within the last 5 minutes whose question
-        has the lines ``Scope: <scope>`` and ``Owner: <owner_id>`` (as AI-Parrot's
-        ``GrantGuard`` asks): ``granted`` at once, or :class:`HitlError` ``conflict`` (409)
-        when it grants nothing (used already, too old, about something else, a no).
+        Without ``interaction_id`` the route's approvers are asked in Telegram, shown
+        these terms; a yes stores the grant from the tap. ``wait="block"`` (the default)
+        returns ``granted``, ``refused`` or ``timeout``; ``wait="suspend"`` returns
+        ``pending`` at once. With ``interaction_id`` it presents a grant question of
+        this agent (asked here, or as an interaction with ``grant`` terms, as the
+        channel asks ``GrantGuard``'s) that a person answered yes: ``granted`` with the
+        grant their yes stored, or :class:`HitlError` ``conflict`` (409) when it grants
+        nothing (no grant question, not a yes, ended) or ``scope``, ``owner_id`` or
+        ``window_seconds`` differ from its terms (leave ``window_seconds`` out to take
+        them as they are).
         """
         if interaction_id is not None and (wait is not None or timeout_seconds is not None):
             # The service refuses the mix too (422); said here, before anything is sent.

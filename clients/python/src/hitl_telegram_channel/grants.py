@@ -10,12 +10,15 @@ grant at once everywhere), are audited, and are listed and revoked in Telegram
 How ``GrantGuard`` uses it (ai-parrot 1.2.4): ``is_allowed(owner, scope)`` first; when
 that is False it asks its own approval question on its human manager's channel and, on a
 yes, calls ``grant(owner, scope, granted_by=str(result.interaction_id), ...)``. Through
-:class:`~hitl_telegram_channel.channel.HitlTelegramChannel` that question is an
-interaction of this agent on the service, so :meth:`HitlGrantStore.grant` presents its
-id (``POST /v1/grants`` with ``interaction_id``): the service checks that a person
-answered it yes within the last 5 minutes and that it names this scope and owner, and
-stores the grant once. A store that took ``granted_by`` on trust would let any caller
-mint grants; this one cannot grant what no person approved.
+:class:`~hitl_telegram_channel.channel.HitlTelegramChannel` that question is a *grant
+question* on the service: the channel sends the terms ``GrantGuard`` wrote in it (scope,
+owner, window) as data, the service shows them to the person under 🔑 and stores the
+grant with their yes, from the tap (it is in ``/grants`` and ``GET /v1/grants`` at
+once). :meth:`HitlGrantStore.grant` then presents the question's id with the same terms
+(``POST /v1/grants`` with ``interaction_id``) and returns that grant; the service answers
+409 when the terms differ from what the person approved, or when the question was no
+grant question. A store that took ``granted_by`` on trust would let any caller mint
+grants; this one cannot get a grant no person approved, nor a longer or wider one.
 
 Fail closed: :meth:`~HitlGrantStore.is_allowed` is False whenever the service cannot say
 yes (unreachable, an error, an answer it cannot read); :meth:`~HitlGrantStore.grant`
@@ -37,6 +40,7 @@ from typing import List
 from parrot.auth.grants import Grant, GrantStore
 
 from .client import GrantRecord, HitlClient, HitlError
+from .grant_terms import shown_window
 
 logger = logging.getLogger("hitl_telegram_channel")
 
@@ -89,21 +93,26 @@ class HitlGrantStore(GrantStore):
         granted_by: str,
         window_seconds: int,
     ) -> Grant:
-        """Stores the grant ``GrantGuard`` decided on, by presenting its approval.
+        """The grant ``GrantGuard`` decided on: the one the person's yes to its
+        question stored, found by presenting that question.
 
         ``granted_by`` is what ``GrantGuard`` passes: the ``interaction_id`` of its
-        approval question, asked through this service and answered yes. The grant lasts
-        ``window_seconds`` from that yes (the route's ``max_grant_seconds`` may cut it).
-        Raises :class:`HitlError` when the service stores nothing: ``conflict`` for an
-        approval that grants nothing (used already, older than 5 minutes, a no, about
-        another scope or owner), ``not_found`` for one this agent never asked (another
+        approval question, asked through this service and answered yes. Presented with
+        ``owner_id``, ``scope`` and the window the question showed the person
+        (:func:`~hitl_telegram_channel.grant_terms.shown_window` of ``window_seconds``:
+        ``GrantGuard`` shows tenths of a minute), so the service answers the grant only
+        when they are the terms approved. It lasts that window from the yes (the route's
+        ``max_grant_seconds`` may have cut it when asked). Raises :class:`HitlError` when
+        the service answers no grant: ``conflict`` for a question that grants nothing
+        (not a grant question, about another scope, owner or window, a no, or a grant
+        that has ended), ``not_found`` for one this agent never asked (another
         channel's), or any failure to reach it.
         """
         answer = await asyncio.to_thread(
             self.client.request_grant,
             owner_id,
             scope,
-            window_seconds=window_seconds,
+            window_seconds=shown_window(window_seconds),
             interaction_id=granted_by,
         )
         if not answer.granted or answer.grant is None:
