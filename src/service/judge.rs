@@ -10,6 +10,8 @@
 use tokio::sync::MutexGuard;
 
 use super::*;
+use crate::domain::python;
+use crate::domain::python::value::PyValue;
 use crate::domain::rules::{Call as RuleCall, Effect, Policy, Verdict};
 
 /// A call judged by the rules, and, while an `allow` with a `rate` is being stored, the
@@ -81,9 +83,9 @@ impl Service {
                 _rate_gate: None,
             });
         }
-        // The text was checked as a JSON object when it came in; anything else fails
-        // every condition rather than matching one.
-        let params: Value = serde_json::from_str(params_json).unwrap_or(Value::Null);
+        // Read as the tool's Python runtime will read it (`1e400` is `inf`), with the
+        // parser that checked the text as a JSON object when it came in.
+        let params = python::json::parse(params_json).unwrap_or(PyValue::None);
         let call = RuleCall {
             tool: tool.as_str(),
             agent,
