@@ -347,6 +347,12 @@ pub fn rules_test(path: &Path, call: &Path) -> anyhow::Result<u8> {
                 anyhow::anyhow!("{}: \"params\" must be a JSON object: {e}", call.display())
             })?,
     };
+    if let Some(look) = policy.set.look_alike(&c.tool) {
+        anyhow::bail!(
+            "the service refuses this call before any rule is read (422): the tool `{}` {look}",
+            c.tool
+        );
+    }
     let (verdict, rate) = policy.judge(&Call {
         tool: &c.tool,
         agent: c.agent.as_deref().unwrap_or(""),

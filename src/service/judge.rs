@@ -68,6 +68,10 @@ impl Service {
     /// counted against the calls that rule let through in its period (in the database),
     /// and asks once the rate is used up; the judgement then holds this process's rate
     /// gate until the caller has stored the record.
+    ///
+    /// A tool name that only looks like one a rule names (`trаnsfer`, Cyrillic `а`,
+    /// against a rule on `transfer`) is refused ([`ServiceError::LookAlikeTool`]), in a
+    /// dry run too: no rule could be trusted with it.
     pub(super) async fn judge(
         &self,
         agent: &str,
@@ -82,6 +86,10 @@ impl Service {
                 verdict: None,
                 _rate_gate: None,
             });
+        }
+        if let Some(look) = policy.set.look_alike(tool.as_str()) {
+            tracing::warn!(agent, rule = %look.rule, "a look-alike tool name refused");
+            return Err(ServiceError::LookAlikeTool(format!("`{tool}` {look}")));
         }
         // Read as the tool's Python runtime will read it (`1e400` is `inf`), with the
         // parser that checked the text as a JSON object when it came in.
