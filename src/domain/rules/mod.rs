@@ -13,7 +13,7 @@
 //! through what it names exactly, as written; a `deny` and an `ask` fail closed, matching
 //! every spelling of the call a tool runtime may read as the one they name (a tool or a
 //! key in another case, `"9000"` for 9000, a list holding the value, a number that is no
-//! finite number): see [`condition`] and [`normal`]. A tool name that only looks like one
+//! finite number): see [`Reading`] and [`normal`]. A tool name that only looks like one
 //! a rule names ([`RuleSet::look_alike`]) is for the caller to refuse before any rule is
 //! read.
 //!
@@ -27,6 +27,7 @@
 //! [`Fingerprint`] is the SHA-256 of the checked set in a canonical form, to record which
 //! rules were in force when a rule decided.
 
+mod compare;
 mod condition;
 mod error;
 mod glob;
