@@ -308,12 +308,9 @@ struct TestCall {
     agent: Option<String>,
     #[serde(default)]
     owner_id: Option<String>,
-    #[serde(default = "empty_object")]
-    params: serde_json::Value,
-}
-
-fn empty_object() -> serde_json::Value {
-    serde_json::Value::Object(Default::default())
+    /// Kept as text: the rules read it as Python decodes it, as the service does.
+    #[serde(default)]
+    params: Option<Box<serde_json::value::RawValue>>,
 }
 
 /// Exit codes of `rules test`, by the rules' decision.
@@ -342,14 +339,25 @@ pub fn rules_test(path: &Path, call: &Path) -> anyhow::Result<u8> {
             call.display()
         )
     })?;
-    if !c.params.is_object() {
-        anyhow::bail!("{}: \"params\" must be a JSON object", call.display());
+    let params = match &c.params {
+        None => crate::domain::python::value::PyValue::Dict(Default::default()),
+        Some(raw) => crate::domain::python::json::parse_object(raw.get())
+            .map(crate::domain::python::value::PyValue::Dict)
+            .map_err(|e| {
+                anyhow::anyhow!("{}: \"params\" must be a JSON object: {e}", call.display())
+            })?,
+    };
+    if let Some(look) = policy.set.look_alike(&c.tool) {
+        anyhow::bail!(
+            "the service refuses this call before any rule is read (422): the tool `{}` {look}",
+            c.tool
+        );
     }
     let (verdict, rate) = policy.judge(&Call {
         tool: &c.tool,
         agent: c.agent.as_deref().unwrap_or(""),
         owner: c.owner_id.as_deref(),
-        params: &c.params,
+        params: &params,
     });
     println!("decision: {}", verdict.effect);
     println!("by: {}", verdict.by());

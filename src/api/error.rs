@@ -149,6 +149,7 @@ impl ApiError {
             ServiceError::NotFound => {
                 ApiError::NotFound("no interaction with this interaction_id".into())
             }
+            ServiceError::LookAlikeTool(why) => ApiError::field("call.tool", why),
             ServiceError::AlreadyDecided(r) => ApiError::InteractionEnded(r),
             ServiceError::ShuttingDown => ApiError::Unavailable(
                 "the service is shutting down; retry (the same interaction_id finds the same \
@@ -378,6 +379,7 @@ impl From<ServiceError> for ApiError {
                 record,
             },
             ServiceError::NotEditable(why) => ApiError::field("parameters", why),
+            ServiceError::LookAlikeTool(why) => ApiError::field("tool", why),
             ServiceError::InvalidEdit(fields) => ApiError::InvalidParameters(
                 fields
                     .into_iter()

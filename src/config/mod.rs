@@ -339,6 +339,7 @@ impl Config {
                 self.bind
             ));
         }
+        warnings.extend(rules::warnings(&self.rules, &self.agents));
         warnings
     }
 
@@ -489,5 +490,37 @@ mod tests {
             w[0].contains("is the placeholder from .env.example"),
             "{w:?}"
         );
+    }
+
+    #[test]
+    fn an_allow_default_and_a_rule_naming_an_unknown_agent_are_warned_about() {
+        let toml = format!(
+            "rules_default = \"allow\"\n{BASE}\n[[rules]]\nname = \"no-drops\"\neffect = \"deny\"\ntools = [\"drop_*\"]\n\n[[rules]]\nname = \"pings\"\neffect = \"allow\"\ntools = [\"ping\"]\nagents = [\"bot\", \"workday\"]\n"
+        );
+        let w = Config::from_settings(Settings::from_toml(&toml).unwrap(), &env)
+            .unwrap()
+            .warnings();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(
+            w[0].starts_with(
+                "rules_default = \"allow\": every call no rule matches is confirmed at once"
+            ),
+            "{w:?}"
+        );
+        assert!(
+            w[0].contains("only the 1 deny and ask rule(s) stop a call"),
+            "{w:?}"
+        );
+        assert_eq!(
+            w[1],
+            "rule 'pings' names the agent 'workday', which no [[agents]] entry is (the agents are: bot): the rule never matches for it"
+        );
+        let known = toml
+            .replace("rules_default = \"allow\"\n", "")
+            .replace("\"bot\", \"workday\"", "\"bot\"");
+        let w = Config::from_settings(Settings::from_toml(&known).unwrap(), &env)
+            .unwrap()
+            .warnings();
+        assert!(w.is_empty(), "{w:?}");
     }
 }

@@ -3,10 +3,11 @@
 //! values so that a table serde cannot read as a rule is refused under that rule's name.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{ConfigError, Settings, invalid};
+use super::{Agent, ConfigError, Settings, invalid};
 use crate::domain::rules::{Effect, Policy, RuleSet, RulesMode};
 
 /// Checks the rules the file holds, in file order; the first rule refused is named.
@@ -17,6 +18,42 @@ pub fn policy(
 ) -> Result<Policy, ConfigError> {
     let set = RuleSet::from_values(rules, default).map_err(|e| invalid("rules", e.to_string()))?;
     Ok(Policy { set, mode })
+}
+
+/// What `check-config` says about rules that load but may not do what their writer
+/// means: `rules_default = "allow"` (what it lets through), and a rule naming an agent
+/// the configuration does not have (it can never match that agent's calls, and a
+/// misspelled name is the usual cause: `workday` for `workday-bot`).
+pub(super) fn warnings(policy: &Policy, agents: &[Arc<Agent>]) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let set = &policy.set;
+    if set.default_effect() == Effect::Allow {
+        let stopping = set
+            .rules()
+            .iter()
+            .filter(|r| r.effect() != Effect::Allow)
+            .count();
+        warnings.push(format!(
+            "rules_default = \"allow\": every call no rule matches is confirmed at once, \
+             without asking anyone: any tool, with any parameters, from any agent; only \
+             the {stopping} deny and ask rule(s) stop a call. Unless that is meant, set \
+             rules_default = \"ask\" and write allow rules for what may pass unasked"
+        ));
+    }
+    let known: Vec<&str> = agents.iter().map(|a| a.name.as_str()).collect();
+    for rule in set.rules() {
+        for name in rule.agents().unwrap_or_default() {
+            if !known.contains(&name.as_str()) {
+                warnings.push(format!(
+                    "rule '{}' names the agent '{name}', which no [[agents]] entry is \
+                     (the agents are: {}): the rule never matches for it",
+                    rule.name(),
+                    known.join(", ")
+                ));
+            }
+        }
+    }
+    warnings
 }
 
 impl Settings {

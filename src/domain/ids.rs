@@ -179,6 +179,31 @@ pub(crate) fn all_visible(s: &str) -> Result<(), InvalidValue> {
     }
 }
 
+/// A tool's name: every character visible ([`all_visible`]), and no word in it mixing
+/// scripts ([`text::mixed_script_word`]): `trаnsfer` with a Cyrillic `а` reads as
+/// `transfer` to the operator and to every rule written for it, while it is another
+/// name. A tool is named by code, in one script per word; rules (`trаnsfer` against a
+/// rule on `transfer`, see `domain::rules::RuleSet::look_alike`) catch look-alikes
+/// written in one script (`ехес` in Cyrillic), but only of the names they spell out.
+fn tool_name(s: &str) -> Result<(), InvalidValue> {
+    all_visible(s)?;
+    match text::mixed_script_word(s) {
+        Some(word) => Err(InvalidValue(format!(
+            "must not mix scripts within a word (\"{}\" does: a letter of one script among \
+             another's, such as a Cyrillic \"а\" among Latin letters, can pass for another \
+             tool's name); name the tool in one script",
+            word.chars()
+                .map(|c| if c.is_ascii() {
+                    c.to_string()
+                } else {
+                    text::escape_char(c)
+                })
+                .collect::<String>()
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Declares a bounded, non-empty, single-line string type whose characters `$check`
 /// accepts.
 macro_rules! bounded_name {
@@ -235,10 +260,11 @@ macro_rules! bounded_name {
 }
 
 bounded_name!(
-    /// The name of the tool the agent wants to run: every character visible.
+    /// The name of the tool the agent wants to run: every character visible, no word
+    /// mixing scripts.
     ToolName,
     128,
-    all_visible
+    tool_name
 );
 bounded_name!(
     /// The human on whose behalf the agent acts (`"anonymous"` when the agent says
@@ -354,6 +380,35 @@ mod tests {
             assert_eq!(OwnerId::parse(&s), Err(InvalidValue(expected)));
         }
         assert!(ToolName::parse("déploy 🔧 Москва").is_ok());
+    }
+
+    #[test]
+    fn a_tool_name_mixing_scripts_within_a_word_is_refused_and_one_script_per_word_is_not() {
+        for name in ["tr\u{430}nsfer", "send_m\u{43e}ney", "drop-t\u{430}ble"] {
+            let refused = ToolName::parse(name).unwrap_err().0;
+            assert!(
+                refused.contains("must not mix scripts within a word"),
+                "{refused}"
+            );
+            assert!(
+                refused.contains("\\u04"),
+                "the odd letter shown escaped: {refused}"
+            );
+        }
+        for name in [
+            "transfer",
+            "ｔransfer",
+            "отчёт_q3",
+            "send_деньги",
+            "déploy 🔧 Москва",
+            "検索_ツール",
+        ] {
+            assert!(ToolName::parse(name).is_ok(), "{name}");
+        }
+        assert!(
+            ToolName::from_stored("tr\u{430}nsfer").is_ok(),
+            "a stored name still loads"
+        );
     }
 
     #[test]

@@ -192,6 +192,23 @@ pub fn mixes_scripts(s: &str) -> bool {
         .any(|w| !w.is_single_script())
 }
 
+/// The first word of an identifier that mixes scripts (UTS #39, as [`mixes_scripts`]),
+/// where words are split at white space, punctuation and symbols (`send_деньги` is two
+/// words, each in one script; `trаnsfer` with a Cyrillic `а` is one word in two).
+pub fn mixed_script_word(s: &str) -> Option<&str> {
+    use unicode_properties::GeneralCategoryGroup;
+    s.split(|c: char| {
+        matches!(
+            c.general_category_group(),
+            GeneralCategoryGroup::Punctuation
+                | GeneralCategoryGroup::Symbol
+                | GeneralCategoryGroup::Separator
+                | GeneralCategoryGroup::Other
+        )
+    })
+    .find(|w| !w.is_empty() && !w.is_single_script())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,7 @@ use crate::domain::audit::AuditEvent;
 use crate::domain::edit::FieldError;
 use crate::domain::grant::Grant;
 use crate::domain::ids::GrantId;
+use crate::domain::python::value::PyValue;
 use crate::domain::rules::{Call as RuleCall, Effect};
 use crate::storage::{EndedCursor, LiveWindow, WindowUse};
 
@@ -172,7 +173,7 @@ pub struct EditedParams {
     pub params: PyDict,
     /// The object exactly as sent: what the agent is handed back.
     pub params_json: String,
-    /// The same, as JSON for the schema's check and the rules.
+    /// The same, as JSON for the schema's check (the rules read `params`).
     pub value: Value,
 }
 
@@ -309,11 +310,12 @@ impl Service {
         }
         // A person may change a call, not its rules: an edit a `deny` rule forbids is
         // refused as the call itself would be.
+        let params = PyValue::Dict(e.params.clone());
         let call = RuleCall {
             tool: record.tool.as_str(),
             agent: &record.agent,
             owner: Some(record.owner_id.as_str()),
-            params: &e.value,
+            params: &params,
         };
         let (verdict, _) = self.policy().judge(&call);
         if verdict.effect == Effect::Deny && verdict.enforced {

@@ -10,6 +10,8 @@
 use tokio::sync::MutexGuard;
 
 use super::*;
+use crate::domain::python;
+use crate::domain::python::value::PyValue;
 use crate::domain::rules::{Call as RuleCall, Effect, Policy, Verdict};
 
 /// A call judged by the rules, and, while an `allow` with a `rate` is being stored, the
@@ -66,6 +68,10 @@ impl Service {
     /// counted against the calls that rule let through in its period (in the database),
     /// and asks once the rate is used up; the judgement then holds this process's rate
     /// gate until the caller has stored the record.
+    ///
+    /// A tool name that only looks like one a rule names (`trаnsfer`, Cyrillic `а`,
+    /// against a rule on `transfer`) is refused ([`ServiceError::LookAlikeTool`]), in a
+    /// dry run too: no rule could be trusted with it.
     pub(super) async fn judge(
         &self,
         agent: &str,
@@ -81,9 +87,13 @@ impl Service {
                 _rate_gate: None,
             });
         }
-        // The text was checked as a JSON object when it came in; anything else fails
-        // every condition rather than matching one.
-        let params: Value = serde_json::from_str(params_json).unwrap_or(Value::Null);
+        if let Some(look) = policy.set.look_alike(tool.as_str()) {
+            tracing::warn!(agent, rule = %look.rule, "a look-alike tool name refused");
+            return Err(ServiceError::LookAlikeTool(format!("`{tool}` {look}")));
+        }
+        // Read as the tool's Python runtime will read it (`1e400` is `inf`), with the
+        // parser that checked the text as a JSON object when it came in.
+        let params = python::json::parse(params_json).unwrap_or(PyValue::None);
         let call = RuleCall {
             tool: tool.as_str(),
             agent,

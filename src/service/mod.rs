@@ -434,6 +434,10 @@ pub enum ServiceError {
     /// forbids): each field at fault; nothing was decided.
     #[error("the edited parameters are invalid")]
     InvalidEdit(Vec<crate::domain::edit::FieldError>),
+    /// A call's tool whose name only looks like one a rule names (the sentence says
+    /// which, and why that is refused).
+    #[error("{0}")]
+    LookAlikeTool(String),
     #[error(transparent)]
     Storage(#[from] StorageError),
 }

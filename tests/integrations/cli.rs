@@ -1244,7 +1244,7 @@ async fn rules_test(call: &str) -> (i32, String, String) {
 #[tokio::test]
 async fn rules_test_exits_0_on_allow_1_on_deny_4_on_ask_naming_the_deciding_rule() {
     let (code, out, _) = rules_test(
-        r#"{"tool": "transfer", "agent": "workday", "owner_id": "alice",
+        r#"{"tool": "transfer", "agent": "workday-bot", "owner_id": "alice",
             "params": {"amount": 40, "currency": "EUR"}}"#,
     )
     .await;
@@ -1279,7 +1279,7 @@ async fn rules_test_exits_0_on_allow_1_on_deny_4_on_ask_naming_the_deciding_rule
 
     // The rate is shown, not counted: nothing is stored.
     let (code, out, _) =
-        rules_test(r#"{"tool": "ping_status", "agent": "workday", "params": {}}"#).await;
+        rules_test(r#"{"tool": "ping_status", "agent": "workday-bot", "params": {}}"#).await;
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("rate: at most 20 call(s) per 3600 s"), "{out}");
 }
@@ -1292,6 +1292,13 @@ async fn rules_test_exits_3_on_a_call_it_cannot_read_and_on_refused_rules() {
     let (code, _, err) = rules_test(r#"{"tool": "x", "argz": {}}"#).await;
     assert_eq!(code, 3);
     assert!(err.contains("not a call"), "{err}");
+    // A look-alike of a tool a rule names is refused by the service before any rule.
+    let (code, _, err) = rules_test("{\"tool\": \"tr\u{430}nsfer\", \"params\": {}}").await;
+    assert_eq!(code, 3);
+    assert!(
+        err.contains("(422): the tool `tr\u{430}nsfer` looks like `transfer`, which rule 'small-transfers' names"),
+        "{err}"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let rules = dir.path().join("rules.toml");
@@ -1318,6 +1325,35 @@ async fn rules_test_exits_3_on_a_call_it_cannot_read_and_on_refused_rules() {
 }
 
 #[tokio::test]
+async fn check_config_warns_about_a_rule_for_an_agent_it_does_not_have_and_an_allow_default() {
+    let out = check_edited(
+        |shipped| {
+            format!("rules_default = \"allow\"\n{shipped}")
+                + "\n[[rules]]\nname = \"status-pings\"\neffect = \"allow\"\ntools = [\"ping_*\"]\nagents = [\"workday\"]\n"
+        },
+        "1:x",
+        WORKDAY_TOKEN,
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "a warning, not a refusal: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "warning: rule 'status-pings' names the agent 'workday', which no [[agents]] entry is (the agents are: workday-bot): the rule never matches for it"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("warning: rules_default = \"allow\": every call no rule matches is confirmed at once, without asking anyone"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
 async fn check_config_prints_the_hash_of_the_rules_in_force_and_refuses_a_one_sided_allow_band() {
     let rules = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -1341,6 +1377,9 @@ async fn check_config_prints_the_hash_of_the_rules_in_force_and_refuses_a_one_si
         stdout.contains("rules: 6 rule(s), default ask, mode enforce, hash "),
         "{stdout}"
     );
+    // The example's rules name the shipped configuration's agent: nothing never matches.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("never matches"), "{stderr}");
     // The same hash `rules test` prints for the same rules.
     let (_, tested, _) = rules_test(r#"{"tool": "x", "params": {}}"#).await;
     let hash = |text: &str| {

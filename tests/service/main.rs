@@ -52,6 +52,7 @@ mod polling {
     mod metrics;
     mod outage;
     mod outcomes;
+    mod rule_spellings;
     mod rules;
     mod serve;
     mod telegram_faults;

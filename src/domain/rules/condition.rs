@@ -1,21 +1,46 @@
 //! A rule's `where` conditions: a dotted path into the call's `params`, an operator and
 //! a value, checked once at load (a regular expression compiled then, a number known to
-//! be one) and evaluated without I/O.
+//! be one) and evaluated without I/O, on the call as Python decoded it (an `int` of any
+//! length, `1e400` as `inf`: what the tool will be handed).
 //!
-//! What holds and what does not is chosen so that a condition never holds by accident:
-//! a missing path, or a value of another kind than the operator compares, makes every
-//! operator false (`ne` included: `ne "production"` does not hold on a missing `env`,
-//! nor on `env = 5`). `exists` alone speaks about presence.
+//! A condition reads the call one of two ways, by its rule's effect ([`Reading`]):
+//!
+//! - **An `allow` reads exactly.** It lets through only what it names as written: a
+//!   missing path, or a value of another kind than the operator compares, makes every
+//!   operator false (`ne` included: `ne "production"` does not hold on a missing `env`,
+//!   nor on `env = 5`); `"50"` is no number to `amount lte 100`.
+//! - **A `deny` and an `ask` read loosely: they fail closed.** Tool runtimes coerce
+//!   (pydantic's lax mode takes `"9000"` for 9000, Python reads `1e400` as `inf`), so
+//!   every way the call may be read counts, and the condition holds when it holds on any
+//!   of them: keys and string values in normal form (NFKC, case folded, trimmed: see
+//!   [`super::normal`]), every value found at the path in any spelling (see
+//!   [`Path::visit`]), any item of a list, text that reads as a number as that number.
+//!   For `lt`/`lte`/`gt`/`gte`, a value that cannot be compared (a non-finite number,
+//!   text that is no number, `null`, a table, an empty list) holds: a numeric `deny`
+//!   matches what it cannot rule out. `ne` holds when the exact path is missing (a tool
+//!   that does not read `"Env"` as `env` takes its own default) or when any value found
+//!   in any spelling is not equal to the rule's (a list is equal when all its items are);
+//!   `exists` holds when the path is found in any spelling, `exists = false` when the
+//!   exact path is missing (`"Amount"` is not the `amount` a tool asks for).
 //!
 //! `matches` is unanchored (a pattern found anywhere in the string holds): a rule that
 //! means the whole string writes `^…$`.
 
 use std::cmp::Ordering;
 use std::fmt;
+use std::ops::ControlFlow;
 
 use regex::{Regex, RegexBuilder};
 use serde::{Deserialize, Serialize};
 use serde_json::{Number, Value};
+
+use super::compare::{
+    Wanted, any_item, compares, every_item, exactly_equal, loosely_equal, same_kind,
+};
+use super::normal::normalise;
+use super::number::{self, AsNumber};
+use super::path::Path;
+use crate::domain::python::value::PyValue;
 
 /// A `where` operator, as written in the configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,57 +122,45 @@ pub enum ConditionError {
     NotABool(&'static str),
 }
 
-/// A dotted path into `params`: each segment is an object key. An array index is not
-/// supported (`items.0` looks for the key `"0"` and so never finds an array's item), nor
-/// a key holding a dot.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Path {
-    text: String,
-    segments: Vec<String>,
+/// How a rule reads a call: what its effect calls for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// An `allow`'s: only what the rule names exactly, as written, holds.
+    Exact,
+    /// A `deny`'s and an `ask`'s: every way a tool runtime may read the call counts,
+    /// and a value that cannot be compared matches rather than passes (see the module
+    /// header).
+    Loose,
 }
 
-impl Path {
-    pub fn parse(text: &str) -> Result<Path, ConditionError> {
-        let segments: Vec<String> = text.split('.').map(str::to_owned).collect();
-        if segments.iter().any(String::is_empty) {
-            return Err(ConditionError::BadPath(text.to_owned()));
+impl Reading {
+    /// The reading an effect calls for: `allow` reads exactly, `deny` and `ask` loosely.
+    pub fn of(effect: super::Effect) -> Reading {
+        match effect {
+            super::Effect::Allow => Reading::Exact,
+            super::Effect::Deny | super::Effect::Ask => Reading::Loose,
         }
-        Ok(Path {
-            text: text.to_owned(),
-            segments,
-        })
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.text
-    }
-
-    /// The value at this path, if every segment finds a key in an object.
-    pub fn find<'v>(&self, params: &'v Value) -> Option<&'v Value> {
-        self.segments
-            .iter()
-            .try_fold(params, |value, key| value.as_object()?.get(key))
     }
 }
 
-impl fmt::Debug for Path {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", self.text)
-    }
-}
-
-/// What a condition asks of the value it finds, checked.
+/// What a condition asks of the value it finds, checked. A value to compare with is
+/// kept as written (for [`Reading::Exact`], the fingerprint and messages) and as
+/// [`Wanted`] (for [`Reading::Loose`]).
 #[derive(Clone)]
 enum Test {
-    Eq(Value),
-    Ne(Value),
+    Eq(Value, Wanted),
+    Ne(Value, Wanted),
     /// Never empty.
-    In(Vec<Value>),
+    In(Vec<Value>, Vec<Wanted>),
     /// `lt`, `lte`, `gt` or `gte`: the operator, the orders of the found value against
     /// the bound that it accepts, and the bound.
     Compare(Op, fn(Ordering) -> bool, Number),
-    /// Compiled once, at load, under [`REGEX_SIZE_LIMIT`].
-    Matches(Regex),
+    /// Compiled once, at load, under [`REGEX_SIZE_LIMIT`]: as written, and ignoring case
+    /// for [`Reading::Loose`].
+    Matches {
+        exact: Regex,
+        folded: Regex,
+    },
     Exists(bool),
 }
 
@@ -167,12 +180,15 @@ impl Condition {
             (Op::Exists, Some(Value::Bool(b))) => Test::Exists(b),
             (Op::Exists, Some(v)) => return Err(ConditionError::NotABool(kind(&v))),
             (op, None) => return Err(ConditionError::MissingValue(op)),
-            (Op::Eq, Some(v)) => Test::Eq(v),
-            (Op::Ne, Some(v)) => Test::Ne(v),
+            (Op::Eq, Some(v)) => Test::Eq(v.clone(), Wanted::of(&v)),
+            (Op::Ne, Some(v)) => Test::Ne(v.clone(), Wanted::of(&v)),
             (Op::In, Some(Value::Array(items))) if items.is_empty() => {
                 return Err(ConditionError::EmptyList);
             }
-            (Op::In, Some(Value::Array(items))) => Test::In(items),
+            (Op::In, Some(Value::Array(items))) => {
+                let wanted = items.iter().map(Wanted::of).collect();
+                Test::In(items, wanted)
+            }
             (Op::In, Some(v)) => return Err(ConditionError::NotAList(kind(&v))),
             (Op::Lt, Some(Value::Number(n))) => Test::Compare(Op::Lt, Ordering::is_lt, n),
             (Op::Lte, Some(Value::Number(n))) => Test::Compare(Op::Lte, Ordering::is_le, n),
@@ -181,13 +197,10 @@ impl Condition {
             (op @ (Op::Lt | Op::Lte | Op::Gt | Op::Gte), Some(v)) => {
                 return Err(ConditionError::NotANumber { op, got: kind(&v) });
             }
-            (Op::Matches, Some(Value::String(pattern))) => Test::Matches(
-                RegexBuilder::new(&pattern)
-                    .size_limit(REGEX_SIZE_LIMIT)
-                    .dfa_size_limit(REGEX_SIZE_LIMIT)
-                    .build()
-                    .map_err(|e| ConditionError::BadRegex(e.to_string()))?,
-            ),
+            (Op::Matches, Some(Value::String(pattern))) => Test::Matches {
+                exact: regex(&pattern, false)?,
+                folded: regex(&pattern, true)?,
+            },
             (Op::Matches, Some(v)) => return Err(ConditionError::NotAString(kind(&v))),
         };
         Ok(Condition { path, test })
@@ -199,11 +212,11 @@ impl Condition {
 
     pub fn op(&self) -> Op {
         match &self.test {
-            Test::Eq(_) => Op::Eq,
-            Test::Ne(_) => Op::Ne,
-            Test::In(_) => Op::In,
+            Test::Eq(..) => Op::Eq,
+            Test::Ne(..) => Op::Ne,
+            Test::In(..) => Op::In,
             Test::Compare(op, ..) => *op,
-            Test::Matches(_) => Op::Matches,
+            Test::Matches { .. } => Op::Matches,
             Test::Exists(_) => Op::Exists,
         }
     }
@@ -212,10 +225,10 @@ impl Condition {
     /// (`true` when it was left out).
     pub fn value(&self) -> Value {
         match &self.test {
-            Test::Eq(v) | Test::Ne(v) => v.clone(),
-            Test::In(items) => Value::Array(items.clone()),
+            Test::Eq(v, _) | Test::Ne(v, _) => v.clone(),
+            Test::In(items, _) => Value::Array(items.clone()),
             Test::Compare(.., n) => Value::Number(n.clone()),
-            Test::Matches(re) => Value::String(re.as_str().to_owned()),
+            Test::Matches { exact, .. } => Value::String(exact.as_str().to_owned()),
             Test::Exists(b) => Value::Bool(*b),
         }
     }
@@ -228,28 +241,84 @@ impl Condition {
         }
     }
 
-    /// Whether the condition holds on a call's `params`.
-    pub fn holds(&self, params: &Value) -> bool {
+    /// Whether the condition holds on a call's `params`, read as `reading` says.
+    pub fn holds(&self, params: &PyValue, reading: Reading) -> bool {
+        match reading {
+            Reading::Exact => self.holds_exactly(params),
+            Reading::Loose => self.holds_loosely(params),
+        }
+    }
+
+    fn holds_exactly(&self, params: &PyValue) -> bool {
         let found = self.path.find(params);
         match (&self.test, found) {
             (Test::Exists(present), found) => found.is_some() == *present,
             (_, None) => false,
-            (Test::Eq(v), Some(found)) => same_value(found, v),
-            (Test::Ne(v), Some(found)) => same_kind(found, v) && !same_value(found, v),
-            (Test::In(items), Some(found)) => items.iter().any(|v| same_value(found, v)),
-            (Test::Compare(_, accepts, bound), Some(Value::Number(n))) => {
-                compare_numbers(n, bound).is_some_and(accepts)
-            }
-            (Test::Matches(re), Some(Value::String(s))) => re.is_match(s),
-            (Test::Compare(..) | Test::Matches(_), Some(_)) => false,
+            (Test::Eq(v, _), Some(found)) => exactly_equal(found, v),
+            (Test::Ne(v, _), Some(found)) => same_kind(found, v) && !exactly_equal(found, v),
+            (Test::In(items, _), Some(found)) => items.iter().any(|v| exactly_equal(found, v)),
+            (Test::Compare(_, accepts, bound), Some(found)) => match number::exact(found) {
+                AsNumber::Number(n) => n.cmp_number(bound).is_some_and(accepts),
+                AsNumber::NonFinite | AsNumber::NotANumber => false,
+            },
+            (Test::Matches { exact, .. }, Some(PyValue::Str(s))) => exact.is_match(s),
+            (Test::Matches { .. }, Some(_)) => false,
         }
     }
+
+    /// The module header says what holds; each test stops at the first value it holds on.
+    fn holds_loosely(&self, params: &PyValue) -> bool {
+        let any = |test: &mut dyn FnMut(&PyValue) -> bool| {
+            self.path
+                .visit(params, &mut |found| {
+                    if test(found) {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                })
+                .is_break()
+        };
+        match &self.test {
+            Test::Exists(true) => any(&mut |_| true),
+            // Absent as the tool reads it: `"Amount"` is not the `amount` a tool asks for.
+            Test::Exists(false) => self.path.find(params).is_none(),
+            Test::Eq(_, wanted) => {
+                any(&mut |found| any_item(found, &|item| loosely_equal(item, wanted)))
+            }
+            Test::In(_, wanted) => any(&mut |found| {
+                any_item(found, &|item| wanted.iter().any(|w| loosely_equal(item, w)))
+            }),
+            // Missing as the tool reads it (`"Env"` may not be its `env`: it then takes
+            // its own default), or another value in any spelling.
+            Test::Ne(_, wanted) => {
+                self.path.find(params).is_none()
+                    || any(&mut |found| !every_item(found, &|item| loosely_equal(item, wanted)))
+            }
+            Test::Compare(_, accepts, bound) => any(&mut |found| compares(found, *accepts, bound)),
+            Test::Matches { folded, .. } => any(&mut |found| {
+                any_item(found, &|item| match item {
+                    PyValue::Str(s) => folded.is_match(s) || folded.is_match(&normalise(s)),
+                    _ => false,
+                })
+            }),
+        }
+    }
+}
+
+fn regex(pattern: &str, ignore_case: bool) -> Result<Regex, ConditionError> {
+    RegexBuilder::new(pattern)
+        .case_insensitive(ignore_case)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| ConditionError::BadRegex(e.to_string()))
 }
 
 impl fmt::Debug for Condition {
     /// `` `amount` lte 100 ``: how it would read in a message.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "`{}` {} {}", self.path.text, self.op(), self.value())
+        write!(f, "`{}` {} {}", self.path.as_str(), self.op(), self.value())
     }
 }
 
@@ -265,123 +334,74 @@ pub(super) fn kind(v: &Value) -> &'static str {
     }
 }
 
-/// Whether two values are of one kind (any two numbers are, integer or not).
-fn same_kind(a: &Value, b: &Value) -> bool {
-    std::mem::discriminant(a) == std::mem::discriminant(b)
-}
-
-/// JSON equality, except that numbers are equal by value (`1` and `1.0`), at any depth.
-/// Recursion goes only as deep as both values are lists or tables, so no deeper than
-/// the rule's own value, which a configuration parser already bounded.
-pub(super) fn same_value(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => compare_numbers(x, y) == Some(Ordering::Equal),
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same_value(a, b))
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len()
-                && x.iter()
-                    .all(|(key, a)| y.get(key).is_some_and(|b| same_value(a, b)))
-        }
-        _ => a == b,
-    }
-}
-
-/// A JSON integer (`i64` or `u64`) as one type that holds both exactly.
-fn integer(n: &Number) -> Option<i128> {
-    n.as_i64()
-        .map(i128::from)
-        .or_else(|| n.as_u64().map(i128::from))
-}
-
-/// The order of two JSON numbers, exact for any pair: integers as integers (a `u64`
-/// above `i64::MAX` included), an integer and a float without rounding the integer to a
-/// float first (2^53 + 1 is more than 9007199254740992.0), floats as floats. `None`
-/// only for a number that is none of these, which serde_json does not produce.
-pub(super) fn compare_numbers(a: &Number, b: &Number) -> Option<Ordering> {
-    match (integer(a), integer(b)) {
-        (Some(x), Some(y)) => Some(x.cmp(&y)),
-        (Some(x), None) => compare_integer_float(x, b.as_f64()?),
-        (None, Some(y)) => compare_integer_float(y, a.as_f64()?).map(Ordering::reverse),
-        (None, None) => a.as_f64()?.partial_cmp(&b.as_f64()?),
-    }
-}
-
-/// The order of an integer from JSON (within `i64::MIN..=u64::MAX`) and a float.
-fn compare_integer_float(i: i128, f: f64) -> Option<Ordering> {
-    // 2^64 and -2^63: beyond them a float orders against every such integer by its
-    // side alone (infinities included, which JSON cannot carry anyway).
-    const ABOVE: f64 = 18_446_744_073_709_551_616.0;
-    const BELOW: f64 = -9_223_372_036_854_775_808.0;
-    if f.is_nan() {
-        return None;
-    }
-    if f >= ABOVE {
-        return Some(Ordering::Less);
-    }
-    if f < BELOW {
-        return Some(Ordering::Greater);
-    }
-    let whole = f.trunc();
-    // Exact: `whole` is an integer inside the range i128 holds.
-    let whole_int = whole as i128;
-    Some(i.cmp(&whole_int).then_with(|| {
-        // Equal integer parts: the fraction decides.
-        0.0_f64.partial_cmp(&(f - whole)).unwrap_or(Ordering::Equal)
-    }))
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::domain::python::json::parse;
 
     fn condition(path: &str, op: Op, value: Value) -> Condition {
         Condition::parse(path, op, Some(value)).unwrap()
     }
 
-    fn number(v: Value) -> Number {
-        match v {
-            Value::Number(n) => n,
-            other => panic!("not a number: {other}"),
-        }
+    /// `params` as Python decodes it: what a call's parameters are to the rules.
+    fn py(params: &Value) -> PyValue {
+        parse(&params.to_string()).unwrap()
+    }
+
+    /// Whether `c` holds on `params` as an `allow` reads them.
+    fn exactly(c: &Condition, params: &Value) -> bool {
+        c.holds(&py(params), Reading::Exact)
+    }
+
+    /// Whether `c` holds on the JSON text `params` as a `deny` or an `ask` reads them.
+    fn loosely(c: &Condition, params: &str) -> bool {
+        c.holds(&parse(params).unwrap(), Reading::Loose)
     }
 
     #[test]
     fn eq_holds_on_an_equal_value_only() {
         let c = condition("env", Op::Eq, json!("production"));
-        assert!(c.holds(&json!({"env": "production"})));
-        assert!(!c.holds(&json!({"env": "staging"})));
+        assert!(exactly(&c, &json!({"env": "production"})));
+        assert!(!exactly(&c, &json!({"env": "staging"})));
         let c = condition("target", Op::Eq, json!({"env": "prod", "ids": [1, 2]}));
-        assert!(c.holds(&json!({"target": {"ids": [1.0, 2], "env": "prod"}})));
-        assert!(!c.holds(&json!({"target": {"ids": [2, 1], "env": "prod"}})));
-        assert!(condition("x", Op::Eq, Value::Null).holds(&json!({"x": null})));
+        assert!(exactly(
+            &c,
+            &json!({"target": {"ids": [1.0, 2], "env": "prod"}})
+        ));
+        assert!(!exactly(
+            &c,
+            &json!({"target": {"ids": [2, 1], "env": "prod"}})
+        ));
+        assert!(exactly(
+            &condition("x", Op::Eq, Value::Null),
+            &json!({"x": null})
+        ));
     }
 
     #[test]
     fn ne_holds_on_another_value_of_the_same_kind_only() {
         let c = condition("env", Op::Ne, json!("production"));
-        assert!(c.holds(&json!({"env": "staging"})));
-        assert!(!c.holds(&json!({"env": "production"})));
-        assert!(!c.holds(&json!({"env": 5})), "another kind");
-        assert!(!c.holds(&json!({"env": ["staging"]})), "another kind");
-        assert!(!c.holds(&json!({"env": null})), "another kind");
-        assert!(!c.holds(&json!({})), "missing");
+        assert!(exactly(&c, &json!({"env": "staging"})));
+        assert!(!exactly(&c, &json!({"env": "production"})));
+        assert!(!exactly(&c, &json!({"env": 5})), "another kind");
+        assert!(!exactly(&c, &json!({"env": ["staging"]})), "another kind");
+        assert!(!exactly(&c, &json!({"env": null})), "another kind");
+        assert!(!exactly(&c, &json!({})), "missing");
         let c = condition("n", Op::Ne, json!(1));
-        assert!(c.holds(&json!({"n": 2.5})));
-        assert!(!c.holds(&json!({"n": 1.0})));
+        assert!(exactly(&c, &json!({"n": 2.5})));
+        assert!(!exactly(&c, &json!({"n": 1.0})));
     }
 
     #[test]
     fn in_holds_when_one_item_is_equal() {
         let c = condition("env", Op::In, json!(["staging", "dev", 3]));
-        assert!(c.holds(&json!({"env": "dev"})));
-        assert!(c.holds(&json!({"env": 3.0})));
-        assert!(!c.holds(&json!({"env": "production"})));
-        assert!(!c.holds(&json!({"env": ["dev"]})));
-        assert!(!c.holds(&json!({})));
+        assert!(exactly(&c, &json!({"env": "dev"})));
+        assert!(exactly(&c, &json!({"env": 3.0})));
+        assert!(!exactly(&c, &json!({"env": "production"})));
+        assert!(!exactly(&c, &json!({"env": ["dev"]})));
+        assert!(!exactly(&c, &json!({})));
     }
 
     #[test]
@@ -394,12 +414,20 @@ mod tests {
             (Op::Gte, false, true, true),
         ] {
             let c = condition("amount", op, json!(100));
-            assert_eq!(c.holds(&at(json!(99))), below, "{op} below");
-            assert_eq!(c.holds(&at(json!(100))), equal, "{op} equal");
-            assert_eq!(c.holds(&at(json!(100.0))), equal, "{op} equal as a float");
-            assert_eq!(c.holds(&at(json!(100.5))), above, "{op} above as a float");
-            assert_eq!(c.holds(&at(json!(-1))), below, "{op} negative");
-            assert_eq!(c.holds(&at(json!(u64::MAX))), above, "{op} huge");
+            assert_eq!(exactly(&c, &at(json!(99))), below, "{op} below");
+            assert_eq!(exactly(&c, &at(json!(100))), equal, "{op} equal");
+            assert_eq!(
+                exactly(&c, &at(json!(100.0))),
+                equal,
+                "{op} equal as a float"
+            );
+            assert_eq!(
+                exactly(&c, &at(json!(100.5))),
+                above,
+                "{op} above as a float"
+            );
+            assert_eq!(exactly(&c, &at(json!(-1))), below, "{op} negative");
+            assert_eq!(exactly(&c, &at(json!(u64::MAX))), above, "{op} huge");
         }
     }
 
@@ -417,7 +445,7 @@ mod tests {
                 json!([1, 2]),
                 json!("amount"),
             ] {
-                assert!(!c.holds(&params), "{op} on {params}");
+                assert!(!exactly(&c, &params), "{op} on {params}");
             }
         }
     }
@@ -425,14 +453,14 @@ mod tests {
     #[test]
     fn matches_finds_a_match_anywhere_unless_anchored_and_only_in_strings() {
         let c = condition("host", Op::Matches, json!("prod"));
-        assert!(c.holds(&json!({"host": "db-prod-1"})));
-        assert!(!c.holds(&json!({"host": "db-staging-1"})));
-        assert!(!c.holds(&json!({"host": 1})));
-        assert!(!c.holds(&json!({"host": ["prod"]})));
-        assert!(!c.holds(&json!({})));
+        assert!(exactly(&c, &json!({"host": "db-prod-1"})));
+        assert!(!exactly(&c, &json!({"host": "db-staging-1"})));
+        assert!(!exactly(&c, &json!({"host": 1})));
+        assert!(!exactly(&c, &json!({"host": ["prod"]})));
+        assert!(!exactly(&c, &json!({})));
         let anchored = condition("host", Op::Matches, json!("^prod-"));
-        assert!(anchored.holds(&json!({"host": "prod-db"})));
-        assert!(!anchored.holds(&json!({"host": "db-prod-1"})));
+        assert!(exactly(&anchored, &json!({"host": "prod-db"})));
+        assert!(!exactly(&anchored, &json!({"host": "db-prod-1"})));
     }
 
     #[test]
@@ -443,24 +471,24 @@ mod tests {
             json!({"target": {"env": null}}),
             json!({"target": {"env": "x"}}),
         ] {
-            assert!(present.holds(&params));
-            assert!(!absent.holds(&params));
+            assert!(exactly(&present, &params));
+            assert!(!exactly(&absent, &params));
         }
         for params in [json!({"target": {}}), json!({"target": "env"}), json!({})] {
-            assert!(!present.holds(&params));
-            assert!(absent.holds(&params));
+            assert!(!exactly(&present, &params));
+            assert!(exactly(&absent, &params));
         }
     }
 
     #[test]
     fn a_dotted_path_walks_objects_only() {
         let c = condition("target.env", Op::Eq, json!("prod"));
-        assert!(c.holds(&json!({"target": {"env": "prod"}})));
-        assert!(!c.holds(&json!({"target.env": "prod"})));
-        assert!(!c.holds(&json!({"target": [{"env": "prod"}]})));
+        assert!(exactly(&c, &json!({"target": {"env": "prod"}})));
+        assert!(!exactly(&c, &json!({"target.env": "prod"})));
+        assert!(!exactly(&c, &json!({"target": [{"env": "prod"}]})));
         let index = condition("items.0", Op::Eq, json!("a"));
-        assert!(!index.holds(&json!({"items": ["a"]})));
-        assert!(index.holds(&json!({"items": {"0": "a"}})));
+        assert!(!exactly(&index, &json!({"items": ["a"]})));
+        assert!(exactly(&index, &json!({"items": {"0": "a"}})));
     }
 
     #[test]
@@ -507,27 +535,208 @@ mod tests {
     }
 
     #[test]
-    fn numbers_compare_exactly_across_integers_and_floats() {
-        let cmp = |a: Value, b: Value| compare_numbers(&number(a), &number(b));
-        assert_eq!(cmp(json!(1), json!(1.0)), Some(Ordering::Equal));
-        assert_eq!(cmp(json!(-1), json!(u64::MAX)), Some(Ordering::Less));
-        assert_eq!(
-            cmp(json!(u64::MAX), json!(i64::MAX)),
-            Some(Ordering::Greater)
+    fn a_loose_eq_or_in_compares_text_in_normal_form_and_any_item_of_a_list() {
+        let prod = condition("env", Op::Eq, json!("prod"));
+        for params in [
+            r#"{"env": "prod"}"#,
+            r#"{"env": "PROD"}"#,
+            r#"{"env": "prod "}"#,
+            r#"{"env": "ｐｒｏｄ"}"#,
+            r#"{"env": ["prod"]}"#,
+            r#"{"env": ["dev", ["Prod"]]}"#,
+            r#"{"ENV ": "prod"}"#,
+            r#"{"env": "dev", "Env": "prod"}"#,
+        ] {
+            assert!(loosely(&prod, params), "{params}");
+        }
+        for params in [
+            r#"{"env": "production"}"#,
+            r#"{"env": "pr od"}"#,
+            r#"{"env": 5}"#,
+            r#"{"env": {"name": "prod"}}"#,
+            r#"{}"#,
+        ] {
+            assert!(!loosely(&prod, params), "{params}");
+        }
+        let roles = condition("role", Op::In, json!(["admin", "root"]));
+        for params in [
+            r#"{"role": "Admin"}"#,
+            r#"{"role": ["admin"]}"#,
+            r#"{"role": " ROOT"}"#,
+        ] {
+            assert!(loosely(&roles, params), "{params}");
+            assert!(
+                !exactly(&roles, &serde_json::from_str(params).unwrap()),
+                "{params}"
+            );
+        }
+        assert!(!loosely(&roles, r#"{"role": "user"}"#));
+    }
+
+    #[test]
+    fn a_loose_eq_takes_a_number_and_text_that_reads_as_it_for_each_other() {
+        let amount = condition("amount", Op::Eq, json!(9000));
+        for params in [
+            r#"{"amount": 9000}"#,
+            r#"{"amount": 9000.0}"#,
+            r#"{"amount": "9000"}"#,
+            r#"{"amount": " 9e3 "}"#,
+            r#"{"amount": [1, "9_000"]}"#,
+        ] {
+            assert!(loosely(&amount, params), "{params}");
+        }
+        assert!(!loosely(&amount, r#"{"amount": "9000 EUR"}"#));
+        let text = condition("amount", Op::Eq, json!("9000"));
+        assert!(loosely(&text, r#"{"amount": 9000}"#));
+        assert!(!exactly(&text, &json!({"amount": 9000})));
+        let flag = condition("dry_run", Op::Eq, json!(false));
+        for params in [
+            r#"{"dry_run": false}"#,
+            r#"{"dry_run": "no"}"#,
+            r#"{"dry_run": "False"}"#,
+            r#"{"dry_run": 0}"#,
+        ] {
+            assert!(loosely(&flag, params), "{params}");
+        }
+        assert!(!loosely(&flag, r#"{"dry_run": "maybe"}"#));
+        let target = condition("target", Op::Eq, json!({"env": "prod", "ids": [1, 2]}));
+        assert!(loosely(
+            &target,
+            r#"{"target": {"Env": "PROD", "ids": ["1", 2.0]}}"#
+        ));
+        assert!(!loosely(
+            &target,
+            r#"{"target": {"env": "prod", "ids": [2, 1]}}"#
+        ));
+    }
+
+    #[test]
+    fn a_loose_numeric_comparison_holds_on_what_reads_past_its_bound_or_cannot_be_compared() {
+        let over = condition("amount", Op::Gt, json!(1000));
+        for params in [
+            r#"{"amount": 9000}"#,
+            r#"{"amount": "9000"}"#,
+            r#"{"amount": " 9_000 "}"#,
+            r#"{"amount": [9000]}"#,
+            r#"{"amount": [1, [9000]]}"#,
+            r#"{"amount": {"value": 9000}}"#,
+            r#"{"amount": {"value": 1}}"#,
+            r#"{"amount": 1e400}"#,
+            r#"{"amount": -1e400}"#,
+            r#"{"amount": "inf"}"#,
+            r#"{"amount": "nan"}"#,
+            r#"{"amount": "nine thousand"}"#,
+            r#"{"amount": null}"#,
+            r#"{"amount": []}"#,
+            r#"{"Amount": 9000}"#,
+            r#"{"amount ": 9000}"#,
+            r#"{"amount": 50, "AMOUNT": 9000}"#,
+            r#"{"amount": 100000000000000000000000000000000000000000000}"#,
+        ] {
+            assert!(loosely(&over, params), "{params}");
+        }
+        for params in [
+            r#"{"amount": 50}"#,
+            r#"{"amount": "50"}"#,
+            r#"{"amount": [50, "999.5"]}"#,
+            r#"{"amount": true}"#,
+            r#"{}"#,
+            r#"{"other": 9000}"#,
+        ] {
+            assert!(!loosely(&over, params), "{params}");
+        }
+    }
+
+    #[test]
+    fn a_loose_ne_holds_unless_the_exact_key_and_every_spelling_hold_the_rules_value() {
+        let c = condition("env", Op::Ne, json!("staging"));
+        for params in [
+            r#"{}"#,
+            r#"{"env": "prod"}"#,
+            r#"{"env": 5}"#,
+            r#"{"env": null}"#,
+            r#"{"env": {"name": "staging"}}"#,
+            r#"{"env": ["staging", "prod"]}"#,
+            r#"{"env": []}"#,
+            r#"{"env": "staging", "ENV": "prod"}"#,
+            r#"{"Env": "staging"}"#,
+            r#"{"env.": "staging"}"#,
+        ] {
+            assert!(loosely(&c, params), "{params}");
+        }
+        for params in [
+            r#"{"env": "staging"}"#,
+            r#"{"env": "Staging "}"#,
+            r#"{"env": ["staging"]}"#,
+            r#"{"env": "staging", "Env": "STAGING"}"#,
+        ] {
+            assert!(!loosely(&c, params), "{params}");
+        }
+    }
+
+    #[test]
+    fn loose_exists_finds_any_spelling_and_loose_absence_is_of_the_exact_key() {
+        let present = Condition::parse("invoice.total", Op::Exists, None).unwrap();
+        let absent = condition("invoice.total", Op::Exists, json!(false));
+        for params in [
+            r#"{"invoice": {"total": 1}}"#,
+            r#"{"Invoice": {"Total": 1}}"#,
+            r#"{"invoice.total": 1}"#,
+            r#"{"invoice": [{"total": 1}]}"#,
+        ] {
+            assert!(loosely(&present, params), "{params}");
+        }
+        assert!(!loosely(&present, r#"{"invoice": {}}"#));
+        assert!(!loosely(&absent, r#"{"invoice": {"total": 1}}"#));
+        for params in [
+            r#"{"invoice.total": 1}"#,
+            r#"{"Invoice": {"total": 1}}"#,
+            r#"{}"#,
+        ] {
+            assert!(loosely(&absent, params), "{params}");
+        }
+    }
+
+    #[test]
+    fn a_loose_match_ignores_case_width_and_surrounding_space() {
+        let c = condition("host", Op::Matches, json!("^prod-"));
+        for params in [
+            r#"{"host": "prod-db"}"#,
+            r#"{"host": "PROD-db"}"#,
+            r#"{"host": " prod-db"}"#,
+            r#"{"host": "ｐｒｏｄ-db"}"#,
+            r#"{"host": ["db", "prod-1"]}"#,
+        ] {
+            assert!(loosely(&c, params), "{params}");
+        }
+        assert!(!loosely(&c, r#"{"host": "db-prod-1"}"#));
+        assert!(!loosely(&c, r#"{"host": 5}"#));
+        assert!(!exactly(&c, &json!({"host": "PROD-db"})));
+    }
+
+    #[test]
+    fn an_exact_reading_never_takes_another_kind_or_spelling() {
+        let band = [
+            condition("amount", Op::Gte, json!(0)),
+            condition("amount", Op::Lte, json!(100)),
+        ];
+        for params in [
+            json!({"amount": "50"}),
+            json!({"amount": [50]}),
+            json!({"amount": {"value": 50}}),
+            json!({"Amount": 50}),
+            json!({"amount ": 50}),
+            json!({"amount": true}),
+        ] {
+            assert!(!band.iter().all(|c| exactly(c, &params)), "{params}");
+        }
+        assert!(band.iter().all(|c| exactly(c, &json!({"amount": 50}))));
+        let inf = parse(r#"{"amount": -1e400}"#).unwrap();
+        assert!(
+            !band[1].holds(&inf, Reading::Exact),
+            "-inf is no number to an allow"
         );
-        assert_eq!(cmp(json!(i64::MIN), json!(-1e300)), Some(Ordering::Greater));
-        // 2^64 as a float: above every u64, although u64::MAX rounds to it.
-        assert_eq!(
-            cmp(json!(u64::MAX), json!(18446744073709551616.0)),
-            Some(Ordering::Less)
-        );
-        // 2^53 + 1 against 2^53 as a float: a float comparison would call them equal.
-        assert_eq!(
-            cmp(json!(9_007_199_254_740_993_u64), json!(9007199254740992.0)),
-            Some(Ordering::Greater)
-        );
-        assert_eq!(cmp(json!(-2.5), json!(-2)), Some(Ordering::Less));
-        assert_eq!(cmp(json!(-2), json!(-2.5)), Some(Ordering::Greater));
-        assert_eq!(cmp(json!(0.1), json!(0.2)), Some(Ordering::Less));
+        let ne = condition("n", Op::Ne, json!(1));
+        assert!(!ne.holds(&parse(r#"{"n": 1e400}"#).unwrap(), Reading::Exact));
     }
 }

@@ -7,9 +7,11 @@ use std::num::NonZeroU64;
 
 use serde_json::{Number, Value};
 
-use super::condition::{Condition, Op, compare_numbers, kind};
+use super::condition::{Condition, Op, kind};
 use super::error::{MAX_NAME_CHARS, Problem, RuleError, RuleLabel, Side};
 use super::glob::Glob;
+use super::normal::normalise;
+use super::number::compare_numbers;
 use super::raw::{RawRate, RawRule};
 use super::{Effect, Rate, Rule};
 use crate::domain::text;
@@ -120,6 +122,10 @@ fn rule(raw: RawRule, number: usize) -> Result<Rule, RuleError> {
         effect: raw.effect,
         tools,
         agents: raw.agents,
+        normal_owners: raw
+            .owners
+            .as_ref()
+            .map(|owners| owners.iter().map(|o| normalise(o).into_owned()).collect()),
         owners: raw.owners,
         conditions,
         rate,

@@ -9,6 +9,14 @@
 //! whose numeric band is open on one side, bounds that never hold together, a `rate`
 //! anywhere but on an `allow`.
 //!
+//! A rule reads a call as its effect calls for ([`Reading`]): an `allow` only lets
+//! through what it names exactly, as written; a `deny` and an `ask` fail closed, matching
+//! every spelling of the call a tool runtime may read as the one they name (a tool or a
+//! key in another case, `"9000"` for 9000, a list holding the value, a number that is no
+//! finite number): see [`Reading`] and [`normal`]. A tool name that only looks like one
+//! a rule names ([`RuleSet::look_alike`]) is for the caller to refuse before any rule is
+//! read.
+//!
 //! [`RuleSet::evaluate`] has no ordering traps: the first matching `deny` in the file
 //! decides, else the first matching `ask`, else the first matching `allow`, else the
 //! set's default (`ask` unless `rules_default` says otherwise). The [`Decision`] names the
@@ -19,14 +27,19 @@
 //! [`Fingerprint`] is the SHA-256 of the checked set in a canonical form, to record which
 //! rules were in force when a rule decided.
 
+mod compare;
 mod condition;
 mod error;
 mod glob;
 mod load;
+pub mod normal;
+mod number;
+mod path;
 mod raw;
 #[cfg(test)]
 mod tests;
 
+use std::borrow::Cow;
 use std::fmt;
 use std::num::NonZeroU64;
 
@@ -34,10 +47,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-pub use condition::{Condition, ConditionError, Op, Path};
+pub use condition::{Condition, ConditionError, Op, Reading};
 pub use error::{MAX_NAME_CHARS, Problem, RuleError, RuleLabel, Side};
 pub use glob::{Glob, GlobError};
+pub use path::Path;
 pub use raw::{RawCondition, RawRate, RawRule};
+
+use crate::domain::python::value::PyValue;
 
 /// What a rule does with a call it matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -87,6 +103,8 @@ pub struct Rule {
     agents: Option<Vec<String>>,
     /// `None`: every owner, and calls with none. Never an empty list.
     owners: Option<Vec<String>>,
+    /// `owners` in normal form, for a `deny` and an `ask`.
+    normal_owners: Option<Vec<String>>,
     conditions: Vec<Condition>,
     /// Only on an `allow`.
     rate: Option<Rate>,
@@ -128,18 +146,41 @@ impl Rule {
 
     /// Whether the rule is about this call: one of its patterns matches the tool, the
     /// agent and the owner are among those it lists (a rule that lists owners never
-    /// matches a call made on behalf of none), and every condition holds.
+    /// matches a call made on behalf of none), and every condition holds; all read as
+    /// the rule's effect calls for ([`Reading`]). The agent is the service's own name for
+    /// the caller, compared as written either way.
     pub fn matches(&self, call: &Call<'_>) -> bool {
-        self.tools.iter().any(|g| g.matches(call.tool))
+        self.applies(&Subject::of(call))
+    }
+
+    fn applies(&self, s: &Subject<'_, '_>) -> bool {
+        let reading = Reading::of(self.effect);
+        let tool = |g: &Glob| match reading {
+            Reading::Exact => g.matches(s.call.tool),
+            Reading::Loose => g.matches_normal(&s.tool),
+        };
+        let owner = || match (reading, &self.owners, &self.normal_owners) {
+            (_, None, _) => true,
+            (Reading::Exact, Some(owners), _) => s
+                .call
+                .owner
+                .is_some_and(|owner| owners.iter().any(|o| o == owner)),
+            (Reading::Loose, _, normal) => s.owner.as_deref().is_some_and(|owner| {
+                normal
+                    .as_ref()
+                    .is_some_and(|owners| owners.iter().any(|o| o == owner))
+            }),
+        };
+        self.tools.iter().any(tool)
             && self
                 .agents
                 .as_ref()
-                .is_none_or(|agents| agents.iter().any(|a| a == call.agent))
-            && self.owners.as_ref().is_none_or(|owners| {
-                call.owner
-                    .is_some_and(|owner| owners.iter().any(|o| o == owner))
-            })
-            && self.conditions.iter().all(|c| c.holds(call.params))
+                .is_none_or(|agents| agents.iter().any(|a| a == s.call.agent))
+            && owner()
+            && self
+                .conditions
+                .iter()
+                .all(|c| c.holds(s.call.params, reading))
     }
 
     /// The rule in the fingerprint's canonical form.
@@ -171,8 +212,46 @@ pub struct Call<'a> {
     pub agent: &'a str,
     /// On whose behalf the agent acts, when it says.
     pub owner: Option<&'a str>,
-    /// The call's parameters, an object (anything else fails every condition).
-    pub params: &'a Value,
+    /// The call's parameters as Python decoded them (`python::json::parse`): what the
+    /// tool is handed, `1e400` as `inf` included. An object; anything else has no path.
+    pub params: &'a PyValue,
+}
+
+/// A call with what every rule compares computed once: the tool and the owner in normal
+/// form.
+struct Subject<'c, 'a> {
+    call: &'c Call<'a>,
+    tool: Cow<'a, str>,
+    owner: Option<Cow<'a, str>>,
+}
+
+impl<'c, 'a> Subject<'c, 'a> {
+    fn of(call: &'c Call<'a>) -> Self {
+        Subject {
+            call,
+            tool: normal::normalise(call.tool),
+            owner: call.owner.map(normal::normalise),
+        }
+    }
+}
+
+/// A tool name that looks like one a rule's pattern names without being it
+/// ([`RuleSet::look_alike`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LookAlike {
+    pub rule: String,
+    pub pattern: String,
+}
+
+impl fmt::Display for LookAlike {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "looks like `{}`, which rule '{}' names, but is another name (a letter from \
+             another script, or another look-alike character): name the tool as the rules do",
+            self.pattern, self.rule
+        )
+    }
 }
 
 impl fmt::Debug for Call<'_> {
@@ -318,6 +397,25 @@ impl RuleSet {
         &self.rules
     }
 
+    /// The first pattern (in file order) `tool` only looks like (UTS #39: the same
+    /// skeleton, another normal form), such as `trаnsfer` with a Cyrillic `а` against a
+    /// rule on `transfer`: such a call would pass every rule meant for the name it
+    /// imitates, so it is refused before the rules are read. `None` for a name that is
+    /// what it looks like.
+    pub fn look_alike(&self, tool: &str) -> Option<LookAlike> {
+        let normal = normal::normalise(tool);
+        let skeleton = normal::skeleton(tool);
+        self.rules.iter().find_map(|rule| {
+            rule.tools
+                .iter()
+                .find(|g| g.looks_like(&normal, &skeleton))
+                .map(|g| LookAlike {
+                    rule: rule.name.clone(),
+                    pattern: g.as_str().to_owned(),
+                })
+        })
+    }
+
     pub fn default_effect(&self) -> Effect {
         self.default
     }
@@ -329,8 +427,9 @@ impl RuleSet {
     /// The decision on `call`: the first matching `deny` in file order, else the first
     /// matching `ask`, else the first matching `allow`, else the default.
     pub fn evaluate(&self, call: &Call<'_>) -> Decision<'_> {
+        let subject = Subject::of(call);
         let (mut ask, mut allow) = (None, None);
-        for rule in self.rules.iter().filter(|r| r.matches(call)) {
+        for rule in self.rules.iter().filter(|r| r.applies(&subject)) {
             match rule.effect {
                 Effect::Deny => return Decision::by(rule),
                 Effect::Ask => {

@@ -5,6 +5,7 @@
 use serde_json::{Value, json};
 
 use super::*;
+use crate::domain::python::json::parse;
 
 fn rules(rules: Value) -> RuleSet {
     rules_with_default(rules, None)
@@ -24,12 +25,18 @@ fn refusal(rules: Value) -> String {
     }
 }
 
-fn call<'a>(tool: &'a str, params: &'a Value) -> Call<'a> {
+fn call<'a>(tool: &'a str, params: &Value) -> Call<'a> {
+    call_text(tool, &params.to_string())
+}
+
+/// A call whose `params` are the JSON text `params`, as Python decodes it (`1e400` is
+/// `inf`, which no `Value` holds). Leaked: a test's few calls live as long as it does.
+fn call_text<'a>(tool: &'a str, params: &str) -> Call<'a> {
     Call {
         tool,
         agent: "agent-a",
         owner: Some("alice"),
-        params,
+        params: Box::leak(Box::new(parse(params).expect("JSON"))),
     }
 }
 
@@ -191,36 +198,163 @@ fn tool_patterns_select_the_calls_a_rule_is_about() {
 }
 
 #[test]
-fn missing_paths_and_values_of_another_kind_never_match_not_even_ne() {
+fn an_allow_reads_a_call_exactly_while_a_deny_fails_closed() {
     let set = rules(json!([
-        {"name": "non-prod", "effect": "deny", "tools": ["*"],
+        {"name": "non-staging", "effect": "deny", "tools": ["*"],
          "where": [{"path": "target.env", "op": "ne", "value": "staging"}]},
         {"name": "small", "effect": "allow", "tools": ["*"],
          "where": [{"path": "amount", "op": "gte", "value": 0},
                    {"path": "amount", "op": "lte", "value": 100}]},
     ]));
-    for params in [
-        json!({}),
-        json!({"target": "staging"}),
-        json!({"target": {"env": 1}}),
-        json!({"target": {"env": null}}),
-        json!({"amount": "50"}),
-        json!({"amount": [50]}),
-        json!([]),
-        json!(null),
-        json!("amount"),
-    ] {
+    let staging = |amount: Value| json!({"amount": amount, "target": {"env": "staging"}});
+    assert_eq!(
+        decide(&set, &call("pay", &staging(json!(50)))),
+        by(Effect::Allow, "small")
+    );
+    // An allow lets through only what it names as written: "50" is no number to it.
+    for amount in [json!("50"), json!([50]), json!({"value": 50}), json!(true)] {
         assert_eq!(
-            decide(&set, &call("pay", &params)),
+            decide(&set, &call("pay", &staging(amount.clone()))),
             (Effect::Ask, None),
+            "{amount}"
+        );
+    }
+    for params in [
+        json!({"Amount": 50, "target": {"env": "staging"}}),
+        json!({"amount": 50, "target.env": "staging"}),
+    ] {
+        // The deny reads `target.env` in any spelling, the allow `amount` exactly.
+        assert_ne!(
+            decide(&set, &call("pay", &params)),
+            by(Effect::Allow, "small"),
             "{params}"
         );
     }
-    let params = json!({"target": {"env": "production"}});
+    // A deny's `ne` holds on a value missing at its exact path (a tool may take its own
+    // default), or one of another kind or value in any spelling.
+    for params in [
+        json!({"amount": 50}),
+        json!({"amount": 50, "Target": {"env": "staging"}}),
+        json!({"amount": 50, "target": {"env": 1}}),
+        json!({"amount": 50, "target": {"env": null}}),
+        json!({"amount": 50, "target": {"env": ["staging", "prod"]}}),
+        json!({"amount": 50, "target": {"env": "staging", "ENV": "prod"}}),
+    ] {
+        assert_eq!(
+            decide(&set, &call("pay", &params)),
+            by(Effect::Deny, "non-staging"),
+            "{params}"
+        );
+    }
+    // ...and not on the value it names, in any case or width, at its exact key.
+    let spelled = json!({"amount": 50, "target": {"env": "STAGING "}});
     assert_eq!(
-        decide(&set, &call("pay", &params)),
-        by(Effect::Deny, "non-prod")
+        decide(&set, &call("pay", &spelled)),
+        by(Effect::Allow, "small")
     );
+}
+
+#[test]
+fn with_allow_as_the_default_no_spelling_of_a_denied_call_gets_through() {
+    let set = rules_with_default(
+        json!([
+            {"name": "big-transfers", "effect": "deny", "tools": ["transfer"],
+             "where": [{"path": "amount", "op": "gt", "value": 1000}]},
+            {"name": "no-drops-in-prod", "effect": "deny", "tools": ["drop_*"],
+             "where": [{"path": "env", "op": "in", "value": ["prod", "production"]}]},
+            {"name": "big-invoices", "effect": "deny", "tools": ["pay_invoice"],
+             "where": [{"path": "invoice.total", "op": "gte", "value": 5000}]},
+            {"name": "no-admins", "effect": "deny", "tools": ["grant_role"],
+             "where": [{"path": "role", "op": "eq", "value": "admin"}]},
+        ]),
+        Some(Effect::Allow),
+    );
+    for (tool, params, rule) in [
+        ("transfer", r#"{"amount": 9000}"#, "big-transfers"),
+        ("transfer", r#"{"amount": "9000"}"#, "big-transfers"),
+        ("transfer", r#"{"amount": [9000]}"#, "big-transfers"),
+        (
+            "transfer",
+            r#"{"amount": {"value": 9000}}"#,
+            "big-transfers",
+        ),
+        ("transfer", r#"{"amount": 1e400}"#, "big-transfers"),
+        ("transfer", r#"{"Amount": 9000}"#, "big-transfers"),
+        ("transfer", r#"{"amount ": 9000}"#, "big-transfers"),
+        ("Transfer", r#"{"amount": 9000}"#, "big-transfers"),
+        ("transfer ", r#"{"amount": 9000}"#, "big-transfers"),
+        ("ｔransfer", r#"{"amount": 9000}"#, "big-transfers"),
+        ("drop_table", r#"{"env": "prod"}"#, "no-drops-in-prod"),
+        ("DROP_table", r#"{"env": "prod"}"#, "no-drops-in-prod"),
+        ("drop_table", r#"{"env": "PROD"}"#, "no-drops-in-prod"),
+        ("drop_table", r#"{"env": "prod "}"#, "no-drops-in-prod"),
+        ("drop_table", r#"{"env": ["prod"]}"#, "no-drops-in-prod"),
+        (
+            "pay_invoice",
+            r#"{"invoice": {"total": 5000}}"#,
+            "big-invoices",
+        ),
+        ("pay_invoice", r#"{"invoice.total": 5000}"#, "big-invoices"),
+        (
+            "pay_invoice",
+            r#"{"invoice": [{"total": 5000}]}"#,
+            "big-invoices",
+        ),
+        ("grant_role", r#"{"role": "admin"}"#, "no-admins"),
+        ("grant_role", r#"{"role": "Admin"}"#, "no-admins"),
+        ("grant_role", r#"{"role": ["admin"]}"#, "no-admins"),
+    ] {
+        assert_eq!(
+            decide(&set, &call_text(tool, params)),
+            by(Effect::Deny, rule),
+            "{tool} {params}"
+        );
+    }
+    // The same calls, harmless, are the default's.
+    for (tool, params) in [
+        ("transfer", r#"{"amount": "50"}"#),
+        ("drop_table", r#"{"env": ["staging"]}"#),
+        ("pay_invoice", r#"{"invoice": [{"total": 10}]}"#),
+        ("grant_role", r#"{"role": "Viewer"}"#),
+    ] {
+        assert_eq!(
+            decide(&set, &call_text(tool, params)),
+            (Effect::Allow, None),
+            "{tool} {params}"
+        );
+    }
+    // A look-alike of a name a rule spells out is for the caller to refuse.
+    let look = set.look_alike("tr\u{430}nsfer").expect("a look-alike");
+    assert_eq!(
+        (look.rule.as_str(), look.pattern.as_str()),
+        ("big-transfers", "transfer")
+    );
+    assert!(
+        look.to_string()
+            .contains("looks like `transfer`, which rule 'big-transfers' names")
+    );
+    assert_eq!(
+        set.look_alike("Transfer"),
+        None,
+        "the same name, spelled otherwise"
+    );
+    assert_eq!(set.look_alike("refund"), None);
+}
+
+#[test]
+fn a_deny_or_ask_naming_owners_compares_them_in_normal_form_and_an_allow_as_written() {
+    let set = rules(json!([
+        {"name": "not-for-carol", "effect": "deny", "tools": ["*"], "owners": ["carol"]},
+        {"name": "alice-reads", "effect": "allow", "tools": ["read"], "owners": ["alice"]},
+    ]));
+    let p = json!({});
+    let mut c = call("read", &p);
+    c.owner = Some("Carol ");
+    assert_eq!(decide(&set, &c), by(Effect::Deny, "not-for-carol"));
+    c.owner = Some("alice");
+    assert_eq!(decide(&set, &c), by(Effect::Allow, "alice-reads"));
+    c.owner = Some("Alice");
+    assert_eq!(decide(&set, &c), (Effect::Ask, None));
 }
 
 #[test]
