@@ -283,15 +283,25 @@ async fn an_approve_in_the_console_confirms_the_agents_blocked_call_and_the_chat
         "{}",
         shown.visible_text
     );
-    let console: Vec<Value> = app
-        .audit_events(id)
-        .await
-        .into_iter()
+    let trail = app.audit_events(id).await;
+    let console: Vec<&Value> = trail
+        .iter()
         .filter(|e| e["kind"] == "console_decision")
         .collect();
     assert_eq!(console.len(), 1, "{console:?}");
     assert_eq!(console[0]["actor"], format!("telegram:{ALICE}"));
     assert_eq!(console[0]["detail"]["counted"], true);
+    // Written with the answer and the decision, between them (one transaction).
+    let kinds: Vec<&str> = trail.iter().filter_map(|e| e["kind"].as_str()).collect();
+    let at = kinds
+        .iter()
+        .position(|k| *k == "console_decision")
+        .expect("console_decision");
+    assert_eq!(
+        kinds[at - 1..=at + 1],
+        ["answered", "console_decision", "decided"],
+        "{kinds:?}"
+    );
     // Ended: a second decision is refused with the outcome.
     let (s, r) = decide(
         &app,
