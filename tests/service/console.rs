@@ -160,6 +160,90 @@ async fn an_approver_sees_the_question_in_full_and_anyone_else_sees_nothing() {
     assert_eq!(s, StatusCode::NOT_FOUND);
 }
 
+/// Whether `v` is a time as the chat writes it: `2026-12-06 03:02:44 UTC`.
+fn chat_time(v: &Value) -> bool {
+    let t = v.as_str().unwrap_or_default();
+    let digits = |r: std::ops::Range<usize>| t[r].bytes().all(|b| b.is_ascii_digit());
+    t.len() == 23
+        && t.ends_with(" UTC")
+        && digits(0..4)
+        && &t[4..5] == "-"
+        && &t[10..11] == " "
+        && digits(11..13)
+        && &t[13..14] == ":"
+}
+
+#[tokio::test]
+async fn the_console_writes_times_as_the_chat_does_and_names_a_questions_kind_in_words() {
+    let app = TestApp::spawn_with_settings(with_console).await;
+    let (record, message_id) = app
+        .ask_suspended(json!({"tool": "deploy", "owner_id": "emp-1", "params": {"v": 3}}))
+        .await;
+    let id = record["id"].as_str().unwrap();
+    let (s, view) = crate::support::interactions::post_interaction(
+        &app,
+        json!({"interaction": {"interaction_id": "read-q3", "interaction_type": "approval",
+               "question": "Approve reading the Q3 sales report (read-only)?\nIt is large."}}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{view}");
+    let alice = as_user(&app, ALICE, "Alice");
+    let (s, list) = console_get(&app, "/app/api/questions", Some(&alice)).await;
+    assert_eq!(s, StatusCode::OK, "{list}");
+    let listed = list["questions"].as_array().unwrap();
+    let call = listed.iter().find(|q| q["id"] == id).expect("the call");
+    assert_eq!(
+        (&call["kind_words"], &call["title"], &call["has_call"]),
+        (&json!("confirmation"), &json!("deploy"), &json!(true))
+    );
+    // The deadline reads as the chat's "⏳ Deadline:" line.
+    assert!(chat_time(&call["expires_at"]), "{call}");
+    let shown = app.telegram.message(OPS_CHAT, message_id).visible_text;
+    assert!(
+        shown.contains(&format!(
+            "Deadline: {}",
+            call["expires_at"].as_str().unwrap()
+        )),
+        "{shown}"
+    );
+    // A question without a call is named by its kind, as /pending names it, never by the
+    // tool name it is stored under.
+    let question = listed
+        .iter()
+        .find(|q| q["id"] == view["id"])
+        .expect("the question");
+    assert_eq!(question["kind_words"], "approval question");
+    assert_eq!(
+        question["title"],
+        "❓ approval question “Approve reading the Q3 sales report (read-only)?…”"
+    );
+    assert_eq!(question["has_call"], false);
+    assert!(
+        !question["title"]
+            .as_str()
+            .unwrap()
+            .contains("human_interaction")
+    );
+
+    // Decided, every time of it reads the same way: when, each answer, the trail.
+    let (s, r) = decide(
+        &app,
+        id,
+        &alice,
+        json!({"action": "approve", "args_hash": record["args_hash"]}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    let (s, detail) = console_get(&app, &format!("/app/api/questions/{id}"), Some(&alice)).await;
+    assert_eq!(s, StatusCode::OK, "{detail}");
+    let q = &detail["question"];
+    assert!(chat_time(&q["decided_at"]), "{q}");
+    assert!(chat_time(&q["answers"][0]["at"]), "{q}");
+    let events = detail["events"].as_array().unwrap();
+    assert!(!events.is_empty());
+    assert!(events.iter().all(|e| chat_time(&e["at"])), "{events:?}");
+}
+
 #[tokio::test]
 async fn the_page_is_served_with_no_secret_in_it_and_only_when_the_console_is_on() {
     let app = TestApp::spawn_with_settings(with_console).await;

@@ -41,7 +41,7 @@ use crate::storage::EndedCursor;
 
 mod view;
 
-use view::{GrantView, QuestionDetail, QuestionList, QuestionView, WindowView};
+use view::{EventView, GrantView, QuestionDetail, QuestionList, QuestionView, WindowView};
 
 /// The page and its script, embedded: no build step, no CDN but Telegram's own script.
 const PAGE: &str = include_str!("page.html");
@@ -255,7 +255,7 @@ async fn detail(
             })?;
     Ok(Json(QuestionDetail {
         question: QuestionView::of(&record, confirm_twice(&state, &record)),
-        events,
+        events: events.into_iter().map(EventView::of).collect(),
     })
     .into_response())
 }
