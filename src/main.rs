@@ -112,6 +112,23 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Print a link that opens the operator's console ([mini_app]) in a browser as
+    /// Telegram user ID, without Telegram: launch data signed with the bot's token, as
+    /// Telegram signs it, valid for --minutes. Anyone holding the link acts as that user
+    /// until then: open it yourself, never share it.
+    ConsoleLink {
+        /// The Telegram user id to open it as: an approver of some route, or a person
+        /// of [people].
+        #[arg(long, value_name = "ID")]
+        user: u64,
+        /// How many minutes the link works (at most mini_app.max_age_seconds).
+        #[arg(long, value_name = "N", default_value_t = program::CONSOLE_LINK_MINUTES)]
+        minutes: u64,
+        /// The service's base URL to open (default: mini_app.public_url), e.g.
+        /// http://127.0.0.1:8080 for the service running on this machine.
+        #[arg(long)]
+        url: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -301,6 +318,18 @@ async fn main() -> ExitCode {
             };
         }
         Command::MigrateToPostgres { to } => program::migrate_to_postgres(&cli.config, &to).await,
+        Command::ConsoleLink { user, minutes, url } => {
+            program::console_link(&cli.config, user, minutes, url.as_deref()).map(
+                |(link, until)| {
+                    println!("{link}");
+                    eprintln!(
+                        "opens the console as Telegram user {user} until {}; anyone holding the \
+                     link acts as that user until then",
+                        hitl_telegram::domain::question::operator_time(until)
+                    );
+                },
+            )
+        }
         Command::Backup { file } => program::backup(&cli.config, &file).await,
         Command::CheckConfig { demo, online } => {
             program::check_config(&cli.config, demo, online).await

@@ -405,3 +405,66 @@ pub async fn mcp_stdio(url: &str, token_env: &str) -> anyhow::Result<()> {
     )?;
     crate::mcp::serve_stdio(crate::mcp::Api::Http(client)).await
 }
+
+/// How long a `console-link` stays valid when `--minutes` does not say.
+pub const CONSOLE_LINK_MINUTES: u64 = 5;
+
+/// `console-link --user ID`: a URL that opens the console as Telegram user `user_id`
+/// in a browser, without Telegram: the page at `base` (default `mini_app.public_url`)
+/// with launch data in its fragment (`#tgWebAppData=...`), signed with the bot's token
+/// as Telegram signs it, and dated so that the service's own freshness check
+/// (`mini_app.max_age_seconds`) lets it in for `minutes` more minutes only. Refused when
+/// the console is off, `minutes` is longer than that freshness, or the user may not open
+/// the console ([`Config::may_open_console`]). Returns the URL and when it stops working.
+pub fn console_link(
+    path: &Path,
+    user_id: u64,
+    minutes: u64,
+    base: Option<&str>,
+) -> anyhow::Result<(String, time::OffsetDateTime)> {
+    let config = Config::from_settings_and_process_env(Settings::load(path)?)?;
+    let Some(app) = &config.mini_app else {
+        anyhow::bail!(
+            "the console is off in {}: set [mini_app] enabled = true (with its public_url) first",
+            path.display()
+        );
+    };
+    if !config.may_open_console(user_id) {
+        anyhow::bail!(
+            "Telegram user {user_id} approves no route and is no person of [people] in {}: \
+             the console would open nothing for them (the service answers 404)",
+            path.display()
+        );
+    }
+    let valid = std::time::Duration::from_secs(minutes.saturating_mul(60));
+    if minutes == 0 || valid > app.max_age {
+        anyhow::bail!(
+            "--minutes must be from 1 to {} (mini_app.max_age_seconds = {}): launch data \
+             older than that is refused",
+            app.max_age.as_secs() / 60,
+            app.max_age.as_secs()
+        );
+    }
+    let now = crate::service::now();
+    // Dated back so that it turns stale `minutes` from now: the service decides by
+    // `auth_date + max_age`, and nothing else in the data says when it ends.
+    let auth_date = now - (app.max_age - valid);
+    let name = config
+        .people
+        .iter()
+        .filter(|(_, id)| **id == user_id)
+        .map(|(name, _)| name.clone())
+        .min()
+        .unwrap_or_else(|| format!("Operator {user_id}"));
+    let user = serde_json::json!({"id": user_id, "first_name": name}).to_string();
+    let auth = auth_date.unix_timestamp().to_string();
+    let data =
+        crate::domain::launch::signed(&[("user", &user), ("auth_date", &auth)], config.bot_token());
+    let fragment = url::form_urlencoded::Serializer::new(String::new())
+        .append_pair("tgWebAppData", &data)
+        .append_pair("tgWebAppVersion", "8.0")
+        .append_pair("tgWebAppPlatform", "web")
+        .finish();
+    let base = base.unwrap_or(&app.public_url).trim_end_matches('/');
+    Ok((format!("{base}/app#{fragment}"), now + valid))
+}

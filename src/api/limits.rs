@@ -7,6 +7,10 @@
 //!   `max_long_polls` long-polls open at once, so no agent can hold the server's
 //!   connections (see `api::serve`) and keep others, `/healthz` and the Telegram webhook
 //!   route out.
+//! - Console requests: a Telegram user may have at most
+//!   [`super::console::CONSOLE_IN_FLIGHT`] requests to the console's API in flight
+//!   ([`Held::Console`], counted under `telegram:<id>`, a name no agent's key shares
+//!   since the kind is part of the key).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -56,6 +60,8 @@ pub enum Held {
     Stream,
     /// `GET /v1/confirmations/{id}?wait=N`, `GET /v1/interactions/{id}?wait=N`.
     LongPoll,
+    /// Any request to the console's API (`/app/api/`), counted per Telegram user.
+    Console,
 }
 
 /// How long a refused client is told to wait. A slot frees when a stream's client goes
@@ -86,6 +92,15 @@ impl AgentSlots {
             let (what, setting) = match kind {
                 Held::Stream => ("event streams", "max_streams"),
                 Held::LongPoll => ("long-polls", "max_long_polls"),
+                Held::Console => {
+                    return Err(ApiError::TooManyRequests {
+                        message: format!(
+                            "you already have {max} console requests in flight, the most one \
+                             person may; wait for them to end (or close another tab) and retry"
+                        ),
+                        retry_after_secs: 1,
+                    });
+                }
             };
             return Err(ApiError::TooManyStreams {
                 message: format!(

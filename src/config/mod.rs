@@ -383,6 +383,14 @@ impl Config {
         self.people.get(name).copied()
     }
 
+    /// Whether Telegram user `user_id` may open the console (`[mini_app]`): an approver
+    /// of some route (escalation routes are routes too) or a person of `[people]`, whose
+    /// private chats questions are sent to. Anyone else could answer nothing there.
+    pub fn may_open_console(&self, user_id: u64) -> bool {
+        self.routes.values().any(|r| r.may_decide(user_id))
+            || self.people.values().any(|&p| p == user_id)
+    }
+
     pub fn route(&self, name: &str) -> Option<&Arc<Route>> {
         self.routes.get(name)
     }

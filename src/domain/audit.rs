@@ -379,6 +379,29 @@ pub fn answered(id: &str, answer: &Answer) -> NewEvent {
     }
 }
 
+/// An approver decided from the Mini App console: the action, the args hash of the call
+/// the page showed, whether the call was edited, and whether this answer counted (it is
+/// written with the answer, in its transaction, when it did; alone when another answer
+/// came first and it did not).
+pub fn console_decision(
+    id: &str,
+    by: &Operator,
+    action: &str,
+    args_hash: &str,
+    edited: bool,
+    counted: bool,
+    at: OffsetDateTime,
+) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: Some(id.to_owned()),
+        kind: "console_decision",
+        actor: format!("telegram:{}", by.id),
+        detail: json!({"action": action, "args_hash": args_hash, "counted": counted,
+                       "edited": edited}),
+    }
+}
+
 /// A pending question took a step (see [`Step`]): `by` is the operator who took it,
 /// if one did; `detail` says what changed.
 pub fn step(

@@ -61,6 +61,21 @@ wire_enum!(
     }
 );
 
+impl InteractionType {
+    /// The kind as the operator reads it, in the chat's `/pending` and in the console:
+    /// `free-text`, `single-choice`, `approval`, ... (a question "of this kind").
+    pub fn in_words(self) -> &'static str {
+        match self {
+            InteractionType::FreeText => "free-text",
+            InteractionType::SingleChoice => "single-choice",
+            InteractionType::MultiChoice => "multi-choice",
+            InteractionType::Approval => "approval",
+            InteractionType::Form => "form",
+            InteractionType::Poll => "poll",
+        }
+    }
+}
+
 wire_enum!(
     /// When a question asked of several people is settled.
     ConsensusMode {

@@ -1,6 +1,7 @@
 //! An operator's tap or reply becomes an answer: who may answer, what the button means,
 //! and, once the answers settle the question, the decision.
 
+use super::console::ConsoleAnswer;
 use super::*;
 use crate::domain::authority::Refusal;
 
@@ -651,7 +652,9 @@ impl Service {
     }
 
     /// Stores one person's answer and settles the question when the answers so far do.
-    /// `verdict` is the button an approve/cancel question was answered with.
+    /// `verdict` is the button an approve/cancel question was answered with; `console`,
+    /// for an answer from the console, its edit and the event that audits it in the
+    /// answer's own write.
     pub(super) async fn answer(
         self: &Arc<Self>,
         record: Question,
@@ -659,8 +662,12 @@ impl Service {
         value: Value,
         verdict: Option<Verdict>,
         reason: Option<String>,
-        edit: Option<EditApplied>,
+        console: Option<ConsoleAnswer>,
     ) -> Result<(String, bool, After), StorageError> {
+        let (edit, also) = match console {
+            Some(c) => (c.edit, Some(c.audited)),
+            None => (None, None),
+        };
         // "Once" only means something where a window was offered.
         let once =
             matches!(verdict, Some(Verdict::Approve { once: true })) && record.window_seconds > 0;
@@ -710,7 +717,7 @@ impl Service {
         });
         let record = match self
             .store
-            .add_answer(&record.id, &answer, decision.as_ref())
+            .add_answer(&record.id, &answer, decision.as_ref(), also.as_ref())
             .await?
         {
             Answered::Added(r) => r,

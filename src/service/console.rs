@@ -166,6 +166,14 @@ impl ConsoleAction {
     }
 }
 
+/// An answer from the console, as [`Service::answer`] stores it: the edit it approves
+/// the call with, if any, and its `console_decision` event, audited in the same write as
+/// the answer (and the decision it settles).
+pub(super) struct ConsoleAnswer {
+    pub(super) edit: Option<EditApplied>,
+    pub(super) audited: audit::NewEvent,
+}
+
 /// Parameters an operator edited in the console, as the page sent them.
 #[derive(Debug, Clone)]
 pub struct EditedParams {
@@ -240,15 +248,23 @@ impl Service {
             _ => json!(approve),
         };
         let was_edited = edit.is_some();
-        let (_, _, after) = self
-            .answer(
-                record,
+        let audited = |counted| {
+            audit::console_decision(
+                id.as_str(),
                 user,
-                value,
-                Some(verdict),
-                reason,
-                edit.map(|(e, _)| e),
+                action.as_str(),
+                args_hash,
+                was_edited,
+                counted,
+                now(),
             )
+        };
+        let console = ConsoleAnswer {
+            edit: edit.map(|(e, _)| e),
+            audited: audited(true),
+        };
+        let (_, _, after) = self
+            .answer(record, user, value, Some(verdict), reason, Some(console))
             .await?;
         self.then(after);
         let Some(now_stored) = self.store.get(id).await? else {
@@ -258,18 +274,12 @@ impl Service {
             .answers
             .iter()
             .any(|a| a.by.as_ref().is_some_and(|by| by.id == user.id));
-        let event = audit::NewEvent {
-            at: now(),
-            confirmation_id: Some(id.to_string()),
-            kind: "console_decision",
-            actor: format!("telegram:{}", user.id),
-            detail: json!({"action": action.as_str(), "args_hash": args_hash, "counted": ours,
-                           "edited": was_edited}),
-        };
-        if let Err(e) = self.store.record_event(event).await {
-            tracing::warn!(id = %id, error = %e, "could not audit a decision from the console");
-        }
         if !ours {
+            // Another answer came first: nothing of this one was stored, so its attempt
+            // is the only thing to audit.
+            if let Err(e) = self.store.record_event(audited(false)).await {
+                tracing::warn!(id = %id, error = %e, "could not audit a console decision that did not count");
+            }
             return Err(ServiceError::AlreadyDecided(Box::new(now_stored)));
         }
         Ok(now_stored)

@@ -201,10 +201,11 @@ impl Steps for This {
         id: &ConfirmationId,
         answer: &Answer,
         settles: Option<&Decision>,
+        also: Option<&NewEvent>,
     ) -> Result<Answered, StorageError> {
         let (_writer, tx) = self.audit_tx().await?;
         let bound = self.outbox_backlog_bound();
-        let answered = sql::add_answer(tx, id, answer, settles, bound).await?;
+        let answered = sql::add_answer(tx, id, answer, settles, also, bound).await?;
         if let (Some(_), Answered::Added(record)) = (settles, &answered) {
             self.remember_window(record);
         }

@@ -171,11 +171,15 @@ pub trait Steps: Send + Sync + 'static {
     /// Stores one person's answer to a pending question, with its audit and stream
     /// events, unless they already answered or the question ended. With `settles`, the
     /// answer decides the question in the same transaction (as [`Questions::decide`]).
+    /// `also`: an event audited right after the answer's, in the same transaction, only
+    /// when the answer is stored (the console's `console_decision`): the trail never
+    /// holds the answer without it, nor it without the answer.
     async fn add_answer(
         &self,
         id: &ConfirmationId,
         answer: &Answer,
         settles: Option<&Decision>,
+        also: Option<&NewEvent>,
     ) -> Result<Answered, StorageError>;
 
     /// A person's multi-choice selection in progress.

@@ -398,7 +398,7 @@ fn pending_entry(r: &Question, now: OffsetDateTime) -> String {
     let what = match &r.interaction {
         Some(i) => format!(
             "❓ {} question “{}”",
-            i.kind.as_str(),
+            i.kind.in_words(),
             escape(&cut(&r.briefing, QUESTION_EXCERPT))
         ),
         None => format!(

@@ -135,17 +135,113 @@ async fn an_approver_sees_the_question_in_full_and_anyone_else_sees_nothing() {
         .collect();
     assert!(kinds.contains(&"requested"), "{kinds:?}");
 
-    // Carol approves another route only, Mallory nothing: neither sees it.
-    for (user, name) in [(CAROL, "Carol"), (MALLORY, "Mallory")] {
-        let data = as_user(&app, user, name);
-        let (s, list) = console_get(&app, "/app/api/questions", Some(&data)).await;
-        assert_eq!(s, StatusCode::OK);
-        assert_eq!(list["questions"], json!([]), "{name}");
-        let (s, r) = console_get(&app, &format!("/app/api/questions/{id}"), Some(&data)).await;
-        assert_eq!(s, StatusCode::NOT_FOUND, "{name}: {r}");
+    // Carol approves another route only: she does not see it.
+    let carol = as_user(&app, CAROL, "Carol");
+    let (s, list) = console_get(&app, "/app/api/questions", Some(&carol)).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(list["questions"], json!([]));
+    let (s, r) = console_get(&app, &format!("/app/api/questions/{id}"), Some(&carol)).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{r}");
+    // Mallory approves nothing and is no person: genuine launch data opens nothing, not
+    // even an empty list.
+    let mallory = as_user(&app, MALLORY, "Mallory");
+    for path in [
+        "/app/api/questions".to_owned(),
+        format!("/app/api/questions/{id}"),
+        "/app/api/windows".to_owned(),
+        "/app/api/grants".to_owned(),
+        "/app/api/ended".to_owned(),
+    ] {
+        let (s, r) = console_get(&app, &path, Some(&mallory)).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{path}: {r}");
+        assert_eq!(r["error"]["code"], "not_found", "{path}");
     }
     let (s, _) = console_get(&app, "/app/api/questions/not-an-id", Some(&alice)).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
+}
+
+/// Whether `v` is a time as the chat writes it: `2026-12-06 03:02:44 UTC`.
+fn chat_time(v: &Value) -> bool {
+    let t = v.as_str().unwrap_or_default();
+    let digits = |r: std::ops::Range<usize>| t[r].bytes().all(|b| b.is_ascii_digit());
+    t.len() == 23
+        && t.ends_with(" UTC")
+        && digits(0..4)
+        && &t[4..5] == "-"
+        && &t[10..11] == " "
+        && digits(11..13)
+        && &t[13..14] == ":"
+}
+
+#[tokio::test]
+async fn the_console_writes_times_as_the_chat_does_and_names_a_questions_kind_in_words() {
+    let app = TestApp::spawn_with_settings(with_console).await;
+    let (record, message_id) = app
+        .ask_suspended(json!({"tool": "deploy", "owner_id": "emp-1", "params": {"v": 3}}))
+        .await;
+    let id = record["id"].as_str().unwrap();
+    let (s, view) = crate::support::interactions::post_interaction(
+        &app,
+        json!({"interaction": {"interaction_id": "read-q3", "interaction_type": "approval",
+               "question": "Approve reading the Q3 sales report (read-only)?\nIt is large."}}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{view}");
+    let alice = as_user(&app, ALICE, "Alice");
+    let (s, list) = console_get(&app, "/app/api/questions", Some(&alice)).await;
+    assert_eq!(s, StatusCode::OK, "{list}");
+    let listed = list["questions"].as_array().unwrap();
+    let call = listed.iter().find(|q| q["id"] == id).expect("the call");
+    assert_eq!(
+        (&call["kind_words"], &call["title"], &call["has_call"]),
+        (&json!("confirmation"), &json!("deploy"), &json!(true))
+    );
+    // The deadline reads as the chat's "⏳ Deadline:" line.
+    assert!(chat_time(&call["expires_at"]), "{call}");
+    let shown = app.telegram.message(OPS_CHAT, message_id).visible_text;
+    assert!(
+        shown.contains(&format!(
+            "Deadline: {}",
+            call["expires_at"].as_str().unwrap()
+        )),
+        "{shown}"
+    );
+    // A question without a call is named by its kind, as /pending names it, never by the
+    // tool name it is stored under.
+    let question = listed
+        .iter()
+        .find(|q| q["id"] == view["id"])
+        .expect("the question");
+    assert_eq!(question["kind_words"], "approval question");
+    assert_eq!(
+        question["title"],
+        "❓ approval question “Approve reading the Q3 sales report (read-only)?…”"
+    );
+    assert_eq!(question["has_call"], false);
+    assert!(
+        !question["title"]
+            .as_str()
+            .unwrap()
+            .contains("human_interaction")
+    );
+
+    // Decided, every time of it reads the same way: when, each answer, the trail.
+    let (s, r) = decide(
+        &app,
+        id,
+        &alice,
+        json!({"action": "approve", "args_hash": record["args_hash"]}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    let (s, detail) = console_get(&app, &format!("/app/api/questions/{id}"), Some(&alice)).await;
+    assert_eq!(s, StatusCode::OK, "{detail}");
+    let q = &detail["question"];
+    assert!(chat_time(&q["decided_at"]), "{q}");
+    assert!(chat_time(&q["answers"][0]["at"]), "{q}");
+    let events = detail["events"].as_array().unwrap();
+    assert!(!events.is_empty());
+    assert!(events.iter().all(|e| chat_time(&e["at"])), "{events:?}");
 }
 
 #[tokio::test]
@@ -271,15 +367,25 @@ async fn an_approve_in_the_console_confirms_the_agents_blocked_call_and_the_chat
         "{}",
         shown.visible_text
     );
-    let console: Vec<Value> = app
-        .audit_events(id)
-        .await
-        .into_iter()
+    let trail = app.audit_events(id).await;
+    let console: Vec<&Value> = trail
+        .iter()
         .filter(|e| e["kind"] == "console_decision")
         .collect();
     assert_eq!(console.len(), 1, "{console:?}");
     assert_eq!(console[0]["actor"], format!("telegram:{ALICE}"));
     assert_eq!(console[0]["detail"]["counted"], true);
+    // Written with the answer and the decision, between them (one transaction).
+    let kinds: Vec<&str> = trail.iter().filter_map(|e| e["kind"].as_str()).collect();
+    let at = kinds
+        .iter()
+        .position(|k| *k == "console_decision")
+        .expect("console_decision");
+    assert_eq!(
+        kinds[at - 1..=at + 1],
+        ["answered", "console_decision", "decided"],
+        "{kinds:?}"
+    );
     // Ended: a second decision is refused with the outcome.
     let (s, r) = decide(
         &app,
@@ -856,13 +962,12 @@ async fn an_approver_sees_the_questions_ended_in_their_chats_newest_first_with_w
     let walked: Vec<String> = ended_pages(&app, &bob_data, 2).await.concat();
     assert_eq!(walked, [other_id, third_id, second_id, first_id]);
 
-    // Carol approves another route, Mallory nothing: neither sees any.
-    for (user, name) in [(CAROL, "Carol"), (MALLORY, "Mallory")] {
-        let data = as_user(&app, user, name);
-        let (s, page) = console_get(&app, "/app/api/ended", Some(&data)).await;
-        assert_eq!(s, StatusCode::OK, "{page}");
-        assert_eq!(page, json!({"questions": [], "next": null}), "{name}");
-    }
+    // Carol approves another route: she sees none (Mallory, who approves nothing, is
+    // answered 404: see the first tests).
+    let carol = as_user(&app, CAROL, "Carol");
+    let (s, page) = console_get(&app, "/app/api/ended", Some(&carol)).await;
+    assert_eq!(s, StatusCode::OK, "{page}");
+    assert_eq!(page, json!({"questions": [], "next": null}));
 }
 
 #[tokio::test]

@@ -41,6 +41,7 @@ mod polling {
     // offsets, chaos on `getUpdates`), and the real binary as a process.
     mod api;
     mod console;
+    mod console_access;
     mod console_edit;
     mod crash;
     mod fair_chat;

@@ -834,37 +834,91 @@ fn answer(user: u64, value: serde_json::Value) -> Answer {
     }
 }
 
+/// The console's audit event of an answer (`also`), as the console sends it.
+fn console_event(r: &Question, user: u64) -> audit::NewEvent {
+    audit::console_decision(
+        r.id.as_str(),
+        &op(user),
+        "approve",
+        r.args_hash.as_str(),
+        false,
+        true,
+        now(),
+    )
+}
+
 async fn answers_are_one_per_person_and_a_settling_answer_decides(db: TestDb) {
     let s = db.store().await;
     let r = pending(None);
     s.insert(&r, now()).await.unwrap();
     let first = s
-        .add_answer(&r.id, &answer(1, serde_json::json!(true)), None)
+        .add_answer(&r.id, &answer(1, serde_json::json!(true)), None, None)
         .await
         .unwrap();
     assert!(matches!(first, Answered::Added(ref q) if q.answers.len() == 1));
     let twice = s
-        .add_answer(&r.id, &answer(1, serde_json::json!(false)), None)
+        .add_answer(
+            &r.id,
+            &answer(1, serde_json::json!(false)),
+            None,
+            Some(&console_event(&r, 1)),
+        )
         .await
         .unwrap();
     assert!(matches!(twice, Answered::AlreadyAnswered(_)));
     let settling = approved(2);
     let settled = s
-        .add_answer(&r.id, &answer(2, serde_json::json!(true)), Some(&settling))
+        .add_answer(
+            &r.id,
+            &answer(2, serde_json::json!(true)),
+            Some(&settling),
+            Some(&console_event(&r, 2)),
+        )
         .await
         .unwrap();
     let Answered::Added(q) = settled else {
         panic!("the second person's answer is stored");
     };
     assert_eq!((q.answers.len(), q.status), (2, Status::Confirmed));
+    // The console's event is written with the answer that counted, between its
+    // `answered` and the decision, and never with the one that was refused.
+    let trail: Vec<(String, String)> = s
+        .events_for(&r.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.kind, e.actor))
+        .collect();
+    let user2 = "telegram:2".to_owned();
+    let from = trail
+        .iter()
+        .position(|e| *e == ("answered".to_owned(), user2.clone()))
+        .expect("the second answer audited");
+    assert_eq!(
+        trail[from..]
+            .iter()
+            .take(3)
+            .map(|(k, _)| k.as_str())
+            .collect::<Vec<_>>(),
+        ["answered", "console_decision", "decided"],
+        "{trail:?}"
+    );
+    assert_eq!(
+        trail
+            .iter()
+            .filter(|(k, _)| k == "console_decision")
+            .count(),
+        1,
+        "{trail:?}"
+    );
     let late = s
-        .add_answer(&r.id, &answer(3, serde_json::json!(true)), None)
+        .add_answer(&r.id, &answer(3, serde_json::json!(true)), None, None)
         .await
         .unwrap();
     assert!(matches!(late, Answered::Closed(_)));
     let missing = ConfirmationId::generate();
     assert!(matches!(
-        s.add_answer(&missing, &answer(1, serde_json::json!(true)), None)
+        s.add_answer(&missing, &answer(1, serde_json::json!(true)), None, None)
             .await
             .unwrap(),
         Answered::NotFound

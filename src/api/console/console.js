@@ -59,9 +59,11 @@ function field(label, value, pre) {
     pre ? el("pre", {}, value) : el("div", {}, value));
 }
 
+// Times and kinds come written as the chat writes them (`2026-12-06 03:02:44 UTC`,
+// `approval question`): shown as they are.
 function summary(q) {
   return el("div", {},
-    el("strong", {}, q.tool), " · ", q.agent,
+    el("strong", {}, q.title), " · ", q.agent,
     el("div", { class: "hint" }, "owner " + q.owner_id + " · until " + q.expires_at));
 }
 
@@ -123,7 +125,7 @@ function endedCard(q) {
     (q.decided_at ? " · " + q.decided_at : "");
   return el("div", { class: "card", "data-ended": q.id },
     el("button", { class: "open", onclick: () => showOne(q.id).catch(showError) },
-      el("div", {}, el("strong", {}, q.tool), " · ", q.agent),
+      el("div", {}, el("strong", {}, q.title), " · ", q.agent),
       el("div", { class: "hint" }, how),
       runLine(q.outcome)));
 }
@@ -164,7 +166,8 @@ async function showOne(id) {
   main.replaceChildren(
     el("p", {}, el("a", { href: "#", onclick: (e) => { e.preventDefault(); showList().catch(showError); } }, "← All")),
     el("div", { class: "card", "data-id": q.id },
-      field("Tool", q.tool), field("Agent", q.agent), field("Owner", q.owner_id),
+      field("Kind", q.kind_words),
+      field("Tool", q.has_call ? q.tool : null), field("Agent", q.agent), field("Owner", q.owner_id),
       field("The agent describes the call", q.briefing, true),
       field("Context from the agent", q.context, true),
       params,
@@ -333,7 +336,7 @@ function confirmed(text) {
 // or ended meanwhile is refused (409), never decided blind.
 async function decide(q, action, reason) {
   if (action.startsWith("approve") && q.confirm_twice) {
-    const ok = await confirmed("Approve " + q.tool + " for " + q.owner_id + "? This route asks you to confirm twice.");
+    const ok = await confirmed("Approve " + (q.has_call ? q.tool : "this " + q.kind_words) + " for " + q.owner_id + "? This route asks you to confirm twice.");
     if (!ok) return;
   }
   const body = { action, args_hash: q.args_hash };

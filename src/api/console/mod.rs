@@ -4,6 +4,13 @@
 //! `Authorization: tma <initData>`, the launch data Telegram signed with the bot's token
 //! ([`crate::domain::launch`]); the user it names sees only what they could answer by
 //! tapping in a chat, and everything else is 404.
+//!
+//! Launch data is genuine for anyone who opens the bot's Mini App, so a signature proves
+//! who is asking, not that they are anyone here. A user who approves no route and is no
+//! configured person is a stranger: answered 404 from the headers, before any body is
+//! read, and never counted authenticated by the connection pool (`super::serve`), so a
+//! stranger's slow requests hold no connection that `/healthz`, agents or Telegram's
+//! deliveries need. A known user holds at most [`CONSOLE_IN_FLIGHT`] requests at once.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -22,6 +29,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::Body;
 use super::interactions::{object, text};
+use super::limits::{Held, Slot};
 use crate::domain::ids::ConfirmationId;
 use crate::domain::launch::{self, LaunchError};
 use crate::domain::limits::MAX_PARAM_KEYS;
@@ -33,7 +41,7 @@ use crate::storage::EndedCursor;
 
 mod view;
 
-use view::{GrantView, QuestionDetail, QuestionList, QuestionView, WindowView};
+use view::{EventView, GrantView, QuestionDetail, QuestionList, QuestionView, WindowView};
 
 /// The page and its script, embedded: no build step, no CDN but Telegram's own script.
 const PAGE: &str = include_str!("page.html");
@@ -82,8 +90,18 @@ async fn script() -> Response {
     static_file("text/javascript; charset=utf-8", SCRIPT)
 }
 
-/// The Telegram user the request's launch data names, checked.
-pub struct ConsoleUser(pub Operator);
+/// How many console requests one user may have in flight at once: the page sends at
+/// most four together, so this leaves room for a second tab, and an approver's slow
+/// bodies hold at most this many of the connections no one may close
+/// (`server.max_connections`).
+pub const CONSOLE_IN_FLIGHT: u32 = 8;
+
+/// The Telegram user the request's launch data names, checked: an approver of some route
+/// or a configured person, with one of their [`CONSOLE_IN_FLIGHT`] requests in flight
+/// (the [`Slot`], given back when the handler that holds it ends). Extracted from the
+/// headers alone, before the handler's body extractor (axum runs the `FromRequestParts`
+/// arguments first, in order, and the one body extractor last).
+pub struct ConsoleUser(pub Operator, pub Slot);
 
 impl FromRequestParts<AppState> for ConsoleUser {
     type Rejection = ApiError;
@@ -118,18 +136,31 @@ impl FromRequestParts<AppState> for ConsoleUser {
                     }
                 })
             })?;
-        super::serve::mark_authenticated(&parts.extensions);
         let u = checked.user;
         tracing::Span::current().record("agent", format!("console:{}", u.id).as_str());
+        // Genuine, but perhaps a stranger's: the console does not exist for them. This
+        // replica's configuration, without I/O: nothing is awaited before this answer.
+        if !config.may_open_console(u.id) {
+            return Err(ApiError::NotFound("no such route".into()));
+        }
+        let in_flight = state.slots.take(
+            &format!("telegram:{}", u.id),
+            Held::Console,
+            CONSOLE_IN_FLIGHT,
+        )?;
+        super::serve::mark_authenticated(&parts.extensions);
         let name = match &u.last_name {
             Some(last) if !last.is_empty() => format!("{} {last}", u.first_name),
             _ => u.first_name.clone(),
         };
-        Ok(ConsoleUser(Operator {
-            id: u.id,
-            username: u.username,
-            name,
-        }))
+        Ok(ConsoleUser(
+            Operator {
+                id: u.id,
+                username: u.username,
+                name,
+            },
+            in_flight,
+        ))
     }
 }
 
@@ -150,7 +181,7 @@ fn question_id(id: &str) -> Result<ConfirmationId, ApiError> {
 /// deadline first.
 async fn list(
     State(state): State<AppState>,
-    ConsoleUser(user): ConsoleUser,
+    ConsoleUser(user, _in_flight): ConsoleUser,
 ) -> Result<Response, ApiError> {
     let questions = state.service.console_questions(&user).await?;
     Ok(Json(QuestionList {
@@ -171,7 +202,7 @@ const ENDED_PAGE: u32 = 20;
 /// the page). A query that is not one of these is a 422 naming the field.
 async fn ended(
     State(state): State<AppState>,
-    ConsoleUser(user): ConsoleUser,
+    ConsoleUser(user, _in_flight): ConsoleUser,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let before = match query.get("before").map(String::as_str) {
@@ -209,7 +240,7 @@ async fn ended(
 /// the agent sent and its audit trail so far; 404 for any other.
 async fn detail(
     State(state): State<AppState>,
-    ConsoleUser(user): ConsoleUser,
+    ConsoleUser(user, _in_flight): ConsoleUser,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = question_id(&id)?;
@@ -224,7 +255,7 @@ async fn detail(
             })?;
     Ok(Json(QuestionDetail {
         question: QuestionView::of(&record, confirm_twice(&state, &record)),
-        events,
+        events: events.into_iter().map(EventView::of).collect(),
     })
     .into_response())
 }
@@ -236,7 +267,7 @@ async fn detail(
 /// against the tool's schema (422 naming each field at fault, nothing decided).
 async fn decision(
     State(state): State<AppState>,
-    ConsoleUser(user): ConsoleUser,
+    ConsoleUser(user, _in_flight): ConsoleUser,
     Path(id): Path<String>,
     Body(bytes): Body,
 ) -> Result<Response, ApiError> {
@@ -316,7 +347,7 @@ fn edited_parameters(bytes: &[u8]) -> Result<Option<EditedParams>, ApiError> {
 /// close first, with what each let through.
 async fn windows(
     State(state): State<AppState>,
-    ConsoleUser(user): ConsoleUser,
+    ConsoleUser(user, _in_flight): ConsoleUser,
 ) -> Result<Response, ApiError> {
     let live = state.service.console_windows(&user).await?;
     let windows: Vec<WindowView> = live.iter().map(|(w, u)| WindowView::of(w, *u)).collect();
@@ -328,7 +359,7 @@ async fn windows(
 /// close.
 async fn revoke_window(
     State(state): State<AppState>,
-    ConsoleUser(user): ConsoleUser,
+    ConsoleUser(user, _in_flight): ConsoleUser,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id =
@@ -350,7 +381,7 @@ async fn revoke_window(
 /// `GET /app/api/grants`: the live grants of the routes this user approves.
 async fn grants(
     State(state): State<AppState>,
-    ConsoleUser(user): ConsoleUser,
+    ConsoleUser(user, _in_flight): ConsoleUser,
 ) -> Result<Response, ApiError> {
     let live = state.service.console_grants(&user).await?;
     let grants: Vec<GrantView> = live.iter().map(GrantView::of).collect();
@@ -361,7 +392,7 @@ async fn grants(
 /// it is not live or not this user's to revoke.
 async fn revoke_grant(
     State(state): State<AppState>,
-    ConsoleUser(user): ConsoleUser,
+    ConsoleUser(user, _in_flight): ConsoleUser,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = crate::domain::ids::GrantId::parse(&id)

@@ -1,6 +1,11 @@
 //! What the console shows of a question: everything the agent sent, each text with its
 //! invisible characters as the visible escapes the chat shows, the parameters in full
 //! (pretty-printed as in the chat, never cut), and who has answered.
+//!
+//! The page shows these strings as they come, so they are written here the way the chat
+//! writes them: every time as [`operator_time`] (`2026-12-06 03:02:44 UTC`), never the
+//! API's RFC 3339, and a question's kind in words (`approval question`), never the
+//! `human_interaction` an interaction without a call is stored under.
 
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -10,7 +15,7 @@ use crate::domain::edit;
 use crate::domain::grant::{Grant, scope_in_words};
 use crate::domain::interaction::InteractionType;
 use crate::domain::python;
-use crate::domain::question::{Question, rfc3339, window_duration};
+use crate::domain::question::{Question, operator_time, window_duration};
 use crate::domain::shown::params_view;
 use crate::domain::text::{self, Layout};
 use crate::storage::{LiveWindow, WindowUse};
@@ -24,7 +29,29 @@ pub struct QuestionList {
 pub struct QuestionDetail {
     pub question: QuestionView,
     /// Its audit trail so far, oldest first.
-    pub events: Vec<AuditEvent>,
+    pub events: Vec<EventView>,
+}
+
+/// An event of a question's trail, as the console lists it.
+#[derive(Serialize)]
+pub struct EventView {
+    pub seq: i64,
+    pub at: String,
+    pub kind: String,
+    pub actor: String,
+    pub detail: serde_json::Value,
+}
+
+impl EventView {
+    pub fn of(e: AuditEvent) -> EventView {
+        EventView {
+            seq: e.seq,
+            at: operator_time(e.at),
+            kind: e.kind,
+            actor: e.actor,
+            detail: e.detail,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -32,6 +59,14 @@ pub struct QuestionView {
     pub id: String,
     /// `confirmation`, or the interaction's type (`approval`, `form`, ...).
     pub kind: &'static str,
+    /// The kind in words: `confirmation`, `approval question`, `free-text question`, ...
+    pub kind_words: String,
+    /// What the question is about, in one line: the tool of the call it carries, else
+    /// its kind and the start of its question, as the chat's `/pending` lists it
+    /// (`❓ approval question “…”`).
+    pub title: String,
+    /// It carries a call (a confirmation, or an interaction with one): `tool` names it.
+    pub has_call: bool,
     pub status: &'static str,
     pub tool: String,
     pub agent: String,
@@ -82,6 +117,27 @@ fn line(s: &str) -> String {
     text::visible(s, Layout::Line)
 }
 
+/// How much of a question without a call its title quotes.
+const TITLE_EXCERPT: usize = 80;
+
+/// `r`'s kind in words, and its one-line title (see [`QuestionView::title`]).
+fn kind_and_title(r: &Question) -> (String, String) {
+    let Some(i) = &r.interaction else {
+        return ("confirmation".to_owned(), line(r.tool.as_str()));
+    };
+    let words = format!("{} question", i.kind.in_words());
+    if r.has_call {
+        return (words, line(r.tool.as_str()));
+    }
+    let first = i.question.lines().next().unwrap_or("").trim();
+    let mut excerpt: String = first.chars().take(TITLE_EXCERPT).collect();
+    if excerpt.chars().count() < i.question.trim().chars().count() {
+        excerpt.push('…');
+    }
+    let title = format!("❓ {words} “{}”", line(&excerpt));
+    (words, title)
+}
+
 impl QuestionView {
     /// `r` as the console shows it; `confirm_twice`: its route's `console_confirm`.
     pub fn of(r: &Question, confirm_twice: bool) -> QuestionView {
@@ -89,12 +145,16 @@ impl QuestionView {
             Ok(v) => params_view(&v, usize::MAX).0,
             Err(_) => text::visible(&r.params_json, Layout::Quoted),
         };
+        let (kind_words, title) = kind_and_title(r);
         QuestionView {
             id: r.id.to_string(),
             kind: match &r.interaction {
                 Some(i) => i.kind.as_str(),
                 None => "confirmation",
             },
+            kind_words,
+            title,
+            has_call: r.interaction.is_none() || r.has_call,
             status: r.public_status(),
             tool: line(r.tool.as_str()),
             agent: line(&r.agent),
@@ -110,8 +170,8 @@ impl QuestionView {
             args_hash: r.args_hash.to_string(),
             window: (r.window_seconds > 0).then(|| window_duration(r.window_seconds)),
             window_seconds: r.window_seconds,
-            expires_at: rfc3339(r.expires_at),
-            decided_at: r.decided_at.map(rfc3339),
+            expires_at: operator_time(r.expires_at),
+            decided_at: r.decided_at.map(operator_time),
             decided_by: r.decided_by.as_ref().map(|op| line(&op.to_string())),
             reason: line(&r.reason),
             answers: r
@@ -122,7 +182,7 @@ impl QuestionView {
                         .by
                         .as_ref()
                         .map_or_else(|| line(&a.respondent), |op| line(&op.to_string())),
-                    at: rfc3339(a.at),
+                    at: operator_time(a.at),
                 })
                 .collect(),
             // The agent's words about its run, with every invisible character as the
@@ -177,7 +237,7 @@ impl WindowView {
             agent: line(&w.window.key.agent),
             owner_id: line(w.window.key.owner_id.as_str()),
             route: line(&w.route),
-            expires_at: rfc3339(w.window.expires_at),
+            expires_at: operator_time(w.window.expires_at),
             calls: used.calls,
             failed: used.failed,
         }
@@ -206,7 +266,7 @@ impl GrantView {
             scope: line(&scope_in_words(&g.scope)),
             route: line(&g.route),
             granted_by: line(&g.granted_by.to_string()),
-            expires_at: rfc3339(g.expires_at),
+            expires_at: operator_time(g.expires_at),
         }
     }
 }

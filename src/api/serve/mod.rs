@@ -36,7 +36,9 @@
 //! **Authenticated** means that the code which checks a request's credentials said so
 //! through [`mark_authenticated`] (each request carries a [`ConnectionSlot`] in its
 //! extensions for this): the agents' bearer token (`/v1` and `/mcp`), the Telegram
-//! webhook's secret header, the `/metrics` token when one is configured. `/healthz` marks
+//! webhook's secret header, the `/metrics` token when one is configured, the console's
+//! launch data when it names an approver or a configured person (anyone else's, however
+//! genuine, is a stranger's: 404 and never marked). `/healthz` marks
 //! itself too: it reads no body and holds its connection for one database ping, and it
 //! is what load balancers ask. No route reads a byte of a body before it has checked
 //! the request's credentials from its headers (those that need none read no body), and a

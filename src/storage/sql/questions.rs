@@ -486,6 +486,7 @@ pub(crate) async fn add_answer(
     id: &ConfirmationId,
     answer: &Answer,
     settles: Option<&Decision>,
+    also: Option<&NewEvent>,
     max_backlog: u32,
 ) -> Result<Answered, StorageError> {
     let row = sqlx::query_as::<_, Row>(select_where!("id = $1"))
@@ -513,7 +514,11 @@ pub(crate) async fn add_answer(
     } else {
         hydrate(&mut tx, record).await?
     };
-    append_event(&mut tx, &audit::answered(id.as_str(), answer)).await?;
+    let answered = audit::answered(id.as_str(), answer);
+    match also {
+        Some(also) => append_events(&mut tx, &[answered, also.clone()]).await?,
+        None => append_event(&mut tx, &answered).await?,
+    }
     push_agent_event(
         &mut tx,
         &record,
