@@ -273,6 +273,42 @@ fn refusal(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// Whether `err` (what a command printed) shows a place in our source: a file of ours
+/// (`src/…`, `….rs:`) or a line number a library appends (PostgreSQL's own, `at line
+/// 948`), which reads like a line of something the person should look at.
+fn shows_a_source_line(err: &str) -> bool {
+    err.contains("src/") || err.contains(".rs:") || err.contains(" at line ")
+}
+
+#[tokio::test]
+async fn a_toml_syntax_error_is_said_once_with_its_file_line_column_and_what_was_expected() {
+    let broken =
+        |toml: String| toml.replacen("bind = \"127.0.0.1:8080\"", "bind = \"127.0.0.1:8080", 1);
+    let shipped =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml"))
+            .unwrap();
+    let line = broken(shipped)
+        .lines()
+        .position(|l| l == "bind = \"127.0.0.1:8080")
+        .expect("the shipped config sets server.bind")
+        + 1;
+    let err = refusal(&check_edited(broken, "1:x", WORKDAY_TOKEN).await);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.starts_with("error: cannot read configuration: ")
+            && err.contains(&format!(
+                "edited.toml, line {line}, column 23: invalid basic string"
+            )),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("invalid basic string").count(),
+        1,
+        "said once: {err}"
+    );
+    assert!(!shows_a_source_line(&err), "{err}");
+}
+
 #[tokio::test]
 async fn check_config_refuses_an_agent_token_shorter_than_16_characters() {
     let out = check_edited(|t| t, "1:x", "fifteen-chars-x").await;
