@@ -310,6 +310,38 @@ async fn a_toml_syntax_error_is_said_once_with_its_file_line_column_and_what_was
 }
 
 #[tokio::test]
+async fn serve_against_a_postgresql_database_that_does_not_exist_says_so_in_plain_words() {
+    let Some(db) = crate::support::postgres::PgDatabase::create().await else {
+        return;
+    };
+    let mut absent = reqwest::Url::parse(&db.url).unwrap();
+    absent.set_path(&format!("{}_absent", absent.path()));
+    let name = absent.path().trim_start_matches('/').to_owned();
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        config_cmd(&["serve"])
+            .env("TELEGRAM_BOT_TOKEN", "1:x")
+            .env("HITL_AGENT_WORKDAY_TOKEN", WORKDAY_TOKEN)
+            .env("HITL__SERVER__BIND", "127.0.0.1:0")
+            .env("HITL__DATABASE__URL", absent.as_str())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("serve ends")
+    .unwrap();
+    let err = refusal(&out);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: cannot open the database (database.url): ")
+            && last.contains(&format!("database \"{name}\" does not exist"))
+            && last.contains("create the database first"),
+        "{err}"
+    );
+    assert!(!shows_a_source_line(last), "{err}");
+}
+
+#[tokio::test]
 async fn check_config_refuses_an_agent_token_shorter_than_16_characters() {
     let out = check_edited(|t| t, "1:x", "fifteen-chars-x").await;
     let err = refusal(&out);
