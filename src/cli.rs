@@ -3,14 +3,15 @@
 //! [`exec`]), the `--demo` configuration, `check-config --online`, and how the
 //! commands word their errors and read their arguments.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde_json::Value;
 use serde_json::value::RawValue;
+use time::OffsetDateTime;
 
 use crate::client::{Failure, Kind, NewConfirmation, Reply, Retry, Retrying, Suspend, V1Client};
-use crate::config::{AgentSettings, Config, RouteSettings, Settings};
+use crate::config::{AgentSettings, Config, MAX_TIMEOUT_LIMIT, RouteSettings, Settings};
 use crate::domain::python;
 
 pub mod exec;
@@ -183,6 +184,15 @@ pub async fn ask(req: AskRequest) -> (u8, String) {
     }
 }
 
+/// How long past `--timeout` `ask` and `exec` wait for the decision before they give
+/// up (exit 3; `exec` never runs its command then), whatever the service does. The
+/// service ends a question at its deadline and a long-poll hands the outcome over at
+/// once, so the margin is only used up by a slow network or a service that is busy or
+/// broken: one that accepts the connection and never answers (or answers at a crawl)
+/// would otherwise hold the script forever. Without `--timeout` the service's first
+/// answer says the request's deadline, and it is the bound on that answer.
+pub const GIVE_UP_MARGIN: Duration = Duration::from_secs(10);
+
 /// Most seconds between two "still waiting" lines, and the longest single long-poll.
 const PROGRESS_EVERY_MAX: Duration = Duration::from_secs(30);
 /// How many times in a row `ask` tries to reach the service before it gives up.
@@ -207,17 +217,105 @@ fn ask_body(req: &AskRequest, key: &str) -> anyhow::Result<String> {
     .to_json())
 }
 
-/// Seconds from now until the record's `expires_at` (0 once past, or unreadable).
-fn seconds_left(record: &Value) -> u64 {
+/// When `ask` gives up: [`GIVE_UP_MARGIN`] past the request's deadline, as `--timeout`
+/// sets it from the start. Only the service's word moves it, and only later: the
+/// deadline it gave a request asked without `--timeout`, or a later one an approver set
+/// ("+N min"). Every step of the wait (connecting, sending, the answer's headers and
+/// body, retries and their pauses, long-polls) ends by it.
+struct GiveUp {
+    at: Instant,
+    timeout_seconds: Option<f64>,
+    base: String,
+}
+
+impl GiveUp {
+    fn new(req: &AskRequest, base: &str) -> GiveUp {
+        // One the service refuses (negative, not a number) counts as none: its answer
+        // comes at once. One past any service's limit counts as that limit.
+        let timeout = req
+            .timeout_seconds
+            .filter(|t| t.is_finite())
+            .and_then(|t| Duration::try_from_secs_f64(t.min(MAX_TIMEOUT_LIMIT)).ok())
+            .unwrap_or_default();
+        GiveUp {
+            at: after(timeout),
+            timeout_seconds: req.timeout_seconds,
+            base: base.to_owned(),
+        }
+    }
+
+    /// `step`, or the error that says `ask` gave up (waiting on `id`, once known).
+    async fn within<T>(
+        &self,
+        id: Option<&str>,
+        step: impl Future<Output = T>,
+    ) -> anyhow::Result<T> {
+        tokio::time::timeout_at(self.at.into(), step)
+            .await
+            .map_err(|_| self.gave_up(id))
+    }
+
+    fn gave_up(&self, id: Option<&str>) -> anyhow::Error {
+        let margin = GIVE_UP_MARGIN.as_secs();
+        let bound = match (self.timeout_seconds, id) {
+            (Some(t), _) => format!("--timeout {t} s plus {margin} s"),
+            (None, Some(_)) => format!("the request's deadline plus {margin} s"),
+            (None, None) => format!("{margin} s for a first answer, without --timeout"),
+        };
+        let what = match id {
+            None => format!("the service at {} did not answer", self.base),
+            Some(id) => format!(
+                "the service at {} gave no decision on request {id}",
+                self.base
+            ),
+        };
+        anyhow::anyhow!("gave up waiting ({bound}): {what}")
+    }
+
+    /// Follows the deadline the service gave `record` (`answered` by its clock, the
+    /// `Date` of its answer), when it counts: a request asked without `--timeout`
+    /// (its first record says the deadline), or one an approver gave more time.
+    fn follow(&mut self, record: &Value, answered: Option<OffsetDateTime>, first: bool) {
+        let extended = record
+            .pointer("/progress/extensions")
+            .and_then(Value::as_u64)
+            .is_some_and(|n| n > 0);
+        if !(extended || (first && self.timeout_seconds.is_none())) {
+            return;
+        }
+        let Some(expires_at) = expires_at(record) else {
+            return;
+        };
+        // By the service's clock when it says it: the two machines' clocks may differ.
+        let now = answered.unwrap_or_else(OffsetDateTime::now_utc);
+        let left = Duration::try_from(expires_at - now).unwrap_or_default();
+        self.at = self.at.max(after(left));
+    }
+}
+
+/// [`GIVE_UP_MARGIN`] after `wait` from now. No service keeps a question longer than
+/// [`MAX_TIMEOUT_LIMIT`] (the largest `max_timeout_seconds` it accepts), so no wait is
+/// longer: a `--timeout` or a deadline past it cannot overflow the clock.
+fn after(wait: Duration) -> Instant {
+    let longest = Duration::from_secs_f64(MAX_TIMEOUT_LIMIT);
+    Instant::now() + wait.min(longest) + GIVE_UP_MARGIN
+}
+
+/// The record's `expires_at`, if it has a readable one.
+fn expires_at(record: &Value) -> Option<OffsetDateTime> {
     use time::format_description::well_known::Rfc3339;
     record
         .get("expires_at")
         .and_then(Value::as_str)
-        .and_then(|t| time::OffsetDateTime::parse(t, &Rfc3339).ok())
-        .map_or(0, |at| {
-            let left = (at - time::OffsetDateTime::now_utc()).as_seconds_f64();
-            left.max(0.0).ceil() as u64
-        })
+        .and_then(|t| OffsetDateTime::parse(t, &Rfc3339).ok())
+}
+
+/// Seconds from now until the record's `expires_at` (0 once past, or unreadable).
+fn seconds_left(record: &Value) -> u64 {
+    expires_at(record).map_or(0, |at| {
+        let left = (at - OffsetDateTime::now_utc()).as_seconds_f64();
+        left.max(0.0).ceil() as u64
+    })
 }
 
 /// The time between "still waiting" lines for a question of `total` seconds: a quarter
@@ -228,7 +326,8 @@ fn progress_every(total: u64) -> Duration {
 
 /// How `ask` retries a request: after a second while the service cannot be reached or
 /// answers 503, [`ASK_ATTEMPTS`] times in all, and after `Retry-After` for as long as
-/// it answers 429 (too many long-polls: a person waits anyway).
+/// it answers 429 (too many long-polls: a person waits anyway), all of it within the
+/// bound [`GiveUp`] sets.
 const ASK_RETRY: Retry = Retry {
     attempts: ASK_ATTEMPTS,
     delay: Duration::from_secs(1),
@@ -285,11 +384,19 @@ pub(crate) async fn decide(
     );
     let body = ask_body(req, &key)?;
     let base = service_url(&req.url)?;
+    let mut give_up = GiveUp::new(req, &base);
     let client = V1Client::new(&base, req.token.clone().into(), None)?;
-    let response = client
-        .create(&body, None, &ASK_RETRY, &mut say_retrying(progress))
-        .await;
+    let response = give_up
+        .within(
+            None,
+            client.create(&body, None, &ASK_RETRY, &mut say_retrying(progress)),
+        )
+        .await?;
+    let answered = response.as_ref().ok().and_then(|r| r.date);
     let mut record = read_record(response)?;
+    if let Ok((first, _)) = &record {
+        give_up.follow(first, answered, true);
+    }
     if let Ok((first, _)) = &record
         && first.get("status").and_then(Value::as_str) == Some("pending")
     {
@@ -299,12 +406,7 @@ pub(crate) async fn decide(
             .unwrap_or("?")
             .to_owned();
         let total = seconds_left(first);
-        let until = first
-            .get("expires_at")
-            .and_then(Value::as_str)
-            .and_then(|t| {
-                time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
-            })
+        let until = expires_at(first)
             .map(crate::domain::question::operator_time)
             .unwrap_or_default();
         progress(format!(
@@ -319,17 +421,24 @@ pub(crate) async fn decide(
                 _ => break,
             };
             let wait = every.as_secs().min(left.max(1));
-            let response = client
-                .poll(
-                    Kind::Confirmation,
-                    &id,
-                    wait,
-                    None,
-                    &ASK_RETRY,
-                    &mut say_retrying(progress),
+            let response = give_up
+                .within(
+                    Some(&id),
+                    client.poll(
+                        Kind::Confirmation,
+                        &id,
+                        wait,
+                        None,
+                        &ASK_RETRY,
+                        &mut say_retrying(progress),
+                    ),
                 )
-                .await;
+                .await?;
+            let answered = response.as_ref().ok().and_then(|r| r.date);
             record = read_record(response)?;
+            if let Ok((r, _)) = &record {
+                give_up.follow(r, answered, false);
+            }
             if let Ok((r, _)) = &record
                 && r.get("status").and_then(Value::as_str) == Some("pending")
             {
@@ -627,6 +736,57 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("https://hitl.example.com:8080"), "{e}");
+    }
+
+    #[test]
+    fn only_the_services_word_on_a_deadline_moves_the_give_up_time_and_only_later() {
+        let ask = |timeout_seconds| AskRequest {
+            url: String::new(),
+            token: String::new(),
+            tool: "t".into(),
+            params: Vec::new(),
+            template: None,
+            timeout_seconds,
+            owner_id: None,
+            context: None,
+            route: None,
+            window_seconds: None,
+        };
+        let service_now = OffsetDateTime::now_utc() - time::Duration::hours(1);
+        let record = |in_seconds: i64, extensions: u64| {
+            let at = service_now + time::Duration::seconds(in_seconds);
+            serde_json::json!({
+                "expires_at": at.format(&time::format_description::well_known::Rfc3339).unwrap(),
+                "progress": {"extensions": extensions},
+            })
+        };
+        let left = |g: &GiveUp| g.at.saturating_duration_since(Instant::now()).as_secs_f64();
+        let margin = GIVE_UP_MARGIN.as_secs_f64();
+
+        // --timeout 60: a later deadline the service states does not count, one an
+        // approver set does (by the service's clock, an hour behind this one).
+        let mut g = GiveUp::new(&ask(Some(60.0)), "b");
+        g.follow(&record(3600, 0), Some(service_now), true);
+        assert!((left(&g) - (60.0 + margin)).abs() < 1.0, "{}", left(&g));
+        g.follow(&record(600, 1), Some(service_now), false);
+        assert!((left(&g) - (600.0 + margin)).abs() < 1.0, "{}", left(&g));
+        g.follow(&record(30, 1), Some(service_now), false);
+        assert!(left(&g) > 590.0, "never earlier: {}", left(&g));
+
+        // Without --timeout: the margin until the first answer, then its deadline.
+        let mut g = GiveUp::new(&ask(None), "b");
+        assert!((left(&g) - margin).abs() < 1.0, "{}", left(&g));
+        g.follow(&record(120, 0), Some(service_now), true);
+        assert!((left(&g) - (120.0 + margin)).abs() < 1.0, "{}", left(&g));
+        g.follow(&record(9000, 0), Some(service_now), false);
+        assert!(left(&g) < 131.0, "{}", left(&g));
+
+        // A deadline past any service's limit cannot overflow the clock.
+        let far = serde_json::json!({"expires_at": "9999-12-31T23:59:59Z",
+                                     "progress": {"extensions": 1}});
+        let mut g = GiveUp::new(&ask(Some(1e300)), "b");
+        assert!(left(&g) > 365.0 * 24.0 * 3600.0, "{}", left(&g));
+        g.follow(&far, None, false);
     }
 
     #[test]

@@ -75,16 +75,18 @@ enum Command {
         #[arg(long)]
         online: bool,
     },
-    /// Ask through a running service; exit 0 confirmed, 1 cancelled, 2 timeout, 3 error.
-    /// The record goes to stdout; which request it asked, and that it still waits, to
-    /// stderr.
+    /// Ask through a running service; exit 0 confirmed, 1 cancelled, 2 timeout, 3 error
+    /// (also when no decision came within --timeout plus 10 s, whatever the service
+    /// does). The record goes to stdout; which request it asked, and that it still
+    /// waits, to stderr.
     Ask(Box<AskArgs>),
     /// Ask as `ask` does, then run COMMAND only if confirmed, with the approved
     /// parameters in HITL_PARAMS (JSON) and the request id in HITL_CONFIRMATION_ID, and
     /// report on Telegram whether it ran or failed (its exit status and last stderr
     /// line). Exits with the command's status (127 not found, 126 not runnable, 128+N
     /// killed by signal N); when it did not run, with ask's 1 cancelled, 2 timeout, 3
-    /// error. Progress goes to stderr; stdout is the command's.
+    /// error (also when no decision came within --timeout plus 10 s: the command never
+    /// runs then). Progress goes to stderr; stdout is the command's.
     Exec(Box<ExecArgs>),
     /// Claude Code's PermissionRequest hook: reads the event on stdin, asks on Telegram,
     /// prints Claude Code's decision JSON on stdout and exits 0. Installed for
@@ -187,7 +189,9 @@ struct AskArgs {
     #[arg(long)]
     template: Option<String>,
     /// Seconds to wait for a human (default: the service's confirmation
-    /// default_timeout_seconds, 120 as shipped); no answer by then exits 2.
+    /// default_timeout_seconds, 120 as shipped); no answer by then exits 2. Whatever
+    /// the service does, the wait ends 10 s after this deadline (or after a later one
+    /// an approver set with "+N min"): no decision by then exits 3.
     #[arg(long)]
     timeout: Option<f64>,
     /// On whose behalf the call is made (owner_id, default "anonymous"): windows are per

@@ -35,6 +35,13 @@ impl Settings {
                 path.display()
             )));
         }
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::Load(format!(
+                "cannot read configuration file {}: {e}",
+                path.display()
+            ))
+        })?;
+        check_syntax(path, &text)?;
         with_env_overrides(Figment::from(Toml::file_exact(path)))
     }
 
@@ -49,8 +56,46 @@ impl Settings {
         Figment::new()
             .merge(Toml::string(text))
             .extract()
-            .map_err(|e| ConfigError::Load(e.to_string()))
+            .map_err(|e| ConfigError::Load(described(e)))
     }
+}
+
+/// Refuses `text` (the file `path`) when it is not TOML, saying the first mistake once
+/// and as a person needs it: the file, the line and column, what is wrong there and what
+/// was expected. figment would say it too, but as a block of text, and twice: the
+/// environment's layer reads the file again to know its lists ([`IndexedEnv`]).
+fn check_syntax(path: &Path, text: &str) -> Result<(), ConfigError> {
+    let Err(e) = toml::from_str::<toml::Table>(text) else {
+        return Ok(());
+    };
+    // toml's message is a line or two: what is wrong, then what was expected.
+    let what: Vec<&str> = e
+        .message()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let place = match e.span() {
+        Some(span) => {
+            let (line, column) = line_and_column(text, span.start);
+            format!("{}, line {line}, column {column}", path.display())
+        }
+        None => path.display().to_string(),
+    };
+    Err(ConfigError::Load(format!("{place}: {}", what.join("; "))))
+}
+
+/// The line and column (both from 1, the column in characters) of byte `offset` in
+/// `text`, as an editor shows them. The end of the file is the end of its last line (an
+/// array left open is missing its `]` there, not on a line after the file).
+fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.trim_end_matches(['\n', '\r']).len());
+    let before = text.get(..offset).unwrap_or(text);
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (
+        before.matches('\n').count() + 1,
+        before[line_start..].chars().count() + 1,
+    )
 }
 
 /// The settings `file` holds, with `HITL__SECTION__KEY` variables over them.
@@ -58,12 +103,49 @@ fn with_env_overrides(file: Figment) -> Result<Settings, ConfigError> {
     let env = IndexedEnv { file: &file };
     let layered = file.clone().merge(env);
     layered.extract().map_err(|e| {
-        let mut text = e.to_string();
+        let mut text = described(e);
         if text.contains("expected a sequence") {
             text.push_str(LIST_FROM_ENV_HINT);
         }
         ConfigError::Load(text)
     })
+}
+
+/// figment's errors in a person's words, each distinct one once: where (the file, or the
+/// environment variable), which key, what is wrong. Not figment's own wording, which
+/// puts the profile before every key (`"default.server.bnd"`) and names a provider
+/// made from a string by the line of our source that made it.
+fn described(errors: figment::Error) -> String {
+    use figment::Source;
+    use figment::error::Kind;
+    let mut said: Vec<String> = Vec::new();
+    for e in errors {
+        let what = match &e.kind {
+            Kind::UnknownField(found, expected) => {
+                format!(
+                    "unknown key `{found}` (known here: {})",
+                    expected.join(", ")
+                )
+            }
+            kind => kind.to_string(),
+        };
+        let key = e.path.join(".");
+        let source = e.metadata.as_ref().map(|md| md.source.as_ref());
+        let text = match source {
+            Some(Some(Source::File(file))) if key.is_empty() => {
+                format!("{}: {what}", file.display())
+            }
+            Some(Some(Source::File(file))) => format!("{}: {key}: {what}", file.display()),
+            // The one provider without a source: the `HITL__…` variables.
+            Some(None) if !key.is_empty() => format!("{}: {what}", env_var_name(&e.path)),
+            _ if key.is_empty() => what,
+            _ => format!("{key}: {what}"),
+        };
+        if !said.contains(&text) {
+            said.push(text);
+        }
+    }
+    said.join("; ")
 }
 
 /// What a list from the environment looks like, said when one has the wrong shape.
@@ -201,6 +283,31 @@ fn env_var_name(path: &[String]) -> String {
 mod tests {
     use super::*;
     use crate::config::testing::BASE;
+
+    #[test]
+    fn a_syntax_error_says_the_file_line_column_and_what_was_expected() {
+        let refusal = |text: &str| match check_syntax(Path::new("conf/x.toml"), text) {
+            Err(ConfigError::Load(e)) => e,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            refusal("[server]\nbind = \"127.0.0.1:8080\n"),
+            "conf/x.toml, line 2, column 23: invalid basic string"
+        );
+        assert_eq!(
+            refusal("[server]\nbind =\n"),
+            "conf/x.toml, line 2, column 7: invalid string; expected `\"`, `'`"
+        );
+        assert_eq!(
+            refusal("[[routes]]\napprovers = [1, 2\n\n"),
+            "conf/x.toml, line 2, column 18: invalid array; expected `]`"
+        );
+        assert_eq!(
+            refusal("[server]\nk = \"ïï\" 2"),
+            "conf/x.toml, line 2, column 10: expected newline, `#`"
+        );
+        assert!(check_syntax(Path::new("conf/x.toml"), BASE).is_ok());
+    }
 
     #[test]
     fn an_unknown_key_in_the_file_is_refused() {

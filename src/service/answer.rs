@@ -554,7 +554,7 @@ impl Service {
             .reason_request_for(
                 reply.chat_id,
                 reply.reply_to,
-                reply.reply_to_names.as_ref(),
+                reply.reason_prompt_of.as_ref(),
                 reply.from.id,
             )
             .await?

@@ -283,9 +283,10 @@ pub struct Call {
 pub struct Reply {
     pub chat_id: i64,
     pub reply_to: i32,
-    /// The question the replied-to message names, when it is one of the bot's own (a
-    /// reason prompt names its request's id).
-    pub reply_to_names: Option<ConfirmationId>,
+    /// The request whose reason prompt (the bot's own message asking "why deny?") the
+    /// reply answers, read from the prompt's text; `None` for a reply to any other
+    /// message, even one naming a request.
+    pub reason_prompt_of: Option<ConfirmationId>,
     pub from: Operator,
     pub from_is_bot: bool,
     pub text: String,

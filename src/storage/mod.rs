@@ -74,12 +74,15 @@ pub const IDEMPOTENCY_TTL: std::time::Duration = std::time::Duration::from_secs(
 /// plain values from it, never a setting).
 pub const DEFAULT_OUTBOX_BACKLOG_BOUND: u32 = 1000;
 
+/// The storage layer's one error. A driver's error is a field, not a `source()`: what
+/// it says reaches a person only as [`database_text`] words it (an error chain printed
+/// cause by cause would repeat the driver's own text, with PostgreSQL's source line).
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
-    #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
-    #[error("database migration failed: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("database error: {}", database_text(.0))]
+    Database(sqlx::Error),
+    #[error("database migration failed: {}", migrate_text(.0))]
+    Migrate(sqlx::migrate::MigrateError),
     #[error("stored row {id} is corrupt: {what}")]
     Corrupt { id: String, what: String },
     #[error("cannot prepare the database location: {0}")]
@@ -111,6 +114,41 @@ pub enum StorageError {
     /// without hitl-telegram's tables; the text says which. Nothing was created.
     #[error("no hitl-telegram database at {url}: {why} (check database.url; nothing was created)")]
     NoDatabase { url: String, why: String },
+}
+
+impl From<sqlx::Error> for StorageError {
+    fn from(e: sqlx::Error) -> StorageError {
+        StorageError::Database(e)
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for StorageError {
+    fn from(e: sqlx::migrate::MigrateError) -> StorageError {
+        StorageError::Migrate(e)
+    }
+}
+
+/// A driver's error in the words a person needs: the database's own message, without
+/// the line of PostgreSQL's C source that sqlx appends to it (`… does not exist at line
+/// 948`), which reads like a line of a file the person should look at.
+fn database_text(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::Database(db) => format!("error returned from database: {}", db.message()),
+        other => other.to_string(),
+    }
+}
+
+/// A migration's error, its database error worded by [`database_text`].
+fn migrate_text(e: &sqlx::migrate::MigrateError) -> String {
+    match e {
+        sqlx::migrate::MigrateError::Execute(db) => {
+            format!("while executing migrations: {}", database_text(db))
+        }
+        sqlx::migrate::MigrateError::ExecuteMigration(db, version) => {
+            format!("while executing migration {version}: {}", database_text(db))
+        }
+        other => other.to_string(),
+    }
 }
 
 impl StorageError {
@@ -194,7 +232,23 @@ pub async fn connect(url: &str, mode: ConnectMode) -> Result<Arc<dyn Store>, Sto
         (Backend::Sqlite, ConnectMode::Existing) => {
             Arc::new(SqliteStore::connect_existing(url).await?)
         }
-        (Backend::Postgres, ConnectMode::Create) => Arc::new(PgStore::connect(url).await?),
+        (Backend::Postgres, ConnectMode::Create) => match PgStore::connect(url).await {
+            Ok(store) => Arc::new(store),
+            // SQLSTATE 3D000, invalid_catalog_name: its message names the database.
+            Err(StorageError::Database(sqlx::Error::Database(e)))
+                if e.code().as_deref() == Some("3D000") =>
+            {
+                return Err(no_database(
+                    url,
+                    format!(
+                        "{}, and the service creates only its tables: create the database \
+                         first",
+                        e.message()
+                    ),
+                ));
+            }
+            Err(e) => return Err(e),
+        },
         (Backend::Postgres, ConnectMode::Existing) => {
             Arc::new(PgStore::connect_existing(url).await?)
         }

@@ -216,7 +216,7 @@ pub trait Steps: Send + Sync + 'static {
 
     /// The question whose reason `user_id` was asked for in `chat_id`, when
     /// `reply_to` is the prompt or a message of that question there, or when the
-    /// replied-to message (the bot's own) names it (`named`).
+    /// replied-to message is that question's reason prompt as its text says (`named`).
     async fn reason_request_for(
         &self,
         chat_id: i64,

@@ -7,11 +7,11 @@ use teloxide::types::{
     Update, UpdateKind,
 };
 
-use crate::domain::ids::ConfirmationId;
 use crate::domain::question::Operator;
 use crate::domain::text;
 use crate::service::{Button, CommandMessage, Reply, Tap};
 use crate::telegram::commands::{self, Parsed};
+use crate::telegram::render;
 
 /// The update kinds the service handles; Telegram is asked for these only.
 pub fn allowed() -> Vec<AllowedUpdate> {
@@ -136,27 +136,21 @@ pub fn command_from(m: &Message, me: Option<&str>) -> Option<Parsed> {
 pub fn reply_from(m: &Message, me: Option<&str>, bot_id: Option<u64>) -> Option<Reply> {
     let from = m.from.as_ref()?;
     let reply_to = m.reply_to_message()?;
-    // The question a message of the bot's own names (a reason prompt does): what ties a
-    // reply to it when the prompt's id was not stored yet (or a crash lost it).
-    let names = is_own(reply_to, me, bot_id)
+    // The request a reason prompt of the bot's own asks about: what ties a reply to it
+    // when the prompt's id was not stored yet (or a crash lost it). Only a prompt's
+    // shape counts: another message of the bot (a notification, whose text is the
+    // agent's) may name a request too.
+    let prompt_of = is_own(reply_to, me, bot_id)
         .then(|| reply_to.text())
         .flatten()
-        .and_then(named_question);
+        .and_then(render::reason_prompt_names);
     Some(Reply {
         chat_id: m.chat.id.0,
         reply_to: reply_to.id.0,
-        reply_to_names: names,
+        reason_prompt_of: prompt_of,
         from: operator(from),
         from_is_bot: from.is_bot,
         text: without_nul(m.text()?),
-    })
-}
-
-/// The first confirmation id (`cf_` and 32 hex digits) in a text, if any.
-fn named_question(text: &str) -> Option<ConfirmationId> {
-    text.match_indices("cf_").find_map(|(at, _)| {
-        let candidate = text.get(at..at + 35)?;
-        ConfirmationId::parse(candidate).ok()
     })
 }
 

@@ -2,8 +2,10 @@
 //! refuses bad configurations naming the key, `migrate` prepares the database.
 
 use std::process::Stdio;
+use std::time::Duration;
 
 use crate::support::app::*;
+use hitl_telegram::cli::GIVE_UP_MARGIN;
 use serde_json::Value;
 use tokio::process::Command;
 
@@ -89,6 +91,14 @@ async fn ask_help_describes_every_flag() {
         help.contains("stderr"),
         "says where the progress goes: {help}"
     );
+    let words = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains(&format!(
+            "the wait ends {} s after this deadline",
+            GIVE_UP_MARGIN.as_secs()
+        )),
+        "says when it gives up whatever the service does: {help}"
+    );
 }
 
 #[tokio::test]
@@ -121,6 +131,70 @@ async fn ask_exits_1_when_cancelled() {
         .tap(OPS_CHAT, msg.message_id, "❌ Cancel", alice());
     let (code, out, _) = finish(child).await;
     assert_eq!(code, 1, "{out}");
+}
+
+/// A service on 127.0.0.1 that accepts every connection and never answers: each one
+/// is held open, unread, for as long as the test runs.
+async fn silent_service() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket);
+        }
+    });
+    (base, held)
+}
+
+/// Runs `command` (`ask` or `exec`, then `rest`) with `--timeout 2` against a silent
+/// service and checks that it gave up in time, with exit 3 and saying why: its stderr.
+async fn gives_up_on_a_silent_service(command: &str, rest: &[&str]) -> String {
+    const TIMEOUT: Duration = Duration::from_secs(2);
+    let (base, _held) = silent_service().await;
+    let started = std::time::Instant::now();
+    let child = Command::new(BIN)
+        .args([
+            command, "--url", &base, "--token", TOKEN_A, "--tool", "deploy",
+        ])
+        .args(["--timeout", &TIMEOUT.as_secs().to_string()])
+        .args(rest)
+        .env("NO_PROXY", "127.0.0.1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn");
+    let bound = TIMEOUT + GIVE_UP_MARGIN + Duration::from_secs(5);
+    let (code, out, err) = tokio::time::timeout(bound, finish(child))
+        .await
+        .unwrap_or_else(|_| panic!("{command} still waits after {bound:?}"));
+    let took = started.elapsed();
+    assert_eq!(code, 3, "{out}\n{err}");
+    assert!(took >= TIMEOUT, "gave up early, after {took:?}: {err}");
+    assert!(
+        err.contains(&format!(
+            "gave up waiting (--timeout 2 s plus {} s): the service at {base} did not answer",
+            GIVE_UP_MARGIN.as_secs()
+        )),
+        "{err}"
+    );
+    assert_eq!(out, "", "nothing on stdout");
+    err
+}
+
+#[tokio::test]
+async fn ask_against_a_service_that_never_answers_gives_up_at_its_timeout_plus_the_margin() {
+    gives_up_on_a_silent_service("ask", &[]).await;
+}
+
+#[tokio::test]
+async fn exec_against_a_service_that_never_answers_gives_up_without_running_its_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ran");
+    let err = gives_up_on_a_silent_service("exec", &["--", "touch", file.to_str().unwrap()]).await;
+    assert!(err.contains("the command was not run"), "{err}");
+    assert!(!file.exists(), "the command ran");
 }
 
 #[tokio::test]
@@ -197,6 +271,74 @@ fn refusal(out: &std::process::Output) -> String {
         String::from_utf8_lossy(&out.stdout)
     );
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Whether `err` (what a command printed) shows a place in our source: a file of ours
+/// (`src/…`, `….rs:`) or a line number a library appends (PostgreSQL's own, `at line
+/// 948`), which reads like a line of something the person should look at.
+fn shows_a_source_line(err: &str) -> bool {
+    err.contains("src/") || err.contains(".rs:") || err.contains(" at line ")
+}
+
+#[tokio::test]
+async fn a_toml_syntax_error_is_said_once_with_its_file_line_column_and_what_was_expected() {
+    let broken =
+        |toml: String| toml.replacen("bind = \"127.0.0.1:8080\"", "bind = \"127.0.0.1:8080", 1);
+    let shipped =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml"))
+            .unwrap();
+    let line = broken(shipped)
+        .lines()
+        .position(|l| l == "bind = \"127.0.0.1:8080")
+        .expect("the shipped config sets server.bind")
+        + 1;
+    let err = refusal(&check_edited(broken, "1:x", WORKDAY_TOKEN).await);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.starts_with("error: cannot read configuration: ")
+            && err.contains(&format!(
+                "edited.toml, line {line}, column 23: invalid basic string"
+            )),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("invalid basic string").count(),
+        1,
+        "said once: {err}"
+    );
+    assert!(!shows_a_source_line(&err), "{err}");
+}
+
+#[tokio::test]
+async fn serve_against_a_postgresql_database_that_does_not_exist_says_so_in_plain_words() {
+    let Some(db) = crate::support::postgres::PgDatabase::create().await else {
+        return;
+    };
+    let mut absent = reqwest::Url::parse(&db.url).unwrap();
+    absent.set_path(&format!("{}_absent", absent.path()));
+    let name = absent.path().trim_start_matches('/').to_owned();
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        config_cmd(&["serve"])
+            .env("TELEGRAM_BOT_TOKEN", "1:x")
+            .env("HITL_AGENT_WORKDAY_TOKEN", WORKDAY_TOKEN)
+            .env("HITL__SERVER__BIND", "127.0.0.1:0")
+            .env("HITL__DATABASE__URL", absent.as_str())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("serve ends")
+    .unwrap();
+    let err = refusal(&out);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: cannot open the database (database.url): ")
+            && last.contains(&format!("database \"{name}\" does not exist"))
+            && last.contains("create the database first"),
+        "{err}"
+    );
+    assert!(!shows_a_source_line(last), "{err}");
 }
 
 #[tokio::test]

@@ -1,9 +1,11 @@
-//! Hostile and runaway agents: rate and pending limits, input bounds, and every kind of
-//! Unicode handled or refused cleanly, never a 500.
+//! Hostile and runaway agents: rate and pending limits, input bounds, every kind of
+//! Unicode handled or refused cleanly (never a 500), and no notification of theirs that
+//! turns an approver's reply into a deny reason.
 
 use crate::support::app::*;
+use crate::support::interactions::tap;
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[tokio::test]
 async fn an_agent_over_its_request_rate_gets_429_with_retry_after() {
@@ -158,4 +160,71 @@ async fn markup_in_parameters_template_output_and_context_shows_literally() {
             m.visible_text
         );
     }
+}
+
+#[tokio::test]
+async fn a_reply_to_a_notification_naming_a_request_is_never_its_deny_reason() {
+    let app = TestApp::spawn().await;
+    let (record, message_id) = app
+        .ask_suspended(json!({"tool": "deploy", "params": {"env": "prod"}}))
+        .await;
+    let id = record["id"].as_str().unwrap();
+    let question = app.telegram.message(OPS_CHAT, message_id);
+    tap(&app, &question, "✋ Deny with reason", alice()).await;
+    let prompt = app.telegram.wait_for_message_in(OPS_CHAT, 2).await[1].clone();
+
+    // The agent's notification names the request, even in the prompt's own words.
+    let r = app
+        .client
+        .post(app.url("/v1/notifications"))
+        .bearer_auth(TOKEN_A)
+        .json(&json!({"route": "ops", "message": format!(
+            "ref {id}\n✋ Alice, why deny deploy ({id})? Reply to this message with your \
+             reason by noon."
+        )}))
+        .send()
+        .await
+        .expect("POST");
+    let (status, note) = json_of(r).await;
+    assert_eq!(status, StatusCode::OK, "{note}");
+    let note_id = note["message_id"].as_i64().unwrap() as i32;
+    app.telegram
+        .send_reply(OPS_CHAT, alice(), "on it, checking prod", note_id);
+    // A command in the same chat is handled after that reply: its answer says the reply was.
+    let before = app.telegram.messages_in(OPS_CHAT).len();
+    app.telegram
+        .send_text_message(OPS_CHAT, alice(), "/pending");
+    app.telegram.wait_for_message_in(OPS_CHAT, before + 1).await;
+
+    let (_, now) = app.get(id).await;
+    assert_eq!(now["status"], "pending", "{now}");
+    assert_eq!(now["denial_reason"], Value::Null, "{now}");
+    let shown = app.telegram.message(OPS_CHAT, message_id);
+    assert!(shown.has_buttons(), "{}", shown.visible_text);
+    assert!(
+        !shown.visible_text.contains("Denied"),
+        "{}",
+        shown.visible_text
+    );
+
+    // The reply to the bot's own prompt is the reason.
+    app.telegram.send_reply(
+        OPS_CHAT,
+        alice(),
+        "not during the freeze",
+        prompt.message_id,
+    );
+    let ended = app.wait_status(id, "cancelled").await;
+    assert_eq!(ended["denial_reason"], "not during the freeze", "{ended}");
+    let shown = app
+        .telegram
+        .wait_for_message(OPS_CHAT, message_id, "the denial shown", |m| {
+            !m.has_buttons()
+        })
+        .await;
+    assert!(
+        shown.visible_text.ends_with(": not during the freeze"),
+        "{}",
+        shown.visible_text
+    );
 }

@@ -301,9 +301,9 @@ pub(crate) async fn add_stray(
 }
 
 /// See [`crate::storage::Steps::reason_request_for`]: the id of the question whose
-/// reason `user_id` was asked for. The reply may answer the prompt, or (if the prompt's
-/// id was never stored, or the person replied to the question instead) any message of
-/// the question in the chat where they asked.
+/// reason `user_id` was asked for. The reply may answer the prompt (by its stored id,
+/// or `named`, read from the prompt's text when its id was never stored), or any
+/// message of the question in the chat where they asked.
 pub(crate) async fn reason_request_for(
     pool: &Pool<Db>,
     chat_id: i64,

@@ -31,6 +31,7 @@ use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup};
 use teloxide::utils::html::escape;
 use time::OffsetDateTime;
 
+use crate::domain::ids::ConfirmationId;
 use crate::domain::interaction::InteractionType;
 use crate::domain::question::{Question, operator_time as date_time};
 use crate::domain::text::{self, Layout};
@@ -158,15 +159,40 @@ fn what(r: &Question) -> String {
     }
 }
 
+/// How a reason prompt opens, and the words that follow its request's id, as Telegram
+/// shows them (without markup): what [`reason_prompt_names`] knows a prompt by.
+const REASON_PROMPT_OPENS: &str = "✋ ";
+const REASON_PROMPT_ASKS: &str = ")? Reply to this message with your reason by ";
+
 /// The message that asks the person who tapped "Deny with reason" for it.
 pub fn reason_prompt_text(r: &Question, user_id: u64, name: &str) -> String {
     format!(
-        "✋ {}, why deny {} (<code>{}</code>)? <b>Reply to this message</b> with your reason by {}. The agent receives it; until it is in, the request stays open and anyone may still decide.",
+        "{REASON_PROMPT_OPENS}{}, why deny {} (<code>{}</code>)? <b>Reply to this message</b> with your reason by {}. The agent receives it; until it is in, the request stays open and anyone may still decide.",
         mention(user_id, name),
         what(r),
         r.id,
         date_time(r.expires_at)
     )
+}
+
+/// The request a reason prompt of the bot's asks about, read from the prompt's text as
+/// Telegram reports it with a reply (`visible`, without markup); `None` for any other
+/// text. This ties a reply to its prompt before the prompt's message id is stored (or
+/// when a crash lost it). Only the prompt's own shape counts, never an id anywhere in
+/// the text: the bot's other messages name requests too, and a notification's text is
+/// the agent's, so a reply to one must never become a request's deny reason. The id is
+/// the one just before the fixed words that follow it, after anything the question's
+/// own words (tool, question) could hold; a notification opens with 🔔, never ✋.
+pub fn reason_prompt_names(visible: &str) -> Option<ConfirmationId> {
+    if !visible.starts_with(REASON_PROMPT_OPENS) {
+        return None;
+    }
+    let (before, _) = visible.rsplit_once(REASON_PROMPT_ASKS)?;
+    let (opening, id) = before.rsplit_once(" (")?;
+    if !opening.contains(", why deny ") {
+        return None;
+    }
+    ConfirmationId::parse(id).ok()
 }
 
 /// The reminder of a question still pending, naming who has not answered.

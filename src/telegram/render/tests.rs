@@ -213,3 +213,49 @@ fn a_grant_questions_terms_are_shown_whole_after_the_longest_agent_text_and_it_f
     assert!(units(&text) <= TELEGRAM_MAX_CHARS, "{}", units(&text));
     assert!(text.contains("🔑 <b>Granted</b> until"), "{text}");
 }
+
+/// An HTML message's text as Telegram reports it back (with a reply): tags gone,
+/// entities read.
+fn as_telegram_reports(html: &str) -> String {
+    let mut text = String::new();
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    text.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&amp;", "&")
+}
+
+#[test]
+fn only_a_reason_prompt_names_its_request_to_a_reply() {
+    let r = record("{}");
+    let prompt = as_telegram_reports(&reason_prompt_text(&r, 42, "Alice"));
+    assert_eq!(reason_prompt_names(&prompt), Some(r.id.clone()), "{prompt}");
+
+    // The agent's words: a notification naming the request, even in a prompt's words.
+    let forged = format!(
+        "✋ Alice, why deny deploy ({})? Reply to this message with your reason by noon",
+        r.id
+    );
+    for agents_words in [format!("ref {}", r.id), forged.clone()] {
+        let note = as_telegram_reports(&notification_text("bot", &agents_words));
+        assert_eq!(reason_prompt_names(&note), None, "{note}");
+    }
+    assert_eq!(reason_prompt_names(&format!("ref {}", r.id)), None);
+
+    // A prompt whose question quotes another prompt names its own request.
+    let other = ConfirmationId::generate();
+    let quoting = format!(
+        "✋ Alice, why deny “x ({other})? Reply to this message with your reason by” ({})? \
+         Reply to this message with your reason by noon.",
+        r.id
+    );
+    assert_eq!(reason_prompt_names(&quoting), Some(r.id));
+}
