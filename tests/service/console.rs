@@ -224,6 +224,28 @@ async fn the_console_writes_times_as_the_chat_does_and_names_a_questions_kind_in
             .unwrap()
             .contains("human_interaction")
     );
+    // A grant question is named as one, by its terms: approving it stores a grant.
+    let (s, grant) = crate::support::interactions::post_interaction(
+        &app,
+        json!({"interaction": {"interaction_id": "grant-q3", "interaction_type": "approval",
+               "question": "May I read reports this week?",
+               "grant": {"scope": "tool:read_report", "owner_id": "carol", "window_seconds": 600}}}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{grant}");
+    let (_, list) = console_get(&app, "/app/api/questions", Some(&alice)).await;
+    let listed = list["questions"].as_array().unwrap();
+    let asked = listed
+        .iter()
+        .find(|q| q["id"] == grant["id"])
+        .expect("the grant question");
+    assert_eq!(
+        (&asked["kind_words"], &asked["title"]),
+        (
+            &json!("grant question"),
+            &json!("🔑 grant of tool:read_report for carol")
+        )
+    );
 
     // Decided, every time of it reads the same way: when, each answer, the trail.
     let (s, r) = decide(

@@ -125,7 +125,11 @@ fn kind_and_title(r: &Question) -> (String, String) {
     let Some(i) = &r.interaction else {
         return ("confirmation".to_owned(), line(r.tool.as_str()));
     };
-    let words = format!("{} question", i.kind.in_words());
+    // A grant question is named as one: approving it stores a grant, not a yes.
+    let words = match &i.grant {
+        Some(_) => "grant question".to_owned(),
+        None => format!("{} question", i.kind.in_words()),
+    };
     if r.has_call {
         return (words, line(r.tool.as_str()));
     }
@@ -134,7 +138,14 @@ fn kind_and_title(r: &Question) -> (String, String) {
     if excerpt.chars().count() < i.question.trim().chars().count() {
         excerpt.push('…');
     }
-    let title = format!("❓ {words} “{}”", line(&excerpt));
+    let title = match &i.grant {
+        Some(terms) => format!(
+            "🔑 grant of {} for {}",
+            line(terms.scope.as_str()),
+            line(terms.owner_id.as_str())
+        ),
+        None => format!("❓ {words} “{}”", line(&excerpt)),
+    };
     (words, title)
 }
 
