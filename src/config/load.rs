@@ -64,7 +64,7 @@ impl Settings {
 /// and as a person needs it: the file, the line and column, what is wrong there and what
 /// was expected. figment would say it too, but as a block of text, and twice: the
 /// environment's layer reads the file again to know its lists ([`IndexedEnv`]).
-fn check_syntax(path: &Path, text: &str) -> Result<(), ConfigError> {
+pub(super) fn check_syntax(path: &Path, text: &str) -> Result<(), ConfigError> {
     let Err(e) = toml::from_str::<toml::Table>(text) else {
         return Ok(());
     };

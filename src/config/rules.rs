@@ -86,7 +86,12 @@ pub fn rules_of_file(path: &Path) -> Result<Policy, ConfigError> {
             path.display()
         )));
     }
-    let only: RulesOnly = Figment::from(Toml::file_exact(path))
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::Load(format!("cannot read rules file {}: {e}", path.display()))
+    })?;
+    // A syntax error said once, with its line and column, as the configuration's is.
+    super::load::check_syntax(path, &text)?;
+    let only: RulesOnly = Figment::from(Toml::string(&text))
         .extract()
         .map_err(|e| ConfigError::Load(e.to_string()))?;
     policy(&only.rules, only.rules_default, only.rules_mode)

@@ -9,7 +9,7 @@ use hitl_telegram::cli::GIVE_UP_MARGIN;
 use serde_json::Value;
 use tokio::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_hitl-telegram");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_hitl-telegram");
 
 fn ask(app: &TestApp, token: &str, extra: &[&str]) -> tokio::process::Child {
     Command::new(BIN)
@@ -217,9 +217,9 @@ async fn ask_exits_3_on_an_error_and_says_why() {
 }
 
 /// An agent token long enough for `check-config` (16 characters or more).
-const WORKDAY_TOKEN: &str = "workday-token-0123456789";
+pub(crate) const WORKDAY_TOKEN: &str = "workday-token-0123456789";
 
-fn config_cmd(args: &[&str]) -> Command {
+pub(crate) fn config_cmd(args: &[&str]) -> Command {
     let mut c = Command::new(BIN);
     c.args(args)
         .env_remove("TELEGRAM_BOT_TOKEN")
@@ -245,7 +245,7 @@ async fn check_config_accepts_the_shipped_config_when_the_tokens_are_set() {
 }
 
 /// `check-config` of the shipped config with `edit` applied to it.
-async fn check_edited(
+pub(crate) async fn check_edited(
     edit: impl FnOnce(String) -> String,
     bot_token: &str,
     agent_token: &str,
@@ -264,7 +264,7 @@ async fn check_edited(
         .unwrap()
 }
 
-fn refusal(out: &std::process::Output) -> String {
+pub(crate) fn refusal(out: &std::process::Output) -> String {
     assert!(
         !out.status.success(),
         "accepted: {}",
@@ -276,7 +276,7 @@ fn refusal(out: &std::process::Output) -> String {
 /// Whether `err` (what a command printed) shows a place in our source: a file of ours
 /// (`src/…`, `….rs:`) or a line number a library appends (PostgreSQL's own, `at line
 /// 948`), which reads like a line of something the person should look at.
-fn shows_a_source_line(err: &str) -> bool {
+pub(crate) fn shows_a_source_line(err: &str) -> bool {
     err.contains("src/") || err.contains(".rs:") || err.contains(" at line ")
 }
 
@@ -1358,297 +1358,4 @@ async fn ask_takes_a_loopback_address_without_a_scheme() {
         serde_json::from_str::<Value>(&out).unwrap()["status"],
         "timeout"
     );
-}
-
-/// `rules test` of `call` against the worked example, `config/rules.example.toml`:
-/// the exit code, and what it printed.
-async fn rules_test(call: &str) -> (i32, String, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("call.json");
-    std::fs::write(&path, call).unwrap();
-    let out = config_cmd(&[
-        "--config",
-        "config/rules.example.toml",
-        "rules",
-        "test",
-        path.to_str().unwrap(),
-    ])
-    .output()
-    .await
-    .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-#[tokio::test]
-async fn rules_test_exits_0_on_allow_1_on_deny_4_on_ask_naming_the_deciding_rule() {
-    let (code, out, _) = rules_test(
-        r#"{"tool": "transfer", "agent": "workday-bot", "owner_id": "alice",
-            "params": {"amount": 40, "currency": "EUR"}}"#,
-    )
-    .await;
-    assert_eq!(code, 0, "{out}");
-    assert!(
-        out.contains(
-            "decision: allow\nby: rule 'small-transfers'\nreason: up to 100 EUR is petty cash"
-        ),
-        "{out}"
-    );
-
-    let (code, out, _) = rules_test(r#"{"tool": "drop_table", "params": {"env": "prod"}}"#).await;
-    assert_eq!(code, 1, "{out}");
-    assert!(
-        out.contains("decision: deny\nby: rule 'no-drops-in-prod'"),
-        "{out}"
-    );
-
-    let (code, out, _) =
-        rules_test(r#"{"tool": "deploy_web", "params": {"env": "staging"}}"#).await;
-    assert_eq!(code, 4, "{out}");
-    assert!(
-        out.contains("decision: ask\nby: rule 'deploys-ask'"),
-        "{out}"
-    );
-
-    // A transfer over the band matches no rule: the default asks.
-    let (code, out, _) =
-        rules_test(r#"{"tool": "transfer", "params": {"amount": 400, "currency": "EUR"}}"#).await;
-    assert_eq!(code, 4, "{out}");
-    assert!(out.contains("by: the rules' default"), "{out}");
-
-    // The rate is shown, not counted: nothing is stored.
-    let (code, out, _) =
-        rules_test(r#"{"tool": "ping_status", "agent": "workday-bot", "params": {}}"#).await;
-    assert_eq!(code, 0, "{out}");
-    assert!(out.contains("rate: at most 20 call(s) per 3600 s"), "{out}");
-}
-
-#[tokio::test]
-async fn rules_test_exits_3_on_a_call_it_cannot_read_and_on_refused_rules() {
-    let (code, _, err) = rules_test(r#"{"tool": "x", "params": [1]}"#).await;
-    assert_eq!(code, 3);
-    assert!(err.contains("\"params\" must be a JSON object"), "{err}");
-    let (code, _, err) = rules_test(r#"{"tool": "x", "argz": {}}"#).await;
-    assert_eq!(code, 3);
-    assert!(err.contains("not a call"), "{err}");
-    // A look-alike of a tool a rule names is refused by the service before any rule.
-    let (code, _, err) = rules_test("{\"tool\": \"tr\u{430}nsfer\", \"params\": {}}").await;
-    assert_eq!(code, 3);
-    assert!(
-        err.contains("(422): the tool `tr\u{430}nsfer` looks like `transfer`, which rule 'small-transfers' names"),
-        "{err}"
-    );
-
-    let dir = tempfile::tempdir().unwrap();
-    let rules = dir.path().join("rules.toml");
-    std::fs::write(
-        &rules,
-        "[[rules]]\nname = \"big\"\neffect = \"allow\"\ntools = [\"transfer\"]\nwhere = [{ path = \"amount\", op = \"gte\", value = 1000 }]\n",
-    )
-    .unwrap();
-    let call = dir.path().join("call.json");
-    std::fs::write(&call, r#"{"tool": "transfer", "params": {"amount": 5000}}"#).unwrap();
-    let out = config_cmd(&[
-        "--config",
-        rules.to_str().unwrap(),
-        "rules",
-        "test",
-        call.to_str().unwrap(),
-    ])
-    .output()
-    .await
-    .unwrap();
-    assert_eq!(out.status.code(), Some(3));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("rule 'big'"), "{err}");
-}
-
-#[tokio::test]
-async fn check_config_warns_about_a_rule_for_an_agent_it_does_not_have_and_an_allow_default() {
-    let out = check_edited(
-        |shipped| {
-            format!("rules_default = \"allow\"\n{shipped}")
-                + "\n[[rules]]\nname = \"status-pings\"\neffect = \"allow\"\ntools = [\"ping_*\"]\nagents = [\"workday\"]\n"
-        },
-        "1:x",
-        WORKDAY_TOKEN,
-    )
-    .await;
-    assert!(
-        out.status.success(),
-        "a warning, not a refusal: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains(
-            "warning: rule 'status-pings' names the agent 'workday', which no [[agents]] entry is (the agents are: workday-bot): the rule never matches for it"
-        ),
-        "{err}"
-    );
-    assert!(
-        err.contains("warning: rules_default = \"allow\": every call no rule matches is confirmed at once, without asking anyone"),
-        "{err}"
-    );
-}
-
-#[tokio::test]
-async fn check_config_prints_the_hash_of_the_rules_in_force_and_refuses_a_one_sided_allow_band() {
-    let rules = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/config/rules.example.toml"
-    ))
-    .unwrap();
-    // Top-level keys go above the first section: put the example's first.
-    let out = check_edited(
-        |shipped| format!("{rules}\n{shipped}"),
-        "1:x",
-        WORKDAY_TOKEN,
-    )
-    .await;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.contains("rules: 6 rule(s), default ask, mode enforce, hash "),
-        "{stdout}"
-    );
-    // The example's rules name the shipped configuration's agent: nothing never matches.
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!stderr.contains("never matches"), "{stderr}");
-    // The same hash `rules test` prints for the same rules.
-    let (_, tested, _) = rules_test(r#"{"tool": "x", "params": {}}"#).await;
-    let hash = |text: &str| {
-        text.lines()
-            .find_map(|l| l.split_once("hash ").map(|(_, h)| h.to_owned()))
-            .expect("a hash")
-    };
-    assert_eq!(hash(&stdout), hash(&tested));
-    assert_eq!(hash(&stdout).len(), 64);
-
-    let out = check_edited(
-        |shipped| {
-            shipped
-                + "\n[[rules]]\nname = \"open-ended\"\neffect = \"allow\"\ntools = [\"transfer\"]\nwhere = [{ path = \"amount\", op = \"lte\", value = 100 }]\n"
-        },
-        "1:x",
-        WORKDAY_TOKEN,
-    )
-    .await;
-    let err = refusal(&out);
-    assert!(err.contains("rule 'open-ended'"), "{err}");
-}
-
-/// The console on, as `[mini_app]` in a configuration file.
-const CONSOLE: &str =
-    "\n[mini_app]\nenabled = true\npublic_url = \"http://127.0.0.1:9\"\nmax_age_seconds = 600\n";
-
-/// `console-link` with `args`, against the test configuration of `app` (plus `extra`)
-/// written to a file in `dir`.
-async fn console_link(
-    app: &TestApp,
-    dir: &std::path::Path,
-    extra: &str,
-    args: &[&str],
-) -> std::process::Output {
-    let path = dir.join("config.toml");
-    let toml = settings_toml(&app.telegram.api_url(), &app.db_url)
-        .replace("{CALLBACK_PREFIX}", DEFAULT_CALLBACK_PREFIX)
-        + extra;
-    std::fs::write(&path, toml).expect("write config");
-    Command::new(BIN)
-        .args(["--config", path.to_str().unwrap(), "console-link"])
-        .args(args)
-        .envs(test_env())
-        .output()
-        .await
-        .expect("console-link")
-}
-
-#[tokio::test]
-async fn console_link_prints_a_link_the_console_takes_as_that_approver_for_the_minutes_asked() {
-    use hitl_telegram::domain::launch;
-    let app = TestApp::spawn_with_settings(|toml| toml + CONSOLE).await;
-    let dir = tempfile::tempdir().unwrap();
-    let alice = ALICE.to_string();
-    let out = console_link(
-        &app,
-        dir.path(),
-        CONSOLE,
-        &["--user", &alice, "--minutes", "2", "--url", &app.base],
-    )
-    .await;
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert!(err.contains("until") && err.contains(" UTC"), "{err}");
-    let link = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    let (page, fragment) = link.split_once('#').expect("a fragment");
-    assert_eq!(page, app.url("/app"));
-    let data = url::form_urlencoded::parse(fragment.as_bytes())
-        .find(|(k, _)| k == "tgWebAppData")
-        .map(|(_, v)| v.into_owned())
-        .expect("tgWebAppData in the fragment");
-
-    // The service takes it, as Alice.
-    let r = app
-        .client
-        .get(app.url("/app/api/questions"))
-        .header("Authorization", format!("tma {data}"))
-        .send()
-        .await
-        .unwrap();
-    let (status, body) = json_of(r).await;
-    assert_eq!(status, reqwest::StatusCode::OK, "{body}");
-    let checked = launch::check(
-        &data,
-        BOT_TOKEN,
-        hitl_telegram::service::now(),
-        std::time::Duration::from_secs(600),
-    )
-    .expect("genuine");
-    assert_eq!(checked.user.id, ALICE);
-    assert_eq!(checked.user.first_name, "alice", "her name in [people]");
-    // For two minutes, not the ten the service would allow launch data.
-    let later = |s: u64| hitl_telegram::service::now() + std::time::Duration::from_secs(s);
-    let max_age = std::time::Duration::from_secs(600);
-    assert!(launch::check(&data, BOT_TOKEN, later(100), max_age).is_ok());
-    assert!(matches!(
-        launch::check(&data, BOT_TOKEN, later(125), max_age),
-        Err(launch::LaunchError::Stale { .. })
-    ));
-}
-
-#[tokio::test]
-async fn console_link_refuses_a_stranger_a_console_that_is_off_and_minutes_past_the_freshness() {
-    let app = TestApp::spawn().await;
-    let dir = tempfile::tempdir().unwrap();
-    let mallory = MALLORY.to_string();
-    let alice = ALICE.to_string();
-    for (extra, args, why) in [
-        (CONSOLE, vec!["--user", &mallory], "approves no route"),
-        ("", vec!["--user", &alice], "the console is off"),
-        (
-            CONSOLE,
-            vec!["--user", &alice, "--minutes", "11"],
-            "--minutes must be from 1 to 10",
-        ),
-        (
-            CONSOLE,
-            vec!["--user", &alice, "--minutes", "0"],
-            "--minutes",
-        ),
-    ] {
-        let out = console_link(&app, dir.path(), extra, &args).await;
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?}: {err}");
-        assert!(err.contains(why), "{args:?}: {err}");
-        assert!(out.stdout.is_empty(), "{args:?}: no link");
-        assert!(!err.contains(BOT_TOKEN), "{err}");
-    }
 }

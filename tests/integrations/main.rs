@@ -18,6 +18,8 @@ mod aiparrot_redis_e2e;
 mod claude_hook;
 mod claude_hook_outcome;
 mod cli;
+mod cli_rules;
+mod console_link;
 mod exec;
 mod mcp;
 mod mcp_grants;
