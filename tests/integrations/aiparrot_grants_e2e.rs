@@ -105,7 +105,7 @@ async fn ai_parrot_grant_guard_keeps_its_grant_in_the_service_across_a_restart_u
     let msg = wait_for_question(&telegram, OPS_CHAT, "Scope: tool:deploy", &[]).await;
     // The terms as data, shown by the service: GrantGuard's "60.0 min" is one hour.
     for line in [
-        "🔑 Grant: approving lets agent-a act without asking, on these terms only",
+        "🔑 Grant: approving lets agent-a act on these terms only, without asking for each call where a grant is enough (deny rules still apply)",
         "Scope: tool:deploy (every call of this one tool)",
         "Owner: alice",
         "Duration: 1 h from your tap",

@@ -226,7 +226,7 @@ async fn terms_after_a_question_too_long_to_show_are_shown_whole() {
         "{text}"
     );
     for line in [
-        "🔑 Grant: approving lets agent-a act without asking, on these terms only",
+        "🔑 Grant: approving lets agent-a act on these terms only, without asking for each call where a grant is enough (deny rules still apply)",
         "Scope: tool:* (every call of every tool)",
         "Owner: carol",
         "Duration: 1 min from your tap",

@@ -135,7 +135,7 @@ async fn a_grant_asked_and_approved_in_telegram_covers_its_scope_for_its_owner_o
     let text = &msg.visible_text;
     for line in [
         "release day",
-        "🔑 Grant: approving lets agent-a act without asking, on these terms only",
+        "🔑 Grant: approving lets agent-a act on these terms only, without asking for each call where a grant is enough (deny rules still apply)",
         "Scope: tool:deploy (every call of this one tool)",
         "Owner: emp-1",
         "Duration: 1 h from your tap",

@@ -101,7 +101,7 @@ fn grant_block(r: &Question, terms: &GrantTerms) -> String {
     };
     let latest_end = r.expires_at + std::time::Duration::from_secs(terms.window_seconds);
     format!(
-        "\n\n🔑 <b>Grant: approving lets <code>{}</code>{} act without asking, on these terms only</b>\nScope: <code>{}</code>{} ({})\nOwner: <code>{}</code>{}\nDuration: {} from your tap{cut}, so until {} at the latest\n<i>Listed in /grants from your tap; revoke it there any time.</i>",
+        "\n\n🔑 <b>Grant: approving lets <code>{}</code>{} act on these terms only, without asking for each call where a grant is enough (deny rules still apply)</b>\nScope: <code>{}</code>{} ({})\nOwner: <code>{}</code>{}\nDuration: {} from your tap{cut}, so until {} at the latest\n<i>Listed in /grants from your tap; revoke it there any time.</i>",
         shown(&r.agent),
         flag(&r.agent),
         shown(terms.scope.as_str()),
