@@ -123,7 +123,10 @@ async fn rules_test_exits_3_on_a_call_it_cannot_read_and_on_refused_rules() {
     .unwrap();
     assert_eq!(out.status.code(), Some(3));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("rules.toml, line 2, column 12: invalid basic string"), "{err}");
+    assert!(
+        err.contains("rules.toml, line 2, column 12: invalid basic string"),
+        "{err}"
+    );
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
     assert!(!shows_a_source_line(&err), "{err}");
 }
