@@ -213,18 +213,20 @@ pub(super) fn compare_numbers(a: &Number, b: &Number) -> Option<Ordering> {
     }
 }
 
+/// 2^127 as a float: where `i128` ends, the bound both comparisons with a float turn on.
+const TWO_127: f64 = 170_141_183_460_469_231_731_687_303_715_884_105_728.0;
+
 /// The order of an integer within `i128` and a float.
 fn compare_integer_float(i: i128, f: f64) -> Option<Ordering> {
-    // 2^127 and -2^127: beyond them a float orders against every such integer by its
-    // side alone (infinities included).
-    const ABOVE: f64 = 170_141_183_460_469_231_731_687_303_715_884_105_728.0;
+    // Beyond ±2^127 a float orders against every such integer by its side alone
+    // (infinities included).
     if f.is_nan() {
         return None;
     }
-    if f >= ABOVE {
+    if f >= TWO_127 {
         return Some(Ordering::Less);
     }
-    if f < -ABOVE {
+    if f < -TWO_127 {
         return Some(Ordering::Greater);
     }
     let whole = f.trunc();
@@ -238,7 +240,6 @@ fn compare_integer_float(i: i128, f: f64) -> Option<Ordering> {
 
 /// The order of an integer beyond `i128` and a finite float.
 fn compare_big_float(b: &BigInt, f: f64) -> Ordering {
-    const TWO_127: f64 = 170_141_183_460_469_231_731_687_303_715_884_105_728.0;
     let side = if b.sign() == Sign::Minus {
         Ordering::Less
     } else {
