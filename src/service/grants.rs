@@ -14,10 +14,18 @@
 //! nothing written in a question's prose, makes or widens one. Grants are stored and read
 //! from the database on every check: a revoke stops them at once on every replica.
 
-use super::*;
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::answer::{After, Judged, Refused};
+use super::{CommandReply, Destination, NewInteraction, Service, ServiceError, Tap, now};
+use crate::config::Agent;
 use crate::domain::grant::{self, Grant, GrantTerms, Scope};
-use crate::domain::ids::GrantId;
-use crate::domain::question::{rfc3339, window_duration};
+use crate::domain::ids::{GrantId, OwnerId};
+use crate::domain::interaction;
+use crate::domain::question::{Question, rfc3339, window_duration};
+use crate::storage::StorageError;
 
 /// A grant an agent asks for or presents (`POST /v1/grants`).
 #[derive(Debug, Clone)]
@@ -42,106 +50,6 @@ pub struct GrantCheck {
 }
 
 impl Service {
-    /// Asks the route's approvers for a grant: an `approval` interaction of the agent
-    /// with the request's terms, its reason (if any) as the question. Returns the
-    /// question; a person's yes stores the grant ([`Service::grant_of_question`] finds
-    /// it).
-    pub async fn ask_grant(
-        self: &Arc<Self>,
-        agent: &Agent,
-        req: &GrantRequest,
-        timeout_seconds: f64,
-    ) -> Result<Question, ServiceError> {
-        let route = match self.destination(agent, req.route.as_deref(), None)? {
-            Destination::Route(route) => route,
-            Destination::Person { .. } => return Err(ServiceError::NotFound),
-        };
-        let terms = GrantTerms {
-            scope: req.scope.clone(),
-            owner_id: req.owner_id.clone(),
-            window_seconds: req.window_seconds.unwrap_or(grant::DEFAULT_WINDOW_SECONDS),
-            requested_window_seconds: None,
-        };
-        let question = req
-            .reason
-            .as_deref()
-            .filter(|r| !r.trim().is_empty())
-            .unwrap_or(grant::NO_REASON);
-        let raw = json!({
-            "interaction_id": format!("grant-{}", GrantId::generate().as_str().trim_start_matches("gr_")),
-            "question": question,
-            "interaction_type": "approval",
-            "timeout": timeout_seconds,
-            "default_response": false,
-            "source_agent": agent.name,
-            "grant": terms.to_json(),
-        });
-        let interaction =
-            interaction::parse(&raw, self.config.max_timeout_seconds).map_err(|e| {
-                ServiceError::InvalidGrant {
-                    field: e.field,
-                    reason: e.reason,
-                }
-            })?;
-        let new = NewInteraction {
-            interaction,
-            route: Some(route.name.clone()),
-            recipient: None,
-            callback_url: None,
-            call: None,
-            agent_window_seconds: 0,
-        };
-        let (record, _) = self.create_interaction(agent, new).await?;
-        Ok(record)
-    }
-
-    /// The terms a grant question is asked with on `dest` (`None`: the interaction asks
-    /// for no grant): the window cut to the route's `max_grant_seconds`, and refused
-    /// where they could not be shown whole, or where nobody could list and revoke the
-    /// grant (a private chat).
-    pub(super) fn grant_terms_on(
-        &self,
-        agent: &Agent,
-        new: &NewInteraction,
-        dest: &Destination,
-    ) -> Result<Option<GrantTerms>, ServiceError> {
-        let Some(terms) = &new.interaction.grant else {
-            return Ok(None);
-        };
-        let refused = |field: &str, reason: String| ServiceError::InvalidGrant {
-            field: field.to_owned(),
-            reason,
-        };
-        let Destination::Route(route) = dest else {
-            return Err(refused(
-                "interaction.grant",
-                "is asked of a route's approvers, who list and revoke grants there (/grants): \
-                 name a route, not a recipient"
-                    .into(),
-            ));
-        };
-        if new.call.is_some() {
-            return Err(refused(
-                "call",
-                "does not go with a grant: a grant question is about a scope, not one call".into(),
-            ));
-        }
-        let capped = terms.capped(route.max_grant_seconds);
-        let shown = capped.shown_units(&agent.name);
-        if shown > GrantTerms::MAX_SHOWN_UNITS {
-            return Err(refused(
-                "interaction.grant",
-                format!(
-                    "cannot be shown whole: the agent's name, the scope and the owner take {shown} \
-                     characters in Telegram, more than the {} a question's terms may (shorten the \
-                     scope or the owner)",
-                    GrantTerms::MAX_SHOWN_UNITS
-                ),
-            ));
-        }
-        Ok(Some(capped))
-    }
-
     /// The grant a person's yes to `record` stored, if it is a grant question answered
     /// yes (`None` for any other question or answer).
     pub async fn grant_of_question(
@@ -274,4 +182,157 @@ impl Service {
         tracing::info!(grant = %revoked.grant_id, agent = %revoked.agent, "grant revoked by its agent");
         Ok(revoked)
     }
+}
+
+impl Service {
+    /// Asks the route's approvers for a grant: an `approval` interaction of the agent
+    /// with the request's terms, its reason (if any) as the question. Returns the
+    /// question; a person's yes stores the grant ([`Service::grant_of_question`] finds
+    /// it).
+    pub async fn ask_grant(
+        self: &Arc<Self>,
+        agent: &Agent,
+        req: &GrantRequest,
+        timeout_seconds: f64,
+    ) -> Result<Question, ServiceError> {
+        let route = match self.destination(agent, req.route.as_deref(), None)? {
+            Destination::Route(route) => route,
+            Destination::Person { .. } => return Err(ServiceError::NotFound),
+        };
+        let terms = GrantTerms {
+            scope: req.scope.clone(),
+            owner_id: req.owner_id.clone(),
+            window_seconds: req.window_seconds.unwrap_or(grant::DEFAULT_WINDOW_SECONDS),
+            requested_window_seconds: None,
+        };
+        let question = req
+            .reason
+            .as_deref()
+            .filter(|r| !r.trim().is_empty())
+            .unwrap_or(grant::NO_REASON);
+        let raw = json!({
+            "interaction_id": format!("grant-{}", GrantId::generate().as_str().trim_start_matches("gr_")),
+            "question": question,
+            "interaction_type": "approval",
+            "timeout": timeout_seconds,
+            "default_response": false,
+            "source_agent": agent.name,
+            "grant": terms.to_json(),
+        });
+        let interaction =
+            interaction::parse(&raw, self.config.max_timeout_seconds).map_err(|e| {
+                ServiceError::InvalidGrant {
+                    field: e.field,
+                    reason: e.reason,
+                }
+            })?;
+        let new = NewInteraction {
+            interaction,
+            route: Some(route.name.clone()),
+            recipient: None,
+            callback_url: None,
+            call: None,
+            agent_window_seconds: 0,
+        };
+        let (record, _) = self.create_interaction(agent, new).await?;
+        Ok(record)
+    }
+
+    /// A grant's Revoke button (under `/grants`): only on the bot's own message, only by
+    /// an approver of the grant's route in that route's chat. The storage revokes it
+    /// (and audits who) in one conditional update; a grant already ended says so.
+    pub(super) async fn revoke_grant_by_tap(
+        &self,
+        tap: &Tap,
+        id: &GrantId,
+    ) -> Result<Judged, StorageError> {
+        let refuse = |text, why| {
+            Refused { text, why }.audit(
+                self.store.as_ref(),
+                &tap.from,
+                tap.chat_id,
+                tap.message_id,
+                None,
+            )
+        };
+        if tap.from_is_bot || !tap.carries_button {
+            return refuse(
+                "This button is not valid.",
+                "a grant's Revoke button not on the bot's own message",
+            )
+            .await;
+        }
+        let may_revoke = |route: &str| {
+            self.config.route(route).is_some_and(|r| {
+                r.approvers.contains(&tap.from.id)
+                    && tap.chat_id == Some(self.chat_of(&r.name, r.chat_id))
+            })
+        };
+        match self.revoke_grant_as(id, &tap.from, may_revoke).await? {
+            CommandReply::GrantRevoked { grant, .. } => Ok(Judged::toast(
+                format!(
+                    "🔒 Revoked: {} can no longer run {} for {} without asking.",
+                    grant.agent,
+                    grant::scope_in_words(&grant.scope),
+                    grant.owner_id
+                ),
+                After::Nothing,
+            )),
+            CommandReply::Refused(_) => {
+                refuse(
+                    "Only an approver of the grant's route, in its chat, can revoke it.",
+                    "not an approver of the grant's route in its chat",
+                )
+                .await
+            }
+            CommandReply::Invalid(text) => Ok(Judged::alert(text)),
+            _ => Ok(Judged::alert("This button is not valid.")),
+        }
+    }
+}
+
+/// The terms a grant question is asked with on `dest` (`None`: the interaction asks
+/// for no grant): the window cut to the route's `max_grant_seconds`, and refused
+/// where they could not be shown whole, or where nobody could list and revoke the
+/// grant (a private chat).
+pub(super) fn grant_terms_on(
+    agent: &Agent,
+    new: &NewInteraction,
+    dest: &Destination,
+) -> Result<Option<GrantTerms>, ServiceError> {
+    let Some(terms) = &new.interaction.grant else {
+        return Ok(None);
+    };
+    let refused = |field: &str, reason: String| ServiceError::InvalidGrant {
+        field: field.to_owned(),
+        reason,
+    };
+    let Destination::Route(route) = dest else {
+        return Err(refused(
+            "interaction.grant",
+            "is asked of a route's approvers, who list and revoke grants there (/grants): \
+             name a route, not a recipient"
+                .into(),
+        ));
+    };
+    if new.call.is_some() {
+        return Err(refused(
+            "call",
+            "does not go with a grant: a grant question is about a scope, not one call".into(),
+        ));
+    }
+    let capped = terms.capped(route.max_grant_seconds);
+    let shown = capped.shown_units(&agent.name);
+    if shown > GrantTerms::MAX_SHOWN_UNITS {
+        return Err(refused(
+            "interaction.grant",
+            format!(
+                "cannot be shown whole: the agent's name, the scope and the owner take {shown} \
+                 characters in Telegram, more than the {} a question's terms may (shorten the \
+                 scope or the owner)",
+                GrantTerms::MAX_SHOWN_UNITS
+            ),
+        ));
+    }
+    Ok(Some(capped))
 }
