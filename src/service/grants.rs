@@ -10,7 +10,7 @@
 //! `GrantGuard`). The person is shown the terms on lines of the service's own, and the
 //! grant is stored with their yes, in the same write, on exactly those terms
 //! (`grant::granted_by_tap`). Presenting the question afterwards
-//! ([`Service::present_grant`]) only finds that grant: nothing an agent says then, and
+//! ([`GrantBook::present`]) only finds that grant: nothing an agent says then, and
 //! nothing written in a question's prose, makes or widens one. Grants are stored and read
 //! from the database on every check: a revoke stops them at once on every replica.
 
@@ -25,7 +25,8 @@ use crate::domain::grant::{self, Grant, GrantTerms, Scope};
 use crate::domain::ids::{GrantId, OwnerId};
 use crate::domain::interaction;
 use crate::domain::question::{Question, rfc3339, window_duration};
-use crate::storage::StorageError;
+use crate::metrics::Metrics;
+use crate::storage::{Grants, Questions, StorageError};
 
 /// A grant an agent asks for or presents (`POST /v1/grants`).
 #[derive(Debug, Clone)]
@@ -49,13 +50,29 @@ pub struct GrantCheck {
     pub sufficient: bool,
 }
 
+/// The grants as agents ask for them through the API, once they exist: read, presented,
+/// checked and revoked (asking for one is a question, [`Service::ask_grant`]).
+pub struct GrantBook<'a> {
+    questions: &'a dyn Questions,
+    grants: &'a dyn Grants,
+    metrics: &'a Metrics,
+}
+
 impl Service {
+    /// The grants (`/v1/grants`).
+    pub fn grants(&self) -> GrantBook<'_> {
+        GrantBook {
+            questions: self.store.as_ref(),
+            grants: self.store.as_ref(),
+            metrics: &self.metrics,
+        }
+    }
+}
+
+impl GrantBook<'_> {
     /// The grant a person's yes to `record` stored, if it is a grant question answered
     /// yes (`None` for any other question or answer).
-    pub async fn grant_of_question(
-        &self,
-        record: &Question,
-    ) -> Result<Option<Grant>, ServiceError> {
+    pub async fn of_question(&self, record: &Question) -> Result<Option<Grant>, ServiceError> {
         if record
             .interaction
             .as_ref()
@@ -64,7 +81,7 @@ impl Service {
         {
             return Ok(None);
         }
-        Ok(self.store.grant(&GrantId::of_question(&record.id)).await?)
+        Ok(self.grants.grant(&GrantId::of_question(&record.id)).await?)
     }
 
     /// The grant that the grant question `interaction_id` of `agent` stored when a person
@@ -73,7 +90,7 @@ impl Service {
     /// cut it). Nothing is written: the grant exists from the yes, and this only hands
     /// it to the agent that asked (a presentation names nothing new, so a second one
     /// answers the same).
-    pub async fn present_grant(
+    pub async fn present(
         &self,
         agent: &Agent,
         interaction_id: &str,
@@ -84,7 +101,7 @@ impl Service {
             reason,
         };
         let record = self
-            .store
+            .questions
             .find_interaction(&agent.name, interaction_id)
             .await?
             .ok_or(ServiceError::NotFound)?;
@@ -125,7 +142,7 @@ impl Service {
                 "is not answered yet: present it once a person said yes".into(),
             ));
         }
-        let Some(g) = self.grant_of_question(&record).await? else {
+        let Some(g) = self.of_question(&record).await? else {
             return Err(refused(
                 "interaction_id",
                 "was not answered yes by a person (a refusal, a timeout or a withdrawal grants \
@@ -147,34 +164,30 @@ impl Service {
     }
 
     /// The live grant of `agent` for `owner_id` that covers `scope`, if any.
-    pub async fn check_grant(
+    pub async fn check(
         &self,
         agent: &Agent,
         owner_id: &OwnerId,
         scope: &Scope,
     ) -> Result<Option<Grant>, ServiceError> {
         Ok(self
-            .store
+            .grants
             .live_grant_covering(&agent.name, owner_id, scope, now())
             .await?)
     }
 
     /// The agent's live grants, soonest expiry first.
-    pub async fn grants_of(&self, agent: &Agent) -> Result<Vec<Grant>, ServiceError> {
+    pub async fn of_agent(&self, agent: &Agent) -> Result<Vec<Grant>, ServiceError> {
         Ok(self
-            .store
+            .grants
             .live_grants(Some(&agent.name), None, now())
             .await?)
     }
 
     /// The agent revokes one of its live grants.
-    pub async fn revoke_own_grant(
-        &self,
-        agent: &Agent,
-        id: &GrantId,
-    ) -> Result<Grant, ServiceError> {
+    pub async fn revoke_own(&self, agent: &Agent, id: &GrantId) -> Result<Grant, ServiceError> {
         let revoked = self
-            .store
+            .grants
             .revoke_grant(id, Some(&agent.name), None, now())
             .await?
             .ok_or(ServiceError::NotFound)?;
@@ -187,7 +200,7 @@ impl Service {
 impl Service {
     /// Asks the route's approvers for a grant: an `approval` interaction of the agent
     /// with the request's terms, its reason (if any) as the question. Returns the
-    /// question; a person's yes stores the grant ([`Service::grant_of_question`] finds
+    /// question; a person's yes stores the grant ([`GrantBook::of_question`] finds
     /// it).
     pub async fn ask_grant(
         self: &Arc<Self>,

@@ -65,7 +65,7 @@ mod wait;
 pub use agree::ConfigReport;
 pub use commands::{Command, CommandError, CommandMessage, CommandReply, RevokeTarget, Setup};
 pub use console::{CONSOLE_PAGE_MAX, Console, ConsoleAction, EditedParams, NotAnAction};
-pub use grants::{GrantCheck, GrantRequest};
+pub use grants::{GrantBook, GrantCheck, GrantRequest};
 pub use steps::{MAX_MENTIONS, Mention};
 
 /// Why Telegram could not carry a message.
