@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::config::{Agent, Config, Route};
 use crate::domain::args_hash::ArgsHash;
@@ -35,19 +35,15 @@ use crate::domain::audit;
 use crate::domain::briefing;
 use crate::domain::edit::ArgsSchema;
 use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
-use crate::domain::interaction::{
-    self, Answer, Consensus, ConsensusMode, Interaction, InteractionType, TimeoutAction,
-};
+use crate::domain::interaction::{ConsensusMode, Interaction, InteractionType, TimeoutAction};
 use crate::domain::python::value::PyDict;
-use crate::domain::question::{
-    EditApplied, Operator, Outcome, PENDING_REASON, Question, Status, Via,
-};
+use crate::domain::question::{Operator, Outcome, PENDING_REASON, Question, Status, Via};
 use crate::domain::text;
 use crate::metrics::Metrics;
 use crate::scheduler::Deadlines;
 use crate::storage::{
-    Administration, AgentEvents, Answered, Audit, Change, Decided, Inserted, Outbox, Questions,
-    Shown, StorageError, Store,
+    Administration, AgentEvents, Audit, Change, Decided, Inserted, Outbox, Questions, Shown,
+    StorageError, Store,
 };
 
 mod agree;
@@ -59,6 +55,7 @@ mod decide;
 mod deliver;
 mod gate;
 mod grants;
+mod interpret;
 mod judge;
 mod lead;
 mod recover;
@@ -67,8 +64,8 @@ mod steps;
 mod wait;
 pub use agree::ConfigReport;
 pub use commands::{Command, CommandError, CommandMessage, CommandReply, RevokeTarget, Setup};
-pub use console::{CONSOLE_PAGE_MAX, ConsoleAction, EditedParams};
-pub use grants::{GrantCheck, GrantRequest};
+pub use console::{CONSOLE_PAGE_MAX, Console, ConsoleAction, EditedParams, NotAnAction};
+pub use grants::{GrantBook, GrantCheck, GrantRequest};
 pub use steps::{MAX_MENTIONS, Mention};
 
 /// Why Telegram could not carry a message.
@@ -717,15 +714,14 @@ impl Service {
             .is_some_and(|i| i.consensus != ConsensusMode::FirstResponse);
         View {
             expected: if several {
-                self.expected_answers(record)
+                answer::expected_answers(&self.config, record)
             } else {
                 1
             },
             selection: Vec::new(),
             group: chat_id < 0,
             thread: self.thread_of(record, chat_id),
-            extend_seconds: self
-                .extension_to(record)
+            extend_seconds: answer::extension_to(&self.config, record)
                 .map(|to| u64::try_from((to - record.expires_at).whole_seconds()).unwrap_or(0)),
             escalation: self.escalated_to(record).and_then(|(_, to)| {
                 Some(EscalationView {

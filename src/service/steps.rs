@@ -207,7 +207,7 @@ impl Service {
                 .filter(|id| {
                     r.interaction
                         .as_deref()
-                        .is_none_or(|i| self.is_target(i, *id))
+                        .is_none_or(|i| self.authority().is_target(i, *id))
                 })
                 .map(|user_id| Mention {
                     user_id,
