@@ -32,22 +32,19 @@ use serde_json::{Value, json};
 use crate::config::{Agent, Config, Route};
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit;
-use crate::domain::briefing;
 use crate::domain::edit::ArgsSchema;
 use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
 use crate::domain::interaction::{
     self, Answer, Consensus, ConsensusMode, Interaction, InteractionType, TimeoutAction,
 };
 use crate::domain::python::value::PyDict;
-use crate::domain::question::{
-    EditApplied, Operator, Outcome, PENDING_REASON, Question, Status, Via,
-};
+use crate::domain::question::{EditApplied, Operator, Outcome, Question, Status, Via};
 use crate::domain::text;
 use crate::metrics::Metrics;
 use crate::scheduler::Deadlines;
 use crate::storage::{
-    Administration, AgentEvents, Answered, Audit, Change, Decided, Inserted, Outbox, Questions,
-    Shown, StorageError, Store,
+    Administration, AgentEvents, Answered, Audit, Change, Decided, Outbox, Questions, Shown,
+    StorageError, Store,
 };
 
 mod agree;
