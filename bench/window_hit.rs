@@ -30,11 +30,9 @@ use hitl_telegram::api::record::RecordView;
 use hitl_telegram::app::open_store;
 use hitl_telegram::config::{Agent, Config, Settings};
 use hitl_telegram::domain::args_hash::ArgsHash;
-use hitl_telegram::domain::ids::{CallbackToken, ConfirmationId, OwnerId, ToolName};
+use hitl_telegram::domain::ids::{ConfirmationId, OwnerId, ToolName};
 use hitl_telegram::domain::python;
-use hitl_telegram::domain::question::{
-    Operator, Outcome, PENDING_REASON, Question, Status, WindowKey,
-};
+use hitl_telegram::domain::question::{Operator, Outcome, Question, Seed, Status, WindowKey};
 use hitl_telegram::service::{
     Button, CommandReply, DeliveryError, Mention, Messenger, Service, Tap, TapAction, Turn, View,
 };
@@ -69,8 +67,7 @@ async fn open_window(store: &SqliteStore, tool: &ToolName, owner: &OwnerId) {
     let now = OffsetDateTime::now_utc();
     let params =
         python::json::parse_object(PARAMS).expect("the bench parameters are a JSON object");
-    let record = Question {
-        id: ConfirmationId::generate(),
+    let record = Question::pending(Seed {
         agent: AGENT.to_owned(),
         route: "ops".to_owned(),
         chat_id: 1,
@@ -83,34 +80,15 @@ async fn open_window(store: &SqliteStore, tool: &ToolName, owner: &OwnerId) {
         allow_edit: false,
         window_seconds: 3600,
         window_requested_seconds: None,
-        approved_once: false,
         has_call: false,
         idempotency_key: None,
-        callback_token: CallbackToken::generate(),
         callback_url: None,
-        message_id: None,
-        status: Status::Pending,
-        via: None,
-        reason: PENDING_REASON.to_owned(),
-        decided_by: None,
         created_at: now,
         expires_at: now + Duration::from_secs(3600),
-        decided_at: None,
         interaction: None,
-        result: None,
-        timeout_action: None,
-        answers: Vec::new(),
-        copies: Vec::new(),
-        strays: Vec::new(),
-        denial_reason: None,
-        progress: Default::default(),
-        rule: None,
         expect_outcome_seconds: None,
-        execution: None,
-        recalled: None,
         args_schema: None,
-        edited: None,
-    };
+    });
     store.insert(&record, now).await.expect("insert");
     let operator = Operator {
         id: 1,

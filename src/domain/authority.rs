@@ -358,9 +358,9 @@ mod tests {
 
     use super::*;
     use crate::domain::args_hash::ArgsHash;
-    use crate::domain::ids::{CallbackToken, ConfirmationId, OwnerId, ToolName};
+    use crate::domain::ids::{OwnerId, ToolName};
     use crate::domain::interaction;
-    use crate::domain::question::{PENDING_REASON, Status};
+    use crate::domain::question::Seed;
 
     const OPS: i64 = -100;
     const ESC: i64 = -200;
@@ -405,8 +405,7 @@ mod tests {
     fn question(owner: &str) -> Question {
         let params = crate::domain::python::json::parse_object("{}").unwrap();
         let t = OffsetDateTime::UNIX_EPOCH;
-        Question {
-            id: ConfirmationId::generate(),
+        let seed = Seed {
             agent: "agent".into(),
             route: "ops".into(),
             chat_id: OPS,
@@ -419,33 +418,18 @@ mod tests {
             allow_edit: false,
             window_seconds: 0,
             window_requested_seconds: None,
-            approved_once: false,
             has_call: false,
             idempotency_key: None,
-            callback_token: CallbackToken::generate(),
             callback_url: None,
-            message_id: Some(10),
-            status: Status::Pending,
-            via: None,
-            reason: PENDING_REASON.into(),
-            decided_by: None,
             created_at: t,
             expires_at: t + Duration::from_secs(60),
-            decided_at: None,
             interaction: None,
-            result: None,
-            timeout_action: None,
-            answers: Vec::new(),
-            copies: Vec::new(),
-            strays: Vec::new(),
-            denial_reason: None,
-            progress: Default::default(),
-            rule: None,
             expect_outcome_seconds: None,
-            execution: None,
-            recalled: None,
             args_schema: None,
-            edited: None,
+        };
+        Question {
+            message_id: Some(10),
+            ..Question::pending(seed)
         }
     }
 

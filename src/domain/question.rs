@@ -25,6 +25,11 @@ use super::interaction::{
 use super::rules::Verdict;
 use super::text::{self, Layout};
 
+mod outcome;
+mod seed;
+pub use outcome::{Decision, Outcome};
+pub use seed::{Ending, Seed};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
     Pending,
@@ -513,7 +518,11 @@ impl Question {
     }
 }
 
+/// The reason of a pending confirmation.
 pub const PENDING_REASON: &str = "waiting for an operator's decision";
+
+/// The reason of a pending interaction.
+pub const ANSWER_PENDING_REASON: &str = "waiting for an answer";
 
 /// A step a pending question takes, as the agent's event stream names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -553,184 +562,6 @@ pub fn reason_text(raw: &str) -> Option<String> {
         return None;
     }
     Some(text::visible_within(t, Layout::Line, MAX_REASON_CHARS))
-}
-
-/// What ended a request. Each maps to exactly one (status, via) pair.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
-    /// An operator approved; `once`: without opening the request's window.
-    Approved {
-        by: Operator,
-        once: bool,
-    },
-    Cancelled(Operator),
-    /// An operator denied and said why ("Deny with reason").
-    Denied {
-        by: Operator,
-        reason: String,
-    },
-    TimedOut {
-        after: Duration,
-    },
-    /// Nothing refused the question, but it could not reach its chat before its deadline
-    /// (the chat's fair queue under Telegram's limits, a `retry_after` past it): a
-    /// timeout, saying why.
-    Unreachable {
-        why: String,
-    },
-    Withdrawn,
-    FailedClosed {
-        reason: String,
-    },
-    /// An interaction settled on a value (or, with `value` null, without agreement);
-    /// `denial`: the reason given by the operator whose "no" settled it.
-    Completed {
-        value: Value,
-        by: Option<Operator>,
-        reason: String,
-        denial: Option<String>,
-    },
-    /// Nobody answered an interaction in time and it asked for its `default_response`.
-    DefaultOnTimeout {
-        value: Value,
-        after: Duration,
-    },
-    /// Nobody answered in time and the agent asked to escalate or retry: reported back as
-    /// `timeout`, with the action, for the agent's manager to take.
-    TimedOutWithAction {
-        after: Duration,
-        action: TimeoutAction,
-    },
-}
-
-/// A decision, ready to be stored with one conditional update.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Decision {
-    pub status: Status,
-    pub via: Via,
-    pub reason: String,
-    pub decided_by: Option<Operator>,
-    pub decided_at: OffsetDateTime,
-    pub result: Option<Value>,
-    pub timeout_action: Option<TimeoutAction>,
-    /// "Approve once": the approval opens no window.
-    pub once: bool,
-    /// The operator's reason for a no, when they gave one.
-    pub denial_reason: Option<String>,
-    /// The parameters an operator approved in place of the agent's (edit before
-    /// execute, from the console).
-    pub edit: Option<EditApplied>,
-}
-
-impl Outcome {
-    pub fn decide(self, at: OffsetDateTime) -> Decision {
-        let mut result = None;
-        let mut timeout_action = None;
-        let mut approved_once = false;
-        let mut denial_reason = None;
-        let (status, via, reason, decided_by) = match self {
-            Outcome::Approved { by, once } => {
-                approved_once = once;
-                let scope = if once { " once" } else { "" };
-                (
-                    Status::Confirmed,
-                    Via::Operator,
-                    format!("approved{scope} by {by}"),
-                    Some(by),
-                )
-            }
-            Outcome::Cancelled(op) => (
-                Status::Cancelled,
-                Via::Operator,
-                format!("cancelled by {op} (not executed; do not retry this call as it is)"),
-                Some(op),
-            ),
-            Outcome::Denied { by, reason } => {
-                let text = format!(
-                    "denied by {by}; {} (not executed; do not retry this call as it is)",
-                    text::their_words(&reason)
-                );
-                denial_reason = Some(reason);
-                (Status::Cancelled, Via::Operator, text, Some(by))
-            }
-            Outcome::TimedOut { after } => (
-                Status::Timeout,
-                Via::Timeout,
-                format!(
-                    "no operator decided within {}: not executed",
-                    human_duration(after)
-                ),
-                None,
-            ),
-            Outcome::Unreachable { why } => (
-                Status::Timeout,
-                Via::Timeout,
-                format!(
-                    "the question could not reach the chat before its deadline ({why}): not executed"
-                ),
-                None,
-            ),
-            Outcome::Withdrawn => (
-                Status::Cancelled,
-                Via::Withdrawn,
-                "withdrawn by the agent".to_owned(),
-                None,
-            ),
-            Outcome::FailedClosed { reason } => (
-                Status::Cancelled,
-                Via::FailClosed,
-                format!("not executed: {reason}"),
-                None,
-            ),
-            Outcome::Completed {
-                value,
-                by,
-                reason,
-                denial,
-            } => {
-                result = Some(value);
-                denial_reason = denial;
-                (Status::Completed, Via::Operator, reason, by)
-            }
-            Outcome::DefaultOnTimeout { value, after } => {
-                result = Some(value);
-                (
-                    Status::Completed,
-                    Via::Timeout,
-                    format!(
-                        "nobody answered within {}: completed with the default response",
-                        human_duration(after)
-                    ),
-                    None,
-                )
-            }
-            Outcome::TimedOutWithAction { after, action } => {
-                timeout_action = Some(action);
-                (
-                    Status::Timeout,
-                    Via::Timeout,
-                    format!(
-                        "nobody answered within {}: the agent asked to {}",
-                        human_duration(after),
-                        action.as_str()
-                    ),
-                    None,
-                )
-            }
-        };
-        Decision {
-            status,
-            via,
-            reason,
-            decided_by,
-            decided_at: at,
-            result,
-            timeout_action,
-            once: approved_once,
-            denial_reason,
-            edit: None,
-        }
-    }
 }
 
 /// The key of a confirmation window: identical calls are the same agent, owner, tool and
@@ -829,78 +660,4 @@ pub fn rfc3339(t: OffsetDateTime) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn op() -> Operator {
-        Operator {
-            id: 7,
-            username: Some("alice".into()),
-            name: "Alice".into(),
-        }
-    }
-
-    #[test]
-    fn each_outcome_maps_to_one_status_and_via() {
-        let at = OffsetDateTime::UNIX_EPOCH;
-        let d = Outcome::Approved {
-            by: op(),
-            once: false,
-        }
-        .decide(at);
-        assert_eq!((d.status, d.via), (Status::Confirmed, Via::Operator));
-        assert_eq!(d.reason, "approved by Alice (@alice)");
-        let d = Outcome::Cancelled(op()).decide(at);
-        assert_eq!((d.status, d.via), (Status::Cancelled, Via::Operator));
-        let d = Outcome::TimedOut {
-            after: Duration::from_secs(120),
-        }
-        .decide(at);
-        assert_eq!((d.status, d.via), (Status::Timeout, Via::Timeout));
-        assert!(d.reason.contains("2 min"), "{}", d.reason);
-        let d = Outcome::Withdrawn.decide(at);
-        assert_eq!((d.status, d.via), (Status::Cancelled, Via::Withdrawn));
-        let d = Outcome::FailedClosed {
-            reason: "chat not found".into(),
-        }
-        .decide(at);
-        assert_eq!((d.status, d.via), (Status::Cancelled, Via::FailClosed));
-        assert!(d.reason.contains("chat not found"));
-    }
-
-    #[test]
-    fn durations_read_naturally() {
-        assert_eq!(human_duration(Duration::from_secs(120)), "2 min");
-        assert_eq!(human_duration(Duration::from_secs(90)), "90 s");
-        assert_eq!(human_duration(Duration::from_millis(1500)), "1.5 s");
-        assert_eq!(human_duration(Duration::from_millis(250)), "0.25 s");
-    }
-
-    #[test]
-    fn times_print_as_rfc3339_utc_with_milliseconds() {
-        let t = OffsetDateTime::from_unix_timestamp_nanos(1_700_000_000_123_000_000).unwrap();
-        assert_eq!(rfc3339(t), "2023-11-14T22:13:20.123Z");
-    }
-
-    #[test]
-    fn statuses_and_vias_round_trip_through_their_names() {
-        for s in [
-            Status::Pending,
-            Status::Confirmed,
-            Status::Cancelled,
-            Status::Timeout,
-            Status::Completed,
-        ] {
-            assert_eq!(Status::parse(s.as_str()), Some(s));
-        }
-        for v in [
-            Via::Operator,
-            Via::Window,
-            Via::Timeout,
-            Via::Withdrawn,
-            Via::FailClosed,
-        ] {
-            assert_eq!(Via::parse(v.as_str()), Some(v));
-        }
-    }
-}
+mod tests;

@@ -2,10 +2,25 @@
 //! once by a rule, a grant or a live window, in the order of [`super::gate`], or found
 //! again by its idempotency key) and is handed to delivery.
 
-use super::gate::{LookForWindow, Settled};
-use super::*;
+use std::sync::Arc;
+
+use time::OffsetDateTime;
+
+use super::gate::Gates;
+use super::{
+    Destination, INTERACTION_TOOL, NewConfirmation, NewInteraction, Service, ServiceError, now,
+};
+use super::{deliver, grants};
+use crate::config::{Agent, Route};
+use crate::domain::args_hash::ArgsHash;
+use crate::domain::briefing;
 use crate::domain::execution::REMEMBERED_FOR;
-use crate::domain::rules::Effect;
+use crate::domain::ids::{OwnerId, ToolName};
+use crate::domain::interaction::InteractionType;
+use crate::domain::python::value::PyDict;
+use crate::domain::question::{Question, Seed, Via};
+use crate::domain::text;
+use crate::storage::Inserted;
 
 impl Service {
     /// Creates a request: an idempotent repeat returns the original, a rule, a grant or a
@@ -32,11 +47,6 @@ impl Service {
             .transpose()?;
         let now = now();
         let args_hash = ArgsHash::of(&new.params);
-        // The route caps what one tap may allow; the cut is kept and shown.
-        let window_seconds = new.window_seconds.min(route.max_window_seconds);
-        let window_requested_seconds =
-            (window_seconds < new.window_seconds).then_some(new.window_seconds);
-
         if let Some(key) = &new.idempotency_key
             && let Some(existing) = self
                 .store
@@ -46,90 +56,20 @@ impl Service {
             return same_request(existing, &new, &args_hash);
         }
 
-        let mut record = Question {
-            id: ConfirmationId::generate(),
-            agent: agent.name.clone(),
-            route: route.name.clone(),
-            chat_id: self.chat_of(&route.name, route.chat_id),
-            tool: new.tool.clone(),
-            owner_id: new.owner_id.clone(),
-            args_hash,
-            params_json: new.params_json.clone(),
-            // Rendered as Python renders it; stored with any NUL as the escape the
-            // operator is shown anyway (see `text::without_nul`).
-            briefing: text::without_nul(
-                &briefing::render(new.template.as_deref(), new.tool.as_str(), &new.params).text,
-            )
-            .into_owned(),
-            context: new.context.clone(),
-            allow_edit: new.allow_edit,
-            window_seconds,
-            window_requested_seconds,
-            approved_once: false,
-            has_call: false,
-            idempotency_key: new.idempotency_key.clone(),
-            callback_token: CallbackToken::generate(),
-            callback_url: new.callback_url.clone(),
-            message_id: None,
-            status: Status::Pending,
-            via: None,
-            reason: PENDING_REASON.to_owned(),
-            decided_by: None,
-            created_at: now,
-            expires_at: now + new.timeout,
-            decided_at: None,
-            interaction: None,
-            result: None,
-            timeout_action: None,
-            answers: Vec::new(),
-            copies: Vec::new(),
-            strays: Vec::new(),
-            denial_reason: None,
-            progress: Default::default(),
-            rule: None,
-            expect_outcome_seconds: route.expect_outcome_seconds,
-            execution: None,
-            recalled: None,
-            // Kept only while the console is on: the schema serves its edit form, and a
-            // question says it can be edited only where it can be.
-            args_schema: self
-                .config
-                .mini_app
-                .as_ref()
-                .and(new.args_schema.as_ref())
-                .map(|s| s.as_str().to_owned()),
-            edited: None,
-        };
-
-        let judgement = self
-            .judge(
-                &agent.name,
-                &record.tool,
-                &record.owner_id,
-                &record.params_json,
-                now,
-            )
-            .await?;
-        record.rule = judgement.verdict.clone();
+        let mut record =
+            Question::pending(self.confirmation_seed(agent, &route, &new, args_hash, now));
         // Deny rule, grant, window, allow rule: the first that settles the call ends it
-        // here (the judgement, holding a rate's gate, lives until the record is stored).
-        if let Some(settled) = self
-            .before_asking(
-                &record,
-                judgement.applied(),
-                grant.as_ref(),
-                LookForWindow::Yes,
-                now,
-            )
-            .await?
-        {
-            settled.end(&mut record, now);
+        // here (the admission, holding a rate's gate, lives until the record is stored).
+        let admission = self
+            .admit(&mut record, Gates::ALL, grant.as_ref(), now)
+            .await?;
+        if admission.ended {
             return match self.store_ended(&record, now).await? {
                 Inserted::New(r) => Ok(r),
                 Inserted::Existing(e) => same_request(e, &new, &record.args_hash),
             };
         }
-        drop(judgement);
+        drop(admission);
 
         // Checked after the idempotency and window paths: retrying a request that exists,
         // or a call a window confirms, never adds a pending one.
@@ -154,6 +94,54 @@ impl Service {
         // cancel the question halfway.
         self.take_on(&stored);
         Ok(stored)
+    }
+
+    /// What a confirmation of `new` on `route` begins as.
+    fn confirmation_seed(
+        &self,
+        agent: &Agent,
+        route: &Route,
+        new: &NewConfirmation,
+        args_hash: ArgsHash,
+        now: OffsetDateTime,
+    ) -> Seed {
+        // The route caps what one tap may allow; the cut is kept and shown.
+        let window_seconds = new.window_seconds.min(route.max_window_seconds);
+        Seed {
+            agent: agent.name.clone(),
+            route: route.name.clone(),
+            chat_id: self.chat_of(&route.name, route.chat_id),
+            tool: new.tool.clone(),
+            owner_id: new.owner_id.clone(),
+            args_hash,
+            params_json: new.params_json.clone(),
+            // Rendered as Python renders it; stored with any NUL as the escape the
+            // operator is shown anyway (see `text::without_nul`).
+            briefing: text::without_nul(
+                &briefing::render(new.template.as_deref(), new.tool.as_str(), &new.params).text,
+            )
+            .into_owned(),
+            context: new.context.clone(),
+            allow_edit: new.allow_edit,
+            window_seconds,
+            window_requested_seconds: (window_seconds < new.window_seconds)
+                .then_some(new.window_seconds),
+            has_call: false,
+            idempotency_key: new.idempotency_key.clone(),
+            callback_url: new.callback_url.clone(),
+            created_at: now,
+            expires_at: now + new.timeout,
+            interaction: None,
+            expect_outcome_seconds: route.expect_outcome_seconds,
+            // Kept only while the console is on: the schema serves its edit form, and a
+            // question says it can be edited only where it can be.
+            args_schema: self
+                .config
+                .mini_app
+                .as_ref()
+                .and(new.args_schema.as_ref())
+                .map(|s| s.as_str().to_owned()),
+        }
     }
 
     /// Stores a request that ended as it came (a window hit, a rule's `allow` or `deny`):
@@ -249,16 +237,54 @@ impl Service {
                 route.name
             )));
         }
-        let (route_name, chat_id) = match &dest {
-            Destination::Route(r) => (r.name.clone(), self.chat_of(&r.name, r.chat_id)),
-            Destination::Person { name, user_id } => {
-                (format!("@{name}"), i64::try_from(*user_id).unwrap_or(0))
-            }
-        };
         let now = now();
-        let max_window = match &dest {
-            Destination::Route(r) => r.max_window_seconds,
-            Destination::Person { .. } => crate::config::DEFAULT_MAX_WINDOW_SECONDS,
+        let mut record = Question::pending(self.interaction_seed(agent, &new, &dest, now)?);
+        // The gates the interaction names (the rules, for the call it carries) in the
+        // one order of `gate`; the admission lives until an ended record is stored.
+        let admission = self.admit(&mut record, new.gates(), None, now).await?;
+        if admission.ended {
+            return match self.store_ended(&record, now).await? {
+                Inserted::New(r) => Ok((r, true)),
+                Inserted::Existing(e) => self.add_recipient(e, &new, dest).await,
+            };
+        }
+        drop(admission);
+        if self.store.count_pending(&agent.name).await? >= u64::from(agent.max_pending) {
+            return Err(ServiceError::TooManyPending(agent.max_pending));
+        }
+        let stored = match self.store.insert(&record, now).await? {
+            Inserted::New(r) => r,
+            Inserted::Existing(e) => return self.add_recipient(e, &new, dest).await,
+        };
+        tracing::info!(id = %stored.id, agent = %stored.agent, kind = new.interaction.kind.as_str(),
+            route = %stored.route, "interaction requested");
+        self.metrics.request_created(&stored);
+        self.changed(&stored.id);
+        self.take_on(&stored);
+        Ok((stored, true))
+    }
+
+    /// What an interaction `new` to `dest` begins as: its call's, when it carries one
+    /// (shown like a confirmation), else a question under [`INTERACTION_TOOL`].
+    fn interaction_seed(
+        &self,
+        agent: &Agent,
+        new: &NewInteraction,
+        dest: &Destination,
+        now: OffsetDateTime,
+    ) -> Result<Seed, ServiceError> {
+        let i = &new.interaction;
+        let (route, chat_id, max_window) = match dest {
+            Destination::Route(r) => (
+                r.name.clone(),
+                self.chat_of(&r.name, r.chat_id),
+                r.max_window_seconds,
+            ),
+            Destination::Person { name, user_id } => (
+                format!("@{name}"),
+                i64::try_from(*user_id).unwrap_or(0),
+                crate::config::DEFAULT_MAX_WINDOW_SECONDS,
+            ),
         };
         let (tool, owner_id, params, params_json, asked_window) = match &new.call {
             Some(c) => (
@@ -281,10 +307,9 @@ impl Service {
             None if i.kind == InteractionType::Approval => new.agent_window_seconds,
             None => 0,
         };
-        let mut record = Question {
-            id: ConfirmationId::generate(),
+        Ok(Seed {
             agent: agent.name.clone(),
-            route: route_name,
+            route,
             chat_id,
             tool,
             owner_id,
@@ -295,36 +320,18 @@ impl Service {
             allow_edit: i.kind == InteractionType::Form,
             window_seconds,
             window_requested_seconds: (window_seconds < asked_window).then_some(asked_window),
-            approved_once: false,
             has_call: new.call.is_some(),
             idempotency_key: None,
-            callback_token: CallbackToken::generate(),
             callback_url: new.callback_url.clone(),
-            message_id: None,
-            status: Status::Pending,
-            via: None,
-            reason: "waiting for an answer".to_owned(),
-            decided_by: None,
             created_at: now,
             expires_at: now + i.timeout,
-            decided_at: None,
             interaction: Some(Arc::new(i.clone())),
-            result: None,
-            timeout_action: None,
-            answers: Vec::new(),
-            copies: Vec::new(),
-            strays: Vec::new(),
-            denial_reason: None,
-            progress: Default::default(),
-            rule: None,
             // An approval carrying a call (AI-Parrot's guard) is owed its report like a
             // confirmation, when the route expects one.
-            expect_outcome_seconds: match (&dest, &new.call) {
+            expect_outcome_seconds: match (dest, &new.call) {
                 (Destination::Route(r), Some(_)) => r.expect_outcome_seconds,
                 _ => None,
             },
-            execution: None,
-            recalled: None,
             args_schema: self
                 .config
                 .mini_app
@@ -332,63 +339,7 @@ impl Service {
                 .and(new.call.as_ref())
                 .and_then(|c| c.args_schema.as_ref())
                 .map(|s| s.as_str().to_owned()),
-            edited: None,
-        };
-        // The rules judge the call an interaction carries (an interaction without one
-        // asks a person something no rule is about), in the one order of `gate` (no grant
-        // is presented, no window looked for). A `deny` settles an approval on "no" (any
-        // other kind on null: nothing was answered); an `allow` settles only an
-        // approval, on "yes": a form still needs a person to fill it.
-        if new.call.is_some() {
-            let judgement = self
-                .judge(
-                    &agent.name,
-                    &record.tool,
-                    &record.owner_id,
-                    &record.params_json,
-                    now,
-                )
-                .await?;
-            record.rule = judgement.verdict.clone();
-            let approval = i.kind == InteractionType::Approval;
-            let settled = self
-                .before_asking(&record, judgement.applied(), None, LookForWindow::No, now)
-                .await?;
-            let ending = match settled {
-                Some(Settled::Rule(Effect::Deny)) => Some((
-                    Effect::Deny,
-                    if approval {
-                        Value::Bool(false)
-                    } else {
-                        Value::Null
-                    },
-                )),
-                Some(Settled::Rule(Effect::Allow)) if approval => {
-                    Some((Effect::Allow, Value::Bool(true)))
-                }
-                _ => None,
-            };
-            if let Some((effect, answer)) = ending {
-                end_by_rule(&mut record, effect, now, Some(answer));
-                return match self.store_ended(&record, now).await? {
-                    Inserted::New(r) => Ok((r, true)),
-                    Inserted::Existing(e) => self.add_recipient(e, &new, dest).await,
-                };
-            }
-        }
-        if self.store.count_pending(&agent.name).await? >= u64::from(agent.max_pending) {
-            return Err(ServiceError::TooManyPending(agent.max_pending));
-        }
-        let stored = match self.store.insert(&record, now).await? {
-            Inserted::New(r) => r,
-            Inserted::Existing(e) => return self.add_recipient(e, &new, dest).await,
-        };
-        tracing::info!(id = %stored.id, agent = %stored.agent, kind = i.kind.as_str(),
-            route = %stored.route, "interaction requested");
-        self.metrics.request_created(&stored);
-        self.changed(&stored.id);
-        self.take_on(&stored);
-        Ok((stored, true))
+        })
     }
 
     /// A repeat of an interaction already asked: the same question, perhaps for another
@@ -464,30 +415,6 @@ impl Service {
     }
 }
 
-/// Ends `record` as the rules decided (`effect` is `allow` or `deny`): a confirmation is
-/// confirmed or cancelled; an interaction (`answer`: what its approval settles on) is
-/// completed with that value.
-pub(super) fn end_by_rule(
-    record: &mut Question,
-    effect: Effect,
-    now: OffsetDateTime,
-    answer: Option<Value>,
-) {
-    record.status = match (&answer, effect) {
-        (Some(_), _) => Status::Completed,
-        (None, Effect::Allow) => Status::Confirmed,
-        (None, _) => Status::Cancelled,
-    };
-    record.result = answer;
-    record.via = Some(Via::Rule);
-    record.callback_token = CallbackToken::never_shown();
-    record.reason = record.rule.as_ref().map_or_else(
-        || "decided before asking by the rules".to_owned(),
-        judge::rule_reason,
-    );
-    record.decided_at = Some(now);
-}
-
 /// An idempotent repeat must be the same call; anything else is the agent's mistake.
 pub(super) fn same_request(
     existing: Question,
@@ -501,5 +428,17 @@ pub(super) fn same_request(
         Ok(existing)
     } else {
         Err(ServiceError::IdempotencyMismatch)
+    }
+}
+
+impl NewInteraction {
+    /// The gates of [`super::gate`] this interaction passes: the rules judge the call it
+    /// carries (neither a grant nor a window confirms it: its agent keeps its own); an
+    /// interaction without a call asks a person something no rule is about.
+    fn gates(&self) -> Gates {
+        match self.call {
+            Some(_) => Gates::RULES,
+            None => Gates::NONE,
+        }
     }
 }

@@ -14,14 +14,17 @@
 //! `ask` ([`super::judge::Judgement::applied`]), so the call goes on as if there were no
 //! rules, and the record says what the rules would have done.
 
+use serde_json::Value;
 use time::OffsetDateTime;
 
 use super::grants::GrantCheck;
+use super::judge::{Judgement, rule_reason};
 use super::{Service, ServiceError};
 use crate::config::{Agent, Route};
 use crate::domain::grant::{self, Cover};
-use crate::domain::ids::{CallbackToken, ToolName};
-use crate::domain::question::{Question, Status, Via, Window, rfc3339};
+use crate::domain::ids::ToolName;
+use crate::domain::interaction::InteractionType;
+use crate::domain::question::{Ending, Question, Status, Via, Window, rfc3339};
 use crate::domain::rules::Effect;
 
 /// A `grant_scope` checked against the call it came with: it covers the call's tool.
@@ -34,7 +37,7 @@ pub(super) struct PresentedGrant {
 
 /// What settled a call before anyone was asked.
 #[derive(Debug)]
-pub(super) enum Settled {
+enum Settled {
     /// A rule's `deny` (first of all) or `allow` (after the grant and the window).
     Rule(Effect),
     /// The grant check: no live grant covering the call (`cancelled`), or one that is
@@ -44,15 +47,87 @@ pub(super) enum Settled {
     Window(Window),
 }
 
-/// Whether a path looks for a live window (step 3): a confirmation does; an interaction
-/// carrying a call is not confirmed by one.
+/// The gates a call passes before anyone is asked (the steps above): a confirmation
+/// passes every one; an interaction carrying a call passes the rules only (it presents
+/// no grant, and its agent keeps its own window); one without a call passes none, as no
+/// rule is about what it asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum LookForWindow {
-    Yes,
-    No,
+pub(super) struct Gates {
+    /// Steps 1 and 4: the rules judge the call.
+    pub rules: bool,
+    /// Step 2: the grant the call presents, when it presents one.
+    pub grant: bool,
+    /// Step 3: a live window for the identical call.
+    pub window: bool,
+}
+
+impl Gates {
+    pub const ALL: Gates = Gates {
+        rules: true,
+        grant: true,
+        window: true,
+    };
+    pub const RULES: Gates = Gates {
+        rules: true,
+        grant: false,
+        window: false,
+    };
+    pub const NONE: Gates = Gates {
+        rules: false,
+        grant: false,
+        window: false,
+    };
+}
+
+/// A question past its gates: ended there (to be stored as it is), or on to a person.
+/// The rules' judgement, holding a rate's gate, lives as long as this value: the caller
+/// keeps it until the ended record is stored, and drops it before asking anyone.
+pub(super) struct Admission<'a> {
+    pub ended: bool,
+    _judgement: Option<Judgement<'a>>,
 }
 
 impl Service {
+    /// The one admission of a new question: `record` passes `gates` in the order of this
+    /// module's header (the rules judge its call, and the record keeps their verdict);
+    /// what settles it ends it here ([`Question::end_at_creation`]).
+    pub(super) async fn admit(
+        &self,
+        record: &mut Question,
+        gates: Gates,
+        grant: Option<&PresentedGrant>,
+        now: OffsetDateTime,
+    ) -> Result<Admission<'_>, ServiceError> {
+        let judgement = if gates.rules {
+            let judgement = self
+                .judge(
+                    &record.agent,
+                    &record.tool,
+                    &record.owner_id,
+                    &record.params_json,
+                    now,
+                )
+                .await?;
+            record.rule = judgement.verdict.clone();
+            Some(judgement)
+        } else {
+            None
+        };
+        let effect = judgement.as_ref().map_or(Effect::Ask, Judgement::applied);
+        let ending = self
+            .before_asking(record, effect, gates, grant, now)
+            .await?
+            .and_then(|settled| settled.ending(record));
+        let ended = ending.is_some();
+        if let Some(ending) = ending {
+            record.end_at_creation(ending, now);
+        }
+        Ok(Admission {
+            ended,
+            _judgement: judgement,
+        })
+    }
+
     /// `check` as the call of `tool` to `route` presents it, or the 422 saying why its
     /// scope does not cover `tool` (naming both). Nothing is read or stored.
     pub(super) fn presented_grant(
@@ -75,26 +150,28 @@ impl Service {
     }
 
     /// What settles `record` before anyone is asked, in the order of this module's
-    /// header; `effect` is the rules' (judged once by the caller), `None`: a person is
+    /// header, through `gates` only; `effect` is the rules' (judged once by
+    /// [`Self::admit`]; `ask` when the rules are no gate of it), `None`: a person is
     /// asked. The grant and the window are read only when the order reaches them: a
     /// call without `grant_scope` reads no grant, a `deny` reads nothing.
-    pub(super) async fn before_asking(
+    async fn before_asking(
         &self,
         record: &Question,
         effect: Effect,
+        gates: Gates,
         grant: Option<&PresentedGrant>,
-        window: LookForWindow,
         now: OffsetDateTime,
     ) -> Result<Option<Settled>, ServiceError> {
         if effect == Effect::Deny {
             return Ok(Some(Settled::Rule(Effect::Deny)));
         }
-        if let Some(presented) = grant
+        if gates.grant
+            && let Some(presented) = grant
             && let Some(settled) = self.grant_check(record, presented, now).await?
         {
             return Ok(Some(settled));
         }
-        if window == LookForWindow::Yes
+        if gates.window
             && let Some(window) = self.store.live_window(&record.window_key(), now).await?
         {
             return Ok(Some(Settled::Window(window)));
@@ -138,22 +215,50 @@ impl Service {
 }
 
 impl Settled {
-    /// Ends `record` as settled: a confirmation, never asked (its callback token is
-    /// never shown). An interaction ends by a rule only, through
-    /// [`super::create::end_by_rule`], with the answer it settles on.
-    pub(super) fn end(self, record: &mut Question, now: OffsetDateTime) {
+    /// How `record` ends as settled; `None`: it goes on to a person after all (an
+    /// `allow` rule settles only an approval among interactions: a form still needs a
+    /// person to fill it).
+    fn ending(self, record: &Question) -> Option<Ending> {
         let (status, via, reason) = match self {
-            Settled::Rule(effect) => {
-                super::create::end_by_rule(record, effect, now, None);
-                return;
-            }
+            Settled::Rule(effect) => return rule_ending(record, effect),
             Settled::Grant { status, reason } => (status, Via::Grant, reason),
             Settled::Window(window) => (Status::Confirmed, Via::Window, window.reason()),
         };
-        record.status = status;
-        record.via = Some(via);
-        record.callback_token = CallbackToken::never_shown();
-        record.reason = reason;
-        record.decided_at = Some(now);
+        Some(Ending {
+            status,
+            via,
+            reason,
+            result: None,
+        })
     }
+}
+
+/// How the rules end `record` (`effect` is `allow` or `deny`): a confirmation is
+/// confirmed or cancelled; an interaction's call is completed, an approval on the rules'
+/// yes or no, any other kind (by a `deny` only) on null, as nothing was answered.
+fn rule_ending(record: &Question, effect: Effect) -> Option<Ending> {
+    let (status, result) = match (&record.interaction, effect) {
+        (None, Effect::Allow) => (Status::Confirmed, None),
+        (None, _) => (Status::Cancelled, None),
+        (Some(i), Effect::Deny) => (
+            Status::Completed,
+            Some(match i.kind {
+                InteractionType::Approval => Value::Bool(false),
+                _ => Value::Null,
+            }),
+        ),
+        (Some(i), Effect::Allow) if i.kind == InteractionType::Approval => {
+            (Status::Completed, Some(Value::Bool(true)))
+        }
+        (Some(_), _) => return None,
+    };
+    Some(Ending {
+        status,
+        via: Via::Rule,
+        reason: record.rule.as_ref().map_or_else(
+            || "decided before asking by the rules".to_owned(),
+            rule_reason,
+        ),
+        result,
+    })
 }

@@ -30,20 +30,17 @@ use tokio_util::task::TaskTracker;
 use serde_json::Value;
 
 use crate::config::{Agent, Config, Route};
-use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit;
-use crate::domain::briefing;
 use crate::domain::edit::ArgsSchema;
 use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
-use crate::domain::interaction::{ConsensusMode, Interaction, InteractionType, TimeoutAction};
+use crate::domain::interaction::{ConsensusMode, Interaction, TimeoutAction};
 use crate::domain::python::value::PyDict;
-use crate::domain::question::{Operator, Outcome, PENDING_REASON, Question, Status, Via};
-use crate::domain::text;
+use crate::domain::question::{Operator, Outcome, Question, Via};
 use crate::metrics::Metrics;
 use crate::scheduler::Deadlines;
 use crate::storage::{
-    Administration, AgentEvents, Audit, Change, Decided, Inserted, Outbox, Questions, Shown,
-    StorageError, Store,
+    Administration, AgentEvents, Audit, Change, Decided, Outbox, Questions, Shown, StorageError,
+    Store,
 };
 
 mod agree;

@@ -14,13 +14,11 @@ use std::time::Duration;
 use hitl_telegram::domain::args_hash::ArgsHash;
 use hitl_telegram::domain::audit;
 use hitl_telegram::domain::authority::{Authority, RouteAuthority};
-use hitl_telegram::domain::ids::{
-    CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName,
-};
+use hitl_telegram::domain::ids::{ConfirmationId, IdempotencyKey, OwnerId};
 use hitl_telegram::domain::interaction::Answer;
 use hitl_telegram::domain::python;
 use hitl_telegram::domain::question::{
-    Decision, EditApplied, Edited, Operator, Outcome, PENDING_REASON, Question, Status, Via,
+    Decision, EditApplied, Edited, Operator, Outcome, Question, Status,
 };
 use hitl_telegram::service::now;
 use hitl_telegram::storage::{
@@ -29,6 +27,7 @@ use hitl_telegram::storage::{
 };
 
 use crate::support::postgres::PgDatabase;
+use crate::support::questions::question;
 
 /// One test's database, removed with this value (also `grants.rs`'s).
 pub(crate) struct TestDb {
@@ -133,50 +132,7 @@ on_both_backends! {
 
 /// A pending question of `agent` on route `ops`, with `key` as its idempotency key.
 pub(crate) fn pending(key: Option<&str>) -> Question {
-    let params = python::json::parse_object(r#"{"a": 1}"#).unwrap();
-    let t = now();
-    Question {
-        id: ConfirmationId::generate(),
-        agent: "agent".into(),
-        route: "ops".into(),
-        chat_id: -1,
-        tool: ToolName::parse("tool").unwrap(),
-        owner_id: OwnerId::anonymous(),
-        args_hash: ArgsHash::of(&params),
-        params_json: r#"{"a": 1}"#.into(),
-        briefing: "tool with: a=1".into(),
-        context: Some("ctx".into()),
-        allow_edit: true,
-        window_seconds: 60,
-        window_requested_seconds: None,
-        approved_once: false,
-        has_call: false,
-        idempotency_key: key.map(|k| IdempotencyKey::parse(k).unwrap()),
-        callback_token: CallbackToken::generate(),
-        callback_url: None,
-        message_id: None,
-        status: Status::Pending,
-        via: None,
-        reason: PENDING_REASON.into(),
-        decided_by: None,
-        created_at: t,
-        expires_at: t + Duration::from_secs(60),
-        decided_at: None,
-        interaction: None,
-        result: None,
-        timeout_action: None,
-        answers: Vec::new(),
-        copies: Vec::new(),
-        strays: Vec::new(),
-        denial_reason: None,
-        progress: Default::default(),
-        rule: None,
-        expect_outcome_seconds: None,
-        execution: None,
-        recalled: None,
-        args_schema: None,
-        edited: None,
-    }
+    question().idempotency_key(key).pending()
 }
 
 pub(crate) fn op(id: u64) -> Operator {
@@ -362,14 +318,8 @@ async fn an_edited_approval_replaces_the_call_and_keeps_the_asked_one_in_one_wri
 
 async fn a_shorter_window_never_cuts_a_longer_one_short(db: TestDb) {
     let s = db.store().await;
-    let long = Question {
-        window_seconds: 3600,
-        ..pending(None)
-    };
-    let short = Question {
-        window_seconds: 60,
-        ..pending(None)
-    };
+    let long = question().window_seconds(3600).pending();
+    let short = question().window_seconds(60).pending();
     for r in [&long, &short] {
         s.insert(r, now()).await.unwrap();
         s.decide(&r.id, &approved(1)).await.unwrap();
@@ -432,13 +382,7 @@ async fn windows_are_found_by_another_store_on_the_same_database(db: TestDb) {
 }
 
 fn window_hit() -> Question {
-    Question {
-        status: Status::Confirmed,
-        via: Some(Via::Window),
-        reason: "confirmed by a window".into(),
-        decided_at: Some(now()),
-        ..pending(None)
-    }
+    question().window_hit("confirmed by a window".into())
 }
 
 async fn concurrent_window_hits_are_each_stored_with_their_audit_event(db: TestDb) {
@@ -485,14 +429,14 @@ async fn window_hits_from_two_stores_at_once_keep_one_unbroken_audit_chain(db: T
 /// (Every control character but NUL: no text the service stores holds one, since
 /// PostgreSQL's `text` cannot; the briefing and Telegram's texts escape it.)
 fn window_hit_numbered(n: usize, key: Option<&str>) -> Question {
-    Question {
-        briefing: format!("tool with: a=1 \u{1} \u{7f} \u{202e} ünïcödé 🚀 {n}"),
-        context: n.is_multiple_of(2).then(|| "ctx\nline two".to_owned()),
-        window_requested_seconds: n.is_multiple_of(3).then_some(86_400),
-        reason: format!("confirmed by a window (hit {n})"),
-        idempotency_key: key.map(|k| IdempotencyKey::parse(k).unwrap()),
-        ..window_hit()
-    }
+    question()
+        .briefing(format!(
+            "tool with: a=1 \u{1} \u{7f} \u{202e} ünïcödé 🚀 {n}"
+        ))
+        .context(n.is_multiple_of(2).then(|| "ctx\nline two".to_owned()))
+        .window_requested_seconds(n.is_multiple_of(3).then_some(86_400))
+        .idempotency_key(key)
+        .window_hit(format!("confirmed by a window (hit {n})"))
 }
 
 async fn window_hits_among_other_writes_read_back_exactly_and_keep_one_unbroken_audit_chain(
@@ -936,10 +880,7 @@ async fn webhooks_beyond_an_agents_backlog_bound_are_dropped_and_audited(db: Tes
     let s = db.store().await;
     s.set_outbox_backlog_bound(2);
     for _ in 0..3 {
-        let r = Question {
-            callback_url: Some("http://127.0.0.1:9/hook".into()),
-            ..pending(None)
-        };
+        let r = question().callback_url("http://127.0.0.1:9/hook").pending();
         s.insert(&r, now()).await.unwrap();
         s.decide(&r.id, &approved(1)).await.unwrap();
     }

@@ -9,4 +9,5 @@ pub mod interactions;
 pub mod parrot_driver;
 pub mod postgres;
 pub mod process;
+pub mod questions;
 pub mod tcp_proxy;

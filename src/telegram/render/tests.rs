@@ -2,16 +2,15 @@ use sha2::{Digest, Sha256};
 
 use super::*;
 use crate::domain::args_hash::ArgsHash;
-use crate::domain::ids::{CallbackToken, ConfirmationId, OwnerId, ToolName};
+use crate::domain::ids::{CallbackToken, OwnerId, ToolName};
 use crate::domain::python;
-use crate::domain::question::{Operator, PENDING_REASON, Status, Via};
+use crate::domain::question::{Operator, Seed, Status, Via};
 use crate::service::TapAction;
 
 fn record(params_json: &str) -> Question {
     let params = python::json::parse_object(params_json).unwrap();
     let t = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
-    Question {
-        id: ConfirmationId::generate(),
+    Question::pending(Seed {
         agent: "bot".into(),
         route: "ops".into(),
         chat_id: -100,
@@ -24,34 +23,15 @@ fn record(params_json: &str) -> Question {
         allow_edit: false,
         window_seconds: 0,
         window_requested_seconds: None,
-        approved_once: false,
         has_call: false,
         idempotency_key: None,
-        callback_token: CallbackToken::generate(),
         callback_url: None,
-        message_id: None,
-        status: Status::Pending,
-        via: None,
-        reason: PENDING_REASON.into(),
-        decided_by: None,
         created_at: t,
         expires_at: t + time::Duration::minutes(2),
-        decided_at: None,
         interaction: None,
-        result: None,
-        timeout_action: None,
-        answers: Vec::new(),
-        copies: Vec::new(),
-        strays: Vec::new(),
-        denial_reason: None,
-        progress: Default::default(),
-        rule: None,
         expect_outcome_seconds: None,
-        execution: None,
-        recalled: None,
         args_schema: None,
-        edited: None,
-    }
+    })
 }
 
 #[test]
