@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, AppState};
@@ -119,158 +120,266 @@ impl Application {
             telegram_mode,
             http,
         } = self;
-        // Several replicas: this one's configuration is recorded before it serves
-        // anything, so every other replica counts it from its first action on, and the
-        // others' are read (and a difference logged) before its first own
-        // (src/service/agree.rs).
-        service
-            .hold_config()
-            .await
-            .context("cannot record this replica's configuration in the database")?;
-        service
-            .config_report()
-            .await
-            .context("cannot read the other replicas' configurations")?;
-        let recovered = service
-            .recover()
-            .await
-            .context("cannot reload pending requests")?;
-        tracing::info!(
-            addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-            pending = recovered,
-            "hitl-telegram is serving"
-        );
-
-        // Several replicas on one PostgreSQL: what another commits wakes our waiters.
-        // Listening starts before serving, so no decision taken meanwhile goes unheard.
-        let coordination: &dyn Coordination = store.as_ref();
-        let changes = coordination
-            .follow_changes()
-            .await
-            .context("cannot listen for the changes other replicas commit")?;
-        let follow =
-            changes.map(|c| tokio::spawn(service.clone().follow_changes(c, shutdown.clone())));
-        // Several replicas: the one holding the leader lease (with SQLite, this one, from
-        // `recover` on) keeps the deadlines and runs the webhook outbox, the Redis bridge
-        // and long polling; the lease is renewed here (src/service/lead.rs).
-        // Renewed until the leader's work has drained at shutdown, then given up: a lease
-        // left to expire meanwhile would let another replica post what this one still
-        // is posting.
-        let lead_stop = CancellationToken::new();
-        let lead = tokio::spawn(
-            service
-                .clone()
-                .keep_lead(shutdown.clone(), lead_stop.clone()),
-        );
-        // The configuration's record is renewed as long as the lease is.
-        let config_record = tokio::spawn(service.clone().keep_config(lead_stop.clone()));
-        let deadlines = tokio::spawn(service.clone().run_deadlines(shutdown.clone()));
-        let outbox = tokio::spawn(
-            service
-                .clone()
-                .while_leading(shutdown.clone(), crate::outbox::run),
-        );
-        let purge = tokio::spawn(
-            service
-                .clone()
-                .run_window_purge(WINDOW_PURGE_EVERY, shutdown.clone()),
-        );
-        service.tasks().spawn(
-            service
-                .clone()
-                .run_outcome_sweep(OUTCOME_SWEEP_EVERY, shutdown.clone()),
-        );
-        // The audit chain's head in the log (at start, hourly), so a truncated trail shows.
-        service.tasks().spawn(crate::audit_head::log_audit_head(
-            store.clone(),
-            crate::audit_head::EVERY,
-            shutdown.clone(),
-        ));
-        // Returns at once unless [redis_bridge] is enabled.
-        let bridge = tokio::spawn(
-            service
-                .clone()
-                .while_leading(shutdown.clone(), crate::redis_bridge::run),
-        );
-        // getMe (for /cmd@bot) and setMyCommands, retried in the background.
-        let commands = tokio::spawn(telegram::commands::register(
-            bot.clone(),
-            service.clone(),
-            shutdown.clone(),
-        ));
-        // Updates come from long polling or from the webhook route, never both. In
-        // webhook mode the task only sets the webhook and ends.
-        let v1 = api::router(AppState {
-            service: service.clone(),
-            stop: shutdown.clone(),
-            rate: Arc::new(api::limits::AgentRateLimiter::default()),
-            slots: Arc::new(api::limits::AgentSlots::default()),
-        });
-        // /mcp: the MCP tools, each call a request into the same router (src/mcp.rs).
-        let mut app = v1.clone().merge(crate::mcp::router(v1, service.clone()));
-        let polling = match telegram_mode {
-            // One poller per bot token (a second gets 409): the leader's.
-            TelegramMode::Polling => tokio::spawn(service.clone().while_leading(
-                shutdown.clone(),
-                move |service, term| {
-                    telegram::polling::run(bot.clone(), service, poll_timeout_seconds, term)
-                },
-            )),
-            TelegramMode::Webhook(webhook) => {
-                app = app.merge(telegram::webhook::router(service.clone(), &webhook));
-                tokio::spawn(telegram::webhook::register(
-                    bot,
-                    webhook,
-                    service.metrics().clone(),
-                    shutdown.clone(),
-                ))
-            }
+        announce(&service, &listener).await?;
+        let background = spawn_background(&service, &store, &bot, &shutdown).await?;
+        let front = Front {
+            listener,
+            bot,
+            poll_timeout_seconds,
+            telegram_mode,
+            http,
         };
-        // Header-read and idle timeouts, a connection limit, idle connections closed
-        // first when it is reached (src/api/serve/).
-        let server = tokio::spawn(api::serve::serve(listener, app, http, shutdown.clone()));
+        let (server, polling) = spawn_front(&service, front, &shutdown);
 
         shutdown.cancelled().await;
         tracing::info!("shutting down");
-        match tokio::time::timeout(HTTP_DRAIN, server).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "HTTP server task failed"),
-            Err(_) => tracing::warn!("in-flight HTTP requests did not finish in time"),
-        }
-        let _ = tokio::time::timeout(poll_drain(poll_timeout_seconds), polling).await;
-        let _ = deadlines.await;
-        if let Some(follow) = follow {
-            let _ = follow.await;
-        }
-        let _ = purge.await;
-        let _ = tokio::time::timeout(TASK_DRAIN, commands).await;
-        // The bridge finishes storing the question it took (or leaves it to be re-driven).
-        if tokio::time::timeout(TASK_DRAIN, bridge).await.is_err() {
-            tracing::warn!("the Redis bridge did not stop in time");
-        }
-        // The webhook worker finishes the attempts it has started before it returns.
-        if tokio::time::timeout(TASK_DRAIN, outbox).await.is_err() {
-            tracing::warn!("a webhook attempt did not finish in time");
-        }
-        service.tasks().close();
-        if tokio::time::timeout(TASK_DRAIN, service.tasks().wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!("background Telegram work did not finish in time");
-        }
-        // The leader's work has stopped: another replica may take it over at once.
-        lead_stop.cancel();
-        let _ = lead.await;
-        service.release_lead().await;
-        let _ = config_record.await;
-        service.release_config().await;
-        // Everything that writes has stopped: this is the trail's final head.
-        crate::audit_head::log_head(store.as_ref(), "shutdown").await;
-        store.close().await;
-        tracing::info!("stopped");
+        drain(
+            &service,
+            &store,
+            server,
+            polling,
+            background,
+            poll_timeout_seconds,
+        )
+        .await;
         Ok(())
     }
+}
+
+/// Records this replica's configuration, reads the others' and reloads the pending
+/// requests: the steps that must be done before anything is served.
+async fn announce(service: &Arc<Service>, listener: &TcpListener) -> anyhow::Result<()> {
+    // Several replicas: this one's configuration is recorded before it serves
+    // anything, so every other replica counts it from its first action on, and the
+    // others' are read (and a difference logged) before its first own
+    // (src/service/agree.rs).
+    service
+        .hold_config()
+        .await
+        .context("cannot record this replica's configuration in the database")?;
+    service
+        .config_report()
+        .await
+        .context("cannot read the other replicas' configurations")?;
+    let recovered = service
+        .recover()
+        .await
+        .context("cannot reload pending requests")?;
+    tracing::info!(
+        addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        pending = recovered,
+        "hitl-telegram is serving"
+    );
+    Ok(())
+}
+
+/// The tasks around the service, started before serving and awaited at shutdown in
+/// [`drain`]'s order.
+struct Background {
+    follow: Option<JoinHandle<()>>,
+    lead_stop: CancellationToken,
+    lead: JoinHandle<()>,
+    config_record: JoinHandle<()>,
+    deadlines: JoinHandle<()>,
+    outbox: JoinHandle<()>,
+    purge: JoinHandle<()>,
+    bridge: JoinHandle<()>,
+    commands: JoinHandle<()>,
+}
+
+/// Starts the replica's background work: change following, the leader lease and what
+/// the leader does, the sweeps and the bot's command registration.
+async fn spawn_background(
+    service: &Arc<Service>,
+    store: &Arc<dyn Store>,
+    bot: &teloxide::Bot,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Background> {
+    // Several replicas on one PostgreSQL: what another commits wakes our waiters.
+    // Listening starts before serving, so no decision taken meanwhile goes unheard.
+    let coordination: &dyn Coordination = store.as_ref();
+    let changes = coordination
+        .follow_changes()
+        .await
+        .context("cannot listen for the changes other replicas commit")?;
+    let follow = changes.map(|c| tokio::spawn(service.clone().follow_changes(c, shutdown.clone())));
+    // Several replicas: the one holding the leader lease (with SQLite, this one, from
+    // `recover` on) keeps the deadlines and runs the webhook outbox, the Redis bridge
+    // and long polling; the lease is renewed here (src/service/lead.rs).
+    // Renewed until the leader's work has drained at shutdown, then given up: a lease
+    // left to expire meanwhile would let another replica post what this one still
+    // is posting.
+    let lead_stop = CancellationToken::new();
+    let lead = tokio::spawn(
+        service
+            .clone()
+            .keep_lead(shutdown.clone(), lead_stop.clone()),
+    );
+    // The configuration's record is renewed as long as the lease is.
+    let config_record = tokio::spawn(service.clone().keep_config(lead_stop.clone()));
+    let deadlines = tokio::spawn(service.clone().run_deadlines(shutdown.clone()));
+    let outbox = tokio::spawn(
+        service
+            .clone()
+            .while_leading(shutdown.clone(), crate::outbox::run),
+    );
+    let purge = tokio::spawn(
+        service
+            .clone()
+            .run_window_purge(WINDOW_PURGE_EVERY, shutdown.clone()),
+    );
+    service.tasks().spawn(
+        service
+            .clone()
+            .run_outcome_sweep(OUTCOME_SWEEP_EVERY, shutdown.clone()),
+    );
+    // The audit chain's head in the log (at start, hourly), so a truncated trail shows.
+    service.tasks().spawn(crate::audit_head::log_audit_head(
+        store.clone(),
+        crate::audit_head::EVERY,
+        shutdown.clone(),
+    ));
+    // Returns at once unless [redis_bridge] is enabled.
+    let bridge = tokio::spawn(
+        service
+            .clone()
+            .while_leading(shutdown.clone(), crate::redis_bridge::run),
+    );
+    // getMe (for /cmd@bot) and setMyCommands, retried in the background.
+    let commands = tokio::spawn(telegram::commands::register(
+        bot.clone(),
+        service.clone(),
+        shutdown.clone(),
+    ));
+    Ok(Background {
+        follow,
+        lead_stop,
+        lead,
+        config_record,
+        deadlines,
+        outbox,
+        purge,
+        bridge,
+        commands,
+    })
+}
+
+/// What the HTTP front and the Telegram updates are built from.
+struct Front {
+    listener: TcpListener,
+    bot: teloxide::Bot,
+    poll_timeout_seconds: u32,
+    telegram_mode: TelegramMode,
+    http: HttpLimits,
+}
+
+/// Starts the HTTP server (the API, /mcp and, in webhook mode, Telegram's route) and
+/// the updates' task; returns the server's task and the updates' task.
+fn spawn_front(
+    service: &Arc<Service>,
+    front: Front,
+    shutdown: &CancellationToken,
+) -> (JoinHandle<()>, JoinHandle<()>) {
+    let Front {
+        listener,
+        bot,
+        poll_timeout_seconds,
+        telegram_mode,
+        http,
+    } = front;
+    // Updates come from long polling or from the webhook route, never both. In
+    // webhook mode the task only sets the webhook and ends.
+    let v1 = api::router(AppState {
+        service: service.clone(),
+        stop: shutdown.clone(),
+        rate: Arc::new(api::limits::AgentRateLimiter::default()),
+        slots: Arc::new(api::limits::AgentSlots::default()),
+    });
+    // /mcp: the MCP tools, each call a request into the same router (src/mcp.rs).
+    let mut app = v1.clone().merge(crate::mcp::router(v1, service.clone()));
+    let polling = match telegram_mode {
+        // One poller per bot token (a second gets 409): the leader's.
+        TelegramMode::Polling => tokio::spawn(service.clone().while_leading(
+            shutdown.clone(),
+            move |service, term| {
+                telegram::polling::run(bot.clone(), service, poll_timeout_seconds, term)
+            },
+        )),
+        TelegramMode::Webhook(webhook) => {
+            app = app.merge(telegram::webhook::router(service.clone(), &webhook));
+            tokio::spawn(telegram::webhook::register(
+                bot,
+                webhook,
+                service.metrics().clone(),
+                shutdown.clone(),
+            ))
+        }
+    };
+    // Header-read and idle timeouts, a connection limit, idle connections closed
+    // first when it is reached (src/api/serve/).
+    let server = tokio::spawn(api::serve::serve(listener, app, http, shutdown.clone()));
+
+    (server, polling)
+}
+
+/// After `shutdown`: lets each task finish within its bound, in the order that keeps
+/// the leader's work whole, then gives up the lease and closes the store.
+async fn drain(
+    service: &Arc<Service>,
+    store: &Arc<dyn Store>,
+    server: JoinHandle<()>,
+    polling: JoinHandle<()>,
+    background: Background,
+    poll_timeout_seconds: u32,
+) {
+    let Background {
+        follow,
+        lead_stop,
+        lead,
+        config_record,
+        deadlines,
+        outbox,
+        purge,
+        bridge,
+        commands,
+    } = background;
+    match tokio::time::timeout(HTTP_DRAIN, server).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!(error = %e, "HTTP server task failed"),
+        Err(_) => tracing::warn!("in-flight HTTP requests did not finish in time"),
+    }
+    let _ = tokio::time::timeout(poll_drain(poll_timeout_seconds), polling).await;
+    let _ = deadlines.await;
+    if let Some(follow) = follow {
+        let _ = follow.await;
+    }
+    let _ = purge.await;
+    let _ = tokio::time::timeout(TASK_DRAIN, commands).await;
+    // The bridge finishes storing the question it took (or leaves it to be re-driven).
+    if tokio::time::timeout(TASK_DRAIN, bridge).await.is_err() {
+        tracing::warn!("the Redis bridge did not stop in time");
+    }
+    // The webhook worker finishes the attempts it has started before it returns.
+    if tokio::time::timeout(TASK_DRAIN, outbox).await.is_err() {
+        tracing::warn!("a webhook attempt did not finish in time");
+    }
+    service.tasks().close();
+    if tokio::time::timeout(TASK_DRAIN, service.tasks().wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("background Telegram work did not finish in time");
+    }
+    // The leader's work has stopped: another replica may take it over at once.
+    lead_stop.cancel();
+    let _ = lead.await;
+    service.release_lead().await;
+    let _ = config_record.await;
+    service.release_config().await;
+    // Everything that writes has stopped: this is the trail's final head.
+    crate::audit_head::log_head(store.as_ref(), "shutdown").await;
+    store.close().await;
+    tracing::info!("stopped");
 }
 
 fn poll_drain(poll_timeout_seconds: u32) -> Duration {

@@ -3,6 +3,7 @@
 //! [`exec`]), the `--demo` configuration, `check-config --online`, and how the
 //! commands word their errors and read their arguments.
 
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -11,7 +12,7 @@ use serde_json::value::RawValue;
 use time::OffsetDateTime;
 
 use crate::client::{Failure, Kind, NewConfirmation, Reply, Retry, Retrying, Suspend, V1Client};
-use crate::config::{AgentSettings, Config, MAX_TIMEOUT_LIMIT, RouteSettings, Settings};
+use crate::config::{AgentSettings, Config, MAX_TIMEOUT_LIMIT, Route, RouteSettings, Settings};
 use crate::domain::python;
 
 pub mod exec;
@@ -590,24 +591,47 @@ pub async fn check_online(config: &Config) -> OnlineReport {
             return report;
         }
     };
-    let unreachable = |e: &str| {
-        format!(
-            "cannot reach the Bot API at {}: {e}",
-            config.telegram_api_url
-        )
+    let Some(username) = check_bot(&client, config, &mut report).await else {
+        return report;
     };
-    let me = match bot_api(&client, config, "getMe", serde_json::json!({})).await {
+    let mut routes: Vec<_> = config.routes.values().collect();
+    routes.sort_by(|a, b| a.name.cmp(&b.name));
+    for route in routes {
+        let checked = check_route(&client, config, route, &username, &mut report).await;
+        if checked.is_break() {
+            return report;
+        }
+    }
+    report
+}
+
+/// A Bot API that cannot be reached, in the report's words.
+fn unreachable(config: &Config, e: &str) -> String {
+    format!(
+        "cannot reach the Bot API at {}: {e}",
+        config.telegram_api_url
+    )
+}
+
+/// `getMe`: whether the token is a bot's; the bot's username, or `None` when nothing
+/// further can be checked.
+async fn check_bot(
+    client: &reqwest::Client,
+    config: &Config,
+    report: &mut OnlineReport,
+) -> Option<String> {
+    let me = match bot_api(client, config, "getMe", serde_json::json!({})).await {
         Ok(me) => me,
         Err(BotApiFailure::Unreachable(e)) => {
-            report.problems.push(unreachable(&e));
-            return report;
+            report.problems.push(unreachable(config, &e));
+            return None;
         }
         Err(BotApiFailure::Refused(e)) => {
             report.problems.push(format!(
                 "Telegram does not accept {} as a bot token (getMe: {e})",
                 crate::config::BOT_TOKEN_ENV
             ));
-            return report;
+            return None;
         }
     };
     let username = me.get("username").and_then(Value::as_str).unwrap_or("?");
@@ -616,101 +640,122 @@ pub async fn check_online(config: &Config) -> OnlineReport {
         "bot: @{username} (id {})",
         bot_id.map_or_else(|| "?".to_owned(), |id| id.to_string())
     ));
-    let mut routes: Vec<_> = config.routes.values().collect();
-    routes.sort_by(|a, b| a.name.cmp(&b.name));
-    for route in routes {
-        let name = &route.name;
-        let chat_id = route.chat_id;
-        let mut approvers: Vec<u64> = route.approvers.iter().copied().collect();
-        approvers.sort_unstable();
-        let chat = bot_api(
-            &client,
+    Some(username.to_owned())
+}
+
+/// `getChat` for one route's chat, then who of its approvers can see it; breaks when the
+/// Bot API cannot be reached (nothing further can be checked).
+async fn check_route(
+    client: &reqwest::Client,
+    config: &Config,
+    route: &Route,
+    username: &str,
+    report: &mut OnlineReport,
+) -> ControlFlow<()> {
+    let name = &route.name;
+    let chat_id = route.chat_id;
+    let mut approvers: Vec<u64> = route.approvers.iter().copied().collect();
+    approvers.sort_unstable();
+    let chat = bot_api(
+        client,
+        config,
+        "getChat",
+        serde_json::json!({ "chat_id": chat_id }),
+    )
+    .await;
+    let chat = match chat {
+        Ok(chat) => chat,
+        Err(BotApiFailure::Unreachable(e)) => {
+            report.problems.push(unreachable(config, &e));
+            return ControlFlow::Break(());
+        }
+        Err(BotApiFailure::Refused(e)) if e.contains("chat not found") && chat_id < 0 => {
+            report.problems.push(format!(
+                "route '{name}': the bot is not a member of {chat_id}, or no such chat exists (Telegram: {e}); add @{username} to the group"
+            ));
+            return ControlFlow::Continue(());
+        }
+        Err(BotApiFailure::Refused(e)) if e.contains("chat not found") => {
+            report.problems.push(format!(
+                "route '{name}': user {chat_id} has never started a chat with the bot (Telegram: {e}); they must open @{username} and send /start"
+            ));
+            return ControlFlow::Continue(());
+        }
+        Err(BotApiFailure::Refused(e)) => {
+            report
+                .problems
+                .push(format!("route '{name}': getChat {chat_id} failed: {e}"));
+            return ControlFlow::Continue(());
+        }
+    };
+    if chat.get("type").and_then(Value::as_str) == Some("private") {
+        report.notes.push(format!(
+            "route '{name}': the private chat of {chat_id} exists, so they started the bot; whether they have blocked it since cannot be checked without sending a message"
+        ));
+        for a in approvers
+            .iter()
+            .filter(|a| i64::try_from(**a) != Ok(chat_id))
+        {
+            report.problems.push(format!(
+                "route '{name}': approver {a} cannot see the questions: {chat_id} is the private chat of user {chat_id}"
+            ));
+        }
+        return ControlFlow::Continue(());
+    }
+    let title = chat.get("title").and_then(Value::as_str).unwrap_or("?");
+    report.notes.push(format!(
+        "route '{name}': the bot is a member of {chat_id} ({title})"
+    ));
+    check_members(client, config, name, chat_id, approvers, report).await
+}
+
+/// `getChatMember` for each approver of a group route: whether they would see the
+/// questions.
+async fn check_members(
+    client: &reqwest::Client,
+    config: &Config,
+    name: &str,
+    chat_id: i64,
+    approvers: Vec<u64>,
+    report: &mut OnlineReport,
+) -> ControlFlow<()> {
+    for a in approvers {
+        let member = bot_api(
+            client,
             config,
-            "getChat",
-            serde_json::json!({ "chat_id": chat_id }),
+            "getChatMember",
+            serde_json::json!({ "chat_id": chat_id, "user_id": a }),
         )
         .await;
-        let chat = match chat {
-            Ok(chat) => chat,
-            Err(BotApiFailure::Unreachable(e)) => {
-                report.problems.push(unreachable(&e));
-                return report;
-            }
-            Err(BotApiFailure::Refused(e)) if e.contains("chat not found") && chat_id < 0 => {
-                report.problems.push(format!(
-                    "route '{name}': the bot is not a member of {chat_id}, or no such chat exists (Telegram: {e}); add @{username} to the group"
-                ));
-                continue;
-            }
-            Err(BotApiFailure::Refused(e)) if e.contains("chat not found") => {
-                report.problems.push(format!(
-                    "route '{name}': user {chat_id} has never started a chat with the bot (Telegram: {e}); they must open @{username} and send /start"
-                ));
-                continue;
-            }
-            Err(BotApiFailure::Refused(e)) => {
-                report
-                    .problems
-                    .push(format!("route '{name}': getChat {chat_id} failed: {e}"));
-                continue;
-            }
-        };
-        if chat.get("type").and_then(Value::as_str) == Some("private") {
-            report.notes.push(format!(
-                "route '{name}': the private chat of {chat_id} exists, so they started the bot; whether they have blocked it since cannot be checked without sending a message"
-            ));
-            for a in approvers
-                .iter()
-                .filter(|a| i64::try_from(**a) != Ok(chat_id))
-            {
-                report.problems.push(format!(
-                    "route '{name}': approver {a} cannot see the questions: {chat_id} is the private chat of user {chat_id}"
-                ));
-            }
-            continue;
-        }
-        let title = chat.get("title").and_then(Value::as_str).unwrap_or("?");
-        report.notes.push(format!(
-            "route '{name}': the bot is a member of {chat_id} ({title})"
-        ));
-        for a in approvers {
-            let member = bot_api(
-                &client,
-                config,
-                "getChatMember",
-                serde_json::json!({ "chat_id": chat_id, "user_id": a }),
-            )
-            .await;
-            match member {
-                Ok(m) => {
-                    let status = m.get("status").and_then(Value::as_str).unwrap_or("?");
-                    let is_member = match status {
-                        "creator" | "administrator" | "member" => true,
-                        "restricted" => m.get("is_member") == Some(&Value::Bool(true)),
-                        _ => false,
-                    };
-                    if !is_member {
-                        report.problems.push(format!(
-                            "route '{name}': approver {a} is not a member of {chat_id} (status: {status}), so they would not see the questions"
-                        ));
-                    }
-                }
-                Err(BotApiFailure::Unreachable(e)) => {
-                    report.problems.push(unreachable(&e));
-                    return report;
-                }
-                Err(BotApiFailure::Refused(e)) if e.contains("not found") => {
+        match member {
+            Ok(m) => {
+                let status = m.get("status").and_then(Value::as_str).unwrap_or("?");
+                let is_member = match status {
+                    "creator" | "administrator" | "member" => true,
+                    "restricted" => m.get("is_member") == Some(&Value::Bool(true)),
+                    _ => false,
+                };
+                if !is_member {
                     report.problems.push(format!(
-                        "route '{name}': approver {a} is not a member of {chat_id} (Telegram: {e})"
+                        "route '{name}': approver {a} is not a member of {chat_id} (status: {status}), so they would not see the questions"
                     ));
                 }
-                Err(BotApiFailure::Refused(e)) => report.problems.push(format!(
-                    "route '{name}': getChatMember {a} in {chat_id} failed: {e}"
-                )),
             }
+            Err(BotApiFailure::Unreachable(e)) => {
+                report.problems.push(unreachable(config, &e));
+                return ControlFlow::Break(());
+            }
+            Err(BotApiFailure::Refused(e)) if e.contains("not found") => {
+                report.problems.push(format!(
+                    "route '{name}': approver {a} is not a member of {chat_id} (Telegram: {e})"
+                ));
+            }
+            Err(BotApiFailure::Refused(e)) => report.problems.push(format!(
+                "route '{name}': getChatMember {a} in {chat_id} failed: {e}"
+            )),
         }
     }
-    report
+    ControlFlow::Continue(())
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! One client of the service's own `/v1` API, for the commands that act as an agent:
-//! `ask`, `claude-hook` and the stdio MCP server (`mcp`).
+//! `ask`, `claude-hook` and the stdio MCP server (`mcp`), which also report through it
+//! what became of a call after it ran ([`Outcome`], [`V1Client::report`]).
 //!
 //! What is the same for all three lives here once: the bearer token (never in a log or
 //! `Debug`), the paths (an id is always one percent-encoded path segment), the body of
@@ -10,10 +11,6 @@
 //! (a person typing `ask` waits; a hook that Claude Code runs must answer), and the
 //! words its user reads. So the client hands back what happened ([`Reply`],
 //! [`Failure`]) and each caller words it.
-//!
-//! After the call ran, the same three report what happened to it ([`Outcome`],
-//! [`V1Client::report`]): `exec` for its command, the hook from Claude Code's
-//! post-tool events, the MCP server for the model's `report_outcome`.
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! `hitl-telegram`: argument parsing only; what each command does is
 //! `hitl_telegram::program` (and `cli`, `claude_hook` for the agent-side commands).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
@@ -312,15 +312,7 @@ async fn main() -> ExitCode {
         } => program::audit_verify(&cli.config, expect_head).await,
         Command::Rules {
             command: RulesCommand::Test { call },
-        } => {
-            return match program::rules_test(&cli.config, &call) {
-                Ok(code) => ExitCode::from(code),
-                Err(e) => {
-                    eprintln!("error: {}", cli::error_text(&e));
-                    ExitCode::from(cli::EXIT_ERROR)
-                }
-            };
-        }
+        } => return rules_test(&cli.config, &call),
         Command::MigrateToPostgres { to } => program::migrate_to_postgres(&cli.config, &to).await,
         Command::ConsoleLink { user, minutes, url } => {
             program::console_link(&cli.config, user, minutes, url.as_deref()).map(
@@ -338,63 +330,10 @@ async fn main() -> ExitCode {
         Command::CheckConfig { demo, online } => {
             program::check_config(&cli.config, demo, online).await
         }
-        Command::ClaudeHook(a) => {
-            let opts = HookOptions {
-                url: a.url,
-                token_env: a.token_env,
-                route: a.route,
-                timeout_seconds: a.timeout,
-                fallback: a.fallback,
-                owner_from: a.owner_from,
-                state_dir: a.state_dir,
-                report_output: a.report_output,
-            };
-            let input = claude_hook::read_event(std::io::stdin().lock());
-            let result = claude_hook::run(&opts, input, &|k| std::env::var(k).ok()).await;
-            // Written without println!, which panics when the pipe is gone.
-            use std::io::Write;
-            if let Some(err) = result.stderr {
-                let _ = writeln!(std::io::stderr(), "{err}");
-            }
-            if let Some(out) = result.stdout {
-                let mut stdout = std::io::stdout();
-                let _ = writeln!(stdout, "{out}").and_then(|()| stdout.flush());
-            }
-            return ExitCode::from(result.exit_code);
-        }
+        Command::ClaudeHook(a) => return claude_hook_command(*a).await,
         Command::Mcp(a) => program::mcp_stdio(&a.url, &a.token_env).await,
-        Command::Ask(a) => {
-            let request = match a.into_request() {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    return ExitCode::from(cli::EXIT_ERROR);
-                }
-            };
-            let (code, out) = cli::ask(request).await;
-            if code == cli::EXIT_ERROR {
-                eprintln!("{out}");
-            } else {
-                println!("{out}");
-            }
-            return ExitCode::from(code);
-        }
-        Command::Exec(a) => {
-            let a = *a;
-            let ask = match a.ask.into_request() {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("exec: error: {e:#}; the command was not run");
-                    return ExitCode::from(cli::EXIT_ERROR);
-                }
-            };
-            let code = cli::exec::exec(cli::exec::ExecRequest {
-                ask,
-                command: a.command,
-            })
-            .await;
-            return ExitCode::from(code);
-        }
+        Command::Ask(a) => return ask_command(*a).await,
+        Command::Exec(a) => return exec_command(*a).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -403,4 +342,76 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `rules test`: the exit code it chooses, or [`cli::EXIT_ERROR`] on an error.
+fn rules_test(config: &Path, call: &Path) -> ExitCode {
+    match program::rules_test(config, call) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {}", cli::error_text(&e));
+            ExitCode::from(cli::EXIT_ERROR)
+        }
+    }
+}
+
+/// `claude-hook`: one hook event from stdin, the hook's answer on stdout.
+async fn claude_hook_command(a: ClaudeHookArgs) -> ExitCode {
+    let opts = HookOptions {
+        url: a.url,
+        token_env: a.token_env,
+        route: a.route,
+        timeout_seconds: a.timeout,
+        fallback: a.fallback,
+        owner_from: a.owner_from,
+        state_dir: a.state_dir,
+        report_output: a.report_output,
+    };
+    let input = claude_hook::read_event(std::io::stdin().lock());
+    let result = claude_hook::run(&opts, input, &|k| std::env::var(k).ok()).await;
+    // Written without println!, which panics when the pipe is gone.
+    use std::io::Write;
+    if let Some(err) = result.stderr {
+        let _ = writeln!(std::io::stderr(), "{err}");
+    }
+    if let Some(out) = result.stdout {
+        let mut stdout = std::io::stdout();
+        let _ = writeln!(stdout, "{out}").and_then(|()| stdout.flush());
+    }
+    ExitCode::from(result.exit_code)
+}
+
+/// `ask`: the exit code `cli::ask` chose; its text on stdout (stderr on an error).
+async fn ask_command(a: AskArgs) -> ExitCode {
+    let request = match a.into_request() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(cli::EXIT_ERROR);
+        }
+    };
+    let (code, out) = cli::ask(request).await;
+    if code == cli::EXIT_ERROR {
+        eprintln!("{out}");
+    } else {
+        println!("{out}");
+    }
+    ExitCode::from(code)
+}
+
+/// `exec`: ask, then run the command if approved; the command's status.
+async fn exec_command(a: ExecArgs) -> ExitCode {
+    let ask = match a.ask.into_request() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("exec: error: {e:#}; the command was not run");
+            return ExitCode::from(cli::EXIT_ERROR);
+        }
+    };
+    let code = cli::exec::exec(cli::exec::ExecRequest {
+        ask,
+        command: a.command,
+    })
+    .await;
+    ExitCode::from(code)
 }

@@ -183,190 +183,192 @@ impl Default for Metrics {
 
 impl Metrics {
     /// A fresh set of metrics in a registry of its own, every name prefixed `hitl_`.
+    ///
+    /// Registration order is the exposition's order, so the steps below run in a fixed
+    /// sequence.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("hitl");
-        registry.register(
+        let mut metrics = Metrics {
+            registry: Registry::with_prefix("hitl"),
+            requests_created: Family::default(),
+            requests_decided: Family::default(),
+            decision_latency: Family::new_with_constructor(decision_histogram as _),
+            window_hits: Family::default(),
+            rule_decisions: Family::default(),
+            outcomes: Family::default(),
+            grants: Family::default(),
+            pending: Family::default(),
+            oldest_pending_age: Gauge::default(),
+            telegram_requests: Family::default(),
+            telegram_errors: Family::default(),
+            telegram_duration: Family::new_with_constructor(telegram_histogram as _),
+            webhook_backlog: Gauge::default(),
+            webhook_delivered: Family::default(),
+            webhook_failures: Family::default(),
+            webhook_given_up: Family::default(),
+            webhook_dropped: Family::default(),
+            questions_missed_deadline: Family::default(),
+            question_steps: Family::default(),
+            leader: Gauge::default(),
+            config_mismatch: Gauge::default(),
+            configurations: Gauge::default(),
+            tools: ToolLabels::default(),
+            scrape: Mutex::new(()),
+        };
+        metrics.configurations.set(1);
+        metrics.registry.register(
             "build",
             "The running version (value 1)",
             Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
         );
+        metrics.register_request_metrics();
+        metrics.register_telegram_metrics();
+        metrics.register_webhook_metrics();
+        metrics.register_question_step_metrics();
+        metrics.register_replica_metrics();
+        metrics
+    }
 
-        let requests_created = Family::<CreatedLabels, Counter>::default();
+    /// Registers the requests' life: created, decided, how fast, and what decided them.
+    fn register_request_metrics(&mut self) {
+        let registry = &mut self.registry;
         registry.register(
             "requests_created",
             "Requests stored (confirmations and interactions), window hits included",
-            requests_created.clone(),
+            self.requests_created.clone(),
         );
-        let requests_decided = Family::<DecidedLabels, Counter>::default();
         registry.register(
             "requests",
             "Requests that reached their outcome, by status and by what decided them",
-            requests_decided.clone(),
+            self.requests_decided.clone(),
         );
-        let decision_latency =
-            Family::<LatencyLabels, Histogram>::new_with_constructor(decision_histogram as _);
         registry.register_with_unit(
             "decision_latency",
             "Time from a request's creation to its decision by an operator or its timeout",
             Unit::Seconds,
-            decision_latency.clone(),
+            self.decision_latency.clone(),
         );
-        let window_hits = Family::<AgentToolLabels, Counter>::default();
         registry.register(
             "window_hits",
             "Requests confirmed at once by a live confirmation window",
-            window_hits.clone(),
+            self.window_hits.clone(),
         );
-        let rule_decisions = Family::<RuleLabels, Counter>::default();
         registry.register(
             "rule_decisions",
             "Calls the [[rules]] judged, by effect, deciding rule and mode (a rule's name is the operator's own text, so the set of labels is bounded by the configuration)",
-            rule_decisions.clone(),
+            self.rule_decisions.clone(),
         );
-        let outcomes = Family::<OutcomeLabels, Counter>::default();
         registry.register(
             "outcomes",
             "What happened after the yes: confirmed calls' runs as their agents reported them, or `unknown` when a route's expect_outcome_seconds passed with no report (a late report counts again, under its own status)",
-            outcomes.clone(),
+            self.outcomes.clone(),
         );
-        let grants = Family::<GrantLabels, Counter>::default();
         registry.register(
             "grants",
             "Grants stored (`created`) and revoked before they expired (`revoked`)",
-            grants.clone(),
+            self.grants.clone(),
         );
-        let pending = Family::<AgentLabels, Gauge>::default();
         registry.register(
             "pending_requests",
             "Requests waiting for a human now (read from the database at scrape time)",
-            pending.clone(),
+            self.pending.clone(),
         );
-        let oldest_pending_age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
         registry.register_with_unit(
             "oldest_pending_age",
             "Age of the oldest pending request (0 when none is pending)",
             Unit::Seconds,
-            oldest_pending_age.clone(),
+            self.oldest_pending_age.clone(),
         );
+    }
 
-        let telegram_requests = Family::<MethodLabels, Counter>::default();
+    /// Registers bot API calls.
+    fn register_telegram_metrics(&mut self) {
+        let registry = &mut self.registry;
         registry.register(
             "telegram_requests",
             "Bot API calls made, retries included",
-            telegram_requests.clone(),
+            self.telegram_requests.clone(),
         );
-        let telegram_errors = Family::<TelegramErrorLabels, Counter>::default();
         registry.register(
             "telegram_errors",
             "Bot API calls that failed, by kind (rate_limited is a 429)",
-            telegram_errors.clone(),
+            self.telegram_errors.clone(),
         );
-        let telegram_duration =
-            Family::<MethodLabels, Histogram>::new_with_constructor(telegram_histogram as _);
         registry.register_with_unit(
             "telegram_request_duration",
             "Duration of Bot API calls (getUpdates, a long poll, is not observed)",
             Unit::Seconds,
-            telegram_duration.clone(),
+            self.telegram_duration.clone(),
         );
+    }
 
-        let webhook_backlog = Gauge::default();
+    /// Registers the agent webhook outbox.
+    fn register_webhook_metrics(&mut self) {
+        let registry = &mut self.registry;
         registry.register(
             "webhook_outbox_backlog",
             "Agent webhooks waiting for delivery (read from the database at scrape time)",
-            webhook_backlog.clone(),
+            self.webhook_backlog.clone(),
         );
-        let webhook_delivered = Family::<AgentLabels, Counter>::default();
         registry.register(
             "webhook_deliveries",
             "Agent webhooks delivered (a 2xx answer)",
-            webhook_delivered.clone(),
+            self.webhook_delivered.clone(),
         );
-        let webhook_failures = Family::<AgentLabels, Counter>::default();
         registry.register(
             "webhook_delivery_failures",
             "Agent webhook attempts that failed (each retry counts)",
-            webhook_failures.clone(),
+            self.webhook_failures.clone(),
         );
-        let webhook_given_up = Family::<AgentLabels, Counter>::default();
         registry.register(
             "webhook_given_up",
             "Agent webhooks abandoned after webhooks.give_up_after_seconds",
-            webhook_given_up.clone(),
+            self.webhook_given_up.clone(),
         );
-        let webhook_dropped = Family::<AgentLabels, Counter>::default();
         registry.register(
             "webhook_dropped",
             "Agent webhooks never queued because the agent already had \
              webhooks.max_backlog_per_agent undelivered ones (read from the database)",
-            webhook_dropped.clone(),
+            self.webhook_dropped.clone(),
         );
-        let questions_missed_deadline = Family::<RouteLabels, Counter>::default();
+    }
+
+    /// Registers what happened to pending questions on the operators' side.
+    fn register_question_step_metrics(&mut self) {
+        let registry = &mut self.registry;
         registry.register(
             "questions_missed_deadline",
             "Questions that could not reach their chat before their deadline (the chat's \
              queue under Telegram's limits, a retry_after or an outage past it), ended timeout",
-            questions_missed_deadline.clone(),
+            self.questions_missed_deadline.clone(),
         );
-
-        let question_steps = Family::<StepLabels, Counter>::default();
         registry.register(
             "question_steps",
             "Steps pending questions took on the operators' side: reminders sent, \
              escalations, deadline extensions, reasons asked for and reasons given",
-            question_steps.clone(),
+            self.question_steps.clone(),
         );
+    }
 
-        let leader = Gauge::default();
+    /// Registers leadership and agreement among the replicas.
+    fn register_replica_metrics(&mut self) {
+        let registry = &mut self.registry;
         registry.register(
             "leader",
             "1 while this replica holds the leader lease and does the work that must happen \
              once (posting questions, deadlines, webhooks, the Redis bridge, polling)",
-            leader.clone(),
+            self.leader.clone(),
         );
-
-        let config_mismatch = Gauge::default();
         registry.register(
             "config_mismatch",
             "1 while the live replicas run configurations that differ in who may decide \
              (then an operator's action counts only if every one allows it), else 0",
-            config_mismatch.clone(),
+            self.config_mismatch.clone(),
         );
-        let configurations = Gauge::default();
-        configurations.set(1);
         registry.register(
             "replica_configurations",
             "Distinct configurations (as far as who may decide goes) among the live replicas",
-            configurations.clone(),
+            self.configurations.clone(),
         );
-
-        Metrics {
-            registry,
-            requests_created,
-            requests_decided,
-            decision_latency,
-            window_hits,
-            rule_decisions,
-            outcomes,
-            grants,
-            pending,
-            oldest_pending_age,
-            telegram_requests,
-            telegram_errors,
-            telegram_duration,
-            webhook_backlog,
-            webhook_delivered,
-            webhook_failures,
-            webhook_given_up,
-            webhook_dropped,
-            questions_missed_deadline,
-            question_steps,
-            leader,
-            config_mismatch,
-            configurations,
-            tools: ToolLabels::default(),
-            scrape: Mutex::new(()),
-        }
     }
 
     /// This replica took (`true`) or lost the leader lease.

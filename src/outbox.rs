@@ -9,16 +9,7 @@
 //!
 //! Where a delivery may go and how it is signed are the outbox's pure rules, in the
 //! domain (`crate::domain::outbox`), where the configuration and the API read them too.
-//!
-//! Fairness: one dispatcher runs every attempt as its own task, at most
-//! `max_in_flight` at once, `max_in_flight_per_agent` for one agent and
-//! `max_in_flight_per_host` to one receiving origin ([`Slots`]). It starts the next due
-//! delivery as soon as a slot is free (never waiting for a batch), and reads due rows
-//! in turns across agents, so a receiver that hangs holds only its own agent's slots
-//! (and its host's) for one attempt's timeout, and one agent's backlog never hides
-//! another agent's due delivery. The backlog itself is bounded where outcomes are
-//! stored: past `max_backlog_per_agent` undelivered webhooks, an agent's next delivery
-//! is dropped (audited as `webhook_dropped`) instead of queued.
+//! How attempts share their slots fairly: [`run`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -168,6 +159,16 @@ impl<K: std::hash::Hash + Eq> Slots<K> {
 }
 
 /// Runs until `stop`. Attempts in progress when `stop` fires are finished and recorded.
+///
+/// One dispatcher runs every attempt as its own task, at most
+/// `max_in_flight` at once, `max_in_flight_per_agent` for one agent and
+/// `max_in_flight_per_host` to one receiving origin ([`Slots`]). It starts the next due
+/// delivery as soon as a slot is free (never waiting for a batch), and reads due rows
+/// in turns across agents, so a receiver that hangs holds only its own agent's slots
+/// (and its host's) for one attempt's timeout, and one agent's backlog never hides
+/// another agent's due delivery. The backlog itself is bounded where outcomes are
+/// stored: past `max_backlog_per_agent` undelivered webhooks, an agent's next delivery
+/// is dropped (audited as `webhook_dropped`) instead of queued.
 pub async fn run(service: Arc<Service>, stop: CancellationToken) {
     let settings = service.config().webhooks.clone();
     let http = client(&settings);

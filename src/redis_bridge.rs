@@ -1,50 +1,14 @@
 //! The Redis bridge: AI-Parrot's `CLIDaemonHumanChannel` queues, served as its companion.
 //!
 //! An unmodified AI-Parrot agent whose manager uses `CLIDaemonHumanChannel(redis,
-//! queue_prefix)` writes, for each recipient `R`:
-//!
-//! - `LPUSH {prefix}:R:pending <HumanInteraction.model_dump_json()>` to ask,
-//! - `PUBLISH {prefix}:R:notify {...}` after each question, for a notification
-//!   (`{"notification": ...}`) and to withdraw one (`{"cancelled": "<interaction_id>", ...}`),
-//! - and reads answers with `BRPOP {prefix}:R:responses` (`HumanResponse` JSON).
-//!
-//! With `[redis_bridge]` enabled the service plays the other side for the configured
-//! recipients, as the configured agent:
-//!
-//! - **Questions.** Each recipient's `pending` list is consumed oldest first (items are
-//!   `LPUSH`ed, so the oldest is on the right) with `BLMOVE pending processing RIGHT LEFT`:
-//!   the item moves atomically to `{prefix}:R:processing`, the interaction is created
-//!   (in R's private chat, or in `route` when one is configured), and only then is the item
-//!   removed from `processing`. After a crash anywhere in between, the next start re-drives
-//!   whatever `processing` holds; creating is idempotent on the agent and the
-//!   `interaction_id`, so an item is never lost and never asked twice. An item that cannot
-//!   be asked (not JSON, not a valid `HumanInteraction`, a key repeated, an
-//!   `interaction_id` reused for another question, ...) is moved to `{prefix}:R:dead` with
-//!   a warning naming the reason (never the content), and, when it names an
-//!   `interaction_id` the service has not asked, answered on `{prefix}:R:responses` as
-//!   refused (the "no" of its type, `metadata.refused` and the reason; see
-//!   [`interaction::refusal_response`]) in the same step, so the agent stops waiting
-//!   instead of timing out. Then the next one is taken.
-//! - **Withdrawals.** `{"cancelled": id}` on a served `notify` channel withdraws the
-//!   interaction (its message is edited, its buttons removed). A withdrawal that arrives
-//!   before its question was taken leaves a marker (`{prefix}:_hitl:cancelled:<id>`), so the
-//!   question is then not asked. Redis pub/sub keeps nothing for a subscriber that is not
-//!   connected: a withdrawal published while the bridge is down is lost (the question then
-//!   ends by its own timeout). Other notices (new questions, notifications) are ignored.
-//! - **Answers.** The bridge follows its agent's event stream (the one `GET /v1/events`
-//!   serves) and, for each `response` event, `LPUSH`es the `HumanResponse` on
-//!   `{prefix}:R:responses`, where R is the respondent when they are a served recipient,
-//!   else the recipient whose queue first carried the question. The position in the
-//!   stream is kept in `{prefix}:_hitl:cursor`, written by the same Lua script as the push,
-//!   so a restart neither repeats nor loses an answer; a reply to that script lost with the
-//!   connection makes it run again: delivery is at-least-once. The bridge treats every
-//!   interaction of its agent as its own, so the agent must be dedicated to the bridge (its
-//!   HTTP token unused).
-//!
-//! Redis down: every connection is dropped and made again with exponential backoff and
-//! jitter; nothing is lost meanwhile (questions wait in `pending`, answers in the event
-//! stream, which keeps 7 days). Shutdown stops taking items at once and finishes the one
-//! being stored.
+//! queue_prefix)` pushes questions on `{prefix}:R:pending`, publishes notices on
+//! `{prefix}:R:notify` and pops answers from `{prefix}:R:responses`, for each recipient
+//! `R`. With `[redis_bridge]` enabled the service plays the other side for the configured
+//! recipients, as the configured agent: questions are moved atomically to
+//! `{prefix}:R:processing` and removed only once created (creating is idempotent), so an
+//! item is never lost and never asked twice; answers are pushed with the stream's cursor
+//! in one Lua script, so a restart neither repeats nor loses one (at-least-once on a lost
+//! reply). The protocol, dead items, withdrawals and outages in full: [`run`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -164,6 +128,52 @@ struct Bridge {
 }
 
 /// Runs the bridge until `stop` fires; returns at once when `[redis_bridge]` is off.
+///
+/// An unmodified AI-Parrot agent whose manager uses `CLIDaemonHumanChannel(redis,
+/// queue_prefix)` writes, for each recipient `R`:
+///
+/// - `LPUSH {prefix}:R:pending <HumanInteraction.model_dump_json()>` to ask,
+/// - `PUBLISH {prefix}:R:notify {...}` after each question, for a notification
+///   (`{"notification": ...}`) and to withdraw one (`{"cancelled": "<interaction_id>", ...}`),
+/// - and reads answers with `BRPOP {prefix}:R:responses` (`HumanResponse` JSON).
+///
+/// With `[redis_bridge]` enabled the service plays the other side for the configured
+/// recipients, as the configured agent:
+///
+/// - **Questions.** Each recipient's `pending` list is consumed oldest first (items are
+///   `LPUSH`ed, so the oldest is on the right) with `BLMOVE pending processing RIGHT LEFT`:
+///   the item moves atomically to `{prefix}:R:processing`, the interaction is created
+///   (in R's private chat, or in `route` when one is configured), and only then is the item
+///   removed from `processing`. After a crash anywhere in between, the next start re-drives
+///   whatever `processing` holds; creating is idempotent on the agent and the
+///   `interaction_id`, so an item is never lost and never asked twice. An item that cannot
+///   be asked (not JSON, not a valid `HumanInteraction`, a key repeated, an
+///   `interaction_id` reused for another question, ...) is moved to `{prefix}:R:dead` with
+///   a warning naming the reason (never the content), and, when it names an
+///   `interaction_id` the service has not asked, answered on `{prefix}:R:responses` as
+///   refused (the "no" of its type, `metadata.refused` and the reason; see
+///   [`interaction::refusal_response`]) in the same step, so the agent stops waiting
+///   instead of timing out. Then the next one is taken.
+/// - **Withdrawals.** `{"cancelled": id}` on a served `notify` channel withdraws the
+///   interaction (its message is edited, its buttons removed). A withdrawal that arrives
+///   before its question was taken leaves a marker (`{prefix}:_hitl:cancelled:<id>`), so the
+///   question is then not asked. Redis pub/sub keeps nothing for a subscriber that is not
+///   connected: a withdrawal published while the bridge is down is lost (the question then
+///   ends by its own timeout). Other notices (new questions, notifications) are ignored.
+/// - **Answers.** The bridge follows its agent's event stream (the one `GET /v1/events`
+///   serves) and, for each `response` event, `LPUSH`es the `HumanResponse` on
+///   `{prefix}:R:responses`, where R is the respondent when they are a served recipient,
+///   else the recipient whose queue first carried the question. The position in the
+///   stream is kept in `{prefix}:_hitl:cursor`, written by the same Lua script as the push,
+///   so a restart neither repeats nor loses an answer; a reply to that script lost with the
+///   connection makes it run again: delivery is at-least-once. The bridge treats every
+///   interaction of its agent as its own, so the agent must be dedicated to the bridge (its
+///   HTTP token unused).
+///
+/// Redis down: every connection is dropped and made again with exponential backoff and
+/// jitter; nothing is lost meanwhile (questions wait in `pending`, answers in the event
+/// stream, which keeps 7 days). Shutdown stops taking items at once and finishes the one
+/// being stored.
 pub async fn run(service: Arc<Service>, stop: CancellationToken) {
     let Some(settings) = service.config().redis_bridge.clone() else {
         return;

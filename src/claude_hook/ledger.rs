@@ -5,13 +5,8 @@
 //! digest of the whole event (see [`base_key`](super::base_key)), which a
 //! `PostToolUse` event cannot rebuild; re-posting a key to find the request would ask
 //! the operator anew whenever the key is not there. So the run that allows a call
-//! writes down the confirmation's id, and the post event of the same call takes it:
-//! one empty file per allowed call, `<state dir>/<call key>/<time>-<id>`. The call key
-//! is the tool call's `tool_use_id` when the event has one, otherwise the session, the
-//! tool and the args hash of its input (the service's own hash, so a post event whose
-//! input is spelled differently still matches). Identical calls in one session are
-//! taken oldest first, in the order Claude Code runs them, and removing the file is the
-//! claim, so two post events never report the same confirmation.
+//! writes down the confirmation's id, and the post event of the same call takes it
+//! (see [`call_keys`]).
 //!
 //! Only ids are written (never a token or a parameter), in a directory only its user
 //! may read. An entry no post event took (Claude Code was stopped before the call ran)
@@ -47,6 +42,13 @@ pub(super) fn state_dir(
 /// its `tool_use_id`'s if it has one, then the one of its session, tool and input hash.
 /// A post event always has a `tool_use_id` and a `PermissionRequest` has none today, so
 /// a post event looks under both, and finds the call whichever way it was noted.
+///
+/// One empty file per allowed call, `<state dir>/<call key>/<time>-<id>`. The call key
+/// is the tool call's `tool_use_id` when the event has one, otherwise the session, the
+/// tool and the args hash of its input (the service's own hash, so a post event whose
+/// input is spelled differently still matches). Identical calls in one session are
+/// taken oldest first, in the order Claude Code runs them, and removing the file is the
+/// claim, so two post events never report the same confirmation.
 pub(super) fn call_keys(event: &HookEvent) -> Vec<String> {
     let session = event.session_id.as_deref().unwrap_or("").as_bytes();
     let mut keys = Vec::with_capacity(2);

@@ -1,55 +1,17 @@
 //! `claude-hook`: Claude Code's `PermissionRequest` hook, answered on Telegram.
 //!
-//! Claude Code runs a `PermissionRequest` hook when it is about to show a permission
-//! dialog, with the event as JSON on stdin (`session_id`, `transcript_path`, `cwd`,
-//! `permission_mode`, `hook_event_name`, `tool_name`, `tool_input`,
-//! `permission_suggestions`, and `mcp_server` for MCP tools; no `tool_use_id`). The hook
-//! answers by exiting 0 with one JSON object on stdout:
-//!
-//! ```json
-//! {"hookSpecificOutput": {"hookEventName": "PermissionRequest",
-//!                         "decision": {"behavior": "allow"}}}
-//! {"hookSpecificOutput": {"hookEventName": "PermissionRequest",
-//!                         "decision": {"behavior": "deny", "message": "..."}}}
-//! ```
-//!
-//! or by exiting 0 with nothing on stdout, which lets Claude Code show its own dialog.
-//! (Exit 2 also denies, with stderr as the message; any other exit code is a
-//! non-blocking error, after which the dialog shows.)
-//!
 //! This module asks the service as a confirmation (tool = `tool_name`, params =
 //! `tool_input`), waits for the operator, and maps the outcome: `confirmed` allows,
-//! anything else denies with a message saying who cancelled, that nobody answered in
-//! time, or that the question could not be delivered. An operator's deny reason is
-//! quoted in it as their words, a JSON string with invisible characters escaped
-//! ([`text::their_words`]), so Claude reads it as data, not as an instruction. When the
-//! service cannot be asked at all it denies (fail closed), or with `--fallback ask`
-//! prints nothing.
-//!
-//! The tool input is sent whole, byte for byte as Claude Code gave it, and nothing in
-//! it is shortened or rewritten here: the service shows every key, cuts a long value
-//! visibly (its length and a hash) and then attaches the whole input, and shows
-//! invisible characters as escapes. What the approvers see is therefore the call that
-//! runs, never a head whose tail (`; rm -rf ...`) was dropped. An input too large for
-//! one request to the service is denied before anything is posted, saying its size
-//! and the limit, whatever `--fallback` says.
-//!
-//! Never approved twice by accident: a retried hook finds its request again through an
-//! idempotency key derived from the event, but a decision taken *before* this run
-//! started is never reused for a later identical call in the same session; that call is
-//! asked anew (see [`decide`]).
-//!
-//! Installed for `PostToolUse` and `PostToolUseFailure` too, the same command reports
-//! what became of each call it allowed (`executed`, with the tool's response as the
-//! summary, or `failed`, with its error), so the approver sees it under the decision on
-//! Telegram: the allowing run notes the confirmation's id (`ledger`), the post event
-//! takes it and reports (`outcome`), silently and within seconds.
+//! anything else denies. When the service cannot be asked at all it denies (fail closed),
+//! or with `--fallback ask` prints nothing. The tool input is sent whole, byte for byte as
+//! Claude Code gave it, so what the approvers see is the call that runs.
 //!
 //! The parts, in the order a run goes through them: `event` reads what Claude Code
 //! sent, `request` turns it into the question (checked against the service's limits
 //! before anything is sent), `decide` asks and waits under an idempotency key, and
 //! `api` is the service's `/v1` API as this hook calls it. This file holds the
-//! command's options, what it prints, and how a record becomes the hook's decision.
+//! command's options, what it prints, and how a record becomes the hook's decision. The
+//! protocol, the deny messages and the post-event reports: docs/architecture.md.
 
 mod api;
 mod decide;
@@ -179,25 +141,10 @@ pub async fn run(
     input: Result<Vec<u8>, String>,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> HookResult {
-    let post = input.as_deref().is_ok_and(outcome::names_a_post_event);
-    let event = match input.and_then(|bytes| parse_event(&bytes).map(|e| (e, bytes))) {
+    let (event, bytes) = match read(input) {
         Ok(e) => e,
-        // A post event comes after the call ran: a deny would mean nothing, and it must
-        // not block Claude Code whatever it holds.
-        Err(e) if post => {
-            return HookResult {
-                stdout: None,
-                stderr: Some(format!("hitl-telegram claude-hook: {e}")),
-                exit_code: 0,
-            };
-        }
-        Err(e) => {
-            return HookResult::deny(format!(
-                "Permission denied: hitl-telegram could not read the hook event ({e})."
-            ));
-        }
+        Err(result) => return result,
     };
-    let (event, bytes) = event;
     if event
         .hook_event_name
         .as_deref()
@@ -230,6 +177,35 @@ pub async fn run(
         Ok(r) => r,
         Err(why) => return HookResult::deny(why),
     };
+    ask(opts, &event, &request, env).await
+}
+
+/// The event parsed, with its bytes; or what to answer when it does not parse.
+fn read(input: Result<Vec<u8>, String>) -> Result<(HookEvent, Vec<u8>), HookResult> {
+    let post = input.as_deref().is_ok_and(outcome::names_a_post_event);
+    match input.and_then(|bytes| parse_event(&bytes).map(|e| (e, bytes))) {
+        Ok(e) => Ok(e),
+        // A post event comes after the call ran: a deny would mean nothing, and it must
+        // not block Claude Code whatever it holds.
+        Err(e) if post => Err(HookResult {
+            stdout: None,
+            stderr: Some(format!("hitl-telegram claude-hook: {e}")),
+            exit_code: 0,
+        }),
+        Err(e) => Err(HookResult::deny(format!(
+            "Permission denied: hitl-telegram could not read the hook event ({e})."
+        ))),
+    }
+}
+
+/// Asks the service and waits for the decision, withdrawing the question if the hook is
+/// stopped meanwhile.
+async fn ask(
+    opts: &HookOptions,
+    event: &HookEvent,
+    request: &Request,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> HookResult {
     let token = match env(&opts.token_env).filter(|t| !t.trim().is_empty()) {
         Some(t) => t,
         None => {
@@ -248,12 +224,12 @@ pub async fn run(
     };
     let pending: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
     tokio::select! {
-        outcome = decide(&api, &request, event.tool_use_id.is_some(), opts.timeout_seconds, pending.clone()) => {
+        outcome = decide(&api, request, event.tool_use_id.is_some(), opts.timeout_seconds, pending.clone()) => {
             match outcome {
                 Ok(record) => {
                     let mut result = verdict(&record, opts.timeout_seconds);
                     if allows(&record) {
-                        result.stderr = remember(opts, &event, &record, env);
+                        result.stderr = remember(opts, event, &record, env);
                     }
                     result
                 }

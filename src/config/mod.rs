@@ -7,13 +7,10 @@
 //! [`Config::from_settings`] only after every cross-reference has been checked and every
 //! secret has been read from the environment. Secrets never live in files.
 //!
-//! Each section of the file has a module of its own, which holds what the file says
-//! (`…Settings`), what the service runs on, and the checks that turn one into the other,
-//! each naming the key at fault: `server`, `database`, `telegram` (with how updates
-//! arrive), `confirmation`, `routes` (with `when`, the reminder and escalation points),
-//! `agents` (with `callbacks`, where their webhooks may go), `webhooks`, `redis_bridge`
-//! and `metrics`; `load` reads the file and the environment. [`Config::from_settings`]
-//! calls their checks in turn, then checks what spans sections.
+//! Each section of the file has a module of its own holding what the file says
+//! (`…Settings`), what the service runs on, and the checks between them, each naming the
+//! key at fault; `load` reads the file and the environment. [`Config::from_settings`]
+//! calls the sections' checks in turn, then checks what spans sections.
 
 mod agents;
 mod confirmation;

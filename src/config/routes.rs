@@ -169,13 +169,42 @@ pub(super) fn check_all(
 
 impl RouteSettings {
     /// Checks one route, `key` saying where it is (`routes[0]`): `route_chats` holds every
-    /// route's chat by name, for `escalate_to`.
+    /// route's chat by name, for `escalate_to`. The checks run in a fixed order, so the
+    /// first problem reported stays the same.
     fn checked(
         self,
         key: &str,
         route_chats: &HashMap<String, i64>,
         bot_id: Option<u64>,
     ) -> Result<Route, ConfigError> {
+        self.check_deciders(key, bot_id)?;
+        let remind_after = self.reminders(key)?;
+        let escalation = self.escalation(key, route_chats)?;
+        let extend_by = self.extend_by(key)?;
+        self.check_extensions_and_topic(key)?;
+        self.check_limits(key)?;
+        let grant_scopes = super::grant_scopes(key, &self.grant_scopes)?;
+        Ok(Route {
+            name: self.name,
+            chat_id: self.chat_id,
+            approvers: self.approvers.into_iter().collect(),
+            forbid_self_approval: self.forbid_self_approval,
+            quorum: self.quorum,
+            max_window_seconds: self.max_window_seconds,
+            max_grant_seconds: self.max_grant_seconds,
+            expect_outcome_seconds: self.expect_outcome_seconds,
+            console_confirm: self.console_confirm,
+            remind_after,
+            escalation,
+            extend_by,
+            max_extensions: self.max_extensions,
+            topic_id: self.topic_id,
+            grant_scopes,
+        })
+    }
+
+    /// The name, the chat and the approvers (none of them 0 or the bot itself).
+    fn check_deciders(&self, key: &str, bot_id: Option<u64>) -> Result<(), ConfigError> {
         if self.name.trim().is_empty() {
             return Err(invalid(format!("{key}.name"), "must not be empty"));
         }
@@ -205,9 +234,11 @@ impl RouteSettings {
                 ),
             ));
         }
-        let remind_after = self.reminders(key)?;
-        let escalation = self.escalation(key, route_chats)?;
-        let extend_by = self.extend_by(key)?;
+        Ok(())
+    }
+
+    /// `max_extensions` and `topic_id`.
+    fn check_extensions_and_topic(&self, key: &str) -> Result<(), ConfigError> {
         if !(1..=100).contains(&self.max_extensions) {
             return Err(invalid(
                 format!("{key}.max_extensions"),
@@ -226,6 +257,11 @@ impl RouteSettings {
                 "topics exist in forum supergroups only; this chat_id is a private chat",
             ));
         }
+        Ok(())
+    }
+
+    /// The route's bounds on windows, grants, outcome reports and quorum.
+    fn check_limits(&self, key: &str) -> Result<(), ConfigError> {
         if self.max_window_seconds > crate::domain::limits::MAX_WINDOW_SECONDS {
             return Err(invalid(
                 format!("{key}.max_window_seconds"),
@@ -260,24 +296,7 @@ impl RouteSettings {
         if self.quorum == Some(0) {
             return Err(invalid(format!("{key}.quorum"), "must be at least 1"));
         }
-        let grant_scopes = super::grant_scopes(key, &self.grant_scopes)?;
-        Ok(Route {
-            name: self.name,
-            chat_id: self.chat_id,
-            approvers: self.approvers.into_iter().collect(),
-            forbid_self_approval: self.forbid_self_approval,
-            quorum: self.quorum,
-            max_window_seconds: self.max_window_seconds,
-            max_grant_seconds: self.max_grant_seconds,
-            expect_outcome_seconds: self.expect_outcome_seconds,
-            console_confirm: self.console_confirm,
-            remind_after,
-            escalation,
-            extend_by,
-            max_extensions: self.max_extensions,
-            topic_id: self.topic_id,
-            grant_scopes,
-        })
+        Ok(())
     }
 
     /// `remind_after`, parsed: at most [`MAX_REMINDERS`] points.

@@ -133,6 +133,29 @@ pub(super) fn telegram_mode(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<TelegramMode, ConfigError> {
     let path = &t.webhook_path;
+    check_webhook_path(path)?;
+    if t.mode == TelegramModeSetting::Polling {
+        return Ok(TelegramMode::Polling);
+    }
+    let public = public_url(t)?;
+    let joined = format!("{}{path}", public.as_str().trim_end_matches('/'));
+    let url = reqwest::Url::parse(&joined).map_err(|e| {
+        invalid(
+            "telegram.public_url",
+            format!("joined with webhook_path it is not a URL ({e})"),
+        )
+    })?;
+    let secret = webhook_secret(t, env)?;
+    Ok(TelegramMode::Webhook(WebhookMode {
+        path: path.clone(),
+        url,
+        secret: SecretString::from(secret),
+    }))
+}
+
+/// `webhook_path`: a plain path that shadows none of the service's own routes (checked
+/// in either mode).
+fn check_webhook_path(path: &str) -> Result<(), ConfigError> {
     let path_ok = path.len() > 1
         && path.starts_with('/')
         && !path.contains("//")
@@ -161,10 +184,11 @@ pub(super) fn telegram_mode(
             ),
         ));
     }
-    if t.mode == TelegramModeSetting::Polling {
-        return Ok(TelegramMode::Polling);
-    }
+    Ok(())
+}
 
+/// `public_url`: required in webhook mode; a plain base URL Telegram can call.
+fn public_url(t: &TelegramSettings) -> Result<reqwest::Url, ConfigError> {
     let raw = t.public_url.as_deref().ok_or_else(|| {
         invalid(
             "telegram.public_url",
@@ -212,14 +236,14 @@ pub(super) fn telegram_mode(
             "Telegram only calls webhooks on ports 443, 80, 88 or 8443",
         ));
     }
-    let joined = format!("{}{path}", public.as_str().trim_end_matches('/'));
-    let url = reqwest::Url::parse(&joined).map_err(|e| {
-        invalid(
-            "telegram.public_url",
-            format!("joined with webhook_path it is not a URL ({e})"),
-        )
-    })?;
+    Ok(public)
+}
 
+/// The webhook secret, read from the variable `webhook_secret_env` names.
+fn webhook_secret(
+    t: &TelegramSettings,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, ConfigError> {
     let var = &t.webhook_secret_env;
     let secret = env(var).ok_or_else(|| {
         invalid(
@@ -241,11 +265,7 @@ pub(super) fn telegram_mode(
             ),
         ));
     }
-    Ok(TelegramMode::Webhook(WebhookMode {
-        path: path.clone(),
-        url,
-        secret: SecretString::from(secret),
-    }))
+    Ok(secret)
 }
 
 #[cfg(test)]

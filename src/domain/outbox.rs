@@ -7,15 +7,7 @@
 //! Where: an http(s) URL under one of the agent's prefixes ([`under_prefix`]), with no
 //! percent-encoded separator in its path ([`callback_path_refusal`]), and no prefix on a
 //! link-local or cloud metadata address unless the agent opts in
-//! ([`link_local_refusal`]).
-//!
-//! How: `X-Hitl-Signature: sha256=<hex HMAC-SHA256(secret,
-//! "<timestamp>.<delivery_id>.<body>")>` ([`sign`]), where `<timestamp>` is the
-//! `X-Hitl-Timestamp` header (Unix seconds), `<delivery_id>` the `X-Hitl-Delivery` header
-//! and `<body>` the raw request body. Binding the timestamp lets a receiver refuse
-//! replays of old deliveries; binding the delivery id means a replay cannot pass as a
-//! new delivery under a fresh id (receivers de-duplicate on it). Delivery ids are `wh_`
-//! and hex, so the dots separate the three parts unambiguously.
+//! ([`link_local_refusal`]). How: [`sign`].
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -26,6 +18,14 @@ pub const TIMESTAMP_HEADER: &str = "X-Hitl-Timestamp";
 pub const DELIVERY_HEADER: &str = "X-Hitl-Delivery";
 
 /// `sha256=<hex>` of `"<timestamp>.<delivery_id>.<body>"` under `secret`.
+///
+/// `X-Hitl-Signature: sha256=<hex HMAC-SHA256(secret,
+/// "<timestamp>.<delivery_id>.<body>")>`, where `<timestamp>` is the
+/// `X-Hitl-Timestamp` header (Unix seconds), `<delivery_id>` the `X-Hitl-Delivery` header
+/// and `<body>` the raw request body. Binding the timestamp lets a receiver refuse
+/// replays of old deliveries; binding the delivery id means a replay cannot pass as a
+/// new delivery under a fresh id (receivers de-duplicate on it). Delivery ids are `wh_`
+/// and hex, so the dots separate the three parts unambiguously.
 pub fn sign(secret: &[u8], timestamp: i64, delivery_id: &str, body: &[u8]) -> String {
     // HMAC accepts keys of any length; `new_from_slice` cannot fail for it.
     let mut mac = match Hmac::<Sha256>::new_from_slice(secret) {

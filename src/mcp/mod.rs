@@ -6,26 +6,13 @@
 //! audit trail and metrics as any other: over stdio (`hitl-telegram mcp`) the requests
 //! go to a running service over HTTP, like `ask` and `claude-hook`; on the service's
 //! `/mcp` route they go straight into its router, in process. One pipeline either way.
-//!
-//! Fail closed, visibly: whatever keeps a call from being approved (a cancel, a
-//! timeout, an undeliverable question, a dead service, a refused request, arguments
-//! that are not valid) is a tool result whose first words are "NOT APPROVED" and that
-//! tells the model not to run the call, never a protocol error that a client might retry
-//! blindly. And it is true: a blocking call that cannot keep waiting (its long-poll
-//! refused by `max_long_polls`, the service gone) withdraws the question it asked before
-//! it says NOT APPROVED, so nobody approves a call that nobody runs; a decision that came
-//! first is reported as it is.
-//!
-//! An operator's deny reason reaches the model as their words, quoted as a JSON string
-//! ([`text::their_words`](crate::domain::text::their_words)), never as a sentence of ours.
-//!
-//! After an approved call ran, `report_outcome` tells the service what became of it,
-//! and the approver sees it on Telegram; `request_approval`'s APPROVED text asks for it.
+//! Fail closed, visibly: whatever keeps a call from being approved is a tool result whose
+//! first words are "NOT APPROVED", never a protocol error that a client might retry
+//! blindly (more in docs/architecture.md, "Module notes").
 //!
 //! This file holds the tools themselves; what they take is `args.rs`, what the model
-//! reads back `answer.rs`, how a blocking tool waits (and withdraws its question when
-//! the call is cancelled) `wait.rs`, the grant tools' steps and words `grant.rs`, the
-//! API requests `v1.rs`, and the `/mcp` route `http.rs`.
+//! reads back `answer.rs`, how a blocking tool waits `wait.rs`, the grant tools' steps
+//! and words `grant.rs`, the API requests `v1.rs`, and the `/mcp` route `http.rs`.
 
 mod answer;
 mod args;

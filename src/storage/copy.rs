@@ -10,12 +10,6 @@
 //! `seq`, the event stream's `seq` an agent resumes from, answers' `seq`) are copied as
 //! they are, and the identity sequences then continue after them. The audit chain is
 //! copied row for row, so its hashes, and the head an operator wrote down, still hold.
-//!
-//! A copy must not carry a trail that fails verification, nor leave half of one behind:
-//! the source's trail is verified before PostgreSQL is even connected to (a tampered
-//! source leaves the target untouched, without even the schema), and the copied trail is
-//! verified inside the copy's transaction, before its commit (a copy that does not match
-//! its source leaves the target's tables empty, as migrated).
 
 use std::str::FromStr;
 
@@ -68,6 +62,12 @@ pub struct Copied {
 /// source whose trail fails verification is refused before `to` is connected to. The
 /// SQLite file is only read (besides its migrations); stop the service first, or what it
 /// writes meanwhile is not copied.
+///
+/// A copy must not carry a trail that fails verification, nor leave half of one behind:
+/// the source's trail is verified before PostgreSQL is even connected to (a tampered
+/// source leaves the target untouched, without even the schema), and the copied trail is
+/// verified inside the copy's transaction, before its commit (a copy that does not match
+/// its source leaves the target's tables empty, as migrated).
 pub async fn sqlite_to_postgres(from: &str, to: &str) -> Result<Copied, StorageError> {
     let store = connect(from, ConnectMode::Existing).await?;
     let checked = async {

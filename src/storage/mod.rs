@@ -1,24 +1,15 @@
 //! Persistence by role.
 //!
 //! What the service keeps is split into role traits, one for each part of it
-//! ([`roles`]): [`Questions`] (storing, deciding and finding questions), [`Messages`]
-//! (their Telegram messages, copies and strays, and what those show), [`Steps`]
-//! (answers, reasons, extensions, reminders, escalation), [`Windows`], [`Grants`] (what
-//! a human let an agent do for a while), [`Runs`] (what happened after the yes),
-//! [`Outbox`] (webhook deliveries), [`Audit`],
-//! [`AgentEvents`] (the agents' event streams),
-//! [`Coordination`] (the change feed, leases and replica configurations, for processes
-//! sharing one database) and [`Administration`] (migrations, health, backups, gauges,
-//! closing). [`Store`] is their union, for the places that need everything (`Arc<dyn
-//! Store>`); a part that needs one role takes that role. They speak domain types: the
+//! ([`roles`]); [`Store`] is their union, for the places that need everything (`Arc<dyn
+//! Store>`), and a part that needs one role takes that role. They speak domain types: the
 //! only database features they rely on are transactions, a conditional `UPDATE` and a
 //! unique index.
 //!
 //! Two backends implement every role, chosen by `database.url` ([`connect`]): SQLite
 //! (`sqlite://…`, one file in WAL mode, the default) and PostgreSQL (`postgres://…`).
 //! What they share is written once: the implementations of the roles (`common`) and the
-//! statements (`sql`), each compiled for both backends, and what is not SQL (rows to
-//! domain values, the audit chain's hashing, the insert column lists) in `rows`. A
+//! statements (`sql`), each compiled for both backends, and what is not SQL in `rows`. A
 //! backend module holds only what is its own: connecting, its locks and group commit,
 //! SQLite's window cache, PostgreSQL's change feed, leases and replica configurations.
 

@@ -2,47 +2,12 @@
 //! SQLite backend, statement for statement (`common`, `sql`), with its own migrations
 //! (`migrations/postgres/`, embedded in the binary).
 //!
-//! It is written for a database that several processes share, so it keeps no state
-//! that another process could make stale. Those processes are the service and the CLI
-//! tools beside it, and may be several *replicas* of the service: every change to a
-//! question is announced on commit (`NOTIFY`, see
-//! [`Coordination::follow_changes`](crate::storage::Coordination::follow_changes)), so an
-//! agent blocked on one replica hears a decision taken on another at once. Work that must
-//! be done once (posting, deadlines, the outbox, Telegram's one poller) is the leader's,
-//! the replica holding the `leader` lease
-//! ([`Coordination::hold_lease`](crate::storage::Coordination::hold_lease),
-//! `service::lead`). Each replica also records what its configuration says about who may
-//! decide ([`Coordination::hold_config`](crate::storage::Coordination::hold_config),
-//! renewed like the lease), so that while the replicas' configurations differ every one of
-//! them is asked (`service::agree`).
-//! * **No window cache.** SQLite's store answers window lookups from memory because only
-//!   the service process writes windows; here another process may open or revoke one at
-//!   any moment, so [`Windows::live_window`](crate::storage::Windows::live_window) is one
-//!   indexed `SELECT` on the primary key.
-//! * **Window hits are group-committed.** A window hit (a terminal record given to
-//!   [`Questions::insert`](crate::storage::Questions::insert)) appends to the audit chain,
-//!   so it holds the audit lock until its commit returns: one transaction per hit would
-//!   allow one hit per commit latency for the whole database. Hits are queued instead, and
-//!   one task writes everything queued in one transaction (multi-row statements for the
-//!   plain ones), then what came meanwhile ([`PgStore::insert_window_hit`]), as SQLite's
-//!   store does.
-//! * **The audit chain is serialised in the database**, not by a mutex: every transaction
-//!   that appends audit events first takes one transaction-level advisory lock
-//!   ([`AUDIT_LOCK`]), then reads the chain's head. Each row's hash covers the previous
-//!   row's, so two appenders must never read the same head; the lock makes them queue,
-//!   across every process, until the holder commits or rolls back. (Within a process
-//!   they queue on a mutex first, so that waiting writers hold no pooled connection.)
-//! * **Stream events are numbered in commit order.** `agent_events.seq` comes from an
-//!   identity sequence, which hands out numbers when rows are inserted, not when they
-//!   commit: two writers could commit 6 before 5, and an agent resuming after 6 (SSE
-//!   `Last-Event-ID`) would never see 5. Every transaction that writes `agent_events`
-//!   also holds the audit lock (they all append an audit event as well), so numbers are
-//!   taken and made visible one transaction at a time, in order: a reader that has seen
-//!   seq N never later sees a smaller one appear. PostgreSQL makes a commit visible
-//!   before it releases the transaction's locks, so the next holder's numbers come after.
-//! * Conditional updates decide once on their own: under READ COMMITTED a second
-//!   `UPDATE … WHERE status = 'pending'` waits for the first's row lock and then
-//!   re-checks the condition, so it changes nothing.
+//! It is written for a database that several processes share (the service, the CLI tools
+//! beside it, several replicas of the service), so it keeps no state that another process
+//! could make stale: no window cache, the audit chain serialised by an advisory lock
+//! ([`AUDIT_LOCK`]) rather than a mutex, stream events numbered in commit order under
+//! that lock, changes announced on commit (`NOTIFY`), and the work that must be done once
+//! left to the leader. The reasons, one by one: docs/architecture.md ("Module notes").
 
 use std::str::FromStr;
 use std::sync::Arc;

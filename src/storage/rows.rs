@@ -9,15 +9,17 @@ use time::OffsetDateTime;
 use super::{Gauges, LiveWindow, OutboxEntry, PendingEntry, StorageError};
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit::{self, AuditEvent, GENESIS_HASH, NewEvent, StoredRow};
-use crate::domain::execution::{Execution, RunStatus};
 use crate::domain::grant::{Grant, GrantSource, Scope};
 use crate::domain::ids::{
     CallbackToken, ConfirmationId, DeliveryId, GrantId, IdempotencyKey, OwnerId, ToolName,
 };
-use crate::domain::interaction::{self, Answer, TimeoutAction};
+use crate::domain::interaction::{Answer, TimeoutAction};
 use crate::domain::question::{
-    Copy, Edited, Operator, Progress, Question, Status, Stray, Via, Window, WindowKey,
+    Copy, Operator, Progress, Question, Status, Stray, Via, Window, WindowKey,
 };
+use columns::{decided_by, edited, execution, json, stored_interaction, unsigned};
+
+mod columns;
 
 /// A time as stored: Unix epoch milliseconds.
 pub(super) fn ms(t: OffsetDateTime) -> i64 {
@@ -115,14 +117,12 @@ impl Row {
         let id = self.id.clone();
         let corrupt = corrupt_in(&id);
         let time = |v: i64| from_ms(v).ok_or_else(|| corrupt("time out of range"));
-        let decided_by = match (self.decided_by_id, self.decided_by_name) {
-            (Some(uid), Some(name)) => Some(Operator {
-                id: u64::try_from(uid).map_err(|_| corrupt("decided_by_id"))?,
-                username: self.decided_by_username,
-                name,
-            }),
-            _ => None,
-        };
+        let decided_by = decided_by(
+            self.decided_by_id,
+            self.decided_by_username,
+            self.decided_by_name,
+            &corrupt,
+        )?;
         Ok(Question {
             id: ConfirmationId::parse(&self.id).map_err(|_| corrupt("id"))?,
             agent: self.agent,
@@ -137,11 +137,11 @@ impl Row {
             allow_edit: self.allow_edit,
             window_seconds: u64::try_from(self.window_seconds)
                 .map_err(|_| corrupt("window_seconds"))?,
-            window_requested_seconds: self
-                .window_requested_seconds
-                .map(u64::try_from)
-                .transpose()
-                .map_err(|_| corrupt("window_requested_seconds"))?,
+            window_requested_seconds: unsigned(
+                self.window_requested_seconds,
+                "window_requested_seconds",
+                &corrupt,
+            )?,
             approved_once: self.approved_once,
             has_call: self.has_call,
             idempotency_key: self
@@ -167,22 +167,8 @@ impl Row {
             created_at: time(self.created_at)?,
             expires_at: time(self.expires_at)?,
             decided_at: self.decided_at.map(time).transpose()?,
-            interaction: self
-                .interaction_json
-                .map(|j| {
-                    // Stored only after it was checked; read back without the timeout cap
-                    // (the config may have changed since).
-                    serde_json::from_str(&j)
-                        .ok()
-                        .and_then(|v| interaction::parse_stored(&v).ok())
-                        .map(std::sync::Arc::new)
-                        .ok_or_else(|| corrupt("interaction_json"))
-                })
-                .transpose()?,
-            result: self
-                .result_json
-                .map(|j| serde_json::from_str(&j).map_err(|_| corrupt("result_json")))
-                .transpose()?,
+            interaction: stored_interaction(self.interaction_json, &corrupt)?,
+            result: json(self.result_json, "result_json", &corrupt)?,
             timeout_action: self
                 .timeout_action
                 .map(|a| TimeoutAction::parse(&a).ok_or_else(|| corrupt("timeout_action")))
@@ -199,44 +185,23 @@ impl Row {
                 reasons_requested: u32::try_from(self.reasons_requested)
                     .map_err(|_| corrupt("reasons_requested"))?,
             },
-            rule: self
-                .rule_json
-                .map(|j| serde_json::from_str(&j).map_err(|_| corrupt("rule_json")))
-                .transpose()?,
-            expect_outcome_seconds: self
-                .expect_outcome_seconds
-                .map(u64::try_from)
-                .transpose()
-                .map_err(|_| corrupt("expect_outcome_seconds"))?,
-            execution: match (self.run_status, self.run_at) {
-                (Some(status), Some(at)) => Some(Execution {
-                    status: RunStatus::parse(&status).ok_or_else(|| corrupt("run_status"))?,
-                    summary: self.run_summary,
-                    error: self.run_error,
-                    duration_ms: self
-                        .run_duration_ms
-                        .map(u64::try_from)
-                        .transpose()
-                        .map_err(|_| corrupt("run_duration_ms"))?,
-                    reported_at: time(at)?,
-                }),
-                (None, None) => None,
-                _ => return Err(corrupt("run_at")),
-            },
-            recalled: self
-                .recalled_json
-                .map(|j| serde_json::from_str(&j).map_err(|_| corrupt("recalled_json")))
-                .transpose()?,
+            rule: json(self.rule_json, "rule_json", &corrupt)?,
+            expect_outcome_seconds: unsigned(
+                self.expect_outcome_seconds,
+                "expect_outcome_seconds",
+                &corrupt,
+            )?,
+            execution: execution(
+                self.run_status,
+                self.run_summary,
+                self.run_error,
+                self.run_duration_ms,
+                self.run_at,
+                &corrupt,
+            )?,
+            recalled: json(self.recalled_json, "recalled_json", &corrupt)?,
             args_schema: self.args_schema,
-            edited: match (self.original_params_json, self.original_args_hash) {
-                (Some(params), Some(hash)) => Some(Edited {
-                    original_params_json: params,
-                    original_args_hash: ArgsHash::parse(&hash)
-                        .map_err(|_| corrupt("original_args_hash"))?,
-                }),
-                (None, None) => None,
-                _ => return Err(corrupt("original_args_hash")),
-            },
+            edited: edited(self.original_params_json, self.original_args_hash, &corrupt)?,
         })
     }
 }

@@ -5,18 +5,8 @@
 //! This runs before the service is built (long polling, read with `getUpdates`), and
 //! its result is fixed for the life of the process: the configuration the service then
 //! runs on is the ordinary demo one, with that person as its only approver. Who can be
-//! adopted is narrow on purpose, since adoption hands out the right to approve:
-//! - only with `--demo` and no operator id given (the caller decides that);
-//! - only once: the first who qualifies ends the wait, anyone after them is answered by
-//!   the running service as someone who is not the demo's approver;
-//! - only within the window after the start ([`adopt_first_starter`]'s `within`), and
-//!   only a `/start` sent after the start (a `/start` queued at Telegram from earlier,
-//!   by whoever found the bot, is not a claim made now);
-//! - only a person (not a bot) in their own private chat with the bot: the demo's route
-//!   is that chat, so the one adopted is the one who will see the questions.
-//!
-//! Every `/start` passed over is logged with the reason; the adoption is logged and (by
-//! the caller, once the database is open) recorded in the audit trail.
+//! adopted is narrow on purpose, since adoption hands out the right to approve (see
+//! [`adopt_first_starter`]).
 
 use std::time::Duration;
 
@@ -71,9 +61,9 @@ fn passed_over(update: &Update, started_unix: i64, me: &str) -> Option<Result<()
 }
 
 /// Waits up to `within` for the first person to send `/start` to the bot in a private
-/// chat (see the module docs for who qualifies), answers them, and returns them. Fails
-/// when nobody did in time (saying how to go on), when `stop` fires, or when Telegram
-/// cannot be reached; only long polling can wait like this, so webhook mode is refused.
+/// chat, answers them, and returns them. Fails when nobody did in time (saying how to go
+/// on), when `stop` fires, or when Telegram cannot be reached; only long polling can wait
+/// like this, so webhook mode is refused.
 ///
 /// Updates read meanwhile that adopt nobody are consumed (the service has no question
 /// for them to answer yet); those after the adopting `/start` are left for the service.
@@ -81,6 +71,19 @@ fn passed_over(update: &Update, started_unix: i64, me: &str) -> Option<Result<()
 /// `operator_env` is the variable that would have named the approver
 /// (`HITL_DEMO_OPERATOR_ID`), which the caller reads; the messages tell people to set it.
 /// It is passed in so that this adapter does not import the command line's.
+///
+/// Who qualifies:
+/// - only with `--demo` and no operator id given (the caller decides that);
+/// - only once: the first who qualifies ends the wait, anyone after them is answered by
+///   the running service as someone who is not the demo's approver;
+/// - only within `within` after the start, and only a `/start` sent after the start (a
+///   `/start` queued at Telegram from earlier, by whoever found the bot, is not a claim
+///   made now);
+/// - only a person (not a bot) in their own private chat with the bot: the demo's route
+///   is that chat, so the one adopted is the one who will see the questions.
+///
+/// Every `/start` passed over is logged with the reason; the adoption is logged and (by
+/// the caller, once the database is open) recorded in the audit trail.
 pub async fn adopt_first_starter(
     config: &Config,
     operator_env: &str,
@@ -101,6 +104,53 @@ pub async fn adopt_first_starter(
         config.telegram_api_url.clone(),
         config.poll_timeout_seconds,
     );
+    let username = bot_username(&bot, within, deadline, stop).await?;
+    tracing::info!(
+        bot = %format!("@{username}"),
+        link = %format!("https://t.me/{username}"),
+        within_s = within.as_secs(),
+        "demo: no {} set; the first person to send /start to the bot in a private chat \
+         within the next {} s becomes the demo's only approver",
+        operator_env,
+        within.as_secs()
+    );
+
+    let (adopted, offset) =
+        wait_for_starter(&bot, config, &username, started, deadline, stop).await?;
+    // What was read is confirmed, so the service's polling starts after it (and after
+    // the adopting /start, which is answered here).
+    acknowledge(&bot, offset).await;
+    let Some((operator, chat)) = adopted else {
+        bail!(
+            "nobody sent /start to @{username} in a private chat within {} s of the start, so \
+             the demo has no approver and does not run. Start it again and, within the \
+             minute, open https://t.me/{username} and send /start; or set {} to your \
+             numeric Telegram user id (once the demo runs, the bot's answer to /start \
+             names it)",
+            within.as_secs(),
+            operator_env
+        );
+    };
+    tracing::warn!(
+        user_id = operator.id,
+        name = %operator.name,
+        username = ?operator.username,
+        "demo: adopted the first person who sent /start in a private chat as the demo's only approver"
+    );
+    welcome(&bot, &operator, chat, operator_env).await;
+    Ok(Adopted {
+        operator,
+        at: crate::service::now(),
+    })
+}
+
+/// The bot's username (`getMe`), which `/start@bot` names and the log's link shows.
+async fn bot_username(
+    bot: &Bot,
+    within: Duration,
+    deadline: Instant,
+    stop: &CancellationToken,
+) -> anyhow::Result<String> {
     let me = tokio::select! {
         _ = stop.cancelled() => bail!("stopped before anyone was adopted"),
         r = tokio::time::timeout_at(deadline, bot.get_me().send()) => r,
@@ -116,17 +166,19 @@ pub async fn adopt_first_starter(
             within.as_secs()
         ),
     };
-    let username = me.user.username.clone().unwrap_or_default();
-    tracing::info!(
-        bot = %format!("@{username}"),
-        link = %format!("https://t.me/{username}"),
-        within_s = within.as_secs(),
-        "demo: no {} set; the first person to send /start to the bot in a private chat \
-         within the next {} s becomes the demo's only approver",
-        operator_env,
-        within.as_secs()
-    );
+    Ok(me.user.username.clone().unwrap_or_default())
+}
 
+/// Reads updates until the first `/start` that adopts its sender, or until `deadline`;
+/// returns who (with their chat), if anyone, and the offset past every update read.
+async fn wait_for_starter(
+    bot: &Bot,
+    config: &Config,
+    username: &str,
+    started: OffsetDateTime,
+    deadline: Instant,
+    stop: &CancellationToken,
+) -> anyhow::Result<(Option<(Operator, ChatId)>, i32)> {
     let mut offset: i32 = 0;
     let mut webhook_deleted = false;
     let adopted = 'wait: loop {
@@ -168,7 +220,7 @@ pub async fn adopt_first_starter(
         for update in updates {
             let id = update.id.0 as i32;
             offset = offset.max(id + 1);
-            match passed_over(&update, started.unix_timestamp(), &username) {
+            match passed_over(&update, started.unix_timestamp(), username) {
                 None => {}
                 Some(Err(why)) => {
                     let (chat_id, user_id) = match &update.kind {
@@ -192,29 +244,19 @@ pub async fn adopt_first_starter(
             }
         }
     };
-    // What was read is confirmed, so the service's polling starts after it (and after
-    // the adopting /start, which is answered here).
+    Ok((adopted, offset))
+}
+
+/// Confirms the updates read, so the service's polling starts after them.
+async fn acknowledge(bot: &Bot, offset: i32) {
     if offset != 0 {
         let ack = bot.get_updates().offset(offset).timeout(0).limit(1);
         let _ = tokio::time::timeout(Duration::from_secs(5), ack.send()).await;
     }
-    let Some((operator, chat)) = adopted else {
-        bail!(
-            "nobody sent /start to @{username} in a private chat within {} s of the start, so \
-             the demo has no approver and does not run. Start it again and, within the \
-             minute, open https://t.me/{username} and send /start; or set {} to your \
-             numeric Telegram user id (once the demo runs, the bot's answer to /start \
-             names it)",
-            within.as_secs(),
-            operator_env
-        );
-    };
-    tracing::warn!(
-        user_id = operator.id,
-        name = %operator.name,
-        username = ?operator.username,
-        "demo: adopted the first person who sent /start in a private chat as the demo's only approver"
-    );
+}
+
+/// Tells the adopted approver so, and how to skip the step next time.
+async fn welcome(bot: &Bot, operator: &Operator, chat: ChatId, operator_env: &str) {
     let text = format!(
         "✅ You are this demo's approver: the first to send /start after it started. Questions \
          from the agent <b>demo</b> come to this chat, and only you can decide them.\n\
@@ -232,8 +274,4 @@ pub async fn adopt_first_starter(
         tracing::warn!(user_id = operator.id, error = %super::client::describe(&e),
             "demo: could not tell the adopted approver so");
     }
-    Ok(Adopted {
-        operator,
-        at: crate::service::now(),
-    })
 }

@@ -8,12 +8,6 @@
 //! second tap could decide; in order, the first decides and the second is told the
 //! stored outcome. And an offset moved past a batch before its taps are stored loses
 //! them in a crash, because Telegram never sends them again.
-//!
-//! A lane is a question (by its callback token, so every copy of it in every chat shares
-//! one lane) or, for messages (replies, commands), a chat. Each busy lane has one drainer
-//! task that takes its queued updates lowest `update_id` first. With a `grace` (webhook
-//! mode), the drainer waits that long before it starts, so updates Telegram sent at the
-//! same moment over several connections are taken in its order, not in arrival order.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,6 +52,12 @@ struct Job {
 type Queue = BTreeMap<(u32, u64), Job>;
 
 /// Ordered handling of updates; see the module docs.
+///
+/// A lane is a question (by its callback token, so every copy of it in every chat shares
+/// one lane) or, for messages (replies, commands), a chat. Each busy lane has one drainer
+/// task that takes its queued updates lowest `update_id` first. With a `grace` (webhook
+/// mode), the drainer waits that long before it starts, so updates Telegram sent at the
+/// same moment over several connections are taken in its order, not in arrival order.
 pub struct Inbox {
     service: Arc<Service>,
     grace: Duration,

@@ -12,10 +12,6 @@
 //! connection after the answer). A request with it is marked authenticated for the HTTP
 //! server's connection pool (`api::serve`), so floods of strangers cannot take the room
 //! Telegram's deliveries need.
-//!
-//! The webhook is never deleted at shutdown: in a rolling deploy the old instance stops
-//! after the new one has set the (same) webhook, and deleting it then would leave the new
-//! instance deaf. teloxide's own webhook helpers delete it, which is why they are not used.
 
 use std::sync::Arc;
 
@@ -137,6 +133,10 @@ async fn handle(state: &RouteState, request: HttpRequest) -> Result<StatusCode, 
 /// Always called at start, even if the webhook is already set: `setWebhook` is idempotent
 /// on Telegram's side, and the secret cannot be read back (`getWebhookInfo` does not show
 /// it) to tell whether the one set is ours.
+///
+/// The webhook is never deleted at shutdown: in a rolling deploy the old instance stops
+/// after the new one has set the (same) webhook, and deleting it then would leave the new
+/// instance deaf. teloxide's own webhook helpers delete it, which is why they are not used.
 pub async fn register(
     bot: Bot,
     webhook: WebhookMode,

@@ -3,25 +3,8 @@
 //! be one) and evaluated without I/O, on the call as Python decoded it (an `int` of any
 //! length, `1e400` as `inf`: what the tool will be handed).
 //!
-//! A condition reads the call one of two ways, by its rule's effect ([`Reading`]):
-//!
-//! - **An `allow` reads exactly.** It lets through only what it names as written: a
-//!   missing path, or a value of another kind than the operator compares, makes every
-//!   operator false (`ne` included: `ne "production"` does not hold on a missing `env`,
-//!   nor on `env = 5`); `"50"` is no number to `amount lte 100`.
-//! - **A `deny` and an `ask` read loosely: they fail closed.** Tool runtimes coerce
-//!   (pydantic's lax mode takes `"9000"` for 9000, Python reads `1e400` as `inf`), so
-//!   every way the call may be read counts, and the condition holds when it holds on any
-//!   of them: keys and string values in normal form (NFKC, case folded, trimmed: see
-//!   [`super::normal`]), every value found at the path in any spelling (see
-//!   [`Path::visit`]), any item of a list, text that reads as a number as that number.
-//!   For `lt`/`lte`/`gt`/`gte`, a value that cannot be compared (a non-finite number,
-//!   text that is no number, `null`, a table, an empty list) holds: a numeric `deny`
-//!   matches what it cannot rule out. `ne` holds when the exact path is missing (a tool
-//!   that does not read `"Env"` as `env` takes its own default) or when any value found
-//!   in any spelling is not equal to the rule's (a list is equal when all its items are);
-//!   `exists` holds when the path is found in any spelling, `exists = false` when the
-//!   exact path is missing (`"Amount"` is not the `amount` a tool asks for).
+//! A condition reads the call one of two ways, by its rule's effect ([`Reading`]): an
+//! `allow` exactly, a `deny` and an `ask` loosely, failing closed.
 //!
 //! `matches` is unanchored (a pattern found anywhere in the string holds): a rule that
 //! means the whole string writes `^…$`.
@@ -123,13 +106,40 @@ pub enum ConditionError {
 }
 
 /// How a rule reads a call: what its effect calls for.
+///
+/// An `allow` only lets through what it names exactly, as written; a `deny` and an `ask`
+/// fail closed, matching every spelling of the call a tool runtime may read as the one
+/// they name (a tool or a key in another case, `"9000"` for 9000, a list holding the
+/// value, a number that is no finite number): see [`super::normal`]. A tool name that
+/// only looks like one a rule names ([`super::RuleSet::look_alike`]) is for the caller
+/// to refuse before any rule is read.
+///
+/// A condition reads the call one of two ways, by its rule's effect:
+///
+/// - **An `allow` reads exactly.** It lets through only what it names as written: a
+///   missing path, or a value of another kind than the operator compares, makes every
+///   operator false (`ne` included: `ne "production"` does not hold on a missing `env`,
+///   nor on `env = 5`); `"50"` is no number to `amount lte 100`.
+/// - **A `deny` and an `ask` read loosely: they fail closed.** Tool runtimes coerce
+///   (pydantic's lax mode takes `"9000"` for 9000, Python reads `1e400` as `inf`), so
+///   every way the call may be read counts, and the condition holds when it holds on any
+///   of them: keys and string values in normal form (NFKC, case folded, trimmed: see
+///   [`super::normal`]), every value found at the path in any spelling (see
+///   [`Path::visit`]), any item of a list, text that reads as a number as that number.
+///   For `lt`/`lte`/`gt`/`gte`, a value that cannot be compared (a non-finite number,
+///   text that is no number, `null`, a table, an empty list) holds: a numeric `deny`
+///   matches what it cannot rule out. `ne` holds when the exact path is missing (a tool
+///   that does not read `"Env"` as `env` takes its own default) or when any value found
+///   in any spelling is not equal to the rule's (a list is equal when all its items are);
+///   `exists` holds when the path is found in any spelling, `exists = false` when the
+///   exact path is missing (`"Amount"` is not the `amount` a tool asks for).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reading {
     /// An `allow`'s: only what the rule names exactly, as written, holds.
     Exact,
     /// A `deny`'s and an `ask`'s: every way a tool runtime may read the call counts,
-    /// and a value that cannot be compared matches rather than passes (see the module
-    /// header).
+    /// and a value that cannot be compared matches rather than passes (see the type's
+    /// docs).
     Loose,
 }
 

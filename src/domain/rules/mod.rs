@@ -7,25 +7,8 @@
 //! (naming the rule) anything that could not be applied as read: unknown keys or
 //! operators, bad patterns and regular expressions, values of the wrong kind, an `allow`
 //! whose numeric band is open on one side, bounds that never hold together, a `rate`
-//! anywhere but on an `allow`.
-//!
-//! A rule reads a call as its effect calls for ([`Reading`]): an `allow` only lets
-//! through what it names exactly, as written; a `deny` and an `ask` fail closed, matching
-//! every spelling of the call a tool runtime may read as the one they name (a tool or a
-//! key in another case, `"9000"` for 9000, a list holding the value, a number that is no
-//! finite number): see [`Reading`] and [`normal`]. A tool name that only looks like one
-//! a rule names ([`RuleSet::look_alike`]) is for the caller to refuse before any rule is
-//! read.
-//!
-//! [`RuleSet::evaluate`] has no ordering traps: the first matching `deny` in the file
-//! decides, else the first matching `ask`, else the first matching `allow`, else the
-//! set's default (`ask` unless `rules_default` says otherwise). The [`Decision`] names the
-//! rule that decided. A rule's `rate` is not counted here: the engine stays pure, and the
-//! caller, which holds the counters, turns an `allow` past its rate into an `ask` that
-//! names the same rule.
-//!
-//! [`Fingerprint`] is the SHA-256 of the checked set in a canonical form, to record which
-//! rules were in force when a rule decided.
+//! anywhere but on an `allow`. An `allow` reads a call exactly, a `deny` and an `ask`
+//! fail closed ([`Reading`]); [`RuleSet::evaluate`] has no ordering traps.
 
 mod compare;
 mod condition;
@@ -321,6 +304,7 @@ impl<'a> Decision<'a> {
 
 /// The SHA-256 of a [`RuleSet`]'s canonical form, in lowercase hex: the same rules in
 /// the same order with the same default give the same fingerprint, any change another.
+/// It records which rules were in force when a rule decided.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Fingerprint(String);
 
@@ -425,7 +409,11 @@ impl RuleSet {
     }
 
     /// The decision on `call`: the first matching `deny` in file order, else the first
-    /// matching `ask`, else the first matching `allow`, else the default.
+    /// matching `ask`, else the first matching `allow`, else the set's default (`ask`
+    /// unless `rules_default` says otherwise), so there are no ordering traps. The
+    /// [`Decision`] names the rule that decided. A rule's `rate` is not counted here: the
+    /// engine stays pure, and the caller, which holds the counters, turns an `allow` past
+    /// its rate into an `ask` that names the same rule.
     pub fn evaluate(&self, call: &Call<'_>) -> Decision<'_> {
         let subject = Subject::of(call);
         let (mut ask, mut allow) = (None, None);

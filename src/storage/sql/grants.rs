@@ -2,8 +2,20 @@
 //! grant check and the listings run, and revoking. Every read goes to the table: a
 //! revoke committed by any process sharing the database stops the grant at once.
 
-// The parent's imports, `Db` and the backend's dialect macros (see `mod.rs`).
-use super::*;
+// The backend's dialect macros (`select_where!` and the like) come from the parent
+// backend module (see `mod.rs`).
+use sqlx::{Pool, Transaction};
+use time::OffsetDateTime;
+
+use super::{Db, append_event};
+use crate::domain::audit;
+use crate::domain::grant::{Grant, GrantSource, Scope};
+use crate::domain::ids::{GrantId, OwnerId};
+use crate::domain::question::Operator;
+use crate::storage::rows::{
+    GrantRow, grant_columns, ms, operator_columns, select_grants_where, user_column,
+};
+use crate::storage::{GrantInserted, StorageError};
 
 /// See [`crate::storage::Grants::insert_grant`]. One statement: `ON CONFLICT DO NOTHING`
 /// lets the unique indexes decide (an interaction or a question already used), so two

@@ -7,56 +7,19 @@
 //! carry a dozen `Encode`/`Decode`/`Executor` bounds that Rust does not imply, for code
 //! that is in fact about two concrete databases. Compiled against each, the types are
 //! plain and the text is one. The role traits' implementations that run these
-//! statements are written once likewise (`common.rs`).
-//!
-//! The SQL here is the dialect the two share: `$N` placeholders (SQLite reads them too),
-//! `ON CONFLICT … DO NOTHING/UPDATE`, `COUNT`, `MIN`. What differs is the parent
-//! backend's to give:
-//! * `Db`: `sqlx::Sqlite` or `sqlx::Postgres`;
-//! * `append_events`: SQLite chains from the tip it keeps under its audit mutex,
-//!   PostgreSQL reads the head under its advisory lock (and sends the change notices);
-//! * `insertion_order!()`: the column that orders `copies`, `strays` and the outbox as
-//!   their rows were added (SQLite's `rowid`; PostgreSQL's identity column `pos`);
-//! * `bytewise!()`: what makes an `ORDER BY` of text compare bytes (nothing on SQLite,
-//!   whose default collation does; `COLLATE "C"` on PostgreSQL);
-//! * `not_shown!(prefix)`: "this `outcome_shown` flag is false", in the very form the
-//!   backend's partial indexes are written in (`outcome_shown = 0` on SQLite, whose
-//!   flags are integers; `NOT outcome_shown` on PostgreSQL);
-//! * `lock_window!()`: what keeps a window row as read until the commit (nothing on
-//!   SQLite, whose write transaction holds the database; `FOR UPDATE OF w` on
-//!   PostgreSQL).
-//!
-//! Transactions are the backend's to open (its audit lock held, see each backend's
-//! header): a function taking `&mut Transaction` runs inside it and never commits; one
-//! taking the `Transaction` itself is a whole write (a step such as `extend`, a copy
-//! added) and commits it, or drops it (rolling back) when its condition did not hold.
+//! statements are written once likewise (`common.rs`). What each backend gives (`Db`,
+//! `append_events`, the dialect macros) and who opens transactions: docs/architecture.md.
 
-use serde_json::json;
 use sqlx::pool::PoolConnection;
-use sqlx::{Database, Pool, QueryBuilder, Transaction};
-use time::OffsetDateTime;
+use sqlx::{Database, Transaction};
 
 use super::Db;
 use super::append_events;
-use crate::domain::audit::{self, AuditEvent, NewEvent, StoredRow, StoredStatus};
-use crate::domain::execution::{Recalled, Report, RunStatus};
-use crate::domain::grant::{Grant, GrantSource, Scope};
-use crate::domain::ids::{
-    CallbackToken, ConfirmationId, DeliveryId, GrantId, IdempotencyKey, OwnerId, ToolName,
-};
-use crate::domain::interaction::{Answer, TimeoutAction};
-use crate::domain::question::{Decision, Operator, Question, Step, Window, WindowKey, rfc3339};
-use crate::storage::hits::QueuedHit;
-use crate::storage::rows::{
-    self, AnswerRow, AuditRow, CopyRow, GrantRow, OutboxRow, PendingRow, Row, StrayRow, WindowRow,
-    grant_columns, insert_confirmations, ms, operator_columns, select_grants_where, select_where,
-    select_windows_where, user_column,
-};
-use crate::storage::{
-    AgentEvent, Answered, Decided, DeliveryAttempt, EndedCursor, Gauges, GrantInserted,
-    IDEMPOTENCY_TTL, Inserted, LiveWindow, OutboxEntry, PendingEntry, RunReported, Shown,
-    StorageError, WindowUse,
-};
+use crate::domain::audit::NewEvent;
+use crate::domain::ids::ConfirmationId;
+use crate::domain::question::Question;
+use crate::storage::StorageError;
+use crate::storage::rows::{self, AnswerRow, CopyRow, Row, StrayRow, select_where};
 
 mod grants;
 mod outbox;

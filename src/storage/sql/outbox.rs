@@ -1,8 +1,17 @@
 //! The outbox: the webhook deliveries of ended requests, queued with the outcome and
 //! attempted until delivered or given up.
 
-// The parent's imports, `Db` and the backend's dialect macros (see `mod.rs`).
-use super::*;
+// The backend's dialect macros (`select_where!` and the like) come from the parent
+// backend module (see `mod.rs`).
+use sqlx::{Pool, Transaction};
+use time::OffsetDateTime;
+
+use super::{Db, append_event};
+use crate::domain::audit::{self, NewEvent};
+use crate::domain::ids::DeliveryId;
+use crate::domain::question::Question;
+use crate::storage::rows::{self, OutboxRow, ms};
+use crate::storage::{DeliveryAttempt, OutboxEntry, StorageError};
 
 /// Queues the webhook of a request that just ended, inside the caller's audit
 /// transaction: the outcome and its delivery commit together or not at all. When the

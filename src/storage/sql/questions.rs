@@ -1,7 +1,24 @@
 //! Questions: storing one, reading them back, deciding one, its answers and what was shown.
 
-// The parent's imports, `Db` and the backend's dialect macros (see `mod.rs`).
-use super::*;
+// The backend's dialect macros (`select_where!` and the like) come from the parent
+// backend module (see `mod.rs`).
+use sqlx::{Pool, QueryBuilder, Transaction};
+use time::OffsetDateTime;
+
+use super::grants::insert_grant;
+use super::outbox::enqueue_delivery;
+use super::{Db, append_event, append_events, hydrate, hydrate_all, one, read_in};
+use crate::domain::audit::{self, NewEvent};
+use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey};
+use crate::domain::interaction::{Answer, TimeoutAction};
+use crate::domain::question::{Decision, Operator, Question, Step};
+use crate::storage::rows::{
+    self, PendingRow, Row, insert_confirmations, ms, operator_columns, select_where,
+};
+use crate::storage::{
+    Answered, Decided, EndedCursor, GrantInserted, IDEMPOTENCY_TTL, Inserted, PendingEntry, Shown,
+    StorageError,
+};
 
 /// Stores a new request inside `tx` (an audit transaction; the caller commits); see
 /// [`crate::storage::Questions::insert`].
@@ -68,6 +85,42 @@ pub(crate) async fn apply_decision(
     d: &Decision,
     max_backlog: u32,
 ) -> Result<Decided, StorageError> {
+    let changed = mark_decided(tx, id, d).await?;
+    let default_answer = rows::default_answer(d, changed);
+    if let Some(a) = &default_answer {
+        insert_answer(tx, id, a).await?;
+    }
+    let Some(record) = read_in(tx, id).await? else {
+        return Ok(Decided::NotFound);
+    };
+    if !changed {
+        return Ok(Decided::AlreadyTerminal(record));
+    }
+    if let Some(a) = &default_answer {
+        append_event(tx, &audit::answered(id.as_str(), a)).await?;
+        let response = record.response_event(a);
+        push_agent_event(tx, &record, "response", &response, d.decided_at).await?;
+    }
+    if let Some(due) = rows::run_due(&record) {
+        set_run_due(tx, id, due).await?;
+    }
+    push_agent_event(tx, &record, "status", &record.status_event(), d.decided_at).await?;
+    append_event(tx, &audit::decided(&record)).await?;
+    enqueue_delivery(tx, &record, d.decided_at, max_backlog).await?;
+    if let Some(until) = record.window_until() {
+        open_window(tx, &record, until).await?;
+    }
+    store_grant_of_tap(tx, &record).await?;
+    Ok(Decided::Applied(record))
+}
+
+/// The decision's conditional update (and, approved with changes, the edited call);
+/// whether it applied.
+async fn mark_decided(
+    tx: &mut Transaction<'_, Db>,
+    id: &ConfirmationId,
+    d: &Decision,
+) -> Result<bool, StorageError> {
     let (by_id, by_username, by_name) = operator_columns(&d.decided_by);
     // The `status = 'pending'` guard is the whole exactly-once story: of any number of
     // concurrent decisions, one changes a row and every other changes none.
@@ -108,52 +161,55 @@ pub(crate) async fn apply_decision(
         .execute(&mut **tx)
         .await?;
     }
-    let default_answer = rows::default_answer(d, changed);
-    if let Some(a) = &default_answer {
-        insert_answer(tx, id, a).await?;
-    }
-    let Some(record) = read_in(tx, id).await? else {
-        return Ok(Decided::NotFound);
-    };
-    if !changed {
-        return Ok(Decided::AlreadyTerminal(record));
-    }
-    if let Some(a) = &default_answer {
-        append_event(tx, &audit::answered(id.as_str(), a)).await?;
-        let response = record.response_event(a);
-        push_agent_event(tx, &record, "response", &response, d.decided_at).await?;
-    }
-    if let Some(due) = rows::run_due(&record) {
-        // An approved call owed a report (the route's `expect_outcome_seconds`).
-        sqlx::query("UPDATE confirmations SET run_due_at = $1 WHERE id = $2")
-            .bind(due)
-            .bind(id.as_str())
-            .execute(&mut **tx)
-            .await?;
-    }
-    push_agent_event(tx, &record, "status", &record.status_event(), d.decided_at).await?;
-    append_event(tx, &audit::decided(&record)).await?;
-    enqueue_delivery(tx, &record, d.decided_at, max_backlog).await?;
-    if let Some(until) = record.window_until() {
-        // A later expiry replaces an earlier one, never the reverse.
-        sqlx::query(
-            "INSERT INTO windows (agent, route, owner_id, tool, args_hash, expires_at, opened_by)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)
-                 ON CONFLICT (agent, route, owner_id, tool, args_hash)
-                 DO UPDATE SET expires_at = excluded.expires_at, opened_by = excluded.opened_by
-                 WHERE excluded.expires_at > windows.expires_at",
-        )
-        .bind(&record.agent)
-        .bind(&record.route)
-        .bind(record.owner_id.as_str())
-        .bind(record.tool.as_str())
-        .bind(record.args_hash.as_str())
-        .bind(ms(until))
-        .bind(record.id.as_str())
+    Ok(changed)
+}
+
+/// An approved call owed a report (the route's `expect_outcome_seconds`).
+async fn set_run_due(
+    tx: &mut Transaction<'_, Db>,
+    id: &ConfirmationId,
+    due: i64,
+) -> Result<(), StorageError> {
+    sqlx::query("UPDATE confirmations SET run_due_at = $1 WHERE id = $2")
+        .bind(due)
+        .bind(id.as_str())
         .execute(&mut **tx)
         .await?;
-    }
-    if let Some(g) = crate::domain::grant::granted_by_tap(&record) {
+    Ok(())
+}
+
+/// The confirmation window an approval opens, until `until`.
+async fn open_window(
+    tx: &mut Transaction<'_, Db>,
+    record: &Question,
+    until: OffsetDateTime,
+) -> Result<(), StorageError> {
+    // A later expiry replaces an earlier one, never the reverse.
+    sqlx::query(
+        "INSERT INTO windows (agent, route, owner_id, tool, args_hash, expires_at, opened_by)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (agent, route, owner_id, tool, args_hash)
+             DO UPDATE SET expires_at = excluded.expires_at, opened_by = excluded.opened_by
+             WHERE excluded.expires_at > windows.expires_at",
+    )
+    .bind(&record.agent)
+    .bind(&record.route)
+    .bind(record.owner_id.as_str())
+    .bind(record.tool.as_str())
+    .bind(record.args_hash.as_str())
+    .bind(ms(until))
+    .bind(record.id.as_str())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// The grant a grant question's yes creates, if `record` is one.
+async fn store_grant_of_tap(
+    tx: &mut Transaction<'_, Db>,
+    record: &Question,
+) -> Result<(), StorageError> {
+    if let Some(g) = crate::domain::grant::granted_by_tap(record) {
         // A grant question answered yes: the grant exists from that yes, in the same
         // write (audited `grant_created` with it), so no reader sees the yes without the
         // grant. Only an interaction presented as a grant before issue 46 can hold the
@@ -163,7 +219,7 @@ pub(crate) async fn apply_decision(
             tracing::warn!(id = %record.id, "the grant question's interaction was granted before");
         }
     }
-    Ok(Decided::Applied(record))
+    Ok(())
 }
 
 /// Stores an answer row inside the caller's transaction; false when this person had

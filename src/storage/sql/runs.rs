@@ -2,8 +2,20 @@
 //! never reported, the earlier run recalled to the next approver, and what a window let
 //! through.
 
-// The parent's imports, `Db` and the backend's dialect macros (see `mod.rs`).
-use super::*;
+// The backend's dialect macros (`select_where!` and the like) come from the parent
+// backend module (see `mod.rs`).
+use sqlx::{Pool, Transaction};
+use time::OffsetDateTime;
+
+use super::outbox::enqueue_delivery;
+use super::questions::push_agent_event;
+use super::{Db, append_event, hydrate_all, read_in};
+use crate::domain::audit;
+use crate::domain::execution::{Recalled, Report, RunStatus};
+use crate::domain::ids::{ConfirmationId, ToolName};
+use crate::domain::question::Question;
+use crate::storage::rows::{Row, ms, select_where};
+use crate::storage::{RunReported, StorageError, WindowUse};
 
 /// See [`crate::storage::Runs::report_run`]; runs in `tx`, the backend's audit
 /// transaction, and commits when the report is taken.

@@ -1,8 +1,19 @@
 //! The steps a pending question takes (a selection, more time, reminders, escalation, a
 //! reason asked for) and the messages beside its first (copies, strays, moved chats).
 
-// The parent's imports, `Db` and the backend's dialect macros (see `mod.rs`).
-use super::*;
+// The backend's dialect macros (`select_where!` and the like) come from the parent
+// backend module (see `mod.rs`).
+use serde_json::json;
+use sqlx::{Pool, Transaction};
+use time::OffsetDateTime;
+
+use super::questions::commit_step;
+use super::{Db, append_event};
+use crate::domain::audit;
+use crate::domain::ids::ConfirmationId;
+use crate::domain::question::{Operator, Question, Step, rfc3339};
+use crate::storage::StorageError;
+use crate::storage::rows::{ms, user_column};
 
 /// See [`crate::storage::Steps::selection`].
 pub(crate) async fn selection(

@@ -1,7 +1,15 @@
 //! The audit trail, the agents' event streams and the gauges read from the tables.
 
-// The parent's imports, `Db` and the backend's dialect macros (see `mod.rs`).
-use super::*;
+// The backend's dialect macros (`select_where!` and the like) come from the parent
+// backend module (see `mod.rs`).
+use sqlx::{Pool, Transaction};
+use time::OffsetDateTime;
+
+use super::Db;
+use crate::domain::audit::{self, AuditEvent, StoredRow, StoredStatus};
+use crate::domain::ids::ConfirmationId;
+use crate::storage::rows::{self, AuditRow, ms};
+use crate::storage::{AgentEvent, Gauges, StorageError};
 
 /// See [`crate::storage::Audit::events_for`].
 pub(crate) async fn events_for(

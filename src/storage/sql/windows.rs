@@ -1,7 +1,18 @@
 //! Confirmation windows: which are live, the hits that use them, purging and revoking.
 
-// The parent's imports, `Db` and the backend's dialect macros (see `mod.rs`).
-use super::*;
+// The backend's dialect macros (`select_where!` and the like) come from the parent
+// backend module (see `mod.rs`).
+use sqlx::{Pool, QueryBuilder, Transaction};
+use time::OffsetDateTime;
+
+use super::questions::insert_in;
+use super::{Db, append_event, append_events};
+use crate::domain::audit;
+use crate::domain::ids::ConfirmationId;
+use crate::domain::question::{Operator, Question, Window, WindowKey};
+use crate::storage::hits::QueuedHit;
+use crate::storage::rows::{self, WindowRow, insert_confirmations, ms, select_windows_where};
+use crate::storage::{Inserted, LiveWindow, StorageError};
 
 /// See [`crate::storage::Windows::live_windows`].
 pub(crate) async fn live_windows(

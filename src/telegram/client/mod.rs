@@ -1,31 +1,12 @@
 //! Talking to the Bot API: sending questions, showing outcomes, answering taps, naming
 //! the people a reminder mentions, and riding out Telegram's faults on the way.
 //!
-//! Every call goes through `retrying_observed`, which counts it in the metrics and
-//! sorts each failure (`classify`):
-//! - transient (flood control, network and I/O errors, an unreadable answer, Telegram's
-//!   own "Bad Gateway" and friends): tried again, after exactly `retry_after` for flood
-//!   control, otherwise after an exponential backoff with jitter (250 ms doubling up to
-//!   15 s), for as long as the call's deadline allows;
-//! - harmless (the edit is already there, the message to edit is gone, the tap is too old
-//!   to answer): done, nothing to report;
-//! - a group upgraded to a supergroup: reported with the new chat id, so the service can
-//!   send again there;
-//! - anything else (bot blocked, chat not found, a bad request): reported at once, so a
-//!   question that cannot be delivered fails closed quickly.
-//!
-//! Deadlines follow what each call is for. A question is worth sending until its request
-//! expires: one that cannot reach a human before then times out, and says so as soon as
-//! that is known (no slot of the chat's queue before the deadline, a `retry_after` or a
-//! backoff past it). An outcome edit is worth ten minutes of trying (an operator may look
-//! at the chat later). A tap answer gets twelve seconds, since Telegram refuses answers
-//! about fifteen seconds after the tap. Messages and edits take a slot from the
-//! [`RateLimiter`] before each attempt, so the bot stays under Telegram's limits instead
-//! of collecting 429s: questions and notifications in their agent's [`Share`] of the
-//! chat, edits, attached files and command replies in the service's, so one agent's
-//! backlog neither holds back another agent's questions nor the outcomes shown. A
-//! question waits for its first slot before it is even read back from the store
-//! ([`Messenger::question_turn`]), so a queued question holds its keys and nothing else.
+//! Every call goes through `retrying_observed`, which counts it in the metrics, retries
+//! what is transient within the call's deadline, and reports what is not (unless it is
+//! harmless) at once, so a question that cannot be delivered fails closed quickly.
+//! Deadlines follow what each call is for, and messages take a slot from the
+//! [`RateLimiter`] before each attempt, in their agent's [`Share`] of the chat or the
+//! service's (docs/architecture.md, "Module notes").
 //!
 //! This file is the [`Messenger`] itself, each of its calls with its deadline; how a
 //! call is retried, and what each failure means, is `retry.rs`.

@@ -5,43 +5,8 @@
 //! to a group, and thirty per second overall; past that it answers 429 with
 //! `retry_after`, and a bot that keeps pushing earns longer bans. Every `sendMessage`,
 //! `sendDocument` and `editMessageText` therefore takes a slot here first
-//! ([`RateLimiter::acquire`]).
-//!
-//! Slots are reservations: a caller computes the earliest instant the limits allow,
-//! writes it down and sleeps until then; nobody polls. A 429 for a chat
-//! ([`RateLimiter::penalize`]) moves that chat's waiting reservations back as a block, so
-//! calls already queued wait too and keep their order.
-//!
-//! A chat's slots are served in turns between [`Share`]s: each agent posting there is
-//! one, the service's own messages about questions already in the chat are another. A
-//! reservation belongs to the turn being served, or to the next one if its share already
-//! had a slot in it, and in any case to the turn after its share's latest waiting
-//! reservation; the book is kept in turn order, arrival order within a turn. (Start-time
-//! fair queueing, one message as the unit.) So an agent with a backlog of thirty
-//! questions gets one slot per turn like everyone else, and another agent's question goes
-//! next instead of after the thirty; within a share, calls keep their arrival order.
-//! Placing a newcomer ahead of a backlog moves the reservations behind it, like a 429
-//! does: only ever later, with their spacing kept, so a caller that wakes finds its slot
-//! either due or further on, and sleeps again.
-//!
-//! A caller with work to do once its slot comes (a question read back from the store
-//! and rendered only then, so that it does not wait in memory) reserves and waits in two
-//! steps ([`RateLimiter::reserve_owned`], then [`Reservation::due`] and
-//! [`Reservation::start`]): the place in the book and the turns are the same.
-//!
-//! Every reservation has a deadline. One whose earliest slot is after it is refused at
-//! once ([`NoSlot`]) and takes no place; one that a newcomer's turn or a 429 pushes past
-//! it gives up when its caller wakes (still before the deadline) and gives its place
-//! back. Since slots only ever move later, a refused call could not have gone in time.
-//!
-//! The overall limit is a gate passed when a chat slot comes due rather than a second
-//! reservation: slots for different chats are not reserved in time order (one chat's
-//! next slot may be a minute away, another's now), and a gate taken in the order slots
-//! come due keeps a busy chat from holding up a quiet one.
-//!
-//! Memory follows the chats in use: a chat whose slots no longer constrain anything
-//! (one second after its last message for a private chat, one minute for a group) is
-//! forgotten, and with it whose turn it was.
+//! ([`RateLimiter::acquire`]). Reservations, 429s, fair turns between [`Share`]s,
+//! deadlines and the overall gate are explained in docs/architecture.md ("Module notes").
 //!
 //! One chat's book of slots, used and reserved, and whose turn it is, is `queue.rs`;
 //! this file holds the limiter over all chats and the reservations its callers wait on.

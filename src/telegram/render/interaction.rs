@@ -119,20 +119,36 @@ pub(super) fn interaction_text(r: &Question, i: &Interaction, view: &View) -> St
     interaction_parts(r, i, view).text
 }
 
+/// An interaction's message, and whether its call's parameters were cut (then the file
+/// goes along).
 pub(super) fn interaction_parts(r: &Question, i: &Interaction, view: &View) -> Parts {
+    let terms = i.grant.as_ref().map(|t| grant_block(r, t));
+    let (mut text, question_cut) = question_block(r, i, terms.as_deref());
+    text.push_str(&context_block(i.context.as_deref()));
+    let cut = push_what_is_asked(&mut text, r, i, terms.as_deref(), question_cut);
+    text.push_str(&answer_hint(i));
+    text.push_str(&progress_block(r, i, view));
+    text.push_str(&timeout_disclosure(r, i));
+    text.push_str(&format!("\n\n⏳ Deadline: {}", date_time(r.expires_at)));
+    text.push_str(&escalation_line(view));
+    Parts { text, cut }
+}
+
+/// The agent's question under its header (severity badge, sender), cut to the room a
+/// grant's terms leave it; and whether it was cut.
+fn question_block(r: &Question, i: &Interaction, terms: Option<&str>) -> (String, bool) {
     let badge = match i.severity {
         Severity::Critical => "🚨 ",
         Severity::High => "⚠️ ",
         Severity::Low | Severity::Normal => "",
     };
     let from = i.source_agent.as_deref().unwrap_or(&r.agent);
-    let terms = i.grant.as_ref().map(|t| grant_block(r, t));
     // The agent's text is cut first: a grant's terms take their room whole.
-    let question_budget = match &terms {
+    let question_budget = match terms {
         Some(block) => BRIEFING_BUDGET.min(QUESTION_AND_TERMS_BUDGET.saturating_sub(units(block))),
         None => BRIEFING_BUDGET,
     };
-    let (question, question_cut) = quoted(
+    quoted(
         &format!(
             "{badge}❓ <b>Question</b> from <code>{}</code>{}",
             shown_within(from, 200).0,
@@ -141,18 +157,27 @@ pub(super) fn interaction_parts(r: &Question, i: &Interaction, view: &View) -> P
         &i.question,
         question_budget,
         "the question",
-    );
-    let mut text = question;
-    text.push_str(&context_block(i.context.as_deref()));
+    )
+}
+
+/// What a yes would allow: the call with its parameters, a grant's terms, or the note
+/// that the agent sent no parameters. Returns whether anything was cut.
+fn push_what_is_asked(
+    text: &mut String,
+    r: &Question,
+    i: &Interaction,
+    terms: Option<&str>,
+    question_cut: bool,
+) -> bool {
     let mut cut = false;
     if r.has_call {
         let (block, call_cut) = call_block(
             r,
-            TELEGRAM_MAX_CHARS.saturating_sub(units(&text) + OUTCOME_RESERVE + 600),
+            TELEGRAM_MAX_CHARS.saturating_sub(units(text) + OUTCOME_RESERVE + 600),
         );
         text.push_str(&block);
         cut = call_cut || question_cut;
-    } else if let Some(block) = &terms {
+    } else if let Some(block) = terms {
         text.push_str(block);
     } else if i.kind == InteractionType::Approval {
         text.push_str(
@@ -165,6 +190,12 @@ pub(super) fn interaction_parts(r: &Question, i: &Interaction, view: &View) -> P
             ));
         }
     }
+    cut
+}
+
+/// How to answer, by kind: the options' descriptions, a form's values, a reply hint.
+fn answer_hint(i: &Interaction) -> String {
+    let mut text = String::new();
     match i.kind {
         InteractionType::SingleChoice | InteractionType::MultiChoice | InteractionType::Poll => {
             let described: Vec<String> = i
@@ -207,6 +238,12 @@ pub(super) fn interaction_parts(r: &Question, i: &Interaction, view: &View) -> P
         }
         InteractionType::Approval => {}
     }
+    text
+}
+
+/// How many answered of how many expected and, for a poll in a group, the tally.
+fn progress_block(r: &Question, i: &Interaction, view: &View) -> String {
+    let mut text = String::new();
     if view.expected > 1 || !r.answers.is_empty() {
         let people = r.answers.iter().filter(|a| !a.is_default).count();
         if view.expected > 1 {
@@ -232,8 +269,5 @@ pub(super) fn interaction_parts(r: &Question, i: &Interaction, view: &View) -> P
             text.push_str(&tally.join(" · "));
         }
     }
-    text.push_str(&timeout_disclosure(r, i));
-    text.push_str(&format!("\n\n⏳ Deadline: {}", date_time(r.expires_at)));
-    text.push_str(&escalation_line(view));
-    Parts { text, cut }
+    text
 }

@@ -6,13 +6,7 @@
 //! shown as a visible escape (`\u202e`; see [`crate::domain::text`]); words that mix
 //! scripts are flagged with ⚠️. The agent's own words (its briefing, context, question)
 //! sit in quote blocks under a label, so nothing in them can pose as a line of the
-//! service's own layout.
-//!
-//! Nothing is hidden by length. Telegram refuses messages over 4096 characters, so long
-//! parameter values are cut one by one, each with its length and a short hash, keeping
-//! every key and every short value in sight; whenever anything is cut, the full
-//! parameters go along as a file replying to the question ([`attachment`]), and the
-//! message says so and names the argument hash.
+//! service's own layout. Nothing is hidden by length (docs/architecture.md).
 //!
 //! By what a message holds: the parameters block and the attached file (`params.rs`),
 //! a confirmation's text and outcome line (`question.rs`), an interaction's

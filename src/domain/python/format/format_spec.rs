@@ -109,24 +109,7 @@ fn parse_spec(
         precision: None,
         ty: default_type,
     };
-    let mut pos = 0;
-    let mut fill_specified = false;
-    let mut align_specified = false;
-    match spec {
-        [fill, align @ ('<' | '>' | '=' | '^'), ..] => {
-            parsed.fill = *fill;
-            parsed.align = *align;
-            fill_specified = true;
-            align_specified = true;
-            pos = 2;
-        }
-        [align @ ('<' | '>' | '=' | '^'), ..] => {
-            parsed.align = *align;
-            align_specified = true;
-            pos = 1;
-        }
-        _ => {}
-    }
+    let (mut pos, fill_specified, align_specified) = parse_fill_align(spec, &mut parsed);
     if let Some(&sign @ ('+' | '-' | ' ')) = spec.get(pos) {
         parsed.sign = Some(sign);
         pos += 1;
@@ -179,6 +162,30 @@ fn parse_spec(
         [ty] => parsed.ty = Some(*ty),
         _ => return Err(FormatError::Value("Invalid format specifier")),
     }
+    grouping_for_type(&mut parsed)?;
+    Ok(parsed)
+}
+
+/// `[[fill]align]` at the start of `spec`: where the rest begins, and whether a fill and
+/// an align were given.
+fn parse_fill_align(spec: &[char], parsed: &mut Spec) -> (usize, bool, bool) {
+    match spec {
+        [fill, align @ ('<' | '>' | '=' | '^'), ..] => {
+            parsed.fill = *fill;
+            parsed.align = *align;
+            (2, true, true)
+        }
+        [align @ ('<' | '>' | '=' | '^'), ..] => {
+            parsed.align = *align;
+            (1, false, true)
+        }
+        _ => (0, false, false),
+    }
+}
+
+/// A thousands separator only with the types that take one; `_` groups binary, octal
+/// and hex digits by four.
+fn grouping_for_type(parsed: &mut Spec) -> Result<(), FormatError> {
     if parsed.grouping != Grouping::None {
         match parsed.ty {
             None | Some('d' | 'e' | 'f' | 'g' | 'E' | 'G' | '%' | 'F') => {}
@@ -192,7 +199,7 @@ fn parse_spec(
             }
         }
     }
-    Ok(parsed)
+    Ok(())
 }
 
 /// `get_integer` for specs: the run of decimal digits at `pos`, `None` when empty.

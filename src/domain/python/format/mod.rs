@@ -6,40 +6,28 @@
 //! text Python would have produced, so this module is a port of CPython 3.11
 //! (`Objects/stringlib/unicode_format.h` for templates, `Python/formatter_unicode.c`
 //! for format specs, `Python/pystrtod.c` for floats), not an imitation of it. The
-//! briefing tests check it against python3.
-//!
-//! Deliberate differences, each of which makes rendering fail where Python would not:
-//! - attribute access (`{x.real}`) is never evaluated: a template must not reach into
-//!   Python object internals, and JSON values have no attributes worth showing;
-//! - no text, a nested format spec included, may exceed the caller's character bound
-//!   (Python would accept a nested spec padded out with thousands of zeros);
-//! - `{x:c}` naming a lone surrogate fails, as a Rust string cannot hold one.
-//!
-//! Work is bounded by the input, since both the template and the values may be
-//! hostile: widths and precisions are checked against the bound before anything is
-//! allocated, conversions stop writing at the bound, and a per-render memo keeps many
-//! fields over one large value from rescanning it.
-//!
-//! By the CPython sources each file follows:
-//! - `formatter`: `str.format` itself, the template and its replacement fields
-//!   (`Objects/stringlib/unicode_format.h`: `build_string`, `parse_field`,
-//!   `get_field_object`).
-//! - `format_spec`: `format(value, spec)`, the format-spec mini-language for `str`,
-//!   `int` and `float` (`Python/formatter_unicode.c`).
-//! - `pystrtod`: a float as a spec asks for it (`Python/pystrtod.c`'s
-//!   `PyOS_double_to_string` over `Python/dtoa.c`'s digits); `repr(float)` itself is
-//!   [`float_repr`](super::float_repr).
-//! - `repr`: `str()`, `repr()` and `ascii()` of JSON values (`Objects/unicodeobject.c`'s
-//!   `unicode_repr`, `Objects/listobject.c`'s `list_repr`, `Objects/dictobject.c`'s
-//!   `dict_repr`, `Objects/longobject.c`'s limit on decimal digits).
-//! - `unicodectype`: the Unicode properties the port reads, `str.isprintable` and the
-//!   value of a decimal digit of any script (`Objects/unicodectype.c`, Python 3.11's
-//!   tables).
+//! briefing tests check it against python3. Where it deliberately fails where Python
+//! would not, and how its work is bounded: docs/architecture.md ("Module notes"). Each
+//! file names the CPython source it follows.
 
+/// `format(value, spec)`, the format-spec mini-language for `str`,
+/// `int` and `float` (`Python/formatter_unicode.c`).
 mod format_spec;
+/// `str.format` itself, the template and its replacement fields
+/// (`Objects/stringlib/unicode_format.h`: `build_string`, `parse_field`,
+/// `get_field_object`).
 mod formatter;
+/// A float as a spec asks for it (`Python/pystrtod.c`'s
+/// `PyOS_double_to_string` over `Python/dtoa.c`'s digits); `repr(float)` itself is
+/// [`float_repr`](super::float_repr).
 mod pystrtod;
+/// `str()`, `repr()` and `ascii()` of JSON values (`Objects/unicodeobject.c`'s
+/// `unicode_repr`, `Objects/listobject.c`'s `list_repr`, `Objects/dictobject.c`'s
+/// `dict_repr`, `Objects/longobject.c`'s limit on decimal digits).
 mod repr;
+/// The Unicode properties the port reads, `str.isprintable` and the
+/// value of a decimal digit of any script (`Objects/unicodectype.c`, Python 3.11's
+/// tables).
 mod unicodectype;
 
 pub use format_spec::format_value;

@@ -137,6 +137,21 @@ pub(super) fn double_to_string(
         }
         _ => (DtoaMode::Shortest, 0),
     };
+    Ok(format_float_short(
+        value, code, mode, precision, flags, upper,
+    ))
+}
+
+/// `format_float_short`: `value`'s digits in `mode`, laid out for `code` (lowercased;
+/// `upper` for E, F, G) with `precision` as `double_to_string` adjusted it.
+fn format_float_short(
+    value: f64,
+    code: char,
+    mode: DtoaMode,
+    precision: i64,
+    flags: FloatFlags,
+    upper: bool,
+) -> String {
     let Digits { digits, mut decpt } = dtoa(value.abs(), mode);
     let mut negative = value.is_sign_negative();
     if flags.no_neg_0 && negative && digits == "0" {
@@ -215,5 +230,5 @@ pub(super) fn double_to_string(
         out.push(if upper { 'E' } else { 'e' });
         out.push_str(&format!("{exponent:+03}"));
     }
-    Ok(out)
+    out
 }

@@ -26,6 +26,11 @@ pub fn parse(text: &str) -> Result<PyValue, JsonError> {
 /// The first repeated object key of `text` in document order, at any depth, if there is
 /// one; `Err` when `text` is not JSON that [`parse`] accepts. Keys compare as decoded, as
 /// Python compares them.
+///
+/// This is the strict reading of the same grammar: Python keeps the last value
+/// of a repeated key, while another reader of the same text may keep the first, so a
+/// document that repeats one can mean one thing to the operator and another to the tool.
+/// The API refuses such documents instead of choosing.
 pub fn repeated_key(text: &str) -> Result<Option<RepeatedKey>, JsonError> {
     let mut parser = Parser::new(text, true);
     match parser.document() {

@@ -10,28 +10,22 @@
 //! The parser is stricter than Python where Python is lax in ways an agent has no
 //! business relying on: `NaN`/`Infinity` literals and lone surrogates are refused, and so
 //! is nesting deeper than [`MAX_DEPTH`], so hostile input can neither smuggle values that
-//! have no faithful representation nor exhaust the stack.
-//!
-//! [`repeated_key`] is the strict reading of the same grammar: Python keeps the last value
-//! of a repeated key, while another reader of the same text may keep the first, so a
-//! document that repeats one can mean one thing to the operator and another to the tool.
-//! The API refuses such documents instead of choosing.
-//!
-//! By the CPython sources each file follows:
-//! - `decoder`: `json.loads`, as `Lib/json/decoder.py` (`JSONObject`, `JSONArray`,
-//!   `py_scanstring`) and `Lib/json/scanner.py` (`_scan_once`, `NUMBER_RE`) read a text
-//!   (`Modules/_json.c` is the same in C); and [`repeated_key`], the strict reading.
-//! - `error`: why a text is refused, and at which byte.
-//! - `repeat`: the repeated key the strict reading reports, and how it is shown.
-//! - `encoder`: `json.dumps`, as `Lib/json/encoder.py` and `Modules/_json.c`'s encoder
-//!   (`encoder_listencode_*`, `py_encode_basestring_ascii`, `py_encode_basestring`)
-//!   write it, with the two settings used here: the canonical `sort_keys=True` text and
-//!   the `indent=2, ensure_ascii=False` text shown to operators. Floats are written by
-//!   [`float_repr`](super::float_repr).
+//! have no faithful representation nor exhaust the stack. Each file names the CPython
+//! source it follows.
 
+/// `json.loads`, as `Lib/json/decoder.py` (`JSONObject`, `JSONArray`,
+/// `py_scanstring`) and `Lib/json/scanner.py` (`_scan_once`, `NUMBER_RE`) read a text
+/// (`Modules/_json.c` is the same in C); and [`repeated_key`], the strict reading.
 mod decoder;
+/// `json.dumps`, as `Lib/json/encoder.py` and `Modules/_json.c`'s encoder
+/// (`encoder_listencode_*`, `py_encode_basestring_ascii`, `py_encode_basestring`)
+/// write it, with the two settings used here: the canonical `sort_keys=True` text and
+/// the `indent=2, ensure_ascii=False` text shown to operators. Floats are written by
+/// [`float_repr`](super::float_repr).
 mod encoder;
+/// Why a text is refused, and at which byte.
 mod error;
+/// The repeated key the strict reading reports, and how it is shown.
 mod repeat;
 
 pub use decoder::{parse, parse_object, repeated_key};
