@@ -56,8 +56,14 @@ fn the_interaction_and_notification_bodies_document_exactly_what_their_parsers_k
     let doc = doc();
     let schemas = &doc["components"]["schemas"];
     for (name, known) in [
-        ("CreateInteractionBody", interactions::FIELDS),
-        ("NotificationBody", interactions::NOTIFICATION_FIELDS),
+        (
+            "CreateInteractionBody",
+            crate::api::body::fields_of::<CreateInteractionBody>(),
+        ),
+        (
+            "NotificationBody",
+            crate::api::body::fields_of::<NotificationBody>(),
+        ),
     ] {
         let body = &schemas[name];
         let mut known = known.to_vec();
