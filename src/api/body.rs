@@ -204,3 +204,50 @@ pub fn allowed_callback_url(u: &str, agent: &Agent) -> Result<String, ApiError> 
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    struct Sample {
+        #[serde(deserialize_with = "crate::api::field::tool")]
+        #[allow(dead_code)]
+        tool: crate::domain::ids::ToolName,
+        #[serde(default, deserialize_with = "crate::api::field::flag")]
+        #[allow(dead_code)]
+        flag: bool,
+    }
+
+    fn refusal(body: &str) -> String {
+        match read::<Sample>(&raw_object(body.as_bytes()).expect("an object"), "at.") {
+            Err(ApiError::InvalidField { field, reason }) => format!("{field}: {reason}"),
+            other => panic!("{body}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn fields_are_read_in_declaration_order_in_the_apis_words() {
+        assert_eq!(fields_of::<Sample>(), ["tool", "flag"]);
+        // Absent counts as null, and a required field says so in its own words.
+        assert_eq!(refusal(r#"{}"#), "at.tool: is required");
+        assert_eq!(refusal(r#"{"tool": null}"#), "at.tool: is required");
+        // The first field at fault in the struct's order, whatever the body's order.
+        assert_eq!(
+            refusal(r#"{"flag": 1, "tool": 2}"#),
+            "at.tool: must be a string"
+        );
+        // No serde_json position after the words.
+        assert_eq!(
+            refusal(r#"{"tool": "t", "flag": "yes"}"#),
+            "at.flag: must be true or false"
+        );
+        assert_eq!(
+            refusal(r#"{"tool": "t", "x": 1}"#),
+            "at.x: is not a known field (known: tool, flag)"
+        );
+        assert!(read::<Sample>(&raw_object(br#"{"tool": "t"}"#).expect("object"), "").is_ok());
+    }
+}

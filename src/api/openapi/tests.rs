@@ -119,3 +119,22 @@ fn the_interaction_view_documents_every_key_it_serialises() {
     let events = &doc["paths"]["/v1/events"]["get"]["responses"]["200"]["content"];
     assert!(events.get("text/event-stream").is_some());
 }
+
+#[test]
+fn a_nullable_field_is_written_as_one_schema() {
+    let mut field = json!({"oneOf": [{"type": "null"}, {"type": "string", "enum": ["a"]}],
+        "description": "d", "default": "a"});
+    merge_nullable(&mut field);
+    assert_eq!(
+        field,
+        json!({"type": ["string", "null"], "enum": ["a", null], "description": "d", "default": "a"})
+    );
+    let mut wrapped =
+        json!({"oneOf": [{"type": "integer", "description": "x"}], "description": "d"});
+    merge_nullable(&mut wrapped);
+    assert_eq!(wrapped, json!({"type": "integer", "description": "d"}));
+    let mut reference = json!({"oneOf": [{"type": "null"}, {"$ref": "#/components/schemas/X"}]});
+    let before = reference.clone();
+    merge_nullable(&mut reference);
+    assert_eq!(reference, before, "a oneOf of a reference is left as it is");
+}
