@@ -1,30 +1,30 @@
 //! `/v1/confirmations`: create, read (with long-poll), withdraw.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::de::DeserializeOwned;
-use serde_json::value::RawValue;
+use serde::Deserialize;
+use utoipa::ToSchema;
 
 use super::AppState;
+use super::body::{allowed_callback_url, raw_object, read};
 use super::error::ApiError;
 use super::extract::{AuthAgent, Body};
-use super::limits::Held;
+use super::field::{self, CallbackUrl, Context, Params, Route, Template, Window};
+use super::limits::{Held, rate_limit};
+use super::question::{parse_id, respond};
 use super::record::{RecordView, WindowUseView};
 use crate::config::{Agent, Config};
 use crate::domain::edit::ArgsSchema;
 use crate::domain::grant::Scope;
-use crate::domain::ids::{ConfirmationId, IdempotencyKey, OwnerId, ToolName};
-use crate::domain::outbox::{Url, callback_path_refusal};
-use crate::domain::python::value::PyDict;
-use crate::domain::question::Question;
-use crate::domain::{python, text};
+use crate::domain::ids::{IdempotencyKey, OwnerId, ToolName};
 use crate::service::{GrantCheck, NewConfirmation};
 
+pub use super::field::WaitMode;
 /// The limits a confirmation request is held to (their one home is
 /// [`crate::domain::limits`]), under the names this module has always exported.
 pub use crate::domain::limits::{
@@ -32,184 +32,92 @@ pub use crate::domain::limits::{
     MAX_ROUTE_CHARS, MAX_TEMPLATE_CHARS, MAX_WINDOW_SECONDS,
 };
 
-/// `block`: answer with the final decision; `suspend`: answer at once with the pending
-/// record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WaitMode {
-    Block,
-    Suspend,
-}
-
-const FIELDS: &[&str] = &[
-    "tool",
-    "params",
-    "owner_id",
-    "template",
-    "window_seconds",
-    "allow_edit",
-    "timeout_seconds",
-    "wait",
-    "route",
-    "idempotency_key",
-    "context",
-    "callback_url",
-    "grant_scope",
-    "require_grant_only",
-    "args_schema",
-];
-
-/// A JSON object's members as raw JSON, read as sent.
-pub type RawObject = BTreeMap<String, Box<RawValue>>;
-
-/// One field's raw JSON, typed; `null` counts as absent.
-fn field<T: DeserializeOwned>(
-    body: &RawObject,
-    name: &str,
-    expected: &str,
-) -> Result<Option<T>, ApiError> {
-    field_at(body, "", name, expected)
-}
-
-/// [`field`] of an object found at `at` (`""` at the body's root, `"call."` inside
-/// `call`), which errors name.
-fn field_at<T: DeserializeOwned>(
-    body: &RawObject,
-    at: &str,
-    name: &str,
-    expected: &str,
-) -> Result<Option<T>, ApiError> {
-    match body.get(name) {
-        None => Ok(None),
-        Some(raw) if raw.get() == "null" => Ok(None),
-        Some(raw) => serde_json::from_str(raw.get())
-            .map(Some)
-            .map_err(|_| ApiError::field(format!("{at}{name}"), format!("must be {expected}"))),
-    }
-}
-
-/// The parts of a tool call, as `POST /v1/confirmations` and an interaction's `call`
-/// both carry them.
-pub struct CallFields {
-    pub tool: ToolName,
-    pub params: PyDict,
-    /// The `params` object exactly as the agent sent it.
-    pub params_json: String,
-    pub owner_id: OwnerId,
-    /// `None` when absent: the caller's default applies.
-    pub window_seconds: Option<u64>,
-    /// The tool's argument schema, checked as a JSON Schema.
-    pub args_schema: Option<ArgsSchema>,
-}
-
-/// Reads `tool`, `params`, `owner_id`, `window_seconds` and `args_schema` of an object found at `at`
-/// (see [`field_at`]), naming the first field at fault.
-pub fn call_fields(body: &RawObject, at: &str) -> Result<CallFields, ApiError> {
-    let named = |name: &str| format!("{at}{name}");
-    let tool: String = field_at(body, at, "tool", "a string")?
-        .ok_or_else(|| ApiError::field(named("tool"), "is required"))?;
-    let tool = ToolName::parse(&tool).map_err(|e| ApiError::field(named("tool"), e.0))?;
-
-    let raw_params = body
-        .get("params")
-        .filter(|r| r.get() != "null")
-        .ok_or_else(|| ApiError::field(named("params"), "is required (a JSON object)"))?;
-    let params = python::json::parse_object(raw_params.get())
-        .map_err(|e| ApiError::field(named("params"), format!("must be a JSON object: {e}")))?;
-    let keys = params.count_keys();
-    if keys > MAX_PARAM_KEYS {
-        return Err(ApiError::field(
-            named("params"),
-            format!("has {keys} keys; the limit is {MAX_PARAM_KEYS}"),
-        ));
-    }
-
-    let owner_id = match field_at::<String>(body, at, "owner_id", "a string")? {
-        Some(o) => OwnerId::parse(&o).map_err(|e| ApiError::field(named("owner_id"), e.0))?,
-        None => OwnerId::anonymous(),
-    };
-    // Read as a number so `600.0` (what Python's json.dumps writes for a float that
-    // holds a whole number) counts as the integer it is, as JSON Schema says.
-    let window_seconds = match field_at::<f64>(body, at, "window_seconds", "an integer >= 0")? {
-        None => None,
-        Some(w) if w.is_finite() && w >= 0.0 && w.fract() == 0.0 => {
-            if w > MAX_WINDOW_SECONDS as f64 {
-                return Err(ApiError::field(
-                    named("window_seconds"),
-                    format!("must be at most {MAX_WINDOW_SECONDS} (366 days)"),
-                ));
-            }
-            Some(w as u64)
-        }
-        Some(_) => {
-            return Err(ApiError::field(
-                named("window_seconds"),
-                "must be an integer >= 0",
-            ));
-        }
-    };
-    let args_schema = match body.get("args_schema").filter(|r| r.get() != "null") {
-        None => None,
-        Some(raw) => Some(
-            ArgsSchema::parse(raw.get()).map_err(|e| ApiError::field(named("args_schema"), e.0))?,
-        ),
-    };
-    Ok(CallFields {
-        tool,
-        params,
-        params_json: raw_params.get().to_owned(),
-        owner_id,
-        window_seconds,
-        args_schema,
+/// A tool call to confirm. `null` counts as absent; unknown fields and repeated keys (at
+/// any depth) are refused.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(examples(
+    json!({
+        "tool": "transfer", "params": {"to": "ACME", "amount": 1200.5},
+        "owner_id": "alice", "template": "Send {amount:,.2f} EUR to {to}?",
+        "window_seconds": 600
+    }),
+    json!({
+        "tool": "deploy", "params": {"service": "billing", "replicas": 3},
+        "wait": "suspend", "idempotency_key": "deploy-billing-42",
+        "context": "Friday release"
     })
-}
-
-fn bounded_text(value: Option<String>, name: &str, max: usize) -> Result<Option<String>, ApiError> {
-    match value {
-        Some(v) if v.chars().count() > max => Err(ApiError::field(
-            name,
-            format!("must be at most {max} characters"),
-        )),
-        v => Ok(v),
-    }
-}
-
-/// Free text shown to the operator: other invisible characters are shown as escapes, NUL
-/// and ESC are refused (see [`text::has_nul_or_esc`]).
-pub(super) fn free_text(value: Option<String>, name: &str) -> Result<Option<String>, ApiError> {
-    match value {
-        Some(v) if text::has_nul_or_esc(&v) => Err(ApiError::field(
-            name,
-            "must not contain NUL or ESC characters",
-        )),
-        v => Ok(v),
-    }
-}
-
-/// An optional string field of at most `max` characters that the operator is shown.
-fn shown_text(
-    body: &BTreeMap<String, Box<RawValue>>,
-    name: &str,
-    max: usize,
-) -> Result<Option<String>, ApiError> {
-    free_text(
-        bounded_text(field(body, name, "a string")?, name, max)?,
-        name,
-    )
-}
-
-/// The 422 for a body that repeats an object key: the field is the path of the object
-/// that repeats it, from the body's root (`params.to: repeats key "iban"`; `body` for the
-/// body itself). Readers disagree on which value a repeated key has (serde_json and
-/// Python keep the last, others the first), so what the operator is shown could differ
-/// from what the tool gets: such a body is refused rather than read either way.
-pub(super) fn repeated_key_error(r: &python::json::RepeatedKey) -> ApiError {
-    let path = r.path();
-    let field = if path.is_empty() {
-        "body".to_owned()
-    } else {
-        path
-    };
-    ApiError::field(field, r.reason())
+))]
+pub struct CreateConfirmationBody {
+    #[serde(deserialize_with = "field::tool")]
+    #[schema(inline)]
+    pub tool: ToolName,
+    #[schema(inline)]
+    pub params: Params,
+    /// The human on whose behalf the agent acts: not blank, no invisible or
+    /// layout-changing characters (Unicode Cc, Cf, Zl, Zp, Co).
+    #[serde(deserialize_with = "field::owner")]
+    #[schema(inline, default = "anonymous")]
+    pub owner_id: Option<OwnerId>,
+    /// A Python `str.format` briefing template: no NUL or ESC characters.
+    #[schema(inline)]
+    pub template: Option<Template>,
+    /// Confirmation window: identical approved calls pass without asking for this long.
+    /// Default: the configuration's `default_window_seconds`.
+    #[serde(deserialize_with = "field::window")]
+    #[schema(inline)]
+    pub window_seconds: Option<Window>,
+    /// The tool allows editing: in the chat it falls back to approve/cancel; with
+    /// `args_schema` and the console on, the call can be edited there before it is
+    /// approved (the answer then says `edited` and gives the new parameters).
+    #[serde(default, deserialize_with = "field::flag")]
+    #[schema(nullable, default = false)]
+    pub allow_edit: bool,
+    /// How long to wait for a human; at most the configuration's `max_timeout_seconds`.
+    /// Default: its `default_timeout_seconds`.
+    #[serde(deserialize_with = "field::seconds")]
+    #[schema(exclusive_minimum = 0)]
+    pub timeout_seconds: Option<f64>,
+    /// `block`: answer with the decision; `suspend`: answer 202 at once with the pending
+    /// record.
+    #[serde(default, deserialize_with = "field::wait")]
+    #[schema(inline, nullable, default = "block")]
+    pub wait: WaitMode,
+    /// A named Telegram destination this agent may use. Default: the agent's
+    /// `default_route`.
+    #[schema(inline)]
+    pub route: Option<Route>,
+    /// The same agent and key find the same request for 24 h: not blank, no control
+    /// characters.
+    #[serde(deserialize_with = "field::idempotency_key")]
+    #[schema(inline)]
+    pub idempotency_key: Option<IdempotencyKey>,
+    /// Extra text shown to the operator: no NUL or ESC characters.
+    #[schema(inline)]
+    pub context: Option<Context>,
+    /// An http(s) URL under one of the agent's `callback_url_prefixes`, with no
+    /// percent-encoded `/`, `\` or `.` (`%2F`, `%5C`, `%2E`) in its path; the outcome is
+    /// POSTed there, signed.
+    #[schema(inline)]
+    pub callback_url: Option<CallbackUrl>,
+    /// The grant the call presents, checked after the `deny` rules and before the window,
+    /// the `allow` rules and any person: the scope (`tool:deploy`; `tool:*` covers every
+    /// tool) a live grant of this agent for `owner_id` must cover. Without one the
+    /// request is `cancelled` at once, `via: "grant"`, nobody asked. It must cover `tool`
+    /// (`tool:<tool>` or `tool:*`; another kind only where the configuration's
+    /// `grant_scopes` maps it to `tool`), else 422 `invalid_field` naming both, nothing
+    /// stored.
+    #[serde(deserialize_with = "field::grant_scope")]
+    #[schema(inline)]
+    pub grant_scope: Option<Scope>,
+    /// With `grant_scope`: a live grant confirms the call at once (`via: "grant"`),
+    /// without window, `allow` rule or person; a `deny` rule still cancels it.
+    #[serde(default, deserialize_with = "field::flag")]
+    #[schema(nullable, default = false)]
+    pub require_grant_only: bool,
+    #[serde(deserialize_with = "field::args_schema")]
+    #[schema(inline)]
+    pub args_schema: Option<ArgsSchema>,
 }
 
 /// Parses and checks a create body for `agent`, naming the first field at fault.
@@ -218,38 +126,10 @@ pub fn parse_create(
     config: &Config,
     agent: &Agent,
 ) -> Result<(NewConfirmation, WaitMode), ApiError> {
-    let body: BTreeMap<String, Box<RawValue>> = serde_json::from_slice(bytes).map_err(|e| {
-        if e.is_data() {
-            ApiError::field("body", "must be a JSON object")
-        } else {
-            ApiError::MalformedJson(e.to_string())
-        }
-    })?;
-    // A body the strict reader refuses is left to the checks below: every value in it is
-    // read strictly (`params` by the same reader), and they name the field at fault.
-    if let Ok(Ok(Some(r))) = std::str::from_utf8(bytes).map(python::json::repeated_key) {
-        return Err(repeated_key_error(&r));
-    }
-    if let Some(unknown) = body.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(ApiError::field(
-            unknown.as_str(),
-            format!("is not a known field (known: {})", FIELDS.join(", ")),
-        ));
-    }
-
-    let CallFields {
-        tool,
-        params,
-        params_json,
-        owner_id,
-        window_seconds,
-        args_schema,
-    } = call_fields(&body, "")?;
-    let window_seconds = window_seconds.unwrap_or(config.default_window_seconds);
-    let template = shown_text(&body, "template", MAX_TEMPLATE_CHARS)?;
-    let allow_edit = field(&body, "allow_edit", "true or false")?.unwrap_or(false);
+    let body: CreateConfirmationBody = read(&raw_object(bytes)?, "")?;
     let max = config.max_timeout_seconds;
-    let timeout_seconds = field::<f64>(&body, "timeout_seconds", "a number")?
+    let timeout_seconds = body
+        .timeout_seconds
         .unwrap_or(config.default_timeout_seconds);
     if !(timeout_seconds.is_finite() && timeout_seconds > 0.0 && timeout_seconds <= max) {
         return Err(ApiError::field(
@@ -262,60 +142,39 @@ pub fn parse_create(
     // is 2007.0000000000002 in binary, and a plain ceil would make it 2008 ms.
     let micros = (timeout_seconds * 1e6).round() as u64;
     let timeout = Duration::from_millis(micros.div_ceil(1000).max(1));
-    let wait = match field::<String>(&body, "wait", "\"block\" or \"suspend\"")?.as_deref() {
-        None | Some("block") => WaitMode::Block,
-        Some("suspend") => WaitMode::Suspend,
-        Some(_) => return Err(ApiError::field("wait", "must be \"block\" or \"suspend\"")),
-    };
-    let route = bounded_text(field(&body, "route", "a string")?, "route", MAX_ROUTE_CHARS)?;
-    let idempotency_key = field::<String>(&body, "idempotency_key", "a string")?
-        .map(|k| IdempotencyKey::parse(&k).map_err(|e| ApiError::field("idempotency_key", e.0)))
+    let callback_url = body
+        .callback_url
+        .map(|u| allowed_callback_url(&u.0, agent))
         .transpose()?;
-    let context = shown_text(&body, "context", MAX_CONTEXT_CHARS)?;
-
-    let callback_url = bounded_text(
-        field(&body, "callback_url", "a string")?,
-        "callback_url",
-        MAX_CALLBACK_URL_CHARS,
-    )?
-    .map(|u| allowed_callback_url(&u, agent))
-    .transpose()?;
-
-    let grant = field::<String>(&body, "grant_scope", "a string such as \"tool:deploy\"")?
-        .map(|s| Scope::parse(&s).map_err(|e| ApiError::field("grant_scope", e.0)))
-        .transpose()?;
-    let sufficient = field(&body, "require_grant_only", "true or false")?.unwrap_or(false);
-    if sufficient && grant.is_none() {
+    if body.require_grant_only && body.grant_scope.is_none() {
         return Err(ApiError::field(
             "require_grant_only",
             "needs grant_scope: the grant that would be enough",
         ));
     }
-    let grant = grant.map(|scope| GrantCheck { scope, sufficient });
-
-    Ok((
-        NewConfirmation {
-            tool,
-            params,
-            params_json,
-            owner_id,
-            template,
-            window_seconds,
-            allow_edit,
-            timeout,
-            route,
-            idempotency_key,
-            context,
-            callback_url,
-            grant,
-            args_schema,
-        },
-        wait,
-    ))
-}
-
-pub(super) fn respond(status: StatusCode, r: &Question) -> Response {
-    (status, Json(RecordView::from(r))).into_response()
+    let grant = body.grant_scope.map(|scope| GrantCheck {
+        scope,
+        sufficient: body.require_grant_only,
+    });
+    let new = NewConfirmation {
+        tool: body.tool,
+        params: body.params.dict,
+        params_json: body.params.json,
+        owner_id: body.owner_id.unwrap_or_else(OwnerId::anonymous),
+        template: body.template.map(|t| t.0),
+        window_seconds: body
+            .window_seconds
+            .map_or(config.default_window_seconds, |w| w.0),
+        allow_edit: body.allow_edit,
+        timeout,
+        route: body.route.map(|r| r.0),
+        idempotency_key: body.idempotency_key,
+        context: body.context.map(|c| c.0),
+        callback_url,
+        grant,
+        args_schema: body.args_schema,
+    };
+    Ok((new, body.wait))
 }
 
 /// `POST /v1/confirmations`
@@ -324,7 +183,7 @@ pub(super) fn respond(status: StatusCode, r: &Question) -> Response {
     path = "/v1/confirmations",
     operation_id = "create_confirmation",
     tag = "confirmations",
-    request_body = crate::api::openapi::CreateConfirmationBody,
+    request_body = CreateConfirmationBody,
     responses(
         (status = 200, description = "The terminal record: decided (`wait: block`), a window hit, or an idempotent repeat of a decided request.",
             body = RecordView, links(
@@ -337,11 +196,9 @@ pub(super) fn respond(status: StatusCode, r: &Question) -> Response {
                 ("withdraw" = (operation_id = "withdraw_confirmation", parameters(("id" = "$response.body#/id")))),
                 ("events" = (operation_id = "confirmation_events", parameters(("id" = "$response.body#/id")))),
             )),
-        (status = 400, description = "`malformed_json`: the body is not JSON.", body = crate::api::error::ErrorBody),
-        (status = 401, description = "`unauthorized`: missing or unknown bearer token.", body = crate::api::error::ErrorBody,
-            headers(("WWW-Authenticate" = String))),
+        crate::api::error::BodyRefused,
+        crate::api::error::Unauthenticated,
         (status = 403, description = "`forbidden`: the route is not allowed for this agent.", body = crate::api::error::ErrorBody),
-        (status = 413, description = "`payload_too_large`: the body is over 64 KiB.", body = crate::api::error::ErrorBody),
         (status = 422, description = "`invalid_field`: the message starts with the field's name; `grant_scope: '…' does not cover tool '…'` when the scope presented does not cover the call's tool (nothing stored).", body = crate::api::error::ErrorBody),
         (status = 429, description = "`rate_limited`: over the agent's `requests_per_minute` or `max_pending`.", body = crate::api::error::ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying."))),
@@ -378,44 +235,6 @@ pub async fn create(
     }
 }
 
-/// A `callback_url` as stored: an http(s) URL under one of the agent's prefixes.
-pub(super) fn allowed_callback_url(u: &str, agent: &Agent) -> Result<String, ApiError> {
-    let url = Url::parse(u)
-        .ok()
-        .filter(|p| matches!(p.scheme(), "http" | "https"))
-        .ok_or_else(|| ApiError::field("callback_url", "must be an http(s) URL"))?;
-    if let Some(reason) = callback_path_refusal(u, &url) {
-        return Err(ApiError::field("callback_url", reason));
-    }
-    if agent.allows_callback(&url) {
-        Ok(url.to_string())
-    } else {
-        Err(ApiError::field(
-            "callback_url",
-            "is not under any of this agent's callback_url_prefixes",
-        ))
-    }
-}
-
-/// Takes a token from the agent's request budget (every request that asks or notifies).
-pub(super) fn rate_limit(state: &AppState, agent: &Agent) -> Result<(), ApiError> {
-    state
-        .rate
-        .check(&agent.name, agent.requests_per_minute)
-        .map_err(|wait| ApiError::TooManyRequests {
-            message: format!(
-                "more than {} requests per minute from this agent (its requests_per_minute)",
-                agent.requests_per_minute
-            ),
-            retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
-        })
-}
-
-pub(super) fn parse_id(id: &str) -> Result<ConfirmationId, ApiError> {
-    // A malformed id cannot name anything we stored.
-    ConfirmationId::parse(id).map_err(|_| ApiError::NotFound("no confirmation with this id".into()))
-}
-
 /// `GET /v1/confirmations/{id}?wait=N`
 #[utoipa::path(
     get,
@@ -425,8 +244,7 @@ pub(super) fn parse_id(id: &str) -> Result<ConfirmationId, ApiError> {
     params(("id" = String, Path, description = "The confirmation's id (`cf_` and 32 hex digits)."), crate::api::openapi::LongPoll),
     responses(
         (status = 200, description = "The record (terminal, or still pending when the wait ran out).", body = RecordView),
-        (status = 401, description = "`unauthorized`: missing or unknown bearer token.", body = crate::api::error::ErrorBody,
-            headers(("WWW-Authenticate" = String))),
+        crate::api::error::Unauthenticated,
         (status = 404, description = "`not_found`: unknown id, or another agent's.", body = crate::api::error::ErrorBody),
         (status = 422, description = "`invalid_field`: `wait` is not a number of seconds in range.", body = crate::api::error::ErrorBody),
         (status = 429, description = "`too_many_streams`: with `wait`, this agent already has `max_long_polls` long-polls waiting.", body = crate::api::error::ErrorBody,
@@ -491,8 +309,7 @@ pub async fn get(
     params(("id" = String, Path, description = "The confirmation's id (`cf_` and 32 hex digits).")),
     responses(
         (status = 200, description = "Withdrawn: the record, `cancelled` via `withdrawn`.", body = RecordView),
-        (status = 401, description = "`unauthorized`: missing or unknown bearer token.", body = crate::api::error::ErrorBody,
-            headers(("WWW-Authenticate" = String))),
+        crate::api::error::Unauthenticated,
         (status = 404, description = "`not_found`: unknown id, or another agent's.", body = crate::api::error::ErrorBody),
         (status = 409, description = "`already_decided`: the record as decided is under `confirmation`.", body = crate::api::error::ConflictBody),
     ),
@@ -517,8 +334,7 @@ pub async fn withdraw(
     params(("id" = String, Path, description = "The confirmation's id (`cf_` and 32 hex digits).")),
     responses(
         (status = 200, description = "The request's audit events, oldest first.", body = crate::api::openapi::EventList),
-        (status = 401, description = "`unauthorized`: missing or unknown bearer token.", body = crate::api::error::ErrorBody,
-            headers(("WWW-Authenticate" = String))),
+        crate::api::error::Unauthenticated,
         (status = 404, description = "`not_found`: unknown id, or another agent's.", body = crate::api::error::ErrorBody),
     ),
     security(("bearer" = [])),

@@ -8,7 +8,7 @@ use axum::Json;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use utoipa::ToSchema;
+use utoipa::{IntoResponses, ToSchema};
 
 use super::record::{InteractionView, RecordView};
 use crate::domain::limits::MAX_BODY_BYTES;
@@ -134,6 +134,29 @@ pub struct InteractionConflictBody {
     pub interaction: InteractionView,
 }
 
+/// The refusal every `/v1` operation documents the same way: no agent's token.
+#[derive(IntoResponses)]
+pub enum Unauthenticated {
+    #[response(
+        status = 401,
+        description = "`unauthorized`: missing or unknown bearer token.",
+        headers(("WWW-Authenticate" = String))
+    )]
+    Unauthorized(ErrorBody),
+}
+
+/// The refusals of every operation that reads a body, before it reads a field.
+#[derive(IntoResponses)]
+pub enum BodyRefused {
+    #[response(status = 400, description = "`malformed_json`: the body is not JSON.")]
+    MalformedJson(ErrorBody),
+    #[response(
+        status = 413,
+        description = "`payload_too_large`: the body is over 64 KiB."
+    )]
+    PayloadTooLarge(ErrorBody),
+}
+
 impl ApiError {
     pub fn field(field: impl Into<String>, reason: impl Into<String>) -> Self {
         ApiError::InvalidField {
@@ -180,6 +203,89 @@ fn too_many(code: ErrorCode, message: String, retry_after_secs: u64) -> Response
     r
 }
 
+/// A 401, with the `WWW-Authenticate` challenge.
+fn unauthorized(message: &str) -> Response {
+    let mut r = body(
+        StatusCode::UNAUTHORIZED,
+        ErrorCode::Unauthorized,
+        message.to_owned(),
+    );
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer"),
+    );
+    r
+}
+
+/// A 408; the connection is closed after it.
+fn body_timeout(limit: std::time::Duration) -> Response {
+    let mut r = body(
+        StatusCode::REQUEST_TIMEOUT,
+        ErrorCode::RequestTimeout,
+        format!(
+            "the request body did not arrive within {} s \
+             (server.body_read_timeout_seconds); the connection is closed",
+            limit.as_secs_f64()
+        ),
+    );
+    r.headers_mut().insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
+    r
+}
+
+/// A 409 that carries the record as stored (under `confirmation`).
+fn conflict_with_record(code: ErrorCode, message: String, record: &Question) -> Response {
+    let error = ErrorDetail {
+        code,
+        message,
+        fields: None,
+    };
+    let confirmation = RecordView::from(record);
+    (
+        StatusCode::CONFLICT,
+        Json(ConflictBody {
+            error,
+            confirmation,
+        }),
+    )
+        .into_response()
+}
+
+/// The 409 of an interaction that already ended, with the interaction as it ended.
+fn interaction_ended(r: &Question) -> Response {
+    let error = ErrorDetail {
+        code: ErrorCode::AlreadyDecided,
+        message: format!("the interaction is already {}", r.public_status()),
+        fields: None,
+    };
+    let interaction = InteractionView::from(r);
+    (
+        StatusCode::CONFLICT,
+        Json(InteractionConflictBody { error, interaction }),
+    )
+        .into_response()
+}
+
+/// The 422 of an edit that does not fit the tool's schema, each field at fault.
+fn invalid_parameters(fields: Vec<FieldError>) -> Response {
+    let message = fields
+        .iter()
+        .map(|f| match f.field.as_str() {
+            "" => f.message.clone(),
+            name => format!("{name}: {}", f.message),
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let error = ErrorDetail {
+        code: ErrorCode::InvalidParameters,
+        message: format!("parameters: {message}; nothing was decided"),
+        fields: Some(fields),
+    };
+    (StatusCode::UNPROCESSABLE_ENTITY, Json(ErrorBody { error })).into_response()
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         match self {
@@ -193,80 +299,18 @@ impl IntoResponse for ApiError {
                 ErrorCode::MalformedJson,
                 format!("the body is not a Telegram Update: {m}"),
             ),
-            ApiError::Unauthorized(m) => {
-                let mut r = body(
-                    StatusCode::UNAUTHORIZED,
-                    ErrorCode::Unauthorized,
-                    m.to_owned(),
-                );
-                r.headers_mut().insert(
-                    header::WWW_AUTHENTICATE,
-                    header::HeaderValue::from_static("Bearer"),
-                );
-                r
-            }
+            ApiError::Unauthorized(m) => unauthorized(m),
             ApiError::Forbidden(m) => body(StatusCode::FORBIDDEN, ErrorCode::Forbidden, m),
             ApiError::NotFound(m) => body(StatusCode::NOT_FOUND, ErrorCode::NotFound, m),
-            ApiError::BodyTimeout(limit) => {
-                let mut r = body(
-                    StatusCode::REQUEST_TIMEOUT,
-                    ErrorCode::RequestTimeout,
-                    format!(
-                        "the request body did not arrive within {} s \
-                         (server.body_read_timeout_seconds); the connection is closed",
-                        limit.as_secs_f64()
-                    ),
-                );
-                r.headers_mut().insert(
-                    header::CONNECTION,
-                    header::HeaderValue::from_static("close"),
-                );
-                r
-            }
-            ApiError::AlreadyDecided(r) => {
-                let error = ErrorDetail {
-                    code: ErrorCode::AlreadyDecided,
-                    message: format!("the confirmation is already {}", r.status.as_str()),
-                    fields: None,
-                };
-                let confirmation = RecordView::from(&*r);
-                (
-                    StatusCode::CONFLICT,
-                    Json(ConflictBody {
-                        error,
-                        confirmation,
-                    }),
-                )
-                    .into_response()
-            }
-            ApiError::InteractionEnded(r) => {
-                let error = ErrorDetail {
-                    code: ErrorCode::AlreadyDecided,
-                    message: format!("the interaction is already {}", r.public_status()),
-                    fields: None,
-                };
-                let interaction = InteractionView::from(&*r);
-                (
-                    StatusCode::CONFLICT,
-                    Json(InteractionConflictBody { error, interaction }),
-                )
-                    .into_response()
-            }
+            ApiError::BodyTimeout(limit) => body_timeout(limit),
+            ApiError::AlreadyDecided(r) => conflict_with_record(
+                ErrorCode::AlreadyDecided,
+                format!("the confirmation is already {}", r.status.as_str()),
+                &r,
+            ),
+            ApiError::InteractionEnded(r) => interaction_ended(&r),
             ApiError::OutcomeRefused { message, record } => {
-                let error = ErrorDetail {
-                    code: ErrorCode::Conflict,
-                    message,
-                    fields: None,
-                };
-                let confirmation = RecordView::from(&*record);
-                (
-                    StatusCode::CONFLICT,
-                    Json(ConflictBody {
-                        error,
-                        confirmation,
-                    }),
-                )
-                    .into_response()
+                conflict_with_record(ErrorCode::Conflict, message, &record)
             }
             ApiError::Conflict { field, reason } => body(
                 StatusCode::CONFLICT,
@@ -283,22 +327,7 @@ impl IntoResponse for ApiError {
                 ErrorCode::InvalidField,
                 format!("{field}: {reason}"),
             ),
-            ApiError::InvalidParameters(fields) => {
-                let message = fields
-                    .iter()
-                    .map(|f| match f.field.as_str() {
-                        "" => f.message.clone(),
-                        name => format!("{name}: {}", f.message),
-                    })
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                let error = ErrorDetail {
-                    code: ErrorCode::InvalidParameters,
-                    message: format!("parameters: {message}; nothing was decided"),
-                    fields: Some(fields),
-                };
-                (StatusCode::UNPROCESSABLE_ENTITY, Json(ErrorBody { error })).into_response()
-            }
+            ApiError::InvalidParameters(fields) => invalid_parameters(fields),
             ApiError::TooManyRequests {
                 message,
                 retry_after_secs,

@@ -83,8 +83,7 @@ fn seq(text: &str) -> Option<i64> {
             (data: `{\"id\", \"interaction_id\", \"status\", \"reason\", \"result\", \"timeout_action\"}`), `data: <JSON>`. \
             A comment line keeps the connection alive every 15 s.",
             content_type = "text/event-stream", body = String),
-        (status = 401, description = "`unauthorized`: missing or unknown bearer token.", body = crate::api::error::ErrorBody,
-            headers(("WWW-Authenticate" = String))),
+        crate::api::error::Unauthenticated,
         (status = 422, description = "`invalid_field`: `Last-Event-ID` or `after` is not a non-negative integer.", body = crate::api::error::ErrorBody),
         (status = 429, description = "`too_many_streams`: this agent already has `max_streams` event streams open.", body = crate::api::error::ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying."))),

@@ -10,33 +10,26 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
+use serde::de::{Deserializer, Error};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::{PartialSchema, ToSchema};
 
 use super::AppState;
+use super::body::{read, strict_object};
 use super::error::ApiError;
 use super::extract::{AuthAgent, Body};
-use super::interactions::{object, text};
-use super::limits::Held;
+use super::field::{Route, WaitMode, bounded, text_field, value};
+use super::limits::{Held, rate_limit};
 use super::record::{DecidedByView, InteractionView};
 use crate::domain::grant::{Grant, GrantSource, Scope};
 use crate::domain::ids::{GrantId, OwnerId};
-use crate::domain::limits::{MAX_ROUTE_CHARS, MAX_WINDOW_SECONDS};
+use crate::domain::interaction::MAX_INTERACTION_ID_CHARS;
+use crate::domain::limits::MAX_WINDOW_SECONDS;
 use crate::domain::question::{Operator, rfc3339};
 use crate::service::GrantRequest;
-
-/// The fields of `POST /v1/grants`.
-pub const FIELDS: &[&str] = &[
-    "owner_id",
-    "scope",
-    "window_seconds",
-    "route",
-    "reason",
-    "interaction_id",
-    "wait",
-    "timeout_seconds",
-];
 
 /// AI-Parrot's `GrantConfig.window_seconds` default: 15 minutes.
 pub const DEFAULT_GRANT_SECONDS: u64 = crate::domain::grant::DEFAULT_WINDOW_SECONDS;
@@ -135,6 +128,118 @@ pub struct GrantList {
     pub grants: Vec<GrantView>,
 }
 
+/// A grant to ask for, or an approval to present. `null` counts as absent; unknown
+/// fields and repeated keys are refused.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateGrantBody {
+    /// On whose behalf the agent acts.
+    #[serde(deserialize_with = "owner")]
+    #[schema(inline)]
+    pub owner_id: OwnerId,
+    /// What the grant covers: `tool:deploy`, or `tool:*` for every tool.
+    #[serde(deserialize_with = "scope")]
+    #[schema(inline)]
+    pub scope: Scope,
+    /// How long the grant lasts from the yes; cut to the route's `max_grant_seconds` (8 h
+    /// by default) when asked. Presenting: the window the question was asked with (either
+    /// the one approved or the one asked for), or nothing.
+    #[schema(inline)]
+    pub window_seconds: Option<GrantWindow>,
+    /// Where to ask (one of this agent's routes). Default: the agent's `default_route`.
+    #[schema(inline)]
+    pub route: Option<Route>,
+    /// Why the agent asks, shown to the approvers: no NUL or ESC characters.
+    #[schema(inline)]
+    pub reason: Option<Reason>,
+    /// Present a grant question instead of asking: an interaction of this agent asked
+    /// with `grant` terms (or by this endpoint) that a person answered yes. Answers the
+    /// grant their yes stored; `scope`, `owner_id` and (when given) `window_seconds` must
+    /// be the question's terms (409 naming the one that differs).
+    #[schema(inline)]
+    pub interaction_id: Option<PresentedId>,
+    /// `block`: answer once the question ended; `suspend`: answer 202 at once (not with
+    /// `interaction_id`).
+    #[serde(default, deserialize_with = "wait")]
+    #[schema(inline, nullable, default = "block")]
+    pub wait: WaitMode,
+    /// How long the question waits for an answer (not with `interaction_id`). Default:
+    /// the configuration's `default_timeout_seconds`.
+    #[schema(value_type = Option<f64>, exclusive_minimum = 0)]
+    pub timeout_seconds: Option<Value>,
+}
+
+text_field!(
+    /// Why the agent asks for a grant.
+    Reason, min = None, max = MAX_REASON_CHARS, shown = true
+);
+text_field!(
+    /// The `interaction_id` of a grant question presented.
+    PresentedId, min = Some(1), max = MAX_INTERACTION_ID_CHARS, shown = false
+);
+
+/// `owner_id` of a grant: required.
+fn owner<'de, D: Deserializer<'de>>(d: D) -> Result<OwnerId, D::Error> {
+    let owner: Option<String> = value(d, "a string")?;
+    let owner = owner
+        .map(|o| bounded(o, OwnerId::MAX_CHARS, false))
+        .transpose()?
+        .ok_or_else(|| D::Error::custom("is required: on whose behalf the agent acts"))?;
+    OwnerId::parse(&owner).map_err(|e| D::Error::custom(e.0))
+}
+
+/// `scope` of a grant: required.
+fn scope<'de, D: Deserializer<'de>>(d: D) -> Result<Scope, D::Error> {
+    let scope: Option<String> = value(d, "a string")?;
+    let scope = scope
+        .map(|s| bounded(s, Scope::MAX_CHARS, false))
+        .transpose()?
+        .ok_or_else(|| {
+            D::Error::custom("is required: such as \"tool:deploy\", or \"tool:*\" for every tool")
+        })?;
+    Scope::parse(&scope).map_err(|e| D::Error::custom(e.0))
+}
+
+/// `wait` of a grant: a string (of at most 16 characters), `"block"` or `"suspend"`.
+fn wait<'de, D: Deserializer<'de>>(d: D) -> Result<WaitMode, D::Error> {
+    let wait: Option<String> = value(d, "a string")?;
+    match wait
+        .map(|w| bounded::<D::Error>(w, 16, false))
+        .transpose()?
+        .as_deref()
+    {
+        None | Some("block") => Ok(WaitMode::Block),
+        Some("suspend") => Ok(WaitMode::Suspend),
+        Some(_) => Err(D::Error::custom("must be \"block\" or \"suspend\"")),
+    }
+}
+
+/// `window_seconds` of a grant: whole seconds from 1 to [`MAX_WINDOW_SECONDS`].
+pub struct GrantWindow(u64);
+
+impl<'de> Deserialize<'de> for GrantWindow {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let words = format!("a whole number of seconds from 1 to {MAX_WINDOW_SECONDS}");
+        match value(d, &words)? {
+            w if (1..=MAX_WINDOW_SECONDS).contains(&w) => Ok(GrantWindow(w)),
+            _ => Err(D::Error::custom(format!("must be {words}"))),
+        }
+    }
+}
+
+impl ToSchema for GrantWindow {}
+
+impl PartialSchema for GrantWindow {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .minimum(Some(1))
+            .maximum(Some(MAX_WINDOW_SECONDS))
+            .default(Some(DEFAULT_GRANT_SECONDS.into()))
+            .into()
+    }
+}
+
 /// A parsed `POST /v1/grants` body.
 struct CreateGrant {
     request: GrantRequest,
@@ -148,47 +253,10 @@ fn parse_create(
     default_timeout: f64,
     max_timeout: f64,
 ) -> Result<CreateGrant, ApiError> {
-    let body = object(bytes, FIELDS)?;
-    let owner_id = text(&body, "owner_id", OwnerId::MAX_CHARS)?.ok_or_else(|| {
-        ApiError::field("owner_id", "is required: on whose behalf the agent acts")
-    })?;
-    let owner_id = OwnerId::parse(&owner_id).map_err(|e| ApiError::field("owner_id", e.0))?;
-    let scope = text(&body, "scope", Scope::MAX_CHARS)?.ok_or_else(|| {
-        ApiError::field(
-            "scope",
-            "is required: such as \"tool:deploy\", or \"tool:*\" for every tool",
-        )
-    })?;
-    let scope = Scope::parse(&scope).map_err(|e| ApiError::field("scope", e.0))?;
-    let window_seconds = match body.get("window_seconds") {
-        None | Some(Value::Null) => None,
-        Some(v) => match v.as_u64() {
-            Some(w) if (1..=MAX_WINDOW_SECONDS).contains(&w) => Some(w),
-            _ => {
-                return Err(ApiError::field(
-                    "window_seconds",
-                    format!("must be a whole number of seconds from 1 to {MAX_WINDOW_SECONDS}"),
-                ));
-            }
-        },
-    };
-    let route = text(&body, "route", MAX_ROUTE_CHARS)?;
-    let reason = text(&body, "reason", MAX_REASON_CHARS)?
-        .map(|r| super::confirmations::free_text(Some(r), "reason"))
-        .transpose()?
-        .flatten();
-    let interaction_id = text(
-        &body,
-        "interaction_id",
-        crate::domain::interaction::MAX_INTERACTION_ID_CHARS,
-    )?;
-    let suspend = match text(&body, "wait", 16)?.as_deref() {
-        None | Some("block") => false,
-        Some("suspend") => true,
-        Some(_) => return Err(ApiError::field("wait", "must be \"block\" or \"suspend\"")),
-    };
-    let timeout_seconds = match body.get("timeout_seconds") {
-        None | Some(Value::Null) => default_timeout,
+    let raw = strict_object(bytes)?;
+    let body: CreateGrantBody = read(&raw, "")?;
+    let timeout_seconds = match body.timeout_seconds {
+        None => default_timeout,
         Some(v) => match v.as_f64() {
             Some(t) if t.is_finite() && t > 0.0 && t <= max_timeout => t,
             _ => {
@@ -199,8 +267,9 @@ fn parse_create(
             }
         },
     };
-    if interaction_id.is_some()
-        && (body.contains_key("wait") || body.contains_key("timeout_seconds"))
+    // Present, even as null: the agent meant to ask a new question.
+    if body.interaction_id.is_some()
+        && (raw.contains_key("wait") || raw.contains_key("timeout_seconds"))
     {
         return Err(ApiError::field(
             "interaction_id",
@@ -209,14 +278,14 @@ fn parse_create(
     }
     Ok(CreateGrant {
         request: GrantRequest {
-            owner_id,
-            scope,
-            window_seconds,
-            route,
-            reason,
+            owner_id: body.owner_id,
+            scope: body.scope,
+            window_seconds: body.window_seconds.map(|w| w.0),
+            route: body.route.map(|r| r.0),
+            reason: body.reason.map(|r| r.0),
         },
-        interaction_id,
-        suspend,
+        interaction_id: body.interaction_id.map(|i| i.0),
+        suspend: body.wait == WaitMode::Suspend,
         timeout_seconds,
     })
 }
@@ -231,18 +300,16 @@ fn answer(status: StatusCode, a: GrantAnswer) -> Response {
     path = "/v1/grants",
     operation_id = "create_grant",
     tag = "grants",
-    request_body = crate::api::openapi::CreateGrantBody,
+    request_body = CreateGrantBody,
     responses(
         (status = 200, description = "Asked and ended without a grant: `refused` (a person said no) or `timeout`.", body = GrantAnswer),
         (status = 201, description = "`granted`: the grant a person's yes stored (asked and approved; or the grant question presented, on its terms).", body = GrantAnswer),
         (status = 202, description = "`pending` (`wait: \"suspend\"`): asked; a person's yes stores the grant (present its `interaction_id` to get it).", body = GrantAnswer),
-        (status = 400, description = "`malformed_json`: the body is not JSON.", body = crate::api::error::ErrorBody),
-        (status = 401, description = "`unauthorized`: missing or unknown bearer token.", body = crate::api::error::ErrorBody,
-            headers(("WWW-Authenticate" = String))),
+        crate::api::error::BodyRefused,
+        crate::api::error::Unauthenticated,
         (status = 403, description = "`forbidden`: the route is not allowed for this agent.", body = crate::api::error::ErrorBody),
         (status = 404, description = "`not_found`: `interaction_id` names no interaction of this agent.", body = crate::api::error::ErrorBody),
         (status = 409, description = "`conflict`: the interaction presented is not a grant question, is not answered yet, was not answered yes, or its grant has ended; or the body names another scope, owner, window or route than the question's terms (the message names the field and what the person approved).", body = crate::api::error::ErrorBody),
-        (status = 413, description = "`payload_too_large`: the body is over 64 KiB.", body = crate::api::error::ErrorBody),
         (status = 422, description = "`invalid_field`: the message starts with the field's name.", body = crate::api::error::ErrorBody),
         (status = 429, description = "`rate_limited`: over the agent's `requests_per_minute`; or `too_many_pending`.", body = crate::api::error::ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying."))),
@@ -255,7 +322,7 @@ pub async fn create(
     AuthAgent(agent): AuthAgent,
     Body(bytes): Body,
 ) -> Result<Response, ApiError> {
-    super::confirmations::rate_limit(&state, &agent)?;
+    rate_limit(&state, &agent)?;
     let config = state.service.config();
     let c = parse_create(
         &bytes,
@@ -344,8 +411,7 @@ pub async fn create(
     ),
     responses(
         (status = 200, description = "Whether a live grant of this agent covers it, and which.", body = GrantCheckView),
-        (status = 401, description = "`unauthorized`: missing or unknown bearer token.", body = crate::api::error::ErrorBody,
-            headers(("WWW-Authenticate" = String))),
+        crate::api::error::Unauthenticated,
         (status = 422, description = "`invalid_field`: `owner_id` or `scope` is missing or malformed.", body = crate::api::error::ErrorBody),
     ),
     security(("bearer" = [])),
@@ -379,8 +445,7 @@ pub async fn check(
     tag = "grants",
     responses(
         (status = 200, description = "This agent's live grants, soonest expiry first.", body = GrantList),
-        (status = 401, description = "`unauthorized`: missing or unknown bearer token.", body = crate::api::error::ErrorBody,
-            headers(("WWW-Authenticate" = String))),
+        crate::api::error::Unauthenticated,
     ),
     security(("bearer" = [])),
 )]
@@ -404,8 +469,7 @@ pub async fn list(
     params(("id" = String, Path, description = "The grant's id (`gr_` and 32 hex digits).")),
     responses(
         (status = 200, description = "Revoked: the grant, with `revoked_at`.", body = GrantView),
-        (status = 401, description = "`unauthorized`: missing or unknown bearer token.", body = crate::api::error::ErrorBody,
-            headers(("WWW-Authenticate" = String))),
+        crate::api::error::Unauthenticated,
         (status = 404, description = "`not_found`: unknown id, another agent's, or no longer live (revoked or expired).", body = crate::api::error::ErrorBody),
     ),
     security(("bearer" = [])),

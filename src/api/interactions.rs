@@ -9,40 +9,98 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
-use serde_json::{Map, Value};
+use serde::de::{Deserializer, Error};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
 use super::AppState;
-use super::confirmations::{
-    MAX_CALLBACK_URL_CHARS, MAX_LONG_POLL_SECONDS, MAX_ROUTE_CHARS, RawObject,
-    allowed_callback_url, call_fields, free_text, rate_limit, repeated_key_error,
-};
+use super::body::{RawObject, allowed_callback_url, read, strict_object};
+/// The console (`api::console`) still reads its bodies through this path.
+pub(super) use super::body::{object, text};
+use super::call::CallBody;
 use super::error::ApiError;
 use super::extract::{AuthAgent, Body};
-use super::limits::Held;
+use super::field::{CallbackUrl, Message, Recipient, Route};
+use super::limits::{Held, rate_limit};
 use super::record::InteractionView;
 use crate::config::{Agent, Config};
 use crate::domain::interaction::InteractionType;
 use crate::domain::interaction::{self, MAX_INTERACTION_ID_CHARS};
+use crate::domain::limits::MAX_LONG_POLL_SECONDS;
+#[cfg(test)]
+use crate::domain::limits::MAX_ROUTE_CHARS;
 use crate::domain::python;
 use crate::service::{Call, NewInteraction};
 
 /// The limits of a notification's fields (their one home is [`crate::domain::limits`]).
 pub use crate::domain::limits::{MAX_NOTIFICATION_CHARS, MAX_RECIPIENT_CHARS};
 
-/// The fields of a `POST /v1/interactions` body.
-pub const FIELDS: &[&str] = &["interaction", "route", "recipient", "callback_url", "call"];
-/// The fields of a `call` (the tool call an approval is about).
-pub const CALL_FIELDS: &[&str] = &[
-    "tool",
-    "params",
-    "owner_id",
-    "window_seconds",
-    "args_schema",
-];
-/// The fields of a `POST /v1/notifications` body.
-pub const NOTIFICATION_FIELDS: &[&str] = &["message", "route", "recipient"];
+/// An interaction to ask. `null` counts as absent; unknown fields, repeated keys (at any
+/// depth) and nesting deeper than [`python::json::MAX_DEPTH`] levels are refused.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(description = format!(
+    "An interaction to ask. `null` counts as absent; unknown fields, repeated keys (at any \
+     depth) and nesting deeper than {} levels are refused.",
+    python::json::MAX_DEPTH
+))]
+#[schema(examples(json!({
+    "interaction": {
+        "interaction_id": "deploy-42", "question": "Deploy billing to production?",
+        "interaction_type": "approval", "timeout": 600
+    },
+    "route": "ops"
+})))]
+pub struct CreateInteractionBody {
+    // Checked by `interaction::parse` once read (it needs the configuration).
+    #[serde(deserialize_with = "required_interaction")]
+    #[schema(value_type = crate::api::openapi::HumanInteraction)]
+    pub interaction: Value,
+    /// A named Telegram destination this agent may use. Default: the `recipient`'s
+    /// private chat, else the agent's `default_route`.
+    #[schema(inline)]
+    pub route: Option<Route>,
+    /// A person (a `[people]` name) to ask in their private chat when no `route` is
+    /// given; the same `interaction_id` again with another recipient sends them a copy.
+    #[schema(inline)]
+    pub recipient: Option<Recipient>,
+    /// An http(s) URL under one of the agent's `callback_url_prefixes`, with no
+    /// percent-encoded `/`, `\` or `.` (`%2F`, `%5C`, `%2E`) in its path; the outcome is
+    /// POSTed there, signed.
+    #[schema(inline)]
+    pub callback_url: Option<CallbackUrl>,
+    // Read once the interaction is: it goes only with some kinds.
+    #[schema(value_type = Option<CallBody>, inline)]
+    pub call: Option<Box<RawValue>>,
+}
+
+/// `interaction`: required.
+fn required_interaction<'de, D: Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Err(D::Error::custom(
+            "is required (a JSON object: AI-Parrot's HumanInteraction)",
+        )),
+        v => Ok(v),
+    }
+}
+/// A one-way message. `null` counts as absent; unknown fields and repeated keys are
+/// refused.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(examples(json!({"message": "Deployed billing to production.", "route": "ops"})))]
+pub struct NotificationBody {
+    #[schema(inline)]
+    pub message: Message,
+    /// A named Telegram destination this agent may use. Default: the `recipient`'s
+    /// private chat, else the agent's `default_route`.
+    #[schema(inline)]
+    pub route: Option<Route>,
+    /// A person (a `[people]` name) to message privately when no `route` is given.
+    #[schema(inline)]
+    pub recipient: Option<Recipient>,
+}
 
 /// A checked `POST /v1/notifications` body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,69 +119,6 @@ pub struct NotificationSent {
     pub message_id: i32,
 }
 
-/// The body as a JSON object whose keys are all in `known`, repeating no key anywhere
-/// (see [`repeated_key_error`]: serde_json would silently keep the last value).
-pub(super) fn object(bytes: &[u8], known: &[&str]) -> Result<Map<String, Value>, ApiError> {
-    let body: Map<String, Value> = serde_json::from_slice(bytes).map_err(|e| {
-        if e.is_data() {
-            ApiError::field("body", "must be a JSON object")
-        } else {
-            ApiError::MalformedJson(e.to_string())
-        }
-    })?;
-    let text = std::str::from_utf8(bytes).map_err(|e| ApiError::MalformedJson(e.to_string()))?;
-    match python::json::repeated_key(text) {
-        Ok(None) => {}
-        Ok(Some(r)) => return Err(repeated_key_error(&r)),
-        // What serde_json takes and the strict reader does not is nesting past
-        // `python::json::MAX_DEPTH` (serde_json allows 128): refused, as docs/security.md promises
-        // for every body, rather than read without the check.
-        Err(e) => return Err(ApiError::field("body", e.to_string())),
-    }
-    if let Some(unknown) = body.keys().find(|k| !known.contains(&k.as_str())) {
-        return Err(ApiError::field(
-            unknown.as_str(),
-            format!("is not a known field (known: {})", known.join(", ")),
-        ));
-    }
-    Ok(body)
-}
-
-/// A string field of at most `max` characters; `null` counts as absent.
-pub(super) fn text(
-    body: &Map<String, Value>,
-    name: &str,
-    max: usize,
-) -> Result<Option<String>, ApiError> {
-    match body.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if s.chars().count() > max => Err(ApiError::field(
-            name,
-            format!("must be at most {max} characters"),
-        )),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(ApiError::field(name, "must be a string")),
-    }
-}
-
-/// `recipient`: a `[people]` name, not empty.
-fn recipient(body: &Map<String, Value>) -> Result<Option<String>, ApiError> {
-    match text(body, "recipient", MAX_RECIPIENT_CHARS)? {
-        Some(r) if r.is_empty() => Err(ApiError::field(
-            "recipient",
-            "must not be empty (a name from the configuration's [people])",
-        )),
-        r => Ok(r),
-    }
-}
-
-/// An http(s) callback URL under one of the agent's `callback_url_prefixes`.
-fn callback_url(body: &Map<String, Value>, agent: &Agent) -> Result<Option<String>, ApiError> {
-    text(body, "callback_url", MAX_CALLBACK_URL_CHARS)?
-        .map(|u| allowed_callback_url(&u, agent))
-        .transpose()
-}
-
 /// Parses and checks a `POST /v1/interactions` body for `agent`, naming the first field
 /// at fault (inside the interaction as `interaction.<path>`).
 pub fn parse_create(
@@ -131,24 +126,18 @@ pub fn parse_create(
     config: &Config,
     agent: &Agent,
 ) -> Result<NewInteraction, ApiError> {
-    let body = object(bytes, FIELDS)?;
-    let raw = body
-        .get("interaction")
-        .filter(|v| !v.is_null())
-        .ok_or_else(|| {
-            ApiError::field(
-                "interaction",
-                "is required (a JSON object: AI-Parrot's HumanInteraction)",
-            )
-        })?;
-    let interaction = interaction::parse(raw, config.max_timeout_seconds)
+    let body: CreateInteractionBody = read(&strict_object(bytes)?, "")?;
+    let interaction = interaction::parse(&body.interaction, config.max_timeout_seconds)
         .map_err(|e| ApiError::field(e.field, e.reason))?;
-    let call = call(bytes, &interaction)?;
+    let call = call(body.call.as_deref(), &interaction)?;
     Ok(NewInteraction {
         interaction,
-        route: text(&body, "route", MAX_ROUTE_CHARS)?,
-        recipient: recipient(&body)?,
-        callback_url: callback_url(&body, agent)?,
+        route: body.route.map(|r| r.0),
+        recipient: body.recipient.map(|r| r.0),
+        callback_url: body
+            .callback_url
+            .map(|u| allowed_callback_url(&u.0, agent))
+            .transpose()?,
         call,
         // An agent over HTTP that keeps a window of its own sends it in `call`.
         agent_window_seconds: 0,
@@ -156,12 +145,13 @@ pub fn parse_create(
 }
 
 /// `call`: the tool call an `approval` (or `form`) is about, so the operator sees the
-/// tool and its exact parameters as a confirmation shows them. Read from the raw body:
-/// the parameters are kept byte for byte, as `POST /v1/confirmations` keeps them.
-fn call(bytes: &[u8], interaction: &interaction::Interaction) -> Result<Option<Call>, ApiError> {
-    let body: RawObject = serde_json::from_slice(bytes)
-        .map_err(|_| ApiError::field("body", "must be a JSON object"))?;
-    let Some(raw) = body.get("call").filter(|r| r.get() != "null") else {
+/// tool and its exact parameters as a confirmation shows them, kept byte for byte as
+/// `POST /v1/confirmations` keeps them.
+fn call(
+    raw: Option<&RawValue>,
+    interaction: &interaction::Interaction,
+) -> Result<Option<Call>, ApiError> {
+    let Some(raw) = raw else {
         return Ok(None);
     };
     if !matches!(
@@ -175,36 +165,27 @@ fn call(bytes: &[u8], interaction: &interaction::Interaction) -> Result<Option<C
     }
     let fields: RawObject = serde_json::from_str(raw.get())
         .map_err(|_| ApiError::field("call", "must be a JSON object"))?;
-    if let Some(unknown) = fields.keys().find(|k| !CALL_FIELDS.contains(&k.as_str())) {
-        return Err(ApiError::field(
-            format!("call.{unknown}"),
-            format!("is not a known field (known: {})", CALL_FIELDS.join(", ")),
-        ));
-    }
-    let c = call_fields(&fields, "call.")?;
+    let c: CallBody = read(&fields, "call.")?;
     Ok(Some(Call {
         tool: c.tool,
-        params: c.params,
-        params_json: c.params_json,
-        owner_id: c.owner_id,
+        params: c.params.dict,
+        params_json: c.params.json,
+        owner_id: c
+            .owner_id
+            .unwrap_or_else(crate::domain::ids::OwnerId::anonymous),
         // An agent that keeps no window says nothing: none.
-        window_seconds: c.window_seconds.unwrap_or(0),
+        window_seconds: c.window_seconds.map_or(0, |w| w.0),
         args_schema: c.args_schema,
     }))
 }
 
 /// Parses and checks a `POST /v1/notifications` body.
 pub fn parse_notification(bytes: &[u8]) -> Result<Notification, ApiError> {
-    let body = object(bytes, NOTIFICATION_FIELDS)?;
-    let message = free_text(text(&body, "message", MAX_NOTIFICATION_CHARS)?, "message")?
-        .ok_or_else(|| ApiError::field("message", "is required (a string)"))?;
-    if message.trim().is_empty() {
-        return Err(ApiError::field("message", "must not be blank"));
-    }
+    let body: NotificationBody = read(&strict_object(bytes)?, "")?;
     Ok(Notification {
-        message,
-        route: text(&body, "route", MAX_ROUTE_CHARS)?,
-        recipient: recipient(&body)?,
+        message: body.message.0,
+        route: body.route.map(|r| r.0),
+        recipient: body.recipient.map(|r| r.0),
     })
 }
 
@@ -254,7 +235,7 @@ fn respond(status: StatusCode, r: &crate::domain::question::Question) -> Respons
     path = "/v1/interactions",
     operation_id = "create_interaction",
     tag = "interactions",
-    request_body = crate::api::openapi::CreateInteractionBody,
+    request_body = CreateInteractionBody,
     responses(
         (status = 200, description = "The interaction already existed (the same `interaction_id` again, e.g. for another recipient, who then gets their own copy): it as it is now.",
             body = InteractionView, links(
@@ -265,12 +246,10 @@ fn respond(status: StatusCode, r: &crate::domain::question::Question) -> Respons
                 ("get" = (operation_id = "get_interaction", parameters(("interaction_id" = "$response.body#/interaction_id")))),
                 ("withdraw" = (operation_id = "withdraw_interaction", parameters(("interaction_id" = "$response.body#/interaction_id")))),
             )),
-        (status = 400, description = "`malformed_json`: the body is not JSON.", body = crate::api::error::ErrorBody),
-        (status = 401, description = "`unauthorized`: missing or unknown bearer token.", body = crate::api::error::ErrorBody,
-            headers(("WWW-Authenticate" = String))),
+        crate::api::error::BodyRefused,
+        crate::api::error::Unauthenticated,
         (status = 403, description = "`forbidden`: the route is not allowed for this agent.", body = crate::api::error::ErrorBody),
         (status = 409, description = "`conflict`: this `interaction_id` already names a different interaction (question or type differ).", body = crate::api::error::ErrorBody),
-        (status = 413, description = "`payload_too_large`: the body is over 64 KiB.", body = crate::api::error::ErrorBody),
         (status = 422, description = "`invalid_field`: the message starts with the field's name (`interaction.<field>` inside the interaction); also an unknown `recipient`, and `target_humans` of whom nobody may answer on the route.", body = crate::api::error::ErrorBody),
         (status = 429, description = "`rate_limited`: over the agent's `requests_per_minute` or `max_pending`.", body = crate::api::error::ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying."))),
@@ -313,8 +292,7 @@ pub async fn create(
     ),
     responses(
         (status = 200, description = "The interaction (changed, or as it was when the wait ran out).", body = InteractionView),
-        (status = 401, description = "`unauthorized`: missing or unknown bearer token.", body = crate::api::error::ErrorBody,
-            headers(("WWW-Authenticate" = String))),
+        crate::api::error::Unauthenticated,
         (status = 404, description = "`not_found`: unknown `interaction_id`, or another agent's.", body = crate::api::error::ErrorBody),
         (status = 422, description = "`invalid_field`: `wait` is not a number of seconds in range.", body = crate::api::error::ErrorBody),
         (status = 429, description = "`too_many_streams`: with `wait`, this agent already has `max_long_polls` long-polls waiting.", body = crate::api::error::ErrorBody,
@@ -356,8 +334,7 @@ pub async fn get(
     params(("interaction_id" = String, Path, description = "The interaction's own `interaction_id` (percent-encoded).")),
     responses(
         (status = 200, description = "Withdrawn: the interaction, now `cancelled`.", body = InteractionView),
-        (status = 401, description = "`unauthorized`: missing or unknown bearer token.", body = crate::api::error::ErrorBody,
-            headers(("WWW-Authenticate" = String))),
+        crate::api::error::Unauthenticated,
         (status = 404, description = "`not_found`: unknown `interaction_id`, or another agent's.", body = crate::api::error::ErrorBody),
         (status = 409, description = "`already_decided`: it already ended; the interaction as it ended is under `interaction`.", body = crate::api::error::InteractionConflictBody),
     ),
@@ -383,14 +360,12 @@ pub async fn withdraw(
     path = "/v1/notifications",
     operation_id = "send_notification",
     tag = "notifications",
-    request_body = crate::api::openapi::NotificationBody,
+    request_body = NotificationBody,
     responses(
         (status = 200, description = "Telegram took the message.", body = NotificationSent),
-        (status = 400, description = "`malformed_json`: the body is not JSON.", body = crate::api::error::ErrorBody),
-        (status = 401, description = "`unauthorized`: missing or unknown bearer token.", body = crate::api::error::ErrorBody,
-            headers(("WWW-Authenticate" = String))),
+        crate::api::error::BodyRefused,
+        crate::api::error::Unauthenticated,
         (status = 403, description = "`forbidden`: the route is not allowed for this agent.", body = crate::api::error::ErrorBody),
-        (status = 413, description = "`payload_too_large`: the body is over 64 KiB.", body = crate::api::error::ErrorBody),
         (status = 422, description = "`invalid_field`: the message starts with the field's name; also an unknown `recipient`.", body = crate::api::error::ErrorBody),
         (status = 429, description = "`rate_limited`: over the agent's `requests_per_minute`; or not sent because the bot's own pace for the chat (Telegram's limits: one message a second, 20 a minute to a group) has no slot within the 8 s a notification waits. Telegram was not called; the message says when the next slot is free, and `Retry-After` how far off it is.", body = crate::api::error::ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying."))),

@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::AppState;
 use super::error::ApiError;
+use crate::config::Agent;
 
 #[derive(Default)]
 pub struct AgentRateLimiter {
@@ -134,6 +136,20 @@ impl Drop for Slot {
             }
         }
     }
+}
+
+/// Takes a token from the agent's request budget (every request that asks or notifies).
+pub fn rate_limit(state: &AppState, agent: &Agent) -> Result<(), ApiError> {
+    state
+        .rate
+        .check(&agent.name, agent.requests_per_minute)
+        .map_err(|wait| ApiError::TooManyRequests {
+            message: format!(
+                "more than {} requests per minute from this agent (its requests_per_minute)",
+                agent.requests_per_minute
+            ),
+            retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
+        })
 }
 
 #[cfg(test)]

@@ -1,16 +1,20 @@
 //! The agents' HTTP API (axum): routes, authentication, and the one error format.
 
+pub mod body;
+pub mod call;
 pub mod confirmations;
 pub mod console;
 pub mod error;
 pub mod events;
 pub mod extract;
+pub mod field;
 pub mod grants;
 pub mod interactions;
 pub mod limits;
 pub mod metrics;
 pub mod openapi;
 pub mod outcomes;
+pub mod question;
 pub mod record;
 pub mod serve;
 pub mod trace;

@@ -6,45 +6,106 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use serde_json::Value;
+use serde::Deserialize;
+use serde::de::{Deserializer, Error};
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::{PartialSchema, ToSchema};
 
 use super::AppState;
-use super::confirmations::{parse_id, respond};
+use super::body::{read, strict_object};
 use super::error::ApiError;
 use super::extract::{AuthAgent, Body};
-use super::interactions::{object, text};
-use crate::domain::execution::{MAX_REPORT_CHARS, Report};
-
-/// The fields of the body.
-pub const FIELDS: &[&str] = &["status", "summary", "error", "duration_ms"];
+use super::field::{ReportText, value};
+use super::question::{parse_id, respond};
+use crate::domain::execution::Report;
 
 /// The longest `duration_ms` taken: a year. A larger one is a unit mistake (µs, ns).
 pub const MAX_DURATION_MS: u64 = 366 * 24 * 3600 * 1000;
 
+/// What happened when the agent ran the confirmed call. `null` counts as absent; unknown
+/// fields and repeated keys are refused.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutcomeBody {
+    /// `executed`: the call ran; `failed`: it ran, or began to, and failed;
+    /// `not_executed`: it was not run after all.
+    #[schema(inline)]
+    pub status: RunStatus,
+    /// What came of it, in a line, shown under the decision in every message of the
+    /// question (invisible characters as visible escapes).
+    #[schema(inline)]
+    pub summary: Option<ReportText>,
+    /// Why it failed; only with `status: "failed"`.
+    #[schema(inline)]
+    pub error: Option<ReportText>,
+    /// How long the run took, in milliseconds.
+    #[schema(inline)]
+    pub duration_ms: Option<DurationMs>,
+}
+
+/// `status`: required; which words it may be, [`Report::new`] says.
+pub struct RunStatus(String);
+
+impl<'de> Deserialize<'de> for RunStatus {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let status: Option<String> = value(d, "a string")?;
+        let status = status
+            .map(|s| super::field::bounded(s, 32, false))
+            .transpose()?
+            .ok_or_else(|| {
+                D::Error::custom("is required: \"executed\", \"failed\" or \"not_executed\"")
+            })?;
+        Ok(RunStatus(status))
+    }
+}
+
+impl ToSchema for RunStatus {}
+
+impl PartialSchema for RunStatus {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some(["executed", "failed", "not_executed"]))
+            .into()
+    }
+}
+
+/// `duration_ms`: whole milliseconds up to [`MAX_DURATION_MS`].
+pub struct DurationMs(u64);
+
+impl<'de> Deserialize<'de> for DurationMs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let words = format!("a whole number of milliseconds from 0 to {MAX_DURATION_MS}");
+        match value(d, &words)? {
+            d if d <= MAX_DURATION_MS => Ok(DurationMs(d)),
+            _ => Err(D::Error::custom(format!("must be {words}"))),
+        }
+    }
+}
+
+impl ToSchema for DurationMs {}
+
+impl PartialSchema for DurationMs {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .minimum(Some(0))
+            .maximum(Some(MAX_DURATION_MS))
+            .into()
+    }
+}
+
 /// Reads the body into a [`Report`]; every refusal names its field.
 fn parse_report(bytes: &[u8]) -> Result<Report, ApiError> {
-    let body = object(bytes, FIELDS)?;
-    let status = text(&body, "status", 32)?.ok_or_else(|| {
-        ApiError::field(
-            "status",
-            "is required: \"executed\", \"failed\" or \"not_executed\"",
-        )
-    })?;
-    let summary = text(&body, "summary", MAX_REPORT_CHARS)?;
-    let error = text(&body, "error", MAX_REPORT_CHARS)?;
-    let duration_ms = match body.get("duration_ms") {
-        None | Some(Value::Null) => None,
-        Some(v) => match v.as_u64() {
-            Some(d) if d <= MAX_DURATION_MS => Some(d),
-            _ => {
-                return Err(ApiError::field(
-                    "duration_ms",
-                    format!("must be a whole number of milliseconds from 0 to {MAX_DURATION_MS}"),
-                ));
-            }
-        },
-    };
-    Report::new(&status, summary, error, duration_ms).map_err(|e| ApiError::field(e.field, e.why))
+    let body: OutcomeBody = read(&strict_object(bytes)?, "")?;
+    Report::new(
+        &body.status.0,
+        body.summary.map(|s| s.0),
+        body.error.map(|e| e.0),
+        body.duration_ms.map(|d| d.0),
+    )
+    .map_err(|e| ApiError::field(e.field, e.why))
 }
 
 /// `POST /v1/confirmations/{id}/outcome`
@@ -54,15 +115,13 @@ fn parse_report(bytes: &[u8]) -> Result<Report, ApiError> {
     operation_id = "report_outcome",
     tag = "confirmations",
     params(("id" = String, Path, description = "The confirmation's id (`cf_` and 32 hex digits).")),
-    request_body = crate::api::openapi::OutcomeBody,
+    request_body = OutcomeBody,
     responses(
         (status = 200, description = "Taken (or the same report again): the record, with `outcome`.", body = crate::api::record::RecordView),
-        (status = 400, description = "`malformed_json`: the body is not JSON.", body = crate::api::error::ErrorBody),
-        (status = 401, description = "`unauthorized`: missing or unknown bearer token.", body = crate::api::error::ErrorBody,
-            headers(("WWW-Authenticate" = String))),
+        crate::api::error::BodyRefused,
+        crate::api::error::Unauthenticated,
         (status = 404, description = "`not_found`: unknown id, or another agent's.", body = crate::api::error::ErrorBody),
         (status = 409, description = "`conflict`: the confirmation is not `confirmed` (nothing ran), or a different report was taken; the record is under `confirmation`.", body = crate::api::error::ConflictBody),
-        (status = 413, description = "`payload_too_large`: the body is over 64 KiB.", body = crate::api::error::ErrorBody),
         (status = 422, description = "`invalid_field`: the message starts with the field's name.", body = crate::api::error::ErrorBody),
         (status = 503, description = "`unavailable`: the database is out of reach for now; retry (the same report is taken once).", body = crate::api::error::ErrorBody),
     ),

@@ -10,8 +10,8 @@ use utoipa::openapi::schema::{
 };
 use utoipa::openapi::{ArrayBuilder, Required};
 
-use crate::api::confirmations::MAX_LONG_POLL_SECONDS;
 use crate::domain::interaction::{InteractionType, TimeoutAction};
+use crate::domain::limits::MAX_LONG_POLL_SECONDS;
 use crate::domain::question::{Status, Via};
 
 /// `status` of a record: every [`Status`].

@@ -1,30 +1,21 @@
 //! The OpenAPI 3.1 document of the agents' API, served at `GET /openapi.json`.
 //!
 //! Generated from the code: the paths from the handlers' `#[utoipa::path]` attributes,
-//! the response schemas from the types the handlers serialise
-//! ([`RecordView`](super::record::RecordView),
-//! [`ErrorBody`], [`AuditEvent`]). The request bodies are parsed by hand
-//! ([`parse_create`](super::confirmations::parse_create),
-//! [`interactions::parse_create`](super::interactions::parse_create),
-//! [`parse_notification`](super::interactions::parse_notification)) so that every refusal
-//! names its field; their schemas are built here from the same constants the parsers
-//! check against, so a limit changes in one place. A body schema never refuses what its
-//! parser accepts (the API fuzz test checks that every body the schema refuses is
-//! refused).
-//!
-//! The request bodies' hand-built schemas are `bodies.rs`; the schemas of single fields
-//! (a record's `status`, a `?wait=` query, an interaction's answers) that the derived
-//! types name through `schema_with` are `fields.rs`.
+//! the request bodies from the structs the handlers read them into (each declared once
+//! beside its handler, its fields' limits on their types in `api::field`), the
+//! responses from the types the handlers serialise and the shared refusals
+//! (`api::error::Unauthenticated`, `BodyRefused`). A body schema never refuses what its
+//! reader accepts (the API fuzz test checks that every body the schema refuses is
+//! refused). `bodies.rs` documents AI-Parrot's `HumanInteraction`, which the domain
+//! reads by hand; `fields.rs` the single fields the derived types name through
+//! `schema_with`, and the `?wait=` queries.
 
 mod bodies;
 mod fields;
 #[cfg(test)]
 mod tests;
 
-pub use bodies::{
-    CreateConfirmationBody, CreateGrantBody, CreateInteractionBody, HumanInteraction,
-    NotificationBody, OutcomeBody,
-};
+pub use bodies::HumanInteraction;
 pub use fields::{
     ChangePoll, LongPoll, any_value_schema, approved_scope_schema, effect_schema,
     human_responses_schema, interaction_status_schema, interaction_type_schema, run_status_schema,
@@ -42,9 +33,9 @@ use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 
-use super::confirmations;
+use super::confirmations::{self, CreateConfirmationBody};
 use super::error::{ConflictBody, ErrorBody, InteractionConflictBody};
-use super::interactions::{self, NotificationSent};
+use super::interactions::{self, CreateInteractionBody, NotificationBody, NotificationSent};
 use super::record::InteractionView;
 use crate::domain::audit::AuditEvent;
 
@@ -86,8 +77,8 @@ pub const METRICS_BEARER: &str = "metrics_bearer";
         HumanInteraction,
         NotificationBody,
         NotificationSent,
-        CreateGrantBody,
-        OutcomeBody,
+        super::grants::CreateGrantBody,
+        super::outcomes::OutcomeBody,
         super::grants::GrantView,
         super::grants::GrantAnswer,
         super::grants::GrantCheckView,
@@ -144,6 +135,7 @@ pub fn document() -> &'static str {
         // Serialising a tree of plain maps, strings and numbers cannot fail.
         let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the document serialises");
         camel_case_links(&mut doc);
+        merge_nullable(&mut doc);
         doc.to_string()
     });
     &DOC
@@ -174,6 +166,45 @@ fn camel_case_links(doc: &mut Value) {
                 link.insert(to.to_owned(), v);
             }
         }
+    }
+}
+
+/// utoipa writes a body field of its own type, inlined, as `oneOf` an item or two: the
+/// field's description around the type's schema, and `{"type": "null"}` beside it when
+/// the field may be null. Written as the one schema they mean (the type's, with the
+/// field's description and default, and `null` among its types and values), as the
+/// hand-built bodies were; a `oneOf` of anything else is left as it is.
+fn merge_nullable(v: &mut Value) {
+    match v {
+        Value::Array(items) => items.iter_mut().for_each(merge_nullable),
+        Value::Object(map) => {
+            map.values_mut().for_each(merge_nullable);
+            let Some(Value::Array(items)) = map.get("oneOf") else {
+                return;
+            };
+            let null = serde_json::json!({"type": "null"});
+            let (may_be_null, item) = match items.as_slice() {
+                [item] => (false, item),
+                [first, item] if *first == null => (true, item),
+                _ => return,
+            };
+            let Some(Value::String(kind)) = item.get("type") else {
+                return;
+            };
+            let mut merged = item.as_object().cloned().unwrap_or_default();
+            if may_be_null {
+                merged.insert("type".into(), serde_json::json!([kind, "null"]));
+                if let Some(Value::Array(values)) = merged.get_mut("enum") {
+                    values.push(Value::Null);
+                }
+            }
+            map.remove("oneOf");
+            for (k, field_says) in std::mem::take(map) {
+                merged.insert(k, field_says);
+            }
+            *map = merged;
+        }
+        _ => {}
     }
 }
 

@@ -56,8 +56,14 @@ fn the_interaction_and_notification_bodies_document_exactly_what_their_parsers_k
     let doc = doc();
     let schemas = &doc["components"]["schemas"];
     for (name, known) in [
-        ("CreateInteractionBody", interactions::FIELDS),
-        ("NotificationBody", interactions::NOTIFICATION_FIELDS),
+        (
+            "CreateInteractionBody",
+            crate::api::body::fields_of::<CreateInteractionBody>(),
+        ),
+        (
+            "NotificationBody",
+            crate::api::body::fields_of::<NotificationBody>(),
+        ),
     ] {
         let body = &schemas[name];
         let mut known = known.to_vec();
@@ -112,4 +118,23 @@ fn the_interaction_view_documents_every_key_it_serialises() {
     assert!(notify.get("502").is_some(), "Telegram may refuse");
     let events = &doc["paths"]["/v1/events"]["get"]["responses"]["200"]["content"];
     assert!(events.get("text/event-stream").is_some());
+}
+
+#[test]
+fn a_nullable_field_is_written_as_one_schema() {
+    let mut field = json!({"oneOf": [{"type": "null"}, {"type": "string", "enum": ["a"]}],
+        "description": "d", "default": "a"});
+    merge_nullable(&mut field);
+    assert_eq!(
+        field,
+        json!({"type": ["string", "null"], "enum": ["a", null], "description": "d", "default": "a"})
+    );
+    let mut wrapped =
+        json!({"oneOf": [{"type": "integer", "description": "x"}], "description": "d"});
+    merge_nullable(&mut wrapped);
+    assert_eq!(wrapped, json!({"type": "integer", "description": "d"}));
+    let mut reference = json!({"oneOf": [{"type": "null"}, {"$ref": "#/components/schemas/X"}]});
+    let before = reference.clone();
+    merge_nullable(&mut reference);
+    assert_eq!(reference, before, "a oneOf of a reference is left as it is");
 }
