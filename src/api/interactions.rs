@@ -18,7 +18,6 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::body::{RawObject, allowed_callback_url, read, strict_object};
 /// The console (`api::console`) still reads its bodies through this path.
-pub(super) use super::body::{object, text};
 use super::call::CallBody;
 use super::error::ApiError;
 use super::extract::{AuthAgent, Body};

@@ -26,9 +26,9 @@ use secrecy::ExposeSecret;
 use serde_json::value::RawValue;
 
 use super::AppState;
+use super::body::{object, text};
 use super::error::ApiError;
 use super::extract::Body;
-use super::interactions::{object, text};
 use super::limits::{Held, Slot};
 use crate::domain::ids::ConfirmationId;
 use crate::domain::launch::{self, LaunchError};
