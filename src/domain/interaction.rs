@@ -193,14 +193,8 @@ fn seconds(v: &Value, name: &str) -> Result<Duration, FieldError> {
     }
 }
 
-/// Parses a `HumanInteraction` object. Unknown fields are kept (in `raw`) and ignored.
-pub fn parse(v: &Value, max_timeout_seconds: f64) -> Result<Interaction, FieldError> {
-    let Some(o) = v.as_object() else {
-        return Err(FieldError {
-            field: "interaction".into(),
-            reason: "must be a JSON object (AI-Parrot's HumanInteraction)".into(),
-        });
-    };
+/// The agent's own id for the interaction, checked as a path segment it must be.
+fn interaction_id(o: &Map<String, Value>) -> Result<String, FieldError> {
     let interaction_id = opt_str(o, "interaction_id", MAX_INTERACTION_ID_CHARS)?
         .ok_or_else(|| err("interaction_id", "is required"))?;
     if interaction_id.is_empty() || interaction_id.chars().any(char::is_control) {
@@ -220,6 +214,55 @@ pub fn parse(v: &Value, max_timeout_seconds: f64) -> Result<Interaction, FieldEr
              /v1/interactions/{interaction_id} could never reach it)",
         ));
     }
+    Ok(interaction_id)
+}
+
+/// Who the agent asked to answer, by name (none: the route's deciders).
+fn target_humans(o: &Map<String, Value>) -> Result<Vec<String>, FieldError> {
+    Ok(match o.get("target_humans") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) if items.len() <= MAX_TARGET_HUMANS => items
+            .iter()
+            .enumerate()
+            .map(|(i, t)| match t {
+                Value::String(s) if !s.is_empty() && s.chars().count() <= 200 => Ok(s.clone()),
+                _ => Err(err(
+                    format!("target_humans[{i}]"),
+                    "must be a non-empty string of at most 200 characters",
+                )),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => {
+            return Err(err(
+                "target_humans",
+                format!("must be a list of at most {MAX_TARGET_HUMANS} strings"),
+            ));
+        }
+    })
+}
+
+/// The interaction's timeout: the default when absent, never past the service's maximum.
+fn timeout(o: &Map<String, Value>, max_timeout_seconds: f64) -> Result<Duration, FieldError> {
+    Ok(match o.get("timeout") {
+        None | Some(Value::Null) => Duration::try_from_secs_f64(max_timeout_seconds)
+            .map_or(DEFAULT_TIMEOUT, |max| DEFAULT_TIMEOUT.min(max)),
+        // AI-Parrot always sends its default (7200 s): a longer timeout than the service
+        // allows is shortened to the maximum rather than refused; the agent sees the
+        // deadline in the record and gets `timeout` at it.
+        Some(v) => seconds(v, "timeout")?
+            .min(Duration::try_from_secs_f64(max_timeout_seconds).unwrap_or(Duration::MAX)),
+    })
+}
+
+/// Parses a `HumanInteraction` object. Unknown fields are kept (in `raw`) and ignored.
+pub fn parse(v: &Value, max_timeout_seconds: f64) -> Result<Interaction, FieldError> {
+    let Some(o) = v.as_object() else {
+        return Err(FieldError {
+            field: "interaction".into(),
+            reason: "must be a JSON object (AI-Parrot's HumanInteraction)".into(),
+        });
+    };
+    let interaction_id = interaction_id(o)?;
     let question = free_text(opt_str(o, "question", MAX_QUESTION_CHARS)?, "question")?
         .filter(|q| !q.trim().is_empty())
         .ok_or_else(|| err("question", "is required (a non-empty string)"))?;
@@ -247,26 +290,7 @@ pub fn parse(v: &Value, max_timeout_seconds: f64) -> Result<Interaction, FieldEr
         Some(Value::Object(schema)) => form_values(schema),
         Some(_) => return Err(err("form_schema", "must be an object")),
     };
-    let target_humans = match o.get("target_humans") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(items)) if items.len() <= MAX_TARGET_HUMANS => items
-            .iter()
-            .enumerate()
-            .map(|(i, t)| match t {
-                Value::String(s) if !s.is_empty() && s.chars().count() <= 200 => Ok(s.clone()),
-                _ => Err(err(
-                    format!("target_humans[{i}]"),
-                    "must be a non-empty string of at most 200 characters",
-                )),
-            })
-            .collect::<Result<_, _>>()?,
-        Some(_) => {
-            return Err(err(
-                "target_humans",
-                format!("must be a list of at most {MAX_TARGET_HUMANS} strings"),
-            ));
-        }
-    };
+    let target_humans = target_humans(o)?;
     let consensus = enum_field(
         o,
         "consensus_mode",
@@ -274,15 +298,7 @@ pub fn parse(v: &Value, max_timeout_seconds: f64) -> Result<Interaction, FieldEr
         ConsensusMode::ALL,
         ConsensusMode::FirstResponse,
     )?;
-    let timeout = match o.get("timeout") {
-        None | Some(Value::Null) => Duration::try_from_secs_f64(max_timeout_seconds)
-            .map_or(DEFAULT_TIMEOUT, |max| DEFAULT_TIMEOUT.min(max)),
-        // AI-Parrot always sends its default (7200 s): a longer timeout than the service
-        // allows is shortened to the maximum rather than refused; the agent sees the
-        // deadline in the record and gets `timeout` at it.
-        Some(v) => seconds(v, "timeout")?
-            .min(Duration::try_from_secs_f64(max_timeout_seconds).unwrap_or(Duration::MAX)),
-    };
+    let timeout = timeout(o, max_timeout_seconds)?;
     let timeout_action = enum_field(
         o,
         "timeout_action",
