@@ -124,10 +124,12 @@ impl Application {
         // others' are read (and a difference logged) before its first own
         // (src/service/agree.rs).
         service
+            .agreement()
             .hold_config()
             .await
             .context("cannot record this replica's configuration in the database")?;
         service
+            .agreement()
             .config_report()
             .await
             .context("cannot read the other replicas' configurations")?;
@@ -163,7 +165,8 @@ impl Application {
                 .keep_lead(shutdown.clone(), lead_stop.clone()),
         );
         // The configuration's record is renewed as long as the lease is.
-        let config_record = tokio::spawn(service.clone().keep_config(lead_stop.clone()));
+        let config_record =
+            tokio::spawn(service.agreement().clone().keep_config(lead_stop.clone()));
         let deadlines = tokio::spawn(service.clone().run_deadlines(shutdown.clone()));
         let outbox = tokio::spawn(
             service
@@ -262,9 +265,9 @@ impl Application {
         // The leader's work has stopped: another replica may take it over at once.
         lead_stop.cancel();
         let _ = lead.await;
-        service.release_lead().await;
+        service.lead().release_lead().await;
         let _ = config_record.await;
-        service.release_config().await;
+        service.agreement().release_config().await;
         // Everything that writes has stopped: this is the trail's final head.
         crate::audit_head::log_head(store.as_ref(), "shutdown").await;
         store.close().await;
@@ -303,7 +306,7 @@ pub async fn reload_rules_on_hangup(
                 got = hangups.recv() => if got.is_none() { return },
             }
             match crate::config::reload_rules(&path) {
-                Ok(policy) => match service.replace_policy(policy).await {
+                Ok(policy) => match service.rules().replace(policy).await {
                     Ok(true) => {}
                     Ok(false) => tracing::info!("SIGHUP: the rules are unchanged"),
                     Err(e) => tracing::error!(error = %e,

@@ -9,7 +9,7 @@ impl Service {
     /// Whether the Telegram user is one of the interaction's `target_humans` (by name
     /// through `[people]`, or by numeric id); everyone is when it names none.
     pub(super) fn is_target(&self, i: &Interaction, user_id: u64) -> bool {
-        self.authority().is_target(i, user_id)
+        self.agree.authority().is_target(i, user_id)
     }
 
     /// How many answers the question waits for: its target humans, else the route's
@@ -69,11 +69,15 @@ impl Service {
         if from_is_bot {
             return Ok(Some((agree::NOT_ALLOWED, "a bot cannot answer")));
         }
-        let moved = |route: &str| self.moved_chat(route);
-        if let Some(refusal) = self.authority().refusal(record, chat_id, from.id, &moved) {
+        let moved = |route: &str| self.chats.moved_chat(route);
+        if let Some(refusal) = self
+            .agree
+            .authority()
+            .refusal(record, chat_id, from.id, &moved)
+        {
             return Ok(Some(agree::refusal_text(refusal, false)));
         }
-        let others = self.other_configs().await?;
+        let others = self.agree.other_configs().await?;
         if let Some((configuration, refusal)) = others.refusing(
             |view| view.refusal(record, chat_id, from.id, &moved),
             Refusal::NotAnApprover,
@@ -126,7 +130,7 @@ impl Service {
             } => {
                 let me = self.clone();
                 self.tasks.spawn(async move {
-                    let thread = me.thread_of(&record, chat_id);
+                    let thread = me.timeline.thread_of(&record, chat_id);
                     match me
                         .messenger
                         .send_reason_prompt(&record, chat_id, thread, message_id, &from)
@@ -219,10 +223,14 @@ impl Service {
         let may_revoke = |route: &str| {
             self.config.route(route).is_some_and(|r| {
                 r.approvers.contains(&tap.from.id)
-                    && tap.chat_id == Some(self.chat_of(&r.name, r.chat_id))
+                    && tap.chat_id == Some(self.chats.chat_of(&r.name, r.chat_id))
             })
         };
-        match self.revoke_grant_as(id, &tap.from, may_revoke).await? {
+        match self
+            .commands
+            .revoke_grant_as(id, &tap.from, may_revoke)
+            .await?
+        {
             CommandReply::GrantRevoked { grant, .. } => Ok((
                 format!(
                     "🔒 Revoked: {} can no longer run {} for {} without asking.",
@@ -461,7 +469,7 @@ impl Service {
             return Ok((already_decided(&r), true, After::Nothing));
         };
         self.metrics.question_step(&record, "reason_requested");
-        self.changed(&record.id);
+        self.changes.changed(&record.id);
         Ok((
             "✋ Reply to the bot's message with your reason; the request stays open until it is in."
                 .to_owned(),
@@ -514,7 +522,7 @@ impl Service {
         tracing::info!(id = %extended.id, by = from.id, expires_at = %crate::domain::question::rfc3339(extended.expires_at), "deadline extended");
         self.metrics.question_step(&extended, "extended");
         self.arm(&extended);
-        self.changed(&extended.id);
+        self.changes.changed(&extended.id);
         Ok((
             cut_for_toast(&format!(
                 "⏳ More time: the deadline is now {}",
@@ -740,7 +748,7 @@ impl Service {
         // when this answer settles it (a long-poll must not wake on a "partial" that
         // is already over).
         let Some(outcome) = self.settle(&record) else {
-            self.changed(&record.id);
+            self.changes.changed(&record.id);
             let text = format!(
                 "Answer recorded ({} of {} answered)",
                 record.answers.len(),

@@ -48,7 +48,7 @@ impl Service {
             .config
             .routes
             .values()
-            .map(|r| self.chat_of(&r.name, r.chat_id))
+            .map(|r| self.chats.chat_of(&r.name, r.chat_id))
             .chain(
                 self.config
                     .people
@@ -327,7 +327,7 @@ impl Service {
             owner: Some(record.owner_id.as_str()),
             params: &params,
         };
-        let (verdict, _) = self.policy().judge(&call);
+        let (verdict, _) = self.rules.policy().judge(&call);
         if verdict.effect == Effect::Deny && verdict.enforced {
             return Err(ServiceError::InvalidEdit(vec![FieldError {
                 field: String::new(),
@@ -403,7 +403,7 @@ impl Service {
         else {
             return Err(ServiceError::NotFound);
         };
-        let chat = self.chat_of(&route.name, route.chat_id);
+        let chat = self.chats.chat_of(&route.name, route.chat_id);
         let revoked = self
             .store
             .revoke_window(opened_by, user, chat, now)
@@ -438,6 +438,7 @@ impl Service {
             .map(|r| r.name.clone())
             .collect();
         match self
+            .commands
             .revoke_grant_as(id, user, |route| mine.iter().any(|m| m == route))
             .await?
         {

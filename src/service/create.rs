@@ -50,7 +50,7 @@ impl Service {
             id: ConfirmationId::generate(),
             agent: agent.name.clone(),
             route: route.name.clone(),
-            chat_id: self.chat_of(&route.name, route.chat_id),
+            chat_id: self.chats.chat_of(&route.name, route.chat_id),
             tool: new.tool.clone(),
             owner_id: new.owner_id.clone(),
             args_hash,
@@ -102,6 +102,7 @@ impl Service {
         };
 
         let judgement = self
+            .rules
             .judge(
                 &agent.name,
                 &record.tool,
@@ -180,7 +181,7 @@ impl Service {
             if stored.callback_url.is_some() {
                 self.outbox_wake.notify_one();
             }
-            self.changed(&stored.id);
+            self.changes.changed(&stored.id);
         }
         Ok(inserted)
     }
@@ -247,7 +248,7 @@ impl Service {
             )));
         }
         let (route_name, chat_id) = match &dest {
-            Destination::Route(r) => (r.name.clone(), self.chat_of(&r.name, r.chat_id)),
+            Destination::Route(r) => (r.name.clone(), self.chats.chat_of(&r.name, r.chat_id)),
             Destination::Person { name, user_id } => {
                 (format!("@{name}"), i64::try_from(*user_id).unwrap_or(0))
             }
@@ -338,6 +339,7 @@ impl Service {
         // approval, on "yes": a form still needs a person to fill it.
         if new.call.is_some() {
             let judgement = self
+                .rules
                 .judge(
                     &agent.name,
                     &record.tool,
@@ -383,7 +385,7 @@ impl Service {
         tracing::info!(id = %stored.id, agent = %stored.agent, kind = i.kind.as_str(),
             route = %stored.route, "interaction requested");
         self.metrics.request_created(&stored);
-        self.changed(&stored.id);
+        self.changes.changed(&stored.id);
         self.take_on(&stored);
         Ok((stored, true))
     }
@@ -437,7 +439,7 @@ impl Service {
         message: &str,
     ) -> Result<(i64, i32), ServiceError> {
         let chat_id = match self.destination(agent, route, recipient)? {
-            Destination::Route(r) => self.chat_of(&r.name, r.chat_id),
+            Destination::Route(r) => self.chats.chat_of(&r.name, r.chat_id),
             Destination::Person { user_id, .. } => i64::try_from(user_id).unwrap_or(0),
         };
         let message_id = self

@@ -17,7 +17,16 @@
 //! of heap in BENCHMARKS.md's B3 where the record and the send held 5.4), not the
 //! question.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use time::OffsetDateTime;
+
+use super::{DeliveryError, Service, Turn, now};
+use crate::domain::audit;
+use crate::domain::ids::ConfirmationId;
+use crate::domain::question::{Outcome, Question};
+use crate::storage::{Decided, Shown, StorageError};
 
 /// A message of a question waiting for its turn in a chat: what it needs until then.
 pub(super) struct Queued {
@@ -161,7 +170,7 @@ impl Service {
                 Err(e) if e.migrated_to.is_some() && hops < 2 => {
                     hops += 1;
                     let to = e.migrated_to.unwrap_or(record.chat_id);
-                    if let Err(err) = self.move_route_chat(&record, to).await {
+                    if let Err(err) = self.chats.move_route_chat(&record, to).await {
                         break Err(DeliveryError::new(format!(
                             "{} (and the move failed: {err})",
                             e.reason
@@ -175,7 +184,7 @@ impl Service {
         match result {
             Ok(message_id) => {
                 self.record_message_id(&record, message_id).await;
-                self.changed(&record.id);
+                self.changes.changed(&record.id);
                 self.attach_or_fail_closed(&record, record.chat_id, message_id)
                     .await;
                 self.after_delivery(&record.id).await;
@@ -368,24 +377,5 @@ impl Service {
             Ok(_) => {}
             Err(e) => tracing::error!(id = %id, error = %e, "could not re-read"),
         }
-    }
-
-    /// Telegram moved the route's group to a supergroup: remember the new chat (in the
-    /// database, so it survives restarts) and move the route's pending requests there.
-    pub(super) async fn move_route_chat(
-        &self,
-        record: &Question,
-        to: i64,
-    ) -> Result<(), StorageError> {
-        tracing::warn!(route = %record.route, from = record.chat_id, to,
-            "the route's group became a supergroup; using the new chat id (update the config)");
-        self.store
-            .move_route_chat(&record.route, record.chat_id, to, now())
-            .await?;
-        self.moved_chats
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(record.route.clone(), to);
-        Ok(())
     }
 }
