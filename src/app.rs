@@ -173,11 +173,12 @@ impl Application {
                 .clone()
                 .while_leading(shutdown.clone(), crate::outbox::run),
         );
-        let purge = tokio::spawn(
-            service
-                .clone()
-                .run_window_purge(WINDOW_PURGE_EVERY, shutdown.clone()),
-        );
+        let purge = tokio::spawn(crate::service::run_window_purge(
+            service.roles().windows.clone(),
+            service.roles().agent_events.clone(),
+            WINDOW_PURGE_EVERY,
+            shutdown.clone(),
+        ));
         service.tasks().spawn(
             service
                 .clone()

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Service, ServiceError, now};
+use super::{Service, ServiceError, now, runs};
 use crate::config::Agent;
 use crate::domain::ids::ConfirmationId;
 use crate::domain::interaction::TimeoutAction;
@@ -58,7 +58,7 @@ impl Service {
             // Under the question's edit stripe, read afresh: a run reported meanwhile is
             // shown by this edit too, and never undone by it (see `runs::EditStripes`).
             let _editing = me.edits.lock(&record.id).await;
-            let record = me.afresh(record).await;
+            let record = runs::afresh(me.store.as_ref(), record).await;
             let mut shown = Vec::new();
             for (chat_id, message_id) in record.messages().collect::<Vec<_>>() {
                 let Some(message_id) = message_id else {

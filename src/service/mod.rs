@@ -43,7 +43,7 @@ use crate::domain::text;
 use crate::metrics::Metrics;
 use crate::storage::{
     Administration, AgentEvents, Answered, Audit, Change, Decided, Inserted, Outbox, Questions,
-    Runs, StorageError, Store,
+    Runs, StorageError, Store, Windows,
 };
 
 mod agree;
@@ -69,6 +69,7 @@ pub use console::{CONSOLE_PAGE_MAX, ConsoleAction, EditedParams};
 pub use grants::{GrantCheck, GrantRequest};
 pub use judge::Rules;
 pub use lead::Lead;
+pub use recover::run_window_purge;
 pub use steps::{MAX_MENTIONS, Mention};
 pub use wait::{Asked, Changes};
 
@@ -481,6 +482,8 @@ pub struct StoreRoles {
     pub administration: Arc<dyn Administration>,
     /// What the calls a window let through did (a confirmation's `window_use`).
     pub runs: Arc<dyn Runs>,
+    /// The confirmation windows (their periodic purge).
+    pub windows: Arc<dyn Windows>,
 }
 
 pub struct Service {
@@ -513,8 +516,9 @@ pub struct Service {
     edits: runs::EditStripes,
     /// The routes' chats as they are now, and the bot's name ([`chats`]).
     chats: Arc<Chats>,
-    /// A question's reminders, escalation and deadline by its route ([`steps`]).
-    timeline: Timeline,
+    /// A question's reminders, escalation and deadline by its route, and its reminders
+    /// ([`steps`]).
+    timeline: Arc<Timeline>,
     /// The operator commands ([`commands`]).
     commands: Commands,
 }
@@ -548,6 +552,7 @@ fn assemble(
         agent_events: store.clone(),
         administration: store.clone(),
         runs: store.clone(),
+        windows: store.clone(),
     };
     Service {
         asked: Asked::new(store.clone()),
@@ -566,7 +571,12 @@ fn assemble(
             stores,
             metrics.clone(),
         ),
-        timeline: Timeline::new(config.clone(), chats.clone()),
+        timeline: Arc::new(Timeline::new(
+            config.clone(),
+            chats.clone(),
+            agree.clone(),
+            messenger.clone(),
+        )),
         edits: runs::EditStripes::default(),
         agree,
         chats,

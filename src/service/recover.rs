@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::{AGENT_EVENT_RETENTION, Service, deliver, instant_at, now};
 use crate::domain::ids::ConfirmationId;
 use crate::domain::question::Question;
-use crate::storage::StorageError;
+use crate::storage::{AgentEvents, StorageError, Windows};
 
 impl Service {
     /// After a (re)start: re-applies moved route chats and, if this replica leads (with
@@ -141,29 +141,33 @@ impl Service {
             })
             .await
     }
+}
 
-    /// Deletes expired confirmation windows now and then every `every`, until `stop`.
-    /// Expired windows are already ignored by lookups; this only keeps the table small.
-    pub async fn run_window_purge(self: Arc<Self>, every: Duration, stop: CancellationToken) {
-        loop {
-            match self.store.purge_expired_windows(now()).await {
-                Ok(0) => {}
-                Ok(n) => tracing::debug!(purged = n, "expired confirmation windows deleted"),
-                Err(e) => tracing::warn!(error = %e, "could not purge expired windows"),
-            }
-            match self
-                .store
-                .purge_agent_events(now() - AGENT_EVENT_RETENTION)
-                .await
-            {
-                Ok(0) => {}
-                Ok(n) => tracing::debug!(purged = n, "old stream events deleted"),
-                Err(e) => tracing::warn!(error = %e, "could not purge old stream events"),
-            }
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(every) => {}
-            }
+/// Deletes expired confirmation windows now and then every `every`, until `stop`.
+/// Expired windows are already ignored by lookups; this only keeps the table small.
+pub async fn run_window_purge(
+    windows: Arc<dyn Windows>,
+    events: Arc<dyn AgentEvents>,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    loop {
+        match windows.purge_expired_windows(now()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(purged = n, "expired confirmation windows deleted"),
+            Err(e) => tracing::warn!(error = %e, "could not purge expired windows"),
+        }
+        match events
+            .purge_agent_events(now() - AGENT_EVENT_RETENTION)
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(purged = n, "old stream events deleted"),
+            Err(e) => tracing::warn!(error = %e, "could not purge old stream events"),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
         }
     }
 }

@@ -12,7 +12,7 @@ use crate::config::Agent;
 use crate::domain::execution::Report;
 use crate::domain::ids::ConfirmationId;
 use crate::domain::question::Question;
-use crate::storage::{RunReported, StorageError};
+use crate::storage::{Questions, RunReported, StorageError};
 
 /// How many stripes [`EditStripes`] has: questions whose edits wait on each other only
 /// when they share one.
@@ -113,7 +113,7 @@ impl Service {
         let me = self.clone();
         self.tasks.spawn(async move {
             let _editing = me.edits.lock(&record.id).await;
-            let record = me.afresh(record).await;
+            let record = afresh(me.store.as_ref(), record).await;
             let Some(reported_at) = record.execution.as_ref().map(|e| e.reported_at) else {
                 return;
             };
@@ -183,19 +183,6 @@ impl Service {
         }
     }
 
-    /// `record` as stored now (as given when it cannot be read): an edit in the
-    /// background shows what is, not what was when it was queued.
-    pub(super) async fn afresh(&self, record: Question) -> Question {
-        match self.store.get(&record.id).await {
-            Ok(Some(now)) => now,
-            Ok(None) => record,
-            Err(e) => {
-                tracing::debug!(id = %record.id, error = %e, "showing the record as it was");
-                record
-            }
-        }
-    }
-
     /// After a (re)start: shows the runs a crash kept from their messages.
     pub(super) async fn show_unshown_runs(self: &Arc<Self>) -> Result<(), StorageError> {
         for record in self.store.unshown_runs().await? {
@@ -203,5 +190,18 @@ impl Service {
             self.show_run(record);
         }
         Ok(())
+    }
+}
+
+/// `record` as stored now (as given when it cannot be read): an edit in the
+/// background shows what is, not what was when it was queued.
+pub(super) async fn afresh(questions: &dyn Questions, record: Question) -> Question {
+    match questions.get(&record.id).await {
+        Ok(Some(now)) => now,
+        Ok(None) => record,
+        Err(e) => {
+            tracing::debug!(id = %record.id, error = %e, "showing the record as it was");
+            record
+        }
     }
 }

@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use time::OffsetDateTime;
 
+use super::agree::Agree;
 use super::chats::Chats;
-use super::{Service, deliver, instant_at, now};
+use super::{Messenger, Service, deliver, instant_at, now};
 use crate::config::{Config, Escalation, Route};
 use crate::domain::ids::ConfirmationId;
 use crate::domain::question::Question;
@@ -33,11 +34,24 @@ pub const MAX_MENTIONS: usize = 10;
 pub struct Timeline {
     config: Arc<Config>,
     chats: Arc<Chats>,
+    /// Who a reminder may name (an interaction's target humans).
+    agree: Arc<Agree>,
+    messenger: Arc<dyn Messenger>,
 }
 
 impl Timeline {
-    pub(super) fn new(config: Arc<Config>, chats: Arc<Chats>) -> Self {
-        Timeline { config, chats }
+    pub(super) fn new(
+        config: Arc<Config>,
+        chats: Arc<Chats>,
+        agree: Arc<Agree>,
+        messenger: Arc<dyn Messenger>,
+    ) -> Self {
+        Timeline {
+            config,
+            chats,
+            agree,
+            messenger,
+        }
     }
 
     /// The reminder points of `r`'s route that fall before its deadline, in time order.
@@ -109,6 +123,57 @@ impl Timeline {
         (self.chats.chat_of(&to.name, to.chat_id) == chat_id)
             .then_some(to.topic_id)
             .flatten()
+    }
+
+    /// Replies to every route message of the question (its first, and the escalation
+    /// route's copy) naming the approvers there who have not answered.
+    pub(super) async fn send_reminders(&self, r: Question) {
+        let mut targets: Vec<(i64, Option<i32>, Vec<u64>)> = Vec::new();
+        if let Some(route) = self.config.route(&r.route) {
+            targets.push((r.chat_id, r.message_id, sorted(&route.approvers)));
+        }
+        if let Some((_, to)) = self.escalated_to(&r)
+            && let Some(copy) = r
+                .copies
+                .iter()
+                .find(|c| c.recipient == route_copy_name(&to.name))
+        {
+            targets.push((copy.chat_id, copy.message_id, sorted(&to.approvers)));
+        }
+        for (chat_id, message_id, approvers) in targets {
+            let Some(message_id) = message_id else {
+                continue;
+            };
+            let answered: Vec<u64> = r
+                .answers
+                .iter()
+                .filter_map(|a| a.by.as_ref().map(|b| b.id))
+                .collect();
+            let waiting: Vec<Mention> = approvers
+                .into_iter()
+                .filter(|id| !answered.contains(id))
+                .filter(|id| {
+                    r.interaction
+                        .as_deref()
+                        .is_none_or(|i| self.agree.authority().is_target(i, *id))
+                })
+                .map(|user_id| Mention {
+                    user_id,
+                    name: self.name_of(user_id),
+                })
+                .collect();
+            let thread = self.thread_of(&r, chat_id);
+            match self
+                .messenger
+                .send_reminder(&r, chat_id, thread, message_id, &waiting)
+                .await
+            {
+                Ok(_) => tracing::info!(id = %r.id, chat_id, "reminder sent"),
+                Err(e) => {
+                    tracing::warn!(id = %r.id, chat_id, reason = %e.reason, "could not send a reminder")
+                }
+            }
+        }
     }
 }
 
@@ -217,62 +282,11 @@ impl Service {
         };
         self.metrics.question_step(&reminded, "reminded");
         self.changes.changed(&r.id);
-        let me = self.clone();
+        let timeline = self.timeline.clone();
         let record = reminded.clone();
         self.tasks
-            .spawn(async move { me.send_reminders(record).await });
+            .spawn(async move { timeline.send_reminders(record).await });
         Some(reminded)
-    }
-
-    /// Replies to every route message of the question (its first, and the escalation
-    /// route's copy) naming the approvers there who have not answered.
-    async fn send_reminders(self: Arc<Self>, r: Question) {
-        let mut targets: Vec<(i64, Option<i32>, Vec<u64>)> = Vec::new();
-        if let Some(route) = self.config.route(&r.route) {
-            targets.push((r.chat_id, r.message_id, sorted(&route.approvers)));
-        }
-        if let Some((_, to)) = self.timeline.escalated_to(&r)
-            && let Some(copy) = r
-                .copies
-                .iter()
-                .find(|c| c.recipient == route_copy_name(&to.name))
-        {
-            targets.push((copy.chat_id, copy.message_id, sorted(&to.approvers)));
-        }
-        for (chat_id, message_id, approvers) in targets {
-            let Some(message_id) = message_id else {
-                continue;
-            };
-            let answered: Vec<u64> = r
-                .answers
-                .iter()
-                .filter_map(|a| a.by.as_ref().map(|b| b.id))
-                .collect();
-            let waiting: Vec<Mention> = approvers
-                .into_iter()
-                .filter(|id| !answered.contains(id))
-                .filter(|id| {
-                    r.interaction
-                        .as_deref()
-                        .is_none_or(|i| self.is_target(i, *id))
-                })
-                .map(|user_id| Mention {
-                    user_id,
-                    name: self.timeline.name_of(user_id),
-                })
-                .collect();
-            let thread = self.timeline.thread_of(&r, chat_id);
-            match self
-                .messenger
-                .send_reminder(&r, chat_id, thread, message_id, &waiting)
-                .await
-            {
-                Ok(_) => tracing::info!(id = %r.id, chat_id, "reminder sent"),
-                Err(e) => {
-                    tracing::warn!(id = %r.id, chat_id, reason = %e.reason, "could not send a reminder")
-                }
-            }
-        }
     }
 }
 
