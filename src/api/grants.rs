@@ -265,7 +265,8 @@ pub async fn create(
     if let Some(id) = &c.interaction_id {
         let g = state
             .service
-            .present_grant(&agent, id, &c.request)
+            .grants()
+            .present(&agent, id, &c.request)
             .await
             .map_err(ApiError::interaction)?;
         return Ok(answer(
@@ -302,7 +303,7 @@ pub async fn create(
         .wait(&agent, &asked.id, None, &state.stop)
         .await?;
     // The yes stored the grant with itself: found, never made here.
-    let Some(g) = state.service.grant_of_question(&ended).await? else {
+    let Some(g) = state.service.grants().of_question(&ended).await? else {
         let status = if ended.status == crate::domain::question::Status::Timeout
             || ended.via == Some(crate::domain::question::Via::Timeout)
         {
@@ -362,7 +363,7 @@ pub async fn check(
         .get("scope")
         .ok_or_else(|| ApiError::field("scope", "is required"))?;
     let scope = Scope::parse(scope).map_err(|e| ApiError::field("scope", e.0))?;
-    let grant = state.service.check_grant(&agent, &owner, &scope).await?;
+    let grant = state.service.grants().check(&agent, &owner, &scope).await?;
     Ok(Json(GrantCheckView {
         allowed: grant.is_some(),
         grant: grant.as_ref().map(GrantView::of),
@@ -387,7 +388,7 @@ pub async fn list(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
 ) -> Result<Response, ApiError> {
-    let grants = state.service.grants_of(&agent).await?;
+    let grants = state.service.grants().of_agent(&agent).await?;
     Ok(Json(GrantList {
         grants: grants.iter().map(GrantView::of).collect(),
     })
@@ -418,7 +419,8 @@ pub async fn revoke(
     let id = GrantId::parse(&id).map_err(|_| not_found())?;
     let g = state
         .service
-        .revoke_own_grant(&agent, &id)
+        .grants()
+        .revoke_own(&agent, &id)
         .await
         .map_err(|e| match e {
             crate::service::ServiceError::NotFound => not_found(),

@@ -1,73 +1,254 @@
 //! An operator's tap or reply becomes an answer: who may answer, what the button means,
 //! and, once the answers settle the question, the decision.
+//!
+//! A tap is judged in three steps: its question and message are found ([`Tapped::find`]),
+//! who may answer is checked ([`Service::may_not_answer`]), and the button is read
+//! ([`interpret`]); the console's decision goes through the last two as well.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use time::OffsetDateTime;
 
 use super::console::ConsoleAnswer;
-use super::*;
+use super::interpret::{Meaning, Said, Verdict, in_option_order, interpret, labels_of};
+use super::{Button, Reply, Service, Tap, TapAction, agree, now};
+use crate::config::Config;
+use crate::domain::audit;
 use crate::domain::authority::Refusal;
+use crate::domain::ids::ConfirmationId;
+use crate::domain::interaction::{self, Answer, Consensus, ConsensusMode, InteractionType};
+use crate::domain::question::{self, Decision, Operator, Outcome, Question, Status};
+use crate::domain::text;
+use crate::storage::{Answered, Audit, Decided, Messages, Questions, Steps, StorageError};
+
+/// How a tap (or an answer from elsewhere) came out: what the person is told, and what
+/// the chat shows next.
+pub(super) struct Judged {
+    /// The tap's answer, within Telegram's 200 characters.
+    pub(super) text: String,
+    /// Shown as an alert the person must dismiss, not as a toast.
+    pub(super) alert: bool,
+    pub(super) after: After,
+}
+
+impl Judged {
+    pub(super) fn toast(text: impl Into<String>, after: After) -> Judged {
+        Judged {
+            text: text.into(),
+            alert: false,
+            after,
+        }
+    }
+
+    pub(super) fn alert(text: impl Into<String>) -> Judged {
+        Judged {
+            text: text.into(),
+            alert: true,
+            after: After::Nothing,
+        }
+    }
+
+    /// A late answer: it never overwrites the stored outcome; an interaction says so
+    /// with an alert the operator must dismiss.
+    fn late(r: &Question) -> Judged {
+        Judged {
+            text: already_decided(r),
+            alert: r.interaction.is_some(),
+            after: After::Nothing,
+        }
+    }
+}
+
+/// A refused tap or reply: what the person is told (as an alert) and the audit's reason.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Refused {
+    pub(super) text: &'static str,
+    pub(super) why: &'static str,
+}
+
+impl From<(&'static str, &'static str)> for Refused {
+    fn from((text, why): (&'static str, &'static str)) -> Refused {
+        Refused { text, why }
+    }
+}
+
+impl Refused {
+    /// Logs and audits the refusal of `from`'s tap or reply (in `chat_id` on
+    /// `message_id`, about question `id` when known).
+    pub(super) async fn audit(
+        self,
+        audit: &dyn Audit,
+        from: &Operator,
+        chat_id: Option<i64>,
+        message_id: Option<i32>,
+        id: Option<&ConfirmationId>,
+    ) -> Result<Judged, StorageError> {
+        let why = self.why;
+        tracing::warn!(user_id = from.id, chat_id = ?chat_id, id = ?id.map(|i| i.as_str()), why, "answer refused");
+        let event = audit::refused_tap(
+            id.map(|i| i.as_str()),
+            from,
+            chat_id,
+            message_id,
+            why,
+            now(),
+        );
+        audit.record_event(event).await?;
+        Ok(Judged::alert(self.text))
+    }
+}
+
+/// Audits the refusal of `tap` (about question `id` when known).
+async fn refuse_tap(
+    audit: &dyn Audit,
+    tap: &Tap,
+    id: Option<&ConfirmationId>,
+    refused: Refused,
+) -> Result<Judged, StorageError> {
+    refused
+        .audit(audit, &tap.from, tap.chat_id, tap.message_id, id)
+        .await
+}
+
+/// A tap's question and the message it was on: the first step of judging a tap.
+struct Tapped {
+    record: Question,
+    action: TapAction,
+    chat_id: i64,
+    message_id: i32,
+    /// The message was a copy of the question the service had no id for, learned now.
+    learned: bool,
+}
+
+impl Tapped {
+    /// The question `tap`'s button belongs to, if the button was on one of its messages;
+    /// else the refusal (with the question, when it was found).
+    async fn find(
+        questions: &dyn Questions,
+        messages: &dyn Messages,
+        tap: &Tap,
+    ) -> Result<Result<Tapped, (Option<ConfirmationId>, Refused)>, StorageError> {
+        let refused =
+            |id: Option<&ConfirmationId>, text, why| Err((id.cloned(), Refused { text, why }));
+        let Some(Button { action, token }) = tap.button.clone() else {
+            return Ok(refused(
+                None,
+                "This button is not valid.",
+                "malformed callback data",
+            ));
+        };
+        let Some(mut record) = questions.find_by_token(&token).await? else {
+            return Ok(refused(
+                None,
+                "This request is unknown.",
+                "unknown callback token",
+            ));
+        };
+        // The token is bound to the chats the question was posted in; a token replayed in
+        // another chat is refused. Within them, a message of the bot's own the service
+        // has no id for is a copy it never heard of: a crash (or a connection lost after
+        // Telegram took the message) between posting and storing the message id, and the
+        // question posted again. It carries the question's buttons, so it is learned here
+        // and counts like any copy: its tap decides, and the outcome is shown on it.
+        let in_chat = record.messages().any(|(chat, _)| tap.chat_id == Some(chat));
+        let known = record.messages().any(|(chat, message)| {
+            tap.chat_id == Some(chat) && message.is_some() && message == tap.message_id
+        }) || record
+            .strays
+            .iter()
+            .any(|s| tap.chat_id == Some(s.chat_id) && tap.message_id == Some(s.message_id));
+        // While a delivery is in flight its message id is not stored yet.
+        let in_flight = record
+            .messages()
+            .any(|(chat, message)| tap.chat_id == Some(chat) && message.is_none());
+        let (Some(chat_id), Some(message_id)) = (tap.chat_id, tap.message_id) else {
+            return Ok(refused(
+                Some(&record.id),
+                "This button does not belong to this message.",
+                "callback data without a chat message",
+            ));
+        };
+        if !in_chat || !(known || in_flight || tap.carries_button) {
+            return Ok(refused(
+                Some(&record.id),
+                "This button does not belong to this message.",
+                "callback data from another chat or message",
+            ));
+        }
+        let learned = !known && tap.carries_button;
+        if learned {
+            tracing::warn!(id = %record.id, chat_id, message_id,
+                "a tap on a copy of the question the service had no id for: learning it");
+            if let Some(stored) = messages
+                .add_stray(&record.id, chat_id, message_id, now())
+                .await?
+            {
+                record = stored;
+            }
+        }
+        Ok(Ok(Tapped {
+            record,
+            action,
+            chat_id,
+            message_id,
+            learned,
+        }))
+    }
+}
+
+/// A multi-choice toggle: option `key` in or out of `from`'s selection, shown on the
+/// message they tapped. Nothing is answered until they send it.
+async fn toggle(
+    steps: &dyn Steps,
+    record: Question,
+    from: &Operator,
+    chat_id: i64,
+    message_id: i32,
+    key: String,
+) -> Result<Judged, StorageError> {
+    let mut selection = steps.selection(&record.id, from.id).await?;
+    match selection.iter().position(|k| *k == key) {
+        Some(at) => {
+            selection.remove(at);
+        }
+        None => selection.push(key),
+    }
+    let selection = in_option_order(&record, selection);
+    steps.set_selection(&record.id, from.id, &selection).await?;
+    let text = if selection.is_empty() {
+        "Nothing selected".to_owned()
+    } else {
+        cut_for_toast(&format!("Selected: {}", labels_of(&record, &selection)))
+    };
+    Ok(Judged::toast(
+        text,
+        After::ShowSelection {
+            record,
+            chat_id,
+            message_id,
+            selection,
+        },
+    ))
+}
 
 impl Service {
-    /// Whether the Telegram user is one of the interaction's `target_humans` (by name
-    /// through `[people]`, or by numeric id); everyone is when it names none.
-    pub(super) fn is_target(&self, i: &Interaction, user_id: u64) -> bool {
-        self.agree.authority().is_target(i, user_id)
-    }
-
-    /// How many answers the question waits for: its target humans, else the route's
-    /// approvers, else the people it was sent to privately.
-    pub(super) fn expected_answers(&self, record: &Question) -> usize {
-        if let Some(i) = &record.interaction
-            && !i.target_humans.is_empty()
-        {
-            // One person named twice (`alice` twice, or `alice` and her id) answers once,
-            // so targets count by the Telegram user they resolve to, as `is_target`
-            // resolves them; a name that resolves to nobody counts by itself.
-            let people: std::collections::HashSet<Result<u64, &str>> = i
-                .target_humans
-                .iter()
-                .map(|t| {
-                    self.config
-                        .person(t)
-                        .or_else(|| t.parse::<u64>().ok().filter(|id| id.to_string() == *t))
-                        .ok_or(t.as_str())
-                })
-                .collect();
-            return people.len();
-        }
-        match self.config.route(&record.route) {
-            Some(route) => route.approvers.len(),
-            None => 1 + record.copies.len(),
-        }
-    }
-
-    /// `respondent` as AI-Parrot expects it: the person's name when `target_humans` uses
-    /// names, else the Telegram user id in decimal.
-    pub(super) fn respondent(&self, record: &Question, user_id: u64) -> String {
-        record
-            .interaction
-            .as_ref()
-            .and_then(|i| {
-                i.target_humans
-                    .iter()
-                    .find(|t| self.config.person(t) == Some(user_id))
-                    .cloned()
-            })
-            .unwrap_or_else(|| user_id.to_string())
-    }
-
-    /// Why `from` may not answer `record` in `chat_id`, if they may not: what they are
-    /// told and the audit's reason. This replica's configuration is asked first; when it
-    /// allows the answer and other live replicas run other configurations, each of those
-    /// must allow it too ([`super::agree`]). An `Err`: which configurations are live
-    /// could not be read, so nothing may be decided yet.
+    /// Why `from` may not answer `record` in `chat_id`, if they may not. This replica's
+    /// configuration is asked first; when it allows the answer and other live replicas
+    /// run other configurations, each of those must allow it too ([`super::agree`]). An
+    /// `Err`: which configurations are live could not be read, so nothing may be decided
+    /// yet.
     pub(super) async fn may_not_answer(
         &self,
         record: &Question,
         chat_id: i64,
         from: &Operator,
         from_is_bot: bool,
-    ) -> Result<Option<(&'static str, &'static str)>, StorageError> {
+    ) -> Result<Option<Refused>, StorageError> {
         if from_is_bot {
-            return Ok(Some((agree::NOT_ALLOWED, "a bot cannot answer")));
+            return Ok(Some((agree::NOT_ALLOWED, "a bot cannot answer").into()));
         }
         let moved = |route: &str| self.chats.moved_chat(route);
         if let Some(refusal) = self
@@ -75,7 +256,7 @@ impl Service {
             .authority()
             .refusal(record, chat_id, from.id, &moved)
         {
-            return Ok(Some(agree::refusal_text(refusal, false)));
+            return Ok(Some(agree::refusal_text(refusal, false).into()));
         }
         let others = self.agree.other_configs().await?;
         if let Some((configuration, refusal)) = others.refusing(
@@ -84,7 +265,7 @@ impl Service {
         ) {
             tracing::warn!(id = %record.id, user_id = from.id, %configuration,
                 "another live replica's configuration does not allow this answer");
-            return Ok(Some(agree::refusal_text(refusal, true)));
+            return Ok(Some(agree::refusal_text(refusal, true).into()));
         }
         Ok(None)
     }
@@ -95,18 +276,19 @@ impl Service {
     /// background, so the operator's client never keeps spinning. An `Err` means
     /// nothing was stored: the update is to be handled again (Telegram redelivers it).
     pub async fn handle_tap(self: &Arc<Self>, tap: Tap) -> Result<(), StorageError> {
-        let (text, alert, after, result) = match self.judge_tap(&tap).await {
-            Ok((text, alert, after)) => (text, alert, after, Ok(())),
+        let (judged, result) = match self.judge_tap(&tap).await {
+            Ok(judged) => (judged, Ok(())),
             Err(e) => {
                 tracing::error!(error = %e, "could not process a tap; it is handled again when Telegram resends it");
                 (
-                    "This tap could not be recorded yet; it is being retried. The message shows the outcome once there is one.".to_owned(),
-                    true,
-                    After::Nothing,
+                    Judged::alert(
+                        "This tap could not be recorded yet; it is being retried. The message shows the outcome once there is one.",
+                    ),
                     Err(e),
                 )
             }
         };
+        let Judged { text, alert, after } = judged;
         let me = self.clone();
         self.tasks.spawn(async move {
             if let Err(e) = me.messenger.answer_tap(&tap.query_id, &text, alert).await {
@@ -117,6 +299,64 @@ impl Service {
         result
     }
 
+    /// Judges a tap: its question and message, who may answer, what the button means;
+    /// then the answer, or whatever else the button asks for.
+    pub(super) async fn judge_tap(self: &Arc<Self>, tap: &Tap) -> Result<Judged, StorageError> {
+        let audit: &dyn Audit = self.store.as_ref();
+        if let Some(id) = &tap.revoke_grant {
+            return self.revoke_grant_by_tap(tap, id).await;
+        }
+        let found = Tapped::find(self.store.as_ref(), self.store.as_ref(), tap).await?;
+        let Tapped {
+            record,
+            action,
+            chat_id,
+            message_id,
+            learned,
+        } = match found {
+            Ok(tapped) => tapped,
+            Err((id, refused)) => return refuse_tap(audit, tap, id.as_ref(), refused).await,
+        };
+        if learned && record.is_terminal() {
+            // Ended while nobody knew of this copy: it gets the outcome now.
+            self.show_outcome_on(record.clone(), chat_id, message_id);
+        }
+        if let Some(refused) = self
+            .may_not_answer(&record, chat_id, &tap.from, tap.from_is_bot)
+            .await?
+        {
+            return refuse_tap(audit, tap, Some(&record.id), refused).await;
+        }
+        if record.is_terminal() {
+            return Ok(Judged::late(&record));
+        }
+        match interpret(&record, action) {
+            Meaning::Answer(said) => self.answer(record, &tap.from, said, None).await,
+            Meaning::AskReason => {
+                self.ask_reason(record, &tap.from, chat_id, message_id)
+                    .await
+            }
+            Meaning::Extend => self.extend(record, &tap.from).await,
+            Meaning::Toggle(key) => {
+                let steps = self.store.as_ref();
+                toggle(steps, record, &tap.from, chat_id, message_id, key).await
+            }
+            Meaning::SendSelection => {
+                let selection = self.store.selection(&record.id, tap.from.id).await?;
+                let said = Said::value(json!(in_option_order(&record, selection)));
+                self.answer(record, &tap.from, said, None).await
+            }
+            Meaning::Invalid(why) => {
+                let refused = Refused {
+                    text: "This button is not valid.",
+                    why,
+                };
+                refuse_tap(audit, tap, Some(&record.id), refused).await
+            }
+        }
+    }
+
+    /// Does in the chat, in the background, what a judged tap or answer calls for.
     pub(super) fn then(self: &Arc<Self>, after: After) {
         match after {
             After::Nothing => {}
@@ -177,277 +417,6 @@ impl Service {
         }
     }
 
-    /// Logs and audits a refused tap or reply; the operator gets `text` as an alert.
-    pub(super) async fn refuse(
-        &self,
-        from: &Operator,
-        chat_id: Option<i64>,
-        message_id: Option<i32>,
-        id: Option<&ConfirmationId>,
-        text: &str,
-        why: &'static str,
-    ) -> Result<(String, bool, After), StorageError> {
-        tracing::warn!(user_id = from.id, chat_id = ?chat_id, id = ?id.map(|i| i.as_str()), why, "answer refused");
-        let event = audit::refused_tap(
-            id.map(|i| i.as_str()),
-            from,
-            chat_id,
-            message_id,
-            why,
-            now(),
-        );
-        self.store.record_event(event).await?;
-        Ok((text.to_owned(), true, After::Nothing))
-    }
-
-    /// A grant's Revoke button (under `/grants`): only on the bot's own message, only by
-    /// an approver of the grant's route in that route's chat. The storage revokes it
-    /// (and audits who) in one conditional update; a grant already ended says so.
-    async fn revoke_grant_by_tap(
-        &self,
-        tap: &Tap,
-        id: &crate::domain::ids::GrantId,
-    ) -> Result<(String, bool, After), StorageError> {
-        if tap.from_is_bot || !tap.carries_button {
-            return self
-                .refuse(
-                    &tap.from,
-                    tap.chat_id,
-                    tap.message_id,
-                    None,
-                    "This button is not valid.",
-                    "a grant's Revoke button not on the bot's own message",
-                )
-                .await;
-        }
-        let may_revoke = |route: &str| {
-            self.config.route(route).is_some_and(|r| {
-                r.approvers.contains(&tap.from.id)
-                    && tap.chat_id == Some(self.chats.chat_of(&r.name, r.chat_id))
-            })
-        };
-        match self
-            .commands
-            .revoke_grant_as(id, &tap.from, may_revoke)
-            .await?
-        {
-            CommandReply::GrantRevoked { grant, .. } => Ok((
-                format!(
-                    "🔒 Revoked: {} can no longer run {} for {} without asking.",
-                    grant.agent,
-                    crate::domain::grant::scope_in_words(&grant.scope),
-                    grant.owner_id
-                ),
-                false,
-                After::Nothing,
-            )),
-            CommandReply::Refused(_) => {
-                self.refuse(
-                    &tap.from,
-                    tap.chat_id,
-                    tap.message_id,
-                    None,
-                    "Only an approver of the grant's route, in its chat, can revoke it.",
-                    "not an approver of the grant's route in its chat",
-                )
-                .await
-            }
-            CommandReply::Invalid(text) => Ok((text, true, After::Nothing)),
-            _ => Ok(("This button is not valid.".to_owned(), true, After::Nothing)),
-        }
-    }
-
-    pub(super) async fn judge_tap(
-        self: &Arc<Self>,
-        tap: &Tap,
-    ) -> Result<(String, bool, After), StorageError> {
-        let refuse = |id: Option<ConfirmationId>, text: &'static str, why: &'static str| {
-            let id = id.clone();
-            async move {
-                self.refuse(
-                    &tap.from,
-                    tap.chat_id,
-                    tap.message_id,
-                    id.as_ref(),
-                    text,
-                    why,
-                )
-                .await
-            }
-        };
-        if let Some(id) = &tap.revoke_grant {
-            return self.revoke_grant_by_tap(tap, id).await;
-        }
-        let Some(Button { action, token }) = tap.button.clone() else {
-            return refuse(None, "This button is not valid.", "malformed callback data").await;
-        };
-        let Some(mut record) = self.store.find_by_token(&token).await? else {
-            return refuse(None, "This request is unknown.", "unknown callback token").await;
-        };
-        // The token is bound to the chats the question was posted in; a token replayed in
-        // another chat is refused. Within them, a message of the bot's own the service
-        // has no id for is a copy it never heard of: a crash (or a connection lost after
-        // Telegram took the message) between posting and storing the message id, and the
-        // question posted again. It carries the question's buttons, so it is learned here
-        // and counts like any copy: its tap decides, and the outcome is shown on it.
-        let in_chat = record.messages().any(|(chat, _)| tap.chat_id == Some(chat));
-        let known = record.messages().any(|(chat, message)| {
-            tap.chat_id == Some(chat) && message.is_some() && message == tap.message_id
-        }) || record
-            .strays
-            .iter()
-            .any(|s| tap.chat_id == Some(s.chat_id) && tap.message_id == Some(s.message_id));
-        // While a delivery is in flight its message id is not stored yet.
-        let in_flight = record
-            .messages()
-            .any(|(chat, message)| tap.chat_id == Some(chat) && message.is_none());
-        let (Some(chat_id), Some(message_id)) = (tap.chat_id, tap.message_id) else {
-            return refuse(
-                Some(record.id.clone()),
-                "This button does not belong to this message.",
-                "callback data without a chat message",
-            )
-            .await;
-        };
-        if !in_chat || !(known || in_flight || tap.carries_button) {
-            return refuse(
-                Some(record.id.clone()),
-                "This button does not belong to this message.",
-                "callback data from another chat or message",
-            )
-            .await;
-        }
-        if !known && tap.carries_button {
-            tracing::warn!(id = %record.id, chat_id, message_id,
-                "a tap on a copy of the question the service had no id for: learning it");
-            if let Some(learned) = self
-                .store
-                .add_stray(&record.id, chat_id, message_id, now())
-                .await?
-            {
-                record = learned;
-            }
-            if record.is_terminal() {
-                // Ended while nobody knew of this copy: it gets the outcome now.
-                self.show_outcome_on(record.clone(), chat_id, message_id);
-            }
-        }
-        if let Some((text, why)) = self
-            .may_not_answer(&record, chat_id, &tap.from, tap.from_is_bot)
-            .await?
-        {
-            return refuse(Some(record.id.clone()), text, why).await;
-        }
-        if record.is_terminal() {
-            // A late answer never overwrites the stored outcome; an interaction says so
-            // with an alert the operator must dismiss.
-            return Ok((
-                already_decided(&record),
-                record.interaction.is_some(),
-                After::Nothing,
-            ));
-        }
-        let kind = record.kind();
-        match action {
-            TapAction::DenyWithReason if offers_reason(kind) => {
-                return self
-                    .ask_reason(record, &tap.from, chat_id, message_id)
-                    .await;
-            }
-            TapAction::Extend => return self.extend(record, &tap.from).await,
-            TapAction::DenyWithReason => {
-                return refuse(
-                    Some(record.id.clone()),
-                    "This button is not valid.",
-                    "button does not fit the question",
-                )
-                .await;
-            }
-            _ => {}
-        }
-        // The button decides, never the values: a form approved with `{}` is approved.
-        // "Approve for" on a question that offers no window is a plain approval.
-        let verdict = match action {
-            TapAction::Approve => Some(Verdict::Approve { once: true }),
-            TapAction::ApproveWindow => Some(Verdict::Approve { once: false }),
-            TapAction::Cancel => Some(Verdict::Deny),
-            _ => None,
-        };
-        let value = match (kind, action) {
-            (InteractionType::Approval, TapAction::Approve | TapAction::ApproveWindow) => {
-                json!(true)
-            }
-            (InteractionType::Approval, TapAction::Cancel) => json!(false),
-            (InteractionType::Form, TapAction::Approve | TapAction::ApproveWindow) => {
-                record.form_values()
-            }
-            (InteractionType::Form, TapAction::Cancel) => Value::Null,
-            (InteractionType::SingleChoice | InteractionType::Poll, TapAction::Choose(n)) => {
-                match option_key(&record, n) {
-                    Some(key) => json!(key),
-                    None => {
-                        return refuse(
-                            Some(record.id.clone()),
-                            "This button is not valid.",
-                            "no such option",
-                        )
-                        .await;
-                    }
-                }
-            }
-            (InteractionType::MultiChoice, TapAction::Toggle(n)) => {
-                let Some(key) = option_key(&record, n) else {
-                    return refuse(
-                        Some(record.id.clone()),
-                        "This button is not valid.",
-                        "no such option",
-                    )
-                    .await;
-                };
-                let mut selection = self.store.selection(&record.id, tap.from.id).await?;
-                match selection.iter().position(|k| *k == key) {
-                    Some(at) => {
-                        selection.remove(at);
-                    }
-                    None => selection.push(key),
-                }
-                let selection = in_option_order(&record, selection);
-                self.store
-                    .set_selection(&record.id, tap.from.id, &selection)
-                    .await?;
-                let text = if selection.is_empty() {
-                    "Nothing selected".to_owned()
-                } else {
-                    cut_for_toast(&format!("Selected: {}", labels_of(&record, &selection)))
-                };
-                return Ok((
-                    text,
-                    false,
-                    After::ShowSelection {
-                        record,
-                        chat_id,
-                        message_id,
-                        selection,
-                    },
-                ));
-            }
-            (InteractionType::MultiChoice, TapAction::Done) => {
-                let selection = self.store.selection(&record.id, tap.from.id).await?;
-                json!(in_option_order(&record, selection))
-            }
-            _ => {
-                return refuse(
-                    Some(record.id.clone()),
-                    "This button is not valid.",
-                    "button does not fit the question",
-                )
-                .await;
-            }
-        };
-        self.answer(record, &tap.from, value, verdict, None, None)
-            .await
-    }
-
     /// An approver tapped "Deny with reason": the request stays open, and the bot asks
     /// them (and only them) why, in the same chat. Their reply ends it (see
     /// [`Service::judge_reason_reply`]). Until it comes anyone may still decide, and the
@@ -459,21 +428,19 @@ impl Service {
         from: &Operator,
         chat_id: i64,
         message_id: i32,
-    ) -> Result<(String, bool, After), StorageError> {
+    ) -> Result<Judged, StorageError> {
         let Some(record) = self
             .store
             .request_reason(&record.id, from, chat_id, now())
             .await?
         else {
             let r = self.store.get(&record.id).await?.unwrap_or(record);
-            return Ok((already_decided(&r), true, After::Nothing));
+            return Ok(Judged::alert(already_decided(&r)));
         };
         self.metrics.question_step(&record, "reason_requested");
         self.changes.changed(&record.id);
-        Ok((
-            "✋ Reply to the bot's message with your reason; the request stays open until it is in."
-                .to_owned(),
-            false,
+        Ok(Judged::toast(
+            "✋ Reply to the bot's message with your reason; the request stays open until it is in.",
             After::AskReason {
                 record,
                 chat_id,
@@ -490,16 +457,20 @@ impl Service {
         self: &Arc<Self>,
         record: Question,
         from: &Operator,
-    ) -> Result<(String, bool, After), StorageError> {
-        let Some(to) = self.extension_to(&record) else {
-            return self
-                .refuse(
+    ) -> Result<Judged, StorageError> {
+        let Some(to) = extension_to(&self.config, &record) else {
+            let refused = Refused {
+                text: "This request cannot be given more time.",
+                why: "no extension left within the route's bounds",
+            };
+            let (chat_id, message_id) = (Some(record.chat_id), record.message_id);
+            return refused
+                .audit(
+                    self.store.as_ref(),
                     from,
-                    Some(record.chat_id),
-                    record.message_id,
+                    chat_id,
+                    message_id,
                     Some(&record.id),
-                    "This request cannot be given more time.",
-                    "no extension left within the route's bounds",
                 )
                 .await;
         };
@@ -511,43 +482,23 @@ impl Service {
             // Ended, or someone else extended it first: nothing moved twice.
             let r = self.store.get(&record.id).await?.unwrap_or(record);
             if r.is_terminal() {
-                return Ok((already_decided(&r), true, After::Nothing));
+                return Ok(Judged::alert(already_decided(&r)));
             }
-            return Ok((
-                "Someone moved the deadline just now; the message shows it.".to_owned(),
-                true,
-                After::Refresh(r),
-            ));
+            return Ok(Judged {
+                text: "Someone moved the deadline just now; the message shows it.".to_owned(),
+                alert: true,
+                after: After::Refresh(r),
+            });
         };
-        tracing::info!(id = %extended.id, by = from.id, expires_at = %crate::domain::question::rfc3339(extended.expires_at), "deadline extended");
+        tracing::info!(id = %extended.id, by = from.id, expires_at = %question::rfc3339(extended.expires_at), "deadline extended");
         self.metrics.question_step(&extended, "extended");
         self.arm(&extended);
         self.changes.changed(&extended.id);
-        Ok((
-            cut_for_toast(&format!(
-                "⏳ More time: the deadline is now {}",
-                crate::domain::question::operator_time(extended.expires_at)
-            )),
-            false,
-            After::Refresh(extended),
-        ))
-    }
-
-    /// The deadline one more "+N min" tap would set, if the route offers one: at most
-    /// `max_extensions` times, and never past `max_timeout_seconds` after the request
-    /// was made.
-    pub(super) fn extension_to(&self, r: &Question) -> Option<OffsetDateTime> {
-        if r.is_terminal() {
-            return None;
-        }
-        let route = self.config.route(&r.route)?;
-        let step = route.extend_by?;
-        if r.progress.extensions >= route.max_extensions {
-            return None;
-        }
-        let cap = r.created_at + Duration::from_secs_f64(self.config.max_timeout_seconds);
-        let to = (r.expires_at + step).min(cap);
-        (to > r.expires_at).then_some(to)
+        let text = cut_for_toast(&format!(
+            "⏳ More time: the deadline is now {}",
+            question::operator_time(extended.expires_at)
+        ));
+        Ok(Judged::toast(text, After::Refresh(extended)))
     }
 
     /// A reply from someone who tapped "Deny with reason", to the bot's prompt or to the
@@ -575,26 +526,14 @@ impl Service {
         if self.refused_reply(&record, reply).await? {
             return Ok(Some(After::Nothing));
         }
-        let Some(reason) = crate::domain::question::reason_text(&reply.text) else {
+        let Some(reason) = question::reason_text(&reply.text) else {
             // An empty reply (a sticker, blanks) explains nothing: the request stays open
             // and the person can reply again.
             return Ok(Some(After::Nothing));
         };
-        let value = match record.kind() {
-            InteractionType::Form => Value::Null,
-            _ => json!(false),
-        };
-        let (_, _, after) = self
-            .answer(
-                record,
-                &reply.from,
-                value,
-                Some(Verdict::Deny),
-                Some(reason),
-                None,
-            )
-            .await?;
-        Ok(Some(after))
+        let said = Said::no(&record, Some(reason));
+        let judged = self.answer(record, &reply.from, said, None).await?;
+        Ok(Some(judged.after))
     }
 
     /// Someone replied to one of the bot's messages: a free-text answer when it is an
@@ -633,93 +572,63 @@ impl Service {
             .chars()
             .take(interaction::MAX_FREE_TEXT_CHARS)
             .collect();
-        let (_, _, after) = self
-            .answer(record, &reply.from, json!(text), None, None, None)
-            .await?;
-        Ok(after)
+        let said = Said::value(json!(text));
+        let judged = self.answer(record, &reply.from, said, None).await?;
+        Ok(judged.after)
     }
 
     /// Whether `reply`'s author may not answer `record` there; a refusal is audited.
     async fn refused_reply(&self, record: &Question, reply: &Reply) -> Result<bool, StorageError> {
-        let Some((text, why)) = self
+        let Some(refused) = self
             .may_not_answer(record, reply.chat_id, &reply.from, reply.from_is_bot)
             .await?
         else {
             return Ok(false);
         };
-        self.refuse(
-            &reply.from,
-            Some(reply.chat_id),
-            Some(reply.reply_to),
-            Some(&record.id),
-            text,
-            why,
-        )
-        .await?;
+        let (chat_id, message_id) = (Some(reply.chat_id), Some(reply.reply_to));
+        refused
+            .audit(
+                self.store.as_ref(),
+                &reply.from,
+                chat_id,
+                message_id,
+                Some(&record.id),
+            )
+            .await?;
         Ok(true)
     }
 
     /// Stores one person's answer and settles the question when the answers so far do.
-    /// `verdict` is the button an approve/cancel question was answered with; `console`,
-    /// for an answer from the console, its edit and the event that audits it in the
-    /// answer's own write.
+    /// `console`, for an answer from the console: its edit and the event that audits it
+    /// in the answer's own write.
     pub(super) async fn answer(
         self: &Arc<Self>,
         record: Question,
         from: &Operator,
-        value: Value,
-        verdict: Option<Verdict>,
-        reason: Option<String>,
+        said: Said,
         console: Option<ConsoleAnswer>,
-    ) -> Result<(String, bool, After), StorageError> {
+    ) -> Result<Judged, StorageError> {
         let (edit, also) = match console {
             Some(c) => (c.edit, Some(c.audited)),
             None => (None, None),
         };
-        // "Once" only means something where a window was offered.
-        let once =
-            matches!(verdict, Some(Verdict::Approve { once: true })) && record.window_seconds > 0;
+        let Said {
+            value,
+            verdict,
+            reason,
+        } = said;
         let answer = Answer {
-            respondent: self.respondent(&record, from.id),
+            respondent: respondent(&self.config, &record, from.id),
             by: Some(from.clone()),
             value,
             is_default: false,
-            once,
-            reason: reason.clone(),
+            once: matches!(verdict, Some(Verdict::Approve { once: true })),
+            reason,
             at: now(),
-        };
-        // A confirmation or a first-response question is settled by this very answer:
-        // stored together with its outcome, atomically.
-        let settles = match &record.interaction {
-            Some(i) if i.consensus != ConsensusMode::FirstResponse => None,
-            Some(_) => Some(Outcome::Completed {
-                value: answer.value.clone(),
-                by: Some(from.clone()),
-                reason: match &reason {
-                    Some(why) => format!("denied by {from}; {}", text::their_words(why)),
-                    None => format!("answered by {from}"),
-                },
-                denial: reason.clone(),
-            }),
-            // A confirmation is decided by its button alone; anything else (which no
-            // button of a confirmation produces) fails closed.
-            None => Some(match verdict {
-                Some(Verdict::Approve { .. }) => Outcome::Approved {
-                    by: from.clone(),
-                    once,
-                },
-                Some(Verdict::Deny) | None => match reason.clone() {
-                    Some(reason) => Outcome::Denied {
-                        by: from.clone(),
-                        reason,
-                    },
-                    None => Outcome::Cancelled(from.clone()),
-                },
-            }),
         };
         // An edit goes only with an answer that settles the question (see
         // `Question::editable`): it is part of the decision's one write.
-        let decision = settles.map(|o| crate::domain::question::Decision {
+        let decision = settled_by_one(&record, from, &answer, verdict).map(|o| Decision {
             edit,
             ..o.decide(answer.at)
         });
@@ -730,92 +639,184 @@ impl Service {
         {
             Answered::Added(r) => r,
             Answered::AlreadyAnswered(r) | Answered::Closed(r) if r.is_terminal() => {
-                let alert = r.interaction.is_some();
-                return Ok((already_decided(&r), alert, After::Nothing));
+                return Ok(Judged::late(&r));
             }
             Answered::AlreadyAnswered(_) | Answered::Closed(_) => {
-                return Ok(("You already answered.".to_owned(), true, After::Nothing));
+                return Ok(Judged::alert("You already answered."));
             }
-            Answered::NotFound => {
-                return Ok(("This request is unknown.".to_owned(), true, After::Nothing));
-            }
+            Answered::NotFound => return Ok(Judged::alert("This request is unknown.")),
         };
         if record.is_terminal() {
             self.on_decided(&record);
-            return Ok((tap_ack(&record), false, After::Finish(record)));
+            return Ok(Judged::toast(tap_ack(&record), After::Finish(record)));
         }
         // Waiters are woken once: here when the question stays open, by the decision
         // when this answer settles it (a long-poll must not wake on a "partial" that
         // is already over).
-        let Some(outcome) = self.settle(&record) else {
+        let Some(outcome) = settle(&self.config, &record) else {
             self.changes.changed(&record.id);
             let text = format!(
                 "Answer recorded ({} of {} answered)",
                 record.answers.len(),
-                self.expected_answers(&record)
+                expected_answers(&self.config, &record)
             );
-            return Ok((text, false, After::Refresh(record)));
+            return Ok(Judged::toast(text, After::Refresh(record)));
         };
         Ok(match self.decide(&record.id, outcome).await? {
-            Decided::Applied(r) => (tap_ack(&r), false, After::Finish(r)),
-            Decided::AlreadyTerminal(r) => {
-                let alert = r.interaction.is_some();
-                (already_decided(&r), alert, After::Nothing)
-            }
-            Decided::NotFound => ("This request is unknown.".to_owned(), true, After::Nothing),
+            Decided::Applied(r) => Judged::toast(tap_ack(&r), After::Finish(r)),
+            Decided::AlreadyTerminal(r) => Judged::late(&r),
+            Decided::NotFound => Judged::alert("This request is unknown."),
         })
     }
+}
 
-    /// The outcome the answers so far settle a question asked of several people on, if
-    /// they do.
-    pub(super) fn settle(&self, record: &Question) -> Option<Outcome> {
-        let i = record.interaction.as_ref()?;
-        let values: Vec<Value> = record.answers.iter().map(|a| a.value.clone()).collect();
-        let quorum = i
-            .quorum
-            .or_else(|| self.config.route(&record.route).and_then(|r| r.quorum));
-        let expected = self.expected_answers(record);
-        // A quorum approval stops on the first no: one approver's veto ends it at once,
-        // whatever the others would have said.
-        if i.consensus == ConsensusMode::Quorum
-            && i.kind == InteractionType::Approval
-            && let Some(no) = record.answers.iter().find(|a| a.value == json!(false))
-        {
-            let who = no
-                .by
-                .as_ref()
-                .map_or_else(|| no.respondent.clone(), |op| op.to_string());
-            return Some(Outcome::Completed {
-                value: json!(false),
-                by: no.by.clone(),
-                reason: match &no.reason {
-                    Some(why) => format!("vetoed by {who}; {}", text::their_words(why)),
-                    None => format!("vetoed by {who}: one no ends a quorum approval"),
+/// The outcome `answer` settles `record` on by itself: a confirmation's, decided by its
+/// button alone, or a first-response question's; `None` when the question waits for the
+/// answers of several people. It is stored together with the answer, atomically.
+fn settled_by_one(
+    record: &Question,
+    from: &Operator,
+    answer: &Answer,
+    verdict: Option<Verdict>,
+) -> Option<Outcome> {
+    let reason = &answer.reason;
+    match &record.interaction {
+        Some(i) if i.consensus != ConsensusMode::FirstResponse => None,
+        Some(_) => Some(Outcome::Completed {
+            value: answer.value.clone(),
+            by: Some(from.clone()),
+            reason: match reason {
+                Some(why) => format!("denied by {from}; {}", text::their_words(why)),
+                None => format!("answered by {from}"),
+            },
+            denial: reason.clone(),
+        }),
+        // A confirmation is decided by its button alone; anything else (which no
+        // button of a confirmation produces) fails closed.
+        None => Some(match verdict {
+            Some(Verdict::Approve { .. }) => Outcome::Approved {
+                by: from.clone(),
+                once: answer.once,
+            },
+            Some(Verdict::Deny) | None => match reason.clone() {
+                Some(reason) => Outcome::Denied {
+                    by: from.clone(),
+                    reason,
                 },
-                denial: no.reason.clone(),
-            });
-        }
-        match interaction::consensus(i.consensus, &values, expected, quorum) {
-            Consensus::Open => None,
-            Consensus::Settled(value) => Some(Outcome::Completed {
-                reason: format!(
-                    "settled by {} of {} answers ({})",
-                    values.iter().filter(|v| **v == value).count(),
-                    values.len(),
-                    i.consensus.as_str()
-                ),
-                by: None,
-                value,
-                denial: None,
-            }),
-            Consensus::NoAgreement(why) => Some(Outcome::Completed {
-                // AI-Parrot's own shape for a conflict.
-                value: json!({"conflict": true, "responses": values}),
-                by: None,
-                reason: format!("no agreement: {why}"),
-                denial: None,
-            }),
-        }
+                None => Outcome::Cancelled(from.clone()),
+            },
+        }),
+    }
+}
+
+/// How many answers the question waits for: its target humans, else the route's
+/// approvers, else the people it was sent to privately.
+pub(super) fn expected_answers(config: &Config, record: &Question) -> usize {
+    if let Some(i) = &record.interaction
+        && !i.target_humans.is_empty()
+    {
+        // One person named twice (`alice` twice, or `alice` and her id) answers once,
+        // so targets count by the Telegram user they resolve to, as `is_target`
+        // resolves them; a name that resolves to nobody counts by itself.
+        let people: HashSet<Result<u64, &str>> = i
+            .target_humans
+            .iter()
+            .map(|t| {
+                config
+                    .person(t)
+                    .or_else(|| t.parse::<u64>().ok().filter(|id| id.to_string() == *t))
+                    .ok_or(t.as_str())
+            })
+            .collect();
+        return people.len();
+    }
+    match config.route(&record.route) {
+        Some(route) => route.approvers.len(),
+        None => 1 + record.copies.len(),
+    }
+}
+
+/// `respondent` as AI-Parrot expects it: the person's name when `target_humans` uses
+/// names, else the Telegram user id in decimal.
+fn respondent(config: &Config, record: &Question, user_id: u64) -> String {
+    record
+        .interaction
+        .as_ref()
+        .and_then(|i| {
+            i.target_humans
+                .iter()
+                .find(|t| config.person(t) == Some(user_id))
+                .cloned()
+        })
+        .unwrap_or_else(|| user_id.to_string())
+}
+
+/// The deadline one more "+N min" tap would set, if the route offers one: at most
+/// `max_extensions` times, and never past `max_timeout_seconds` after the request was
+/// made.
+pub(super) fn extension_to(config: &Config, r: &Question) -> Option<OffsetDateTime> {
+    if r.is_terminal() {
+        return None;
+    }
+    let route = config.route(&r.route)?;
+    let step = route.extend_by?;
+    if r.progress.extensions >= route.max_extensions {
+        return None;
+    }
+    let cap = r.created_at + Duration::from_secs_f64(config.max_timeout_seconds);
+    let to = (r.expires_at + step).min(cap);
+    (to > r.expires_at).then_some(to)
+}
+
+/// The outcome the answers so far settle a question asked of several people on, if
+/// they do.
+fn settle(config: &Config, record: &Question) -> Option<Outcome> {
+    let i = record.interaction.as_ref()?;
+    let values: Vec<Value> = record.answers.iter().map(|a| a.value.clone()).collect();
+    let quorum = i
+        .quorum
+        .or_else(|| config.route(&record.route).and_then(|r| r.quorum));
+    let expected = expected_answers(config, record);
+    // A quorum approval stops on the first no: one approver's veto ends it at once,
+    // whatever the others would have said.
+    if i.consensus == ConsensusMode::Quorum
+        && i.kind == InteractionType::Approval
+        && let Some(no) = record.answers.iter().find(|a| a.value == json!(false))
+    {
+        let who = no
+            .by
+            .as_ref()
+            .map_or_else(|| no.respondent.clone(), |op| op.to_string());
+        return Some(Outcome::Completed {
+            value: json!(false),
+            by: no.by.clone(),
+            reason: match &no.reason {
+                Some(why) => format!("vetoed by {who}; {}", text::their_words(why)),
+                None => format!("vetoed by {who}: one no ends a quorum approval"),
+            },
+            denial: no.reason.clone(),
+        });
+    }
+    match interaction::consensus(i.consensus, &values, expected, quorum) {
+        Consensus::Open => None,
+        Consensus::Settled(value) => Some(Outcome::Completed {
+            reason: format!(
+                "settled by {} of {} answers ({})",
+                values.iter().filter(|v| **v == value).count(),
+                values.len(),
+                i.consensus.as_str()
+            ),
+            by: None,
+            value,
+            denial: None,
+        }),
+        Consensus::NoAgreement(why) => Some(Outcome::Completed {
+            // AI-Parrot's own shape for a conflict.
+            value: json!({"conflict": true, "responses": values}),
+            by: None,
+            reason: format!("no agreement: {why}"),
+            denial: None,
+        }),
     }
 }
 
@@ -840,55 +841,6 @@ pub(super) enum After {
         message_id: i32,
         selection: Vec<String>,
     },
-}
-
-/// Which of an approve/cancel question's buttons was tapped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Verdict {
-    /// Approve; `once`: without the window the question offered.
-    Approve {
-        once: bool,
-    },
-    Deny,
-}
-
-/// Whether a question of this kind offers "Deny with reason": those answered with
-/// approve or cancel.
-pub(super) fn offers_reason(kind: InteractionType) -> bool {
-    matches!(kind, InteractionType::Approval | InteractionType::Form)
-}
-
-pub(super) fn option_key(record: &Question, n: u8) -> Option<String> {
-    record
-        .interaction
-        .as_ref()?
-        .options
-        .get(usize::from(n))
-        .map(|o| o.key.clone())
-}
-
-/// `selection` in the order the options are listed (as AI-Parrot lists them back).
-pub(super) fn in_option_order(record: &Question, selection: Vec<String>) -> Vec<String> {
-    let Some(i) = &record.interaction else {
-        return selection;
-    };
-    i.options
-        .iter()
-        .filter(|o| selection.contains(&o.key))
-        .map(|o| o.key.clone())
-        .collect()
-}
-
-pub(super) fn labels_of(record: &Question, keys: &[String]) -> String {
-    let Some(i) = &record.interaction else {
-        return keys.join(", ");
-    };
-    i.options
-        .iter()
-        .filter(|o| keys.contains(&o.key))
-        .map(|o| o.label.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The toast after an answer that ended the question.

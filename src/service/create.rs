@@ -222,7 +222,7 @@ impl Service {
         mut new: NewInteraction,
     ) -> Result<(Question, bool), ServiceError> {
         let dest = self.destination(agent, new.route.as_deref(), new.recipient.as_deref())?;
-        if let Some(terms) = self.grant_terms_on(agent, &new, &dest)? {
+        if let Some(terms) = grants::grant_terms_on(agent, &new, &dest)? {
             // Stored with the question as the route cut them: what the person is shown
             // and what their yes stores.
             new.interaction
@@ -240,7 +240,10 @@ impl Service {
         let i = &new.interaction;
         if let Destination::Route(route) = &dest
             && !i.target_humans.is_empty()
-            && !route.approvers.iter().any(|uid| self.is_target(i, *uid))
+            && !route
+                .approvers
+                .iter()
+                .any(|uid| self.agree.authority().is_target(i, *uid))
         {
             return Err(ServiceError::NobodyMayAnswer(format!(
                 "none of target_humans is an approver of route '{}' (names map to Telegram ids through [people])",

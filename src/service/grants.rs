@@ -10,14 +10,23 @@
 //! `GrantGuard`). The person is shown the terms on lines of the service's own, and the
 //! grant is stored with their yes, in the same write, on exactly those terms
 //! (`grant::granted_by_tap`). Presenting the question afterwards
-//! ([`Service::present_grant`]) only finds that grant: nothing an agent says then, and
+//! ([`GrantBook::present`]) only finds that grant: nothing an agent says then, and
 //! nothing written in a question's prose, makes or widens one. Grants are stored and read
 //! from the database on every check: a revoke stops them at once on every replica.
 
-use super::*;
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::answer::{After, Judged, Refused};
+use super::{CommandReply, Destination, NewInteraction, Service, ServiceError, Tap, now};
+use crate::config::Agent;
 use crate::domain::grant::{self, Grant, GrantTerms, Scope};
-use crate::domain::ids::GrantId;
-use crate::domain::question::{rfc3339, window_duration};
+use crate::domain::ids::{GrantId, OwnerId};
+use crate::domain::interaction;
+use crate::domain::question::{Question, rfc3339, window_duration};
+use crate::metrics::Metrics;
+use crate::storage::{Grants, Questions, StorageError};
 
 /// A grant an agent asks for or presents (`POST /v1/grants`).
 #[derive(Debug, Clone)]
@@ -41,10 +50,157 @@ pub struct GrantCheck {
     pub sufficient: bool,
 }
 
+/// The grants as agents ask for them through the API, once they exist: read, presented,
+/// checked and revoked (asking for one is a question, [`Service::ask_grant`]).
+pub struct GrantBook<'a> {
+    questions: &'a dyn Questions,
+    grants: &'a dyn Grants,
+    metrics: &'a Metrics,
+}
+
+impl Service {
+    /// The grants (`/v1/grants`).
+    pub fn grants(&self) -> GrantBook<'_> {
+        GrantBook {
+            questions: self.store.as_ref(),
+            grants: self.store.as_ref(),
+            metrics: &self.metrics,
+        }
+    }
+}
+
+impl GrantBook<'_> {
+    /// The grant a person's yes to `record` stored, if it is a grant question answered
+    /// yes (`None` for any other question or answer).
+    pub async fn of_question(&self, record: &Question) -> Result<Option<Grant>, ServiceError> {
+        if record
+            .interaction
+            .as_ref()
+            .and_then(|i| i.grant.as_ref())
+            .is_none()
+        {
+            return Ok(None);
+        }
+        Ok(self.grants.grant(&GrantId::of_question(&record.id)).await?)
+    }
+
+    /// The grant that the grant question `interaction_id` of `agent` stored when a person
+    /// answered it yes, if `req` names it as it was asked: the same scope and owner, and
+    /// no window but the one approved (or the one the agent asked for, before the route
+    /// cut it). Nothing is written: the grant exists from the yes, and this only hands
+    /// it to the agent that asked (a presentation names nothing new, so a second one
+    /// answers the same).
+    pub async fn present(
+        &self,
+        agent: &Agent,
+        interaction_id: &str,
+        req: &GrantRequest,
+    ) -> Result<Grant, ServiceError> {
+        let refused = |field: &str, reason: String| ServiceError::GrantRefused {
+            field: field.to_owned(),
+            reason,
+        };
+        let record = self
+            .questions
+            .find_interaction(&agent.name, interaction_id)
+            .await?
+            .ok_or(ServiceError::NotFound)?;
+        let Some(terms) = record.interaction.as_deref().and_then(|i| i.grant.as_ref()) else {
+            return Err(refused(
+                "interaction_id",
+                "is not a grant question: it was asked without grant terms, so no answer to it \
+                 grants anything, whatever its text says (ask with POST /v1/grants, or send the \
+                 interaction with a `grant` object)"
+                    .into(),
+            ));
+        };
+        if let Some(d) = terms.differs_from(&req.scope, &req.owner_id, req.window_seconds) {
+            let approved = match d.field {
+                "window_seconds" => format!(
+                    "{} ({} from the yes)",
+                    d.asked,
+                    window_duration(terms.window_seconds)
+                ),
+                _ => d.asked,
+            };
+            return Err(refused(
+                d.field,
+                format!("differs from the grant question's terms: the person approved {approved}"),
+            ));
+        }
+        if let Some(asked) = &req.route
+            && *asked != record.route
+        {
+            return Err(refused(
+                "route",
+                format!("the grant question was asked on route '{}'", record.route),
+            ));
+        }
+        if !record.is_terminal() {
+            return Err(refused(
+                "interaction_id",
+                "is not answered yet: present it once a person said yes".into(),
+            ));
+        }
+        let Some(g) = self.of_question(&record).await? else {
+            return Err(refused(
+                "interaction_id",
+                "was not answered yes by a person (a refusal, a timeout or a withdrawal grants \
+                 nothing)"
+                    .into(),
+            ));
+        };
+        if !g.is_live(now()) {
+            let ended = match g.revoked_at {
+                Some(at) => format!("was revoked at {}", rfc3339(at)),
+                None => format!("expired at {}", rfc3339(g.expires_at)),
+            };
+            return Err(refused(
+                "interaction_id",
+                format!("granted {}, which {ended}: ask again", g.grant_id),
+            ));
+        }
+        Ok(g)
+    }
+
+    /// The live grant of `agent` for `owner_id` that covers `scope`, if any.
+    pub async fn check(
+        &self,
+        agent: &Agent,
+        owner_id: &OwnerId,
+        scope: &Scope,
+    ) -> Result<Option<Grant>, ServiceError> {
+        Ok(self
+            .grants
+            .live_grant_covering(&agent.name, owner_id, scope, now())
+            .await?)
+    }
+
+    /// The agent's live grants, soonest expiry first.
+    pub async fn of_agent(&self, agent: &Agent) -> Result<Vec<Grant>, ServiceError> {
+        Ok(self
+            .grants
+            .live_grants(Some(&agent.name), None, now())
+            .await?)
+    }
+
+    /// The agent revokes one of its live grants.
+    pub async fn revoke_own(&self, agent: &Agent, id: &GrantId) -> Result<Grant, ServiceError> {
+        let revoked = self
+            .grants
+            .revoke_grant(id, Some(&agent.name), None, now())
+            .await?
+            .ok_or(ServiceError::NotFound)?;
+        self.metrics.grant_event("revoked");
+        tracing::info!(grant = %revoked.grant_id, agent = %revoked.agent, "grant revoked by its agent");
+        Ok(revoked)
+    }
+}
+
 impl Service {
     /// Asks the route's approvers for a grant: an `approval` interaction of the agent
     /// with the request's terms, its reason (if any) as the question. Returns the
-    /// question; a person's yes stores the grant ([`Service::grant_of_question`] finds
+    /// question; a person's yes stores the grant ([`GrantBook::of_question`] finds
     /// it).
     pub async fn ask_grant(
         self: &Arc<Self>,
@@ -95,183 +251,105 @@ impl Service {
         Ok(record)
     }
 
-    /// The terms a grant question is asked with on `dest` (`None`: the interaction asks
-    /// for no grant): the window cut to the route's `max_grant_seconds`, and refused
-    /// where they could not be shown whole, or where nobody could list and revoke the
-    /// grant (a private chat).
-    pub(super) fn grant_terms_on(
+    /// A grant's Revoke button (under `/grants`): only on the bot's own message, only by
+    /// an approver of the grant's route in that route's chat. The storage revokes it
+    /// (and audits who) in one conditional update; a grant already ended says so.
+    pub(super) async fn revoke_grant_by_tap(
         &self,
-        agent: &Agent,
-        new: &NewInteraction,
-        dest: &Destination,
-    ) -> Result<Option<GrantTerms>, ServiceError> {
-        let Some(terms) = &new.interaction.grant else {
-            return Ok(None);
-        };
-        let refused = |field: &str, reason: String| ServiceError::InvalidGrant {
-            field: field.to_owned(),
-            reason,
-        };
-        let Destination::Route(route) = dest else {
-            return Err(refused(
-                "interaction.grant",
-                "is asked of a route's approvers, who list and revoke grants there (/grants): \
-                 name a route, not a recipient"
-                    .into(),
-            ));
-        };
-        if new.call.is_some() {
-            return Err(refused(
-                "call",
-                "does not go with a grant: a grant question is about a scope, not one call".into(),
-            ));
-        }
-        let capped = terms.capped(route.max_grant_seconds);
-        let shown = capped.shown_units(&agent.name);
-        if shown > GrantTerms::MAX_SHOWN_UNITS {
-            return Err(refused(
-                "interaction.grant",
-                format!(
-                    "cannot be shown whole: the agent's name, the scope and the owner take {shown} \
-                     characters in Telegram, more than the {} a question's terms may (shorten the \
-                     scope or the owner)",
-                    GrantTerms::MAX_SHOWN_UNITS
-                ),
-            ));
-        }
-        Ok(Some(capped))
-    }
-
-    /// The grant a person's yes to `record` stored, if it is a grant question answered
-    /// yes (`None` for any other question or answer).
-    pub async fn grant_of_question(
-        &self,
-        record: &Question,
-    ) -> Result<Option<Grant>, ServiceError> {
-        if record
-            .interaction
-            .as_ref()
-            .and_then(|i| i.grant.as_ref())
-            .is_none()
-        {
-            return Ok(None);
-        }
-        Ok(self.store.grant(&GrantId::of_question(&record.id)).await?)
-    }
-
-    /// The grant that the grant question `interaction_id` of `agent` stored when a person
-    /// answered it yes, if `req` names it as it was asked: the same scope and owner, and
-    /// no window but the one approved (or the one the agent asked for, before the route
-    /// cut it). Nothing is written: the grant exists from the yes, and this only hands
-    /// it to the agent that asked (a presentation names nothing new, so a second one
-    /// answers the same).
-    pub async fn present_grant(
-        &self,
-        agent: &Agent,
-        interaction_id: &str,
-        req: &GrantRequest,
-    ) -> Result<Grant, ServiceError> {
-        let refused = |field: &str, reason: String| ServiceError::GrantRefused {
-            field: field.to_owned(),
-            reason,
-        };
-        let record = self
-            .store
-            .find_interaction(&agent.name, interaction_id)
-            .await?
-            .ok_or(ServiceError::NotFound)?;
-        let Some(terms) = record.interaction.as_deref().and_then(|i| i.grant.as_ref()) else {
-            return Err(refused(
-                "interaction_id",
-                "is not a grant question: it was asked without grant terms, so no answer to it \
-                 grants anything, whatever its text says (ask with POST /v1/grants, or send the \
-                 interaction with a `grant` object)"
-                    .into(),
-            ));
-        };
-        if let Some(d) = terms.differs_from(&req.scope, &req.owner_id, req.window_seconds) {
-            let approved = match d.field {
-                "window_seconds" => format!(
-                    "{} ({} from the yes)",
-                    d.asked,
-                    window_duration(terms.window_seconds)
-                ),
-                _ => d.asked,
-            };
-            return Err(refused(
-                d.field,
-                format!("differs from the grant question's terms: the person approved {approved}"),
-            ));
-        }
-        if let Some(asked) = &req.route
-            && *asked != record.route
-        {
-            return Err(refused(
-                "route",
-                format!("the grant question was asked on route '{}'", record.route),
-            ));
-        }
-        if !record.is_terminal() {
-            return Err(refused(
-                "interaction_id",
-                "is not answered yet: present it once a person said yes".into(),
-            ));
-        }
-        let Some(g) = self.grant_of_question(&record).await? else {
-            return Err(refused(
-                "interaction_id",
-                "was not answered yes by a person (a refusal, a timeout or a withdrawal grants \
-                 nothing)"
-                    .into(),
-            ));
-        };
-        if !g.is_live(now()) {
-            let ended = match g.revoked_at {
-                Some(at) => format!("was revoked at {}", rfc3339(at)),
-                None => format!("expired at {}", rfc3339(g.expires_at)),
-            };
-            return Err(refused(
-                "interaction_id",
-                format!("granted {}, which {ended}: ask again", g.grant_id),
-            ));
-        }
-        Ok(g)
-    }
-
-    /// The live grant of `agent` for `owner_id` that covers `scope`, if any.
-    pub async fn check_grant(
-        &self,
-        agent: &Agent,
-        owner_id: &OwnerId,
-        scope: &Scope,
-    ) -> Result<Option<Grant>, ServiceError> {
-        Ok(self
-            .store
-            .live_grant_covering(&agent.name, owner_id, scope, now())
-            .await?)
-    }
-
-    /// The agent's live grants, soonest expiry first.
-    pub async fn grants_of(&self, agent: &Agent) -> Result<Vec<Grant>, ServiceError> {
-        Ok(self
-            .store
-            .live_grants(Some(&agent.name), None, now())
-            .await?)
-    }
-
-    /// The agent revokes one of its live grants.
-    pub async fn revoke_own_grant(
-        &self,
-        agent: &Agent,
+        tap: &Tap,
         id: &GrantId,
-    ) -> Result<Grant, ServiceError> {
-        let revoked = self
-            .store
-            .revoke_grant(id, Some(&agent.name), None, now())
+    ) -> Result<Judged, StorageError> {
+        let refuse = |text, why| {
+            Refused { text, why }.audit(
+                self.store.as_ref(),
+                &tap.from,
+                tap.chat_id,
+                tap.message_id,
+                None,
+            )
+        };
+        if tap.from_is_bot || !tap.carries_button {
+            return refuse(
+                "This button is not valid.",
+                "a grant's Revoke button not on the bot's own message",
+            )
+            .await;
+        }
+        let may_revoke = |route: &str| {
+            self.config.route(route).is_some_and(|r| {
+                r.approvers.contains(&tap.from.id)
+                    && tap.chat_id == Some(self.chats.chat_of(&r.name, r.chat_id))
+            })
+        };
+        match self
+            .commands
+            .revoke_grant_as(id, &tap.from, may_revoke)
             .await?
-            .ok_or(ServiceError::NotFound)?;
-        self.metrics.grant_event("revoked");
-        tracing::info!(grant = %revoked.grant_id, agent = %revoked.agent, "grant revoked by its agent");
-        Ok(revoked)
+        {
+            CommandReply::GrantRevoked { grant, .. } => Ok(Judged::toast(
+                format!(
+                    "🔒 Revoked: {} can no longer run {} for {} without asking.",
+                    grant.agent,
+                    grant::scope_in_words(&grant.scope),
+                    grant.owner_id
+                ),
+                After::Nothing,
+            )),
+            CommandReply::Refused(_) => {
+                refuse(
+                    "Only an approver of the grant's route, in its chat, can revoke it.",
+                    "not an approver of the grant's route in its chat",
+                )
+                .await
+            }
+            CommandReply::Invalid(text) => Ok(Judged::alert(text)),
+            _ => Ok(Judged::alert("This button is not valid.")),
+        }
     }
+}
+
+/// The terms a grant question is asked with on `dest` (`None`: the interaction asks
+/// for no grant): the window cut to the route's `max_grant_seconds`, and refused
+/// where they could not be shown whole, or where nobody could list and revoke the
+/// grant (a private chat).
+pub(super) fn grant_terms_on(
+    agent: &Agent,
+    new: &NewInteraction,
+    dest: &Destination,
+) -> Result<Option<GrantTerms>, ServiceError> {
+    let Some(terms) = &new.interaction.grant else {
+        return Ok(None);
+    };
+    let refused = |field: &str, reason: String| ServiceError::InvalidGrant {
+        field: field.to_owned(),
+        reason,
+    };
+    let Destination::Route(route) = dest else {
+        return Err(refused(
+            "interaction.grant",
+            "is asked of a route's approvers, who list and revoke grants there (/grants): \
+             name a route, not a recipient"
+                .into(),
+        ));
+    };
+    if new.call.is_some() {
+        return Err(refused(
+            "call",
+            "does not go with a grant: a grant question is about a scope, not one call".into(),
+        ));
+    }
+    let capped = terms.capped(route.max_grant_seconds);
+    let shown = capped.shown_units(&agent.name);
+    if shown > GrantTerms::MAX_SHOWN_UNITS {
+        return Err(refused(
+            "interaction.grant",
+            format!(
+                "cannot be shown whole: the agent's name, the scope and the owner take {shown} \
+                 characters in Telegram, more than the {} a question's terms may (shorten the \
+                 scope or the owner)",
+                GrantTerms::MAX_SHOWN_UNITS
+            ),
+        ));
+    }
+    Ok(Some(capped))
 }

@@ -24,26 +24,21 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::config::{Agent, Config, Route};
 use crate::domain::args_hash::ArgsHash;
-use crate::domain::audit;
 use crate::domain::briefing;
 use crate::domain::edit::ArgsSchema;
 use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
-use crate::domain::interaction::{
-    self, Answer, Consensus, ConsensusMode, Interaction, InteractionType,
-};
+use crate::domain::interaction::{ConsensusMode, Interaction, InteractionType};
 use crate::domain::python::value::PyDict;
-use crate::domain::question::{
-    EditApplied, Operator, Outcome, PENDING_REASON, Question, Status, Via,
-};
+use crate::domain::question::{Operator, PENDING_REASON, Question, Status, Via};
 use crate::domain::text;
 use crate::metrics::Metrics;
 use crate::storage::{
-    Administration, AgentEvents, Answered, Audit, Change, Decided, Inserted, Outbox, Questions,
-    Runs, StorageError, Store, Windows,
+    Administration, AgentEvents, Audit, Change, Inserted, Outbox, Questions, Runs, StorageError,
+    Store, Windows,
 };
 
 mod agree;
@@ -56,6 +51,7 @@ mod decide;
 mod deliver;
 mod gate;
 mod grants;
+mod interpret;
 mod judge;
 mod lead;
 mod recover;
@@ -65,8 +61,8 @@ mod wait;
 pub use agree::{Agree, ConfigReport};
 pub use chats::Chats;
 pub use commands::{Command, CommandError, CommandMessage, CommandReply, RevokeTarget, Setup};
-pub use console::{CONSOLE_PAGE_MAX, ConsoleAction, EditedParams};
-pub use grants::{GrantCheck, GrantRequest};
+pub use console::{CONSOLE_PAGE_MAX, Console, ConsoleAction, EditedParams, NotAnAction};
+pub use grants::{GrantBook, GrantCheck, GrantRequest};
 pub use judge::Rules;
 pub use lead::Lead;
 pub use recover::run_window_purge;
@@ -710,15 +706,14 @@ impl Service {
             .is_some_and(|i| i.consensus != ConsensusMode::FirstResponse);
         View {
             expected: if several {
-                self.expected_answers(record)
+                answer::expected_answers(&self.config, record)
             } else {
                 1
             },
             selection: Vec::new(),
             group: chat_id < 0,
             thread: self.timeline.thread_of(record, chat_id),
-            extend_seconds: self
-                .extension_to(record)
+            extend_seconds: answer::extension_to(&self.config, record)
                 .map(|to| u64::try_from((to - record.expires_at).whole_seconds()).unwrap_or(0)),
             escalation: self.timeline.escalated_to(record).and_then(|(_, to)| {
                 Some(EscalationView {

@@ -35,8 +35,9 @@ use crate::domain::launch::{self, LaunchError};
 use crate::domain::limits::MAX_PARAM_KEYS;
 use crate::domain::python;
 use crate::domain::question::Operator;
-use crate::domain::question::reason_text;
-use crate::service::{CONSOLE_PAGE_MAX, ConsoleAction, EditedParams, ServiceError, now};
+use crate::service::{
+    CONSOLE_PAGE_MAX, ConsoleAction, EditedParams, NotAnAction, ServiceError, now,
+};
 use crate::storage::EndedCursor;
 
 mod view;
@@ -183,7 +184,7 @@ async fn list(
     State(state): State<AppState>,
     ConsoleUser(user, _in_flight): ConsoleUser,
 ) -> Result<Response, ApiError> {
-    let questions = state.service.console_questions(&user).await?;
+    let questions = state.service.console().pending(&user).await?;
     Ok(Json(QuestionList {
         questions: questions
             .iter()
@@ -224,7 +225,7 @@ async fn ended(
                 )
             })?,
     };
-    let (questions, next) = state.service.console_ended(&user, before, limit).await?;
+    let (questions, next) = state.service.console().ended(&user, before, limit).await?;
     let questions: Vec<QuestionView> = questions
         .iter()
         .map(|q| QuestionView::of(q, confirm_twice(&state, q)))
@@ -247,7 +248,8 @@ async fn detail(
     let (record, events) =
         state
             .service
-            .console_question(&user, &id)
+            .console()
+            .question(&user, &id)
             .await
             .map_err(|e| match e {
                 ServiceError::NotFound => ApiError::NotFound("no such question".into()),
@@ -280,28 +282,17 @@ async fn decision(
         )
     })?;
     let reason = text(&body, "reason", 2000)?;
-    let action = match text(&body, "action", 32)?.as_deref() {
-        Some("approve") => ConsoleAction::Approve,
-        Some("approve_window") => ConsoleAction::ApproveWindow,
-        Some("cancel") => ConsoleAction::Cancel,
-        Some("deny") => match reason.as_deref().and_then(reason_text) {
-            Some(why) => ConsoleAction::Deny(why),
-            None => return Err(ApiError::field("reason", "is required to deny: say why")),
-        },
-        _ => {
-            return Err(ApiError::field(
+    let action = text(&body, "action", 32)?;
+    let action =
+        ConsoleAction::named(action.as_deref(), reason.as_deref()).map_err(|e| match e {
+            NotAnAction::NoReason => ApiError::field("reason", "is required to deny: say why"),
+            NotAnAction::Unknown => ApiError::field(
                 "action",
                 "must be \"approve\", \"approve_window\", \"cancel\" or \"deny\"",
-            ));
-        }
-    };
+            ),
+        })?;
     let edited = edited_parameters(&bytes)?;
-    if edited.is_some()
-        && !matches!(
-            action,
-            ConsoleAction::Approve | ConsoleAction::ApproveWindow
-        )
-    {
+    if edited.is_some() && !action.approves() {
         return Err(ApiError::field(
             "parameters",
             "go only with \"approve\" or \"approve_window\": a refused call runs with nothing",
@@ -309,7 +300,8 @@ async fn decision(
     }
     let record = state
         .service
-        .console_decide(&user, &id, action, &args_hash, edited)
+        .console()
+        .decide(&user, &id, action, &args_hash, edited)
         .await
         .map_err(|e| match e {
             ServiceError::NotFound => ApiError::NotFound("no such question".into()),
@@ -349,7 +341,7 @@ async fn windows(
     State(state): State<AppState>,
     ConsoleUser(user, _in_flight): ConsoleUser,
 ) -> Result<Response, ApiError> {
-    let live = state.service.console_windows(&user).await?;
+    let live = state.service.console().live_windows(&user).await?;
     let windows: Vec<WindowView> = live.iter().map(|(w, u)| WindowView::of(w, *u)).collect();
     Ok(Json(serde_json::json!({ "windows": windows })).into_response())
 }
@@ -366,7 +358,8 @@ async fn revoke_window(
         ConfirmationId::parse(&id).map_err(|_| ApiError::NotFound("no such live window".into()))?;
     let revoked = state
         .service
-        .console_revoke_window(&user, &id)
+        .console()
+        .revoke_window(&user, &id)
         .await
         .map_err(|e| match e {
             ServiceError::NotFound => ApiError::NotFound("no such live window".into()),
@@ -383,7 +376,7 @@ async fn grants(
     State(state): State<AppState>,
     ConsoleUser(user, _in_flight): ConsoleUser,
 ) -> Result<Response, ApiError> {
-    let live = state.service.console_grants(&user).await?;
+    let live = state.service.console().live_grants(&user).await?;
     let grants: Vec<GrantView> = live.iter().map(GrantView::of).collect();
     Ok(Json(serde_json::json!({ "grants": grants })).into_response())
 }
@@ -399,7 +392,8 @@ async fn revoke_grant(
         .map_err(|_| ApiError::NotFound("no such live grant".into()))?;
     let revoked = state
         .service
-        .console_revoke_grant(&user, &id)
+        .console()
+        .revoke_grant(&user, &id)
         .await
         .map_err(|e| match e {
             ServiceError::NotFound => ApiError::NotFound("no such live grant".into()),
