@@ -330,13 +330,21 @@ impl ServiceWorld {
                 next_message: AtomicI32::new(1),
             });
             let service = Arc::new(Service::new(config.clone(), store, messenger));
-            service.hold_config().await.expect("configuration held");
-            service.config_report().await.expect("configurations read");
+            service
+                .agreement()
+                .hold_config()
+                .await
+                .expect("configuration held");
+            service
+                .agreement()
+                .config_report()
+                .await
+                .expect("configurations read");
             service.recover().await.expect("recovered");
             // Every connection the pool may hold, opened now: one opened by chance in
             // the middle of a run (a query arriving while the others are busy) would
             // make the counts vary from run to run.
-            let pings = (0..2 * SQLITE_POOL).map(|_| service.administration().ping());
+            let pings = (0..2 * SQLITE_POOL).map(|_| service.roles().administration.ping());
             for ping in futures_util::future::join_all(pings).await {
                 ping.expect("the database answers");
             }
@@ -401,7 +409,7 @@ impl ServiceWorld {
             .map(|id| {
                 let record = self
                     .rt
-                    .block_on(self.service.questions().get(id))
+                    .block_on(self.service.roles().questions.get(id))
                     .expect("the store reads")
                     .expect("the question is stored");
                 assert!(record.message_id.is_some(), "the question was posted");
@@ -441,7 +449,7 @@ impl ServiceWorld {
     /// `record`'s status as stored now.
     fn status(&self, record: &Question) -> Status {
         self.rt
-            .block_on(self.service.questions().get(&record.id))
+            .block_on(self.service.roles().questions.get(&record.id))
             .expect("the store reads")
             .expect("the question is stored")
             .status
@@ -530,7 +538,9 @@ fn count_service(what: &str, n: u64) {
         _ => unreachable!("count_mode sends only these"),
     }
     // Stops SQLite's group-commit thread, so its work is all in the counts.
-    world.rt.block_on(world.service.administration().close());
+    world
+        .rt
+        .block_on(world.service.roles().administration.close());
 }
 
 fn window_hit(c: &mut Criterion) {

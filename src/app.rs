@@ -154,10 +154,12 @@ async fn announce(service: &Arc<Service>, listener: &TcpListener) -> anyhow::Res
     // others' are read (and a difference logged) before its first own
     // (src/service/agree.rs).
     service
+        .agreement()
         .hold_config()
         .await
         .context("cannot record this replica's configuration in the database")?;
     service
+        .agreement()
         .config_report()
         .await
         .context("cannot read the other replicas' configurations")?;
@@ -216,18 +218,19 @@ async fn spawn_background(
             .keep_lead(shutdown.clone(), lead_stop.clone()),
     );
     // The configuration's record is renewed as long as the lease is.
-    let config_record = tokio::spawn(service.clone().keep_config(lead_stop.clone()));
+    let config_record = tokio::spawn(service.agreement().clone().keep_config(lead_stop.clone()));
     let deadlines = tokio::spawn(service.clone().run_deadlines(shutdown.clone()));
     let outbox = tokio::spawn(
         service
             .clone()
             .while_leading(shutdown.clone(), crate::outbox::run),
     );
-    let purge = tokio::spawn(
-        service
-            .clone()
-            .run_window_purge(WINDOW_PURGE_EVERY, shutdown.clone()),
-    );
+    let purge = tokio::spawn(crate::service::run_window_purge(
+        service.roles().windows.clone(),
+        service.roles().agent_events.clone(),
+        WINDOW_PURGE_EVERY,
+        shutdown.clone(),
+    ));
     service.tasks().spawn(
         service
             .clone()
@@ -373,9 +376,9 @@ async fn drain(
     // The leader's work has stopped: another replica may take it over at once.
     lead_stop.cancel();
     let _ = lead.await;
-    service.release_lead().await;
+    service.lead().release_lead().await;
     let _ = config_record.await;
-    service.release_config().await;
+    service.agreement().release_config().await;
     // Everything that writes has stopped: this is the trail's final head.
     crate::audit_head::log_head(store.as_ref(), "shutdown").await;
     store.close().await;
@@ -412,7 +415,7 @@ pub async fn reload_rules_on_hangup(
                 got = hangups.recv() => if got.is_none() { return },
             }
             match crate::config::reload_rules(&path) {
-                Ok(policy) => match service.replace_policy(policy).await {
+                Ok(policy) => match service.rules().replace(policy).await {
                     Ok(true) => {}
                     Ok(false) => tracing::info!("SIGHUP: the rules are unchanged"),
                     Err(e) => tracing::error!(error = %e,

@@ -224,7 +224,8 @@ async fn start_due(
 ) -> Option<Duration> {
     let at = now();
     let due = match service
-        .outbox()
+        .roles()
+        .outbox
         .due_deliveries_by_agent(at, lookahead)
         .await
     {
@@ -244,7 +245,7 @@ async fn start_due(
             slots.take(task.id(), &entry, host);
         }
     }
-    match service.outbox().next_delivery_due_after(at).await {
+    match service.roles().outbox.next_delivery_due_after(at).await {
         Ok(next) => next.map(|due| (due - now()).try_into().unwrap_or(Duration::ZERO)),
         Err(e) => {
             tracing::error!(error = %e, "cannot read the webhook outbox");
@@ -278,7 +279,8 @@ async fn attempt(service: Arc<Service>, http: reqwest::Client, entry: OutboxEntr
         tracing::warn!(delivery = entry.delivery_id.as_str(), id = %entry.confirmation_id, %error, "webhook given up");
     }
     if let Err(e) = service
-        .outbox()
+        .roles()
+        .outbox
         .delivery_attempted(&entry, result, now())
         .await
     {
@@ -314,7 +316,8 @@ async fn send(
     entry: &OutboxEntry,
 ) -> Result<(), String> {
     let record = service
-        .questions()
+        .roles()
+        .questions
         .get(&entry.confirmation_id)
         .await
         .map_err(|e| e.to_string())?

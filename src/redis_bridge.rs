@@ -550,7 +550,7 @@ impl Bridge {
         // that one id, so a refusal would answer the question still open in Telegram.
         // Its own answers come through the event stream; this item is only recorded.
         if let Some(id) = answer.as_ref().and_then(|a| a["interaction_id"].as_str()) {
-            match self.service.get_interaction(&self.agent, id).await {
+            match self.service.asked().get_interaction(&self.agent, id).await {
                 Err(ServiceError::NotFound) => {}
                 Ok(_) => answer = None,
                 Err(e) => {
@@ -673,14 +673,15 @@ impl Bridge {
         mut con: MultiplexedConnection,
         stop: CancellationToken,
     ) -> anyhow::Result<()> {
-        let mut ticks = self.service.subscribe_events();
+        let mut ticks = self.service.changes().subscribe_events();
         let mut cursor = self.load_cursor(&mut con).await?;
         let mut saved = cursor;
         loop {
             ticks.borrow_and_update();
             let events = match self
                 .service
-                .agent_events()
+                .roles()
+                .agent_events
                 .agent_events(&self.agent.name, cursor, EVENT_BATCH)
                 .await
             {
@@ -757,7 +758,8 @@ impl Bridge {
         };
         let newest = self
             .service
-            .agent_events()
+            .roles()
+            .agent_events
             .last_agent_event(&self.agent.name)
             .await
             .context("reading the event stream")?;
@@ -819,7 +821,8 @@ impl Bridge {
         {
             Some(id) => self
                 .service
-                .questions()
+                .roles()
+                .questions
                 .get(&id)
                 .await
                 .context("reading the question")?

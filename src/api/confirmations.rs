@@ -284,12 +284,18 @@ pub async fn get(
                 .wait(&agent, &id, Some(d), &state.stop)
                 .await?
         }
-        _ => state.service.get(&agent, &id).await?,
+        _ => state.service.asked().get(&agent, &id).await?,
     };
     // What the window this request opened let through: counted on this read only, so a
     // window hit (the path that must stay fast) writes nothing for it.
     if record.window_until().is_some() {
-        let used = state.service.window_use(&record.id).await?;
+        let used = state
+            .service
+            .roles()
+            .runs
+            .window_use(&record.id)
+            .await
+            .map_err(crate::service::ServiceError::from)?;
         let mut view = RecordView::from(&record);
         view.window_use = Some(WindowUseView {
             calls: used.calls,
@@ -346,10 +352,11 @@ pub async fn events(
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
     // Any question's trail, interactions included (their record `id` is in their view).
-    state.service.owned(&agent, &id).await?;
+    state.service.asked().owned(&agent, &id).await?;
     let events = state
         .service
-        .audit()
+        .roles()
+        .audit
         .events_for(&id)
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))?;

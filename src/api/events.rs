@@ -103,10 +103,11 @@ pub async fn stream(
         .slots
         .take(&agent.name, Held::Stream, agent.max_streams)?;
     // Subscribed before the first read, so nothing written in between is missed.
-    let ticks = state.service.subscribe_events();
+    let ticks = state.service.changes().subscribe_events();
     let newest = state
         .service
-        .agent_events()
+        .roles()
+        .agent_events
         .last_agent_event(&agent.name)
         .await?;
     // A cursor past the newest event (the database was replaced, say) would wait for
@@ -165,7 +166,8 @@ impl Cursor {
             self.ticks.borrow_and_update();
             match self
                 .service
-                .agent_events()
+                .roles()
+                .agent_events
                 .agent_events(&self.agent, self.after, PAGE)
                 .await
             {

@@ -318,7 +318,7 @@ pub async fn get(
                 .wait_for_change(&agent, &id, d, &state.stop)
                 .await
         }
-        None => state.service.get_interaction(&agent, &id).await,
+        None => state.service.asked().get_interaction(&agent, &id).await,
     }
     .map_err(ApiError::interaction)?;
     Ok(respond(StatusCode::OK, &record))

@@ -46,8 +46,8 @@ pub async fn serve(
     // Prometheus then shows the target down, as /healthz would.
     let read = async {
         // Also sets the configuration gauges to the live replicas' as they are now.
-        state.service.config_report().await?;
-        state.service.administration().gauges().await
+        state.service.agreement().config_report().await?;
+        state.service.roles().administration.gauges().await
     };
     let gauges = read.await.map_err(|e| {
         tracing::error!(error = %e, "metrics: database does not answer");

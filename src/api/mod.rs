@@ -96,8 +96,8 @@ async fn healthz(State(state): State<AppState>, extensions: Extensions) -> Respo
     // decide by it whether the service lives, so a flood must not cut it.
     serve::mark_authenticated(&extensions);
     let checked = async {
-        state.service.administration().ping().await?;
-        state.service.config_report().await
+        state.service.roles().administration.ping().await?;
+        state.service.agreement().config_report().await
     };
     match checked.await {
         Ok(config) => (

@@ -25,17 +25,30 @@
 //! With SQLite (one process) nothing is recorded: the process's own configuration is
 //! the only one, and no action costs a read.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use super::*;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
 use crate::domain::authority::{
     AgentAuthority, Authority, EscalationAuthority, Fingerprint, Refusal, RouteAuthority,
 };
+use crate::metrics::Metrics;
+use crate::storage::{Coordination, StorageError};
 
-/// What this process knows of the configurations the live replicas run.
-pub(super) struct Agree {
+/// What this process knows of the configurations the live replicas run, and its own
+/// record of them in the database.
+pub struct Agree {
+    /// Who this process is to the record of its configuration (as to the leader lease).
+    holder: String,
+    /// How long a record lasts unless renewed (`database.lease_seconds`).
+    lease: Duration,
+    coordination: Arc<dyn Coordination>,
+    metrics: Arc<Metrics>,
     /// What this process's own configuration says.
-    pub(super) own: Arc<Authority>,
+    own: Arc<Authority>,
     fingerprint: Fingerprint,
     /// The other configurations' views by fingerprint (only those live when last read).
     /// `None`: a view that could not be read, which allows nothing.
@@ -99,10 +112,19 @@ impl Others {
 }
 
 impl Agree {
-    pub(super) fn new(config: &Config) -> Agree {
+    pub(super) fn new(
+        config: &Config,
+        holder: String,
+        coordination: Arc<dyn Coordination>,
+        metrics: Arc<Metrics>,
+    ) -> Agree {
         let own = authority_of(config);
         let fingerprint = own.fingerprint();
         Agree {
+            holder,
+            lease: config.lease,
+            coordination,
+            metrics,
             reported: Mutex::new(Reported {
                 report: ConfigReport {
                     fingerprint: fingerprint.short().to_owned(),
@@ -199,28 +221,18 @@ pub(super) fn refusal_text(refusal: Refusal, mismatch: bool) -> (&'static str, &
 /// What anyone who may not decide a request is told.
 pub(super) const NOT_ALLOWED: &str = "You are not allowed to decide this request";
 
-impl Service {
+impl Agree {
     /// What this process's own configuration says about who may decide.
     pub(super) fn authority(&self) -> &Authority {
-        &self.agree.own
-    }
-
-    /// Where `route`'s chat is now, when Telegram moved it (the same for every
-    /// configuration asked: it is the database's knowledge).
-    pub(super) fn moved_chat(&self, route: &str) -> Option<i64> {
-        self.moved_chats
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(route)
-            .copied()
+        &self.own
     }
 
     /// Records this replica's configuration in the database (or renews the record) for
     /// `database.lease_seconds`. Made once before serving, then every third of the lease
-    /// ([`Service::keep_config`]).
+    /// ([`Agree::keep_config`]).
     pub async fn hold_config(&self) -> Result<(), StorageError> {
-        self.store
-            .hold_config(&self.lead.holder, &self.agree.own, self.config.lease)
+        self.coordination
+            .hold_config(&self.holder, &self.own, self.lease)
             .await
     }
 
@@ -228,7 +240,7 @@ impl Service {
     /// the live configurations each time, so the log, the metric and `/healthz` follow
     /// a replica that starts, stops or dies even while nobody acts.
     pub async fn keep_config(self: Arc<Self>, stop: CancellationToken) {
-        let every = self.config.lease / 3;
+        let every = self.lease / 3;
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -254,7 +266,7 @@ impl Service {
     /// Forgets this replica's configuration at shutdown, once its work has stopped, so
     /// the others stop counting it at once.
     pub async fn release_config(&self) {
-        if let Err(e) = self.store.release_config(&self.lead.holder).await {
+        if let Err(e) = self.coordination.release_config(&self.holder).await {
             tracing::warn!(error = %e, "cannot withdraw this replica's configuration record; it expires by itself");
         }
     }
@@ -262,37 +274,33 @@ impl Service {
     /// The configurations live now, as `/healthz` reports them (read afresh).
     pub async fn config_report(&self) -> Result<ConfigReport, StorageError> {
         self.other_configs().await?;
-        Ok(self.reported().report.clone())
+        Ok(self.reported_now().report.clone())
     }
 
-    fn reported(&self) -> std::sync::MutexGuard<'_, Reported> {
-        self.agree
-            .reported
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+    fn reported_now(&self) -> std::sync::MutexGuard<'_, Reported> {
+        self.reported.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The live configurations that differ from this replica's, read from the database
     /// now (their views from the cache when known); also reports a change in them.
     pub(super) async fn other_configs(&self) -> Result<Others, StorageError> {
         let read = self
-            .agree
             .reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1;
-        let Some(live) = self.store.live_configs().await? else {
+        let Some(live) = self.coordination.live_configs().await? else {
             // One process: its own configuration is the only one.
             return Ok(Others(Vec::new()));
         };
-        let listed = live.iter().any(|c| c.holder == self.lead.holder);
+        let listed = live.iter().any(|c| c.holder == self.holder);
         let replicas = live.len() + usize::from(!listed);
         let mut differing: BTreeSet<Fingerprint> = live
             .into_iter()
             .map(|c| c.fingerprint)
-            .filter(|fp| *fp != self.agree.fingerprint)
+            .filter(|fp| *fp != self.fingerprint)
             .collect();
         let unknown: Vec<Fingerprint> = {
-            let views = self.agree.views.lock().unwrap_or_else(|e| e.into_inner());
+            let views = self.views.lock().unwrap_or_else(|e| e.into_inner());
             differing
                 .iter()
                 .filter(|fp| !views.contains_key(*fp))
@@ -300,7 +308,7 @@ impl Service {
                 .collect()
         };
         for fp in unknown {
-            let view = match self.store.config_view(&fp).await {
+            let view = match self.coordination.config_view(&fp).await {
                 Ok(Some(view)) => Some(Arc::new(view)),
                 // Withdrawn (or expired and cleared) since: no longer live.
                 Ok(None) => {
@@ -314,14 +322,13 @@ impl Service {
                 }
                 Err(e) => return Err(e),
             };
-            self.agree
-                .views
+            self.views
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(fp, view);
         }
         let others = {
-            let mut views = self.agree.views.lock().unwrap_or_else(|e| e.into_inner());
+            let mut views = self.views.lock().unwrap_or_else(|e| e.into_inner());
             views.retain(|fp, _| differing.contains(fp));
             Others(
                 differing
@@ -338,7 +345,7 @@ impl Service {
     /// log: a warning with every difference when they start to differ (or differ
     /// otherwise), a line when they agree again.
     fn report(&self, read: u64, replicas: usize, others: &Others) {
-        let own = &self.agree.own;
+        let own = &self.own;
         let mut summaries = BTreeSet::new();
         let mut details = Vec::new();
         for (fp, view) in &others.0 {
@@ -356,7 +363,7 @@ impl Service {
             }
         }
         let report = ConfigReport {
-            fingerprint: self.agree.fingerprint.short().to_owned(),
+            fingerprint: self.fingerprint.short().to_owned(),
             replicas,
             configurations: others.0.len() + 1,
             agree: others.0.is_empty(),
@@ -364,7 +371,7 @@ impl Service {
         };
         let set: BTreeSet<Fingerprint> = others.0.iter().map(|(fp, _)| fp.clone()).collect();
         let was_agreeing = {
-            let mut reported = self.reported();
+            let mut reported = self.reported_now();
             if read < reported.read {
                 return;
             }
@@ -383,7 +390,7 @@ impl Service {
         let others: Vec<&str> = set.iter().map(Fingerprint::short).collect();
         if !report.agree {
             tracing::warn!(
-                configuration = %self.agree.fingerprint,
+                configuration = %self.fingerprint,
                 others = ?others,
                 replicas,
                 differences = %details.join("; "),
@@ -392,7 +399,7 @@ impl Service {
             );
         } else if !was_agreeing {
             tracing::warn!(
-                configuration = %self.agree.fingerprint,
+                configuration = %self.fingerprint,
                 replicas,
                 "the replicas' configurations agree again"
             );

@@ -250,11 +250,15 @@ impl Service {
         if from_is_bot {
             return Ok(Some((agree::NOT_ALLOWED, "a bot cannot answer").into()));
         }
-        let moved = |route: &str| self.moved_chat(route);
-        if let Some(refusal) = self.authority().refusal(record, chat_id, from.id, &moved) {
+        let moved = |route: &str| self.chats.moved_chat(route);
+        if let Some(refusal) = self
+            .agree
+            .authority()
+            .refusal(record, chat_id, from.id, &moved)
+        {
             return Ok(Some(agree::refusal_text(refusal, false).into()));
         }
-        let others = self.other_configs().await?;
+        let others = self.agree.other_configs().await?;
         if let Some((configuration, refusal)) = others.refusing(
             |view| view.refusal(record, chat_id, from.id, &moved),
             Refusal::NotAnApprover,
@@ -366,7 +370,7 @@ impl Service {
             } => {
                 let me = self.clone();
                 self.tasks.spawn(async move {
-                    let thread = me.thread_of(&record, chat_id);
+                    let thread = me.timeline.thread_of(&record, chat_id);
                     match me
                         .messenger
                         .send_reason_prompt(&record, chat_id, thread, message_id, &from)
@@ -434,7 +438,7 @@ impl Service {
             return Ok(Judged::alert(already_decided(&r)));
         };
         self.metrics.question_step(&record, "reason_requested");
-        self.changed(&record.id);
+        self.changes.changed(&record.id);
         Ok(Judged::toast(
             "✋ Reply to the bot's message with your reason; the request stays open until it is in.",
             After::AskReason {
@@ -489,7 +493,7 @@ impl Service {
         tracing::info!(id = %extended.id, by = from.id, expires_at = %question::rfc3339(extended.expires_at), "deadline extended");
         self.metrics.question_step(&extended, "extended");
         self.arm(&extended);
-        self.changed(&extended.id);
+        self.changes.changed(&extended.id);
         let text = cut_for_toast(&format!(
             "⏳ More time: the deadline is now {}",
             question::operator_time(extended.expires_at)
@@ -650,7 +654,7 @@ impl Service {
         // when this answer settles it (a long-poll must not wake on a "partial" that
         // is already over).
         let Some(outcome) = settle(&self.config, &record) else {
-            self.changed(&record.id);
+            self.changes.changed(&record.id);
             let text = format!(
                 "Answer recorded ({} of {} answered)",
                 record.answers.len(),

@@ -21,13 +21,20 @@
 
 use std::sync::Arc;
 
+use time::OffsetDateTime;
+
+use super::agree::Agree;
+use super::chats::Chats;
 use super::{Service, now};
-use crate::config::Route;
+use crate::config::{Config, Route};
 use crate::domain::audit;
 use crate::domain::grant::Grant;
 use crate::domain::ids::{ConfirmationId, GrantId};
 use crate::domain::question::{Operator, Question};
-use crate::storage::{LiveWindow, StorageError, WindowUse};
+use crate::metrics::Metrics;
+use crate::storage::{
+    Audit, Grants, LiveWindow, Questions, Runs, StorageError, WindowUse, Windows,
+};
 
 /// A command the service acts on. The Telegram adapter reads it from a message's text
 /// (`crate::telegram::commands::parse`), the only place one is built, so a `Revoke`
@@ -149,28 +156,33 @@ const NOT_AN_APPROVER_EVERYWHERE: &str = "Only approvers of this chat's route ca
      commands, and the service's configuration is being changed: not every replica lists you \
      as one yet.";
 
+/// What the operator commands read and change, and who may use them where.
+pub(super) struct Commands {
+    config: Arc<Config>,
+    chats: Arc<Chats>,
+    agree: Arc<Agree>,
+    questions: Arc<dyn Questions>,
+    windows: Arc<dyn Windows>,
+    grants: Arc<dyn Grants>,
+    runs: Arc<dyn Runs>,
+    audit: Arc<dyn Audit>,
+    metrics: Arc<Metrics>,
+}
+
+/// The storage roles the commands use.
+pub(super) struct CommandStores {
+    pub questions: Arc<dyn Questions>,
+    pub windows: Arc<dyn Windows>,
+    pub grants: Arc<dyn Grants>,
+    pub runs: Arc<dyn Runs>,
+    pub audit: Arc<dyn Audit>,
+}
+
 impl Service {
-    /// Remembers the bot's Telegram username (from `getMe`), so commands addressed as
-    /// `/cmd@<username>` are recognised. Set once; later calls change nothing.
-    pub fn set_bot_username(&self, username: String) {
-        let _ = self.bot_username.set(username);
-    }
-
-    /// The bot's Telegram username, once `getMe` answered.
-    pub fn bot_username(&self) -> Option<&str> {
-        self.bot_username.get().map(String::as_str)
-    }
-
-    /// The bot's own user id: the digits of its token (`None` for a token of another
-    /// shape, as in some tests; then its username tells, once `getMe` answered).
-    pub fn bot_id(&self) -> Option<u64> {
-        crate::config::bot_id_of_token(self.config().bot_token())
-    }
-
     /// Acts on an operator command and answers it in its chat (through the messenger and
     /// so its rate limits), unless the sender must not be answered at all.
     pub async fn handle_command(self: &Arc<Self>, m: CommandMessage) {
-        let reply = match self.judge_command(&m).await {
+        let reply = match self.commands.judge(&m).await {
             Ok(Some(reply)) => reply,
             Ok(None) => return,
             Err(e) => {
@@ -186,20 +198,34 @@ impl Service {
             tracing::warn!(chat_id = m.chat_id, reason = %e.reason, "could not answer a command");
         }
     }
+}
 
-    /// The routes whose chat is `chat_id` now (several routes may share one chat), in
-    /// forum topic `thread`: a route that names a topic is only there.
-    fn routes_in_chat(&self, chat_id: i64, thread: Option<i32>) -> Vec<Arc<Route>> {
-        let mut routes: Vec<Arc<Route>> = self
-            .config
-            .routes
-            .values()
-            .filter(|r| self.chat_of(&r.name, r.chat_id) == chat_id)
-            .filter(|r| r.topic_id.is_none() || r.topic_id == thread)
-            .cloned()
-            .collect();
-        routes.sort_by(|a, b| a.name.cmp(&b.name));
-        routes
+impl Commands {
+    pub(super) fn new(
+        config: Arc<Config>,
+        chats: Arc<Chats>,
+        agree: Arc<Agree>,
+        stores: CommandStores,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let CommandStores {
+            questions,
+            windows,
+            grants,
+            runs,
+            audit,
+        } = stores;
+        Commands {
+            config,
+            chats,
+            agree,
+            questions,
+            windows,
+            grants,
+            runs,
+            audit,
+            metrics,
+        }
     }
 
     /// Logs and audits a command refused in a route's chat (as refused taps are), so the
@@ -214,7 +240,7 @@ impl Service {
             "operator command refused"
         );
         let event = audit::refused_command(&m.from, m.chat_id, name, why, now());
-        self.store.record_event(event).await
+        self.audit.record_event(event).await
     }
 
     /// The answer to `/start` or `/help` from a person in `m`'s chat, whose routes are
@@ -229,7 +255,7 @@ impl Service {
     ) -> Result<CommandReply, StorageError> {
         // Positive chat ids are private chats: what the person approves is theirs to know.
         let approver_of = if m.chat_id > 0 {
-            let others = self.other_configs().await?;
+            let others = self.agree.other_configs().await?;
             let mut of: Vec<String> = self
                 .config
                 .routes
@@ -254,11 +280,13 @@ impl Service {
         }))
     }
 
-    async fn judge_command(
-        self: &Arc<Self>,
+    /// What a command answers, if anything: who may use it here first, then what it
+    /// does ([`Commands::apply`]).
+    pub(super) async fn judge(
+        &self,
         m: &CommandMessage,
     ) -> Result<Option<CommandReply>, StorageError> {
-        let here = self.routes_in_chat(m.chat_id, m.thread);
+        let here = self.chats.routes_in_chat(m.chat_id, m.thread);
         if m.from_is_bot {
             if !here.is_empty() {
                 self.refuse_command(m, "a bot cannot use operator commands")
@@ -285,35 +313,9 @@ impl Service {
             // Positive chat ids are private chats: the person asked the bot directly.
             return Ok((m.chat_id > 0).then(|| CommandReply::Refused(NOT_A_ROUTE_CHAT.into())));
         }
-        let own: Vec<Arc<Route>> = here
-            .into_iter()
-            .filter(|r| r.may_decide(m.from.id))
-            .collect();
-        // This replica's configuration allows it: so must every other live one's.
-        let mine: Vec<Arc<Route>> = if own.is_empty() {
-            own
-        } else {
-            let others = self.other_configs().await?;
-            let moved = |route: &str| self.moved_chat(route);
-            let (mine, refused): (Vec<_>, Vec<_>) = own.into_iter().partition(|r| {
-                others.all(|view| {
-                    view.approves_in_chat(&r.name, m.chat_id, m.thread, m.from.id, &moved)
-                })
-            });
-            if mine.is_empty() && !setting_up {
-                tracing::warn!(chat_id = m.chat_id, user_id = m.from.id,
-                    routes = ?refused.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
-                    "another live replica's configuration does not allow this command");
-                self.refuse_command(
-                    m,
-                    "the replicas' configurations differ: not an approver of the chat's route in every one",
-                )
-                .await?;
-                return Ok(Some(CommandReply::Refused(
-                    NOT_AN_APPROVER_EVERYWHERE.into(),
-                )));
-            }
-            mine
+        let mine = match self.approved_here(m, here, setting_up).await? {
+            Ok(mine) => mine,
+            Err(refused) => return Ok(Some(refused)),
         };
         if mine.is_empty() {
             if setting_up {
@@ -327,35 +329,74 @@ impl Service {
             Ok(c) => c,
             Err(e) => return Ok(Some(CommandReply::Invalid(e.to_string()))),
         };
+        Ok(Some(self.apply(m, command, &mine, names).await?))
+    }
+
+    /// The routes of `here` (the chat's) the sender approves, by this replica's
+    /// configuration and every other live one's; the refusal to answer with when only
+    /// this replica's allows them (and they are not setting up).
+    async fn approved_here(
+        &self,
+        m: &CommandMessage,
+        here: Vec<Arc<Route>>,
+        setting_up: bool,
+    ) -> Result<Result<Vec<Arc<Route>>, CommandReply>, StorageError> {
+        let own: Vec<Arc<Route>> = here
+            .into_iter()
+            .filter(|r| r.may_decide(m.from.id))
+            .collect();
+        // This replica's configuration allows it: so must every other live one's.
+        if own.is_empty() {
+            return Ok(Ok(own));
+        }
+        let others = self.agree.other_configs().await?;
+        let moved = |route: &str| self.chats.moved_chat(route);
+        let (mine, refused): (Vec<_>, Vec<_>) = own.into_iter().partition(|r| {
+            others
+                .all(|view| view.approves_in_chat(&r.name, m.chat_id, m.thread, m.from.id, &moved))
+        });
+        if mine.is_empty() && !setting_up {
+            tracing::warn!(chat_id = m.chat_id, user_id = m.from.id,
+                routes = ?refused.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
+                "another live replica's configuration does not allow this command");
+            self.refuse_command(
+                m,
+                "the replicas' configurations differ: not an approver of the chat's route in every one",
+            )
+            .await?;
+            return Ok(Err(CommandReply::Refused(
+                NOT_AN_APPROVER_EVERYWHERE.into(),
+            )));
+        }
+        Ok(Ok(mine))
+    }
+
+    /// Does what an approver of `mine` (the chat's routes they approve) asked.
+    async fn apply(
+        &self,
+        m: &CommandMessage,
+        command: &Command,
+        mine: &[Arc<Route>],
+        names: Vec<String>,
+    ) -> Result<CommandReply, StorageError> {
         let is_mine = |route: &str| mine.iter().any(|r| r.name == route);
         let now = now();
-        Ok(Some(match command {
+        Ok(match command {
             Command::Start | Command::Help => self.setup(m, names, true).await?,
             Command::Pending => {
-                let mut open = self.store.pending_in_chat(m.chat_id).await?;
+                let mut open = self.questions.pending_in_chat(m.chat_id).await?;
                 open.retain(|r| is_mine(&r.route));
                 CommandReply::Pending(open)
             }
-            Command::Windows => {
-                let mut live = Vec::new();
-                for route in &mine {
-                    live.extend(self.store.live_windows(&route.name, now).await?);
-                }
-                live.sort_by(|a, b| {
-                    (a.window.expires_at, &a.window.opened_by)
-                        .cmp(&(b.window.expires_at, &b.window.opened_by))
-                });
-                let mut used = Vec::with_capacity(live.len());
-                for w in live {
-                    let u = self.store.window_use(&w.window.opened_by).await?;
-                    used.push((w, u));
-                }
-                CommandReply::Windows(used)
-            }
+            Command::Windows => self.windows(mine, now).await?,
             Command::Grants => {
                 let mut live = Vec::new();
-                for route in &mine {
-                    live.extend(self.store.live_grants(None, Some(&route.name), now).await?);
+                for route in mine {
+                    live.extend(
+                        self.grants
+                            .live_grants(None, Some(&route.name), now)
+                            .await?,
+                    );
                 }
                 live.sort_by(|a, b| (a.expires_at, &a.grant_id).cmp(&(b.expires_at, &b.grant_id)));
                 CommandReply::Grants(live)
@@ -365,42 +406,76 @@ impl Service {
                     .await?
             }
             Command::Revoke(RevokeTarget::Window(id)) => {
-                // The opening request's route never changes, so checking it first and
-                // deleting by the same id after cannot close another route's window.
-                match self.store.live_window_opened_by(id, now).await? {
-                    None => CommandReply::Invalid(format!(
-                        "There is no live window {id}: it may have expired or been revoked \
-                         already (see /windows)."
-                    )),
-                    Some(w) if !is_mine(&w.route) => {
-                        tracing::warn!(chat_id = m.chat_id, user_id = m.from.id, id = %id,
-                            "revoke of another route's window refused");
-                        CommandReply::Refused(format!(
-                            "Window {id} belongs to another route; revoke it in that route's chat."
-                        ))
-                    }
-                    Some(_) => {
-                        match self
-                            .store
-                            .revoke_window(id, &m.from, m.chat_id, now)
-                            .await?
-                        {
-                            Some(window) => {
-                                tracing::info!(id = %id, user_id = m.from.id, route = %window.route,
-                                    "confirmation window revoked");
-                                CommandReply::Revoked {
-                                    window: Box::new(window),
-                                    by: m.from.clone(),
-                                }
-                            }
-                            None => CommandReply::Invalid(format!(
-                                "There is no live window {id}: it expired or was revoked just now."
-                            )),
+                self.revoke_window(m, id, is_mine, now).await?
+            }
+        })
+    }
+
+    /// `/windows`: the live windows of `mine`, each with what it let through.
+    async fn windows(
+        &self,
+        mine: &[Arc<Route>],
+        now: OffsetDateTime,
+    ) -> Result<CommandReply, StorageError> {
+        let mut live = Vec::new();
+        for route in mine {
+            live.extend(self.windows.live_windows(&route.name, now).await?);
+        }
+        live.sort_by(|a, b| {
+            (a.window.expires_at, &a.window.opened_by)
+                .cmp(&(b.window.expires_at, &b.window.opened_by))
+        });
+        let mut used = Vec::with_capacity(live.len());
+        for w in live {
+            let u = self.runs.window_use(&w.window.opened_by).await?;
+            used.push((w, u));
+        }
+        Ok(CommandReply::Windows(used))
+    }
+
+    /// `/revoke` of the window request `id` opened, if it is live and of a route
+    /// `is_mine` accepts.
+    async fn revoke_window(
+        &self,
+        m: &CommandMessage,
+        id: &ConfirmationId,
+        is_mine: impl Fn(&str) -> bool,
+        now: OffsetDateTime,
+    ) -> Result<CommandReply, StorageError> {
+        // The opening request's route never changes, so checking it first and
+        // deleting by the same id after cannot close another route's window.
+        Ok(match self.windows.live_window_opened_by(id, now).await? {
+            None => CommandReply::Invalid(format!(
+                "There is no live window {id}: it may have expired or been revoked \
+                 already (see /windows)."
+            )),
+            Some(w) if !is_mine(&w.route) => {
+                tracing::warn!(chat_id = m.chat_id, user_id = m.from.id, id = %id,
+                    "revoke of another route's window refused");
+                CommandReply::Refused(format!(
+                    "Window {id} belongs to another route; revoke it in that route's chat."
+                ))
+            }
+            Some(_) => {
+                match self
+                    .windows
+                    .revoke_window(id, &m.from, m.chat_id, now)
+                    .await?
+                {
+                    Some(window) => {
+                        tracing::info!(id = %id, user_id = m.from.id, route = %window.route,
+                            "confirmation window revoked");
+                        CommandReply::Revoked {
+                            window: Box::new(window),
+                            by: m.from.clone(),
                         }
                     }
+                    None => CommandReply::Invalid(format!(
+                        "There is no live window {id}: it expired or was revoked just now."
+                    )),
                 }
             }
-        }))
+        })
     }
 
     /// An operator revokes grant `id` (by `/revoke` or its button), if it is live and of
@@ -417,7 +492,7 @@ impl Service {
                 "There is no live grant {id}: it may have expired or been revoked already (see /grants)."
             ))
         };
-        let Some(grant) = self.store.grant(id).await? else {
+        let Some(grant) = self.grants.grant(id).await? else {
             return Ok(gone());
         };
         if !may_revoke(&grant.route) {
@@ -427,7 +502,7 @@ impl Service {
             )));
         }
         Ok(
-            match self.store.revoke_grant(id, None, Some(by), now).await? {
+            match self.grants.revoke_grant(id, None, Some(by), now).await? {
                 Some(grant) => {
                     tracing::info!(grant = %id, user_id = by.id, route = %grant.route, "grant revoked");
                     self.metrics.grant_event("revoked");

@@ -173,7 +173,7 @@ impl Console<'_> {
             .config
             .routes
             .values()
-            .map(|r| self.service.chat_of(&r.name, r.chat_id))
+            .map(|r| self.service.chats.chat_of(&r.name, r.chat_id))
             .chain(
                 self.config
                     .people
@@ -415,7 +415,7 @@ impl Console<'_> {
             owner: Some(record.owner_id.as_str()),
             params: &params,
         };
-        let (verdict, _) = self.service.policy().judge(&call);
+        let (verdict, _) = self.service.rules.policy().judge(&call);
         if verdict.effect == Effect::Deny && verdict.enforced {
             return Err(ServiceError::InvalidEdit(vec![FieldError {
                 field: String::new(),
@@ -485,7 +485,7 @@ impl Console<'_> {
         let Some(route) = self.routes(user).into_iter().find(|r| r.name == w.route) else {
             return Err(ServiceError::NotFound);
         };
-        let chat = self.service.chat_of(&route.name, route.chat_id);
+        let chat = self.service.chats.chat_of(&route.name, route.chat_id);
         let revoked = self
             .windows
             .revoke_window(opened_by, user, chat, now)
@@ -521,6 +521,7 @@ impl Console<'_> {
             .collect();
         match self
             .service
+            .commands
             .revoke_grant_as(id, user, |route| mine.iter().any(|m| m == route))
             .await?
         {

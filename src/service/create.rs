@@ -110,7 +110,7 @@ impl Service {
         Seed {
             agent: agent.name.clone(),
             route: route.name.clone(),
-            chat_id: self.chat_of(&route.name, route.chat_id),
+            chat_id: self.chats.chat_of(&route.name, route.chat_id),
             tool: new.tool.clone(),
             owner_id: new.owner_id.clone(),
             args_hash,
@@ -168,7 +168,7 @@ impl Service {
             if stored.callback_url.is_some() {
                 self.outbox_wake.notify_one();
             }
-            self.changed(&stored.id);
+            self.changes.changed(&stored.id);
         }
         Ok(inserted)
     }
@@ -230,7 +230,7 @@ impl Service {
             && !route
                 .approvers
                 .iter()
-                .any(|uid| self.authority().is_target(i, *uid))
+                .any(|uid| self.agree.authority().is_target(i, *uid))
         {
             return Err(ServiceError::NobodyMayAnswer(format!(
                 "none of target_humans is an approver of route '{}' (names map to Telegram ids through [people])",
@@ -259,7 +259,7 @@ impl Service {
         tracing::info!(id = %stored.id, agent = %stored.agent, kind = new.interaction.kind.as_str(),
             route = %stored.route, "interaction requested");
         self.metrics.request_created(&stored);
-        self.changed(&stored.id);
+        self.changes.changed(&stored.id);
         self.take_on(&stored);
         Ok((stored, true))
     }
@@ -277,7 +277,7 @@ impl Service {
         let (route, chat_id, max_window) = match dest {
             Destination::Route(r) => (
                 r.name.clone(),
-                self.chat_of(&r.name, r.chat_id),
+                self.chats.chat_of(&r.name, r.chat_id),
                 r.max_window_seconds,
             ),
             Destination::Person { name, user_id } => (
@@ -391,7 +391,7 @@ impl Service {
         message: &str,
     ) -> Result<(i64, i32), ServiceError> {
         let chat_id = match self.destination(agent, route, recipient)? {
-            Destination::Route(r) => self.chat_of(&r.name, r.chat_id),
+            Destination::Route(r) => self.chats.chat_of(&r.name, r.chat_id),
             Destination::Person { user_id, .. } => i64::try_from(user_id).unwrap_or(0),
         };
         let message_id = self

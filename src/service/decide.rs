@@ -1,7 +1,17 @@
 //! Ending a question: the one conditional update that decides it, then showing the
 //! outcome in every message of it; timeouts and withdrawals come through here too.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{Service, ServiceError, now, runs};
+use crate::config::Agent;
+use crate::domain::ids::ConfirmationId;
+use crate::domain::interaction::TimeoutAction;
+use crate::domain::question::{Outcome, Question, Via};
+use crate::storage::{Decided, Shown, StorageError};
 
 impl Service {
     /// Applies an outcome; wakes waiting agents when it is the one that counts.
@@ -28,7 +38,7 @@ impl Service {
                 "grant stored with the yes to its question");
             self.metrics.grant_event("created");
         }
-        self.decided_now(r);
+        self.changes.decided(r);
         if r.callback_url.is_some() {
             self.outbox_wake.notify_one();
         }
@@ -39,7 +49,7 @@ impl Service {
     pub(super) fn finish(self: &Arc<Self>, record: Question) {
         // Another replica leads: it hears of the outcome and shows it (or, should it die
         // first, the next leader finds it unshown).
-        if !self.leading() {
+        if !self.lead.leading() {
             tracing::debug!(id = %record.id, "left to the leader to show");
             return;
         }
@@ -48,7 +58,7 @@ impl Service {
             // Under the question's edit stripe, read afresh: a run reported meanwhile is
             // shown by this edit too, and never undone by it (see `runs::EditStripes`).
             let _editing = me.edits.lock(&record.id).await;
-            let record = me.afresh(record).await;
+            let record = runs::afresh(me.store.as_ref(), record).await;
             let mut shown = Vec::new();
             for (chat_id, message_id) in record.messages().collect::<Vec<_>>() {
                 let Some(message_id) = message_id else {
@@ -170,19 +180,9 @@ impl Service {
             Ok(_) => {}
             Err(e) => {
                 tracing::error!(id = %id, error = %e, "could not read a due request; retrying");
-                self.retry_soon(id);
+                self.lead.retry_soon(id);
             }
         }
-    }
-
-    /// Asks the scheduler to look at `id` again shortly: a storage error must not leave a
-    /// request pending forever.
-    pub(super) fn retry_soon(&self, id: &ConfirmationId) {
-        if !self.leading() {
-            return; // the leader's deadline for it stands
-        }
-        self.deadlines
-            .schedule(id.clone(), Instant::now() + Duration::from_secs(1));
     }
 
     /// Ends `record` (pending, past its deadline) as a timeout.
@@ -208,7 +208,7 @@ impl Service {
             Ok(_) => {}
             Err(e) => {
                 tracing::error!(id = %id, error = %e, "could not store a timeout; retrying");
-                self.retry_soon(id);
+                self.lead.retry_soon(id);
             }
         }
     }
@@ -219,7 +219,7 @@ impl Service {
         agent: &Agent,
         id: &ConfirmationId,
     ) -> Result<Question, ServiceError> {
-        self.get(agent, id).await?;
+        self.asked.get(agent, id).await?;
         self.withdraw_owned(id).await
     }
 
@@ -243,7 +243,7 @@ impl Service {
         agent: &Agent,
         interaction_id: &str,
     ) -> Result<Question, ServiceError> {
-        let record = self.get_interaction(agent, interaction_id).await?;
+        let record = self.asked.get_interaction(agent, interaction_id).await?;
         self.withdraw_owned(&record.id).await
     }
 }

@@ -17,7 +17,16 @@
 //! of heap in BENCHMARKS.md's B3 where the record and the send held 5.4), not the
 //! question.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use time::OffsetDateTime;
+
+use super::{DeliveryError, Service, Turn, now};
+use crate::domain::audit;
+use crate::domain::ids::ConfirmationId;
+use crate::domain::question::{Outcome, Question};
+use crate::storage::{Decided, Messages, Questions, Shown, StorageError};
 
 /// A message of a question waiting for its turn in a chat: what it needs until then.
 pub(super) struct Queued {
@@ -33,7 +42,7 @@ pub(super) struct Queued {
     copy: bool,
 }
 
-/// How long [`Service::record_message_id`] waits before trying again, at first and at
+/// How long [`record_message_id`] waits before trying again, at first and at
 /// most.
 const RECORD_RETRY_FIRST: Duration = Duration::from_millis(200);
 const RECORD_RETRY_LAST: Duration = Duration::from_secs(5);
@@ -127,7 +136,9 @@ impl Service {
             Err(e) => return self.undelivered(&q.id, e).await,
         };
         // Returning drops `turn`, which gives the slot back.
-        let mut record = match self.still_to_post(&q, |r| r.message_id.is_none()).await {
+        let mut record = match still_to_post(self.store.as_ref(), &q, |r| r.message_id.is_none())
+            .await
+        {
             Ok(Some(record)) => record,
             Ok(None) => return,
             // Nobody could be asked about a question that cannot be read.
@@ -161,7 +172,7 @@ impl Service {
                 Err(e) if e.migrated_to.is_some() && hops < 2 => {
                     hops += 1;
                     let to = e.migrated_to.unwrap_or(record.chat_id);
-                    if let Err(err) = self.move_route_chat(&record, to).await {
+                    if let Err(err) = self.chats.move_route_chat(&record, to).await {
                         break Err(DeliveryError::new(format!(
                             "{} (and the move failed: {err})",
                             e.reason
@@ -174,52 +185,14 @@ impl Service {
         };
         match result {
             Ok(message_id) => {
-                self.record_message_id(&record, message_id).await;
-                self.changed(&record.id);
+                record_message_id(self.store.as_ref(), &record, message_id).await;
+                self.changes.changed(&record.id);
                 self.attach_or_fail_closed(&record, record.chat_id, message_id)
                     .await;
                 self.after_delivery(&record.id).await;
             }
             Err(e) => self.undelivered(&record.id, e).await,
         }
-    }
-
-    /// Records the posted message's id, trying again while the database is out of reach
-    /// (until the question's deadline): a question whose post is not recorded would be
-    /// posted again by the next take-over. A tap on the message decides it meanwhile
-    /// anyway (its buttons name the question).
-    async fn record_message_id(&self, record: &Question, message_id: i32) {
-        let mut wait = RECORD_RETRY_FIRST;
-        loop {
-            match self.store.set_message_id(&record.id, message_id).await {
-                Ok(()) => return,
-                Err(e) if e.is_unavailable() && now() < record.expires_at => {
-                    tracing::warn!(id = %record.id, error = %e, "cannot record the message id yet; retrying");
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(RECORD_RETRY_LAST);
-                }
-                Err(e) => {
-                    tracing::error!(id = %record.id, error = %e, "could not record the message id");
-                    return;
-                }
-            }
-        }
-    }
-
-    /// The question as it is now, if its message in `q`'s chat is still to be posted: it
-    /// is pending and `unposted` (its message there has no id yet).
-    async fn still_to_post(
-        &self,
-        q: &Queued,
-        unposted: impl FnOnce(&Question) -> bool,
-    ) -> Result<Option<Question>, StorageError> {
-        let record = self.store.get(&q.id).await?;
-        let record = record.filter(|r| !r.is_terminal() && unposted(r));
-        if record.is_none() {
-            tracing::debug!(id = %q.id, chat_id = q.chat_id,
-                "ended or posted while it waited for its turn: not posted");
-        }
-        Ok(record)
     }
 
     /// The question's first message could not be posted: a timeout when only time
@@ -308,7 +281,7 @@ impl Service {
                         .iter()
                         .any(|c| c.chat_id == chat_id && c.message_id.is_some())
                 };
-                match self.still_to_post(&q, unposted).await {
+                match still_to_post(self.store.as_ref(), &q, unposted).await {
                     Ok(Some(record)) => {
                         let view = self.view(&record, chat_id);
                         let sent = self
@@ -369,23 +342,42 @@ impl Service {
             Err(e) => tracing::error!(id = %id, error = %e, "could not re-read"),
         }
     }
+}
 
-    /// Telegram moved the route's group to a supergroup: remember the new chat (in the
-    /// database, so it survives restarts) and move the route's pending requests there.
-    pub(super) async fn move_route_chat(
-        &self,
-        record: &Question,
-        to: i64,
-    ) -> Result<(), StorageError> {
-        tracing::warn!(route = %record.route, from = record.chat_id, to,
-            "the route's group became a supergroup; using the new chat id (update the config)");
-        self.store
-            .move_route_chat(&record.route, record.chat_id, to, now())
-            .await?;
-        self.moved_chats
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(record.route.clone(), to);
-        Ok(())
+/// Records the posted message's id, trying again while the database is out of reach
+/// (until the question's deadline): a question whose post is not recorded would be
+/// posted again by the next take-over. A tap on the message decides it meanwhile
+/// anyway (its buttons name the question).
+async fn record_message_id(messages: &dyn Messages, record: &Question, message_id: i32) {
+    let mut wait = RECORD_RETRY_FIRST;
+    loop {
+        match messages.set_message_id(&record.id, message_id).await {
+            Ok(()) => return,
+            Err(e) if e.is_unavailable() && now() < record.expires_at => {
+                tracing::warn!(id = %record.id, error = %e, "cannot record the message id yet; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(RECORD_RETRY_LAST);
+            }
+            Err(e) => {
+                tracing::error!(id = %record.id, error = %e, "could not record the message id");
+                return;
+            }
+        }
     }
+}
+
+/// The question as it is now, if its message in `q`'s chat is still to be posted: it
+/// is pending and `unposted` (its message there has no id yet).
+async fn still_to_post(
+    questions: &dyn Questions,
+    q: &Queued,
+    unposted: impl FnOnce(&Question) -> bool,
+) -> Result<Option<Question>, StorageError> {
+    let record = questions.get(&q.id).await?;
+    let record = record.filter(|r| !r.is_terminal() && unposted(r));
+    if record.is_none() {
+        tracing::debug!(id = %q.id, chat_id = q.chat_id,
+            "ended or posted while it waited for its turn: not posted");
+    }
+    Ok(record)
 }

@@ -100,6 +100,7 @@ impl Service {
     ) -> Result<Admission<'_>, ServiceError> {
         let judgement = if gates.rules {
             let judgement = self
+                .rules
                 .judge(
                     &record.agent,
                     &record.tool,

@@ -278,10 +278,14 @@ impl Service {
         let may_revoke = |route: &str| {
             self.config.route(route).is_some_and(|r| {
                 r.approvers.contains(&tap.from.id)
-                    && tap.chat_id == Some(self.chat_of(&r.name, r.chat_id))
+                    && tap.chat_id == Some(self.chats.chat_of(&r.name, r.chat_id))
             })
         };
-        match self.revoke_grant_as(id, &tap.from, may_revoke).await? {
+        match self
+            .commands
+            .revoke_grant_as(id, &tap.from, may_revoke)
+            .await?
+        {
             CommandReply::GrantRevoked { grant, .. } => Ok(Judged::toast(
                 format!(
                     "🔒 Revoked: {} can no longer run {} for {} without asking.",

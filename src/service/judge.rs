@@ -7,12 +7,20 @@
 //! The rule set can be replaced while the service runs (SIGHUP): each request reads the
 //! set in force once, so one request is judged by one set throughout.
 
-use tokio::sync::MutexGuard;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
-use super::*;
+use time::OffsetDateTime;
+use tokio::sync::{Mutex, MutexGuard};
+
+use super::{ServiceError, now};
+use crate::domain::audit;
+use crate::domain::ids::{OwnerId, ToolName};
 use crate::domain::python;
 use crate::domain::python::value::PyValue;
 use crate::domain::rules::{Call as RuleCall, Effect, Policy, Verdict};
+use crate::metrics::Metrics;
+use crate::storage::{Audit, Questions};
 
 /// A call judged by the rules, and, while an `allow` with a `rate` is being stored, the
 /// gate that keeps two such calls from both counting the last free slot in this process.
@@ -28,10 +36,36 @@ impl Judgement<'_> {
     }
 }
 
-impl Service {
+/// The rules in force and the gate of their rates: what judges a call before a person.
+pub struct Rules {
+    /// The rules in force; replaced whole on a reload.
+    policy: RwLock<Arc<Policy>>,
+    /// Held from counting an `allow` rule's rate to storing the call it let through.
+    rate_gate: Mutex<()>,
+    questions: Arc<dyn Questions>,
+    audit: Arc<dyn Audit>,
+    metrics: Arc<Metrics>,
+}
+
+impl Rules {
+    pub(super) fn new(
+        policy: Arc<Policy>,
+        questions: Arc<dyn Questions>,
+        audit: Arc<dyn Audit>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Rules {
+            policy: RwLock::new(policy),
+            rate_gate: Mutex::new(()),
+            questions,
+            audit,
+            metrics,
+        }
+    }
+
     /// The rules in force now.
     pub fn policy(&self) -> Arc<Policy> {
-        self.rules
+        self.policy
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
@@ -40,7 +74,7 @@ impl Service {
     /// Puts `policy` in force (a SIGHUP reload), and records in the audit trail that the
     /// rules changed, with the new set's fingerprint. The same set again changes nothing
     /// and records nothing.
-    pub async fn replace_policy(&self, policy: Policy) -> Result<bool, ServiceError> {
+    pub async fn replace(&self, policy: Policy) -> Result<bool, ServiceError> {
         let previous = self.policy();
         if previous.set.fingerprint() == policy.set.fingerprint() && previous.mode == policy.mode {
             return Ok(false);
@@ -54,11 +88,11 @@ impl Service {
         );
         // Recorded first: a set in force that the trail does not name would leave the
         // decisions it makes unexplained.
-        self.store.record_event(event).await?;
+        self.audit.record_event(event).await?;
         tracing::info!(rules = policy.set.rules().len(), fingerprint = %policy.set.fingerprint(),
             mode = policy.mode.as_str(), "rules reloaded");
         *self
-            .rules
+            .policy
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(policy);
         Ok(true)
@@ -106,7 +140,7 @@ impl Service {
             let held = self.rate_gate.lock().await;
             let period = Duration::from_secs(rate.per_seconds.get());
             let since = now - period;
-            let used = self.store.count_allowed_by_rule(&rule, since).await?;
+            let used = self.questions.count_allowed_by_rule(&rule, since).await?;
             if used >= rate.max.get() {
                 verdict = verdict.past_rate();
             } else {

@@ -1,50 +1,44 @@
 //! The one pipeline every question goes through:
 //! create -> (window hit | deliver) -> answer -> decide -> notify.
 //!
-//! One file per stage: [`create`] (a request becomes a stored question, or is settled
-//! at once in the one order of [`gate`]: a `deny` rule, a grant, a window, an `allow`
-//! rule), [`deliver`] (it is posted in Telegram), [`answer`] (a tap or reply becomes an answer), [`decide`]
-//! (the outcome is stored and shown), [`runs`] (what happened after the yes: the agent's
-//! report of running the call, shown where it was decided), [`wait`] (what agents read
-//! and wait on) and [`recover`] (what a restart resumes). Beside them, [`lead`] says which replica does
-//! the work that must happen once, and [`agree`] who may decide while replicas run
-//! different configurations. This file holds the types they share and the ports.
+//! One file per stage: [`create`] (stored, or settled at once in the order of [`gate`]),
+//! [`deliver`], [`answer`], [`decide`], [`runs`] (the agent's report after the yes),
+//! [`wait`] and [`recover`]. Each feature's state lives in a small owner of its own,
+//! holding the storage roles it uses: [`Rules`] ([`judge`]), [`Lead`] ([`lead`]: which
+//! replica does the work that must happen once), [`Agree`] ([`agree`]: who may decide
+//! while replicas run different configurations), [`Chats`], the reminders' timeline
+//! ([`steps`]) and the operator commands ([`commands`]). `Service` keeps the pipeline.
 //!
-//! The service owns no I/O of its own: storage is a [`Store`], Telegram is a
-//! [`Messenger`], deadlines are [`Deadlines`]. It decides *what* happens; every outcome is
-//! written by one conditional update
+//! Every outcome is written by one conditional update
 //! ([`Questions::decide`](crate::storage::Questions::decide)), so a tap racing a timeout or
 //! a withdrawal ends in exactly one outcome, and each loser is shown the stored one.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use serde_json::Value;
-
-use crate::config::{Agent, Config, Route};
-use crate::domain::audit;
+use crate::config::{Config, Route};
 use crate::domain::edit::ArgsSchema;
 use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
-use crate::domain::interaction::{ConsensusMode, Interaction, TimeoutAction};
+use crate::domain::interaction::{ConsensusMode, Interaction};
 use crate::domain::python::value::PyDict;
-use crate::domain::question::{Operator, Outcome, Question, Via};
+use crate::domain::question::{Operator, Question};
 use crate::metrics::Metrics;
-use crate::scheduler::Deadlines;
 use crate::storage::{
-    Administration, AgentEvents, Audit, Change, Decided, Outbox, Questions, Shown, StorageError,
-    Store,
+    Administration, AgentEvents, Audit, Change, Outbox, Questions, Runs, StorageError, Store,
+    Windows,
 };
 
 mod agree;
 mod answer;
+mod chats;
 mod commands;
 mod console;
 mod create;
@@ -59,11 +53,19 @@ mod recover;
 mod runs;
 mod steps;
 mod wait;
-pub use agree::ConfigReport;
+pub use agree::{Agree, ConfigReport};
+pub use chats::Chats;
 pub use commands::{Command, CommandError, CommandMessage, CommandReply, RevokeTarget, Setup};
 pub use console::{CONSOLE_PAGE_MAX, Console, ConsoleAction, EditedParams, NotAnAction};
 pub use grants::{GrantBook, GrantCheck, GrantRequest};
+pub use judge::Rules;
+pub use lead::Lead;
+pub use recover::run_window_purge;
 pub use steps::{MAX_MENTIONS, Mention};
+pub use wait::{Asked, Changes};
+
+use commands::{CommandStores, Commands};
+use steps::Timeline;
 
 /// Why Telegram could not carry a message.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -451,133 +453,144 @@ fn instant_at(at: OffsetDateTime, now: OffsetDateTime) -> Instant {
     Instant::now() + left.try_into().unwrap_or(Duration::ZERO)
 }
 
-/// Parked agents waiting for a request to end. One watch channel per waited-on id; a
-/// change fires it and removes it, so the map only holds requests someone is waiting
-/// on that are still pending. A decision this process committed hands its record to
-/// the waiters with the wake-up ([`Waiters::decided`]): the record the decision's own
-/// transaction read back, so an agent blocked on the question is answered without
-/// reading it again (one read of four statements less between a tap and its agent's
-/// answer, BENCHMARKS.md B3). Any other wake-up carries nothing and the waiter reads.
-#[derive(Default)]
-struct Waiters {
-    map: Mutex<HashMap<ConfirmationId, watch::Sender<Handed>>>,
-}
-
-/// What a wake-up hands a waiter: the decided record, when the wake-up is a decision
-/// this process committed.
-type Handed = Option<Arc<Question>>;
-
-impl Waiters {
-    fn subscribe(&self, id: &ConfirmationId) -> watch::Receiver<Handed> {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.entry(id.clone())
-            .or_insert_with(|| watch::channel(None).0)
-            .subscribe()
-    }
-
-    fn notify(&self, id: &ConfirmationId) {
-        self.wake(id, || None);
-    }
-
-    /// Wakes the waiters of `r`, just decided by this process, handing them `r`. Decided
-    /// is final: no later write changes what a waiter answers with (its status and
-    /// outcome), so the record is as good as a read after the wake-up.
-    fn decided(&self, r: &Question) {
-        debug_assert!(r.is_terminal());
-        // The copy is made only when someone waits.
-        self.wake(&r.id, || Some(Arc::new(r.clone())));
-    }
-
-    fn wake(&self, id: &ConfirmationId, handed: impl FnOnce() -> Handed) {
-        let sender = self
-            .map
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id);
-        if let Some(s) = sender {
-            s.send_replace(handed());
-        }
-    }
-
-    /// Wakes every waiter, to look again at whatever it waits for.
-    fn notify_all(&self) {
-        let all = std::mem::take(&mut *self.map.lock().unwrap_or_else(|e| e.into_inner()));
-        for s in all.into_values() {
-            s.send_replace(None);
-        }
-    }
-}
-
 /// How long `GET /v1/events` can resume from: a listener away for longer re-reads the
 /// interactions it cares about instead.
 pub const AGENT_EVENT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// How long past its deadline a waiting agent lets a request stay pending before it
-/// applies the timeout itself. The scheduler normally wins by far; this only guards
-/// against a stalled scheduler leaving an agent blocked forever.
-const WAITER_GRACE: Duration = Duration::from_secs(2);
+/// The store by role, for the adapters around the service: each reads or writes through
+/// the one role it uses, never the whole store (the service itself, the pipeline every
+/// question goes through, holds the union).
+pub struct StoreRoles {
+    /// The questions as stored (the outbox's and the Redis bridge's records).
+    pub questions: Arc<dyn Questions>,
+    /// The webhook outbox (its worker, `crate::outbox`).
+    pub outbox: Arc<dyn Outbox>,
+    /// The audit trail (what `GET /v1/confirmations/{id}/events` reads).
+    pub audit: Arc<dyn Audit>,
+    /// The agents' event streams (SSE and the Redis bridge).
+    pub agent_events: Arc<dyn AgentEvents>,
+    /// The database itself: `/healthz`'s ping and `/metrics`' gauges.
+    pub administration: Arc<dyn Administration>,
+    /// What the calls a window let through did (a confirmation's `window_use`).
+    pub runs: Arc<dyn Runs>,
+    /// The confirmation windows (their periodic purge).
+    pub windows: Arc<dyn Windows>,
+}
 
 pub struct Service {
     config: Arc<Config>,
     store: Arc<dyn Store>,
+    /// The same store by role, for the adapters ([`Service::roles`]).
+    roles: StoreRoles,
     messenger: Arc<dyn Messenger>,
-    deadlines: Deadlines,
-    waiters: Waiters,
+    /// Who waits for a question to change, and the agents' event streams ([`wait`]).
+    changes: Changes,
+    /// What an agent reads of its own questions ([`wait`]).
+    asked: Asked,
     /// Background work (deliveries, message edits) that shutdown waits for.
     tasks: TaskTracker,
     /// Wakes the webhook worker when a decision queued a delivery.
     outbox_wake: Notify,
-    /// Routes whose chat moved (group upgraded to supergroup), over the config's chat.
-    moved_chats: Mutex<HashMap<String, i64>>,
-    /// Ticks after every change that may have written an agent event.
-    events: watch::Sender<u64>,
-    /// The bot's Telegram username, once known (operator commands addressed to it).
-    bot_username: std::sync::OnceLock<String>,
     /// What `GET /metrics` reports; shared with the Telegram adapter.
     metrics: Arc<Metrics>,
-    /// Whether this replica does the work that must happen once ([`lead`]).
-    lead: lead::Lead,
+    /// Whether this replica does the work that must happen once, and its deadlines
+    /// ([`lead`]).
+    lead: Lead,
     /// The messages (question, chat) this process is delivering ([`deliver`]).
     posting: Mutex<HashSet<(ConfirmationId, i64)>>,
     /// What this replica's configuration, and every other live replica's, says about
     /// who may decide ([`agree`]).
-    agree: agree::Agree,
-    /// The rules in force ([`judge`]); replaced whole on a reload.
-    rules: std::sync::RwLock<Arc<crate::domain::rules::Policy>>,
-    /// Held from counting an `allow` rule's rate to storing the call it let through.
-    rate_gate: tokio::sync::Mutex<()>,
+    agree: Arc<Agree>,
+    /// The rules in force and their rate gate ([`judge`]).
+    rules: Rules,
     /// Held while the messages of a question are edited to show how it ended ([`runs`]).
     edits: runs::EditStripes,
+    /// The routes' chats as they are now, and the bot's name ([`chats`]).
+    chats: Arc<Chats>,
+    /// A question's reminders, escalation and deadline by its route, and its reminders
+    /// ([`steps`]).
+    timeline: Arc<Timeline>,
+    /// The operator commands ([`commands`]).
+    commands: Commands,
+}
+
+/// Puts the service together: each feature's owner with the storage roles it uses.
+fn assemble(
+    config: Arc<Config>,
+    store: Arc<dyn Store>,
+    messenger: Arc<dyn Messenger>,
+    metrics: Arc<Metrics>,
+) -> Service {
+    let holder = lead::new_holder();
+    let chats = Arc::new(Chats::new(config.clone(), store.clone()));
+    let agree = Arc::new(Agree::new(
+        &config,
+        holder.clone(),
+        store.clone(),
+        metrics.clone(),
+    ));
+    let stores = CommandStores {
+        questions: store.clone(),
+        windows: store.clone(),
+        grants: store.clone(),
+        runs: store.clone(),
+        audit: store.clone(),
+    };
+    let roles = StoreRoles {
+        questions: store.clone(),
+        outbox: store.clone(),
+        audit: store.clone(),
+        agent_events: store.clone(),
+        administration: store.clone(),
+        runs: store.clone(),
+        windows: store.clone(),
+    };
+    Service {
+        asked: Asked::new(store.clone()),
+        roles,
+        lead: Lead::new(holder, config.lease, store.clone(), metrics.clone()),
+        rules: Rules::new(
+            config.rules.clone(),
+            store.clone(),
+            store.clone(),
+            metrics.clone(),
+        ),
+        commands: Commands::new(
+            config.clone(),
+            chats.clone(),
+            agree.clone(),
+            stores,
+            metrics.clone(),
+        ),
+        timeline: Arc::new(Timeline::new(
+            config.clone(),
+            chats.clone(),
+            agree.clone(),
+            messenger.clone(),
+        )),
+        edits: runs::EditStripes::default(),
+        agree,
+        chats,
+        config,
+        store,
+        messenger,
+        changes: Changes::default(),
+        tasks: TaskTracker::new(),
+        outbox_wake: Notify::new(),
+        metrics,
+        posting: Mutex::new(HashSet::new()),
+    }
 }
 
 impl Service {
     pub fn new(config: Arc<Config>, store: Arc<dyn Store>, messenger: Arc<dyn Messenger>) -> Self {
-        Service {
-            agree: agree::Agree::new(&config),
-            rules: std::sync::RwLock::new(config.rules.clone()),
-            rate_gate: tokio::sync::Mutex::new(()),
-            edits: runs::EditStripes::default(),
-            config,
-            store,
-            messenger,
-            deadlines: Deadlines::new(),
-            waiters: Waiters::default(),
-            tasks: TaskTracker::new(),
-            outbox_wake: Notify::new(),
-            moved_chats: Mutex::new(HashMap::new()),
-            events: watch::channel(0).0,
-            bot_username: std::sync::OnceLock::new(),
-            metrics: Arc::new(Metrics::new()),
-            lead: lead::Lead::default(),
-            posting: Mutex::new(HashSet::new()),
-        }
+        assemble(config, store, messenger, Arc::new(Metrics::new()))
     }
 
     /// Counts into `metrics` (the application's, shared with the Telegram adapter)
     /// instead of a set of its own.
-    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
-        self.metrics = metrics;
-        self
+    pub fn with_metrics(self, metrics: Arc<Metrics>) -> Self {
+        assemble(self.config, self.store, self.messenger, metrics)
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -588,33 +601,39 @@ impl Service {
         &self.config
     }
 
-    // The store by role, for the adapters around the service: each reads or writes
-    // through the one role it uses, never the whole store (the service itself, the
-    // pipeline every question goes through, holds the union).
-
-    /// The questions as stored (the outbox's and the Redis bridge's records).
-    pub fn questions(&self) -> &dyn Questions {
-        self.store.as_ref()
+    /// Whether this replica leads, and giving the lead up ([`lead`]).
+    pub fn lead(&self) -> &Lead {
+        &self.lead
     }
 
-    /// The webhook outbox (its worker, `crate::outbox`).
-    pub fn outbox(&self) -> &dyn Outbox {
-        self.store.as_ref()
+    /// This replica's record of its configuration, and the others' ([`agree`]).
+    pub fn agreement(&self) -> &Arc<Agree> {
+        &self.agree
     }
 
-    /// The audit trail (what `GET /v1/confirmations/{id}/events` reads).
-    pub fn audit(&self) -> &dyn Audit {
-        self.store.as_ref()
+    /// The rules in force ([`judge`]).
+    pub fn rules(&self) -> &Rules {
+        &self.rules
     }
 
-    /// The agents' event streams (SSE and the Redis bridge).
-    pub fn agent_events(&self) -> &dyn AgentEvents {
-        self.store.as_ref()
+    /// Who waits for a question to change, and the agents' event streams ([`wait`]).
+    pub fn changes(&self) -> &Changes {
+        &self.changes
     }
 
-    /// The database itself: `/healthz`'s ping and `/metrics`' gauges.
-    pub fn administration(&self) -> &dyn Administration {
-        self.store.as_ref()
+    /// What an agent reads of its own questions ([`wait`]).
+    pub fn asked(&self) -> &Asked {
+        &self.asked
+    }
+
+    /// The routes' chats and the bot's name ([`chats`]).
+    pub fn chats(&self) -> &Chats {
+        &self.chats
+    }
+
+    /// The store by role, for the adapters around the service.
+    pub fn roles(&self) -> &StoreRoles {
+        &self.roles
     }
 
     pub fn tasks(&self) -> &TaskTracker {
@@ -623,29 +642,6 @@ impl Service {
 
     pub fn outbox_wake(&self) -> &Notify {
         &self.outbox_wake
-    }
-
-    /// The chat a route posts to now: the config's, unless Telegram moved it.
-    fn chat_of(&self, route: &str, configured: i64) -> i64 {
-        self.moved_chat(route).unwrap_or(configured)
-    }
-
-    /// Wakes whoever waits on the question and the agents' event streams.
-    fn changed(&self, id: &ConfirmationId) {
-        self.waiters.notify(id);
-        self.tick_events();
-    }
-
-    /// [`Service::changed`] for a decision this process committed: its waiters are
-    /// handed `r` (see [`Waiters`]).
-    fn decided_now(&self, r: &Question) {
-        self.waiters.decided(r);
-        self.tick_events();
-    }
-
-    /// Wakes the agents' event streams to read what may have been written.
-    fn tick_events(&self) {
-        self.events.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Wakes this process's waiters and event streams for what other processes sharing
@@ -665,11 +661,11 @@ impl Service {
             };
             match change {
                 Some(Change::Question { id, ended, ours }) => {
-                    self.changed(&id);
+                    self.changes.changed(&id);
                     // What another replica did may leave the leader work: a question
                     // asked there is the leader's to post; one decided there, its
                     // outcome to show and its webhook to send.
-                    if self.leading() && !ours {
+                    if self.lead.leading() && !ours {
                         if ended {
                             self.outbox_wake.notify_one();
                             self.tasks.spawn(self.clone().show_ended(id));
@@ -678,12 +674,11 @@ impl Service {
                         }
                     }
                 }
-                Some(Change::Other) => self.tick_events(),
+                Some(Change::Other) => self.changes.tick(),
                 Some(Change::Missed) => {
-                    self.waiters.notify_all();
-                    self.tick_events();
+                    self.changes.wake_all();
                     // What was asked meanwhile is found among the pending questions.
-                    if self.leading() {
+                    if self.lead.leading() {
                         let me = self.clone();
                         self.tasks.spawn(async move {
                             if let Err(e) = me.take_over().await {
@@ -695,11 +690,6 @@ impl Service {
                 None => return,
             }
         }
-    }
-
-    /// Ticks whenever an agent event may have been written (`GET /v1/events` listens).
-    pub fn subscribe_events(&self) -> watch::Receiver<u64> {
-        self.events.subscribe()
     }
 
     /// What a message of `record` in `chat_id` shows besides the record.
@@ -717,42 +707,19 @@ impl Service {
             },
             selection: Vec::new(),
             group: chat_id < 0,
-            thread: self.thread_of(record, chat_id),
+            thread: self.timeline.thread_of(record, chat_id),
             extend_seconds: answer::extension_to(&self.config, record)
                 .map(|to| u64::try_from((to - record.expires_at).whole_seconds()).unwrap_or(0)),
-            escalation: self.escalated_to(record).and_then(|(_, to)| {
+            escalation: self.timeline.escalated_to(record).and_then(|(_, to)| {
                 Some(EscalationView {
                     from_route: record.route.clone(),
                     to_route: to.name.clone(),
                     at: record.progress.escalated_at?,
                     here: chat_id != record.chat_id
-                        && chat_id == self.chat_of(&to.name, to.chat_id),
+                        && chat_id == self.chats.chat_of(&to.name, to.chat_id),
                 })
             }),
-            review: self.review_of(record, chat_id),
+            review: self.chats.review_of(record, chat_id),
         }
-    }
-
-    /// The console's button under `record` in `chat_id`: a `web_app` button in a private
-    /// chat; in a group a link to the app registered with @BotFather (when its
-    /// `short_name` and the bot's username are known). None when the console is off or
-    /// the question ended.
-    fn review_of(&self, record: &Question, chat_id: i64) -> Option<Review> {
-        let app = self.config.mini_app.as_ref()?;
-        if record.is_terminal() {
-            return None;
-        }
-        if chat_id > 0 {
-            return Some(Review::WebApp(format!(
-                "{}/app?q={}",
-                app.public_url, record.id
-            )));
-        }
-        let bot = self.bot_username.get()?;
-        let short = app.short_name.as_ref()?;
-        Some(Review::Link(format!(
-            "https://t.me/{bot}/{short}?startapp={}",
-            record.id
-        )))
     }
 }

@@ -2,7 +2,15 @@
 //! delivering again what a crash cut short, showing outcomes a crash kept from their
 //! messages, and the periodic purges.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{AGENT_EVENT_RETENTION, Service, deliver, instant_at, now};
+use crate::domain::ids::ConfirmationId;
+use crate::domain::question::Question;
+use crate::storage::{AgentEvents, StorageError, Windows};
 
 impl Service {
     /// After a (re)start: re-applies moved route chats and, if this replica leads (with
@@ -11,11 +19,7 @@ impl Service {
     ///
     /// [`take_over`]: Service::take_over
     pub async fn recover(self: &Arc<Self>) -> Result<usize, StorageError> {
-        {
-            let moved = self.store.route_chats().await?;
-            let mut map = self.moved_chats.lock().unwrap_or_else(|e| e.into_inner());
-            map.extend(moved);
-        }
+        self.chats.reload_moved().await?;
         Ok(self.try_lead().await?.unwrap_or(0))
     }
 
@@ -31,7 +35,7 @@ impl Service {
         let mut undelivered = Vec::new();
         let mut unattached = Vec::new();
         for entry in pending {
-            if !self.claim(&entry.id) {
+            if !self.lead.claim(&entry.id) {
                 continue;
             }
             if !entry.delivered && entry.expires_at > now {
@@ -46,7 +50,7 @@ impl Service {
                 .route(&entry.route)
                 .is_some_and(|r| !r.remind_after.is_empty() || r.escalation.is_some());
             let at = if stepped { now } else { entry.expires_at };
-            self.deadlines.schedule(entry.id, instant_at(at, now));
+            self.lead.deadlines.schedule(entry.id, instant_at(at, now));
         }
         // Reloaded and handed to delivery in the background, in their order: serving
         // (and every deadline) must not wait for thousands of reads, and Telegram's 30
@@ -129,36 +133,41 @@ impl Service {
     /// Runs the deadline task until `stop`.
     pub async fn run_deadlines(self: Arc<Self>, stop: CancellationToken) {
         let me = self.clone();
-        self.deadlines
+        self.lead
+            .deadlines
             .run(stop, move |id| {
                 let me = me.clone();
                 async move { me.step(&id).await }
             })
             .await
     }
+}
 
-    /// Deletes expired confirmation windows now and then every `every`, until `stop`.
-    /// Expired windows are already ignored by lookups; this only keeps the table small.
-    pub async fn run_window_purge(self: Arc<Self>, every: Duration, stop: CancellationToken) {
-        loop {
-            match self.store.purge_expired_windows(now()).await {
-                Ok(0) => {}
-                Ok(n) => tracing::debug!(purged = n, "expired confirmation windows deleted"),
-                Err(e) => tracing::warn!(error = %e, "could not purge expired windows"),
-            }
-            match self
-                .store
-                .purge_agent_events(now() - AGENT_EVENT_RETENTION)
-                .await
-            {
-                Ok(0) => {}
-                Ok(n) => tracing::debug!(purged = n, "old stream events deleted"),
-                Err(e) => tracing::warn!(error = %e, "could not purge old stream events"),
-            }
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(every) => {}
-            }
+/// Deletes expired confirmation windows now and then every `every`, until `stop`.
+/// Expired windows are already ignored by lookups; this only keeps the table small.
+pub async fn run_window_purge(
+    windows: Arc<dyn Windows>,
+    events: Arc<dyn AgentEvents>,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    loop {
+        match windows.purge_expired_windows(now()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(purged = n, "expired confirmation windows deleted"),
+            Err(e) => tracing::warn!(error = %e, "could not purge expired windows"),
+        }
+        match events
+            .purge_agent_events(now() - AGENT_EVENT_RETENTION)
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(purged = n, "old stream events deleted"),
+            Err(e) => tracing::warn!(error = %e, "could not purge old stream events"),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
         }
     }
 }

@@ -2,9 +2,17 @@
 //! that never came (`expect_outcome_seconds`), and showing either in every message of
 //! the question, where the approver decided.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{Service, ServiceError, now};
+use crate::config::Agent;
 use crate::domain::execution::Report;
-use crate::storage::RunReported;
+use crate::domain::ids::ConfirmationId;
+use crate::domain::question::Question;
+use crate::storage::{Questions, RunReported, StorageError};
 
 /// How many stripes [`EditStripes`] has: questions whose edits wait on each other only
 /// when they share one.
@@ -88,7 +96,7 @@ impl Service {
     /// waiting on the record, its webhook woken, and shown in its messages.
     fn on_run(self: &Arc<Self>, r: &Question) {
         self.metrics.run_reported(r);
-        self.changed(&r.id);
+        self.changes.changed(&r.id);
         if r.callback_url.is_some() {
             self.outbox_wake.notify_one();
         }
@@ -99,13 +107,13 @@ impl Service {
     /// from taps) to show the run below the decision, in the background, and records
     /// that they do, so a restart edits again only what a crash interrupted.
     pub(super) fn show_run(self: &Arc<Self>, record: Question) {
-        if !self.leading() {
+        if !self.lead.leading() {
             return; // the leader hears of it and shows it
         }
         let me = self.clone();
         self.tasks.spawn(async move {
             let _editing = me.edits.lock(&record.id).await;
-            let record = me.afresh(record).await;
+            let record = afresh(me.store.as_ref(), record).await;
             let Some(reported_at) = record.execution.as_ref().map(|e| e.reported_at) else {
                 return;
             };
@@ -143,7 +151,7 @@ impl Service {
     /// none.
     pub async fn run_outcome_sweep(self: Arc<Self>, every: Duration, stop: CancellationToken) {
         loop {
-            if self.leading() {
+            if self.lead.leading() {
                 self.sweep_overdue_runs().await;
             }
             tokio::select! {
@@ -175,27 +183,6 @@ impl Service {
         }
     }
 
-    /// `record` as stored now (as given when it cannot be read): an edit in the
-    /// background shows what is, not what was when it was queued.
-    pub(super) async fn afresh(&self, record: Question) -> Question {
-        match self.store.get(&record.id).await {
-            Ok(Some(now)) => now,
-            Ok(None) => record,
-            Err(e) => {
-                tracing::debug!(id = %record.id, error = %e, "showing the record as it was");
-                record
-            }
-        }
-    }
-
-    /// What the window `opened_by` opened let through, and how many of those calls failed.
-    pub async fn window_use(
-        &self,
-        opened_by: &ConfirmationId,
-    ) -> Result<crate::storage::WindowUse, ServiceError> {
-        Ok(self.store.window_use(opened_by).await?)
-    }
-
     /// After a (re)start: shows the runs a crash kept from their messages.
     pub(super) async fn show_unshown_runs(self: &Arc<Self>) -> Result<(), StorageError> {
         for record in self.store.unshown_runs().await? {
@@ -203,5 +190,18 @@ impl Service {
             self.show_run(record);
         }
         Ok(())
+    }
+}
+
+/// `record` as stored now (as given when it cannot be read): an edit in the
+/// background shows what is, not what was when it was queued.
+pub(super) async fn afresh(questions: &dyn Questions, record: Question) -> Question {
+    match questions.get(&record.id).await {
+        Ok(Some(now)) => now,
+        Ok(None) => record,
+        Err(e) => {
+            tracing::debug!(id = %record.id, error = %e, "showing the record as it was");
+            record
+        }
     }
 }

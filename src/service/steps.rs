@@ -4,8 +4,17 @@
 //! update before it is acted on, so a restart neither repeats nor skips one; the
 //! scheduler holds one entry per question, at its next point.
 
-use super::*;
-use crate::config::Escalation;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use time::OffsetDateTime;
+
+use super::agree::Agree;
+use super::chats::Chats;
+use super::{Messenger, Service, deliver, instant_at, now};
+use crate::config::{Config, Escalation, Route};
+use crate::domain::ids::ConfirmationId;
+use crate::domain::question::Question;
 
 /// Someone a reminder names, so Telegram notifies them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,9 +29,33 @@ pub struct Mention {
 /// few mentions per message, and a wall of names on a phone helps nobody.
 pub const MAX_MENTIONS: usize = 10;
 
-impl Service {
+/// The points in a question's life the clock brings, as its route's configuration sets
+/// them: reminders, escalation, the deadline; and where its messages go meanwhile.
+pub struct Timeline {
+    config: Arc<Config>,
+    chats: Arc<Chats>,
+    /// Who a reminder may name (an interaction's target humans).
+    agree: Arc<Agree>,
+    messenger: Arc<dyn Messenger>,
+}
+
+impl Timeline {
+    pub(super) fn new(
+        config: Arc<Config>,
+        chats: Arc<Chats>,
+        agree: Arc<Agree>,
+        messenger: Arc<dyn Messenger>,
+    ) -> Self {
+        Timeline {
+            config,
+            chats,
+            agree,
+            messenger,
+        }
+    }
+
     /// The reminder points of `r`'s route that fall before its deadline, in time order.
-    fn reminder_times(&self, r: &Question) -> Vec<OffsetDateTime> {
+    pub(super) fn reminder_times(&self, r: &Question) -> Vec<OffsetDateTime> {
         let Some(route) = self.config.route(&r.route) else {
             return Vec::new();
         };
@@ -37,7 +70,7 @@ impl Service {
     }
 
     /// The route's escalation, when `r` was asked on a route that has one.
-    fn escalation_of(&self, r: &Question) -> Option<(&Escalation, Arc<Route>)> {
+    pub(super) fn escalation_of(&self, r: &Question) -> Option<(&Escalation, Arc<Route>)> {
         let e = self.config.route(&r.route)?.escalation.as_ref()?;
         Some((e, self.config.route(&e.to)?.clone()))
     }
@@ -66,120 +99,35 @@ impl Service {
         next
     }
 
-    /// Arms the scheduler for `r`'s next step, if this replica keeps the deadlines (it
-    /// leads: see [`super::lead`]).
-    pub(super) fn arm(&self, r: &Question) {
-        if !r.is_terminal() && self.leading() {
-            self.deadlines
-                .schedule(r.id.clone(), instant_at(self.next_step_at(r), now()));
-        }
+    /// A person's `[people]` name, if they have one (the first in sorted order when
+    /// several names map to one id).
+    pub(super) fn name_of(&self, user_id: u64) -> Option<String> {
+        let mut names: Vec<&String> = self
+            .config
+            .people
+            .iter()
+            .filter(|(_, id)| **id == user_id)
+            .map(|(name, _)| name)
+            .collect();
+        names.sort();
+        names.first().map(|n| (*n).clone())
     }
 
-    /// The scheduler's callback: takes whatever steps of the question are due (its
-    /// timeout, a reminder, its escalation) and arms the next one.
-    pub(super) async fn step(self: &Arc<Self>, id: &ConfirmationId) {
-        let record = match self.store.get(id).await {
-            Ok(Some(r)) if !r.is_terminal() => r,
-            Ok(_) => return self.unclaim(id),
-            Err(e) => {
-                tracing::error!(id = %id, error = %e, "could not read a due request; retrying");
-                self.retry_soon(id);
-                return;
-            }
-        };
-        let now = now();
-        if record.expires_at <= now {
-            self.time_out(record).await;
-            return self.unclaim(id);
+    /// The forum topic a message of `r` in `chat_id` goes to: its route's (or the
+    /// escalation route's, in that route's chat), if the route names one.
+    pub(super) fn thread_of(&self, r: &Question, chat_id: i64) -> Option<i32> {
+        if chat_id == r.chat_id {
+            return self.config.route(&r.route).and_then(|route| route.topic_id);
         }
-        let mut record = record;
-        if let Some(r) = self.escalate_if_due(&record, now).await {
-            record = r;
-        }
-        if let Some(r) = self.remind_if_due(&record, now).await {
-            record = r;
-        }
-        self.arm(&record);
-    }
-
-    /// Posts the question to the escalation route when its point has passed (once: the
-    /// claim is a conditional update). Returns the record as it then is.
-    async fn escalate_if_due(
-        self: &Arc<Self>,
-        r: &Question,
-        now: OffsetDateTime,
-    ) -> Option<Question> {
-        if r.progress.escalated_at.is_some() {
-            return None;
-        }
-        let (e, to) = self.escalation_of(r)?;
-        if e.after.at(r.created_at, r.expires_at) > now {
-            return None;
-        }
-        let chat_id = self.chat_of(&to.name, to.chat_id);
-        let escalated = match self
-            .store
-            .escalate(&r.id, &route_copy_name(&to.name), chat_id, now)
-            .await
-        {
-            Ok(Some(escalated)) => escalated,
-            Ok(None) => return None,
-            Err(e) => {
-                tracing::error!(id = %r.id, error = %e, "could not store an escalation; retrying");
-                self.retry_soon(&r.id);
-                return None;
-            }
-        };
-        tracing::info!(id = %r.id, from = %r.route, to = %to.name, "question escalated");
-        self.metrics.question_step(&escalated, "escalated");
-        self.changed(&r.id);
-        let me = self.clone();
-        let queued = deliver::Queued::copy(&escalated, chat_id);
-        self.tasks.spawn(async move { me.deliver(queued).await });
-        // The first route's message now says where the question went.
-        self.refresh(escalated.clone());
-        Some(escalated)
-    }
-
-    /// Sends the reminder whose point has passed, once (claimed first: a crash right
-    /// after the claim loses that one reminder rather than sending it twice; a restart
-    /// later sends the next). Points that all passed while the service was down make one
-    /// reminder, not a burst.
-    async fn remind_if_due(
-        self: &Arc<Self>,
-        r: &Question,
-        now: OffsetDateTime,
-    ) -> Option<Question> {
-        let times = self.reminder_times(r);
-        let passed = times.iter().filter(|t| **t <= now).count() as u32;
-        if passed <= r.progress.reminders_sent {
-            return None;
-        }
-        let reminded = match self
-            .store
-            .claim_reminders(&r.id, r.progress.reminders_sent, passed, now)
-            .await
-        {
-            Ok(Some(reminded)) => reminded,
-            Ok(None) => return None,
-            Err(e) => {
-                tracing::error!(id = %r.id, error = %e, "could not store a reminder; retrying");
-                self.retry_soon(&r.id);
-                return None;
-            }
-        };
-        self.metrics.question_step(&reminded, "reminded");
-        self.changed(&r.id);
-        let me = self.clone();
-        let record = reminded.clone();
-        self.tasks
-            .spawn(async move { me.send_reminders(record).await });
-        Some(reminded)
+        let (_, to) = self.escalation_of(r)?;
+        (self.chats.chat_of(&to.name, to.chat_id) == chat_id)
+            .then_some(to.topic_id)
+            .flatten()
     }
 
     /// Replies to every route message of the question (its first, and the escalation
     /// route's copy) naming the approvers there who have not answered.
-    async fn send_reminders(self: Arc<Self>, r: Question) {
+    pub(super) async fn send_reminders(&self, r: Question) {
         let mut targets: Vec<(i64, Option<i32>, Vec<u64>)> = Vec::new();
         if let Some(route) = self.config.route(&r.route) {
             targets.push((r.chat_id, r.message_id, sorted(&route.approvers)));
@@ -207,7 +155,7 @@ impl Service {
                 .filter(|id| {
                     r.interaction
                         .as_deref()
-                        .is_none_or(|i| self.authority().is_target(i, *id))
+                        .is_none_or(|i| self.agree.authority().is_target(i, *id))
                 })
                 .map(|user_id| Mention {
                     user_id,
@@ -227,31 +175,118 @@ impl Service {
             }
         }
     }
+}
 
-    /// A person's `[people]` name, if they have one (the first in sorted order when
-    /// several names map to one id).
-    fn name_of(&self, user_id: u64) -> Option<String> {
-        let mut names: Vec<&String> = self
-            .config
-            .people
-            .iter()
-            .filter(|(_, id)| **id == user_id)
-            .map(|(name, _)| name)
-            .collect();
-        names.sort();
-        names.first().map(|n| (*n).clone())
+impl Service {
+    /// Arms the scheduler for `r`'s next step, if this replica keeps the deadlines (it
+    /// leads: see [`super::lead`]).
+    pub(super) fn arm(&self, r: &Question) {
+        if !r.is_terminal() && self.lead.leading() {
+            let at = instant_at(self.timeline.next_step_at(r), now());
+            self.lead.schedule(&r.id, at);
+        }
     }
 
-    /// The forum topic a message of `r` in `chat_id` goes to: its route's (or the
-    /// escalation route's, in that route's chat), if the route names one.
-    pub(super) fn thread_of(&self, r: &Question, chat_id: i64) -> Option<i32> {
-        if chat_id == r.chat_id {
-            return self.config.route(&r.route).and_then(|route| route.topic_id);
+    /// The scheduler's callback: takes whatever steps of the question are due (its
+    /// timeout, a reminder, its escalation) and arms the next one.
+    pub(super) async fn step(self: &Arc<Self>, id: &ConfirmationId) {
+        let record = match self.store.get(id).await {
+            Ok(Some(r)) if !r.is_terminal() => r,
+            Ok(_) => return self.lead.unclaim(id),
+            Err(e) => {
+                tracing::error!(id = %id, error = %e, "could not read a due request; retrying");
+                self.lead.retry_soon(id);
+                return;
+            }
+        };
+        let now = now();
+        if record.expires_at <= now {
+            self.time_out(record).await;
+            return self.lead.unclaim(id);
         }
-        let (_, to) = self.escalation_of(r)?;
-        (self.chat_of(&to.name, to.chat_id) == chat_id)
-            .then_some(to.topic_id)
-            .flatten()
+        let mut record = record;
+        if let Some(r) = self.escalate_if_due(&record, now).await {
+            record = r;
+        }
+        if let Some(r) = self.remind_if_due(&record, now).await {
+            record = r;
+        }
+        self.arm(&record);
+    }
+
+    /// Posts the question to the escalation route when its point has passed (once: the
+    /// claim is a conditional update). Returns the record as it then is.
+    async fn escalate_if_due(
+        self: &Arc<Self>,
+        r: &Question,
+        now: OffsetDateTime,
+    ) -> Option<Question> {
+        if r.progress.escalated_at.is_some() {
+            return None;
+        }
+        let (e, to) = self.timeline.escalation_of(r)?;
+        if e.after.at(r.created_at, r.expires_at) > now {
+            return None;
+        }
+        let chat_id = self.chats.chat_of(&to.name, to.chat_id);
+        let escalated = match self
+            .store
+            .escalate(&r.id, &route_copy_name(&to.name), chat_id, now)
+            .await
+        {
+            Ok(Some(escalated)) => escalated,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::error!(id = %r.id, error = %e, "could not store an escalation; retrying");
+                self.lead.retry_soon(&r.id);
+                return None;
+            }
+        };
+        tracing::info!(id = %r.id, from = %r.route, to = %to.name, "question escalated");
+        self.metrics.question_step(&escalated, "escalated");
+        self.changes.changed(&r.id);
+        let me = self.clone();
+        let queued = deliver::Queued::copy(&escalated, chat_id);
+        self.tasks.spawn(async move { me.deliver(queued).await });
+        // The first route's message now says where the question went.
+        self.refresh(escalated.clone());
+        Some(escalated)
+    }
+
+    /// Sends the reminder whose point has passed, once (claimed first: a crash right
+    /// after the claim loses that one reminder rather than sending it twice; a restart
+    /// later sends the next). Points that all passed while the service was down make one
+    /// reminder, not a burst.
+    async fn remind_if_due(
+        self: &Arc<Self>,
+        r: &Question,
+        now: OffsetDateTime,
+    ) -> Option<Question> {
+        let times = self.timeline.reminder_times(r);
+        let passed = times.iter().filter(|t| **t <= now).count() as u32;
+        if passed <= r.progress.reminders_sent {
+            return None;
+        }
+        let reminded = match self
+            .store
+            .claim_reminders(&r.id, r.progress.reminders_sent, passed, now)
+            .await
+        {
+            Ok(Some(reminded)) => reminded,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::error!(id = %r.id, error = %e, "could not store a reminder; retrying");
+                self.lead.retry_soon(&r.id);
+                return None;
+            }
+        };
+        self.metrics.question_step(&reminded, "reminded");
+        self.changes.changed(&r.id);
+        let timeline = self.timeline.clone();
+        let record = reminded.clone();
+        self.tasks
+            .spawn(async move { timeline.send_reminders(record).await });
+        Some(reminded)
     }
 }
 
@@ -261,7 +296,7 @@ pub(super) fn route_copy_name(route: &str) -> String {
     format!("route:{route}")
 }
 
-fn sorted(ids: &std::collections::HashSet<u64>) -> Vec<u64> {
+fn sorted(ids: &HashSet<u64>) -> Vec<u64> {
     let mut v: Vec<u64> = ids.iter().copied().collect();
     v.sort_unstable();
     v

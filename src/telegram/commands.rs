@@ -145,7 +145,7 @@ pub async fn register(bot: Bot, service: Arc<Service>, stop: CancellationToken) 
     let me = super::startup::until_ok(&stop, metrics, "getMe", || bot.get_me().send()).await;
     let Some(me) = me else { return };
     match me.user.username {
-        Some(username) => service.set_bot_username(username),
+        Some(username) => service.chats().set_bot_username(username),
         None => tracing::warn!("Telegram reports no username for the bot; /cmd@bot is ignored"),
     }
     let commands: Vec<BotCommand> = COMMANDS

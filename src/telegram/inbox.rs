@@ -83,37 +83,39 @@ impl Inbox {
         update: Update,
     ) -> impl Future<Output = Handled> + Send + 'static {
         let update_id = update.id.0;
-        let queued =
-            updates::input_from(update, self.service.bot_username(), self.service.bot_id()).map(
-                |input| {
-                    let lane = match &input {
-                        Input::Tap(tap) => match &tap.button {
-                            Some(b) => Lane::Question(b.token.clone()),
-                            None => Lane::Chat(tap.chat_id.unwrap_or(0)),
-                        },
-                        Input::Command(c) => Lane::Chat(c.chat_id),
-                        Input::Reply(r) => Lane::Chat(r.chat_id),
-                    };
-                    let (done, handled) = oneshot::channel();
-                    let arrival = self.arrivals.fetch_add(1, Ordering::Relaxed);
-                    let start = {
-                        let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
-                        let idle = !lanes.contains_key(&lane);
-                        lanes
-                            .entry(lane.clone())
-                            .or_default()
-                            .insert((update_id, arrival), Job { input, done });
-                        idle
-                    };
-                    if start {
-                        let me = self.clone();
-                        self.service
-                            .tasks()
-                            .spawn(async move { me.drain(lane).await });
-                    }
-                    handled
+        let queued = updates::input_from(
+            update,
+            self.service.chats().bot_username(),
+            self.service.chats().bot_id(),
+        )
+        .map(|input| {
+            let lane = match &input {
+                Input::Tap(tap) => match &tap.button {
+                    Some(b) => Lane::Question(b.token.clone()),
+                    None => Lane::Chat(tap.chat_id.unwrap_or(0)),
                 },
-            );
+                Input::Command(c) => Lane::Chat(c.chat_id),
+                Input::Reply(r) => Lane::Chat(r.chat_id),
+            };
+            let (done, handled) = oneshot::channel();
+            let arrival = self.arrivals.fetch_add(1, Ordering::Relaxed);
+            let start = {
+                let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+                let idle = !lanes.contains_key(&lane);
+                lanes
+                    .entry(lane.clone())
+                    .or_default()
+                    .insert((update_id, arrival), Job { input, done });
+                idle
+            };
+            if start {
+                let me = self.clone();
+                self.service
+                    .tasks()
+                    .spawn(async move { me.drain(lane).await });
+            }
+            handled
+        });
         async move {
             match queued {
                 // A drainer that went away (the runtime shutting down) handled nothing.
