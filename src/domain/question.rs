@@ -28,7 +28,7 @@ use super::text::{self, Layout};
 mod outcome;
 mod seed;
 pub use outcome::{Decision, Outcome};
-pub use seed::{Ending, Seed};
+pub use seed::{Seed, UnaskedEnd};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {

@@ -24,7 +24,7 @@ use crate::config::{Agent, Route};
 use crate::domain::grant::{self, Cover};
 use crate::domain::ids::ToolName;
 use crate::domain::interaction::InteractionType;
-use crate::domain::question::{Ending, Question, Status, Via, Window, rfc3339};
+use crate::domain::question::{Question, Status, UnaskedEnd, Via, Window, rfc3339};
 use crate::domain::rules::Effect;
 
 /// A `grant_scope` checked against the call it came with: it covers the call's tool.
@@ -219,13 +219,13 @@ impl Settled {
     /// How `record` ends as settled; `None`: it goes on to a person after all (an
     /// `allow` rule settles only an approval among interactions: a form still needs a
     /// person to fill it).
-    fn ending(self, record: &Question) -> Option<Ending> {
+    fn ending(self, record: &Question) -> Option<UnaskedEnd> {
         let (status, via, reason) = match self {
             Settled::Rule(effect) => return rule_ending(record, effect),
             Settled::Grant { status, reason } => (status, Via::Grant, reason),
             Settled::Window(window) => (Status::Confirmed, Via::Window, window.reason()),
         };
-        Some(Ending {
+        Some(UnaskedEnd {
             status,
             via,
             reason,
@@ -237,7 +237,7 @@ impl Settled {
 /// How the rules end `record` (`effect` is `allow` or `deny`): a confirmation is
 /// confirmed or cancelled; an interaction's call is completed, an approval on the rules'
 /// yes or no, any other kind (by a `deny` only) on null, as nothing was answered.
-fn rule_ending(record: &Question, effect: Effect) -> Option<Ending> {
+fn rule_ending(record: &Question, effect: Effect) -> Option<UnaskedEnd> {
     let (status, result) = match (&record.interaction, effect) {
         (None, Effect::Allow) => (Status::Confirmed, None),
         (None, _) => (Status::Cancelled, None),
@@ -253,7 +253,7 @@ fn rule_ending(record: &Question, effect: Effect) -> Option<Ending> {
         }
         (Some(_), _) => return None,
     };
-    Some(Ending {
+    Some(UnaskedEnd {
         status,
         via: Via::Rule,
         reason: record.rule.as_ref().map_or_else(

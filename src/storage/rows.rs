@@ -17,7 +17,7 @@ use crate::domain::interaction::{Answer, TimeoutAction};
 use crate::domain::question::{
     Copy, Operator, Progress, Question, Status, Stray, Via, Window, WindowKey,
 };
-use columns::{decided_by, edited, execution, json, stored_interaction, unsigned};
+use columns::{decided_by, edited, json, stored_interaction, stored_run_report, unsigned};
 
 mod columns;
 
@@ -191,7 +191,7 @@ impl Row {
                 "expect_outcome_seconds",
                 &corrupt,
             )?,
-            execution: execution(
+            execution: stored_run_report(
                 self.run_status,
                 self.run_summary,
                 self.run_error,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use hitl_telegram::domain::args_hash::ArgsHash;
 use hitl_telegram::domain::ids::{IdempotencyKey, OwnerId, ToolName};
 use hitl_telegram::domain::python;
-use hitl_telegram::domain::question::{Ending, Question, Seed, Status, Via};
+use hitl_telegram::domain::question::{Question, Seed, Status, UnaskedEnd, Via};
 use hitl_telegram::service::now;
 
 /// The parameters of every built question's call.
@@ -92,7 +92,7 @@ impl QuestionBuilder {
     /// record's.
     pub fn window_hit(self, reason: String) -> Question {
         let mut q = self.pending();
-        let ending = Ending {
+        let ending = UnaskedEnd {
             status: Status::Confirmed,
             via: Via::Window,
             reason,

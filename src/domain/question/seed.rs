@@ -41,7 +41,7 @@ pub struct Seed {
 /// How a question settled before anyone was asked ends: a window hit, a rule's `allow`
 /// or `deny`, a grant.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Ending {
+pub struct UnaskedEnd {
     pub status: Status,
     pub via: Via,
     pub reason: String,
@@ -126,8 +126,8 @@ impl Question {
 
     /// Ends a question that nobody was asked, as `ending` says, decided `now`. Its
     /// callback token is replaced by one never shown: no button ever carried it.
-    pub fn end_at_creation(&mut self, ending: Ending, now: OffsetDateTime) {
-        let Ending {
+    pub fn end_at_creation(&mut self, ending: UnaskedEnd, now: OffsetDateTime) {
+        let UnaskedEnd {
             status,
             via,
             reason,

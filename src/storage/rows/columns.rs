@@ -67,7 +67,7 @@ pub(super) fn stored_interaction(
 }
 
 /// The `run_*` columns: the agent's report of the run, all NULL before one came.
-pub(super) fn execution(
+pub(super) fn stored_run_report(
     status: Option<String>,
     summary: Option<String>,
     error: Option<String>,
