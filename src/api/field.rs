@@ -20,6 +20,7 @@ use crate::domain::limits::{
     MAX_RECIPIENT_CHARS, MAX_ROUTE_CHARS, MAX_TEMPLATE_CHARS, MAX_WINDOW_SECONDS,
 };
 use crate::domain::python::value::PyDict;
+use crate::domain::schema::name_schema;
 use crate::domain::{python, text};
 
 /// A `T`, or "must be `expected`".
@@ -238,81 +239,6 @@ text_field!(
     /// A callback URL, before it is checked against the agent's prefixes.
     CallbackUrl, min = None, max = MAX_CALLBACK_URL_CHARS, shown = false, format = "uri"
 );
-
-/// The schema of a bounded domain name: `min` to `max` characters.
-fn name_schema(max: usize, description: Option<&str>) -> RefOr<Schema> {
-    ObjectBuilder::new()
-        .schema_type(Type::String)
-        .min_length(Some(1))
-        .max_length(Some(max))
-        .description(description)
-        .into()
-}
-
-impl ToSchema for ToolName {}
-
-impl PartialSchema for ToolName {
-    fn schema() -> RefOr<Schema> {
-        name_schema(
-            ToolName::MAX_CHARS,
-            Some(
-                "The tool's name: not blank, no invisible or layout-changing characters \
-                 (Unicode Cc, Cf, Zl, Zp, Co).",
-            ),
-        )
-    }
-}
-
-impl ToSchema for OwnerId {}
-
-impl PartialSchema for OwnerId {
-    fn schema() -> RefOr<Schema> {
-        name_schema(OwnerId::MAX_CHARS, None)
-    }
-}
-
-impl ToSchema for IdempotencyKey {}
-
-impl PartialSchema for IdempotencyKey {
-    fn schema() -> RefOr<Schema> {
-        name_schema(IdempotencyKey::MAX_CHARS, None)
-    }
-}
-
-impl ToSchema for Scope {}
-
-impl PartialSchema for Scope {
-    fn schema() -> RefOr<Schema> {
-        scope_schema().into()
-    }
-}
-
-/// A grant's scope: `kind:name`, `kind:*` for every name of the kind.
-pub fn scope_schema() -> ObjectBuilder {
-    ObjectBuilder::new()
-        .schema_type(Type::String)
-        .pattern(Some(r"^[a-z0-9_-]+:(\*|[^*\s]([^*]*[^*\s])?)$"))
-        .min_length(Some(3))
-        .max_length(Some(Scope::MAX_CHARS))
-}
-
-impl ToSchema for ArgsSchema {}
-
-impl PartialSchema for ArgsSchema {
-    fn schema() -> RefOr<Schema> {
-        ObjectBuilder::new()
-            .schema_type(Type::Object)
-            .description(Some(format!(
-                "The tool's argument schema as JSON Schema (pydantic's `model_json_schema()`), at \
-                 most {} bytes; no `$ref` outside it (nothing is fetched). With `allow_edit` and \
-                 the console (`[mini_app]`) on, an operator may edit the call there before \
-                 approving it: the form is built from it and the edit checked against it. An \
-                 invalid schema is refused (422).",
-                crate::domain::limits::MAX_ARGS_SCHEMA_BYTES
-            )))
-            .into()
-    }
-}
 
 impl ToSchema for WaitMode {}
 

@@ -20,5 +20,6 @@ pub mod outbox;
 pub mod python;
 pub mod question;
 pub mod rules;
+pub mod schema;
 pub mod shown;
 pub mod text;

@@ -9,7 +9,6 @@ use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, Schema, Schem
 use utoipa::openapi::{ArrayBuilder, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
-use crate::api::field::scope_schema;
 use crate::domain::ids::OwnerId;
 use crate::domain::interaction::{
     ConsensusMode, InteractionType, MAX_CONTEXT_CHARS as MAX_INTERACTION_CONTEXT_CHARS,
@@ -17,6 +16,7 @@ use crate::domain::interaction::{
     MAX_QUESTION_CHARS, MAX_TARGET_HUMANS, Severity, TimeoutAction,
 };
 use crate::domain::limits::MAX_WINDOW_SECONDS;
+use crate::domain::schema::scope_schema;
 
 use super::fields::{nullable, nullable_enum, optional_text};
 
