@@ -319,7 +319,8 @@ impl Service {
         };
         if learned && record.is_terminal() {
             // Ended while nobody knew of this copy: it gets the outcome now.
-            self.show_outcome_on(record.clone(), chat_id, message_id);
+            self.board
+                .show_outcome_on(record.clone(), chat_id, message_id);
         }
         if let Some(refused) = self
             .may_not_answer(&record, chat_id, &tap.from, tap.from_is_bot)
@@ -360,8 +361,8 @@ impl Service {
     pub(super) fn then(self: &Arc<Self>, after: After) {
         match after {
             After::Nothing => {}
-            After::Finish(r) => self.finish(r),
-            After::Refresh(r) => self.refresh(r),
+            After::Finish(r) => self.board.finish(r),
+            After::Refresh(r) => self.board.refresh(r),
             After::AskReason {
                 record,
                 chat_id,
@@ -403,7 +404,7 @@ impl Service {
                     if !matches!(me.store.get(&record.id).await, Ok(Some(r)) if !r.is_terminal()) {
                         return;
                     }
-                    let mut view = me.view(&record, chat_id);
+                    let mut view = me.board.view(&record, chat_id);
                     view.selection = selection;
                     if let Err(e) = me
                         .messenger
