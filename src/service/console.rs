@@ -415,7 +415,7 @@ impl Console<'_> {
             owner: Some(record.owner_id.as_str()),
             params: &params,
         };
-        let (verdict, _) = self.service.rules.policy().judge(&call);
+        let (verdict, _) = self.service.rules().policy().judge(&call);
         if verdict.effect == Effect::Deny && verdict.enforced {
             return Err(ServiceError::InvalidEdit(vec![FieldError {
                 field: String::new(),

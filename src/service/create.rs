@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use time::OffsetDateTime;
 
-use super::gate::Gates;
+use super::gate::{Gates, PresentedGrant};
 use super::{
     Destination, INTERACTION_TOOL, NewConfirmation, NewInteraction, Service, ServiceError, now,
 };
@@ -43,7 +43,7 @@ impl Service {
         let grant = new
             .grant
             .as_ref()
-            .map(|check| self.presented_grant(agent, &route, &new.tool, check))
+            .map(|check| PresentedGrant::new(agent, &route, &new.tool, check))
             .transpose()?;
         let now = now();
         let args_hash = ArgsHash::of(&new.params);
@@ -61,6 +61,7 @@ impl Service {
         // Deny rule, grant, window, allow rule: the first that settles the call ends it
         // here (the admission, holding a rate's gate, lives until the record is stored).
         let admission = self
+            .gate
             .admit(&mut record, Gates::ALL, grant.as_ref(), now)
             .await?;
         if admission.ended {
@@ -241,7 +242,7 @@ impl Service {
         let mut record = Question::pending(self.interaction_seed(agent, &new, &dest, now)?);
         // The gates the interaction names (the rules, for the call it carries) in the
         // one order of `gate`; the admission lives until an ended record is stored.
-        let admission = self.admit(&mut record, new.gates(), None, now).await?;
+        let admission = self.gate.admit(&mut record, new.gates(), None, now).await?;
         if admission.ended {
             return match self.store_ended(&record, now).await? {
                 Inserted::New(r) => Ok((r, true)),

@@ -68,6 +68,7 @@ pub use wait::{Asked, Changes};
 
 use board::{Board, BoardParts};
 use commands::{CommandStores, Commands};
+use gate::Gate;
 use steps::Timeline;
 
 /// Why Telegram could not carry a message.
@@ -504,8 +505,9 @@ pub struct Service {
     /// What this replica's configuration, and every other live replica's, says about
     /// who may decide ([`agree`]).
     agree: Arc<Agree>,
-    /// The rules in force and their rate gate ([`judge`]).
-    rules: Rules,
+    /// The rules in force and their rate gate ([`judge`]), and what else settles a
+    /// call before anyone is asked ([`gate`]).
+    gate: Gate,
     /// The routes' chats as they are now, and the bot's name ([`chats`]).
     chats: Arc<Chats>,
     /// A question's reminders, escalation and deadline by its route, and its reminders
@@ -576,11 +578,15 @@ fn assemble(
         asked: Asked::new(store.clone()),
         roles,
         lead,
-        rules: Rules::new(
-            config.rules.clone(),
+        gate: Gate::new(
+            Rules::new(
+                config.rules.clone(),
+                store.clone(),
+                store.clone(),
+                metrics.clone(),
+            ),
             store.clone(),
             store.clone(),
-            metrics.clone(),
         ),
         commands: Commands::new(
             config.clone(),
@@ -635,7 +641,7 @@ impl Service {
 
     /// The rules in force ([`judge`]).
     pub fn rules(&self) -> &Rules {
-        &self.rules
+        self.gate.rules()
     }
 
     /// Who waits for a question to change, and the agents' event streams ([`wait`]).
