@@ -31,10 +31,13 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::Chats;
+use super::answer::Refused;
 use crate::config::Config;
 use crate::domain::authority::{
     AgentAuthority, Authority, EscalationAuthority, Fingerprint, Refusal, RouteAuthority,
 };
+use crate::domain::question::{Operator, Question};
 use crate::metrics::Metrics;
 use crate::storage::{Coordination, StorageError};
 
@@ -222,6 +225,38 @@ pub(super) fn refusal_text(refusal: Refusal, mismatch: bool) -> (&'static str, &
 pub(super) const NOT_ALLOWED: &str = "You are not allowed to decide this request";
 
 impl Agree {
+    /// Why `from` may not answer `record` in `chat_id`, if they may not. This replica's
+    /// configuration is asked first; when it allows the answer and other live replicas
+    /// run other configurations, each of those must allow it too. An
+    /// `Err`: which configurations are live could not be read, so nothing may be decided
+    /// yet.
+    pub(super) async fn may_not_answer(
+        &self,
+        chats: &Chats,
+        record: &Question,
+        chat_id: i64,
+        from: &Operator,
+        from_is_bot: bool,
+    ) -> Result<Option<Refused>, StorageError> {
+        if from_is_bot {
+            return Ok(Some((NOT_ALLOWED, "a bot cannot answer").into()));
+        }
+        let moved = |route: &str| chats.moved_chat(route);
+        if let Some(refusal) = self.authority().refusal(record, chat_id, from.id, &moved) {
+            return Ok(Some(refusal_text(refusal, false).into()));
+        }
+        let others = self.other_configs().await?;
+        if let Some((configuration, refusal)) = others.refusing(
+            |view| view.refusal(record, chat_id, from.id, &moved),
+            Refusal::NotAnApprover,
+        ) {
+            tracing::warn!(id = %record.id, user_id = from.id, %configuration,
+                "another live replica's configuration does not allow this answer");
+            return Ok(Some(refusal_text(refusal, true).into()));
+        }
+        Ok(None)
+    }
+
     /// What this process's own configuration says about who may decide.
     pub(super) fn authority(&self) -> &Authority {
         &self.own

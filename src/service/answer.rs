@@ -2,7 +2,7 @@
 //! and, once the answers settle the question, the decision.
 //!
 //! A tap is judged in three steps: its question and message are found ([`Tapped::find`]),
-//! who may answer is checked ([`Service::may_not_answer`]), and the button is read
+//! who may answer is checked ([`Agree::may_not_answer`](super::Agree::may_not_answer)), and the button is read
 //! ([`interpret`]); the console's decision goes through the last two as well.
 
 use std::collections::HashSet;
@@ -14,10 +14,9 @@ use time::OffsetDateTime;
 
 use super::console::ConsoleAnswer;
 use super::interpret::{Meaning, Said, Verdict, in_option_order, interpret, labels_of};
-use super::{Button, Reply, Service, Tap, TapAction, agree, now};
+use super::{Button, Reply, Service, Tap, TapAction, now};
 use crate::config::Config;
 use crate::domain::audit;
-use crate::domain::authority::Refusal;
 use crate::domain::ids::ConfirmationId;
 use crate::domain::interaction::{self, Answer, Consensus, ConsensusMode, InteractionType};
 use crate::domain::question::{self, Decision, Operator, Outcome, Question, Status};
@@ -235,41 +234,6 @@ async fn toggle(
 }
 
 impl Service {
-    /// Why `from` may not answer `record` in `chat_id`, if they may not. This replica's
-    /// configuration is asked first; when it allows the answer and other live replicas
-    /// run other configurations, each of those must allow it too ([`super::agree`]). An
-    /// `Err`: which configurations are live could not be read, so nothing may be decided
-    /// yet.
-    pub(super) async fn may_not_answer(
-        &self,
-        record: &Question,
-        chat_id: i64,
-        from: &Operator,
-        from_is_bot: bool,
-    ) -> Result<Option<Refused>, StorageError> {
-        if from_is_bot {
-            return Ok(Some((agree::NOT_ALLOWED, "a bot cannot answer").into()));
-        }
-        let moved = |route: &str| self.chats.moved_chat(route);
-        if let Some(refusal) = self
-            .agree
-            .authority()
-            .refusal(record, chat_id, from.id, &moved)
-        {
-            return Ok(Some(agree::refusal_text(refusal, false).into()));
-        }
-        let others = self.agree.other_configs().await?;
-        if let Some((configuration, refusal)) = others.refusing(
-            |view| view.refusal(record, chat_id, from.id, &moved),
-            Refusal::NotAnApprover,
-        ) {
-            tracing::warn!(id = %record.id, user_id = from.id, %configuration,
-                "another live replica's configuration does not allow this answer");
-            return Ok(Some(agree::refusal_text(refusal, true).into()));
-        }
-        Ok(None)
-    }
-
     /// An operator tapped a button. Returns once the tap is decided (its answer or
     /// decision committed, or its refusal audited): only then may Telegram be told the
     /// update was handled. The tap is answered and the messages edited in the
@@ -319,10 +283,12 @@ impl Service {
         };
         if learned && record.is_terminal() {
             // Ended while nobody knew of this copy: it gets the outcome now.
-            self.show_outcome_on(record.clone(), chat_id, message_id);
+            self.board
+                .show_outcome_on(record.clone(), chat_id, message_id);
         }
         if let Some(refused) = self
-            .may_not_answer(&record, chat_id, &tap.from, tap.from_is_bot)
+            .agree
+            .may_not_answer(&self.chats, &record, chat_id, &tap.from, tap.from_is_bot)
             .await?
         {
             return refuse_tap(audit, tap, Some(&record.id), refused).await;
@@ -360,8 +326,8 @@ impl Service {
     pub(super) fn then(self: &Arc<Self>, after: After) {
         match after {
             After::Nothing => {}
-            After::Finish(r) => self.finish(r),
-            After::Refresh(r) => self.refresh(r),
+            After::Finish(r) => self.board.finish(r),
+            After::Refresh(r) => self.board.refresh(r),
             After::AskReason {
                 record,
                 chat_id,
@@ -403,7 +369,7 @@ impl Service {
                     if !matches!(me.store.get(&record.id).await, Ok(Some(r)) if !r.is_terminal()) {
                         return;
                     }
-                    let mut view = me.view(&record, chat_id);
+                    let mut view = me.board.view(&record, chat_id);
                     view.selection = selection;
                     if let Err(e) = me
                         .messenger
@@ -580,7 +546,14 @@ impl Service {
     /// Whether `reply`'s author may not answer `record` there; a refusal is audited.
     async fn refused_reply(&self, record: &Question, reply: &Reply) -> Result<bool, StorageError> {
         let Some(refused) = self
-            .may_not_answer(record, reply.chat_id, &reply.from, reply.from_is_bot)
+            .agree
+            .may_not_answer(
+                &self.chats,
+                record,
+                reply.chat_id,
+                &reply.from,
+                reply.from_is_bot,
+            )
             .await?
         else {
             return Ok(false);

@@ -1,6 +1,6 @@
 //! The operator's console (the Telegram Mini App, issue 37): what one Telegram user may
 //! see and do there. Exactly what they could answer by tapping in a chat: the same
-//! approver rules, routes, escalation and targets ([`Service::may_not_answer`], every
+//! approver rules, routes, escalation and targets ([`Agree::may_not_answer`](super::Agree::may_not_answer), every
 //! live replica's configuration included); anything else is not found. A decision goes
 //! through the same interpretation of its button as a tap ([`super::interpret`]).
 
@@ -156,7 +156,8 @@ impl Console<'_> {
         for chat in chats {
             if self
                 .service
-                .may_not_answer(record, chat, user, false)
+                .agree
+                .may_not_answer(&self.service.chats, record, chat, user, false)
                 .await?
                 .is_none()
             {
@@ -415,7 +416,7 @@ impl Console<'_> {
             owner: Some(record.owner_id.as_str()),
             params: &params,
         };
-        let (verdict, _) = self.service.rules.policy().judge(&call);
+        let (verdict, _) = self.service.rules().policy().judge(&call);
         if verdict.effect == Effect::Deny && verdict.enforced {
             return Err(ServiceError::InvalidEdit(vec![FieldError {
                 field: String::new(),

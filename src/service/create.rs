@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use time::OffsetDateTime;
 
-use super::gate::Gates;
+use super::gate::{Gates, PresentedGrant};
 use super::{
     Destination, INTERACTION_TOOL, NewConfirmation, NewInteraction, Service, ServiceError, now,
 };
 use super::{deliver, grants};
-use crate::config::{Agent, Route};
+use crate::config::{Agent, Config, Route};
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::briefing;
 use crate::domain::execution::REMEMBERED_FOR;
@@ -43,7 +43,7 @@ impl Service {
         let grant = new
             .grant
             .as_ref()
-            .map(|check| self.presented_grant(agent, &route, &new.tool, check))
+            .map(|check| PresentedGrant::new(agent, &route, &new.tool, check))
             .transpose()?;
         let now = now();
         let args_hash = ArgsHash::of(&new.params);
@@ -61,6 +61,7 @@ impl Service {
         // Deny rule, grant, window, allow rule: the first that settles the call ends it
         // here (the admission, holding a rate's gate, lives until the record is stored).
         let admission = self
+            .gate
             .admit(&mut record, Gates::ALL, grant.as_ref(), now)
             .await?;
         if admission.ended {
@@ -173,33 +174,6 @@ impl Service {
         Ok(inserted)
     }
 
-    /// Where a question or notification goes: the route given, else the person named as
-    /// recipient (in their private chat), else the agent's default route.
-    pub(super) fn destination(
-        &self,
-        agent: &Agent,
-        route: Option<&str>,
-        recipient: Option<&str>,
-    ) -> Result<Destination, ServiceError> {
-        let route_name = match (route, recipient) {
-            (Some(r), _) => r.to_owned(),
-            (None, Some(person)) => {
-                return match self.config.person(person) {
-                    Some(user_id) => Ok(Destination::Person {
-                        name: person.to_owned(),
-                        user_id,
-                    }),
-                    None => Err(ServiceError::UnknownRecipient(person.to_owned())),
-                };
-            }
-            (None, None) => agent.default_route.clone(),
-        };
-        match self.config.route(&route_name) {
-            Some(r) if agent.routes.contains(&route_name) => Ok(Destination::Route(r.clone())),
-            _ => Err(ServiceError::RouteNotAllowed(route_name)),
-        }
-    }
-
     /// Asks an interaction. The same `interaction_id` again (AI-Parrot sends one per
     /// recipient) lands on the same record, adding a private-chat copy for a new person.
     /// Returns the record and whether it is new.
@@ -208,7 +182,12 @@ impl Service {
         agent: &Agent,
         mut new: NewInteraction,
     ) -> Result<(Question, bool), ServiceError> {
-        let dest = self.destination(agent, new.route.as_deref(), new.recipient.as_deref())?;
+        let dest = Destination::of(
+            &self.config,
+            agent,
+            new.route.as_deref(),
+            new.recipient.as_deref(),
+        )?;
         if let Some(terms) = grants::grant_terms_on(agent, &new, &dest)? {
             // Stored with the question as the route cut them: what the person is shown
             // and what their yes stores.
@@ -241,7 +220,7 @@ impl Service {
         let mut record = Question::pending(self.interaction_seed(agent, &new, &dest, now)?);
         // The gates the interaction names (the rules, for the call it carries) in the
         // one order of `gate`; the admission lives until an ended record is stored.
-        let admission = self.admit(&mut record, new.gates(), None, now).await?;
+        let admission = self.gate.admit(&mut record, new.gates(), None, now).await?;
         if admission.ended {
             return match self.store_ended(&record, now).await? {
                 Inserted::New(r) => Ok((r, true)),
@@ -390,7 +369,7 @@ impl Service {
         recipient: Option<&str>,
         message: &str,
     ) -> Result<(i64, i32), ServiceError> {
-        let chat_id = match self.destination(agent, route, recipient)? {
+        let chat_id = match Destination::of(&self.config, agent, route, recipient)? {
             Destination::Route(r) => self.chats.chat_of(&r.name, r.chat_id),
             Destination::Person { user_id, .. } => i64::try_from(user_id).unwrap_or(0),
         };
@@ -439,6 +418,35 @@ impl NewInteraction {
         match self.call {
             Some(_) => Gates::RULES,
             None => Gates::NONE,
+        }
+    }
+}
+
+impl Destination {
+    /// Where a question or notification goes: the route given, else the person named as
+    /// recipient (in their private chat), else the agent's default route.
+    pub(super) fn of(
+        config: &Config,
+        agent: &Agent,
+        route: Option<&str>,
+        recipient: Option<&str>,
+    ) -> Result<Self, ServiceError> {
+        let route_name = match (route, recipient) {
+            (Some(r), _) => r.to_owned(),
+            (None, Some(person)) => {
+                return match config.person(person) {
+                    Some(user_id) => Ok(Destination::Person {
+                        name: person.to_owned(),
+                        user_id,
+                    }),
+                    None => Err(ServiceError::UnknownRecipient(person.to_owned())),
+                };
+            }
+            (None, None) => agent.default_route.clone(),
+        };
+        match config.route(&route_name) {
+            Some(r) if agent.routes.contains(&route_name) => Ok(Destination::Route(r.clone())),
+            _ => Err(ServiceError::RouteNotAllowed(route_name)),
         }
     }
 }

@@ -151,7 +151,7 @@ impl Service {
         // more hop for good measure, then fail closed.
         let mut hops = 0;
         let mut turn = Some(turn);
-        let view = self.view(&record, record.chat_id);
+        let view = self.board.view(&record, record.chat_id);
         let result = loop {
             let turn = match turn.take() {
                 Some(turn) => turn,
@@ -227,7 +227,7 @@ impl Service {
         match self.decide(id, outcome).await {
             Ok(Decided::Applied(r)) => {
                 self.metrics.question_missed_deadline(&r);
-                self.finish(r);
+                self.board.finish(r);
             }
             Ok(_) => {}
             // The scheduler still times it out at the deadline.
@@ -283,7 +283,7 @@ impl Service {
                 };
                 match still_to_post(self.store.as_ref(), &q, unposted).await {
                     Ok(Some(record)) => {
-                        let view = self.view(&record, chat_id);
+                        let view = self.board.view(&record, chat_id);
                         let sent = self
                             .messenger
                             .send_question(&record, chat_id, &view, turn)
@@ -337,7 +337,7 @@ impl Service {
     /// buttons must not stay live.
     pub(super) async fn after_delivery(self: &Arc<Self>, id: &ConfirmationId) {
         match self.store.get(id).await {
-            Ok(Some(now)) if now.is_terminal() => self.finish(now),
+            Ok(Some(now)) if now.is_terminal() => self.board.finish(now),
             Ok(_) => {}
             Err(e) => tracing::error!(id = %id, error = %e, "could not re-read"),
         }

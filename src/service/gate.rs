@@ -9,23 +9,26 @@
 //! 5. a person.
 //!
 //! Before any of it, the scope a call presents must cover the call's tool
-//! ([`Service::presented_grant`], refused otherwise): a grant a person gave for one tool
+//! ([`PresentedGrant::new`], refused otherwise): a grant a person gave for one tool
 //! is never a key to another. A rules' dry run changes nothing here: its `deny` is an
 //! `ask` ([`super::judge::Judgement::applied`]), so the call goes on as if there were no
 //! rules, and the record says what the rules would have done.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 use time::OffsetDateTime;
 
+use super::ServiceError;
 use super::grants::GrantCheck;
-use super::judge::{Judgement, rule_reason};
-use super::{Service, ServiceError};
+use super::judge::{Judgement, Rules, rule_reason};
 use crate::config::{Agent, Route};
 use crate::domain::grant::{self, Cover};
 use crate::domain::ids::ToolName;
 use crate::domain::interaction::InteractionType;
 use crate::domain::question::{Question, Status, UnaskedEnd, Via, Window, rfc3339};
 use crate::domain::rules::Effect;
+use crate::storage::{Grants, Windows};
 
 /// A `grant_scope` checked against the call it came with: it covers the call's tool.
 #[derive(Debug, Clone)]
@@ -33,6 +36,28 @@ pub(super) struct PresentedGrant {
     pub check: GrantCheck,
     /// How the scope covers the tool, said in the record's reason.
     cover: Cover,
+}
+
+impl PresentedGrant {
+    /// `check` as the call of `tool` to `route` presents it, or the 422 saying why its
+    /// scope does not cover `tool` (naming both). Nothing is read or stored.
+    pub(super) fn new(
+        agent: &Agent,
+        route: &Route,
+        tool: &ToolName,
+        check: &GrantCheck,
+    ) -> Result<Self, ServiceError> {
+        let maps = [
+            (format!("agent '{}'", agent.name), &agent.grant_scopes),
+            (format!("route '{}'", route.name), &route.grant_scopes),
+        ];
+        let cover =
+            grant::cover(&check.scope, tool, &maps).map_err(ServiceError::ScopeNotCovering)?;
+        Ok(PresentedGrant {
+            check: check.clone(),
+            cover,
+        })
+    }
 }
 
 /// What settled a call before anyone was asked.
@@ -87,7 +112,27 @@ pub(super) struct Admission<'a> {
     _judgement: Option<Judgement<'a>>,
 }
 
-impl Service {
+/// The gates themselves: the rules in force, and the windows and grants they read.
+pub(super) struct Gate {
+    rules: Rules,
+    windows: Arc<dyn Windows>,
+    grants: Arc<dyn Grants>,
+}
+
+impl Gate {
+    pub(super) fn new(rules: Rules, windows: Arc<dyn Windows>, grants: Arc<dyn Grants>) -> Self {
+        Gate {
+            rules,
+            windows,
+            grants,
+        }
+    }
+
+    /// The rules in force ([`super::judge`]).
+    pub(super) fn rules(&self) -> &Rules {
+        &self.rules
+    }
+
     /// The one admission of a new question: `record` passes `gates` in the order of this
     /// module's header (the rules judge its call, and the record keeps their verdict);
     /// what settles it ends it here ([`Question::end_at_creation`]).
@@ -129,27 +174,6 @@ impl Service {
         })
     }
 
-    /// `check` as the call of `tool` to `route` presents it, or the 422 saying why its
-    /// scope does not cover `tool` (naming both). Nothing is read or stored.
-    pub(super) fn presented_grant(
-        &self,
-        agent: &Agent,
-        route: &Route,
-        tool: &ToolName,
-        check: &GrantCheck,
-    ) -> Result<PresentedGrant, ServiceError> {
-        let maps = [
-            (format!("agent '{}'", agent.name), &agent.grant_scopes),
-            (format!("route '{}'", route.name), &route.grant_scopes),
-        ];
-        let cover =
-            grant::cover(&check.scope, tool, &maps).map_err(ServiceError::ScopeNotCovering)?;
-        Ok(PresentedGrant {
-            check: check.clone(),
-            cover,
-        })
-    }
-
     /// What settles `record` before anyone is asked, in the order of this module's
     /// header, through `gates` only; `effect` is the rules' (judged once by
     /// [`Self::admit`]; `ask` when the rules are no gate of it), `None`: a person is
@@ -173,7 +197,7 @@ impl Service {
             return Ok(Some(settled));
         }
         if gates.window
-            && let Some(window) = self.store.live_window(&record.window_key(), now).await?
+            && let Some(window) = self.windows.live_window(&record.window_key(), now).await?
         {
             return Ok(Some(Settled::Window(window)));
         }
@@ -190,7 +214,7 @@ impl Service {
     ) -> Result<Option<Settled>, ServiceError> {
         let check = &presented.check;
         let live = self
-            .store
+            .grants
             .live_grant_covering(&record.agent, &record.owner_id, &check.scope, now)
             .await?;
         Ok(match (live, check.sufficient) {

@@ -208,7 +208,7 @@ impl Service {
         req: &GrantRequest,
         timeout_seconds: f64,
     ) -> Result<Question, ServiceError> {
-        let route = match self.destination(agent, req.route.as_deref(), None)? {
+        let route = match Destination::of(&self.config, agent, req.route.as_deref(), None)? {
             Destination::Route(route) => route,
             Destination::Person { .. } => return Err(ServiceError::NotFound),
         };

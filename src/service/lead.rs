@@ -253,9 +253,9 @@ impl Service {
                 // A run reported there: every message is edited to show it (below the
                 // outcome, which the same edit shows).
                 if record.execution.is_some() {
-                    self.show_run(record);
+                    self.board.show_run(record);
                 } else {
-                    self.finish(record);
+                    self.board.finish(record);
                 }
             }
             Ok(_) => {}

@@ -7,7 +7,8 @@
 //! holding the storage roles it uses: [`Rules`] ([`judge`]), [`Lead`] ([`lead`]: which
 //! replica does the work that must happen once), [`Agree`] ([`agree`]: who may decide
 //! while replicas run different configurations), [`Chats`], the reminders' timeline
-//! ([`steps`]) and the operator commands ([`commands`]). `Service` keeps the pipeline.
+//! ([`steps`]), the operator commands ([`commands`]) and the questions' messages as they
+//! stand ([`board`]). `Service` keeps the pipeline.
 //!
 //! Every outcome is written by one conditional update
 //! ([`Questions::decide`](crate::storage::Questions::decide)), so a tap racing a timeout or
@@ -27,7 +28,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::{Config, Route};
 use crate::domain::edit::ArgsSchema;
 use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
-use crate::domain::interaction::{ConsensusMode, Interaction};
+use crate::domain::interaction::Interaction;
 use crate::domain::python::value::PyDict;
 use crate::domain::question::{Operator, Question};
 use crate::metrics::Metrics;
@@ -38,6 +39,7 @@ use crate::storage::{
 
 mod agree;
 mod answer;
+mod board;
 mod chats;
 mod commands;
 mod console;
@@ -64,7 +66,9 @@ pub use recover::run_window_purge;
 pub use steps::{MAX_MENTIONS, Mention};
 pub use wait::{Asked, Changes};
 
+use board::{Board, BoardParts};
 use commands::{CommandStores, Commands};
+use gate::Gate;
 use steps::Timeline;
 
 /// Why Telegram could not carry a message.
@@ -495,16 +499,15 @@ pub struct Service {
     metrics: Arc<Metrics>,
     /// Whether this replica does the work that must happen once, and its deadlines
     /// ([`lead`]).
-    lead: Lead,
+    lead: Arc<Lead>,
     /// The messages (question, chat) this process is delivering ([`deliver`]).
     posting: Mutex<HashSet<(ConfirmationId, i64)>>,
     /// What this replica's configuration, and every other live replica's, says about
     /// who may decide ([`agree`]).
     agree: Arc<Agree>,
-    /// The rules in force and their rate gate ([`judge`]).
-    rules: Rules,
-    /// Held while the messages of a question are edited to show how it ended ([`runs`]).
-    edits: runs::EditStripes,
+    /// The rules in force and their rate gate ([`judge`]), and what else settles a
+    /// call before anyone is asked ([`gate`]).
+    gate: Gate,
     /// The routes' chats as they are now, and the bot's name ([`chats`]).
     chats: Arc<Chats>,
     /// A question's reminders, escalation and deadline by its route, and its reminders
@@ -512,6 +515,8 @@ pub struct Service {
     timeline: Arc<Timeline>,
     /// The operator commands ([`commands`]).
     commands: Commands,
+    /// The questions' messages, showing progress, outcome and run ([`board`]).
+    board: Arc<Board>,
 }
 
 /// Puts the service together: each feature's owner with the storage roles it uses.
@@ -545,15 +550,43 @@ fn assemble(
         runs: store.clone(),
         windows: store.clone(),
     };
+    let lead = Arc::new(Lead::new(
+        holder,
+        config.lease,
+        store.clone(),
+        metrics.clone(),
+    ));
+    let timeline = Arc::new(Timeline::new(
+        config.clone(),
+        chats.clone(),
+        agree.clone(),
+        messenger.clone(),
+    ));
+    let tasks = TaskTracker::new();
+    let board = Arc::new(Board::new(BoardParts {
+        config: config.clone(),
+        questions: store.clone(),
+        messages: store.clone(),
+        runs: store.clone(),
+        messenger: messenger.clone(),
+        chats: chats.clone(),
+        timeline: timeline.clone(),
+        lead: lead.clone(),
+        tasks: tasks.clone(),
+    }));
     Service {
         asked: Asked::new(store.clone()),
         roles,
-        lead: Lead::new(holder, config.lease, store.clone(), metrics.clone()),
-        rules: Rules::new(
-            config.rules.clone(),
+        lead,
+        gate: Gate::new(
+            Rules::new(
+                config.rules.clone(),
+                store.clone(),
+                store.clone(),
+                metrics.clone(),
+            ),
             store.clone(),
             store.clone(),
-            metrics.clone(),
         ),
         commands: Commands::new(
             config.clone(),
@@ -562,20 +595,15 @@ fn assemble(
             stores,
             metrics.clone(),
         ),
-        timeline: Arc::new(Timeline::new(
-            config.clone(),
-            chats.clone(),
-            agree.clone(),
-            messenger.clone(),
-        )),
-        edits: runs::EditStripes::default(),
+        timeline,
         agree,
         chats,
         config,
         store,
         messenger,
         changes: Changes::default(),
-        tasks: TaskTracker::new(),
+        tasks,
+        board,
         outbox_wake: Notify::new(),
         metrics,
         posting: Mutex::new(HashSet::new()),
@@ -613,7 +641,7 @@ impl Service {
 
     /// The rules in force ([`judge`]).
     pub fn rules(&self) -> &Rules {
-        &self.rules
+        self.gate.rules()
     }
 
     /// Who waits for a question to change, and the agents' event streams ([`wait`]).
@@ -689,37 +717,6 @@ impl Service {
                 }
                 None => return,
             }
-        }
-    }
-
-    /// What a message of `record` in `chat_id` shows besides the record.
-    fn view(&self, record: &Question, chat_id: i64) -> View {
-        // Progress is only worth showing when more than one answer is awaited.
-        let several = record
-            .interaction
-            .as_ref()
-            .is_some_and(|i| i.consensus != ConsensusMode::FirstResponse);
-        View {
-            expected: if several {
-                answer::expected_answers(&self.config, record)
-            } else {
-                1
-            },
-            selection: Vec::new(),
-            group: chat_id < 0,
-            thread: self.timeline.thread_of(record, chat_id),
-            extend_seconds: answer::extension_to(&self.config, record)
-                .map(|to| u64::try_from((to - record.expires_at).whole_seconds()).unwrap_or(0)),
-            escalation: self.timeline.escalated_to(record).and_then(|(_, to)| {
-                Some(EscalationView {
-                    from_route: record.route.clone(),
-                    to_route: to.name.clone(),
-                    at: record.progress.escalated_at?,
-                    here: chat_id != record.chat_id
-                        && chat_id == self.chats.chat_of(&to.name, to.chat_id),
-                })
-            }),
-            review: self.chats.review_of(record, chat_id),
         }
     }
 }

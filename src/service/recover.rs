@@ -67,9 +67,9 @@ impl Service {
         }
         for record in self.store.unshown_outcomes().await? {
             tracing::info!(id = %record.id, "showing an outcome a restart interrupted");
-            self.finish(record);
+            self.board.finish(record);
         }
-        self.show_unshown_runs().await?;
+        self.board.show_unshown_runs().await?;
         if self.store.next_delivery_due().await?.is_some() {
             self.outbox_wake.notify_one();
         }

@@ -1,6 +1,6 @@
 //! After the yes (issue 36): the agent's report of running a confirmed call, the reports
-//! that never came (`expect_outcome_seconds`), and showing either in every message of
-//! the question, where the approver decided.
+//! that never came (`expect_outcome_seconds`); the board ([`super::board`]) shows either
+//! in every message of the question, where the approver decided.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,37 +12,7 @@ use crate::config::Agent;
 use crate::domain::execution::Report;
 use crate::domain::ids::ConfirmationId;
 use crate::domain::question::Question;
-use crate::storage::{Questions, RunReported, StorageError};
-
-/// How many stripes [`EditStripes`] has: questions whose edits wait on each other only
-/// when they share one.
-const EDIT_STRIPES: usize = 256;
-
-/// Serialises the background edits that show how a question ended (its outcome, then
-/// its run, which an agent may report a moment after the tap): each takes its question's
-/// stripe and reads the record afresh under it, so whichever edit comes last shows the
-/// latest state, and a late outcome edit never wipes the run line out.
-pub(super) struct EditStripes(Box<[tokio::sync::Mutex<()>]>);
-
-impl Default for EditStripes {
-    fn default() -> Self {
-        EditStripes(
-            (0..EDIT_STRIPES)
-                .map(|_| tokio::sync::Mutex::new(()))
-                .collect(),
-        )
-    }
-}
-
-impl EditStripes {
-    pub(super) async fn lock(&self, id: &ConfirmationId) -> tokio::sync::MutexGuard<'_, ()> {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        id.as_str().hash(&mut h);
-        let i = usize::try_from(h.finish() % EDIT_STRIPES as u64).unwrap_or(0);
-        self.0[i].lock().await
-    }
-}
+use crate::storage::RunReported;
 
 /// How many overdue runs one sweep marks `unknown` at most (the next sweep takes the
 /// rest).
@@ -100,49 +70,7 @@ impl Service {
         if r.callback_url.is_some() {
             self.outbox_wake.notify_one();
         }
-        self.show_run(r.clone());
-    }
-
-    /// Edits every message of the question (its first, its copies, the strays learned
-    /// from taps) to show the run below the decision, in the background, and records
-    /// that they do, so a restart edits again only what a crash interrupted.
-    pub(super) fn show_run(self: &Arc<Self>, record: Question) {
-        if !self.lead.leading() {
-            return; // the leader hears of it and shows it
-        }
-        let me = self.clone();
-        self.tasks.spawn(async move {
-            let _editing = me.edits.lock(&record.id).await;
-            let record = afresh(me.store.as_ref(), record).await;
-            let Some(reported_at) = record.execution.as_ref().map(|e| e.reported_at) else {
-                return;
-            };
-            let strays = record.strays.iter().map(|s| (s.chat_id, Some(s.message_id)));
-            let mut every: Vec<(i64, i32)> = record
-                .messages()
-                .chain(strays)
-                .filter_map(|(chat, message)| message.map(|m| (chat, m)))
-                .collect();
-            every.sort_unstable();
-            every.dedup();
-            let mut all_shown = true;
-            for (chat_id, message_id) in every {
-                let view = me.view(&record, chat_id);
-                if let Err(e) = me
-                    .messenger
-                    .update_message(&record, chat_id, message_id, &view)
-                    .await
-                {
-                    tracing::warn!(id = %record.id, reason = %e.reason, "could not show the outcome report");
-                    all_shown = false;
-                }
-            }
-            if all_shown
-                && let Err(e) = me.store.mark_run_shown(&record.id, reported_at).await
-            {
-                tracing::warn!(id = %record.id, error = %e, "could not record the shown outcome report");
-            }
-        });
+        self.board.show_run(r.clone());
     }
 
     /// Marks `unknown` the confirmed calls whose route's `expect_outcome_seconds` passed
@@ -180,28 +108,6 @@ impl Service {
                     return;
                 }
             }
-        }
-    }
-
-    /// After a (re)start: shows the runs a crash kept from their messages.
-    pub(super) async fn show_unshown_runs(self: &Arc<Self>) -> Result<(), StorageError> {
-        for record in self.store.unshown_runs().await? {
-            tracing::info!(id = %record.id, "showing an outcome report a restart interrupted");
-            self.show_run(record);
-        }
-        Ok(())
-    }
-}
-
-/// `record` as stored now (as given when it cannot be read): an edit in the
-/// background shows what is, not what was when it was queued.
-pub(super) async fn afresh(questions: &dyn Questions, record: Question) -> Question {
-    match questions.get(&record.id).await {
-        Ok(Some(now)) => now,
-        Ok(None) => record,
-        Err(e) => {
-            tracing::debug!(id = %record.id, error = %e, "showing the record as it was");
-            record
         }
     }
 }

@@ -249,7 +249,7 @@ impl Service {
         let queued = deliver::Queued::copy(&escalated, chat_id);
         self.tasks.spawn(async move { me.deliver(queued).await });
         // The first route's message now says where the question went.
-        self.refresh(escalated.clone());
+        self.board.refresh(escalated.clone());
         Some(escalated)
     }
 
