@@ -30,9 +30,9 @@ use hitl_telegram::api::record::RecordView;
 use hitl_telegram::app::open_store;
 use hitl_telegram::config::{Agent, Config, Settings};
 use hitl_telegram::domain::args_hash::ArgsHash;
-use hitl_telegram::domain::ids::{ConfirmationId, OwnerId, ToolName};
+use hitl_telegram::domain::ids::{OwnerId, QuestionId, ToolName};
 use hitl_telegram::domain::python;
-use hitl_telegram::domain::question::{Operator, Outcome, Question, Seed, Status, WindowKey};
+use hitl_telegram::domain::question::{Ending, Operator, Question, Seed, Status, WindowKey};
 use hitl_telegram::service::{
     Button, CommandReply, DeliveryError, Mention, Messenger, Service, Tap, TapAction, Turn, View,
 };
@@ -98,7 +98,7 @@ async fn open_window(store: &SqliteStore, tool: &ToolName, owner: &OwnerId) {
     let decided = store
         .decide(
             &record.id,
-            &Outcome::Approved {
+            &Ending::Approved {
                 by: operator,
                 once: false,
             }
@@ -389,7 +389,7 @@ impl ServiceWorld {
 
     /// `n` pending questions, each posted (its message id stored): what taps answer.
     fn pending(&self, n: u64) -> Vec<Question> {
-        let ids: Vec<ConfirmationId> = (0..n)
+        let ids: Vec<QuestionId> = (0..n)
             .map(|_| {
                 let body = create_body();
                 let (new, _) = parse_create(body.as_bytes(), &self.config, &self.agent)

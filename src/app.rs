@@ -23,7 +23,7 @@ const HTTP_DRAIN: Duration = Duration::from_secs(10);
 const WINDOW_PURGE_EVERY: Duration = Duration::from_secs(600);
 /// How often the leader marks `unknown` the confirmed calls whose report is overdue
 /// (`expect_outcome_seconds`): "No report" shows within a second of its time.
-const OUTCOME_SWEEP_EVERY: Duration = Duration::from_secs(1);
+const RUN_REPORT_SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// How long background work (message edits, deliveries) gets to finish.
 const TASK_DRAIN: Duration = Duration::from_secs(10);
 
@@ -234,7 +234,7 @@ async fn spawn_background(
     service.tasks().spawn(
         service
             .clone()
-            .run_outcome_sweep(OUTCOME_SWEEP_EVERY, shutdown.clone()),
+            .run_report_sweep(RUN_REPORT_SWEEP_EVERY, shutdown.clone()),
     );
     // The audit chain's head in the log (at start, hourly), so a truncated trail shows.
     service.tasks().spawn(crate::audit_head::log_audit_head(

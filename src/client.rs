@@ -1,6 +1,6 @@
 //! One client of the service's own `/v1` API, for the commands that act as an agent:
 //! `ask`, `claude-hook` and the stdio MCP server (`mcp`), which also report through it
-//! what became of a call after it ran ([`Outcome`], [`V1Client::report`]).
+//! what became of a call after it ran ([`RunReportRequest`], [`V1Client::report`]).
 //!
 //! What is the same for all three lives here once: the bearer token (never in a log or
 //! `Debug`), the paths (an id is always one percent-encoded path segment), the body of
@@ -21,9 +21,9 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use time::OffsetDateTime;
 
-use crate::domain::execution::MAX_REPORT_CHARS;
 use crate::domain::ids::path_segment;
 use crate::domain::question::Status;
+use crate::domain::run_report::MAX_REPORT_CHARS;
 
 /// How long a long-poll waits ride out the service answering 503 or being out of reach
 /// (a replica restarting behind a load balancer) before they give up.
@@ -107,8 +107,9 @@ impl NewConfirmation<'_> {
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
 )]
+#[schemars(rename = "OutcomeStatus")]
 #[serde(rename_all = "snake_case")]
-pub enum OutcomeStatus {
+pub enum RunReportStatus {
     /// The call ran and did what it was asked.
     Executed,
     /// The call ran, or was started, and failed.
@@ -117,25 +118,25 @@ pub enum OutcomeStatus {
     NotExecuted,
 }
 
-impl OutcomeStatus {
+impl RunReportStatus {
     /// The word the API uses.
     pub fn as_str(self) -> &'static str {
         match self {
-            OutcomeStatus::Executed => "executed",
-            OutcomeStatus::Failed => "failed",
-            OutcomeStatus::NotExecuted => "not_executed",
+            RunReportStatus::Executed => "executed",
+            RunReportStatus::Failed => "failed",
+            RunReportStatus::NotExecuted => "not_executed",
         }
     }
 }
 
-/// The body of an outcome report. Built through [`Outcome::executed`],
-/// [`Outcome::failed`] or [`Outcome::not_executed`], which cut `summary` and `error` to
+/// The body of an outcome report. Built through [`RunReportRequest::executed`],
+/// [`RunReportRequest::failed`] or [`RunReportRequest::not_executed`], which cut `summary` and `error` to
 /// [`MAX_REPORT_CHARS`], so a report is never refused for its length: a command's
 /// stderr line or a tool's output can be any size, and the service would answer 422
 /// to the whole report for one character too many.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Outcome {
-    pub status: OutcomeStatus,
+pub struct RunReportRequest {
+    pub status: RunReportStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -144,28 +145,28 @@ pub struct Outcome {
     pub duration_ms: Option<u64>,
 }
 
-impl Outcome {
-    pub fn executed(summary: Option<&str>, duration: Option<Duration>) -> Outcome {
-        Outcome {
-            status: OutcomeStatus::Executed,
+impl RunReportRequest {
+    pub fn executed(summary: Option<&str>, duration: Option<Duration>) -> RunReportRequest {
+        RunReportRequest {
+            status: RunReportStatus::Executed,
             summary: summary.map(|s| cut(s, MAX_REPORT_CHARS)),
             error: None,
             duration_ms: duration.map(millis),
         }
     }
 
-    pub fn failed(error: &str, duration: Option<Duration>) -> Outcome {
-        Outcome {
-            status: OutcomeStatus::Failed,
+    pub fn failed(error: &str, duration: Option<Duration>) -> RunReportRequest {
+        RunReportRequest {
+            status: RunReportStatus::Failed,
             summary: None,
             error: Some(cut(error, MAX_REPORT_CHARS)),
             duration_ms: duration.map(millis),
         }
     }
 
-    pub fn not_executed(summary: Option<&str>) -> Outcome {
-        Outcome {
-            status: OutcomeStatus::NotExecuted,
+    pub fn not_executed(summary: Option<&str>) -> RunReportRequest {
+        RunReportRequest {
+            status: RunReportStatus::NotExecuted,
             summary: summary.map(|s| cut(s, MAX_REPORT_CHARS)),
             error: None,
             duration_ms: None,
@@ -485,7 +486,7 @@ impl V1Client {
     pub async fn report(
         &self,
         id: &str,
-        outcome: &Outcome,
+        outcome: &RunReportRequest,
         timeout: Option<Duration>,
         retry: &Retry,
         retrying: &mut dyn FnMut(Retrying<'_>),
@@ -554,16 +555,16 @@ mod tests {
     #[test]
     fn an_outcome_is_cut_to_the_services_limit_on_a_character_boundary() {
         let long = "é".repeat(600);
-        let o = Outcome::failed(&long, Some(Duration::from_millis(1500)));
+        let o = RunReportRequest::failed(&long, Some(Duration::from_millis(1500)));
         let error = o.error.as_deref().unwrap();
         assert_eq!(error.chars().count(), MAX_REPORT_CHARS);
         assert!(error.ends_with('…'));
         assert_eq!(
-            Outcome::executed(None, Some(Duration::from_millis(1234))).to_json(),
+            RunReportRequest::executed(None, Some(Duration::from_millis(1234))).to_json(),
             r#"{"status":"executed","duration_ms":1234}"#
         );
         assert_eq!(
-            Outcome::not_executed(Some("  skipped  ")).to_json(),
+            RunReportRequest::not_executed(Some("  skipped  ")).to_json(),
             r#"{"status":"not_executed","summary":"skipped"}"#
         );
         let exact = "x".repeat(MAX_REPORT_CHARS);

@@ -26,7 +26,7 @@ use prometheus_client::registry::{Registry, Unit};
 use time::OffsetDateTime;
 
 use crate::domain::question::{Question, Via};
-use crate::domain::rules::Verdict;
+use crate::domain::rules::RuleVerdict;
 use crate::storage::Gauges;
 
 /// The content type of the exposition: OpenMetrics text, which `prometheus-client`
@@ -117,7 +117,7 @@ struct RuleLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabels {
+struct RunReportLabels {
     agent: String,
     tool: String,
     /// `executed`, `failed`, `not_executed`, or `unknown` (no report in time).
@@ -150,7 +150,7 @@ pub struct Metrics {
     decision_latency: Family<LatencyLabels, Histogram>,
     window_hits: Family<AgentToolLabels, Counter>,
     rule_decisions: Family<RuleLabels, Counter>,
-    outcomes: Family<OutcomeLabels, Counter>,
+    run_reports: Family<RunReportLabels, Counter>,
     grants: Family<GrantLabels, Counter>,
     pending: Family<AgentLabels, Gauge>,
     oldest_pending_age: Gauge<f64, std::sync::atomic::AtomicU64>,
@@ -194,7 +194,7 @@ impl Metrics {
             decision_latency: Family::new_with_constructor(decision_histogram as _),
             window_hits: Family::default(),
             rule_decisions: Family::default(),
-            outcomes: Family::default(),
+            run_reports: Family::default(),
             grants: Family::default(),
             pending: Family::default(),
             oldest_pending_age: Gauge::default(),
@@ -260,7 +260,7 @@ impl Metrics {
         registry.register(
             "outcomes",
             "What happened after the yes: confirmed calls' runs as their agents reported them, or `unknown` when a route's expect_outcome_seconds passed with no report (a late report counts again, under its own status)",
-            self.outcomes.clone(),
+            self.run_reports.clone(),
         );
         registry.register(
             "grants",
@@ -439,11 +439,11 @@ impl Metrics {
 
     /// A confirmed call's run was reported (or found missing: `unknown`).
     pub fn run_reported(&self, r: &Question) {
-        let Some(run) = &r.execution else {
+        let Some(run) = &r.run_report else {
             return;
         };
-        self.outcomes
-            .get_or_create(&OutcomeLabels {
+        self.run_reports
+            .get_or_create(&RunReportLabels {
                 agent: r.agent.clone(),
                 tool: self.tools.label(&r.agent, r.tool.as_str()),
                 status: run.status.as_str(),
@@ -453,7 +453,7 @@ impl Metrics {
 
     /// The rules judged a call (whatever came of it: an `allow` past its rate counts as
     /// the `ask` it became).
-    pub fn rule_decided(&self, v: &Verdict) {
+    pub fn rule_decided(&self, v: &RuleVerdict) {
         self.rule_decisions
             .get_or_create(&RuleLabels {
                 effect: v.effect.as_str(),

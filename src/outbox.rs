@@ -380,7 +380,7 @@ mod tests {
     fn entry(agent: &str, url: &str) -> OutboxEntry {
         OutboxEntry {
             delivery_id: DeliveryId::generate(),
-            confirmation_id: crate::domain::ids::ConfirmationId::generate(),
+            confirmation_id: crate::domain::ids::QuestionId::generate(),
             agent: agent.to_owned(),
             url: url.to_owned(),
             created_at: OffsetDateTime::UNIX_EPOCH,

@@ -325,7 +325,7 @@ pub const RULES_TEST_ASK: u8 = 4;
 /// rule; returns the exit code ([`RULES_TEST_ALLOW`], [`RULES_TEST_DENY`],
 /// [`RULES_TEST_ASK`]).
 pub fn rules_test(path: &Path, call: &Path) -> anyhow::Result<u8> {
-    use crate::domain::rules::{Call, Effect};
+    use crate::domain::rules::{Effect, RuleCall};
     let policy = crate::config::rules_of_file(path)?;
     let text = if call == Path::new("-") {
         std::io::read_to_string(std::io::stdin()).context("cannot read the call from stdin")?
@@ -353,7 +353,7 @@ pub fn rules_test(path: &Path, call: &Path) -> anyhow::Result<u8> {
             c.tool
         );
     }
-    let (verdict, rate) = policy.judge(&Call {
+    let (verdict, rate) = policy.judge(&RuleCall {
         tool: &c.tool,
         agent: c.agent.as_deref().unwrap_or(""),
         owner: c.owner_id.as_deref(),

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Agent, RedisBridge};
-use crate::domain::ids::ConfirmationId;
+use crate::domain::ids::QuestionId;
 use crate::domain::interaction::{self, Interaction};
 use crate::domain::limits::MAX_BODY_BYTES;
 use crate::domain::python;
@@ -817,7 +817,7 @@ impl Bridge {
         let first = match data
             .get("id")
             .and_then(Value::as_str)
-            .and_then(|id| ConfirmationId::parse(id).ok())
+            .and_then(|id| QuestionId::parse(id).ok())
         {
             Some(id) => self
                 .service

@@ -14,11 +14,11 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::ids::ConfirmationId;
+use crate::domain::ids::QuestionId;
 
 #[derive(Default)]
 pub struct Deadlines {
-    entries: Mutex<BTreeSet<(Instant, ConfirmationId)>>,
+    entries: Mutex<BTreeSet<(Instant, QuestionId)>>,
     wake: Notify,
 }
 
@@ -28,7 +28,7 @@ impl Deadlines {
     }
 
     /// Arms a deadline. Wakes the task only when this one is now the nearest.
-    pub fn schedule(&self, id: ConfirmationId, at: Instant) {
+    pub fn schedule(&self, id: QuestionId, at: Instant) {
         let nearest = {
             // A poisoned lock means a panic while holding it; the set itself is still
             // consistent (every operation on it is a single insert/remove).
@@ -59,7 +59,7 @@ impl Deadlines {
     }
 
     /// Removes and returns every id due at `now`, and the next deadline after them.
-    fn take_due(&self, now: Instant) -> (Vec<ConfirmationId>, Option<Instant>) {
+    fn take_due(&self, now: Instant) -> (Vec<QuestionId>, Option<Instant>) {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let mut due = Vec::new();
         while let Some((at, _)) = entries.first() {
@@ -76,7 +76,7 @@ impl Deadlines {
     /// Runs until `stop`: calls `on_due` for every deadline as it passes.
     pub async fn run<F, Fut>(&self, stop: CancellationToken, on_due: F)
     where
-        F: Fn(ConfirmationId) -> Fut,
+        F: Fn(QuestionId) -> Fut,
         Fut: Future<Output = ()>,
     {
         loop {
@@ -109,7 +109,7 @@ mod tests {
     use std::time::Duration;
     use tokio::sync::mpsc;
 
-    fn spawn(d: Arc<Deadlines>) -> (mpsc::UnboundedReceiver<ConfirmationId>, CancellationToken) {
+    fn spawn(d: Arc<Deadlines>) -> (mpsc::UnboundedReceiver<QuestionId>, CancellationToken) {
         let (tx, rx) = mpsc::unbounded_channel();
         let stop = CancellationToken::new();
         let s = stop.clone();
@@ -130,7 +130,7 @@ mod tests {
         let d = Arc::new(Deadlines::new());
         let (mut rx, stop) = spawn(d.clone());
         let start = Instant::now();
-        let (a, b) = (ConfirmationId::generate(), ConfirmationId::generate());
+        let (a, b) = (QuestionId::generate(), QuestionId::generate());
         d.schedule(b.clone(), start + Duration::from_secs(20));
         d.schedule(a.clone(), start + Duration::from_secs(10));
         assert_eq!(rx.recv().await.unwrap(), a);
@@ -146,10 +146,10 @@ mod tests {
         let d = Arc::new(Deadlines::new());
         let (mut rx, stop) = spawn(d.clone());
         let start = Instant::now();
-        let far = ConfirmationId::generate();
+        let far = QuestionId::generate();
         d.schedule(far.clone(), start + Duration::from_secs(3600));
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let near = ConfirmationId::generate();
+        let near = QuestionId::generate();
         d.schedule(near.clone(), start + Duration::from_secs(5));
         assert_eq!(rx.recv().await.unwrap(), near);
         assert_eq!(Instant::now() - start, Duration::from_secs(5));
@@ -160,7 +160,7 @@ mod tests {
     async fn a_deadline_already_past_fires_at_once() {
         let d = Arc::new(Deadlines::new());
         let (mut rx, stop) = spawn(d.clone());
-        let id = ConfirmationId::generate();
+        let id = QuestionId::generate();
         d.schedule(id.clone(), Instant::now());
         assert_eq!(rx.recv().await.unwrap(), id);
         stop.cancel();

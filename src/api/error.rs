@@ -37,7 +37,7 @@ pub enum ApiError {
     InteractionEnded(Box<Question>),
     /// 409, with the stored record: an outcome report it does not take (the call was not
     /// confirmed, or another report was taken); the message says which.
-    OutcomeRefused {
+    RunReportRefused {
         message: String,
         record: Box<Question>,
     },
@@ -309,7 +309,7 @@ impl IntoResponse for ApiError {
                 &r,
             ),
             ApiError::InteractionEnded(r) => interaction_ended(&r),
-            ApiError::OutcomeRefused { message, record } => {
+            ApiError::RunReportRefused { message, record } => {
                 conflict_with_record(ErrorCode::Conflict, message, &record)
             }
             ApiError::Conflict { field, reason } => body(
@@ -397,11 +397,11 @@ impl From<ServiceError> for ApiError {
             ServiceError::GrantRefused { field, reason } => ApiError::Conflict { field, reason },
             ServiceError::ScopeNotCovering(why) => ApiError::field("grant_scope", why),
             ServiceError::InvalidGrant { field, reason } => ApiError::field(field, reason),
-            ServiceError::OutcomeRefused { why, record } => ApiError::OutcomeRefused {
+            ServiceError::RunReportRefused { why, record } => ApiError::RunReportRefused {
                 message: why,
                 record,
             },
-            ServiceError::QuestionChanged(record) => ApiError::OutcomeRefused {
+            ServiceError::QuestionChanged(record) => ApiError::RunReportRefused {
                 message: "args_hash: the question is not the call the page showed (it changed \
                           since): reload it and decide again"
                     .into(),

@@ -12,7 +12,6 @@ use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, Schema, Type}
 use utoipa::{PartialSchema, ToSchema};
 
 use crate::domain::edit::ArgsSchema;
-use crate::domain::execution::MAX_REPORT_CHARS;
 use crate::domain::grant::Scope;
 use crate::domain::ids::{IdempotencyKey, OwnerId, ToolName};
 use crate::domain::limits::{
@@ -20,6 +19,7 @@ use crate::domain::limits::{
     MAX_RECIPIENT_CHARS, MAX_ROUTE_CHARS, MAX_TEMPLATE_CHARS, MAX_WINDOW_SECONDS,
 };
 use crate::domain::python::value::PyDict;
+use crate::domain::run_report::MAX_REPORT_CHARS;
 use crate::domain::schema::name_schema;
 use crate::domain::{python, text};
 

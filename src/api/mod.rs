@@ -13,9 +13,9 @@ pub mod interactions;
 pub mod limits;
 pub mod metrics;
 pub mod openapi;
-pub mod outcomes;
 pub mod question;
 pub mod record;
+pub mod run_reports;
 pub mod serve;
 pub mod trace;
 
@@ -57,7 +57,7 @@ pub fn router(state: AppState) -> Router {
             get(confirmations::get).delete(confirmations::withdraw),
         )
         .route("/v1/confirmations/{id}/events", get(confirmations::events))
-        .route("/v1/confirmations/{id}/outcome", post(outcomes::report))
+        .route("/v1/confirmations/{id}/outcome", post(run_reports::report))
         .route("/v1/interactions", post(interactions::create))
         .route(
             "/v1/interactions/{interaction_id}",

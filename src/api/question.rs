@@ -7,12 +7,12 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use super::record::RecordView;
-use crate::domain::ids::ConfirmationId;
+use crate::domain::ids::QuestionId;
 use crate::domain::question::Question;
 
 /// The id of the path; a malformed one cannot name anything we stored: 404.
-pub fn parse_id(id: &str) -> Result<ConfirmationId, ApiError> {
-    ConfirmationId::parse(id).map_err(|_| ApiError::NotFound("no confirmation with this id".into()))
+pub fn parse_id(id: &str) -> Result<QuestionId, ApiError> {
+    QuestionId::parse(id).map_err(|_| ApiError::NotFound("no confirmation with this id".into()))
 }
 
 /// The record as the confirmation routes answer it.

@@ -85,7 +85,7 @@ pub struct RecordView {
     /// (`POST /v1/confirmations/{id}/outcome`), or `unknown` when the route's
     /// `expect_outcome_seconds` passed with no report; null until then.
     #[schema(required = true)]
-    pub outcome: Option<OutcomeView>,
+    pub outcome: Option<RunReportView>,
     /// The earlier run of this agent's same tool the approver was told of when the
     /// question was asked (it failed, or went unreported, within the last day); null when
     /// there was none.
@@ -107,7 +107,8 @@ pub struct RecordView {
 
 /// What happened when the confirmed call ran.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct OutcomeView {
+#[schema(as = OutcomeView)]
+pub struct RunReportView {
     /// `executed`, `failed`, `not_executed` (as reported), or `unknown` (no report within
     /// the route's `expect_outcome_seconds`; a late report replaces it).
     #[schema(schema_with = super::openapi::run_status_schema)]
@@ -123,9 +124,9 @@ pub struct OutcomeView {
     pub reported_at: String,
 }
 
-impl OutcomeView {
-    fn of(r: &Question) -> Option<OutcomeView> {
-        r.execution.as_ref().map(|e| OutcomeView {
+impl RunReportView {
+    fn of(r: &Question) -> Option<RunReportView> {
+        r.run_report.as_ref().map(|e| RunReportView {
             status: e.status.as_str(),
             summary: e.summary.clone(),
             error: e.error.clone(),
@@ -289,7 +290,7 @@ impl From<&Question> for RecordView {
             progress: ProgressView::from(r),
             rule: rule_name(r),
             rule_decision: RuleView::of(r),
-            outcome: OutcomeView::of(r),
+            outcome: RunReportView::of(r),
             recalled: RecalledView::of(r),
             window_use: None,
             edited: r.edited.is_some(),
@@ -382,7 +383,7 @@ pub struct InteractionView {
     /// record's `id`), or `unknown` when the route's `expect_outcome_seconds` passed with
     /// no report; null otherwise.
     #[schema(required = true)]
-    pub outcome: Option<OutcomeView>,
+    pub outcome: Option<RunReportView>,
 }
 
 impl From<&Question> for InteractionView {
@@ -434,7 +435,7 @@ impl From<&Question> for InteractionView {
             progress: ProgressView::from(r),
             rule: rule_name(r),
             rule_decision: RuleView::of(r),
-            outcome: OutcomeView::of(r),
+            outcome: RunReportView::of(r),
         }
     }
 }

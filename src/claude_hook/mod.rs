@@ -17,8 +17,8 @@ mod api;
 mod decide;
 mod event;
 mod ledger;
-mod outcome;
 mod request;
+mod run_report;
 #[cfg(test)]
 mod tests;
 
@@ -148,9 +148,9 @@ pub async fn run(
     if event
         .hook_event_name
         .as_deref()
-        .is_some_and(outcome::is_post_event)
+        .is_some_and(run_report::is_post_event)
     {
-        return outcome::report(opts, &event, env).await;
+        return run_report::report(opts, &event, env).await;
     }
     if let Some(name) = event
         .hook_event_name
@@ -182,7 +182,7 @@ pub async fn run(
 
 /// The event parsed, with its bytes; or what to answer when it does not parse.
 fn read(input: Result<Vec<u8>, String>) -> Result<(HookEvent, Vec<u8>), HookResult> {
-    let post = input.as_deref().is_ok_and(outcome::names_a_post_event);
+    let post = input.as_deref().is_ok_and(run_report::names_a_post_event);
     match input.and_then(|bytes| parse_event(&bytes).map(|e| (e, bytes))) {
         Ok(e) => Ok(e),
         // A post event comes after the call ran: a deny would mean nothing, and it must

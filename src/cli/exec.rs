@@ -24,7 +24,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-use crate::client::{Outcome, Retry, V1Client, cut};
+use crate::client::{Retry, RunReportRequest, V1Client, cut};
 
 use super::{AskRequest, Decided, EXIT_CONFIRMED, EXIT_ERROR, decide, error_text, service_url};
 
@@ -110,7 +110,9 @@ pub async fn exec(req: ExecRequest) -> u8 {
             say(format!("error: {why}; the command was not run"));
             Ran {
                 code: EXIT_ERROR,
-                outcome: Outcome::not_executed(Some(&format!("exec did not run it: {why}"))),
+                outcome: RunReportRequest::not_executed(Some(&format!(
+                    "exec did not run it: {why}"
+                ))),
             }
         }
     };
@@ -153,7 +155,7 @@ fn approved_parameters(record_text: &str) -> Result<Box<RawValue>, String> {
 /// What running the command came to: the status `exec` exits with, and the report.
 struct Ran {
     code: u8,
-    outcome: Outcome,
+    outcome: RunReportRequest,
 }
 
 /// Runs the command with the approved parameters and waits for it.
@@ -180,7 +182,7 @@ async fn run(program: &OsString, args: &[OsString], params: &str, id: &str) -> R
             eprintln!("exec: {error}");
             return Ran {
                 code,
-                outcome: Outcome::failed(&error, None),
+                outcome: RunReportRequest::failed(&error, None),
             };
         }
     };
@@ -200,7 +202,7 @@ async fn run(program: &OsString, args: &[OsString], params: &str, id: &str) -> R
             eprintln!("exec: {error}");
             Ran {
                 code: EXIT_ERROR,
-                outcome: Outcome::failed(&error, Some(took)),
+                outcome: RunReportRequest::failed(&error, Some(took)),
             }
         }
     }
@@ -242,13 +244,13 @@ fn ended(status: ExitStatus, last_line: Option<&str>, took: Duration) -> Ran {
         if code == 0 {
             return Ran {
                 code: 0,
-                outcome: Outcome::executed(None, Some(took)),
+                outcome: RunReportRequest::executed(None, Some(took)),
             };
         }
         return Ran {
             // An exit status is 0 to 255 on Unix; elsewhere a larger one reads as 255.
             code: u8::try_from(code).unwrap_or(u8::MAX),
-            outcome: Outcome::failed(&why(format!("exit status {code}")), Some(took)),
+            outcome: RunReportRequest::failed(&why(format!("exit status {code}")), Some(took)),
         };
     }
     #[cfg(unix)]
@@ -257,13 +259,16 @@ fn ended(status: ExitStatus, last_line: Option<&str>, took: Duration) -> Ran {
         if let Some(signal) = status.signal() {
             return Ran {
                 code: u8::try_from(128 + signal).unwrap_or(u8::MAX),
-                outcome: Outcome::failed(&why(format!("killed by signal {signal}")), Some(took)),
+                outcome: RunReportRequest::failed(
+                    &why(format!("killed by signal {signal}")),
+                    Some(took),
+                ),
             };
         }
     }
     Ran {
         code: EXIT_ERROR,
-        outcome: Outcome::failed(
+        outcome: RunReportRequest::failed(
             &why(format!("ended without a status ({status})")),
             Some(took),
         ),
@@ -328,7 +333,7 @@ impl LastLine {
 }
 
 /// Reports `outcome` for the request `id`; why not, when it was not taken.
-async fn report(client: &V1Client, id: &str, outcome: &Outcome) -> Result<(), String> {
+async fn report(client: &V1Client, id: &str, outcome: &RunReportRequest) -> Result<(), String> {
     let answer = client
         .report(id, outcome, None, &REPORT_RETRY, &mut |_| {})
         .await;
@@ -399,7 +404,7 @@ mod tests {
         assert_eq!(ran.outcome.error.as_deref(), Some("killed by signal 9"));
         let ran = ended(ExitStatus::from_raw(0), Some("warnings only"), took);
         assert_eq!(ran.code, 0);
-        assert_eq!(ran.outcome, Outcome::executed(None, Some(took)));
+        assert_eq!(ran.outcome, RunReportRequest::executed(None, Some(took)));
     }
 
     #[test]

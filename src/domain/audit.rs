@@ -27,11 +27,11 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
-use super::execution::Execution;
 use super::grant::{Grant, GrantSource};
 use super::interaction::Answer;
 use super::question::{Operator, Question, Status, Step, Via, Window, rfc3339};
-use super::rules::Verdict;
+use super::rules::RuleVerdict;
+use super::run_report::RunReport;
 
 /// An event about to be appended.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,7 +99,7 @@ pub fn requested(r: &Question) -> NewEvent {
 /// A rules' verdict as the trail keeps it: the effect, the rule, the fingerprint of the
 /// set in force and whether it was carried out (never the rule's parameters: the rule
 /// set itself is the configuration's, and the fingerprint names it).
-fn verdict_json(v: &Verdict) -> Value {
+fn verdict_json(v: &RuleVerdict) -> Value {
     json!({
         "effect": v.effect,
         "rule": v.rule,
@@ -141,7 +141,7 @@ pub fn grant_decided(r: &Question) -> NewEvent {
 }
 
 /// A rule (or the rules' default) allowed or denied a call without asking.
-pub fn rule_decided(r: &Question, verdict: &Verdict) -> NewEvent {
+pub fn rule_decided(r: &Question, verdict: &RuleVerdict) -> NewEvent {
     NewEvent {
         at: r.created_at,
         confirmation_id: Some(r.id.to_string()),
@@ -160,7 +160,7 @@ pub fn rule_decided(r: &Question, verdict: &Verdict) -> NewEvent {
 
 /// The agent reported what happened when it ran a confirmed call (issue 36), or
 /// replaced the service's `unknown` with a late report.
-pub fn outcome_reported(r: &Question, run: &Execution, replaced: Option<&Execution>) -> NewEvent {
+pub fn outcome_reported(r: &Question, run: &RunReport, replaced: Option<&RunReport>) -> NewEvent {
     NewEvent {
         at: run.reported_at,
         confirmation_id: Some(r.id.to_string()),

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use time::OffsetDateTime;
 
-use super::ids::{ConfirmationId, GrantId, InvalidValue, OwnerId, ToolName, all_visible};
+use super::ids::{GrantId, InvalidValue, OwnerId, QuestionId, ToolName, all_visible};
 use super::limits::MAX_WINDOW_SECONDS;
 use super::question::{Operator, Question, Status, Via};
 use super::text;
@@ -179,7 +179,7 @@ fn invalid(why: &str) -> InvalidValue {
 pub enum GrantSource {
     /// A grant question named by its record id. Never written since grant questions
     /// became interactions; read back for rows that may hold it.
-    Asked { confirmation_id: ConfirmationId },
+    Asked { confirmation_id: QuestionId },
     /// A grant question (an interaction of the agent's, asked with [`GrantTerms`]) a
     /// person answered yes, or (before issue 46) an approval the agent presented. An
     /// interaction becomes a grant at most once (the database refuses a second).

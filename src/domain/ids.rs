@@ -73,7 +73,7 @@ prefixed_id!(
     /// A confirmation request's id: `cf_`, then its creation time and 80 random bits in
     /// hex. Unguessable, so one agent cannot enumerate another's requests (which it could
     /// not read anyway).
-    ConfirmationId,
+    QuestionId,
     "cf_",
     "a confirmation id (cf_ followed by 32 hex digits)"
 );
@@ -99,7 +99,7 @@ impl GrantId {
     /// The id of the grant that the grant question `question` stores on a person's yes:
     /// its own digits under `gr_`, so one question has one grant, found again from the
     /// question alone (and as unguessable as the question's id).
-    pub fn of_question(question: &ConfirmationId) -> GrantId {
+    pub fn of_question(question: &QuestionId) -> GrantId {
         let digits = question.as_str().trim_start_matches("cf_");
         GrantId(format!("gr_{digits}").into())
     }
@@ -111,7 +111,7 @@ impl fmt::Display for GrantId {
     }
 }
 
-impl fmt::Display for ConfirmationId {
+impl fmt::Display for QuestionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
@@ -312,10 +312,10 @@ mod tests {
 
     #[test]
     fn generated_ids_parse_back_and_garbage_does_not() {
-        let id = ConfirmationId::generate();
-        assert_eq!(ConfirmationId::parse(id.as_str()).unwrap(), id);
-        assert!(ConfirmationId::parse("cf_xyz").is_err());
-        assert!(ConfirmationId::parse(&id.as_str().to_uppercase()).is_err());
+        let id = QuestionId::generate();
+        assert_eq!(QuestionId::parse(id.as_str()).unwrap(), id);
+        assert!(QuestionId::parse("cf_xyz").is_err());
+        assert!(QuestionId::parse(&id.as_str().to_uppercase()).is_err());
         let g = GrantId::generate();
         assert_eq!(GrantId::parse(g.as_str()).unwrap(), g);
         assert!(
@@ -332,9 +332,9 @@ mod tests {
 
     #[test]
     fn ids_sort_in_creation_order_and_never_repeat() {
-        let first = ConfirmationId::generate();
+        let first = QuestionId::generate();
         std::thread::sleep(std::time::Duration::from_millis(2));
-        let later: Vec<ConfirmationId> = (0..100).map(|_| ConfirmationId::generate()).collect();
+        let later: Vec<QuestionId> = (0..100).map(|_| QuestionId::generate()).collect();
         assert!(
             later.iter().all(|id| *id > first),
             "{first:?} sorts after {later:?}"
@@ -344,7 +344,7 @@ mod tests {
         assert!(
             later
                 .iter()
-                .all(|id| ConfirmationId::parse(id.as_str()).is_ok())
+                .all(|id| QuestionId::parse(id.as_str()).is_ok())
         );
         let token = CallbackToken::never_shown();
         assert!(CallbackToken::parse(token.as_str()).unwrap() == token);

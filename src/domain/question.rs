@@ -17,17 +17,17 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::args_hash::ArgsHash;
-use super::execution::{Execution, Recalled};
-use super::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
+use super::ids::{CallbackToken, IdempotencyKey, OwnerId, QuestionId, ToolName};
 use super::interaction::{
     Answer, ConsensusMode, Interaction, InteractionType, Scope, TimeoutAction,
 };
-use super::rules::Verdict;
+use super::rules::RuleVerdict;
+use super::run_report::{Recalled, RunReport};
 use super::text::{self, Layout};
 
 mod outcome;
 mod seed;
-pub use outcome::{Decision, Outcome};
+pub use outcome::{Decision, Ending};
 pub use seed::{Seed, UnaskedEnd};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,7 +130,7 @@ impl fmt::Display for Operator {
 /// A stored question: a confirmation of a tool call, or an interaction.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Question {
-    pub id: ConfirmationId,
+    pub id: QuestionId,
     /// The agent that asked; only it may read or withdraw the request.
     pub agent: String,
     pub route: String,
@@ -187,12 +187,12 @@ pub struct Question {
     pub progress: Progress,
     /// What `[[rules]]` decided on the call, when rules are in force (`None` without
     /// rules, and for an interaction without a call).
-    pub rule: Option<Verdict>,
+    pub rule: Option<RuleVerdict>,
     /// The route's `expect_outcome_seconds` when the question was asked: once confirmed,
     /// a call with no report by then has an `unknown` run.
     pub expect_outcome_seconds: Option<u64>,
     /// What the agent reported of running the confirmed call (or `unknown`).
-    pub execution: Option<Execution>,
+    pub run_report: Option<RunReport>,
     /// The earlier run of the same agent's same tool the approver is told of (it failed,
     /// or was never reported), as found when the question was asked.
     pub recalled: Option<Recalled>,
@@ -350,9 +350,9 @@ impl Question {
         let mut event = self.status_event();
         event["step"] = Value::from("outcome");
         event["outcome"] = self
-            .execution
+            .run_report
             .as_ref()
-            .map_or(Value::Null, Execution::to_json);
+            .map_or(Value::Null, RunReport::to_json);
         event
     }
 
@@ -582,7 +582,7 @@ pub struct Window {
     pub key: WindowKey,
     pub expires_at: OffsetDateTime,
     /// The operator-confirmed request that opened it.
-    pub opened_by: ConfirmationId,
+    pub opened_by: QuestionId,
 }
 
 impl Window {

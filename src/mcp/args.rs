@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use crate::client::OutcomeStatus;
+use crate::client::RunReportStatus;
 
 use super::answer::text_result;
 
@@ -102,13 +102,14 @@ pub struct GetDecision {
 /// `report_outcome`'s arguments: the body of `POST /v1/confirmations/{id}/outcome`
 /// and the id it names.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(rename = "ReportOutcome")]
 #[serde(deny_unknown_fields)]
-pub struct ReportOutcome {
+pub struct RunReportArgs {
     /// The id request_approval returned (cf_...), of a call that was APPROVED.
     pub id: String,
     /// "executed": you ran the call and it did its job; "failed": it ran (or was
     /// started) and failed; "not_executed": you decided not to run it after all.
-    pub status: OutcomeStatus,
+    pub status: RunReportStatus,
     /// Optional: what it did, in a sentence (at most 500 characters; shown to the human
     /// who approved it).
     pub summary: Option<String>,

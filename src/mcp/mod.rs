@@ -33,11 +33,11 @@ use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use serde_json::{Value, json};
 
 use crate::client::{cut, is_terminal};
-use crate::domain::execution::MAX_REPORT_CHARS;
 use crate::domain::limits::{MAX_BODY_BYTES, MAX_LONG_POLL_SECONDS};
+use crate::domain::run_report::MAX_REPORT_CHARS;
 use answer::{answer_text, decision_text, refused, reported_text, text_result, unreachable};
 use args::{
-    AskHuman, CheckGrant, GetDecision, NotifyHuman, ReportOutcome, RequestApproval, RequestGrant,
+    AskHuman, CheckGrant, GetDecision, NotifyHuman, RequestApproval, RequestGrant, RunReportArgs,
     arguments, input_schema, not_valid,
 };
 use v1::{Answer, bearer_of};
@@ -219,14 +219,14 @@ impl HitlMcp {
         (or decided not to): status \"executed\" with an optional one-line summary, \"failed\" \
         with the error, or \"not_executed\". The human who approved it sees the outcome on \
         Telegram. REPORTED means the service took it; NOT REPORTED says why.",
-        input_schema = input_schema::<ReportOutcome>()
+        input_schema = input_schema::<RunReportArgs>()
     )]
     async fn report_outcome(
         &self,
         args: JsonObject,
         ctx: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let args: ReportOutcome = match arguments(args) {
+        let args: RunReportArgs = match arguments(args) {
             Ok(args) => args,
             Err(why) => {
                 return text_result(

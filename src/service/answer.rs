@@ -17,9 +17,9 @@ use super::interpret::{Meaning, Said, Verdict, in_option_order, interpret, label
 use super::{Button, Reply, Service, Tap, TapAction, now};
 use crate::config::Config;
 use crate::domain::audit;
-use crate::domain::ids::ConfirmationId;
+use crate::domain::ids::QuestionId;
 use crate::domain::interaction::{self, Answer, Consensus, ConsensusMode, InteractionType};
-use crate::domain::question::{self, Decision, Operator, Outcome, Question, Status};
+use crate::domain::question::{self, Decision, Ending, Operator, Question, Status};
 use crate::domain::text;
 use crate::storage::{Answered, Audit, Decided, Messages, Questions, Steps, StorageError};
 
@@ -83,7 +83,7 @@ impl Refused {
         from: &Operator,
         chat_id: Option<i64>,
         message_id: Option<i32>,
-        id: Option<&ConfirmationId>,
+        id: Option<&QuestionId>,
     ) -> Result<Judged, StorageError> {
         let why = self.why;
         tracing::warn!(user_id = from.id, chat_id = ?chat_id, id = ?id.map(|i| i.as_str()), why, "answer refused");
@@ -104,7 +104,7 @@ impl Refused {
 async fn refuse_tap(
     audit: &dyn Audit,
     tap: &Tap,
-    id: Option<&ConfirmationId>,
+    id: Option<&QuestionId>,
     refused: Refused,
 ) -> Result<Judged, StorageError> {
     refused
@@ -129,9 +129,9 @@ impl Tapped {
         questions: &dyn Questions,
         messages: &dyn Messages,
         tap: &Tap,
-    ) -> Result<Result<Tapped, (Option<ConfirmationId>, Refused)>, StorageError> {
+    ) -> Result<Result<Tapped, (Option<QuestionId>, Refused)>, StorageError> {
         let refused =
-            |id: Option<&ConfirmationId>, text, why| Err((id.cloned(), Refused { text, why }));
+            |id: Option<&QuestionId>, text, why| Err((id.cloned(), Refused { text, why }));
         let Some(Button { action, token }) = tap.button.clone() else {
             return Ok(refused(
                 None,
@@ -284,7 +284,7 @@ impl Service {
         if learned && record.is_terminal() {
             // Ended while nobody knew of this copy: it gets the outcome now.
             self.board
-                .show_outcome_on(record.clone(), chat_id, message_id);
+                .show_decision_on(record.clone(), chat_id, message_id);
         }
         if let Some(refused) = self
             .agree
@@ -651,11 +651,11 @@ fn settled_by_one(
     from: &Operator,
     answer: &Answer,
     verdict: Option<Verdict>,
-) -> Option<Outcome> {
+) -> Option<Ending> {
     let reason = &answer.reason;
     match &record.interaction {
         Some(i) if i.consensus != ConsensusMode::FirstResponse => None,
-        Some(_) => Some(Outcome::Completed {
+        Some(_) => Some(Ending::Completed {
             value: answer.value.clone(),
             by: Some(from.clone()),
             reason: match reason {
@@ -667,16 +667,16 @@ fn settled_by_one(
         // A confirmation is decided by its button alone; anything else (which no
         // button of a confirmation produces) fails closed.
         None => Some(match verdict {
-            Some(Verdict::Approve { .. }) => Outcome::Approved {
+            Some(Verdict::Approve { .. }) => Ending::Approved {
                 by: from.clone(),
                 once: answer.once,
             },
             Some(Verdict::Deny) | None => match reason.clone() {
-                Some(reason) => Outcome::Denied {
+                Some(reason) => Ending::Denied {
                     by: from.clone(),
                     reason,
                 },
-                None => Outcome::Cancelled(from.clone()),
+                None => Ending::Cancelled(from.clone()),
             },
         }),
     }
@@ -743,7 +743,7 @@ pub(super) fn extension_to(config: &Config, r: &Question) -> Option<OffsetDateTi
 
 /// The outcome the answers so far settle a question asked of several people on, if
 /// they do.
-fn settle(config: &Config, record: &Question) -> Option<Outcome> {
+fn settle(config: &Config, record: &Question) -> Option<Ending> {
     let i = record.interaction.as_ref()?;
     let values: Vec<Value> = record.answers.iter().map(|a| a.value.clone()).collect();
     let quorum = i
@@ -760,7 +760,7 @@ fn settle(config: &Config, record: &Question) -> Option<Outcome> {
             .by
             .as_ref()
             .map_or_else(|| no.respondent.clone(), |op| op.to_string());
-        return Some(Outcome::Completed {
+        return Some(Ending::Completed {
             value: json!(false),
             by: no.by.clone(),
             reason: match &no.reason {
@@ -772,7 +772,7 @@ fn settle(config: &Config, record: &Question) -> Option<Outcome> {
     }
     match interaction::consensus(i.consensus, &values, expected, quorum) {
         Consensus::Open => None,
-        Consensus::Settled(value) => Some(Outcome::Completed {
+        Consensus::Settled(value) => Some(Ending::Completed {
             reason: format!(
                 "settled by {} of {} answers ({})",
                 values.iter().filter(|v| **v == value).count(),
@@ -783,7 +783,7 @@ fn settle(config: &Config, record: &Question) -> Option<Outcome> {
             value,
             denial: None,
         }),
-        Consensus::NoAgreement(why) => Some(Outcome::Completed {
+        Consensus::NoAgreement(why) => Some(Ending::Completed {
             // AI-Parrot's own shape for a conflict.
             value: json!({"conflict": true, "responses": values}),
             by: None,

@@ -14,7 +14,7 @@ use super::answer::{expected_answers, extension_to};
 use super::steps::Timeline;
 use super::{Chats, EscalationView, Lead, Messenger, View};
 use crate::config::Config;
-use crate::domain::ids::ConfirmationId;
+use crate::domain::ids::QuestionId;
 use crate::domain::interaction::ConsensusMode;
 use crate::domain::question::Question;
 use crate::storage::{Messages, Questions, Runs, Shown, StorageError};
@@ -40,7 +40,7 @@ impl Default for EditStripes {
 }
 
 impl EditStripes {
-    async fn lock(&self, id: &ConfirmationId) -> tokio::sync::MutexGuard<'_, ()> {
+    async fn lock(&self, id: &QuestionId) -> tokio::sync::MutexGuard<'_, ()> {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         id.as_str().hash(&mut h);
@@ -160,11 +160,11 @@ impl Board {
                     continue;
                 };
                 shown.push((chat_id, message_id));
-                if me.show_outcome(&record, chat_id, message_id).await {
+                if me.show_decision(&record, chat_id, message_id).await {
                     let what = if chat_id == record.chat_id {
-                        Shown::Outcome
+                        Shown::Decision
                     } else {
-                        Shown::CopyOutcome { chat_id }
+                        Shown::CopyDecision { chat_id }
                     };
                     let marked = me.messages.mark_shown(&record.id, what).await;
                     if let Err(e) = marked {
@@ -176,7 +176,7 @@ impl Board {
                 // A tap that raced the storing of the id can make a known message a
                 // stray too: it is edited once, with the message it is.
                 if shown.contains(&(stray.chat_id, stray.message_id)) {
-                    let what = Shown::StrayOutcome {
+                    let what = Shown::StrayDecision {
                         chat_id: stray.chat_id,
                         message_id: stray.message_id,
                     };
@@ -185,7 +185,7 @@ impl Board {
                         tracing::warn!(id = %record.id, error = %e, "could not record the shown outcome");
                     }
                 } else {
-                    me.show_stray_outcome(&record, stray.chat_id, stray.message_id)
+                    me.show_stray_decision(&record, stray.chat_id, stray.message_id)
                         .await;
                 }
             }
@@ -193,7 +193,7 @@ impl Board {
     }
 
     /// Shows the outcome on one message learned from a tap after the question ended.
-    pub(super) fn show_outcome_on(
+    pub(super) fn show_decision_on(
         self: &Arc<Self>,
         record: Question,
         chat_id: i64,
@@ -201,17 +201,17 @@ impl Board {
     ) {
         let me = self.clone();
         self.tasks.spawn(async move {
-            me.show_stray_outcome(&record, chat_id, message_id).await;
+            me.show_stray_decision(&record, chat_id, message_id).await;
         });
     }
 
-    async fn show_stray_outcome(&self, record: &Question, chat_id: i64, message_id: i32) {
-        if self.show_outcome(record, chat_id, message_id).await
+    async fn show_stray_decision(&self, record: &Question, chat_id: i64, message_id: i32) {
+        if self.show_decision(record, chat_id, message_id).await
             && let Err(e) = self
                 .messages
                 .mark_shown(
                     &record.id,
-                    Shown::StrayOutcome {
+                    Shown::StrayDecision {
                         chat_id,
                         message_id,
                     },
@@ -223,7 +223,7 @@ impl Board {
     }
 
     /// Edits one message of a decided request to its outcome; whether it now shows it.
-    async fn show_outcome(&self, record: &Question, chat_id: i64, message_id: i32) -> bool {
+    async fn show_decision(&self, record: &Question, chat_id: i64, message_id: i32) -> bool {
         let view = self.view(record, chat_id);
         match self
             .messenger
@@ -277,7 +277,7 @@ impl Board {
         self.tasks.spawn(async move {
             let _editing = me.edits.lock(&record.id).await;
             let record = afresh(me.questions.as_ref(), record).await;
-            let Some(reported_at) = record.execution.as_ref().map(|e| e.reported_at) else {
+            let Some(reported_at) = record.run_report.as_ref().map(|e| e.reported_at) else {
                 return;
             };
             let strays = record.strays.iter().map(|s| (s.chat_id, Some(s.message_id)));

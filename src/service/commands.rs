@@ -29,7 +29,7 @@ use super::{Service, now};
 use crate::config::{Config, Route};
 use crate::domain::audit;
 use crate::domain::grant::Grant;
-use crate::domain::ids::{ConfirmationId, GrantId};
+use crate::domain::ids::{GrantId, QuestionId};
 use crate::domain::question::{Operator, Question};
 use crate::metrics::Metrics;
 use crate::storage::{
@@ -58,7 +58,7 @@ pub enum Command {
 /// What `/revoke` closes, told apart by the id's form (`cf_…` or `gr_…`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RevokeTarget {
-    Window(ConfirmationId),
+    Window(QuestionId),
     Grant(GrantId),
 }
 
@@ -438,7 +438,7 @@ impl Commands {
     async fn revoke_window(
         &self,
         m: &CommandMessage,
-        id: &ConfirmationId,
+        id: &QuestionId,
         is_mine: impl Fn(&str) -> bool,
         now: OffsetDateTime,
     ) -> Result<CommandReply, StorageError> {

@@ -16,11 +16,11 @@ use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit::{self, AuditEvent};
 use crate::domain::edit::{ArgsSchema, FieldError};
 use crate::domain::grant::Grant;
-use crate::domain::ids::{ConfirmationId, GrantId};
+use crate::domain::ids::{GrantId, QuestionId};
 use crate::domain::interaction::InteractionType;
 use crate::domain::python::value::{PyDict, PyValue};
 use crate::domain::question::{EditApplied, Operator, Question, reason_text};
-use crate::domain::rules::{Call as RuleCall, Effect};
+use crate::domain::rules::{Effect, RuleCall};
 use crate::storage::{
     Audit, EndedCursor, Grants, LiveWindow, Questions, Runs, StorageError, WindowUse, Windows,
 };
@@ -255,7 +255,7 @@ impl Console<'_> {
     pub async fn question(
         &self,
         user: &Operator,
-        id: &ConfirmationId,
+        id: &QuestionId,
     ) -> Result<(Question, Vec<AuditEvent>), ServiceError> {
         let Some(record) = self.questions.get(id).await? else {
             return Err(ServiceError::NotFound);
@@ -279,7 +279,7 @@ impl Console<'_> {
     pub async fn decide(
         &self,
         user: &Operator,
-        id: &ConfirmationId,
+        id: &QuestionId,
         action: ConsoleAction,
         args_hash: &str,
         edited: Option<EditedParams>,
@@ -345,7 +345,7 @@ impl Console<'_> {
     async fn decidable(
         &self,
         user: &Operator,
-        id: &ConfirmationId,
+        id: &QuestionId,
         args_hash: &str,
     ) -> Result<Question, ServiceError> {
         let Some(record) = self.questions.get(id).await? else {
@@ -477,7 +477,7 @@ impl Console<'_> {
     pub async fn revoke_window(
         &self,
         user: &Operator,
-        opened_by: &ConfirmationId,
+        opened_by: &QuestionId,
     ) -> Result<LiveWindow, ServiceError> {
         let now = now();
         let Some(w) = self.windows.live_window_opened_by(opened_by, now).await? else {

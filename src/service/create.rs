@@ -14,11 +14,11 @@ use super::{deliver, grants};
 use crate::config::{Agent, Config, Route};
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::briefing;
-use crate::domain::execution::REMEMBERED_FOR;
 use crate::domain::ids::{OwnerId, ToolName};
 use crate::domain::interaction::InteractionType;
 use crate::domain::python::value::PyDict;
 use crate::domain::question::{Question, Seed, Via};
+use crate::domain::run_report::REMEMBERED_FOR;
 use crate::domain::text;
 use crate::storage::Inserted;
 

@@ -8,17 +8,17 @@ use serde_json::Value;
 
 use super::{Service, ServiceError, now};
 use crate::config::Agent;
-use crate::domain::ids::ConfirmationId;
+use crate::domain::ids::QuestionId;
 use crate::domain::interaction::TimeoutAction;
-use crate::domain::question::{Outcome, Question, Via};
+use crate::domain::question::{Ending, Question, Via};
 use crate::storage::{Decided, StorageError};
 
 impl Service {
     /// Applies an outcome; wakes waiting agents when it is the one that counts.
     pub(super) async fn decide(
         &self,
-        id: &ConfirmationId,
-        outcome: Outcome,
+        id: &QuestionId,
+        outcome: Ending,
     ) -> Result<Decided, StorageError> {
         let decided = self.store.decide(id, &outcome.decide(now())).await?;
         if let Decided::Applied(r) = &decided {
@@ -46,7 +46,7 @@ impl Service {
 
     /// Times the request out if it is still pending at its deadline, applying the
     /// interaction's `timeout_action`. A deadline moved later ("+N min") re-arms instead.
-    pub(super) async fn expire(self: &Arc<Self>, id: &ConfirmationId) {
+    pub(super) async fn expire(self: &Arc<Self>, id: &QuestionId) {
         match self.store.get(id).await {
             Ok(Some(r)) if !r.is_terminal() && r.expires_at > now() => self.arm(&r),
             Ok(Some(r)) if !r.is_terminal() => self.time_out(r).await,
@@ -65,8 +65,8 @@ impl Service {
             .try_into()
             .unwrap_or(Duration::ZERO);
         let outcome = match record.interaction.as_deref().map(|i| i.timeout_action) {
-            None | Some(TimeoutAction::Cancel) => Outcome::TimedOut { after },
-            Some(TimeoutAction::Default) => Outcome::DefaultOnTimeout {
+            None | Some(TimeoutAction::Cancel) => Ending::TimedOut { after },
+            Some(TimeoutAction::Default) => Ending::DefaultOnTimeout {
                 value: record
                     .interaction
                     .as_ref()
@@ -74,7 +74,7 @@ impl Service {
                     .unwrap_or(Value::Null),
                 after,
             },
-            Some(action) => Outcome::TimedOutWithAction { after, action },
+            Some(action) => Ending::TimedOutWithAction { after, action },
         };
         match self.decide(id, outcome).await {
             Ok(Decided::Applied(r)) => self.board.finish(r),
@@ -90,7 +90,7 @@ impl Service {
     pub async fn withdraw(
         self: &Arc<Self>,
         agent: &Agent,
-        id: &ConfirmationId,
+        id: &QuestionId,
     ) -> Result<Question, ServiceError> {
         self.asked.get(agent, id).await?;
         self.withdraw_owned(id).await
@@ -98,9 +98,9 @@ impl Service {
 
     pub(super) async fn withdraw_owned(
         self: &Arc<Self>,
-        id: &ConfirmationId,
+        id: &QuestionId,
     ) -> Result<Question, ServiceError> {
-        match self.decide(id, Outcome::Withdrawn).await? {
+        match self.decide(id, Ending::Withdrawn).await? {
             Decided::Applied(r) => {
                 self.board.finish(r.clone());
                 Ok(r)

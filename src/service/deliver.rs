@@ -24,13 +24,13 @@ use time::OffsetDateTime;
 
 use super::{DeliveryError, Service, Turn, now};
 use crate::domain::audit;
-use crate::domain::ids::ConfirmationId;
-use crate::domain::question::{Outcome, Question};
+use crate::domain::ids::QuestionId;
+use crate::domain::question::{Ending, Question};
 use crate::storage::{Decided, Messages, Questions, Shown, StorageError};
 
 /// A message of a question waiting for its turn in a chat: what it needs until then.
 pub(super) struct Queued {
-    id: ConfirmationId,
+    id: QuestionId,
     /// The chat to post in: the question's own (first message) or a copy's.
     chat_id: i64,
     /// Whose share of the chat the message goes in.
@@ -51,7 +51,7 @@ const RECORD_RETRY_LAST: Duration = Duration::from_secs(5);
 /// when the delivery ends.
 struct Posting {
     service: Arc<Service>,
-    key: (ConfirmationId, i64),
+    key: (QuestionId, i64),
 }
 
 impl Posting {
@@ -197,12 +197,12 @@ impl Service {
 
     /// The question's first message could not be posted: a timeout when only time
     /// stood in the way, else fail-closed.
-    async fn undelivered(self: &Arc<Self>, id: &ConfirmationId, e: DeliveryError) {
+    async fn undelivered(self: &Arc<Self>, id: &QuestionId, e: DeliveryError) {
         if e.missed_deadline {
             return self.time_out_undelivered(id, &e.reason).await;
         }
         tracing::warn!(id = %id, reason = %e.reason, "delivery failed: failing closed");
-        let outcome = Outcome::FailedClosed {
+        let outcome = Ending::FailedClosed {
             reason: format!(
                 "the question could not be delivered to Telegram: {}",
                 e.reason
@@ -219,9 +219,9 @@ impl Service {
     /// deadline, since waiting cannot change it (queued slots only ever move later) and
     /// the agent hears it sooner; an interaction's `timeout_action` is not applied, as
     /// nobody was asked.
-    async fn time_out_undelivered(self: &Arc<Self>, id: &ConfirmationId, why: &str) {
+    async fn time_out_undelivered(self: &Arc<Self>, id: &QuestionId, why: &str) {
         tracing::warn!(id = %id, reason = %why, "the question cannot reach the chat before its deadline: timing out");
-        let outcome = Outcome::Unreachable {
+        let outcome = Ending::Unreachable {
             why: why.to_owned(),
         };
         match self.decide(id, outcome).await {
@@ -259,7 +259,7 @@ impl Service {
             Err(e) => e,
         };
         tracing::warn!(id = %record.id, reason = %e.reason, "the full parameters could not be attached: failing closed");
-        let outcome = Outcome::FailedClosed {
+        let outcome = Ending::FailedClosed {
             reason: format!(
                 "the full parameters could not be attached in Telegram: {}",
                 e.reason
@@ -335,7 +335,7 @@ impl Service {
 
     /// A timeout or withdrawal may have won while a message was on its way: then its
     /// buttons must not stay live.
-    pub(super) async fn after_delivery(self: &Arc<Self>, id: &ConfirmationId) {
+    pub(super) async fn after_delivery(self: &Arc<Self>, id: &QuestionId) {
         match self.store.get(id).await {
             Ok(Some(now)) if now.is_terminal() => self.board.finish(now),
             Ok(_) => {}

@@ -18,21 +18,23 @@ use crate::domain::audit;
 use crate::domain::ids::{OwnerId, ToolName};
 use crate::domain::python;
 use crate::domain::python::value::PyValue;
-use crate::domain::rules::{Call as RuleCall, Effect, Policy, Verdict};
+use crate::domain::rules::{Effect, Policy, RuleCall, RuleVerdict};
 use crate::metrics::Metrics;
 use crate::storage::{Audit, Questions};
 
 /// A call judged by the rules, and, while an `allow` with a `rate` is being stored, the
 /// gate that keeps two such calls from both counting the last free slot in this process.
 pub(super) struct Judgement<'a> {
-    pub verdict: Option<Verdict>,
+    pub verdict: Option<RuleVerdict>,
     _rate_gate: Option<MutexGuard<'a, ()>>,
 }
 
 impl Judgement<'_> {
     /// What happens to the call: `ask` when no rule is in force.
     pub fn applied(&self) -> Effect {
-        self.verdict.as_ref().map_or(Effect::Ask, Verdict::applied)
+        self.verdict
+            .as_ref()
+            .map_or(Effect::Ask, RuleVerdict::applied)
     }
 }
 
@@ -156,7 +158,7 @@ impl Rules {
 }
 
 /// The reason an agent reads on a request a rule ended: `denied by rule 'x': why`.
-pub(super) fn rule_reason(verdict: &Verdict) -> String {
+pub(super) fn rule_reason(verdict: &RuleVerdict) -> String {
     let done = match verdict.effect {
         Effect::Allow => "allowed",
         Effect::Deny => "denied",

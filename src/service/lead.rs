@@ -38,7 +38,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Service;
-use crate::domain::ids::ConfirmationId;
+use crate::domain::ids::QuestionId;
 use crate::domain::question::Question;
 use crate::metrics::Metrics;
 use crate::scheduler::Deadlines;
@@ -55,7 +55,7 @@ pub struct Lead {
     leading: watch::Sender<bool>,
     /// The pending questions this leader has taken on (armed, messages posted or on
     /// their way): a change heard for one of them needs nothing more from the leader.
-    claimed: Mutex<HashSet<ConfirmationId>>,
+    claimed: Mutex<HashSet<QuestionId>>,
     /// Until when the lease is ours for sure, by this process's clock.
     until: Mutex<Option<Instant>>,
     /// The leader's clock: each question it has taken on, at its next step.
@@ -97,27 +97,27 @@ impl Lead {
 
     /// Takes `id` on when this process leads and has not yet: `true` means the caller
     /// now arms it and posts what it has to post.
-    pub(super) fn claim(&self, id: &ConfirmationId) -> bool {
+    pub(super) fn claim(&self, id: &QuestionId) -> bool {
         self.leading() && self.claimed().insert(id.clone())
     }
 
     /// The questions this leader has taken on.
-    fn claimed(&self) -> MutexGuard<'_, HashSet<ConfirmationId>> {
+    fn claimed(&self) -> MutexGuard<'_, HashSet<QuestionId>> {
         self.claimed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether this leader has taken `id` on.
-    pub(super) fn has_claimed(&self, id: &ConfirmationId) -> bool {
+    pub(super) fn has_claimed(&self, id: &QuestionId) -> bool {
         self.claimed().contains(id)
     }
 
     /// Forgets a question that has ended (its deadline found it so).
-    pub(super) fn unclaim(&self, id: &ConfirmationId) {
+    pub(super) fn unclaim(&self, id: &QuestionId) {
         self.claimed().remove(id);
     }
 
     /// Schedules a look at `id` at `at`, if this process keeps the deadlines (it leads).
-    pub(super) fn schedule(&self, id: &ConfirmationId, at: Instant) {
+    pub(super) fn schedule(&self, id: &QuestionId, at: Instant) {
         if self.leading() {
             self.deadlines.schedule(id.clone(), at);
         }
@@ -125,7 +125,7 @@ impl Lead {
 
     /// Asks the scheduler to look at `id` again shortly: a storage error must not leave a
     /// request pending forever. Not leading, the leader's deadline for it stands.
-    pub(super) fn retry_soon(&self, id: &ConfirmationId) {
+    pub(super) fn retry_soon(&self, id: &QuestionId) {
         self.schedule(id, Instant::now() + Duration::from_secs(1));
     }
 
@@ -221,7 +221,7 @@ impl Service {
 
     /// The leader heard of a change to `id` from another replica: a question it has not
     /// taken on yet (asked there) is armed and posted.
-    pub(super) async fn adopt(self: Arc<Self>, id: ConfirmationId) {
+    pub(super) async fn adopt(self: Arc<Self>, id: QuestionId) {
         if !self.lead.leading() || self.lead.has_claimed(&id) {
             return;
         }
@@ -246,13 +246,13 @@ impl Service {
     /// The leader heard that another replica decided `id`: it shows the outcome on the
     /// question's messages (every edit of a message is the leader's, within the bot's
     /// limits, as every post is).
-    pub(super) async fn show_ended(self: Arc<Self>, id: ConfirmationId) {
+    pub(super) async fn show_ended(self: Arc<Self>, id: QuestionId) {
         match self.store.get(&id).await {
             Ok(Some(record)) if record.is_terminal() => {
                 self.lead.unclaim(&id);
                 // A run reported there: every message is edited to show it (below the
                 // outcome, which the same edit shows).
-                if record.execution.is_some() {
+                if record.run_report.is_some() {
                     self.board.show_run(record);
                 } else {
                     self.board.finish(record);

@@ -27,7 +27,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, Route};
 use crate::domain::edit::ArgsSchema;
-use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
+use crate::domain::ids::{CallbackToken, IdempotencyKey, OwnerId, QuestionId, ToolName};
 use crate::domain::interaction::Interaction;
 use crate::domain::python::value::PyDict;
 use crate::domain::question::{Operator, Question};
@@ -286,7 +286,7 @@ pub struct Reply {
     /// The request whose reason prompt (the bot's own message asking "why deny?") the
     /// reply answers, read from the prompt's text; `None` for a reply to any other
     /// message, even one naming a request.
-    pub reason_prompt_of: Option<ConfirmationId>,
+    pub reason_prompt_of: Option<QuestionId>,
     pub from: Operator,
     pub from_is_bot: bool,
     pub text: String,
@@ -421,7 +421,7 @@ pub enum ServiceError {
     /// An outcome report the confirmation does not take: `why` says why (it was not
     /// confirmed, or a different report was taken); `record` is as stored.
     #[error("{why}")]
-    OutcomeRefused { why: String, record: Box<Question> },
+    RunReportRefused { why: String, record: Box<Question> },
     /// The console named another call than the question's (its args hash differs).
     #[error("the question changed since the page showed it")]
     QuestionChanged(Box<Question>),
@@ -501,7 +501,7 @@ pub struct Service {
     /// ([`lead`]).
     lead: Arc<Lead>,
     /// The messages (question, chat) this process is delivering ([`deliver`]).
-    posting: Mutex<HashSet<(ConfirmationId, i64)>>,
+    posting: Mutex<HashSet<(QuestionId, i64)>>,
     /// What this replica's configuration, and every other live replica's, says about
     /// who may decide ([`agree`]).
     agree: Arc<Agree>,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{AGENT_EVENT_RETENTION, Service, deliver, instant_at, now};
-use crate::domain::ids::ConfirmationId;
+use crate::domain::ids::QuestionId;
 use crate::domain::question::Question;
 use crate::storage::{AgentEvents, StorageError, Windows};
 
@@ -65,7 +65,7 @@ impl Service {
             self.tasks
                 .spawn(async move { me.reattach(unattached).await });
         }
-        for record in self.store.unshown_outcomes().await? {
+        for record in self.store.unshown_decisions().await? {
             tracing::info!(id = %record.id, "showing an outcome a restart interrupted");
             self.board.finish(record);
         }
@@ -80,7 +80,7 @@ impl Service {
     /// One that cannot be read now is left to its deadline, which fails it closed.
     ///
     /// [`recover`]: Service::recover
-    pub(super) async fn redeliver(self: Arc<Self>, ids: Vec<ConfirmationId>) {
+    pub(super) async fn redeliver(self: Arc<Self>, ids: Vec<QuestionId>) {
         for id in ids {
             let record = match self.store.get(&id).await {
                 Ok(Some(record)) if !record.is_terminal() => record,
@@ -113,7 +113,7 @@ impl Service {
     /// posting the message and sending its file: an operator told "attached below" must
     /// find it below. For those whose message needed none this only records that; a file
     /// that was sent just before the crash comes twice, which is harmless.
-    async fn reattach(self: Arc<Self>, ids: Vec<ConfirmationId>) {
+    async fn reattach(self: Arc<Self>, ids: Vec<QuestionId>) {
         for id in ids {
             match self.store.get(&id).await {
                 Ok(Some(record)) if !record.is_terminal() => {

@@ -9,9 +9,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Service, ServiceError, now};
 use crate::config::Agent;
-use crate::domain::execution::Report;
-use crate::domain::ids::ConfirmationId;
+use crate::domain::ids::QuestionId;
 use crate::domain::question::Question;
+use crate::domain::run_report::NewRunReport;
 use crate::storage::RunReported;
 
 /// How many overdue runs one sweep marks `unknown` at most (the next sweep takes the
@@ -22,11 +22,11 @@ impl Service {
     /// Takes the agent's report of running its confirmed call `id`: only the agent that
     /// asked may report (another's is not found), only a confirmed call ran, and one
     /// report counts (the same again is answered alike; a different one is refused).
-    pub async fn report_outcome(
+    pub async fn report_run(
         self: &Arc<Self>,
         agent: &Agent,
-        id: &ConfirmationId,
-        report: Report,
+        id: &QuestionId,
+        report: NewRunReport,
     ) -> Result<Question, ServiceError> {
         match self
             .store
@@ -40,17 +40,17 @@ impl Service {
                 Ok(r)
             }
             RunReported::Same(r) => Ok(r),
-            RunReported::Conflict(r) => Err(ServiceError::OutcomeRefused {
+            RunReported::Conflict(r) => Err(ServiceError::RunReportRefused {
                 why: format!(
                     "a different outcome was already reported for this confirmation ({}); one \
                      report counts",
-                    r.execution
+                    r.run_report
                         .as_ref()
                         .map_or("unknown", |e| e.status.as_str())
                 ),
                 record: Box::new(r),
             }),
-            RunReported::NotConfirmed(r) => Err(ServiceError::OutcomeRefused {
+            RunReported::NotConfirmed(r) => Err(ServiceError::RunReportRefused {
                 why: format!(
                     "the confirmation is {}, not confirmed: nothing was approved to run, so \
                      there is no outcome to report",
@@ -77,7 +77,7 @@ impl Service {
     /// with no report, now and then every `every`, until `stop`. The leader's work: the
     /// database decides which calls are due, so a restart or a change of leader loses
     /// none.
-    pub async fn run_outcome_sweep(self: Arc<Self>, every: Duration, stop: CancellationToken) {
+    pub async fn run_report_sweep(self: Arc<Self>, every: Duration, stop: CancellationToken) {
         loop {
             if self.lead.leading() {
                 self.sweep_overdue_runs().await;

@@ -13,7 +13,7 @@ use super::agree::Agree;
 use super::chats::Chats;
 use super::{Messenger, Service, deliver, instant_at, now};
 use crate::config::{Config, Escalation, Route};
-use crate::domain::ids::ConfirmationId;
+use crate::domain::ids::QuestionId;
 use crate::domain::question::Question;
 
 /// Someone a reminder names, so Telegram notifies them.
@@ -189,7 +189,7 @@ impl Service {
 
     /// The scheduler's callback: takes whatever steps of the question are due (its
     /// timeout, a reminder, its escalation) and arms the next one.
-    pub(super) async fn step(self: &Arc<Self>, id: &ConfirmationId) {
+    pub(super) async fn step(self: &Arc<Self>, id: &QuestionId) {
         let record = match self.store.get(id).await {
             Ok(Some(r)) if !r.is_terminal() => r,
             Ok(_) => return self.lead.unclaim(id),

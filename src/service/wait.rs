@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Service, ServiceError, instant_at, now};
 use crate::config::Agent;
-use crate::domain::ids::ConfirmationId;
+use crate::domain::ids::QuestionId;
 use crate::domain::question::Question;
 use crate::storage::Questions;
 
@@ -28,7 +28,7 @@ const WAITER_GRACE: Duration = Duration::from_secs(2);
 /// answer, BENCHMARKS.md B3). Any other wake-up carries nothing and the waiter reads.
 #[derive(Default)]
 struct Waiters {
-    map: Mutex<HashMap<ConfirmationId, watch::Sender<Handed>>>,
+    map: Mutex<HashMap<QuestionId, watch::Sender<Handed>>>,
 }
 
 /// What a wake-up hands a waiter: the decided record, when the wake-up is a decision
@@ -36,14 +36,14 @@ struct Waiters {
 type Handed = Option<Arc<Question>>;
 
 impl Waiters {
-    fn subscribe(&self, id: &ConfirmationId) -> watch::Receiver<Handed> {
+    fn subscribe(&self, id: &QuestionId) -> watch::Receiver<Handed> {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.entry(id.clone())
             .or_insert_with(|| watch::channel(None).0)
             .subscribe()
     }
 
-    fn notify(&self, id: &ConfirmationId) {
+    fn notify(&self, id: &QuestionId) {
         self.wake(id, || None);
     }
 
@@ -56,7 +56,7 @@ impl Waiters {
         self.wake(&r.id, || Some(Arc::new(r.clone())));
     }
 
-    fn wake(&self, id: &ConfirmationId, handed: impl FnOnce() -> Handed) {
+    fn wake(&self, id: &QuestionId, handed: impl FnOnce() -> Handed) {
         let sender = self
             .map
             .lock()
@@ -96,7 +96,7 @@ impl Default for EventTicks {
 
 impl Changes {
     /// Wakes whoever waits on the question and the agents' event streams.
-    pub(super) fn changed(&self, id: &ConfirmationId) {
+    pub(super) fn changed(&self, id: &QuestionId) {
         self.waiters.notify(id);
         self.tick();
     }
@@ -137,7 +137,7 @@ impl Asked {
 
     /// The agent's own confirmation, or `NotFound` (also for another agent's, and for an
     /// interaction, which the agent knows by its `interaction_id`).
-    pub async fn get(&self, agent: &Agent, id: &ConfirmationId) -> Result<Question, ServiceError> {
+    pub async fn get(&self, agent: &Agent, id: &QuestionId) -> Result<Question, ServiceError> {
         match self.owned(agent, id).await? {
             r if r.interaction.is_none() => Ok(r),
             _ => Err(ServiceError::NotFound),
@@ -145,11 +145,7 @@ impl Asked {
     }
 
     /// The agent's own question of any kind, by record id (its audit trail is read so).
-    pub async fn owned(
-        &self,
-        agent: &Agent,
-        id: &ConfirmationId,
-    ) -> Result<Question, ServiceError> {
+    pub async fn owned(&self, agent: &Agent, id: &QuestionId) -> Result<Question, ServiceError> {
         match self.questions.get(id).await? {
             Some(r) if r.agent == agent.name => Ok(r),
             _ => Err(ServiceError::NotFound),
@@ -176,7 +172,7 @@ impl Service {
     pub async fn wait(
         self: &Arc<Self>,
         agent: &Agent,
-        id: &ConfirmationId,
+        id: &QuestionId,
         max_wait: Option<Duration>,
         stop: &CancellationToken,
     ) -> Result<Question, ServiceError> {
@@ -204,7 +200,7 @@ impl Service {
     pub(super) async fn wait_until(
         self: &Arc<Self>,
         agent: &Agent,
-        id: &ConfirmationId,
+        id: &QuestionId,
         max_wait: Option<Duration>,
         stop: &CancellationToken,
         done: impl Fn(&Question) -> bool,

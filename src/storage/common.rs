@@ -22,12 +22,12 @@ use time::OffsetDateTime;
 
 use super::{MIGRATOR, This, sql};
 use crate::domain::audit::{AuditEvent, Head, NewEvent, StoredRow, StoredStatus};
-use crate::domain::execution::{Recalled, Report};
 use crate::domain::grant::{Grant, Scope};
 use crate::domain::ids::ToolName;
-use crate::domain::ids::{CallbackToken, ConfirmationId, GrantId, IdempotencyKey, OwnerId};
+use crate::domain::ids::{CallbackToken, GrantId, IdempotencyKey, OwnerId, QuestionId};
 use crate::domain::interaction::Answer;
 use crate::domain::question::{Decision, Operator, Question, Window, WindowKey};
+use crate::domain::run_report::{NewRunReport, Recalled};
 use crate::storage::{
     Administration, AgentEvent, AgentEvents, Answered, Audit, Decided, DeliveryAttempt,
     EndedCursor, Gauges, GrantInserted, Grants, Inserted, LiveWindow, Messages, Outbox,
@@ -51,7 +51,7 @@ impl Questions for This {
         Ok(inserted)
     }
 
-    async fn get(&self, id: &ConfirmationId) -> Result<Option<Question>, StorageError> {
+    async fn get(&self, id: &QuestionId) -> Result<Option<Question>, StorageError> {
         sql::get(&self.pool, id).await
     }
 
@@ -113,11 +113,11 @@ impl Questions for This {
         sql::pending(&self.pool).await
     }
 
-    async fn unshown_outcomes(&self) -> Result<Vec<Question>, StorageError> {
-        sql::unshown_outcomes(&self.pool).await
+    async fn unshown_decisions(&self) -> Result<Vec<Question>, StorageError> {
+        sql::unshown_decisions(&self.pool).await
     }
 
-    async fn decide(&self, id: &ConfirmationId, d: &Decision) -> Result<Decided, StorageError> {
+    async fn decide(&self, id: &QuestionId, d: &Decision) -> Result<Decided, StorageError> {
         let (_writer, mut tx) = self.audit_tx().await?;
         let decided = sql::apply_decision(&mut tx, id, d, self.outbox_backlog_bound()).await?;
         if let Decided::Applied(record) = &decided {
@@ -130,22 +130,18 @@ impl Questions for This {
 
 #[async_trait]
 impl Messages for This {
-    async fn set_message_id(
-        &self,
-        id: &ConfirmationId,
-        message_id: i32,
-    ) -> Result<(), StorageError> {
+    async fn set_message_id(&self, id: &QuestionId, message_id: i32) -> Result<(), StorageError> {
         let (_writer, tx) = self.audit_tx().await?;
         sql::set_message_id(tx, id, message_id).await
     }
 
-    async fn mark_shown(&self, id: &ConfirmationId, what: Shown) -> Result<(), StorageError> {
+    async fn mark_shown(&self, id: &QuestionId, what: Shown) -> Result<(), StorageError> {
         sql::mark_shown(&self.pool, id, what).await
     }
 
     async fn add_copy(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         recipient: &str,
         chat_id: i64,
         now: OffsetDateTime,
@@ -156,7 +152,7 @@ impl Messages for This {
 
     async fn set_copy_message_id(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         chat_id: i64,
         message_id: i32,
         now: OffsetDateTime,
@@ -167,7 +163,7 @@ impl Messages for This {
 
     async fn add_stray(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         chat_id: i64,
         message_id: i32,
         now: OffsetDateTime,
@@ -198,7 +194,7 @@ impl Messages for This {
 impl Steps for This {
     async fn add_answer(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         answer: &Answer,
         settles: Option<&Decision>,
         also: Option<&NewEvent>,
@@ -212,17 +208,13 @@ impl Steps for This {
         Ok(answered)
     }
 
-    async fn selection(
-        &self,
-        id: &ConfirmationId,
-        user_id: u64,
-    ) -> Result<Vec<String>, StorageError> {
+    async fn selection(&self, id: &QuestionId, user_id: u64) -> Result<Vec<String>, StorageError> {
         sql::selection(&self.pool, id, user_id).await
     }
 
     async fn set_selection(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         user_id: u64,
         keys: &[String],
     ) -> Result<(), StorageError> {
@@ -231,7 +223,7 @@ impl Steps for This {
 
     async fn request_reason(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         by: &Operator,
         chat_id: i64,
         now: OffsetDateTime,
@@ -242,7 +234,7 @@ impl Steps for This {
 
     async fn set_reason_prompt(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         user_id: u64,
         prompt_message_id: i32,
     ) -> Result<(), StorageError> {
@@ -253,7 +245,7 @@ impl Steps for This {
         &self,
         chat_id: i64,
         reply_to: i32,
-        named: Option<&ConfirmationId>,
+        named: Option<&QuestionId>,
         user_id: u64,
     ) -> Result<Option<Question>, StorageError> {
         match sql::reason_request_for(&self.pool, chat_id, reply_to, named, user_id).await? {
@@ -264,7 +256,7 @@ impl Steps for This {
 
     async fn extend(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         from: OffsetDateTime,
         to: OffsetDateTime,
         by: &Operator,
@@ -276,7 +268,7 @@ impl Steps for This {
 
     async fn claim_reminders(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         sent: u32,
         passed: u32,
         now: OffsetDateTime,
@@ -287,7 +279,7 @@ impl Steps for This {
 
     async fn escalate(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         recipient: &str,
         chat_id: i64,
         now: OffsetDateTime,
@@ -320,7 +312,7 @@ impl Windows for This {
 
     async fn live_window_opened_by(
         &self,
-        opened_by: &ConfirmationId,
+        opened_by: &QuestionId,
         now: OffsetDateTime,
     ) -> Result<Option<LiveWindow>, StorageError> {
         sql::live_window_opened_by(&self.pool, opened_by, now).await
@@ -328,7 +320,7 @@ impl Windows for This {
 
     async fn revoke_window(
         &self,
-        opened_by: &ConfirmationId,
+        opened_by: &QuestionId,
         by: &Operator,
         chat_id: i64,
         now: OffsetDateTime,
@@ -352,9 +344,9 @@ impl Windows for This {
 impl Runs for This {
     async fn report_run(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         agent: &str,
-        report: &Report,
+        report: &NewRunReport,
         now: OffsetDateTime,
     ) -> Result<RunReported, StorageError> {
         let (_writer, tx) = self.audit_tx().await?;
@@ -372,7 +364,7 @@ impl Runs for This {
 
     async fn mark_run_shown(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         reported_at: OffsetDateTime,
     ) -> Result<(), StorageError> {
         sql::mark_run_shown(&self.pool, id, reported_at).await
@@ -391,7 +383,7 @@ impl Runs for This {
         sql::recall_run(&self.pool, agent, tool, since).await
     }
 
-    async fn window_use(&self, opened_by: &ConfirmationId) -> Result<WindowUse, StorageError> {
+    async fn window_use(&self, opened_by: &QuestionId) -> Result<WindowUse, StorageError> {
         sql::window_use(&self.pool, opened_by).await
     }
 }
@@ -506,7 +498,7 @@ impl Audit for This {
         Ok(())
     }
 
-    async fn events_for(&self, id: &ConfirmationId) -> Result<Vec<AuditEvent>, StorageError> {
+    async fn events_for(&self, id: &QuestionId) -> Result<Vec<AuditEvent>, StorageError> {
         sql::events_for(&self.pool, id).await
     }
 

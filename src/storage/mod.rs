@@ -27,7 +27,7 @@ use time::OffsetDateTime;
 
 use crate::domain::authority::Fingerprint;
 use crate::domain::grant::Grant;
-use crate::domain::ids::{ConfirmationId, DeliveryId};
+use crate::domain::ids::{DeliveryId, QuestionId};
 use crate::domain::question::{Question, Window, WindowKey};
 
 pub use postgres::{PgStore, refuse_unknown_params};
@@ -42,7 +42,7 @@ pub use sqlite::SqliteStore;
 pub enum Change {
     /// Something about this question changed (its status, answers, steps or events).
     Question {
-        id: ConfirmationId,
+        id: QuestionId,
         /// The change gave the question its outcome, or (once it ended) the run of its
         /// call: its messages are the leader's to edit.
         ended: bool,
@@ -389,17 +389,17 @@ pub enum Shown {
     /// was found not needed).
     Attachment,
     /// The question's first message shows its outcome.
-    Outcome,
+    Decision,
     /// The message of the question's copy in `chat_id` shows the outcome.
-    CopyOutcome { chat_id: i64 },
+    CopyDecision { chat_id: i64 },
     /// A message learned from a tap (a stray) shows the outcome.
-    StrayOutcome { chat_id: i64, message_id: i32 },
+    StrayDecision { chat_id: i64, message_id: i32 },
 }
 
 /// A pending request as restart recovery needs it.
 #[derive(Debug, Clone)]
 pub struct PendingEntry {
-    pub id: ConfirmationId,
+    pub id: QuestionId,
     pub expires_at: OffsetDateTime,
     /// False when the process stopped between storing the request and recording its
     /// Telegram message: the question may never have reached the chat.
@@ -431,7 +431,7 @@ pub struct LiveWindow {
 pub struct EndedCursor {
     /// When it was decided, in Unix milliseconds (as the column keeps it).
     pub decided_at_ms: i64,
-    pub id: ConfirmationId,
+    pub id: QuestionId,
 }
 
 impl EndedCursor {
@@ -453,7 +453,7 @@ impl EndedCursor {
         }
         Some(EndedCursor {
             decided_at_ms: at.parse().ok()?,
-            id: ConfirmationId::parse(id).ok()?,
+            id: QuestionId::parse(id).ok()?,
         })
     }
 }
@@ -490,7 +490,7 @@ pub struct LiveConfig {
 #[derive(Debug, Clone)]
 pub struct OutboxEntry {
     pub delivery_id: DeliveryId,
-    pub confirmation_id: ConfirmationId,
+    pub confirmation_id: QuestionId,
     pub agent: String,
     pub url: String,
     /// When the request ended; the give-up age counts from here.

@@ -25,7 +25,7 @@ use super::rows::{self, insert_runs};
 use super::{Change, Coordination, Inserted, LiveConfig, StorageError, WindowCache};
 use crate::domain::audit::{self, NewEvent};
 use crate::domain::authority::{Authority, Fingerprint};
-use crate::domain::ids::ConfirmationId;
+use crate::domain::ids::QuestionId;
 use crate::domain::question::Question;
 
 /// The schema's migrations ([`Administration::migrate`](super::Administration::migrate)).
@@ -430,7 +430,7 @@ fn change_of(payload: &str, origin: &str) -> Change {
     );
     match id {
         "" => Change::Other,
-        id => ConfirmationId::parse(id).map_or(Change::Missed, |id| Change::Question {
+        id => QuestionId::parse(id).map_or(Change::Missed, |id| Change::Question {
             id,
             ended: audit::edits_messages(kind),
             ours: !from.is_empty() && from == origin,

@@ -16,13 +16,11 @@ use super::{
 };
 use crate::domain::audit::{AuditEvent, Head, NewEvent, StoredRow, StoredStatus};
 use crate::domain::authority::{Authority, Fingerprint};
-use crate::domain::execution::{Recalled, Report};
 use crate::domain::grant::{Grant, Scope};
-use crate::domain::ids::{
-    CallbackToken, ConfirmationId, GrantId, IdempotencyKey, OwnerId, ToolName,
-};
+use crate::domain::ids::{CallbackToken, GrantId, IdempotencyKey, OwnerId, QuestionId, ToolName};
 use crate::domain::interaction::Answer;
 use crate::domain::question::{Decision, Operator, Question, Window, WindowKey};
+use crate::domain::run_report::{NewRunReport, Recalled};
 
 /// Asking and finding questions: storing a new one, deciding it, and the lookups of one or
 /// many.
@@ -38,7 +36,7 @@ pub trait Questions: Send + Sync + 'static {
         now: OffsetDateTime,
     ) -> Result<Inserted, StorageError>;
 
-    async fn get(&self, id: &ConfirmationId) -> Result<Option<Question>, StorageError>;
+    async fn get(&self, id: &QuestionId) -> Result<Option<Question>, StorageError>;
 
     async fn find_by_token(&self, token: &CallbackToken) -> Result<Option<Question>, StorageError>;
 
@@ -95,16 +93,12 @@ pub trait Questions: Send + Sync + 'static {
     async fn pending(&self) -> Result<Vec<PendingEntry>, StorageError>;
 
     /// Decided requests whose message does not show the outcome yet (restart recovery).
-    async fn unshown_outcomes(&self) -> Result<Vec<Question>, StorageError>;
+    async fn unshown_decisions(&self) -> Result<Vec<Question>, StorageError>;
 
     /// Moves a pending request to its outcome with one conditional update. In the same
     /// transaction it opens the confirmation window (when an operator confirmed a request
     /// with `window_seconds > 0`) and queues the webhook (when it has a `callback_url`).
-    async fn decide(
-        &self,
-        id: &ConfirmationId,
-        decision: &Decision,
-    ) -> Result<Decided, StorageError>;
+    async fn decide(&self, id: &QuestionId, decision: &Decision) -> Result<Decided, StorageError>;
 }
 
 /// Where a question is shown: its Telegram messages (the first, its copies, the strays
@@ -112,21 +106,17 @@ pub trait Questions: Send + Sync + 'static {
 #[async_trait]
 pub trait Messages: Send + Sync + 'static {
     /// Records the Telegram message that carries the request's buttons (audited).
-    async fn set_message_id(
-        &self,
-        id: &ConfirmationId,
-        message_id: i32,
-    ) -> Result<(), StorageError>;
+    async fn set_message_id(&self, id: &QuestionId, message_id: i32) -> Result<(), StorageError>;
 
     /// Records that a message of the question shows what `what` says (its outcome, or
     /// the file with the full parameters), so a restart does not show it again.
-    async fn mark_shown(&self, id: &ConfirmationId, what: Shown) -> Result<(), StorageError>;
+    async fn mark_shown(&self, id: &QuestionId, what: Shown) -> Result<(), StorageError>;
 
     /// Adds a further destination for a pending question; false when it already had
     /// that chat (or is no longer pending).
     async fn add_copy(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         recipient: &str,
         chat_id: i64,
         now: OffsetDateTime,
@@ -135,7 +125,7 @@ pub trait Messages: Send + Sync + 'static {
     /// Records the message of a copy (audited).
     async fn set_copy_message_id(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         chat_id: i64,
         message_id: i32,
         now: OffsetDateTime,
@@ -145,7 +135,7 @@ pub trait Messages: Send + Sync + 'static {
     /// is known already; returns the record as it is then (`None`: no such question).
     async fn add_stray(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         chat_id: i64,
         message_id: i32,
         now: OffsetDateTime,
@@ -176,22 +166,18 @@ pub trait Steps: Send + Sync + 'static {
     /// holds the answer without it, nor it without the answer.
     async fn add_answer(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         answer: &Answer,
         settles: Option<&Decision>,
         also: Option<&NewEvent>,
     ) -> Result<Answered, StorageError>;
 
     /// A person's multi-choice selection in progress.
-    async fn selection(
-        &self,
-        id: &ConfirmationId,
-        user_id: u64,
-    ) -> Result<Vec<String>, StorageError>;
+    async fn selection(&self, id: &QuestionId, user_id: u64) -> Result<Vec<String>, StorageError>;
 
     async fn set_selection(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         user_id: u64,
         keys: &[String],
     ) -> Result<(), StorageError>;
@@ -200,7 +186,7 @@ pub trait Steps: Send + Sync + 'static {
     /// returns the record, or `None` when the question is no longer pending.
     async fn request_reason(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         by: &Operator,
         chat_id: i64,
         now: OffsetDateTime,
@@ -209,7 +195,7 @@ pub trait Steps: Send + Sync + 'static {
     /// Records the message that asks `user_id` for their reason.
     async fn set_reason_prompt(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         user_id: u64,
         prompt_message_id: i32,
     ) -> Result<(), StorageError>;
@@ -221,7 +207,7 @@ pub trait Steps: Send + Sync + 'static {
         &self,
         chat_id: i64,
         reply_to: i32,
-        named: Option<&ConfirmationId>,
+        named: Option<&QuestionId>,
         user_id: u64,
     ) -> Result<Option<Question>, StorageError>;
 
@@ -229,7 +215,7 @@ pub trait Steps: Send + Sync + 'static {
     /// so concurrent taps move it once), audited and streamed; `None` when nothing moved.
     async fn extend(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         from: OffsetDateTime,
         to: OffsetDateTime,
         by: &Operator,
@@ -240,7 +226,7 @@ pub trait Steps: Send + Sync + 'static {
     /// (audited, streamed); `None` when another claim came first or it ended.
     async fn claim_reminders(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         sent: u32,
         passed: u32,
         now: OffsetDateTime,
@@ -250,7 +236,7 @@ pub trait Steps: Send + Sync + 'static {
     /// streamed); `None` when it was escalated already or ended.
     async fn escalate(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         recipient: &str,
         chat_id: i64,
         now: OffsetDateTime,
@@ -279,7 +265,7 @@ pub trait Windows: Send + Sync + 'static {
     /// one window, so its id names the window.
     async fn live_window_opened_by(
         &self,
-        opened_by: &ConfirmationId,
+        opened_by: &QuestionId,
         now: OffsetDateTime,
     ) -> Result<Option<LiveWindow>, StorageError>;
 
@@ -289,7 +275,7 @@ pub trait Windows: Send + Sync + 'static {
     /// window ends early, so a cache of windows is invalidated here.
     async fn revoke_window(
         &self,
-        opened_by: &ConfirmationId,
+        opened_by: &QuestionId,
         by: &Operator,
         chat_id: i64,
         now: OffsetDateTime,
@@ -357,9 +343,9 @@ pub trait Runs: Send + Sync + 'static {
     /// and its webhook.
     async fn report_run(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         agent: &str,
-        report: &Report,
+        report: &NewRunReport,
         now: OffsetDateTime,
     ) -> Result<RunReported, StorageError>;
 
@@ -375,7 +361,7 @@ pub trait Runs: Send + Sync + 'static {
     /// Records that every message of `id` shows its run as reported at `reported_at`.
     async fn mark_run_shown(
         &self,
-        id: &ConfirmationId,
+        id: &QuestionId,
         reported_at: OffsetDateTime,
     ) -> Result<(), StorageError>;
 
@@ -393,7 +379,7 @@ pub trait Runs: Send + Sync + 'static {
 
     /// How many calls the window `opened_by` opened let through, and how many of them
     /// failed.
-    async fn window_use(&self, opened_by: &ConfirmationId) -> Result<WindowUse, StorageError>;
+    async fn window_use(&self, opened_by: &QuestionId) -> Result<WindowUse, StorageError>;
 }
 
 /// The webhook outbox: deliveries queued with outcomes, and their attempts.
@@ -448,7 +434,7 @@ pub trait Audit: Send + Sync + 'static {
     async fn record_event(&self, event: NewEvent) -> Result<(), StorageError>;
 
     /// One request's events, oldest first.
-    async fn events_for(&self, id: &ConfirmationId) -> Result<Vec<AuditEvent>, StorageError>;
+    async fn events_for(&self, id: &QuestionId) -> Result<Vec<AuditEvent>, StorageError>;
 
     /// The whole trail (from `since`, if given), in sequence order, as stored.
     async fn audit_rows(

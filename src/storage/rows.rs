@@ -11,7 +11,7 @@ use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit::{self, AuditEvent, GENESIS_HASH, NewEvent, StoredRow};
 use crate::domain::grant::{Grant, GrantSource, Scope};
 use crate::domain::ids::{
-    CallbackToken, ConfirmationId, DeliveryId, GrantId, IdempotencyKey, OwnerId, ToolName,
+    CallbackToken, DeliveryId, GrantId, IdempotencyKey, OwnerId, QuestionId, ToolName,
 };
 use crate::domain::interaction::{Answer, TimeoutAction};
 use crate::domain::question::{
@@ -124,7 +124,7 @@ impl Row {
             &corrupt,
         )?;
         Ok(Question {
-            id: ConfirmationId::parse(&self.id).map_err(|_| corrupt("id"))?,
+            id: QuestionId::parse(&self.id).map_err(|_| corrupt("id"))?,
             agent: self.agent,
             route: self.route,
             chat_id: self.chat_id,
@@ -191,7 +191,7 @@ impl Row {
                 "expect_outcome_seconds",
                 &corrupt,
             )?,
-            execution: stored_run_report(
+            run_report: stored_run_report(
                 self.run_status,
                 self.run_summary,
                 self.run_error,
@@ -286,7 +286,7 @@ pub(super) fn window(
     Ok(Window {
         key: key.clone(),
         expires_at: from_ms(expires_at).ok_or_else(|| corrupt("window expiry"))?,
-        opened_by: ConfirmationId::parse(opened_by).map_err(|_| corrupt("opened_by"))?,
+        opened_by: QuestionId::parse(opened_by).map_err(|_| corrupt("opened_by"))?,
     })
 }
 
@@ -298,7 +298,7 @@ pub(super) fn pending_entry(
 ) -> Result<PendingEntry, StorageError> {
     let corrupt = corrupt_in(&id);
     Ok(PendingEntry {
-        id: ConfirmationId::parse(&id).map_err(|_| corrupt("id"))?,
+        id: QuestionId::parse(&id).map_err(|_| corrupt("id"))?,
         expires_at: from_ms(at).ok_or_else(|| corrupt("expires_at"))?,
         delivered,
         attached,
@@ -657,8 +657,7 @@ impl WindowRow {
                     route: self.window_route.clone(),
                 },
                 expires_at: from_ms(self.expires_at).ok_or_else(|| corrupt("window expiry"))?,
-                opened_by: ConfirmationId::parse(&self.opened_by)
-                    .map_err(|_| corrupt("opened_by"))?,
+                opened_by: QuestionId::parse(&self.opened_by).map_err(|_| corrupt("opened_by"))?,
             },
             route: self.route.clone(),
             chat_id: self.chat_id,
@@ -720,8 +719,7 @@ impl GrantRow {
         };
         let source = match (self.confirmation_id, self.interaction_id) {
             (Some(id), None) => GrantSource::Asked {
-                confirmation_id: ConfirmationId::parse(&id)
-                    .map_err(|_| corrupt("confirmation_id"))?,
+                confirmation_id: QuestionId::parse(&id).map_err(|_| corrupt("confirmation_id"))?,
             },
             (None, Some(interaction_id)) => GrantSource::Interaction { interaction_id },
             _ => return Err(corrupt("source")),
@@ -767,7 +765,7 @@ impl OutboxRow {
         Ok(OutboxEntry {
             delivery_id: DeliveryId::parse(&self.delivery_id)
                 .map_err(|_| corrupt("delivery_id"))?,
-            confirmation_id: ConfirmationId::parse(&self.confirmation_id)
+            confirmation_id: QuestionId::parse(&self.confirmation_id)
                 .map_err(|_| corrupt("confirmation_id"))?,
             created_at: from_ms(self.created_at).ok_or_else(|| corrupt("created_at"))?,
             attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),

@@ -16,7 +16,7 @@ use super::rows::{self, confirmation_columns, from_ms, insert_runs, ms, operator
 use super::{Coordination, Inserted, LiveWindow, StorageError, WindowCache};
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit::{self, GENESIS_HASH, NewEvent};
-use crate::domain::ids::{ConfirmationId, OwnerId, ToolName};
+use crate::domain::ids::{OwnerId, QuestionId, ToolName};
 use crate::domain::question::{Question, Via, Window, WindowKey};
 
 /// The schema's migrations ([`Administration::migrate`](super::Administration::migrate)).
@@ -315,7 +315,7 @@ impl SqliteStore {
             let window = Window {
                 key: key.clone(),
                 expires_at: from_ms(expires_at).ok_or_else(|| corrupt("expiry"))?,
-                opened_by: ConfirmationId::parse(&opened_by).map_err(|_| corrupt("opened_by"))?,
+                opened_by: QuestionId::parse(&opened_by).map_err(|_| corrupt("opened_by"))?,
             };
             map.insert(key, window);
         }

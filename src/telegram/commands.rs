@@ -17,7 +17,7 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::grant::{Grant, scope_in_words};
-use crate::domain::ids::{ConfirmationId, GrantId};
+use crate::domain::ids::{GrantId, QuestionId};
 use crate::domain::question::{Question, operator_time as date_time};
 use crate::domain::text::{self, Layout};
 use crate::service::{Command, CommandError, CommandReply, RevokeTarget, Service, Setup};
@@ -108,7 +108,7 @@ pub fn parse(text: &str, me: Option<&str>) -> Parsed {
         "revoke" => match (words.next(), words.next()) {
             (None, _) => Err(CommandError::RevokeWithoutId),
             (Some(_), Some(_)) => Err(CommandError::RevokeTooManyIds),
-            (Some(id), None) => ConfirmationId::parse(id)
+            (Some(id), None) => QuestionId::parse(id)
                 .map(RevokeTarget::Window)
                 .or_else(|_| GrantId::parse(id).map(RevokeTarget::Grant))
                 .map(Command::Revoke)
@@ -531,7 +531,7 @@ mod tests {
         assert_eq!(
             parse(&format!("/revoke@hitl_test_bot  {ID} "), ME),
             ours(Command::Revoke(RevokeTarget::Window(
-                ConfirmationId::parse(ID).unwrap()
+                QuestionId::parse(ID).unwrap()
             )))
         );
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::support::app::*;
 use crate::support::fake_telegram::SentMessage;
-use hitl_telegram::domain::ids::ConfirmationId;
+use hitl_telegram::domain::ids::QuestionId;
 use hitl_telegram::storage::{Questions, SqliteStore};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -375,10 +375,7 @@ async fn a_nul_the_template_makes_is_stored_and_shown_as_its_escape() {
         (StatusCode::OK, &json!("pending"))
     );
     let store = SqliteStore::connect_existing(&app.db_url).await.unwrap();
-    let stored = store
-        .get(&ConfirmationId::parse(id).unwrap())
-        .await
-        .unwrap();
+    let stored = store.get(&QuestionId::parse(id).unwrap()).await.unwrap();
     assert_eq!(stored.unwrap().briefing, "set [\\x00]");
 }
 

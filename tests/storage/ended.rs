@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use hitl_telegram::domain::question::{Outcome, Question, Status, Via};
+use hitl_telegram::domain::question::{Ending, Question, Status, Via};
 use hitl_telegram::service::now;
 use hitl_telegram::storage::{Decided, EndedCursor, Store};
 use time::OffsetDateTime;
@@ -29,7 +29,7 @@ async fn ended_in(s: &dyn Store, chat: i64, at: OffsetDateTime, copy_to: Option<
     if let Some(c) = copy_to {
         assert!(s.add_copy(&q.id, "alice", c, now()).await.unwrap());
     }
-    let decision = Outcome::Approved {
+    let decision = Ending::Approved {
         by: op(7),
         once: true,
     }

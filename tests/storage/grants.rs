@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hitl_telegram::domain::grant::{Grant, GrantSource, Scope};
 use hitl_telegram::domain::ids::{GrantId, OwnerId, ToolName};
-use hitl_telegram::domain::question::{Operator, Outcome, Question};
+use hitl_telegram::domain::question::{Ending, Operator, Question};
 use hitl_telegram::service::now;
 use hitl_telegram::storage::{GrantInserted, Store};
 use time::OffsetDateTime;
@@ -500,7 +500,7 @@ async fn a_yes_to_a_grant_question_stores_its_grant_in_the_same_write(db: TestDb
     for q in [&yes, &no] {
         s.insert(q, now()).await.unwrap();
     }
-    let answered = |value: bool| Outcome::Completed {
+    let answered = |value: bool| Ending::Completed {
         value: serde_json::Value::Bool(value),
         by: Some(op(7)),
         reason: "answered".into(),

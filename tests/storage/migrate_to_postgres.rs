@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::support::app::*;
 use crate::support::postgres::PgDatabase;
 use hitl_telegram::domain::grant::{Grant, GrantSource, Scope};
-use hitl_telegram::domain::ids::{ConfirmationId, GrantId, OwnerId, ToolName};
+use hitl_telegram::domain::ids::{GrantId, OwnerId, QuestionId, ToolName};
 use hitl_telegram::domain::question::Operator;
 use hitl_telegram::service::now;
 use hitl_telegram::storage::{self, ConnectMode, GrantInserted};
@@ -232,7 +232,7 @@ async fn store_grants(url: &str, decided: &str) -> [Grant; 2] {
         revoked_at: None,
         revoked_by: None,
         source: GrantSource::Asked {
-            confirmation_id: ConfirmationId::parse(decided).expect("id"),
+            confirmation_id: QuestionId::parse(decided).expect("id"),
         },
     };
     let presented = Grant {

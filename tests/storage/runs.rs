@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hitl_telegram::domain::audit;
-use hitl_telegram::domain::execution::{Report, RunStatus};
 use hitl_telegram::domain::ids::{CallbackToken, ToolName};
-use hitl_telegram::domain::question::{Outcome, Question, Status, Via};
+use hitl_telegram::domain::question::{Ending, Question, Status, Via};
+use hitl_telegram::domain::run_report::{NewRunReport, RunStatus};
 use hitl_telegram::service::now;
 use hitl_telegram::storage::{Decided, RunReported, Store};
 
@@ -25,8 +25,8 @@ on_both_backends! {
     of_two_stores_reporting_different_outcomes_at_once_exactly_one_is_taken,
 }
 
-fn report(status: &str, error: Option<&str>) -> Report {
-    Report::new(status, None, error.map(str::to_owned), Some(12)).unwrap()
+fn report(status: &str, error: Option<&str>) -> NewRunReport {
+    NewRunReport::new(status, None, error.map(str::to_owned), Some(12)).unwrap()
 }
 
 /// A pending question stored and approved by an operator now; `expect`: the route's
@@ -37,7 +37,7 @@ async fn approved(s: &dyn Store, tool: &str, expect: Option<u64>) -> Question {
     q.window_seconds = 0;
     q.expect_outcome_seconds = expect;
     s.insert(&q, now()).await.unwrap();
-    let decision = Outcome::Approved {
+    let decision = Ending::Approved {
         by: op(7),
         once: false,
     }
@@ -71,12 +71,12 @@ async fn a_report_is_taken_once_from_its_agent_on_an_approved_call_only(db: Test
         RunReported::Taken(r) => r,
         other => panic!("{other:?}"),
     };
-    let run = taken.execution.clone().expect("the run");
+    let run = taken.run_report.clone().expect("the run");
     assert_eq!(run.status, RunStatus::Failed);
     assert_eq!(run.error.as_deref(), Some("disk full"));
     assert_eq!(run.duration_ms, Some(12));
     // Read back the same, from the table.
-    assert_eq!(s.get(&q.id).await.unwrap().unwrap().execution, Some(run));
+    assert_eq!(s.get(&q.id).await.unwrap().unwrap().run_report, Some(run));
     assert!(matches!(
         s.report_run(&q.id, "agent", &failed, now()).await.unwrap(),
         RunReported::Same(_)
@@ -127,7 +127,7 @@ async fn a_call_owed_a_report_is_marked_unknown_once_and_a_late_report_replaces_
     let ids: Vec<_> = marked.iter().map(|q| &q.id).collect();
     assert_eq!(ids, [&owed.id]);
     assert_eq!(
-        marked[0].execution.as_ref().map(|e| e.status),
+        marked[0].run_report.as_ref().map(|e| e.status),
         Some(RunStatus::Unknown)
     );
     assert!(s.overdue_runs(later, 100).await.unwrap().is_empty(), "once");
@@ -141,7 +141,7 @@ async fn a_call_owed_a_report_is_marked_unknown_once_and_a_late_report_replaces_
             .await
             .unwrap()
             .unwrap()
-            .execution
+            .run_report
             .is_none()
     );
 
@@ -152,7 +152,7 @@ async fn a_call_owed_a_report_is_marked_unknown_once_and_a_late_report_replaces_
         RunReported::Taken(r) => r,
         other => panic!("{other:?}"),
     };
-    let run = r.execution.unwrap();
+    let run = r.run_report.unwrap();
     assert_eq!(run.status, RunStatus::Executed);
     let unshown: Vec<_> = s
         .unshown_runs()
@@ -228,13 +228,13 @@ async fn the_last_failed_run_of_a_tool_is_recalled_and_a_later_success_clears_it
 /// A call a window confirmed at once, `after` the window opened.
 fn window_hit(opener: &Question) -> Question {
     let mut q = opener.clone();
-    q.id = hitl_telegram::domain::ids::ConfirmationId::generate();
+    q.id = hitl_telegram::domain::ids::QuestionId::generate();
     q.callback_token = CallbackToken::never_shown();
     q.status = Status::Confirmed;
     q.via = Some(Via::Window);
     q.decided_by = None;
     q.message_id = None;
-    q.execution = None;
+    q.run_report = None;
     let t = now() + Duration::from_millis(2);
     q.created_at = t;
     q.decided_at = Some(t);
@@ -247,7 +247,7 @@ async fn a_window_counts_the_calls_it_let_through_and_their_failures(db: TestDb)
     let mut opener = pending(None);
     opener.window_seconds = 600;
     s.insert(&opener, now()).await.unwrap();
-    let decision = Outcome::Approved {
+    let decision = Ending::Approved {
         by: op(7),
         once: false,
     }

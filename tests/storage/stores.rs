@@ -14,11 +14,11 @@ use std::time::Duration;
 use hitl_telegram::domain::args_hash::ArgsHash;
 use hitl_telegram::domain::audit;
 use hitl_telegram::domain::authority::{Authority, RouteAuthority};
-use hitl_telegram::domain::ids::{ConfirmationId, IdempotencyKey, OwnerId};
+use hitl_telegram::domain::ids::{IdempotencyKey, OwnerId, QuestionId};
 use hitl_telegram::domain::interaction::Answer;
 use hitl_telegram::domain::python;
 use hitl_telegram::domain::question::{
-    Decision, EditApplied, Edited, Operator, Outcome, Question, Status,
+    Decision, EditApplied, Edited, Ending, Operator, Question, Status,
 };
 use hitl_telegram::service::now;
 use hitl_telegram::storage::{
@@ -145,7 +145,7 @@ pub(crate) fn op(id: u64) -> Operator {
 
 /// Operator `id` approving now, with the request's window.
 fn approved(id: u64) -> Decision {
-    Outcome::Approved {
+    Ending::Approved {
         by: op(id),
         once: false,
     }
@@ -187,12 +187,12 @@ async fn decide_concurrently(stores: &[Arc<dyn Store>]) {
         let id = r.id.clone();
         tasks.push(tokio::spawn(async move {
             let outcome = match i % 3 {
-                0 => Outcome::Approved {
+                0 => Ending::Approved {
                     by: op(i),
                     once: false,
                 },
-                1 => Outcome::Cancelled(op(i)),
-                _ => Outcome::TimedOut {
+                1 => Ending::Cancelled(op(i)),
+                _ => Ending::TimedOut {
                     after: Duration::from_secs(1),
                 },
             };
@@ -651,18 +651,18 @@ async fn a_question_is_found_by_its_message_its_copies_and_its_strays(db: TestDb
     assert_eq!(s.pending_in_chat(-1).await.unwrap().len(), 1);
 
     s.decide(&r.id, &approved(1)).await.unwrap();
-    assert_eq!(s.unshown_outcomes().await.unwrap().len(), 1);
-    s.mark_shown(&r.id, Shown::Outcome).await.unwrap();
-    s.mark_shown(&r.id, Shown::CopyOutcome { chat_id: 222 })
+    assert_eq!(s.unshown_decisions().await.unwrap().len(), 1);
+    s.mark_shown(&r.id, Shown::Decision).await.unwrap();
+    s.mark_shown(&r.id, Shown::CopyDecision { chat_id: 222 })
         .await
         .unwrap();
-    assert_eq!(s.unshown_outcomes().await.unwrap().len(), 1, "the stray");
-    let stray = Shown::StrayOutcome {
+    assert_eq!(s.unshown_decisions().await.unwrap().len(), 1, "the stray");
+    let stray = Shown::StrayDecision {
         chat_id: 333,
         message_id: 9,
     };
     s.mark_shown(&r.id, stray).await.unwrap();
-    assert!(s.unshown_outcomes().await.unwrap().is_empty());
+    assert!(s.unshown_decisions().await.unwrap().is_empty());
     let kinds: Vec<String> = s
         .events_for(&r.id)
         .await
@@ -860,7 +860,7 @@ async fn answers_are_one_per_person_and_a_settling_answer_decides(db: TestDb) {
         .await
         .unwrap();
     assert!(matches!(late, Answered::Closed(_)));
-    let missing = ConfirmationId::generate();
+    let missing = QuestionId::generate();
     assert!(matches!(
         s.add_answer(&missing, &answer(1, serde_json::json!(true)), None, None)
             .await

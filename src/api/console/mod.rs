@@ -30,7 +30,7 @@ use super::body::{object, text};
 use super::error::ApiError;
 use super::extract::Body;
 use super::limits::{Held, Slot};
-use crate::domain::ids::ConfirmationId;
+use crate::domain::ids::QuestionId;
 use crate::domain::launch::{self, LaunchError};
 use crate::domain::limits::MAX_PARAM_KEYS;
 use crate::domain::python;
@@ -174,8 +174,8 @@ fn confirm_twice(state: &AppState, q: &crate::domain::question::Question) -> boo
         .is_some_and(|r| r.console_confirm)
 }
 
-fn question_id(id: &str) -> Result<ConfirmationId, ApiError> {
-    ConfirmationId::parse(id).map_err(|_| ApiError::NotFound("no such question".into()))
+fn question_id(id: &str) -> Result<QuestionId, ApiError> {
+    QuestionId::parse(id).map_err(|_| ApiError::NotFound("no such question".into()))
 }
 
 /// `GET /app/api/questions`: the pending questions this user may answer, soonest
@@ -355,7 +355,7 @@ async fn revoke_window(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id =
-        ConfirmationId::parse(&id).map_err(|_| ApiError::NotFound("no such live window".into()))?;
+        QuestionId::parse(&id).map_err(|_| ApiError::NotFound("no such live window".into()))?;
     let revoked = state
         .service
         .console()

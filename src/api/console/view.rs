@@ -198,7 +198,7 @@ impl QuestionView {
                 .collect(),
             // The agent's words about its run, with every invisible character as the
             // escape the chat shows, like every other text of the agent's here.
-            outcome: r.execution.as_ref().map(|e| {
+            outcome: r.run_report.as_ref().map(|e| {
                 let mut o = e.to_json();
                 for key in ["summary", "error"] {
                     if let Some(text) = o[key].as_str().map(line) {

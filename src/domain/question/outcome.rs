@@ -1,4 +1,4 @@
-//! What ends a question once it is pending ([`Outcome`]), and the one write that stores
+//! What ends a question once it is pending ([`Ending`]), and the one write that stores
 //! it ([`Decision`]).
 
 use std::time::Duration;
@@ -12,7 +12,7 @@ use crate::domain::text;
 
 /// What ended a request. Each maps to exactly one (status, via) pair.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
+pub enum Ending {
     /// An operator approved; `once`: without opening the request's window.
     Approved {
         by: Operator,
@@ -77,13 +77,13 @@ pub struct Decision {
     pub edit: Option<EditApplied>,
 }
 
-impl Outcome {
+impl Ending {
     pub fn decide(self, at: OffsetDateTime) -> Decision {
         match self {
-            Outcome::Approved { .. }
-            | Outcome::Cancelled(_)
-            | Outcome::Denied { .. }
-            | Outcome::Completed { .. } => self.by_a_person(at),
+            Ending::Approved { .. }
+            | Ending::Cancelled(_)
+            | Ending::Denied { .. }
+            | Ending::Completed { .. } => self.by_a_person(at),
             _ => self.unattended(at),
         }
     }
@@ -91,7 +91,7 @@ impl Outcome {
     /// The outcomes a person's answer settles.
     fn by_a_person(self, at: OffsetDateTime) -> Decision {
         match self {
-            Outcome::Approved { by, once } => {
+            Ending::Approved { by, once } => {
                 let scope = if once { " once" } else { "" };
                 Decision {
                     once,
@@ -103,13 +103,13 @@ impl Outcome {
                     )
                 }
             }
-            Outcome::Cancelled(op) => Decision::plain(
+            Ending::Cancelled(op) => Decision::plain(
                 (Status::Cancelled, Via::Operator),
                 format!("cancelled by {op} (not executed; do not retry this call as it is)"),
                 Some(op),
                 at,
             ),
-            Outcome::Denied { by, reason } => {
+            Ending::Denied { by, reason } => {
                 let text = format!(
                     "denied by {by}; {} (not executed; do not retry this call as it is)",
                     text::their_words(&reason)
@@ -119,7 +119,7 @@ impl Outcome {
                     ..Decision::plain((Status::Cancelled, Via::Operator), text, Some(by), at)
                 }
             }
-            Outcome::Completed {
+            Ending::Completed {
                 value,
                 by,
                 reason,
@@ -137,7 +137,7 @@ impl Outcome {
     fn unattended(self, at: OffsetDateTime) -> Decision {
         let timeout = (Status::Timeout, Via::Timeout);
         match self {
-            Outcome::TimedOut { after } => Decision::plain(
+            Ending::TimedOut { after } => Decision::plain(
                 timeout,
                 format!(
                     "no operator decided within {}: not executed",
@@ -146,7 +146,7 @@ impl Outcome {
                 None,
                 at,
             ),
-            Outcome::Unreachable { why } => Decision::plain(
+            Ending::Unreachable { why } => Decision::plain(
                 timeout,
                 format!(
                     "the question could not reach the chat before its deadline ({why}): not executed"
@@ -154,19 +154,19 @@ impl Outcome {
                 None,
                 at,
             ),
-            Outcome::Withdrawn => Decision::plain(
+            Ending::Withdrawn => Decision::plain(
                 (Status::Cancelled, Via::Withdrawn),
                 "withdrawn by the agent".to_owned(),
                 None,
                 at,
             ),
-            Outcome::FailedClosed { reason } => Decision::plain(
+            Ending::FailedClosed { reason } => Decision::plain(
                 (Status::Cancelled, Via::FailClosed),
                 format!("not executed: {reason}"),
                 None,
                 at,
             ),
-            Outcome::DefaultOnTimeout { value, after } => Decision {
+            Ending::DefaultOnTimeout { value, after } => Decision {
                 result: Some(value),
                 ..Decision::plain(
                     (Status::Completed, Via::Timeout),
@@ -178,7 +178,7 @@ impl Outcome {
                     at,
                 )
             },
-            Outcome::TimedOutWithAction { after, action } => Decision {
+            Ending::TimedOutWithAction { after, action } => Decision {
                 timeout_action: Some(action),
                 ..Decision::plain(
                     timeout,

@@ -9,7 +9,7 @@ use time::OffsetDateTime;
 
 use super::{ANSWER_PENDING_REASON, PENDING_REASON, Question, Status, Via};
 use crate::domain::args_hash::ArgsHash;
-use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey, OwnerId, ToolName};
+use crate::domain::ids::{CallbackToken, IdempotencyKey, OwnerId, QuestionId, ToolName};
 use crate::domain::interaction::Interaction;
 
 /// What a new question is made of: what the agent asked, where it goes and until when.
@@ -81,7 +81,7 @@ impl Question {
             None => PENDING_REASON,
         };
         Question {
-            id: ConfirmationId::generate(),
+            id: QuestionId::generate(),
             agent,
             route,
             chat_id,
@@ -117,7 +117,7 @@ impl Question {
             progress: Default::default(),
             rule: None,
             expect_outcome_seconds,
-            execution: None,
+            run_report: None,
             recalled: None,
             args_schema,
             edited: None,

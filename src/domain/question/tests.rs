@@ -11,24 +11,24 @@ fn op() -> Operator {
 #[test]
 fn each_outcome_maps_to_one_status_and_via() {
     let at = OffsetDateTime::UNIX_EPOCH;
-    let d = Outcome::Approved {
+    let d = Ending::Approved {
         by: op(),
         once: false,
     }
     .decide(at);
     assert_eq!((d.status, d.via), (Status::Confirmed, Via::Operator));
     assert_eq!(d.reason, "approved by Alice (@alice)");
-    let d = Outcome::Cancelled(op()).decide(at);
+    let d = Ending::Cancelled(op()).decide(at);
     assert_eq!((d.status, d.via), (Status::Cancelled, Via::Operator));
-    let d = Outcome::TimedOut {
+    let d = Ending::TimedOut {
         after: Duration::from_secs(120),
     }
     .decide(at);
     assert_eq!((d.status, d.via), (Status::Timeout, Via::Timeout));
     assert!(d.reason.contains("2 min"), "{}", d.reason);
-    let d = Outcome::Withdrawn.decide(at);
+    let d = Ending::Withdrawn.decide(at);
     assert_eq!((d.status, d.via), (Status::Cancelled, Via::Withdrawn));
-    let d = Outcome::FailedClosed {
+    let d = Ending::FailedClosed {
         reason: "chat not found".into(),
     }
     .decide(at);

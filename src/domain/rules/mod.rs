@@ -132,7 +132,7 @@ impl Rule {
     /// matches a call made on behalf of none), and every condition holds; all read as
     /// the rule's effect calls for ([`Reading`]). The agent is the service's own name for
     /// the caller, compared as written either way.
-    pub fn matches(&self, call: &Call<'_>) -> bool {
+    pub fn matches(&self, call: &RuleCall<'_>) -> bool {
         self.applies(&Subject::of(call))
     }
 
@@ -190,7 +190,7 @@ impl Rule {
 
 /// The call a set of rules decides on.
 #[derive(Clone, Copy)]
-pub struct Call<'a> {
+pub struct RuleCall<'a> {
     pub tool: &'a str,
     pub agent: &'a str,
     /// On whose behalf the agent acts, when it says.
@@ -203,13 +203,13 @@ pub struct Call<'a> {
 /// A call with what every rule compares computed once: the tool and the owner in normal
 /// form.
 struct Subject<'c, 'a> {
-    call: &'c Call<'a>,
+    call: &'c RuleCall<'a>,
     tool: Cow<'a, str>,
     owner: Option<Cow<'a, str>>,
 }
 
 impl<'c, 'a> Subject<'c, 'a> {
-    fn of(call: &'c Call<'a>) -> Self {
+    fn of(call: &'c RuleCall<'a>) -> Self {
         Subject {
             call,
             tool: normal::normalise(call.tool),
@@ -237,7 +237,7 @@ impl fmt::Display for LookAlike {
     }
 }
 
-impl fmt::Debug for Call<'_> {
+impl fmt::Debug for RuleCall<'_> {
     /// Without the parameters: their values may be secrets, and logs carry none.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Call")
@@ -250,7 +250,7 @@ impl fmt::Debug for Call<'_> {
 
 /// What the rules decided, and who decided it.
 #[derive(Debug, Clone, Copy)]
-pub struct Decision<'a> {
+pub struct Ruling<'a> {
     pub effect: Effect,
     pub by: DecidedBy<'a>,
 }
@@ -272,9 +272,9 @@ impl fmt::Debug for DecidedBy<'_> {
     }
 }
 
-impl<'a> Decision<'a> {
-    fn by(rule: &'a Rule) -> Decision<'a> {
-        Decision {
+impl<'a> Ruling<'a> {
+    fn by(rule: &'a Rule) -> Ruling<'a> {
+        Ruling {
             effect: rule.effect,
             by: DecidedBy::Rule(rule),
         }
@@ -411,15 +411,15 @@ impl RuleSet {
     /// The decision on `call`: the first matching `deny` in file order, else the first
     /// matching `ask`, else the first matching `allow`, else the set's default (`ask`
     /// unless `rules_default` says otherwise), so there are no ordering traps. The
-    /// [`Decision`] names the rule that decided. A rule's `rate` is not counted here: the
+    /// [`Ruling`] names the rule that decided. A rule's `rate` is not counted here: the
     /// engine stays pure, and the caller, which holds the counters, turns an `allow` past
     /// its rate into an `ask` that names the same rule.
-    pub fn evaluate(&self, call: &Call<'_>) -> Decision<'_> {
+    pub fn evaluate(&self, call: &RuleCall<'_>) -> Ruling<'_> {
         let subject = Subject::of(call);
         let (mut ask, mut allow) = (None, None);
         for rule in self.rules.iter().filter(|r| r.applies(&subject)) {
             match rule.effect {
-                Effect::Deny => return Decision::by(rule),
+                Effect::Deny => return Ruling::by(rule),
                 Effect::Ask => {
                     ask.get_or_insert(rule);
                 }
@@ -429,8 +429,8 @@ impl RuleSet {
             }
         }
         match ask.or(allow) {
-            Some(rule) => Decision::by(rule),
-            None => Decision {
+            Some(rule) => Ruling::by(rule),
+            None => Ruling {
                 effect: self.default,
                 by: DecidedBy::Default,
             },
@@ -476,10 +476,10 @@ impl Policy {
             && self.mode == RulesMode::Enforce
     }
 
-    /// The verdict on `call`, before any `rate` is counted (see [`Verdict::past_rate`]).
-    pub fn judge(&self, call: &Call<'_>) -> (Verdict, Option<Rate>) {
+    /// The verdict on `call`, before any `rate` is counted (see [`RuleVerdict::past_rate`]).
+    pub fn judge(&self, call: &RuleCall<'_>) -> (RuleVerdict, Option<Rate>) {
         let decision = self.set.evaluate(call);
-        let verdict = Verdict {
+        let verdict = RuleVerdict {
             effect: decision.effect,
             rule: decision.rule_name().map(str::to_owned),
             reason: decision.reason().map(str::to_owned),
@@ -495,7 +495,7 @@ impl Policy {
 /// decided (`None`: the default), its reason, the fingerprint of the set in force, and
 /// whether the decision was carried out (`false` in a dry run, where every call asks).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Verdict {
+pub struct RuleVerdict {
     pub effect: Effect,
     pub rule: Option<String>,
     pub reason: Option<String>,
@@ -507,9 +507,9 @@ pub struct Verdict {
     pub past_rate: bool,
 }
 
-impl Verdict {
+impl RuleVerdict {
     /// The `allow` turned into an `ask` because its rule's rate is used up.
-    pub fn past_rate(mut self) -> Verdict {
+    pub fn past_rate(mut self) -> RuleVerdict {
         if self.effect == Effect::Allow {
             self.effect = Effect::Ask;
             self.past_rate = true;

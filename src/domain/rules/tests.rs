@@ -25,14 +25,14 @@ fn refusal(rules: Value) -> String {
     }
 }
 
-fn call<'a>(tool: &'a str, params: &Value) -> Call<'a> {
+fn call<'a>(tool: &'a str, params: &Value) -> RuleCall<'a> {
     call_text(tool, &params.to_string())
 }
 
 /// A call whose `params` are the JSON text `params`, as Python decodes it (`1e400` is
 /// `inf`, which no `Value` holds). Leaked: a test's few calls live as long as it does.
-fn call_text<'a>(tool: &'a str, params: &str) -> Call<'a> {
-    Call {
+fn call_text<'a>(tool: &'a str, params: &str) -> RuleCall<'a> {
+    RuleCall {
         tool,
         agent: "agent-a",
         owner: Some("alice"),
@@ -41,7 +41,7 @@ fn call_text<'a>(tool: &'a str, params: &str) -> Call<'a> {
 }
 
 /// The effect and the deciding rule's name (`None`: the default decided).
-fn decide(set: &RuleSet, call: &Call<'_>) -> (Effect, Option<String>) {
+fn decide(set: &RuleSet, call: &RuleCall<'_>) -> (Effect, Option<String>) {
     let d = set.evaluate(call);
     (d.effect, d.rule_name().map(str::to_owned))
 }
@@ -825,7 +825,7 @@ fn a_rule_a_decision_and_a_call_read_plainly_in_debug_without_parameter_values()
     );
     let params = json!({"amount": 5, "to": "acct-1"});
     let decision = format!("{:?}", set.evaluate(&call("transfer", &params)));
-    assert_eq!(decision, "Decision { effect: Allow, by: Rule(\"small\") }");
+    assert_eq!(decision, "Ruling { effect: Allow, by: Rule(\"small\") }");
     let call = format!("{:?}", call("transfer", &params));
     assert_eq!(
         call, "Call { tool: \"transfer\", agent: \"agent-a\", owner: Some(\"alice\"), .. }",

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use super::from_ms;
 use crate::domain::args_hash::ArgsHash;
-use crate::domain::execution::{Execution, RunStatus};
 use crate::domain::interaction::{self, Interaction};
 use crate::domain::question::{Edited, Operator};
+use crate::domain::run_report::{RunReport, RunStatus};
 use crate::storage::StorageError;
 
 /// How a column that does not read names itself (see [`super::corrupt_in`]).
@@ -74,9 +74,9 @@ pub(super) fn stored_run_report(
     duration_ms: Option<i64>,
     at: Option<i64>,
     corrupt: &Corrupt<'_>,
-) -> Result<Option<Execution>, StorageError> {
+) -> Result<Option<RunReport>, StorageError> {
     Ok(match (status, at) {
-        (Some(status), Some(at)) => Some(Execution {
+        (Some(status), Some(at)) => Some(RunReport {
             status: RunStatus::parse(&status).ok_or_else(|| corrupt("run_status"))?,
             summary,
             error,

@@ -16,7 +16,7 @@ use sqlx::{Database, Transaction};
 use super::Db;
 use super::append_events;
 use crate::domain::audit::NewEvent;
-use crate::domain::ids::ConfirmationId;
+use crate::domain::ids::QuestionId;
 use crate::domain::question::Question;
 use crate::storage::StorageError;
 use crate::storage::rows::{self, AnswerRow, CopyRow, Row, StrayRow, select_where};
@@ -50,7 +50,7 @@ pub(crate) async fn append_event(
 /// such question).
 pub(crate) async fn read_in(
     tx: &mut Transaction<'_, Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
 ) -> Result<Option<Question>, StorageError> {
     let row = sqlx::query_as::<_, Row>(select_where!("id = $1"))
         .bind(id.as_str())

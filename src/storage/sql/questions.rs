@@ -9,7 +9,7 @@ use super::grants::insert_grant;
 use super::outbox::enqueue_delivery;
 use super::{Db, append_event, append_events, hydrate, hydrate_all, one, read_in};
 use crate::domain::audit::{self, NewEvent};
-use crate::domain::ids::{CallbackToken, ConfirmationId, IdempotencyKey};
+use crate::domain::ids::{CallbackToken, IdempotencyKey, QuestionId};
 use crate::domain::interaction::{Answer, TimeoutAction};
 use crate::domain::question::{Decision, Operator, Question, Step};
 use crate::storage::rows::{
@@ -81,7 +81,7 @@ pub(crate) async fn insert_in(
 /// transaction.
 pub(crate) async fn apply_decision(
     tx: &mut Transaction<'_, Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
     d: &Decision,
     max_backlog: u32,
 ) -> Result<Decided, StorageError> {
@@ -118,7 +118,7 @@ pub(crate) async fn apply_decision(
 /// whether it applied.
 async fn mark_decided(
     tx: &mut Transaction<'_, Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
     d: &Decision,
 ) -> Result<bool, StorageError> {
     let (by_id, by_username, by_name) = operator_columns(&d.decided_by);
@@ -167,7 +167,7 @@ async fn mark_decided(
 /// An approved call owed a report (the route's `expect_outcome_seconds`).
 async fn set_run_due(
     tx: &mut Transaction<'_, Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
     due: i64,
 ) -> Result<(), StorageError> {
     sqlx::query("UPDATE confirmations SET run_due_at = $1 WHERE id = $2")
@@ -226,7 +226,7 @@ async fn store_grant_of_tap(
 /// already answered.
 pub(crate) async fn insert_answer(
     tx: &mut Transaction<'_, Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
     a: &Answer,
 ) -> Result<bool, StorageError> {
     let (uid, username, name) = operator_columns(&a.by);
@@ -278,7 +278,7 @@ pub(crate) async fn push_agent_event(
 /// (`by`, `detail`) and commits. Returns the question as it now is.
 pub(crate) async fn commit_step(
     mut tx: Transaction<'_, Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
     step: Step,
     by: Option<&Operator>,
     detail: serde_json::Value,
@@ -337,7 +337,7 @@ pub(crate) async fn pending(pool: &Pool<Db>) -> Result<Vec<PendingEntry>, Storag
 /// See [`crate::storage::Questions::get`].
 pub(crate) async fn get(
     pool: &Pool<Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
 ) -> Result<Option<Question>, StorageError> {
     let mut conn = pool.acquire().await?;
     let row = sqlx::query_as::<_, Row>(select_where!("id = $1"))
@@ -484,7 +484,7 @@ pub(crate) async fn ended_in_chats(
 }
 
 /// See [`crate::storage::Questions::unshown_outcomes`].
-pub(crate) async fn unshown_outcomes(pool: &Pool<Db>) -> Result<Vec<Question>, StorageError> {
+pub(crate) async fn unshown_decisions(pool: &Pool<Db>) -> Result<Vec<Question>, StorageError> {
     let mut conn = pool.acquire().await?;
     let rows: Vec<Row> = sqlx::query_as(select_where!(concat!(
         "status <> 'pending' AND ((",
@@ -510,7 +510,7 @@ pub(crate) async fn unshown_outcomes(pool: &Pool<Db>) -> Result<Vec<Question>, S
 /// and commits; see [`crate::storage::Messages::set_message_id`].
 pub(crate) async fn set_message_id(
     mut tx: Transaction<'_, Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
     message_id: i32,
 ) -> Result<(), StorageError> {
     let chat: Option<(i64,)> =
@@ -539,7 +539,7 @@ pub(crate) async fn set_message_id(
 /// when it was added; see [`crate::storage::Steps::add_answer`].
 pub(crate) async fn add_answer(
     mut tx: Transaction<'_, Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
     answer: &Answer,
     settles: Option<&Decision>,
     also: Option<&NewEvent>,
@@ -606,23 +606,23 @@ pub(crate) async fn add_answer(
 /// See [`crate::storage::Messages::mark_shown`].
 pub(crate) async fn mark_shown(
     pool: &Pool<Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
     what: Shown,
 ) -> Result<(), StorageError> {
     let query = match what {
         Shown::Attachment => {
             sqlx::query("UPDATE confirmations SET attached = TRUE WHERE id = $1").bind(id.as_str())
         }
-        Shown::Outcome => {
+        Shown::Decision => {
             sqlx::query("UPDATE confirmations SET outcome_shown = TRUE WHERE id = $1")
                 .bind(id.as_str())
         }
-        Shown::CopyOutcome { chat_id } => sqlx::query(
+        Shown::CopyDecision { chat_id } => sqlx::query(
             "UPDATE copies SET outcome_shown = TRUE WHERE question_id = $1 AND chat_id = $2",
         )
         .bind(id.as_str())
         .bind(chat_id),
-        Shown::StrayOutcome {
+        Shown::StrayDecision {
             chat_id,
             message_id,
         } => sqlx::query(

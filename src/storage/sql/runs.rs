@@ -11,9 +11,9 @@ use super::outbox::enqueue_delivery;
 use super::questions::push_agent_event;
 use super::{Db, append_event, hydrate_all, read_in};
 use crate::domain::audit;
-use crate::domain::execution::{Recalled, Report, RunStatus};
-use crate::domain::ids::{ConfirmationId, ToolName};
+use crate::domain::ids::{QuestionId, ToolName};
 use crate::domain::question::Question;
+use crate::domain::run_report::{NewRunReport, Recalled, RunStatus};
 use crate::storage::rows::{Row, ms, select_where};
 use crate::storage::{RunReported, StorageError, WindowUse};
 
@@ -21,9 +21,9 @@ use crate::storage::{RunReported, StorageError, WindowUse};
 /// transaction, and commits when the report is taken.
 pub(crate) async fn report_run(
     mut tx: Transaction<'_, Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
     agent: &str,
-    report: &Report,
+    report: &NewRunReport,
     now: OffsetDateTime,
     max_backlog: u32,
 ) -> Result<RunReported, StorageError> {
@@ -36,7 +36,7 @@ pub(crate) async fn report_run(
     if !before.takes_report() {
         return Ok(RunReported::NotConfirmed(before));
     }
-    match &before.execution {
+    match &before.run_report {
         Some(run) if run.same_as(report) => return Ok(RunReported::Same(before)),
         Some(run) if !run.replaceable() => return Ok(RunReported::Conflict(before)),
         _ => {}
@@ -66,12 +66,12 @@ pub(crate) async fn report_run(
         return Ok(RunReported::NotFound);
     };
     if !changed {
-        return Ok(match &after.execution {
+        return Ok(match &after.run_report {
             Some(stored) if stored.same_as(report) => RunReported::Same(after),
             _ => RunReported::Conflict(after),
         });
     }
-    let replaced = before.execution.as_ref();
+    let replaced = before.run_report.as_ref();
     append_event(&mut tx, &audit::outcome_reported(&after, &run, replaced)).await?;
     push_agent_event(&mut tx, &after, "status", &after.run_event(), now).await?;
     enqueue_delivery(&mut tx, &after, now, max_backlog).await?;
@@ -110,7 +110,7 @@ pub(crate) async fn overdue_runs(
         .await?
         .rows_affected()
             == 1;
-        let id = ConfirmationId::parse(&id).map_err(|_| StorageError::Corrupt {
+        let id = QuestionId::parse(&id).map_err(|_| StorageError::Corrupt {
             id: id.clone(),
             what: "id".into(),
         })?;
@@ -132,7 +132,7 @@ pub(crate) async fn overdue_runs(
 /// See [`crate::storage::Runs::mark_run_shown`].
 pub(crate) async fn mark_run_shown(
     pool: &Pool<Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
     reported_at: OffsetDateTime,
 ) -> Result<(), StorageError> {
     // Conditional on the run shown: a late report that replaced it meanwhile still
@@ -225,7 +225,7 @@ pub(crate) async fn recall_run(
 /// See [`crate::storage::Runs::window_use`].
 pub(crate) async fn window_use(
     pool: &Pool<Db>,
-    opened_by: &ConfirmationId,
+    opened_by: &QuestionId,
 ) -> Result<WindowUse, StorageError> {
     // The calls of the window's own key since the request that opened it was decided
     // (a window opened again by a later approval counts from that approval).

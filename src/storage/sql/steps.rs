@@ -10,7 +10,7 @@ use time::OffsetDateTime;
 use super::questions::commit_step;
 use super::{Db, append_event};
 use crate::domain::audit;
-use crate::domain::ids::ConfirmationId;
+use crate::domain::ids::QuestionId;
 use crate::domain::question::{Operator, Question, Step, rfc3339};
 use crate::storage::StorageError;
 use crate::storage::rows::{ms, user_column};
@@ -18,7 +18,7 @@ use crate::storage::rows::{ms, user_column};
 /// See [`crate::storage::Steps::selection`].
 pub(crate) async fn selection(
     pool: &Pool<Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
     user_id: u64,
 ) -> Result<Vec<String>, StorageError> {
     let row: Option<(String,)> =
@@ -35,7 +35,7 @@ pub(crate) async fn selection(
 /// See [`crate::storage::Steps::set_selection`].
 pub(crate) async fn set_selection(
     pool: &Pool<Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
     user_id: u64,
     keys: &[String],
 ) -> Result<(), StorageError> {
@@ -54,7 +54,7 @@ pub(crate) async fn set_selection(
 /// See [`crate::storage::Steps::extend`]; `tx` is the backend's audit transaction.
 pub(crate) async fn extend(
     mut tx: Transaction<'_, Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
     from: OffsetDateTime,
     to: OffsetDateTime,
     by: &Operator,
@@ -82,7 +82,7 @@ pub(crate) async fn extend(
 /// See [`crate::storage::Steps::claim_reminders`]; `tx` is the backend's audit transaction.
 pub(crate) async fn claim_reminders(
     mut tx: Transaction<'_, Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
     sent: u32,
     passed: u32,
     now: OffsetDateTime,
@@ -108,7 +108,7 @@ pub(crate) async fn claim_reminders(
 /// See [`crate::storage::Steps::escalate`]; `tx` is the backend's audit transaction.
 pub(crate) async fn escalate(
     mut tx: Transaction<'_, Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
     recipient: &str,
     chat_id: i64,
     now: OffsetDateTime,
@@ -142,7 +142,7 @@ pub(crate) async fn escalate(
 /// See [`crate::storage::Steps::request_reason`]; `tx` is the backend's audit transaction.
 pub(crate) async fn request_reason(
     mut tx: Transaction<'_, Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
     by: &Operator,
     chat_id: i64,
     now: OffsetDateTime,
@@ -211,7 +211,7 @@ pub(crate) async fn move_route_chat(
 /// See [`crate::storage::Messages::add_copy`]; `tx` is the backend's audit transaction.
 pub(crate) async fn add_copy(
     mut tx: Transaction<'_, Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
     recipient: &str,
     chat_id: i64,
     now: OffsetDateTime,
@@ -240,7 +240,7 @@ pub(crate) async fn add_copy(
 /// See [`crate::storage::Messages::set_copy_message_id`]; `tx` is the backend's audit transaction.
 pub(crate) async fn set_copy_message_id(
     mut tx: Transaction<'_, Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
     chat_id: i64,
     message_id: i32,
     now: OffsetDateTime,
@@ -260,7 +260,7 @@ pub(crate) async fn set_copy_message_id(
 /// See [`crate::storage::Steps::set_reason_prompt`].
 pub(crate) async fn set_reason_prompt(
     pool: &Pool<Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
     user_id: u64,
     prompt_message_id: i32,
 ) -> Result<(), StorageError> {
@@ -281,7 +281,7 @@ pub(crate) async fn set_reason_prompt(
 /// commits; the caller reads the question back.
 pub(crate) async fn add_stray(
     mut tx: Transaction<'_, Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
     chat_id: i64,
     message_id: i32,
     now: OffsetDateTime,
@@ -319,9 +319,9 @@ pub(crate) async fn reason_request_for(
     pool: &Pool<Db>,
     chat_id: i64,
     reply_to: i32,
-    named: Option<&ConfirmationId>,
+    named: Option<&QuestionId>,
     user_id: u64,
-) -> Result<Option<ConfirmationId>, StorageError> {
+) -> Result<Option<QuestionId>, StorageError> {
     let found: Option<(String,)> = sqlx::query_as(
         "SELECT r.question_id FROM reason_requests r
          JOIN confirmations c ON c.id = r.question_id
@@ -339,5 +339,5 @@ pub(crate) async fn reason_request_for(
     .bind(named.map(|id| id.as_str()))
     .fetch_optional(pool)
     .await?;
-    Ok(found.and_then(|(id,)| ConfirmationId::parse(&id).ok()))
+    Ok(found.and_then(|(id,)| QuestionId::parse(&id).ok()))
 }

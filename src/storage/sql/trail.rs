@@ -7,14 +7,14 @@ use time::OffsetDateTime;
 
 use super::Db;
 use crate::domain::audit::{self, AuditEvent, StoredRow, StoredStatus};
-use crate::domain::ids::ConfirmationId;
+use crate::domain::ids::QuestionId;
 use crate::storage::rows::{self, AuditRow, ms};
 use crate::storage::{AgentEvent, Gauges, StorageError};
 
 /// See [`crate::storage::Audit::events_for`].
 pub(crate) async fn events_for(
     pool: &Pool<Db>,
-    id: &ConfirmationId,
+    id: &QuestionId,
 ) -> Result<Vec<AuditEvent>, StorageError> {
     let rows: Vec<AuditRow> =
         sqlx::query_as("SELECT * FROM audit_events WHERE confirmation_id = $1 ORDER BY seq")

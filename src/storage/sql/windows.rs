@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 use super::questions::insert_in;
 use super::{Db, append_event, append_events};
 use crate::domain::audit;
-use crate::domain::ids::ConfirmationId;
+use crate::domain::ids::QuestionId;
 use crate::domain::question::{Operator, Question, Window, WindowKey};
 use crate::storage::hits::QueuedHit;
 use crate::storage::rows::{self, WindowRow, insert_confirmations, ms, select_windows_where};
@@ -36,7 +36,7 @@ pub(crate) async fn live_windows(
 /// See [`crate::storage::Windows::live_window_opened_by`].
 pub(crate) async fn live_window_opened_by(
     pool: &Pool<Db>,
-    opened_by: &ConfirmationId,
+    opened_by: &QuestionId,
     now: OffsetDateTime,
 ) -> Result<Option<LiveWindow>, StorageError> {
     let row: Option<WindowRow> = sqlx::query_as(select_windows_where!(
@@ -151,7 +151,7 @@ pub(crate) async fn purge_expired_windows(
 /// audit transaction), which it commits; see [`crate::storage::Windows::revoke_window`].
 pub(crate) async fn revoke_window(
     mut tx: Transaction<'_, Db>,
-    opened_by: &ConfirmationId,
+    opened_by: &QuestionId,
     by: &Operator,
     chat_id: i64,
     now: OffsetDateTime,

@@ -25,7 +25,7 @@ use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup};
 use teloxide::utils::html::escape;
 use time::OffsetDateTime;
 
-use crate::domain::ids::ConfirmationId;
+use crate::domain::ids::QuestionId;
 use crate::domain::interaction::InteractionType;
 use crate::domain::question::{Question, operator_time as date_time};
 use crate::domain::text::{self, Layout};
@@ -41,7 +41,7 @@ pub use keyboard::{
     parse_grant_revoke,
 };
 pub use params::{Attachment, attachment};
-pub use question::{decided_text, notification_text, outcome_line, question_text, run_line};
+pub use question::{decided_text, decision_line, notification_text, question_text, run_line};
 
 /// Telegram's limit on a message's text.
 pub const TELEGRAM_MAX_CHARS: usize = 4096;
@@ -177,7 +177,7 @@ pub fn reason_prompt_text(r: &Question, user_id: u64, name: &str) -> String {
 /// the agent's, so a reply to one must never become a request's deny reason. The id is
 /// the one just before the fixed words that follow it, after anything the question's
 /// own words (tool, question) could hold; a notification opens with 🔔, never ✋.
-pub fn reason_prompt_names(visible: &str) -> Option<ConfirmationId> {
+pub fn reason_prompt_names(visible: &str) -> Option<QuestionId> {
     if !visible.starts_with(REASON_PROMPT_OPENS) {
         return None;
     }
@@ -186,7 +186,7 @@ pub fn reason_prompt_names(visible: &str) -> Option<ConfirmationId> {
     if !opening.contains(", why deny ") {
         return None;
     }
-    ConfirmationId::parse(id).ok()
+    QuestionId::parse(id).ok()
 }
 
 /// The reminder of a question still pending, naming who has not answered.
@@ -263,7 +263,7 @@ pub fn render(r: &Question, view: &View) -> (String, Markup) {
         );
     };
     let mut text = interaction_text(r, i, view);
-    if let Some(line) = outcome_line(r) {
+    if let Some(line) = decision_line(r) {
         text.push_str("\n\n");
         text.push_str(&line);
         if let Some(run) = run_line(r) {

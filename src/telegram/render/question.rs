@@ -4,10 +4,10 @@
 
 use serde_json::Value;
 
-use crate::domain::execution::{RunStatus, duration_words};
 use crate::domain::interaction::{InteractionType, Scope};
 use crate::domain::question::{Question, Status, Via, operator_time as date_time};
 use crate::domain::rules::Effect;
+use crate::domain::run_report::{RunStatus, duration_words};
 use crate::domain::text::{self, Layout};
 use crate::service::View;
 
@@ -190,7 +190,7 @@ pub(super) fn recalled_note(r: &Question) -> String {
 /// The line under the outcome once the agent reported running the call (or the report
 /// is overdue), or `None`.
 pub fn run_line(r: &Question) -> Option<String> {
-    let run = r.execution.as_ref()?;
+    let run = r.run_report.as_ref()?;
     let words = |t: Option<&str>| match t {
         Some(t) if !t.trim().is_empty() => format!(": {}", shown_within(t, RUN_TEXT_SHOWN).0),
         _ => String::new(),
@@ -242,7 +242,7 @@ fn edited_line(r: &Question, by: &str, at: &str) -> Option<String> {
 }
 
 /// The line appended when the request ends, or `None` while it is pending.
-pub fn outcome_line(r: &Question) -> Option<String> {
+pub fn decision_line(r: &Question) -> Option<String> {
     let at = r.decided_at.map(clock).unwrap_or_default();
     let by = r
         .decided_by
@@ -369,7 +369,7 @@ pub fn decided_text(r: &Question) -> String {
 pub(super) fn decided_text_in(r: &Question, view: &View) -> String {
     let mut text = question_text(r);
     text.push_str(&escalation_line(view));
-    if let Some(line) = outcome_line(r) {
+    if let Some(line) = decision_line(r) {
         text.push_str("\n\n");
         text.push_str(&line);
     }

@@ -231,7 +231,7 @@ fn only_a_reason_prompt_names_its_request_to_a_reply() {
     assert_eq!(reason_prompt_names(&format!("ref {}", r.id)), None);
 
     // A prompt whose question quotes another prompt names its own request.
-    let other = ConfirmationId::generate();
+    let other = QuestionId::generate();
     let quoting = format!(
         "✋ Alice, why deny “x ({other})? Reply to this message with your reason by” ({})? \
          Reply to this message with your reason by noon.",

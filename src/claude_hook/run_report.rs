@@ -18,8 +18,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::client::{Outcome, Retry, V1Client, cut};
-use crate::domain::execution::MAX_REPORT_CHARS;
+use crate::client::{Retry, RunReportRequest, V1Client, cut};
+use crate::domain::run_report::MAX_REPORT_CHARS;
 
 use super::{HookEvent, HookOptions, HookResult, clean, ledger};
 
@@ -93,12 +93,12 @@ pub(super) async fn report(
         } else {
             error.to_owned()
         };
-        Outcome::failed(&error, None)
+        RunReportRequest::failed(&error, None)
     } else {
         // The tool's output only when asked for (`--report-output`): it may hold what
         // must never reach a chat.
         let summary = opts.report_output.then(|| summary(event)).flatten();
-        Outcome::executed(summary.as_deref(), None)
+        RunReportRequest::executed(summary.as_deref(), None)
     };
     let Some(token) = env(&opts.token_env).filter(|t| !t.trim().is_empty()) else {
         return quiet(Some(format!(

@@ -57,12 +57,12 @@ impl RunStatus {
 
 /// Why a report was refused, naming its field.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReportError {
+pub struct RunReportError {
     pub field: &'static str,
     pub why: String,
 }
 
-impl fmt::Display for ReportError {
+impl fmt::Display for RunReportError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.field, self.why)
     }
@@ -71,21 +71,21 @@ impl fmt::Display for ReportError {
 /// An agent's report, checked: a status an agent may report, texts within bounds, an
 /// error only with `failed`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Report {
+pub struct NewRunReport {
     status: RunStatus,
     summary: Option<String>,
     error: Option<String>,
     duration_ms: Option<u64>,
 }
 
-impl Report {
+impl NewRunReport {
     pub fn new(
         status: &str,
         summary: Option<String>,
         error: Option<String>,
         duration_ms: Option<u64>,
-    ) -> Result<Report, ReportError> {
-        let bad = |field, why: &str| ReportError {
+    ) -> Result<NewRunReport, RunReportError> {
+        let bad = |field, why: &str| RunReportError {
             field,
             why: why.to_owned(),
         };
@@ -98,9 +98,9 @@ impl Report {
             }
             Some(s) => s,
         };
-        let text = |field, t: Option<String>| -> Result<Option<String>, ReportError> {
+        let text = |field, t: Option<String>| -> Result<Option<String>, RunReportError> {
             match t {
-                Some(t) if t.chars().count() > MAX_REPORT_CHARS => Err(ReportError {
+                Some(t) if t.chars().count() > MAX_REPORT_CHARS => Err(RunReportError {
                     field,
                     why: format!("must be at most {MAX_REPORT_CHARS} characters"),
                 }),
@@ -116,7 +116,7 @@ impl Report {
         if error.is_some() && status != RunStatus::Failed {
             return Err(bad("error", "is only for a report with status \"failed\""));
         }
-        Ok(Report {
+        Ok(NewRunReport {
             status,
             summary,
             error,
@@ -129,8 +129,8 @@ impl Report {
     }
 
     /// The report as stored, taken at `at`.
-    pub fn at(self, at: OffsetDateTime) -> Execution {
-        Execution {
+    pub fn at(self, at: OffsetDateTime) -> RunReport {
+        RunReport {
             status: self.status,
             summary: self.summary,
             error: self.error,
@@ -142,7 +142,7 @@ impl Report {
 
 /// What is known of a confirmed call's run.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Execution {
+pub struct RunReport {
     pub status: RunStatus,
     pub summary: Option<String>,
     pub error: Option<String>,
@@ -151,10 +151,10 @@ pub struct Execution {
     pub reported_at: OffsetDateTime,
 }
 
-impl Execution {
+impl RunReport {
     /// `unknown`, decided at `at`.
-    pub fn unknown(at: OffsetDateTime) -> Execution {
-        Execution {
+    pub fn unknown(at: OffsetDateTime) -> RunReport {
+        RunReport {
             status: RunStatus::Unknown,
             summary: None,
             error: None,
@@ -176,7 +176,7 @@ impl Execution {
 
     /// Whether `report` says the same as this: a report sent twice (a retry) is taken
     /// once and answered alike.
-    pub fn same_as(&self, report: &Report) -> bool {
+    pub fn same_as(&self, report: &NewRunReport) -> bool {
         self.status == report.status
             && self.summary == report.summary
             && self.error == report.error
@@ -240,7 +240,8 @@ mod tests {
 
     #[test]
     fn a_report_is_checked_field_by_field() {
-        let ok = Report::new("failed", Some("s".into()), Some("boom".into()), Some(5)).unwrap();
+        let ok =
+            NewRunReport::new("failed", Some("s".into()), Some("boom".into()), Some(5)).unwrap();
         assert_eq!(ok.status(), RunStatus::Failed);
         for (status, summary, error, field) in [
             ("unknown", None, None, "status"),
@@ -249,28 +250,28 @@ mod tests {
             ("executed", Some("x".repeat(501)), None, "summary"),
             ("failed", None, Some("é".repeat(501)), "error"),
         ] {
-            let e = Report::new(status, summary, error, None).unwrap_err();
+            let e = NewRunReport::new(status, summary, error, None).unwrap_err();
             assert_eq!(e.field, field, "{status}");
         }
-        assert!(Report::new("executed", Some("é".repeat(500)), None, None).is_ok());
+        assert!(NewRunReport::new("executed", Some("é".repeat(500)), None, None).is_ok());
     }
 
     #[test]
     fn nul_is_stored_as_its_escape_and_everything_else_as_sent() {
-        let r = Report::new("executed", Some("a\0b\u{202e}".into()), None, None).unwrap();
+        let r = NewRunReport::new("executed", Some("a\0b\u{202e}".into()), None, None).unwrap();
         let e = r.at(OffsetDateTime::UNIX_EPOCH);
         assert_eq!(e.summary.as_deref(), Some("a\\x00b\u{202e}"));
     }
 
     #[test]
     fn the_same_report_again_is_recognised_and_a_different_one_is_not() {
-        let first = Report::new("executed", Some("ok".into()), None, Some(10)).unwrap();
+        let first = NewRunReport::new("executed", Some("ok".into()), None, Some(10)).unwrap();
         let stored = first.clone().at(OffsetDateTime::UNIX_EPOCH);
         assert!(stored.same_as(&first));
-        let other = Report::new("executed", Some("ok".into()), None, Some(11)).unwrap();
+        let other = NewRunReport::new("executed", Some("ok".into()), None, Some(11)).unwrap();
         assert!(!stored.same_as(&other));
         assert!(!stored.replaceable());
-        assert!(Execution::unknown(OffsetDateTime::UNIX_EPOCH).replaceable());
+        assert!(RunReport::unknown(OffsetDateTime::UNIX_EPOCH).replaceable());
     }
 
     #[test]

@@ -18,7 +18,7 @@ use super::error::ApiError;
 use super::extract::{AuthAgent, Body};
 use super::field::{ReportText, value};
 use super::question::{parse_id, respond};
-use crate::domain::execution::Report;
+use crate::domain::run_report::NewRunReport;
 
 /// The longest `duration_ms` taken: a year. A larger one is a unit mistake (µs, ns).
 pub const MAX_DURATION_MS: u64 = 366 * 24 * 3600 * 1000;
@@ -44,7 +44,7 @@ pub struct OutcomeBody {
     pub duration_ms: Option<DurationMs>,
 }
 
-/// `status`: required; which words it may be, [`Report::new`] says.
+/// `status`: required; which words it may be, [`NewRunReport::new`] says.
 pub struct RunStatus(String);
 
 impl<'de> Deserialize<'de> for RunStatus {
@@ -96,10 +96,10 @@ impl PartialSchema for DurationMs {
     }
 }
 
-/// Reads the body into a [`Report`]; every refusal names its field.
-fn parse_report(bytes: &[u8]) -> Result<Report, ApiError> {
+/// Reads the body into a [`NewRunReport`]; every refusal names its field.
+fn parse_report(bytes: &[u8]) -> Result<NewRunReport, ApiError> {
     let body: OutcomeBody = read(&strict_object(bytes)?, "")?;
-    Report::new(
+    NewRunReport::new(
         &body.status.0,
         body.summary.map(|s| s.0),
         body.error.map(|e| e.0),
@@ -135,7 +135,7 @@ pub async fn report(
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
     let report = parse_report(&bytes)?;
-    let record = state.service.report_outcome(&agent, &id, report).await?;
+    let record = state.service.report_run(&agent, &id, report).await?;
     Ok(respond(StatusCode::OK, &record))
 }
 
