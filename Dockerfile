@@ -11,20 +11,23 @@ WORKDIR /src
 # this layer is rebuilt only when Cargo.toml or Cargo.lock change, so a change in src/
 # recompiles the service crate and nothing else.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src bench/loadgen \
+COPY crates/hitl-domain/Cargo.toml ./crates/hitl-domain/Cargo.toml
+RUN mkdir -p src bench/loadgen crates/hitl-domain/src \
+    && touch crates/hitl-domain/src/lib.rs \
     && echo 'fn main() {}' > src/main.rs \
     && touch src/lib.rs \
     && echo 'fn main() {}' > bench/loadgen/main.rs \
     && echo 'fn main() {}' > bench/window_hit.rs \
     && cargo build --release --locked --bin hitl-telegram \
-    && rm -rf src bench
+    && rm -rf src bench crates/hitl-domain/src
+COPY crates/hitl-domain/src ./crates/hitl-domain/src
 COPY src ./src
 COPY migrations ./migrations
 # The built-in defaults (`--demo` from any folder) are compiled in from this file.
 COPY config/default.toml ./config/default.toml
 # COPY keeps the files' own modification times, which can be older than the empty
 # targets just built; touching them makes cargo rebuild the crate for certain.
-RUN touch src/main.rs src/lib.rs \
+RUN touch src/main.rs src/lib.rs crates/hitl-domain/src/lib.rs \
     && cargo build --release --locked --bin hitl-telegram
 
 # Runtime stage: the binary, the default config, nothing else. TLS roots are built in

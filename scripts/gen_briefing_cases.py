@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Briefing cases with the text Python renders for them.
 
-The Rust briefing renderer (src/domain/briefing.rs, src/domain/python/format/) must produce
+The Rust briefing renderer (crates/hitl-domain/src/briefing.rs, crates/hitl-domain/src/python/format/) must produce
 exactly what AI-Parrot's ConfirmationGuard shows:
 
     params = json.loads(params_json)

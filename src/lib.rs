@@ -22,7 +22,7 @@ pub mod claude_hook;
 pub mod cli;
 pub mod client;
 pub mod config;
-pub mod domain;
+pub use hitl_domain as domain;
 #[cfg(test)]
 mod layers;
 pub mod mcp;

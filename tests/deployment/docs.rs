@@ -296,8 +296,8 @@ fn literals_after<'a>(src: &'a str, marker: &str) -> Vec<&'a str> {
 
 #[test]
 fn the_audit_trail_page_names_every_kind_of_audit_event() {
-    let audit = read(&root().join("src/domain/audit.rs"));
-    let steps = read(&root().join("src/domain/question.rs"));
+    let audit = read(&root().join("crates/hitl-domain/src/audit.rs"));
+    let steps = read(&root().join("crates/hitl-domain/src/question.rs"));
     let mut kinds: Vec<&str> = literals_after(&audit, "kind: \"");
     // `webhook()` picks its kind with an `if`.
     kinds.extend(literals_after(
