@@ -13,17 +13,7 @@
 //! says so, and how the configurations differ, in its log (when the set of configurations
 //! changes, not on every renewal), in `/healthz` and in `hitl_config_mismatch`.
 //!
-//! Which configurations are live is read from the database for every operator action
-//! that this replica's own configuration allows (one indexed read of a few rows): a
-//! cache kept by the change feed would let an action through in the moment between
-//! another replica recording a narrower configuration and this one hearing of it (and
-//! for as long as the feed is cut). What each configuration *says* is cached by its
-//! fingerprint, which names its content, so a view is read once and can never be
-//! stale. A replica records its own configuration before it serves anything, so from
-//! its first action on every other replica counts it.
-//!
-//! With SQLite (one process) nothing is recorded: the process's own configuration is
-//! the only one, and no action costs a read.
+//! The longer why is in docs/architecture.md, "Module notes".
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};

@@ -12,12 +12,7 @@
 //! gets a refusal that names nothing pending; other bots get no answer at all, so two
 //! bots can never keep each other talking.
 //!
-//! The exception is setting up: `/start` and `/help` from a person answer in any chat
-//! with what someone configuring the service needs and anyone there can see anyway,
-//! the chat's id, the person's own id and whether this chat is a route's (by name) or
-//! which line to add to make it one. In a private chat they also say which routes the
-//! person approves, which is about themselves only. Nothing pending, no window and no
-//! other chat is ever named.
+//! The longer why is in docs/architecture.md, "Module notes".
 
 use std::sync::Arc;
 

@@ -8,14 +8,7 @@
 //! once its turn comes: a question decided or withdrawn meanwhile is not posted, and
 //! its slot goes back.
 //!
-//! Still one task per message to post, each waiting on its own reservation in the rate
-//! limiter, rather than a queue of ids per chat served by one task: the limiter already
-//! keeps the turns between agents, the order within an agent, the deadlines (refused at
-//! once, or given up when pushed past) and the 429s, per reservation; a chat's queue of
-//! ids would have to keep them all again. What the per-question task holds while it
-//! waits is under a KiB (the task, its reservation's timer and slot, the keys; 0.7 KiB
-//! of heap in BENCHMARKS.md's B3 where the record and the send held 5.4), not the
-//! question.
+//! The longer why is in docs/architecture.md, "Module notes".
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,32 +1,6 @@
 //! Work that must happen once, however many replicas share the database.
 //!
-//! Any replica serves the API and takes Telegram's updates (webhook mode), and every
-//! decision is one conditional update, so those need no coordination. What does is the
-//! work nobody asks for at the moment it is due: posting a question and showing its
-//! outcome (within the bot's limits, which are the bot's, not a replica's), its
-//! reminders, escalation and timeout, the webhook outbox, the Redis bridge, and
-//! `getUpdates` (one poller per bot token, or Telegram answers 409). One replica, the
-//! leader, does all of it: the one holding the `leader` lease
-//! ([`Coordination::hold_lease`](crate::storage::Coordination::hold_lease)), renewed every
-//! third of `database.lease_seconds`. A follower's own replies to what an operator just did
-//! there (a command's answer, a reason prompt, a progress edit, a tap's toast) stay its
-//! own: they answer that operator, and are few.
-//!
-//! Why one leader rather than a claim per question (`FOR UPDATE SKIP LOCKED`): the
-//! rate limiter that keeps the bot within Telegram's limits, the deadline set and the
-//! order of deliveries are in-memory structures that already do their job in one
-//! process; a leader keeps them whole, where per-row claims would need each of them
-//! rebuilt on the database. The cost is that a question asked (or decided) on another
-//! replica is posted (or shown) by the leader, which hears of it through the change
-//! feed, a round trip later.
-//!
-//! When a replica becomes the leader it takes over as after a restart
-//! ([`Service::take_over`]): every pending question is armed, and those whose messages
-//! were never posted are posted. A leader that cannot renew steps down before its lease
-//! can expire, so two replicas never lead at once by their own reckoning (renewing is
-//! timed from before the statement; the database times the lease from during it). On
-//! shutdown the lease is given up, so a rolling restart hands over at once. With SQLite
-//! (one process) the lease is always held.
+//! The longer why is in docs/architecture.md, "Module notes".
 
 use std::collections::HashSet;
 use std::future::Future;
