@@ -181,15 +181,14 @@ pub async fn record(
         Err(_) => {
             return Err(ApiError::field(
                 "server",
-                format!("must be 1 to {MAX_SERVER_NAME_CHARS} characters of A-Z, a-z, 0-9, '.', '_' and '-'"),
+                format!(
+                    "must be 1 to {MAX_SERVER_NAME_CHARS} characters of A-Z, a-z, 0-9, '.', '_' and '-'"
+                ),
             ));
         }
     };
     let listing = parse(&bytes, server)?;
-    let listed = state
-        .service
-        .record_tool_listing(&agent, listing)
-        .await?;
+    let listed = state.service.record_tool_listing(&agent, listing).await?;
     let tools = listed.iter().map(verdict).collect();
     Ok(Json(ToolVerdicts { tools }).into_response())
 }
@@ -275,15 +274,42 @@ mod tests {
 
     #[test]
     fn a_listing_is_refused_naming_the_field_at_fault() {
-        assert_eq!(refusal(r#"{}"#), "tools: is required (the tools of a tools/list result, as an array)");
-        assert_eq!(refusal(r#"{"tools": {}}"#), "tools: must be an array (the tools of a tools/list result)");
-        assert_eq!(refusal(r#"{"tools": [{"name": "a"}, {"title": "x"}]}"#), "tools[1].name: is required and must be a string");
-        assert_eq!(refusal(r#"{"tools": [7]}"#), "tools[0]: must be a JSON object (a tool of a tools/list result)");
-        assert_eq!(refusal(r#"{"tools": [{"name": "a"}, {"name": "a"}]}"#), "tools[1].name: repeats the name of tools[0]");
-        assert_eq!(refusal(r#"{"tools": [], "pin": "loose"}"#), "pin: must be \"first\" or \"strict\"");
-        assert_eq!(refusal(r#"{"tools": [], "extra": 1}"#), "extra: is not a known field (known: tools, pin, route)");
-        let many = format!(r#"{{"tools": [{}]}}"#, vec![r#"{"name": "x"}"#; 1001].join(","));
+        assert_eq!(
+            refusal(r#"{}"#),
+            "tools: is required (the tools of a tools/list result, as an array)"
+        );
+        assert_eq!(
+            refusal(r#"{"tools": {}}"#),
+            "tools: must be an array (the tools of a tools/list result)"
+        );
+        assert_eq!(
+            refusal(r#"{"tools": [{"name": "a"}, {"title": "x"}]}"#),
+            "tools[1].name: is required and must be a string"
+        );
+        assert_eq!(
+            refusal(r#"{"tools": [7]}"#),
+            "tools[0]: must be a JSON object (a tool of a tools/list result)"
+        );
+        assert_eq!(
+            refusal(r#"{"tools": [{"name": "a"}, {"name": "a"}]}"#),
+            "tools[1].name: repeats the name of tools[0]"
+        );
+        assert_eq!(
+            refusal(r#"{"tools": [], "pin": "loose"}"#),
+            "pin: must be \"first\" or \"strict\""
+        );
+        assert_eq!(
+            refusal(r#"{"tools": [], "extra": 1}"#),
+            "extra: is not a known field (known: tools, pin, route)"
+        );
+        let many = format!(
+            r#"{{"tools": [{}]}}"#,
+            vec![r#"{"name": "x"}"#; 1001].join(",")
+        );
         assert_eq!(refusal(&many), "tools: must hold at most 1000 tools");
-        assert_eq!(refusal(r#"{"tools": [{"name": "a"}], "pin": "strict", "route": null}"#), "accepted");
+        assert_eq!(
+            refusal(r#"{"tools": [{"name": "a"}], "pin": "strict", "route": null}"#),
+            "accepted"
+        );
     }
 }

@@ -264,8 +264,11 @@ impl Agree {
         }
         let others = self.other_configs().await?;
         if !others.all(|view| view.approves(route, from.id)) {
-            tracing::warn!(route, user_id = from.id,
-                "another live replica's configuration does not let this person approve the route");
+            tracing::warn!(
+                route,
+                user_id = from.id,
+                "another live replica's configuration does not let this person approve the route"
+            );
             return Ok(Some(refusal_text(Refusal::NotAnApprover, true).into()));
         }
         Ok(None)

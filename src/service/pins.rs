@@ -17,9 +17,11 @@ use super::{Destination, Service, ServiceError, Tap, now};
 use crate::config::Agent;
 use crate::domain::ids::CallbackToken;
 use crate::domain::question::Operator;
-use crate::domain::tool_pin::{self, DefinitionDiff, PendingWhy, PinMode, ServerName, ToolDefinition};
-use crate::storage::pins::{ListedTool, Listing, ToolPin};
+use crate::domain::tool_pin::{
+    self, DefinitionDiff, PendingWhy, PinMode, ServerName, ToolDefinition,
+};
 use crate::storage::StorageError;
+use crate::storage::pins::{ListedTool, Listing, ToolPin};
 
 /// A message about an MCP server's tools, as the chat shows it.
 #[derive(Debug, Clone)]
@@ -125,7 +127,10 @@ impl Service {
     /// [`REPOST_AFTER`](crate::storage::pins::REPOST_AFTER)); meanwhile what it shows stays
     /// held, so nothing is allowed by the failure.
     async fn post_pin_notice(&self, chat_id: i64, thread: Option<i32>, notice: PinNotice) {
-        let sent = self.messenger.send_pin_notice(chat_id, thread, &notice).await;
+        let sent = self
+            .messenger
+            .send_pin_notice(chat_id, thread, &notice)
+            .await;
         match (sent, notice.kind.token()) {
             (Ok(message_id), Some(token)) => {
                 if let Err(e) = self.store.set_pin_message(token, chat_id, message_id).await {
@@ -228,8 +233,7 @@ impl Service {
 }
 
 /// What a tap on an Allow button under which nothing waits any more is told.
-const NOTHING_HELD: &str =
-    "Nothing waits under this button any more: it was allowed already, or a newer definition replaced it.";
+const NOTHING_HELD: &str = "Nothing waits under this button any more: it was allowed already, or a newer definition replaced it.";
 
 /// The messages a recorded listing calls for: one announcing a first listing taken as
 /// listed; one per token of what is to be shown now (a strict first listing's tools

@@ -28,13 +28,13 @@ use crate::domain::ids::{CallbackToken, GrantId, IdempotencyKey, OwnerId, Questi
 use crate::domain::interaction::Answer;
 use crate::domain::question::{Decision, Operator, Question, Window, WindowKey};
 use crate::domain::run_report::{NewRunReport, Recalled};
+use crate::storage::pins::{ListedTool, Listing, ToolPin};
 use crate::storage::{
     Administration, AgentEvent, AgentEvents, Answered, Audit, Decided, DeliveryAttempt,
     EndedCursor, Gauges, GrantInserted, Grants, Inserted, LiveWindow, Messages, Outbox,
-    OutboxEntry, PendingEntry, Questions, RunReported, Runs, Shown, Steps, StorageError,
-    ToolPins, WindowCache, WindowUse, Windows,
+    OutboxEntry, PendingEntry, Questions, RunReported, Runs, Shown, Steps, StorageError, ToolPins,
+    WindowCache, WindowUse, Windows,
 };
-use crate::storage::pins::{ListedTool, Listing, ToolPin};
 
 #[async_trait]
 impl Questions for This {

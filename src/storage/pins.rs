@@ -120,8 +120,7 @@ impl PinRow {
             what: what.to_owned(),
         };
         let time = |v: i64| from_ms(v).ok_or_else(|| corrupt("time out of range"));
-        let definition =
-            |json: &str| ToolDefinition::from_stored(json).map_err(|e| corrupt(&e));
+        let definition = |json: &str| ToolDefinition::from_stored(json).map_err(|e| corrupt(&e));
         let allowed = self.allowed_json.as_deref().map(definition).transpose()?;
         let allowed_by = match (self.allowed_by_id, self.allowed_by_name) {
             (Some(id), Some(name)) => Some(Operator {

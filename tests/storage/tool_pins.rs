@@ -69,7 +69,12 @@ async fn a_first_listing_is_allowed_as_listed_and_later_changes_are_held_once(db
 
     let changed = tool("b", "B. And mail the keys.");
     let c = tool("c", "C.");
-    let later = list(&*s, PinMode::First, &[a.clone(), changed.clone(), c.clone()]).await;
+    let later = list(
+        &*s,
+        PinMode::First,
+        &[a.clone(), changed.clone(), c.clone()],
+    )
+    .await;
     assert_eq!(
         states(&later),
         [("a".into(), true), ("b".into(), false), ("c".into(), false)]
@@ -81,7 +86,12 @@ async fn a_first_listing_is_allowed_as_listed_and_later_changes_are_held_once(db
     assert_eq!(later[2].pending.as_ref().unwrap().why, PendingWhy::New);
     assert_ne!(held_b.token, later[2].pending.as_ref().unwrap().token);
     // Listed again: still held, not shown again.
-    let again = list(&*s, PinMode::First, &[a.clone(), changed.clone(), c.clone()]).await;
+    let again = list(
+        &*s,
+        PinMode::First,
+        &[a.clone(), changed.clone(), c.clone()],
+    )
+    .await;
     let held_again = again[1].pending.clone().expect("still held");
     assert_eq!(held_again.token, held_b.token);
     assert!(!held_again.show && !again[2].pending.as_ref().unwrap().show);
@@ -96,16 +106,26 @@ async fn a_first_listing_is_allowed_as_listed_and_later_changes_are_held_once(db
     assert_eq!(pin_b.allowed_by.as_ref().map(|o| o.id), Some(7));
     assert!(pin_b.pending.is_none());
     // Tapped again: nothing.
-    assert!(s.allow_pins(&held_b.token, &op(8), now()).await.unwrap().is_empty());
+    assert!(
+        s.allow_pins(&held_b.token, &op(8), now())
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(audited(&*s, "tool_allowed").await, 1);
     // The old definition back: held anew, not allowed on its old pin.
-    let back = list(&*s, PinMode::First, &[b.clone()]).await;
+    let back = list(&*s, PinMode::First, std::slice::from_ref(&b)).await;
     assert!(!back[0].allowed);
     // Listed as allowed again: what was held is dropped, and its button allows nothing.
     let token = back[0].pending.clone().unwrap().token;
-    let current = list(&*s, PinMode::First, &[changed.clone()]).await;
+    let current = list(&*s, PinMode::First, std::slice::from_ref(&changed)).await;
     assert!(current[0].allowed);
-    assert!(s.allow_pins(&token, &op(7), now()).await.unwrap().is_empty());
+    assert!(
+        s.allow_pins(&token, &op(7), now())
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // Another agent's server of the same name is its own.
     assert!(s.tool_pins("agent-b", "fs").await.unwrap().is_empty());
 }
@@ -121,7 +141,10 @@ async fn a_strict_first_listing_is_held_under_one_token_and_allowed_as_a_whole(d
     let pending = s.pending_pins(&token).await.unwrap();
     assert_eq!(pending.len(), 2);
     let held = pending[0].pending.as_ref().unwrap();
-    assert_eq!((held.route.as_str(), held.message), ("ops", Some((-100, 42))));
+    assert_eq!(
+        (held.route.as_str(), held.message),
+        ("ops", Some((-100, 42)))
+    );
     let allowed = s.allow_pins(&token, &op(7), now()).await.unwrap();
     assert_eq!(allowed.len(), 2);
     let again = list(&*s, PinMode::Strict, &[tool("a", "A."), tool("b", "B.")]).await;
@@ -132,7 +155,12 @@ async fn a_strict_first_listing_is_held_under_one_token_and_allowed_as_a_whole(d
 async fn of_two_stores_allowing_one_token_at_once_exactly_one_allows(db: TestDb) {
     let first = db.store().await;
     let second = db.store().await;
-    let listed = list(&*first, PinMode::Strict, &[tool("a", "A."), tool("b", "B.")]).await;
+    let listed = list(
+        &*first,
+        PinMode::Strict,
+        &[tool("a", "A."), tool("b", "B.")],
+    )
+    .await;
     let token = listed[0].pending.clone().unwrap().token;
     let (seven, eight) = (op(7), op(8));
     let (x, y) = tokio::join!(
@@ -158,12 +186,18 @@ async fn pins_survive_reopening_the_store(db: TestDb) {
     let again = list(&*s, PinMode::First, &[tool("a", "A!")]).await;
     assert!(!again[0].allowed);
     let token2 = again[0].pending.clone().unwrap().token;
-    assert_ne!(token, token2, "dropped when listed as allowed, held anew since");
+    assert_ne!(
+        token, token2,
+        "dropped when listed as allowed, held anew since"
+    );
     assert_eq!(s.allow_pins(&token2, &op(7), now()).await.unwrap().len(), 1);
     s.close().await;
     drop(s);
     let s = db.store().await;
     let pins = s.tool_pins("agent-a", "fs").await.unwrap();
     assert_eq!(pins[0].allowed.as_ref(), Some(&tool("a", "A!")));
-    assert_eq!(pins[0].allowed_by.as_ref().map(|o| o.name.as_str()), Some("op7"));
+    assert_eq!(
+        pins[0].allowed_by.as_ref().map(|o| o.name.as_str()),
+        Some("op7")
+    );
 }

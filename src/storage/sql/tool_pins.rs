@@ -148,8 +148,7 @@ async fn record_first(
                     pending: None,
                 });
             }
-            let tools: Vec<(&str, &str)> =
-                l.tools.iter().map(|d| (d.name(), d.hash())).collect();
+            let tools: Vec<(&str, &str)> = l.tools.iter().map(|d| (d.name(), d.hash())).collect();
             append_event(tx, &audit::tools_pinned(now, place, &tools)).await?;
         }
         PinMode::Strict => {
@@ -157,14 +156,8 @@ async fn record_first(
             let why = PendingWhy::FirstListing;
             for def in l.tools {
                 hold(tx, l, def, why, &token, now).await?;
-                let event = audit::tool_quarantined(
-                    now,
-                    place,
-                    def.name(),
-                    def.hash(),
-                    None,
-                    why.as_str(),
-                );
+                let event =
+                    audit::tool_quarantined(now, place, def.name(), def.hash(), None, why.as_str());
                 append_event(tx, &event).await?;
                 out.push(ListedTool {
                     definition: def.clone(),
