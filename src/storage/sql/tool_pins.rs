@@ -55,8 +55,8 @@ pub(crate) async fn record_listing(
             pending.as_ref().map(|p| p.definition.hash()),
             def.hash(),
         );
-        let held = match listed {
-            Listed::Allowed => {
+        let held = match (listed, pending) {
+            (Listed::Allowed, pending) => {
                 if pending.is_some() {
                     // Listed as allowed again: what waited is no longer offered, and
                     // its button must not make it the pin behind the server's back.
@@ -64,8 +64,7 @@ pub(crate) async fn record_listing(
                 }
                 None
             }
-            Listed::StillPending => {
-                let Some(p) = pending else { continue };
+            (Listed::StillPending, Some(p)) => {
                 // Shown again only when its message never reached the chat, and
                 // claimed (its time moved on) so that one listing of several shows it.
                 let show = p.message.is_none()
@@ -78,32 +77,15 @@ pub(crate) async fn record_listing(
                     show,
                 })
             }
-            Listed::New | Listed::Changed => {
-                let why = if listed == Listed::New {
+            // (`StillPending` always comes with what is held.)
+            (Listed::New | Listed::Changed | Listed::StillPending, _) => {
+                let why = if allowed.is_none() {
                     PendingWhy::New
                 } else {
                     PendingWhy::Changed
                 };
                 let token = CallbackToken::generate();
-                hold(tx, l, def, why, &token, now).await?;
-                append_event(
-                    tx,
-                    &audit::tool_quarantined(
-                        now,
-                        &place,
-                        def.name(),
-                        def.hash(),
-                        allowed.as_ref().map(ToolDefinition::hash),
-                        why.as_str(),
-                    ),
-                )
-                .await?;
-                Some(Quarantined {
-                    why,
-                    token,
-                    allowed,
-                    show: true,
-                })
+                Some(hold(tx, l, &place, def, why, token, allowed, now).await?)
             }
         };
         out.push(ListedTool {
@@ -155,20 +137,12 @@ async fn record_first(
             let token = CallbackToken::generate();
             let why = PendingWhy::FirstListing;
             for def in l.tools {
-                hold(tx, l, def, why, &token, now).await?;
-                let event =
-                    audit::tool_quarantined(now, place, def.name(), def.hash(), None, why.as_str());
-                append_event(tx, &event).await?;
+                let held = hold(tx, l, place, def, why, token.clone(), None, now).await?;
                 out.push(ListedTool {
                     definition: def.clone(),
                     allowed: false,
                     first_listing: true,
-                    pending: Some(Quarantined {
-                        why,
-                        token: token.clone(),
-                        allowed: None,
-                        show: true,
-                    }),
+                    pending: Some(held),
                 });
             }
         }
@@ -177,15 +151,19 @@ async fn record_first(
 }
 
 /// Holds `def` as the tool's pending definition under `token` (a new row for a tool
-/// never seen), replacing any definition held before, whose button then allows nothing.
+/// never seen), replacing any definition held before, whose button then allows nothing;
+/// audited `tool_quarantined`. `allowed`: the tool's allowed definition, if any.
+#[allow(clippy::too_many_arguments)] // one listing's place and one tool's terms
 async fn hold(
     tx: &mut Transaction<'_, Db>,
     l: &Listing<'_>,
+    place: &PinPlace<'_>,
     def: &ToolDefinition,
     why: PendingWhy,
-    token: &CallbackToken,
+    token: CallbackToken,
+    allowed: Option<ToolDefinition>,
     now: OffsetDateTime,
-) -> Result<(), StorageError> {
+) -> Result<Quarantined, StorageError> {
     sqlx::query(
         "INSERT INTO mcp_tool_pins (agent, server, tool, first_seen_at, pending_hash,
              pending_json, pending_since, pending_why, pending_route, pending_token,
@@ -209,7 +187,21 @@ async fn hold(
     .bind(l.chat_id)
     .execute(&mut **tx)
     .await?;
-    Ok(())
+    let event = audit::tool_quarantined(
+        now,
+        place,
+        def.name(),
+        def.hash(),
+        allowed.as_ref().map(ToolDefinition::hash),
+        why.as_str(),
+    );
+    append_event(tx, &event).await?;
+    Ok(Quarantined {
+        why,
+        token,
+        allowed,
+        show: true,
+    })
 }
 
 async fn clear_pending(
@@ -301,6 +293,14 @@ pub(crate) async fn pending_pins(
     pool: &Pool<Db>,
     token: &CallbackToken,
 ) -> Result<Vec<ToolPin>, StorageError> {
+    held_under(pool, token).await
+}
+
+/// The pins whose held definition waits under `token`, by tool name.
+async fn held_under<'e>(
+    db: impl sqlx::Executor<'e, Database = Db>,
+    token: &CallbackToken,
+) -> Result<Vec<ToolPin>, StorageError> {
     let rows: Vec<PinRow> = sqlx::query_as(concat!(
         "SELECT ",
         pin_columns!(),
@@ -308,7 +308,7 @@ pub(crate) async fn pending_pins(
         bytewise!()
     ))
     .bind(token.as_str())
-    .fetch_all(pool)
+    .fetch_all(db)
     .await?;
     rows.into_iter().map(PinRow::into_pin).collect()
 }
@@ -342,19 +342,7 @@ pub(crate) async fn allow_pins(
     by: &Operator,
     now: OffsetDateTime,
 ) -> Result<Vec<ToolPin>, StorageError> {
-    let before: Vec<PinRow> = sqlx::query_as(concat!(
-        "SELECT ",
-        pin_columns!(),
-        " FROM mcp_tool_pins WHERE pending_token = $1 ORDER BY tool",
-        bytewise!()
-    ))
-    .bind(token.as_str())
-    .fetch_all(&mut **tx)
-    .await?;
-    let before: Vec<ToolPin> = before
-        .into_iter()
-        .map(PinRow::into_pin)
-        .collect::<Result<_, _>>()?;
+    let before = held_under(&mut **tx, token).await?;
     let (by_id, by_username, by_name) = operator_columns(&Some(by.clone()));
     let allowed: Vec<String> = sqlx::query_scalar(
         "UPDATE mcp_tool_pins SET allowed_hash = pending_hash, allowed_json = pending_json,
