@@ -34,7 +34,8 @@ use hitl_telegram::domain::ids::{OwnerId, QuestionId, ToolName};
 use hitl_telegram::domain::python;
 use hitl_telegram::domain::question::{Ending, Operator, Question, Seed, Status, WindowKey};
 use hitl_telegram::service::{
-    Button, CommandReply, DeliveryError, Mention, Messenger, Service, Tap, TapAction, Turn, View,
+    Button, CommandReply, DeliveryError, Mention, Messenger, PinNotice, Service, Tap, TapAction,
+    Turn, View,
 };
 use hitl_telegram::storage::{Administration, Decided, Questions, SqliteStore, Store};
 use time::OffsetDateTime;
@@ -246,6 +247,22 @@ impl Messenger for NoTelegram {
     ) -> Result<i32, DeliveryError> {
         self.sent()
     }
+    async fn send_pin_notice(
+        &self,
+        _chat_id: i64,
+        _thread: Option<i32>,
+        _notice: &PinNotice,
+    ) -> Result<i32, DeliveryError> {
+        self.sent()
+    }
+    async fn show_pin_notice(
+        &self,
+        _chat_id: i64,
+        _message_id: i32,
+        _notice: &PinNotice,
+    ) -> Result<(), DeliveryError> {
+        Ok(())
+    }
     async fn send_reminder(
         &self,
         _record: &Question,
@@ -436,6 +453,7 @@ impl ServiceWorld {
             },
             from_is_bot: false,
             revoke_grant: None,
+            allow_tools: None,
         };
         self.rt
             .block_on(self.service.handle_tap(tap))

@@ -28,6 +28,7 @@ mod polling {
     mod events;
     mod every_tap;
     mod interactions;
+    mod mcp_pins;
     mod mode;
     mod operator_commands;
     mod operator_side;
@@ -70,6 +71,7 @@ mod webhook {
     mod events;
     mod every_tap;
     mod interactions;
+    mod mcp_pins;
     mod mode;
     mod operator_commands;
     mod operator_side;

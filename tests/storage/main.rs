@@ -15,3 +15,4 @@ mod migration;
 mod properties;
 mod runs;
 mod stores;
+mod tool_pins;

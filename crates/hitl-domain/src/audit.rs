@@ -241,6 +241,84 @@ pub fn grant_revoked(g: &Grant, at: OffsetDateTime) -> NewEvent {
     }
 }
 
+/// Which MCP server's tools an event of [`tools_pinned`], [`tool_quarantined`] or
+/// [`tool_allowed`] is about: the agent whose gateway listed them, and its server.
+pub struct PinPlace<'a> {
+    pub agent: &'a str,
+    pub server: &'a str,
+    pub route: &'a str,
+}
+
+/// An MCP server's first listing was recorded as allowed (`pin: "first"`): each tool's
+/// name and definition hash (never the definitions themselves: the pins table keeps
+/// them).
+pub fn tools_pinned(at: OffsetDateTime, place: &PinPlace<'_>, tools: &[(&str, &str)]) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: None,
+        kind: "tools_pinned",
+        actor: format!("agent:{}", place.agent),
+        detail: json!({
+            "server": place.server,
+            "route": place.route,
+            "tools": tools.iter().map(|(name, hash)| json!({"name": name, "definition_hash": hash})).collect::<Vec<_>>(),
+        }),
+    }
+}
+
+/// A tool definition an approver has not allowed was listed and is held until one does:
+/// `why` is `first_listing` (a strict first listing), `new` or `changed`.
+pub fn tool_quarantined(
+    at: OffsetDateTime,
+    place: &PinPlace<'_>,
+    tool: &str,
+    hash: &str,
+    allowed_hash: Option<&str>,
+    why: &str,
+) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: None,
+        kind: "tool_quarantined",
+        actor: format!("agent:{}", place.agent),
+        detail: json!({
+            "server": place.server,
+            "route": place.route,
+            "tool": tool,
+            "definition_hash": hash,
+            "allowed_hash": allowed_hash,
+            "why": why,
+        }),
+    }
+}
+
+/// An approver allowed a quarantined tool definition (its Allow button): from then on it
+/// is the tool's pin. `replaced` is the hash of the definition allowed before, if any.
+pub fn tool_allowed(
+    at: OffsetDateTime,
+    place: &PinPlace<'_>,
+    tool: &str,
+    hash: &str,
+    replaced: Option<&str>,
+    by: &Operator,
+) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: None,
+        kind: "tool_allowed",
+        actor: format!("telegram:{}", by.id),
+        detail: json!({
+            "server": place.server,
+            "agent": place.agent,
+            "route": place.route,
+            "tool": tool,
+            "definition_hash": hash,
+            "replaced_hash": replaced,
+            "operator": operator_json(by),
+        }),
+    }
+}
+
 /// The rules in force changed (a SIGHUP reloaded the configuration file): from then
 /// on, decisions name `rules_hash`.
 pub fn rules_loaded(
