@@ -431,8 +431,14 @@ fn window_entry(w: &LiveWindow, used: WindowUse, now: OffsetDateTime) -> String 
         0 => String::new(),
         n => format!(", ⚠️ {n} failed"),
     };
+    // A window is the server's too (issue 48): the same tool through another server is
+    // another call.
+    let server = match &w.window.key.server {
+        Some(s) => format!(" via MCP server <code>{}</code>", escape(s.as_str())),
+        None => String::new(),
+    };
     format!(
-        "• <code>{}</code>: {} for owner <code>{}</code> · agent {} · let through {calls}{failed} · until {} ({} left)",
+        "• <code>{}</code>: {}{server} for owner <code>{}</code> · agent {} · let through {calls}{failed} · until {} ({} left)",
         escape(w.window.opened_by.as_str()),
         tool(w.window.key.tool.as_str()),
         escape(&cut(w.window.key.owner_id.as_str(), 60)),

@@ -209,3 +209,60 @@ async fn check_config_prints_the_hash_of_the_rules_in_force_and_refuses_a_one_si
     let err = refusal(&out);
     assert!(err.contains("rule 'open-ended'"), "{err}");
 }
+
+#[tokio::test]
+async fn rules_test_reads_a_calls_mcp_server_and_annotations_as_the_service_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.toml");
+    std::fs::write(
+        &rules,
+        "[[rules]]\nname = \"fs-reads\"\neffect = \"allow\"\ntools = [\"read_*\"]\nservers = [\"fs\"]\nannotations = { readOnlyHint = true }\n",
+    )
+    .unwrap();
+    let test = |call: &'static str| {
+        let call_path = dir.path().join("call.json");
+        let rules = rules.clone();
+        async move {
+            std::fs::write(&call_path, call).unwrap();
+            let out = config_cmd(&[
+                "--config",
+                rules.to_str().unwrap(),
+                "rules",
+                "test",
+                call_path.to_str().unwrap(),
+            ])
+            .output()
+            .await
+            .unwrap();
+            (
+                out.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        }
+    };
+    let (code, out, _) =
+        test(r#"{"tool": "read_file", "server": "fs", "annotations": {"readOnlyHint": true}}"#)
+            .await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("by: rule 'fs-reads'"), "{out}");
+    // Another server, no server, or without the annotation: the default asks.
+    for call in [
+        r#"{"tool": "read_file", "server": "db", "annotations": {"readOnlyHint": true}}"#,
+        r#"{"tool": "read_file", "annotations": {"readOnlyHint": true}}"#,
+        r#"{"tool": "read_file", "server": "fs"}"#,
+    ] {
+        let (code, out, _) = test(call).await;
+        assert_eq!(code, 4, "{call}: {out}");
+    }
+    // Refused as the service refuses them.
+    let (code, _, err) = test(r#"{"tool": "read_file", "server": "f s"}"#).await;
+    assert_eq!(code, 3);
+    assert!(err.contains("\"server\" holds ' '"), "{err}");
+    let (code, _, err) = test(r#"{"tool": "read_file", "annotations": {"readOnlyHint": 1}}"#).await;
+    assert_eq!(code, 3);
+    assert!(
+        err.contains("\"annotations\" member \"readOnlyHint\": must be true or false"),
+        "{err}"
+    );
+}

@@ -330,7 +330,13 @@ async fn with_no_report_in_time_the_message_says_so_and_a_late_report_replaces_i
     let id = record["id"].as_str().unwrap();
     assert_eq!(record["outcome"], Value::Null);
 
-    let text = shows(&app, OPS_CHAT, message_id, "🟠 No report from the agent").await;
+    let text = shows(
+        &app,
+        OPS_CHAT,
+        message_id,
+        "🟠 Not known whether it ran: no report from the agent",
+    )
+    .await;
     assert!(text.contains("✅ Approved by Bob"), "{text}");
     let (_, read) = app.get(id).await;
     assert_eq!(read["outcome"]["status"], "unknown", "{read}");
@@ -557,7 +563,13 @@ async fn an_approval_carrying_a_call_takes_a_report_when_answered_yes_and_is_owe
     }
     // Answered yes: owed a report (the route expects one within a second), shown.
     let (yes, message_id) = &ids[0];
-    shows(&app, OPS_CHAT, *message_id, "🟠 No report from the agent").await;
+    shows(
+        &app,
+        OPS_CHAT,
+        *message_id,
+        "🟠 Not known whether it ran: no report from the agent",
+    )
+    .await;
     let (s, r) = report(&app, yes, json!({"status": "executed", "summary": "sent"})).await;
     assert_eq!(s, StatusCode::OK, "{r}");
     assert_eq!(r["outcome"]["status"], "executed");

@@ -31,6 +31,8 @@ fn record(params_json: &str) -> Question {
         interaction: None,
         expect_outcome_seconds: None,
         args_schema: None,
+        server: None,
+        annotations: None,
     })
 }
 
