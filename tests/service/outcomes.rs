@@ -1,9 +1,9 @@
 //! After the yes (issue 36): the agent reports what happened when it ran the confirmed
 //! call, and the approvers see it where they decided (every copy of the question); only
 //! the asking agent reports, only on a confirmed call, once; a route that expects a
-//! report shows "No report" when none came, until a late one replaces it; the next
-//! approver of the same tool hears of a failure; windows count what they let through;
-//! the event stream, the webhooks and the audit chain carry every report.
+//! report shows "Not known whether it ran" when none came, until a late one replaces it;
+//! the next approver of the same tool hears of a failure; windows count what they let
+//! through; the event stream, the webhooks and the audit chain carry every report.
 
 use std::time::Duration;
 
@@ -216,7 +216,7 @@ async fn only_the_asking_agent_reports_only_a_confirmed_call_and_only_once() {
     for (body, field) in [
         (json!({"status": "executed", "error": "x"}), "error"),
         (json!({"status": "done"}), "status"),
-        (json!({"status": "unknown"}), "status"),
+        (json!({"status": "not_executed", "error": "x"}), "error"),
         (
             json!({"status": "executed", "duration_ms": -3}),
             "duration_ms",
