@@ -407,10 +407,12 @@ fn pending_entry(r: &Question, now: OffsetDateTime) -> String {
             escape(&cut(r.owner_id.as_str(), 60))
         ),
     };
-    // The approver is warned before opening it: this agent's last run of the tool failed
-    // (or went unreported).
+    // The approver is warned before opening it: this agent's last run of the tool failed,
+    // went unreported, or was reported as not known to have run (a reporter's `unknown`
+    // always has words; the overdue one has none).
     let warned = match &r.recalled {
         Some(c) if c.status == "failed" => " · ⚠️ <b>last run failed</b>",
+        Some(c) if c.words.is_some() => " · ⚠️ <b>last run: not known whether it ran</b>",
         Some(_) => " · ⚠️ <b>last run unreported</b>",
         None => "",
     };

@@ -426,3 +426,48 @@ async fn server_and_annotations_survive_a_restart() {
     assert_eq!(read["server"], "fs");
     assert_eq!(read["annotations"], annotations);
 }
+
+/// Types `text` as Alice in the ops chat and returns the bot's answer.
+async fn command(app: &TestApp, text: &str) -> String {
+    let before = app.telegram.messages_in(OPS_CHAT).len();
+    app.telegram.send_text_message(OPS_CHAT, alice(), text);
+    for _ in 0..500 {
+        let answer = app
+            .telegram
+            .messages_in(OPS_CHAT)
+            .into_iter()
+            .skip(before)
+            .find(|m| m.from_bot && !m.has_buttons());
+        if let Some(answer) = answer {
+            return answer.visible_text;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("no answer to {text:?}");
+}
+
+#[tokio::test]
+async fn windows_names_a_windows_server_and_pending_marks_a_run_reported_unknown() {
+    let app = TestApp::spawn().await;
+    let mut body = mcp_call("write_file", Some("fs"), None);
+    body["window_seconds"] = json!(600);
+    let (record, _) = approved(&app, body).await;
+    let windows = command(&app, "/windows").await;
+    assert!(
+        windows.contains("write_file via MCP server fs for owner emp-1"),
+        "{windows}"
+    );
+
+    let id = record["id"].as_str().unwrap();
+    let (s, r) = report(&app, id, json!({"status": "unknown"})).await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    // Another call of the tool (the window covers the first one's parameters only).
+    let mut next = mcp_call("write_file", Some("fs"), None);
+    next["params"] = json!({"path": "/srv/share/b.txt"});
+    app.ask_suspended(next).await;
+    let pending = command(&app, "/pending").await;
+    assert!(
+        pending.contains("⚠️ last run: not known whether it ran"),
+        "{pending}"
+    );
+}

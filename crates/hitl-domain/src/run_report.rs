@@ -74,7 +74,9 @@ impl fmt::Display for RunReportError {
 /// The statuses a reporter may send, as a refusal lists them.
 pub const REPORTED_STATUSES: &str = "\"executed\", \"failed\", \"not_executed\" or \"unknown\"";
 
-/// What is said of a reporter's `unknown` that gave no reason.
+/// What is said of a reporter's `unknown` that gave no reason, where an earlier run is
+/// recalled ([`Recalled::words`]): a recalled `unknown` with words is a reporter's, one
+/// without is the service's own (nobody reported).
 pub const REPORTED_UNKNOWN: &str = "the reporter could not tell";
 
 /// A reporter's report, checked: a known status, texts within bounds, an error only
@@ -247,7 +249,8 @@ pub struct Recalled {
     pub approved_at_ms: i64,
     /// Who approved it, in words ("Alice (@alice)", "a window", "rule 'x'").
     pub approved_by: String,
-    /// Its error (or summary), as reported.
+    /// Its error (or summary), as reported; for a reporter's `unknown` without either,
+    /// [`REPORTED_UNKNOWN`]; `None` for the service's own `unknown`.
     pub words: Option<String>,
 }
 
