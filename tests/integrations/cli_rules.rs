@@ -7,19 +7,18 @@ use super::cli::{WORKDAY_TOKEN, check_edited, config_cmd, refusal, shows_a_sourc
 /// `rules test` of `call` against the worked example, `config/rules.example.toml`:
 /// the exit code, and what it printed.
 async fn rules_test(call: &str) -> (i32, String, String) {
+    rules_test_on("config/rules.example.toml", call).await
+}
+
+/// `rules test` of `call` against the rules of `config`.
+async fn rules_test_on(config: &str, call: &str) -> (i32, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("call.json");
     std::fs::write(&path, call).unwrap();
-    let out = config_cmd(&[
-        "--config",
-        "config/rules.example.toml",
-        "rules",
-        "test",
-        path.to_str().unwrap(),
-    ])
-    .output()
-    .await
-    .unwrap();
+    let out = config_cmd(&["--config", config, "rules", "test", path.to_str().unwrap()])
+        .output()
+        .await
+        .unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -219,28 +218,8 @@ async fn rules_test_reads_a_calls_mcp_server_and_annotations_as_the_service_does
         "[[rules]]\nname = \"fs-reads\"\neffect = \"allow\"\ntools = [\"read_*\"]\nservers = [\"fs\"]\nannotations = { readOnlyHint = true }\n",
     )
     .unwrap();
-    let test = |call: &'static str| {
-        let call_path = dir.path().join("call.json");
-        let rules = rules.clone();
-        async move {
-            std::fs::write(&call_path, call).unwrap();
-            let out = config_cmd(&[
-                "--config",
-                rules.to_str().unwrap(),
-                "rules",
-                "test",
-                call_path.to_str().unwrap(),
-            ])
-            .output()
-            .await
-            .unwrap();
-            (
-                out.status.code().unwrap_or(-1),
-                String::from_utf8_lossy(&out.stdout).into_owned(),
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            )
-        }
-    };
+    let rules = rules.to_str().unwrap();
+    let test = |call: &'static str| rules_test_on(rules, call);
     let (code, out, _) =
         test(r#"{"tool": "read_file", "server": "fs", "annotations": {"readOnlyHint": true}}"#)
             .await;

@@ -4,6 +4,7 @@
 //! window never crosses from one server to another, and a reporter may say it cannot
 //! tell whether the call ran (`unknown`).
 
+use super::outcomes::{approved, command, report};
 use crate::support::app::*;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -19,17 +20,6 @@ fn mcp_call(tool: &str, server: Option<&str>, annotations: Option<Value>) -> Val
         body["annotations"] = a;
     }
     body
-}
-
-/// Asks `body`, has Bob approve it (for its window, when it has one), and returns the
-/// record and the message.
-async fn approved(app: &TestApp, body: Value) -> (Value, i32) {
-    let (record, message_id) = app.ask_suspended(body).await;
-    let label = approve_label(record["window_seconds"].as_u64().unwrap());
-    app.telegram
-        .tap(OPS_CHAT, message_id, label.as_str(), bob());
-    let id = record["id"].as_str().unwrap();
-    (app.wait_status(id, "confirmed").await, message_id)
 }
 
 /// Waits until message `message_id` of the ops chat shows `line`; returns its text.
@@ -89,9 +79,15 @@ async fn a_call_through_a_gateway_shows_its_server_and_hints_on_the_card_and_in_
         plain_message.visible_text
     );
 
-    let (_, read) = app.get(record["id"].as_str().unwrap()).await;
+    let id = record["id"].as_str().unwrap();
+    let (_, read) = app.get(id).await;
     assert_eq!(read["server"], "fs");
     assert_eq!(read["annotations"], annotations);
+    // The audit trail says which server the call went to.
+    let events = app.audit_events(id).await;
+    assert_eq!(events[0]["kind"], "requested", "{events:?}");
+    assert_eq!(events[0]["detail"]["server"], "fs");
+    assert_eq!(events[0]["detail"]["annotations"], annotations);
 }
 
 #[tokio::test]
@@ -341,19 +337,6 @@ async fn a_repeat_with_the_same_idempotency_key_must_name_the_same_server_and_an
     assert_eq!(refusal(s, &r).0, "idempotency_key");
 }
 
-/// `POST /v1/confirmations/{id}/outcome` as agent-a.
-async fn report(app: &TestApp, id: &str, body: Value) -> (StatusCode, Value) {
-    let r = app
-        .client
-        .post(app.url(&format!("/v1/confirmations/{id}/outcome")))
-        .bearer_auth(TOKEN_A)
-        .json(&body)
-        .send()
-        .await
-        .expect("POST outcome");
-    json_of(r).await
-}
-
 #[tokio::test]
 async fn a_reported_unknown_shows_on_the_card_and_in_the_record_until_a_later_report_replaces_it() {
     let app = TestApp::spawn().await;
@@ -427,32 +410,13 @@ async fn server_and_annotations_survive_a_restart() {
     assert_eq!(read["annotations"], annotations);
 }
 
-/// Types `text` as Alice in the ops chat and returns the bot's answer.
-async fn command(app: &TestApp, text: &str) -> String {
-    let before = app.telegram.messages_in(OPS_CHAT).len();
-    app.telegram.send_text_message(OPS_CHAT, alice(), text);
-    for _ in 0..500 {
-        let answer = app
-            .telegram
-            .messages_in(OPS_CHAT)
-            .into_iter()
-            .skip(before)
-            .find(|m| m.from_bot && !m.has_buttons());
-        if let Some(answer) = answer {
-            return answer.visible_text;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    panic!("no answer to {text:?}");
-}
-
 #[tokio::test]
 async fn windows_names_a_windows_server_and_pending_marks_a_run_reported_unknown() {
     let app = TestApp::spawn().await;
     let mut body = mcp_call("write_file", Some("fs"), None);
     body["window_seconds"] = json!(600);
     let (record, _) = approved(&app, body).await;
-    let windows = command(&app, "/windows").await;
+    let windows = command(&app, "/windows").await.visible_text;
     assert!(
         windows.contains("write_file via MCP server fs for owner emp-1"),
         "{windows}"
@@ -465,7 +429,7 @@ async fn windows_names_a_windows_server_and_pending_marks_a_run_reported_unknown
     let mut next = mcp_call("write_file", Some("fs"), None);
     next["params"] = json!({"path": "/srv/share/b.txt"});
     app.ask_suspended(next).await;
-    let pending = command(&app, "/pending").await;
+    let pending = command(&app, "/pending").await.visible_text;
     assert!(
         pending.contains("⚠️ last run: not known whether it ran"),
         "{pending}"

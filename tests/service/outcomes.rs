@@ -41,13 +41,13 @@ async fn report_as(app: &TestApp, token: &str, id: &str, body: Value) -> (Status
     json_of(r).await
 }
 
-async fn report(app: &TestApp, id: &str, body: Value) -> (StatusCode, Value) {
+pub(super) async fn report(app: &TestApp, id: &str, body: Value) -> (StatusCode, Value) {
     report_as(app, TOKEN_A, id, body).await
 }
 
 /// Asks `body` in the ops chat, has Bob approve it, and returns the record and the
 /// message.
-async fn approved(app: &TestApp, body: Value) -> (Value, i32) {
+pub(super) async fn approved(app: &TestApp, body: Value) -> (Value, i32) {
     let (record, message_id) = app.ask_suspended(body).await;
     let label = approve_label(record["window_seconds"].as_u64().unwrap());
     app.telegram
@@ -57,7 +57,7 @@ async fn approved(app: &TestApp, body: Value) -> (Value, i32) {
 }
 
 /// Types `text` as Alice in the ops chat and returns the bot's answer.
-async fn command(app: &TestApp, text: &str) -> SentMessage {
+pub(super) async fn command(app: &TestApp, text: &str) -> SentMessage {
     let before = app.telegram.messages_in(OPS_CHAT).len();
     app.telegram.send_text_message(OPS_CHAT, alice(), text);
     for _ in 0..500 {
