@@ -32,6 +32,18 @@ async fn shows(app: &TestApp, message_id: i32, line: &str) -> String {
         .visible_text
 }
 
+/// Asks `body` (suspended) and checks that it waits for a person: nothing before one
+/// (rule or window) settled it.
+async fn asks(app: &TestApp, mut body: Value) {
+    body["wait"] = json!("suspend");
+    let (s, r) = app.create(body.clone()).await;
+    assert_eq!(
+        (s, r["status"].as_str()),
+        (StatusCode::ACCEPTED, Some("pending")),
+        "{body}: {r}"
+    );
+}
+
 /// The field and reason of a 422 `invalid_field`.
 fn refusal(s: StatusCode, r: &Value) -> (String, String) {
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{r}");
@@ -195,14 +207,7 @@ async fn a_servers_rule_decides_only_the_calls_to_its_servers() {
     );
     // Another server, or none, is not what the rule names: a person is asked.
     for server in [Some("git"), None] {
-        let mut body = mcp_call("read_file", server, None);
-        body["wait"] = json!("suspend");
-        let (s, r) = app.create(body).await;
-        assert_eq!(
-            (s, r["status"].as_str()),
-            (StatusCode::ACCEPTED, Some("pending")),
-            "{server:?}: {r}"
-        );
+        asks(&app, mcp_call("read_file", server, None)).await;
     }
     assert_eq!(app.telegram.wait_for_messages(2).await.len(), 2);
 }
@@ -225,14 +230,7 @@ async fn an_annotations_rule_matches_only_calls_that_carry_the_annotation() {
 
     // The same tool without the annotation, or with another value of it, asks.
     for annotations in [None, Some(json!({"readOnlyHint": false})), Some(json!({}))] {
-        let mut body = mcp_call("query", Some("db"), annotations.clone());
-        body["wait"] = json!("suspend");
-        let (s, r) = app.create(body).await;
-        assert_eq!(
-            (s, r["status"].as_str()),
-            (StatusCode::ACCEPTED, Some("pending")),
-            "{annotations:?}: {r}"
-        );
+        asks(&app, mcp_call("query", Some("db"), annotations.clone())).await;
     }
 
     // Every question asked so far is in the chat before the next is asked.
@@ -274,27 +272,13 @@ async fn a_window_opened_through_one_server_passes_no_call_through_another_or_no
 
     // To another server, or to none: asked.
     for server in [Some("fs-b"), None] {
-        let mut body = with_window(server);
-        body["wait"] = json!("suspend");
-        let (s, r) = app.create(body).await;
-        assert_eq!(
-            (s, r["status"].as_str()),
-            (StatusCode::ACCEPTED, Some("pending")),
-            "{server:?}: {r}"
-        );
+        asks(&app, with_window(server)).await;
     }
 
     // And the other way round: a window opened with no server passes no server's call.
     let app = TestApp::spawn().await;
     approved(&app, with_window(None)).await;
-    let mut body = with_window(Some("fs-a"));
-    body["wait"] = json!("suspend");
-    let (s, r) = app.create(body).await;
-    assert_eq!(
-        (s, r["status"].as_str()),
-        (StatusCode::ACCEPTED, Some("pending")),
-        "{r}"
-    );
+    asks(&app, with_window(Some("fs-a"))).await;
     let (s, r) = app.create(with_window(None)).await;
     assert_eq!(
         (s, r["via"].as_str()),
