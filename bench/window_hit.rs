@@ -57,6 +57,7 @@ async fn decide(store: &dyn Store, tool: &ToolName, owner: &OwnerId) -> bool {
         owner_id: owner.clone(),
         tool: tool.clone(),
         args_hash,
+        server: None,
     };
     let now = OffsetDateTime::now_utc();
     matches!(store.live_window(&key, now).await, Ok(Some(_)))
@@ -89,6 +90,8 @@ async fn open_window(store: &SqliteStore, tool: &ToolName, owner: &OwnerId) {
         interaction: None,
         expect_outcome_seconds: None,
         args_schema: None,
+        server: None,
+        annotations: None,
     });
     store.insert(&record, now).await.expect("insert");
     let operator = Operator {

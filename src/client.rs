@@ -116,6 +116,9 @@ pub enum RunReportStatus {
     Failed,
     /// The call was approved but never run.
     NotExecuted,
+    /// Nobody can tell whether it ran: the reporter lost track of it (an MCP gateway
+    /// whose upstream went away mid-call).
+    Unknown,
 }
 
 impl RunReportStatus {
@@ -125,12 +128,14 @@ impl RunReportStatus {
             RunReportStatus::Executed => "executed",
             RunReportStatus::Failed => "failed",
             RunReportStatus::NotExecuted => "not_executed",
+            RunReportStatus::Unknown => "unknown",
         }
     }
 }
 
 /// The body of an outcome report. Built through [`RunReportRequest::executed`],
-/// [`RunReportRequest::failed`] or [`RunReportRequest::not_executed`], which cut `summary` and `error` to
+/// [`RunReportRequest::failed`], [`RunReportRequest::not_executed`] or
+/// [`RunReportRequest::unknown`], which cut `summary` and `error` to
 /// [`MAX_REPORT_CHARS`], so a report is never refused for its length: a command's
 /// stderr line or a tool's output can be any size, and the service would answer 422
 /// to the whole report for one character too many.
@@ -169,6 +174,17 @@ impl RunReportRequest {
             status: RunReportStatus::NotExecuted,
             summary: summary.map(|s| cut(s, MAX_REPORT_CHARS)),
             error: None,
+            duration_ms: None,
+        }
+    }
+
+    /// Nobody can tell whether the call ran, and `reason` says why ("the upstream MCP
+    /// server exited mid-call"). A later `executed` or `failed` report may replace it.
+    pub fn unknown(reason: &str) -> RunReportRequest {
+        RunReportRequest {
+            status: RunReportStatus::Unknown,
+            summary: None,
+            error: Some(cut(reason, MAX_REPORT_CHARS)),
             duration_ms: None,
         }
     }
@@ -566,6 +582,10 @@ mod tests {
         assert_eq!(
             RunReportRequest::not_executed(Some("  skipped  ")).to_json(),
             r#"{"status":"not_executed","summary":"skipped"}"#
+        );
+        assert_eq!(
+            RunReportRequest::unknown("the upstream exited").to_json(),
+            r#"{"status":"unknown","error":"the upstream exited"}"#
         );
         let exact = "x".repeat(MAX_REPORT_CHARS);
         assert_eq!(cut(&exact, MAX_REPORT_CHARS), exact);

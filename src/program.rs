@@ -311,6 +311,13 @@ struct TestCall {
     /// Kept as text: the rules read it as Python decodes it, as the service does.
     #[serde(default)]
     params: Option<Box<serde_json::value::RawValue>>,
+    /// The MCP server the call goes to (a rule with `servers` matches only those).
+    #[serde(default)]
+    server: Option<String>,
+    /// The tool's MCP annotations, an object of booleans (a rule with `annotations`
+    /// matches only calls carrying them).
+    #[serde(default)]
+    annotations: Option<serde_json::Value>,
 }
 
 /// Exit codes of `rules test`, by the rules' decision.
@@ -335,7 +342,7 @@ pub fn rules_test(path: &Path, call: &Path) -> anyhow::Result<u8> {
     };
     let c: TestCall = serde_json::from_str(&text).with_context(|| {
         format!(
-            "{}: not a call (a JSON object with \"tool\", and optionally \"agent\", \"owner_id\" and \"params\")",
+            "{}: not a call (a JSON object with \"tool\", and optionally \"agent\", \"owner_id\", \"params\", \"server\" and \"annotations\")",
             call.display()
         )
     })?;
@@ -347,6 +354,26 @@ pub fn rules_test(path: &Path, call: &Path) -> anyhow::Result<u8> {
                 anyhow::anyhow!("{}: \"params\" must be a JSON object: {e}", call.display())
             })?,
     };
+    // Checked as the service checks them, so a call it would refuse is refused here too.
+    let server = c
+        .server
+        .as_deref()
+        .map(crate::domain::mcp_call::ServerName::parse)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("{}: \"server\" {e}", call.display()))?;
+    let annotations = c
+        .annotations
+        .as_ref()
+        .map(crate::domain::mcp_call::Annotations::from_value)
+        .transpose()
+        .map_err(|e| match e.key {
+            Some(key) => anyhow::anyhow!(
+                "{}: \"annotations\" member {key:?}: {}",
+                call.display(),
+                e.why
+            ),
+            None => anyhow::anyhow!("{}: \"annotations\" {}", call.display(), e.why),
+        })?;
     if let Some(look) = policy.set.look_alike(&c.tool) {
         anyhow::bail!(
             "the service refuses this call before any rule is read (422): the tool `{}` {look}",
@@ -358,6 +385,8 @@ pub fn rules_test(path: &Path, call: &Path) -> anyhow::Result<u8> {
         agent: c.agent.as_deref().unwrap_or(""),
         owner: c.owner_id.as_deref(),
         params: &params,
+        server: server.as_ref().map(|s| s.as_str()),
+        annotations: annotations.as_ref(),
     });
     println!("decision: {}", verdict.effect);
     println!("by: {}", verdict.by());

@@ -29,6 +29,7 @@ use crate::config::{Config, Route};
 use crate::domain::edit::ArgsSchema;
 use crate::domain::ids::{CallbackToken, IdempotencyKey, OwnerId, QuestionId, ToolName};
 use crate::domain::interaction::Interaction;
+use crate::domain::mcp_call::{Annotations, ServerName};
 use crate::domain::python::value::PyDict;
 use crate::domain::question::{Operator, Question};
 use crate::metrics::Metrics;
@@ -342,6 +343,11 @@ pub struct NewConfirmation {
     /// The tool's argument schema: with `allow_edit`, the console's edit form and its
     /// check.
     pub args_schema: Option<ArgsSchema>,
+    /// The MCP server the call goes to (a gateway's upstream): shown, matched by the
+    /// rules' `servers`, part of the window's key.
+    pub server: Option<ServerName>,
+    /// The tool's MCP annotations: shown, matched by the rules' `annotations`.
+    pub annotations: Option<Annotations>,
 }
 
 /// What a button means.
@@ -403,7 +409,7 @@ pub enum ServiceError {
     #[error("the confirmation is already decided")]
     AlreadyDecided(Box<Question>),
     #[error(
-        "idempotency_key was already used for a different request (tool, owner_id or params differ)"
+        "idempotency_key was already used for a different request (tool, owner_id, params, server or annotations differ)"
     )]
     IdempotencyMismatch,
     #[error("the service is shutting down; retry with the same idempotency_key")]

@@ -51,6 +51,7 @@ mod polling {
     mod hostile_clients;
     mod input_refusals;
     mod logs;
+    mod mcp_calls;
     mod metrics;
     mod outage;
     mod outcomes;

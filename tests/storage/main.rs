@@ -10,6 +10,7 @@ const TELEGRAM_MODE: support::app::ModeRule = support::app::ModeRule::Polling;
 
 mod ended;
 mod grants;
+mod mcp_calls;
 mod migrate_to_postgres;
 mod migration;
 mod properties;

@@ -74,26 +74,42 @@ fn operator_json(op: &Operator) -> Value {
 
 /// A request was stored and is about to be delivered.
 pub fn requested(r: &Question) -> NewEvent {
-    NewEvent {
-        at: r.created_at,
-        confirmation_id: Some(r.id.to_string()),
-        kind: "requested",
-        actor: agent_actor(r),
-        detail: json!({
-            "tool": r.tool.as_str(),
-            "owner_id": r.owner_id.as_str(),
-            "args_hash": r.args_hash.as_str(),
-            "route": r.route,
-            "chat_id": r.chat_id,
-            "expires_at": rfc3339(r.expires_at),
-            "window_seconds": r.window_seconds,
-            "allow_edit": r.allow_edit,
-            "callback": r.callback_url.is_some(),
-            "kind": r.kind().as_str(),
-            "interaction_id": r.interaction.as_ref().map(|i| i.interaction_id.as_str()),
-            "rules": r.rule.as_ref().map(verdict_json),
-        }),
+    with_origin(
+        r,
+        NewEvent {
+            at: r.created_at,
+            confirmation_id: Some(r.id.to_string()),
+            kind: "requested",
+            actor: agent_actor(r),
+            detail: json!({
+                "tool": r.tool.as_str(),
+                "owner_id": r.owner_id.as_str(),
+                "args_hash": r.args_hash.as_str(),
+                "route": r.route,
+                "chat_id": r.chat_id,
+                "expires_at": rfc3339(r.expires_at),
+                "window_seconds": r.window_seconds,
+                "allow_edit": r.allow_edit,
+                "callback": r.callback_url.is_some(),
+                "kind": r.kind().as_str(),
+                "interaction_id": r.interaction.as_ref().map(|i| i.interaction_id.as_str()),
+                "rules": r.rule.as_ref().map(verdict_json),
+            }),
+        },
+    )
+}
+
+/// `event` with the MCP server and the annotations of a call that came through a
+/// gateway (issue 48), each only when the call carries it: the trail says which server
+/// a call went to, and every other call's events read as before.
+fn with_origin(r: &Question, mut event: NewEvent) -> NewEvent {
+    if let Some(server) = &r.server {
+        event.detail["server"] = json!(server.as_str());
     }
+    if let Some(annotations) = &r.annotations {
+        event.detail["annotations"] = annotations.to_json();
+    }
+    event
 }
 
 /// A rules' verdict as the trail keeps it: the effect, the rule, the fingerprint of the
@@ -112,11 +128,12 @@ fn verdict_json(v: &RuleVerdict) -> Value {
 /// A request that ended the moment it was stored: a window hit, or a rule's `allow` or
 /// `deny`.
 pub fn at_once(r: &Question) -> NewEvent {
-    match (r.via, &r.rule) {
+    let event = match (r.via, &r.rule) {
         (Some(Via::Rule), Some(verdict)) => rule_decided(r, verdict),
         (Some(Via::Grant), _) => grant_decided(r),
         _ => window_hit(r),
-    }
+    };
+    with_origin(r, event)
 }
 
 /// The grant check decided a call without asking: no live grant (`cancelled`), or a live

@@ -17,6 +17,7 @@ pub mod ids;
 pub mod interaction;
 pub mod launch;
 pub mod limits;
+pub mod mcp_call;
 pub mod outbox;
 pub mod python;
 pub mod question;
