@@ -78,6 +78,17 @@ pub struct NewConfirmation<'a> {
     pub route: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window_seconds: Option<u64>,
+    /// Whether an approver may edit the call (in the console, against `args_schema`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub allow_edit: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args_schema: Option<&'a Value>,
+    /// The MCP server the call goes to (the gateway's upstream).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<&'a str>,
+    /// The tool's MCP annotations, sent only for an upstream trusted with them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<&'a Value>,
     pub wait: Suspend,
     pub idempotency_key: &'a str,
 }
@@ -426,7 +437,7 @@ impl V1Client {
         body: Option<&str>,
         timeout: Option<Duration>,
         retry: &Retry,
-        retrying: &mut dyn FnMut(Retrying<'_>),
+        retrying: &mut (dyn FnMut(Retrying<'_>) + Send),
     ) -> Result<Reply, Failure> {
         let mut attempts = 0;
         let mut delay = retry.delay;
@@ -470,7 +481,7 @@ impl V1Client {
         body: &str,
         timeout: Option<Duration>,
         retry: &Retry,
-        retrying: &mut dyn FnMut(Retrying<'_>),
+        retrying: &mut (dyn FnMut(Retrying<'_>) + Send),
     ) -> Result<Reply, Failure> {
         self.send_retrying(
             Method::POST,
@@ -491,7 +502,7 @@ impl V1Client {
         wait_seconds: u64,
         timeout: Option<Duration>,
         retry: &Retry,
-        retrying: &mut dyn FnMut(Retrying<'_>),
+        retrying: &mut (dyn FnMut(Retrying<'_>) + Send),
     ) -> Result<Reply, Failure> {
         let path = format!("{}?wait={wait_seconds}", kind.path(id));
         self.send_retrying(Method::GET, &path, None, timeout, retry, retrying)
@@ -505,7 +516,7 @@ impl V1Client {
         outcome: &RunReportRequest,
         timeout: Option<Duration>,
         retry: &Retry,
-        retrying: &mut dyn FnMut(Retrying<'_>),
+        retrying: &mut (dyn FnMut(Retrying<'_>) + Send),
     ) -> Result<Reply, Failure> {
         let path = format!("{}/outcome", Kind::Confirmation.path(id));
         let body = outcome.to_json();
@@ -558,6 +569,10 @@ mod tests {
             timeout_seconds: Some(30.0),
             route: None,
             window_seconds: None,
+            allow_edit: false,
+            args_schema: None,
+            server: None,
+            annotations: None,
             wait: Suspend,
             idempotency_key: "k",
         }

@@ -435,6 +435,78 @@ pub async fn mcp_stdio(url: &str, token_env: &str) -> anyhow::Result<()> {
     crate::mcp::serve_stdio(crate::mcp::Api::Http(client)).await
 }
 
+/// `gateway`, as its command line gave it.
+pub struct GatewayCommand {
+    pub url: String,
+    pub token_env: String,
+    pub name: String,
+    pub route: Option<String>,
+    pub owner: Option<String>,
+    pub trust_annotations: bool,
+    pub pin: crate::gateway::PinMode,
+    pub timeout_seconds: Option<f64>,
+    pub upstream_url: Option<String>,
+    pub upstream_headers: Vec<String>,
+    pub command: Vec<String>,
+}
+
+/// `gateway`: the MCP gateway on stdin/stdout (logs and the upstream's stderr go to
+/// stderr) in front of one upstream, asking the service at `--url`.
+pub async fn gateway(c: GatewayCommand) -> anyhow::Result<()> {
+    use crate::gateway::{GatewayOptions, Upstream};
+    let token = token_from_env(&c.token_env)?;
+    let url = cli::service_url(&c.url)?;
+    if let Some(t) = c.timeout_seconds
+        && !(t.is_finite() && t > 0.0)
+    {
+        anyhow::bail!("--timeout {t}: must be a number of seconds greater than 0");
+    }
+    let upstream = match (c.upstream_url, c.command.is_empty()) {
+        (Some(_), false) => anyhow::bail!(
+            "give the upstream either as a command after `--` or as --upstream-url, not both"
+        ),
+        (None, true) => anyhow::bail!(
+            "no upstream: give its command after `--` (e.g. `-- npx -y \
+             @modelcontextprotocol/server-filesystem /srv/share`) or --upstream-url"
+        ),
+        (None, false) if !c.upstream_headers.is_empty() => {
+            anyhow::bail!("--upstream-header is for an --upstream-url upstream only")
+        }
+        (None, false) => Upstream::Command(c.command),
+        (Some(url), true) => {
+            let parsed = url::Url::parse(&url)
+                .with_context(|| format!("--upstream-url {url:?} is not a URL"))?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                anyhow::bail!("--upstream-url {url:?}: only http and https are spoken");
+            }
+            let mut headers = Vec::new();
+            for h in &c.upstream_headers {
+                let (name, var) = h.split_once('=').with_context(|| {
+                    format!("--upstream-header {h:?}: write NAME=ENV_VAR (the value is read from ENV_VAR)")
+                })?;
+                let value = std::env::var(var).with_context(|| {
+                    format!("--upstream-header {name}: environment variable {var} is not set")
+                })?;
+                headers.push((name.to_owned(), value));
+            }
+            Upstream::Url { url, headers }
+        }
+    };
+    crate::gateway::run_stdio(GatewayOptions {
+        url,
+        token: token.into(),
+        name: c.name,
+        route: c.route,
+        owner: c.owner,
+        trust_annotations: c.trust_annotations,
+        pin: c.pin,
+        timeout_seconds: c.timeout_seconds,
+        upstream,
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!(e))
+}
+
 /// How long a `console-link` stays valid when `--minutes` does not say.
 pub const CONSOLE_LINK_MINUTES: u64 = 5;
 
