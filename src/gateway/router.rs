@@ -267,6 +267,9 @@ impl Router {
 
     /// Asks the service about `listed` and keeps what it said; the names it allows.
     async fn pin_and_take(&self, listed: &[Map<String, Value>]) -> Vec<String> {
+        if self.state().catalogue.all_allowed_as(listed) {
+            return names(listed);
+        }
         let checked = tools::check(
             &self.asking.client,
             &self.asking.server,
@@ -351,9 +354,13 @@ impl Router {
 
     /// A `tools/call` from the host: asked about, then sent on or refused.
     async fn gate(&self, id: Id, call: Message, cancel: CancellationToken) {
+        // The call is answered once: by whoever takes it out of `waiting` (here, or a
+        // host's cancel or the upstream's end, which answer for it themselves).
+        let still_waiting = || self.state().waiting.remove(&id).is_some();
         let refuse = |text: String| {
-            self.state().waiting.remove(&id);
-            self.to_host(response(&id, tool_error(&text)));
+            if still_waiting() {
+                self.to_host(response(&id, tool_error(&text)));
+            }
         };
         let params = call.params().cloned().unwrap_or_default();
         let Some(name) = params
@@ -361,7 +368,9 @@ impl Router {
             .and_then(Value::as_str)
             .map(str::to_owned)
         else {
-            self.state().waiting.remove(&id);
+            if !still_waiting() {
+                return;
+            }
             return self.to_host(error_response(
                 Some(&id),
                 -32602,
@@ -416,7 +425,18 @@ impl Router {
             host: host.as_deref(),
         };
         let verdict = self.asking.decide(&asked, progress, &cancel).await;
-        self.state().waiting.remove(&id);
+        if !still_waiting() {
+            // Cancelled by the host, or the upstream is gone, after the decision came:
+            // the host no longer waits for this call, so it does not run.
+            if let Verdict::Run { id: question, .. } = &verdict {
+                report::not_run(
+                    &self.asking,
+                    question,
+                    "the host cancelled the call as it was approved",
+                );
+            }
+            return;
+        }
         match verdict {
             Verdict::Run {
                 arguments,
@@ -517,6 +537,15 @@ impl Router {
             cancel.cancel();
         }
     }
+}
+
+/// The names of listed tools.
+fn names(listed: &[Map<String, Value>]) -> Vec<String> {
+    listed
+        .iter()
+        .filter_map(|t| t.get("name").and_then(Value::as_str))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// `clientInfo` of an `initialize` request, as `name version`, cut and without

@@ -66,6 +66,21 @@ impl Catalogue {
         self.tools.get(name)
     }
 
+    /// Whether every tool of `listed` is allowed, its definition the very one the
+    /// service allowed: then the service would say the same again, and the listing
+    /// passes without asking it (a tool held back is always asked about again, so an
+    /// approver's Allow is seen on the next listing).
+    pub fn all_allowed_as(&self, listed: &[Map<String, Value>]) -> bool {
+        !self.stale
+            && listed.iter().all(|definition| {
+                definition
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .and_then(|name| self.tools.get(name))
+                    .is_some_and(|t| t.allowed.is_ok() && &t.definition == definition)
+            })
+    }
+
     /// Takes a listing's tools and what the service said of them (`None` when the
     /// service could not be asked): a tool keeps being allowed through such an outage
     /// only when its definition is the one allowed before, else it is held back.
@@ -209,6 +224,26 @@ mod tests {
         assert!(c.get("read").unwrap().allowed.is_err());
         c.take(&[def("new", "x")], None);
         assert!(c.get("new").unwrap().allowed.is_err());
+    }
+
+    #[test]
+    fn an_unchanged_listing_of_allowed_tools_needs_no_new_check_and_a_changed_one_does() {
+        let mut c = Catalogue::default();
+        let allowed = |n: &str| PinState {
+            name: n.into(),
+            state: "allowed".into(),
+            reason: None,
+        };
+        c.take(
+            &[def("a", "x"), def("b", "y")],
+            Some(&[allowed("a"), allowed("b")]),
+        );
+        assert!(c.all_allowed_as(&[def("a", "x"), def("b", "y")]));
+        assert!(c.all_allowed_as(&[def("a", "x")]));
+        assert!(!c.all_allowed_as(&[def("a", "x2")]));
+        assert!(!c.all_allowed_as(&[def("c", "z")]));
+        c.stale = true;
+        assert!(!c.all_allowed_as(&[def("a", "x")]));
     }
 
     #[test]
