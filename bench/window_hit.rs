@@ -34,7 +34,8 @@ use hitl_telegram::domain::ids::{OwnerId, QuestionId, ToolName};
 use hitl_telegram::domain::python;
 use hitl_telegram::domain::question::{Ending, Operator, Question, Seed, Status, WindowKey};
 use hitl_telegram::service::{
-    Button, CommandReply, DeliveryError, Mention, Messenger, Service, Tap, TapAction, Turn, View,
+    Button, CommandReply, DeliveryError, Mention, Messenger, PinNotice, Service, Tap, TapAction,
+    Turn, View,
 };
 use hitl_telegram::storage::{Administration, Decided, Questions, SqliteStore, Store};
 use time::OffsetDateTime;
@@ -56,6 +57,7 @@ async fn decide(store: &dyn Store, tool: &ToolName, owner: &OwnerId) -> bool {
         owner_id: owner.clone(),
         tool: tool.clone(),
         args_hash,
+        server: None,
     };
     let now = OffsetDateTime::now_utc();
     matches!(store.live_window(&key, now).await, Ok(Some(_)))
@@ -88,6 +90,8 @@ async fn open_window(store: &SqliteStore, tool: &ToolName, owner: &OwnerId) {
         interaction: None,
         expect_outcome_seconds: None,
         args_schema: None,
+        server: None,
+        annotations: None,
     });
     store.insert(&record, now).await.expect("insert");
     let operator = Operator {
@@ -245,6 +249,22 @@ impl Messenger for NoTelegram {
         _from: &Operator,
     ) -> Result<i32, DeliveryError> {
         self.sent()
+    }
+    async fn send_pin_notice(
+        &self,
+        _chat_id: i64,
+        _thread: Option<i32>,
+        _notice: &PinNotice,
+    ) -> Result<i32, DeliveryError> {
+        self.sent()
+    }
+    async fn show_pin_notice(
+        &self,
+        _chat_id: i64,
+        _message_id: i32,
+        _notice: &PinNotice,
+    ) -> Result<(), DeliveryError> {
+        Ok(())
     }
     async fn send_reminder(
         &self,
@@ -436,6 +456,7 @@ impl ServiceWorld {
             },
             from_is_bot: false,
             revoke_grant: None,
+            allow_tools: None,
         };
         self.rt
             .block_on(self.service.handle_tap(tap))

@@ -212,6 +212,10 @@ fn ask_body(req: &AskRequest, key: &str) -> anyhow::Result<String> {
         timeout_seconds: req.timeout_seconds,
         route: req.route.as_deref(),
         window_seconds: req.window_seconds,
+        allow_edit: false,
+        args_schema: None,
+        server: None,
+        annotations: None,
         wait: Suspend,
         idempotency_key: key,
     }
@@ -339,7 +343,7 @@ const ASK_RETRY: Retry = Retry {
 };
 
 /// What `ask` says while it retries.
-fn say_retrying(progress: &mut dyn FnMut(String)) -> impl FnMut(Retrying<'_>) + '_ {
+fn say_retrying(progress: &mut (dyn FnMut(String) + Send)) -> impl FnMut(Retrying<'_>) + '_ {
     move |retrying| match retrying {
         Retrying::Busy(secs) => progress(format!("the service is busy; trying again in {secs} s")),
         Retrying::Failed(failure) => progress(format!("{}; retrying", failure.error())),
@@ -350,7 +354,7 @@ fn say_retrying(progress: &mut dyn FnMut(String)) -> impl FnMut(Retrying<'_>) + 
 /// [`ask`], telling `progress` what it is doing.
 async fn ask_inner(
     req: &AskRequest,
-    progress: &mut dyn FnMut(String),
+    progress: &mut (dyn FnMut(String) + Send),
 ) -> anyhow::Result<(u8, String)> {
     match decide(req, progress).await? {
         Decided::Refused(body) => Ok((EXIT_ERROR, body)),
@@ -375,7 +379,7 @@ pub(crate) enum Decided {
 /// Asks and waits for the decision, telling `progress` what it is doing.
 pub(crate) async fn decide(
     req: &AskRequest,
-    progress: &mut dyn FnMut(String),
+    progress: &mut (dyn FnMut(String) + Send),
 ) -> anyhow::Result<Decided> {
     // One idempotency key for every attempt: a retry after a dropped connection finds
     // the same request instead of asking the operator twice.

@@ -78,6 +78,17 @@ pub struct NewConfirmation<'a> {
     pub route: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window_seconds: Option<u64>,
+    /// Whether an approver may edit the call (in the console, against `args_schema`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub allow_edit: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args_schema: Option<&'a Value>,
+    /// The MCP server the call goes to (the gateway's upstream).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<&'a str>,
+    /// The tool's MCP annotations, sent only for an upstream trusted with them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<&'a Value>,
     pub wait: Suspend,
     pub idempotency_key: &'a str,
 }
@@ -116,6 +127,9 @@ pub enum RunReportStatus {
     Failed,
     /// The call was approved but never run.
     NotExecuted,
+    /// Nobody can tell whether it ran: the reporter lost track of it (an MCP gateway
+    /// whose upstream went away mid-call).
+    Unknown,
 }
 
 impl RunReportStatus {
@@ -125,12 +139,14 @@ impl RunReportStatus {
             RunReportStatus::Executed => "executed",
             RunReportStatus::Failed => "failed",
             RunReportStatus::NotExecuted => "not_executed",
+            RunReportStatus::Unknown => "unknown",
         }
     }
 }
 
 /// The body of an outcome report. Built through [`RunReportRequest::executed`],
-/// [`RunReportRequest::failed`] or [`RunReportRequest::not_executed`], which cut `summary` and `error` to
+/// [`RunReportRequest::failed`], [`RunReportRequest::not_executed`] or
+/// [`RunReportRequest::unknown`], which cut `summary` and `error` to
 /// [`MAX_REPORT_CHARS`], so a report is never refused for its length: a command's
 /// stderr line or a tool's output can be any size, and the service would answer 422
 /// to the whole report for one character too many.
@@ -169,6 +185,17 @@ impl RunReportRequest {
             status: RunReportStatus::NotExecuted,
             summary: summary.map(|s| cut(s, MAX_REPORT_CHARS)),
             error: None,
+            duration_ms: None,
+        }
+    }
+
+    /// Nobody can tell whether the call ran, and `reason` says why ("the upstream MCP
+    /// server exited mid-call"). A later `executed` or `failed` report may replace it.
+    pub fn unknown(reason: &str) -> RunReportRequest {
+        RunReportRequest {
+            status: RunReportStatus::Unknown,
+            summary: None,
+            error: Some(cut(reason, MAX_REPORT_CHARS)),
             duration_ms: None,
         }
     }
@@ -410,7 +437,7 @@ impl V1Client {
         body: Option<&str>,
         timeout: Option<Duration>,
         retry: &Retry,
-        retrying: &mut dyn FnMut(Retrying<'_>),
+        retrying: &mut (dyn FnMut(Retrying<'_>) + Send),
     ) -> Result<Reply, Failure> {
         let mut attempts = 0;
         let mut delay = retry.delay;
@@ -454,7 +481,7 @@ impl V1Client {
         body: &str,
         timeout: Option<Duration>,
         retry: &Retry,
-        retrying: &mut dyn FnMut(Retrying<'_>),
+        retrying: &mut (dyn FnMut(Retrying<'_>) + Send),
     ) -> Result<Reply, Failure> {
         self.send_retrying(
             Method::POST,
@@ -475,7 +502,7 @@ impl V1Client {
         wait_seconds: u64,
         timeout: Option<Duration>,
         retry: &Retry,
-        retrying: &mut dyn FnMut(Retrying<'_>),
+        retrying: &mut (dyn FnMut(Retrying<'_>) + Send),
     ) -> Result<Reply, Failure> {
         let path = format!("{}?wait={wait_seconds}", kind.path(id));
         self.send_retrying(Method::GET, &path, None, timeout, retry, retrying)
@@ -489,7 +516,7 @@ impl V1Client {
         outcome: &RunReportRequest,
         timeout: Option<Duration>,
         retry: &Retry,
-        retrying: &mut dyn FnMut(Retrying<'_>),
+        retrying: &mut (dyn FnMut(Retrying<'_>) + Send),
     ) -> Result<Reply, Failure> {
         let path = format!("{}/outcome", Kind::Confirmation.path(id));
         let body = outcome.to_json();
@@ -542,6 +569,10 @@ mod tests {
             timeout_seconds: Some(30.0),
             route: None,
             window_seconds: None,
+            allow_edit: false,
+            args_schema: None,
+            server: None,
+            annotations: None,
             wait: Suspend,
             idempotency_key: "k",
         }
@@ -566,6 +597,10 @@ mod tests {
         assert_eq!(
             RunReportRequest::not_executed(Some("  skipped  ")).to_json(),
             r#"{"status":"not_executed","summary":"skipped"}"#
+        );
+        assert_eq!(
+            RunReportRequest::unknown("the upstream exited").to_json(),
+            r#"{"status":"unknown","error":"the upstream exited"}"#
         );
         let exact = "x".repeat(MAX_REPORT_CHARS);
         assert_eq!(cut(&exact, MAX_REPORT_CHARS), exact);

@@ -25,6 +25,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "audit_head",
             "claude_hook",
             "cli",
+            "gateway",
             "mcp",
             "outbox",
             "redis_bridge",

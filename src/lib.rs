@@ -8,7 +8,7 @@
 //! domain <- storage <- support <- service <- adapters <- app <- program
 //!
 //! support:  client, config, metrics, scheduler, telemetry
-//! adapters: api, telegram, mcp, claude_hook, redis_bridge, cli, outbox, audit_head
+//! adapters: api, telegram, mcp, gateway, claude_hook, redis_bridge, cli, outbox, audit_head
 //! ```
 //!
 //! What each layer holds, and the two exceptions between adapters with their reasons:
@@ -22,6 +22,7 @@ pub mod claude_hook;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod gateway;
 pub use hitl_domain as domain;
 #[cfg(test)]
 mod layers;

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use hitl_telegram::claude_hook::{self, Fallback, HookOptions, OwnerFrom};
 use hitl_telegram::cli::{self, AskRequest};
+use hitl_telegram::gateway::PinMode;
 use hitl_telegram::{program, telemetry};
 
 /// jemalloc rather than glibc's malloc: see its line in Cargo.toml.
@@ -96,6 +97,11 @@ enum Command {
     /// An MCP server on stdio (for MCP clients that start it): its tools ask through a
     /// running service with an agent's token, like `ask`.
     Mcp(McpArgs),
+    /// An MCP gateway on stdio: start it instead of an MCP server (the command after
+    /// `--`, or --upstream-url). Every tool call is asked about through the running
+    /// service first and reaches the server only when confirmed, with the approved
+    /// arguments; everything else passes through unchanged.
+    Gateway(Box<GatewayArgs>),
     /// Write a consistent copy of the SQLite database to FILE (online: the service may
     /// run). For PostgreSQL use pg_dump. A database.url naming no hitl-telegram database
     /// is refused (nothing is created).
@@ -257,6 +263,47 @@ struct McpArgs {
 }
 
 #[derive(Args)]
+struct GatewayArgs {
+    /// Base URL of the service, e.g. http://127.0.0.1:8080
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// Name of the environment variable holding the agent's bearer token.
+    #[arg(long)]
+    token_env: String,
+    /// The upstream's name (1-64 of A-Z a-z 0-9 . _ -): shown on every question as its
+    /// MCP server, matched by rules' `servers`, and what its tools are pinned under.
+    #[arg(long)]
+    name: String,
+    /// Named Telegram destination (default: the agent's default route).
+    #[arg(long)]
+    route: Option<String>,
+    /// The questions' owner_id (default: the service's, as for any request without one).
+    #[arg(long)]
+    owner: Option<String>,
+    /// Send the tools' annotations (readOnlyHint, destructiveHint, ...) for rules to
+    /// match: only for an upstream you trust, since MCP calls them untrusted hints.
+    #[arg(long)]
+    trust_annotations: bool,
+    /// How the first listing of the upstream's tools is pinned: `first` allows it (and
+    /// holds back what changes later), `strict` holds it all back until allowed.
+    #[arg(long, value_enum, default_value_t = PinMode::First)]
+    pin: PinMode,
+    /// Seconds to wait for a human per call (default: the service's).
+    #[arg(long, value_name = "SECONDS")]
+    timeout: Option<f64>,
+    /// A Streamable HTTP upstream instead of a command.
+    #[arg(long, value_name = "URL")]
+    upstream_url: Option<String>,
+    /// A header for the Streamable HTTP upstream, its value taken from an environment
+    /// variable (never from the command line): NAME=ENV_VAR. Repeatable.
+    #[arg(long = "upstream-header", value_name = "NAME=ENV_VAR")]
+    upstream_headers: Vec<String>,
+    /// The upstream MCP server's command and arguments (after `--`).
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+#[derive(Args)]
 struct ClaudeHookArgs {
     /// Base URL of the service, e.g. http://127.0.0.1:8080
     #[arg(long)]
@@ -332,6 +379,22 @@ async fn main() -> ExitCode {
         }
         Command::ClaudeHook(a) => return claude_hook_command(*a).await,
         Command::Mcp(a) => program::mcp_stdio(&a.url, &a.token_env).await,
+        Command::Gateway(a) => {
+            program::gateway(program::GatewayCommand {
+                url: a.url,
+                token_env: a.token_env,
+                name: a.name,
+                route: a.route,
+                owner: a.owner,
+                trust_annotations: a.trust_annotations,
+                pin: a.pin,
+                timeout_seconds: a.timeout,
+                upstream_url: a.upstream_url,
+                upstream_headers: a.upstream_headers,
+                command: a.command,
+            })
+            .await
+        }
         Command::Ask(a) => return ask_command(*a).await,
         Command::Exec(a) => return exec_command(*a).await,
     };

@@ -311,6 +311,13 @@ struct TestCall {
     /// Kept as text: the rules read it as Python decodes it, as the service does.
     #[serde(default)]
     params: Option<Box<serde_json::value::RawValue>>,
+    /// The MCP server the call goes to (a rule with `servers` matches only those).
+    #[serde(default)]
+    server: Option<String>,
+    /// The tool's MCP annotations, an object of booleans (a rule with `annotations`
+    /// matches only calls carrying them).
+    #[serde(default)]
+    annotations: Option<serde_json::Value>,
 }
 
 /// Exit codes of `rules test`, by the rules' decision.
@@ -335,7 +342,7 @@ pub fn rules_test(path: &Path, call: &Path) -> anyhow::Result<u8> {
     };
     let c: TestCall = serde_json::from_str(&text).with_context(|| {
         format!(
-            "{}: not a call (a JSON object with \"tool\", and optionally \"agent\", \"owner_id\" and \"params\")",
+            "{}: not a call (a JSON object with \"tool\", and optionally \"agent\", \"owner_id\", \"params\", \"server\" and \"annotations\")",
             call.display()
         )
     })?;
@@ -347,6 +354,26 @@ pub fn rules_test(path: &Path, call: &Path) -> anyhow::Result<u8> {
                 anyhow::anyhow!("{}: \"params\" must be a JSON object: {e}", call.display())
             })?,
     };
+    // Checked as the service checks them, so a call it would refuse is refused here too.
+    let server = c
+        .server
+        .as_deref()
+        .map(crate::domain::mcp_call::ServerName::parse)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("{}: \"server\" {e}", call.display()))?;
+    let annotations = c
+        .annotations
+        .as_ref()
+        .map(crate::domain::mcp_call::Annotations::from_value)
+        .transpose()
+        .map_err(|e| match e.key {
+            Some(key) => anyhow::anyhow!(
+                "{}: \"annotations\" member {key:?}: {}",
+                call.display(),
+                e.why
+            ),
+            None => anyhow::anyhow!("{}: \"annotations\" {}", call.display(), e.why),
+        })?;
     if let Some(look) = policy.set.look_alike(&c.tool) {
         anyhow::bail!(
             "the service refuses this call before any rule is read (422): the tool `{}` {look}",
@@ -358,6 +385,8 @@ pub fn rules_test(path: &Path, call: &Path) -> anyhow::Result<u8> {
         agent: c.agent.as_deref().unwrap_or(""),
         owner: c.owner_id.as_deref(),
         params: &params,
+        server: server.as_ref().map(|s| s.as_str()),
+        annotations: annotations.as_ref(),
     });
     println!("decision: {}", verdict.effect);
     println!("by: {}", verdict.by());
@@ -404,6 +433,78 @@ pub async fn mcp_stdio(url: &str, token_env: &str) -> anyhow::Result<()> {
         Some(std::time::Duration::from_secs(90)),
     )?;
     crate::mcp::serve_stdio(crate::mcp::Api::Http(client)).await
+}
+
+/// `gateway`, as its command line gave it.
+pub struct GatewayCommand {
+    pub url: String,
+    pub token_env: String,
+    pub name: String,
+    pub route: Option<String>,
+    pub owner: Option<String>,
+    pub trust_annotations: bool,
+    pub pin: crate::gateway::PinMode,
+    pub timeout_seconds: Option<f64>,
+    pub upstream_url: Option<String>,
+    pub upstream_headers: Vec<String>,
+    pub command: Vec<String>,
+}
+
+/// `gateway`: the MCP gateway on stdin/stdout (logs and the upstream's stderr go to
+/// stderr) in front of one upstream, asking the service at `--url`.
+pub async fn gateway(c: GatewayCommand) -> anyhow::Result<()> {
+    use crate::gateway::{GatewayOptions, Upstream};
+    let token = token_from_env(&c.token_env)?;
+    let url = cli::service_url(&c.url)?;
+    if let Some(t) = c.timeout_seconds
+        && !(t.is_finite() && t > 0.0)
+    {
+        anyhow::bail!("--timeout {t}: must be a number of seconds greater than 0");
+    }
+    let upstream = match (c.upstream_url, c.command.is_empty()) {
+        (Some(_), false) => anyhow::bail!(
+            "give the upstream either as a command after `--` or as --upstream-url, not both"
+        ),
+        (None, true) => anyhow::bail!(
+            "no upstream: give its command after `--` (e.g. `-- npx -y \
+             @modelcontextprotocol/server-filesystem /srv/share`) or --upstream-url"
+        ),
+        (None, false) if !c.upstream_headers.is_empty() => {
+            anyhow::bail!("--upstream-header is for an --upstream-url upstream only")
+        }
+        (None, false) => Upstream::Command(c.command),
+        (Some(url), true) => {
+            let parsed = url::Url::parse(&url)
+                .with_context(|| format!("--upstream-url {url:?} is not a URL"))?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                anyhow::bail!("--upstream-url {url:?}: only http and https are spoken");
+            }
+            let mut headers = Vec::new();
+            for h in &c.upstream_headers {
+                let (name, var) = h.split_once('=').with_context(|| {
+                    format!("--upstream-header {h:?}: write NAME=ENV_VAR (the value is read from ENV_VAR)")
+                })?;
+                let value = std::env::var(var).with_context(|| {
+                    format!("--upstream-header {name}: environment variable {var} is not set")
+                })?;
+                headers.push((name.to_owned(), value));
+            }
+            Upstream::Url { url, headers }
+        }
+    };
+    crate::gateway::run_stdio(GatewayOptions {
+        url,
+        token: token.into(),
+        name: c.name,
+        route: c.route,
+        owner: c.owner,
+        trust_annotations: c.trust_annotations,
+        pin: c.pin,
+        timeout_seconds: c.timeout_seconds,
+        upstream,
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!(e))
 }
 
 /// How long a `console-link` stays valid when `--minutes` does not say.

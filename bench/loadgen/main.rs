@@ -14,6 +14,7 @@
 mod client;
 mod cpu;
 mod fake;
+mod gateway;
 mod service;
 
 use std::io::Write as _;
@@ -36,7 +37,7 @@ struct Args {
     /// The service binary to drive.
     #[arg(long, default_value = "target/release/hitl-telegram")]
     service_bin: PathBuf,
-    /// Comma-separated scenarios (b2,b3,b4,b5,b6); all by default.
+    /// Comma-separated scenarios (b2,b3,b4,b5,b6,b7); all by default.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Tiny counts, no verdicts on speed (for CI).
@@ -131,6 +132,9 @@ fn main() -> anyhow::Result<()> {
         if want("b6") {
             b6(&args).await.context("B6")?;
         }
+        if want("b7") {
+            gateway::b7(&args).await.context("B7")?;
+        }
         if args.postgres.is_some() {
             let pg = On {
                 postgres: args.postgres.clone(),
@@ -186,6 +190,7 @@ async fn start(
         telegram_url: fake.url(),
         chats: (0..chats).map(|i| 1_000 + i as i64).collect(),
         database_url: db.map(|d| d.url.clone()),
+        extra: String::new(),
     };
     let mut running = setup.spawn(&args.service_bin)?;
     running.wait_serving(Duration::from_secs(30)).await?;
@@ -811,6 +816,7 @@ async fn f1(args: &Args, on: &On) -> anyhow::Result<()> {
         telegram_url: fake.url(),
         chats: vec![1_000],
         database_url: Some(db.url.clone()),
+        extra: String::new(),
     };
     let (a_setup, b_setup) = (setup(service::free_port()?), setup(service::free_port()?));
     // A starts first, so A leads.

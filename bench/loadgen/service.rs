@@ -22,6 +22,8 @@ pub struct Setup {
     pub chats: Vec<i64>,
     /// A PostgreSQL database instead of SQLite in `dir`.
     pub database_url: Option<String>,
+    /// More configuration, appended (`[[rules]]`, say).
+    pub extra: String,
 }
 
 impl Setup {
@@ -66,6 +68,7 @@ impl Setup {
              requests_per_minute = 100000000\nmax_pending = 1000000\n",
             routes.join(", ")
         ));
+        c.push_str(&self.extra);
         let path = self.dir.join(format!("{name}.toml"));
         std::fs::write(&path, c)?;
         Ok(path)
@@ -164,21 +167,7 @@ impl Running {
 
     /// The process's memory now, from /proc (KiB).
     pub fn memory(&self) -> io::Result<Memory> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
-        let field = |name: &str| {
-            status
-                .lines()
-                .find(|l| l.starts_with(name))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        Ok(Memory {
-            rss: field("VmRSS:"),
-            hwm: field("VmHWM:"),
-            anon: field("RssAnon:"),
-            file: field("RssFile:"),
-        })
+        memory_of(self.pid())
     }
 
     /// SIGKILL: no shutdown path runs, as in a crash.
@@ -187,6 +176,25 @@ impl Running {
         self.child.wait()?;
         Ok(())
     }
+}
+
+/// The memory of process `pid` now, from /proc (KiB).
+pub fn memory_of(pid: u32) -> io::Result<Memory> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Ok(Memory {
+        rss: field("VmRSS:"),
+        hwm: field("VmHWM:"),
+        anon: field("RssAnon:"),
+        file: field("RssFile:"),
+    })
 }
 
 /// A process's memory, in KiB, as /proc/PID/status has it.

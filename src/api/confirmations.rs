@@ -22,6 +22,7 @@ use crate::config::{Agent, Config};
 use crate::domain::edit::ArgsSchema;
 use crate::domain::grant::Scope;
 use crate::domain::ids::{IdempotencyKey, OwnerId, ToolName};
+use crate::domain::mcp_call::{Annotations, ServerName};
 use crate::service::{GrantCheck, NewConfirmation};
 
 pub use super::field::WaitMode;
@@ -118,6 +119,12 @@ pub struct CreateConfirmationBody {
     #[serde(deserialize_with = "field::args_schema")]
     #[schema(inline)]
     pub args_schema: Option<ArgsSchema>,
+    #[serde(deserialize_with = "field::server")]
+    #[schema(inline)]
+    pub server: Option<ServerName>,
+    #[serde(deserialize_with = "field::annotations")]
+    #[schema(inline)]
+    pub annotations: Option<Annotations>,
 }
 
 /// Parses and checks a create body for `agent`, naming the first field at fault.
@@ -173,6 +180,8 @@ pub fn parse_create(
         callback_url,
         grant,
         args_schema: body.args_schema,
+        server: body.server,
+        annotations: body.annotations,
     };
     Ok((new, body.wait))
 }

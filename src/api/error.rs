@@ -363,7 +363,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::AlreadyDecided(r) => ApiError::AlreadyDecided(r),
             ServiceError::IdempotencyMismatch => ApiError::field(
                 "idempotency_key",
-                "was already used for a different request (tool, owner_id or params differ)",
+                "was already used for a different request (tool, owner_id, params, server or annotations differ)",
             ),
             ServiceError::ShuttingDown => ApiError::Unavailable(e.to_string()),
             ServiceError::TooManyPending(max) => ApiError::TooManyRequests {

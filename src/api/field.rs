@@ -18,6 +18,7 @@ use crate::domain::limits::{
     MAX_CALLBACK_URL_CHARS, MAX_CONTEXT_CHARS, MAX_NOTIFICATION_CHARS, MAX_PARAM_KEYS,
     MAX_RECIPIENT_CHARS, MAX_ROUTE_CHARS, MAX_TEMPLATE_CHARS, MAX_WINDOW_SECONDS,
 };
+use crate::domain::mcp_call::{Annotations, ServerName};
 use crate::domain::python::value::PyDict;
 use crate::domain::run_report::MAX_REPORT_CHARS;
 use crate::domain::schema::name_schema;
@@ -59,6 +60,28 @@ pub fn idempotency_key<'de, D: Deserializer<'de>>(
 /// `grant_scope`: a [`Scope`].
 pub fn grant_scope<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Scope>, D::Error> {
     parsed(value(d, "a string such as \"tool:deploy\"")?, Scope::parse)
+}
+
+/// `server`: a [`ServerName`], the MCP server a gateway sends the call to.
+pub fn server<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ServerName>, D::Error> {
+    parsed(value(d, "a string")?, ServerName::parse)
+}
+
+/// `annotations`: an object of booleans ([`Annotations`]); a refusal names the member at
+/// fault.
+pub fn annotations<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Annotations>, D::Error> {
+    let v: Option<serde_json::Value> = value(d, "an object of booleans")?;
+    v.map(|v| {
+        Annotations::from_value(&v).map_err(|e| match e.key {
+            Some(key) => D::Error::custom(format!(
+                "member \"{}\": {}",
+                text::visible(&key, text::Layout::Line),
+                e.why
+            )),
+            None => D::Error::custom(e.why),
+        })
+    })
+    .transpose()
 }
 
 /// `true` or `false`; absent, `false`.

@@ -11,6 +11,7 @@ pub mod field;
 pub mod grants;
 pub mod interactions;
 pub mod limits;
+pub mod mcp_pins;
 pub mod metrics;
 pub mod openapi;
 pub mod question;
@@ -68,6 +69,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/grants/check", get(grants::check))
         .route("/v1/grants/{id}", delete(grants::revoke))
         .route("/v1/events", get(events::stream))
+        .route("/v1/mcp/servers/{server}/tools", post(mcp_pins::record))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -81,9 +81,9 @@ pub struct RecordView {
     /// What the rules decided, in full; null when no rules are in force.
     #[schema(required = true)]
     pub rule_decision: Option<RuleView>,
-    /// What happened when the agent ran the confirmed call, as it reported
-    /// (`POST /v1/confirmations/{id}/outcome`), or `unknown` when the route's
-    /// `expect_outcome_seconds` passed with no report; null until then.
+    /// What happened when the agent ran the confirmed call, as it (or the gateway it
+    /// called through) reported (`POST /v1/confirmations/{id}/outcome`), or `unknown`
+    /// when the route's `expect_outcome_seconds` passed with no report; null until then.
     #[schema(required = true)]
     pub outcome: Option<RunReportView>,
     /// The earlier run of this agent's same tool the approver was told of when the
@@ -103,14 +103,23 @@ pub struct RecordView {
     /// it; null otherwise.
     #[schema(required = true)]
     pub original_args_hash: Option<String>,
+    /// The MCP server (upstream) the call goes to, as the gateway that asked named it;
+    /// null for a call that named none.
+    #[schema(required = true)]
+    pub server: Option<String>,
+    /// The tool's MCP annotations the call carried (each a boolean, in name order); null
+    /// when it carried none.
+    #[schema(value_type = Option<Object>, required = true)]
+    pub annotations: Option<Value>,
 }
 
 /// What happened when the confirmed call ran.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = OutcomeView)]
 pub struct RunReportView {
-    /// `executed`, `failed`, `not_executed` (as reported), or `unknown` (no report within
-    /// the route's `expect_outcome_seconds`; a late report replaces it).
+    /// `executed`, `failed`, `not_executed` or `unknown` (as reported: the reporter
+    /// cannot tell whether it ran, `error` says why), or `unknown` with no report within
+    /// the route's `expect_outcome_seconds`. A later report replaces an `unknown`.
     #[schema(schema_with = super::openapi::run_status_schema)]
     pub status: &'static str,
     #[schema(required = true)]
@@ -295,6 +304,8 @@ impl From<&Question> for RecordView {
             window_use: None,
             edited: r.edited.is_some(),
             original_args_hash: r.edited.as_ref().map(|e| e.original_args_hash.to_string()),
+            server: r.server.as_ref().map(|s| s.to_string()),
+            annotations: r.annotations.as_ref().map(|a| a.to_json()),
         }
     }
 }

@@ -18,7 +18,7 @@ use super::error::ApiError;
 use super::extract::{AuthAgent, Body};
 use super::field::{ReportText, value};
 use super::question::{parse_id, respond};
-use crate::domain::run_report::NewRunReport;
+use crate::domain::run_report::{NewRunReport, REPORTED_STATUSES};
 
 /// The longest `duration_ms` taken: a year. A larger one is a unit mistake (µs, ns).
 pub const MAX_DURATION_MS: u64 = 366 * 24 * 3600 * 1000;
@@ -29,14 +29,17 @@ pub const MAX_DURATION_MS: u64 = 366 * 24 * 3600 * 1000;
 #[serde(deny_unknown_fields)]
 pub struct OutcomeBody {
     /// `executed`: the call ran; `failed`: it ran, or began to, and failed;
-    /// `not_executed`: it was not run after all.
+    /// `not_executed`: it was not run after all; `unknown`: the reporter cannot tell
+    /// whether it ran (an MCP gateway whose upstream went away mid-call). A later report
+    /// replaces an `unknown`.
     #[schema(inline)]
     pub status: RunStatus,
     /// What came of it, in a line, shown under the decision in every message of the
     /// question (invisible characters as visible escapes).
     #[schema(inline)]
     pub summary: Option<ReportText>,
-    /// Why it failed; only with `status: "failed"`.
+    /// Why it failed (`failed`), or why nobody knows whether it ran (`unknown`); only
+    /// with those two.
     #[schema(inline)]
     pub error: Option<ReportText>,
     /// How long the run took, in milliseconds.
@@ -53,9 +56,7 @@ impl<'de> Deserialize<'de> for RunStatus {
         let status = status
             .map(|s| super::field::bounded(s, 32, false))
             .transpose()?
-            .ok_or_else(|| {
-                D::Error::custom("is required: \"executed\", \"failed\" or \"not_executed\"")
-            })?;
+            .ok_or_else(|| D::Error::custom(format!("is required: {REPORTED_STATUSES}")))?;
         Ok(RunStatus(status))
     }
 }
@@ -66,7 +67,7 @@ impl PartialSchema for RunStatus {
     fn schema() -> RefOr<Schema> {
         ObjectBuilder::new()
             .schema_type(Type::String)
-            .enum_values(Some(["executed", "failed", "not_executed"]))
+            .enum_values(Some(["executed", "failed", "not_executed", "unknown"]))
             .into()
     }
 }
@@ -155,7 +156,6 @@ mod tests {
         for (body, field) in [
             (r#"{}"#, "status"),
             (r#"{"status": "ran"}"#, "status"),
-            (r#"{"status": "unknown"}"#, "status"),
             (r#"{"status": 1}"#, "status"),
             (r#"{"status": "executed", "error": "x"}"#, "error"),
             (
@@ -184,5 +184,7 @@ mod tests {
             parse_report(br#"{"status": "failed", "error": "boom", "duration_ms": 0}"#).is_ok()
         );
         assert!(parse_report(br#"{"status": "not_executed", "summary": null}"#).is_ok());
+        assert!(parse_report(br#"{"status": "unknown", "error": "upstream exited"}"#).is_ok());
+        assert!(parse_report(br#"{"status": "unknown"}"#).is_ok());
     }
 }

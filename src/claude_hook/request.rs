@@ -171,6 +171,10 @@ impl Request {
             timeout_seconds: Some(self.timeout_seconds),
             route: self.route.as_deref(),
             window_seconds: None,
+            allow_edit: false,
+            args_schema: None,
+            server: None,
+            annotations: None,
             wait: Suspend,
             idempotency_key: key,
         }

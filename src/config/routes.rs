@@ -36,7 +36,7 @@ pub struct RouteSettings {
     pub max_grant_seconds: u64,
     /// How long after a call is confirmed the agent has to report what happened
     /// (`POST /v1/confirmations/{id}/outcome`); with no report by then the call's run is
-    /// `unknown`, shown as "No report from the agent". Unset: no report is expected.
+    /// `unknown`, shown as "Not known whether it ran: no report from the agent". Unset: no report is expected.
     #[serde(default)]
     pub expect_outcome_seconds: Option<u64>,
     /// The console (`[mini_app]`) asks for a second, explicit confirmation of Approve on

@@ -108,13 +108,14 @@ pub struct RunReportArgs {
     /// The id request_approval returned (cf_...), of a call that was APPROVED.
     pub id: String,
     /// "executed": you ran the call and it did its job; "failed": it ran (or was
-    /// started) and failed; "not_executed": you decided not to run it after all.
+    /// started) and failed; "not_executed": you decided not to run it after all;
+    /// "unknown": you cannot tell whether it ran.
     pub status: RunReportStatus,
     /// Optional: what it did, in a sentence (at most 500 characters; shown to the human
     /// who approved it).
     pub summary: Option<String>,
-    /// With "failed" only: what went wrong, e.g. the error message (at most 500
-    /// characters).
+    /// With "failed" or "unknown" only: what went wrong, e.g. the error message (at
+    /// most 500 characters).
     pub error: Option<String>,
     /// Optional: how long the call took, in milliseconds.
     pub duration_ms: Option<u64>,

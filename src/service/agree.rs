@@ -247,6 +247,33 @@ impl Agree {
         Ok(None)
     }
 
+    /// Why `from` may not act as an approver of `route` (allow its MCP tools), if they
+    /// may not: by this replica's configuration, then by every other live one's, as
+    /// [`Agree::may_not_answer`] asks for a question, with the same words.
+    pub(super) async fn may_not_approve_route(
+        &self,
+        route: &str,
+        from: &Operator,
+        from_is_bot: bool,
+    ) -> Result<Option<Refused>, StorageError> {
+        if from_is_bot {
+            return Ok(Some((NOT_ALLOWED, "a bot cannot answer").into()));
+        }
+        if !self.authority().approves(route, from.id) {
+            return Ok(Some(refusal_text(Refusal::NotAnApprover, false).into()));
+        }
+        let others = self.other_configs().await?;
+        if !others.all(|view| view.approves(route, from.id)) {
+            tracing::warn!(
+                route,
+                user_id = from.id,
+                "another live replica's configuration does not let this person approve the route"
+            );
+            return Ok(Some(refusal_text(Refusal::NotAnApprover, true).into()));
+        }
+        Ok(None)
+    }
+
     /// What this process's own configuration says about who may decide.
     pub(super) fn authority(&self) -> &Authority {
         &self.own

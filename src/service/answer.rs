@@ -270,6 +270,9 @@ impl Service {
         if let Some(id) = &tap.revoke_grant {
             return self.revoke_grant_by_tap(tap, id).await;
         }
+        if let Some(token) = &tap.allow_tools {
+            return self.allow_tools_by_tap(tap, token).await;
+        }
         let found = Tapped::find(self.store.as_ref(), self.store.as_ref(), tap).await?;
         let Tapped {
             record,

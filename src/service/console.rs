@@ -415,6 +415,8 @@ impl Console<'_> {
             agent: &record.agent,
             owner: Some(record.owner_id.as_str()),
             params: &params,
+            server: record.server.as_ref().map(|s| s.as_str()),
+            annotations: record.annotations.as_ref(),
         };
         let (verdict, _) = self.service.rules().policy().judge(&call);
         if verdict.effect == Effect::Deny && verdict.enforced {

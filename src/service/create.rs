@@ -142,6 +142,8 @@ impl Service {
                 .as_ref()
                 .and(new.args_schema.as_ref())
                 .map(|s| s.as_str().to_owned()),
+            server: new.server.clone(),
+            annotations: new.annotations.clone(),
         }
     }
 
@@ -318,6 +320,10 @@ impl Service {
                 .and(new.call.as_ref())
                 .and_then(|c| c.args_schema.as_ref())
                 .map(|s| s.as_str().to_owned()),
+            // An interaction's call comes from an agent's own guard, never through a
+            // gateway: it names no server.
+            server: None,
+            annotations: None,
         })
     }
 
@@ -394,7 +400,8 @@ impl Service {
     }
 }
 
-/// An idempotent repeat must be the same call; anything else is the agent's mistake.
+/// An idempotent repeat must be the same call (to the same server, with the same
+/// annotations, which the rules may have read); anything else is the agent's mistake.
 pub(super) fn same_request(
     existing: Question,
     new: &NewConfirmation,
@@ -403,6 +410,8 @@ pub(super) fn same_request(
     if existing.tool == new.tool
         && existing.owner_id == new.owner_id
         && existing.asked_args_hash() == args_hash
+        && existing.server == new.server
+        && existing.annotations == new.annotations
     {
         Ok(existing)
     } else {

@@ -21,7 +21,7 @@ use time::OffsetDateTime;
 
 use super::ServiceError;
 use super::grants::GrantCheck;
-use super::judge::{Judgement, Rules, rule_reason};
+use super::judge::{Judgement, Origin, Rules, rule_reason};
 use crate::config::{Agent, Route};
 use crate::domain::grant::{self, Cover};
 use crate::domain::ids::ToolName;
@@ -151,6 +151,7 @@ impl Gate {
                     &record.tool,
                     &record.owner_id,
                     &record.params_json,
+                    Origin::of(record),
                     now,
                 )
                 .await?;

@@ -16,8 +16,10 @@ use tokio::sync::{Mutex, MutexGuard};
 use super::{ServiceError, now};
 use crate::domain::audit;
 use crate::domain::ids::{OwnerId, ToolName};
+use crate::domain::mcp_call::{Annotations, ServerName};
 use crate::domain::python;
 use crate::domain::python::value::PyValue;
+use crate::domain::question::Question;
 use crate::domain::rules::{Effect, Policy, RuleCall, RuleVerdict};
 use crate::metrics::Metrics;
 use crate::storage::{Audit, Questions};
@@ -114,6 +116,7 @@ impl Rules {
         tool: &ToolName,
         owner_id: &OwnerId,
         params_json: &str,
+        origin: Origin<'_>,
         now: OffsetDateTime,
     ) -> Result<Judgement<'_>, ServiceError> {
         let policy = self.policy();
@@ -135,6 +138,8 @@ impl Rules {
             agent,
             owner: Some(owner_id.as_str()),
             params: &params,
+            server: origin.server.map(ServerName::as_str),
+            annotations: origin.annotations,
         };
         let (mut verdict, rate) = policy.judge(&call);
         let mut gate = None;
@@ -154,6 +159,23 @@ impl Rules {
             verdict: Some(verdict),
             _rate_gate: gate,
         })
+    }
+}
+
+/// Where a call came from, as the rules' `servers` and `annotations` read it: the MCP
+/// server and the tool's annotations a gateway sent (both `None` otherwise).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Origin<'a> {
+    pub server: Option<&'a ServerName>,
+    pub annotations: Option<&'a Annotations>,
+}
+
+impl<'a> Origin<'a> {
+    pub(super) fn of(record: &'a Question) -> Self {
+        Origin {
+            server: record.server.as_ref(),
+            annotations: record.annotations.as_ref(),
+        }
     }
 }
 

@@ -29,6 +29,7 @@ use crate::config::{Config, Route};
 use crate::domain::edit::ArgsSchema;
 use crate::domain::ids::{CallbackToken, IdempotencyKey, OwnerId, QuestionId, ToolName};
 use crate::domain::interaction::Interaction;
+use crate::domain::mcp_call::{Annotations, ServerName};
 use crate::domain::python::value::PyDict;
 use crate::domain::question::{Operator, Question};
 use crate::metrics::Metrics;
@@ -51,6 +52,7 @@ mod grants;
 mod interpret;
 mod judge;
 mod lead;
+mod pins;
 mod recover;
 mod runs;
 mod steps;
@@ -62,6 +64,7 @@ pub use console::{CONSOLE_PAGE_MAX, Console, ConsoleAction, EditedParams, NotAnA
 pub use grants::{GrantBook, GrantCheck, GrantRequest};
 pub use judge::Rules;
 pub use lead::Lead;
+pub use pins::{NoticeKind, PinNotice, ToolListing};
 pub use recover::run_window_purge;
 pub use steps::{MAX_MENTIONS, Mention};
 pub use wait::{Asked, Changes};
@@ -195,6 +198,22 @@ pub trait Messenger: Send + Sync + 'static {
         reply_to: i32,
         from: &Operator,
     ) -> Result<i32, DeliveryError>;
+    /// Posts a message about an MCP server's tools in `chat_id` (in forum topic
+    /// `thread`), with its Allow button when it shows something held; returns its id.
+    async fn send_pin_notice(
+        &self,
+        chat_id: i64,
+        thread: Option<i32>,
+        notice: &PinNotice,
+    ) -> Result<i32, DeliveryError>;
+    /// Shows the message about an MCP server's tools as it stands now (allowed: who and
+    /// when, without its button).
+    async fn show_pin_notice(
+        &self,
+        chat_id: i64,
+        message_id: i32,
+        notice: &PinNotice,
+    ) -> Result<(), DeliveryError>;
     /// Reminds the people in `waiting` of the still pending question, replying to its
     /// message.
     async fn send_reminder(
@@ -324,6 +343,11 @@ pub struct NewConfirmation {
     /// The tool's argument schema: with `allow_edit`, the console's edit form and its
     /// check.
     pub args_schema: Option<ArgsSchema>,
+    /// The MCP server the call goes to (a gateway's upstream): shown, matched by the
+    /// rules' `servers`, part of the window's key.
+    pub server: Option<ServerName>,
+    /// The tool's MCP annotations: shown, matched by the rules' `annotations`.
+    pub annotations: Option<Annotations>,
 }
 
 /// What a button means.
@@ -371,6 +395,9 @@ pub struct Tap {
     pub from_is_bot: bool,
     /// A grant's Revoke button (`/grants`), instead of a question's.
     pub revoke_grant: Option<crate::domain::ids::GrantId>,
+    /// The Allow button under held MCP tool definitions (its token), instead of a
+    /// question's.
+    pub allow_tools: Option<CallbackToken>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -382,7 +409,7 @@ pub enum ServiceError {
     #[error("the confirmation is already decided")]
     AlreadyDecided(Box<Question>),
     #[error(
-        "idempotency_key was already used for a different request (tool, owner_id or params differ)"
+        "idempotency_key was already used for a different request (tool, owner_id, params, server or annotations differ)"
     )]
     IdempotencyMismatch,
     #[error("the service is shutting down; retry with the same idempotency_key")]

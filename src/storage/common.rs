@@ -28,10 +28,11 @@ use crate::domain::ids::{CallbackToken, GrantId, IdempotencyKey, OwnerId, Questi
 use crate::domain::interaction::Answer;
 use crate::domain::question::{Decision, Operator, Question, Window, WindowKey};
 use crate::domain::run_report::{NewRunReport, Recalled};
+use crate::storage::pins::{ListedTool, Listing, ToolPin};
 use crate::storage::{
     Administration, AgentEvent, AgentEvents, Answered, Audit, Decided, DeliveryAttempt,
     EndedCursor, Gauges, GrantInserted, Grants, Inserted, LiveWindow, Messages, Outbox,
-    OutboxEntry, PendingEntry, Questions, RunReported, Runs, Shown, Steps, StorageError,
+    OutboxEntry, PendingEntry, Questions, RunReported, Runs, Shown, Steps, StorageError, ToolPins,
     WindowCache, WindowUse, Windows,
 };
 
@@ -433,6 +434,54 @@ impl Grants for This {
         let revoked = sql::revoke_grant(&mut tx, id, agent, by, now).await?;
         tx.commit().await?;
         Ok(revoked)
+    }
+}
+
+#[async_trait]
+impl ToolPins for This {
+    async fn record_listing(
+        &self,
+        listing: &Listing<'_>,
+        now: OffsetDateTime,
+    ) -> Result<Vec<ListedTool>, StorageError> {
+        // Under the audit lock: what is held or pinned is audited in the same
+        // transaction, and two listings of one server are recorded one after the other.
+        let (_writer, mut tx) = self.audit_tx().await?;
+        let listed = sql::record_listing(&mut tx, listing, now).await?;
+        tx.commit().await?;
+        Ok(listed)
+    }
+
+    async fn set_pin_message(
+        &self,
+        token: &CallbackToken,
+        chat_id: i64,
+        message_id: i32,
+    ) -> Result<(), StorageError> {
+        sql::set_pin_message(&self.pool, token, chat_id, message_id).await
+    }
+
+    async fn pending_pins(&self, token: &CallbackToken) -> Result<Vec<ToolPin>, StorageError> {
+        sql::pending_pins(&self.pool, token).await
+    }
+
+    async fn allow_pins(
+        &self,
+        token: &CallbackToken,
+        by: &Operator,
+        now: OffsetDateTime,
+    ) -> Result<Vec<ToolPin>, StorageError> {
+        let (_writer, mut tx) = self.audit_tx().await?;
+        let allowed = sql::allow_pins(&mut tx, token, by, now).await?;
+        if allowed.is_empty() {
+            return Ok(allowed);
+        }
+        tx.commit().await?;
+        Ok(allowed)
+    }
+
+    async fn tool_pins(&self, agent: &str, server: &str) -> Result<Vec<ToolPin>, StorageError> {
+        sql::tool_pins(&self.pool, agent, server).await
     }
 }
 

@@ -34,6 +34,8 @@ const TABLES: &[&str] = &[
     "agent_events",
     "audit_events",
     "route_chats",
+    "mcp_servers",
+    "mcp_tool_pins",
 ];
 
 /// Tables of the PostgreSQL schema that hold no data to carry over: the migrations'

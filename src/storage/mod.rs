@@ -15,6 +15,7 @@
 
 pub mod copy;
 mod hits;
+pub mod pins;
 mod postgres;
 pub mod roles;
 mod rows;
@@ -33,7 +34,7 @@ use crate::domain::question::{Question, Window, WindowKey};
 pub use postgres::{PgStore, refuse_unknown_params};
 pub use roles::{
     Administration, AgentEvents, Audit, Coordination, Grants, Messages, Outbox, Questions, Runs,
-    Steps, Windows,
+    Steps, ToolPins, Windows,
 };
 pub use sqlite::SqliteStore;
 
@@ -514,7 +515,7 @@ pub enum DeliveryAttempt {
 
 /// Everything the service stores, as one trait object (`Arc<dyn Store>`): the union of
 /// the role traits ([`Questions`], [`Messages`], [`Steps`], [`Windows`], [`Grants`],
-/// [`Runs`], [`Outbox`], [`Audit`], [`AgentEvents`], [`Coordination`], [`Administration`]),
+/// [`Runs`], [`ToolPins`], [`Outbox`], [`Audit`], [`AgentEvents`], [`Coordination`], [`Administration`]),
 /// implemented for every type that implements them all. A part of the service that
 /// needs one role can take that role alone (`&dyn Audit`); a `&dyn Store` coerces to
 /// any of them.
@@ -525,6 +526,7 @@ pub trait Store:
     + Windows
     + Grants
     + Runs
+    + ToolPins
     + Outbox
     + Audit
     + AgentEvents
@@ -563,6 +565,7 @@ impl<T> Store for T where
         + Windows
         + Grants
         + Runs
+        + ToolPins
         + Outbox
         + Audit
         + AgentEvents

@@ -21,6 +21,7 @@ use crate::domain::ids::{CallbackToken, GrantId, IdempotencyKey, OwnerId, Questi
 use crate::domain::interaction::Answer;
 use crate::domain::question::{Decision, Operator, Question, Window, WindowKey};
 use crate::domain::run_report::{NewRunReport, Recalled};
+use crate::storage::pins::{ListedTool, Listing, ToolPin};
 
 /// Asking and finding questions: storing a new one, deciding it, and the lookups of one or
 /// many.
@@ -380,6 +381,50 @@ pub trait Runs: Send + Sync + 'static {
     /// How many calls the window `opened_by` opened let through, and how many of them
     /// failed.
     async fn window_use(&self, opened_by: &QuestionId) -> Result<WindowUse, StorageError>;
+}
+
+/// MCP tool pins (issue 48, "no rug pulls"): each gateway's upstream tools as approvers
+/// allowed them, keyed by (agent, server, tool). Every read goes to the tables: an Allow
+/// tapped through any replica is seen by the next listing on every other.
+#[async_trait]
+pub trait ToolPins: Send + Sync + 'static {
+    /// Records a `tools/list` result and says, tool by tool in the order given, whether
+    /// it is allowed or held for a person. The server's first listing is taken as
+    /// `listing.mode` says (allowed as listed, audited `tools_pinned`; or every tool
+    /// held under one token); later ones hold a new tool or a changed definition under
+    /// a token of its own (audited `tool_quarantined`), and keep one already held as it
+    /// is. One transaction, under the audit lock.
+    async fn record_listing(
+        &self,
+        listing: &Listing<'_>,
+        now: OffsetDateTime,
+    ) -> Result<Vec<ListedTool>, StorageError>;
+
+    /// Records the message (chat and id) that shows the definitions held under `token`.
+    async fn set_pin_message(
+        &self,
+        token: &CallbackToken,
+        chat_id: i64,
+        message_id: i32,
+    ) -> Result<(), StorageError>;
+
+    /// The pins whose held definition waits under `token` (its Allow button), by tool
+    /// name.
+    async fn pending_pins(&self, token: &CallbackToken) -> Result<Vec<ToolPin>, StorageError>;
+
+    /// Allows every definition held under `token` (one conditional update, audited
+    /// `tool_allowed` for each, by `by`) and returns the pins as they were just before;
+    /// empty when nothing waits under it any more (allowed already, or replaced by a
+    /// newer definition): then nothing is written.
+    async fn allow_pins(
+        &self,
+        token: &CallbackToken,
+        by: &Operator,
+        now: OffsetDateTime,
+    ) -> Result<Vec<ToolPin>, StorageError>;
+
+    /// Every pin of `agent`'s `server`, by tool name.
+    async fn tool_pins(&self, agent: &str, server: &str) -> Result<Vec<ToolPin>, StorageError>;
 }
 
 /// The webhook outbox: deliveries queued with outcomes, and their attempts.

@@ -14,10 +14,14 @@ use crate::domain::ids::{
     CallbackToken, DeliveryId, GrantId, IdempotencyKey, OwnerId, QuestionId, ToolName,
 };
 use crate::domain::interaction::{Answer, TimeoutAction};
+use crate::domain::mcp_call::ServerName;
 use crate::domain::question::{
     Copy, Operator, Progress, Question, Status, Stray, Via, Window, WindowKey,
 };
-use columns::{decided_by, edited, json, stored_interaction, stored_run_report, unsigned};
+use columns::{
+    decided_by, edited, json, stored_annotations, stored_interaction, stored_run_report,
+    stored_server, unsigned,
+};
 
 mod columns;
 
@@ -108,6 +112,9 @@ pub(super) struct Row {
     args_schema: Option<String>,
     original_params_json: Option<String>,
     original_args_hash: Option<String>,
+    server: Option<String>,
+    annotations_json: Option<String>,
+    run_overdue: bool,
 }
 
 impl Row {
@@ -197,11 +204,14 @@ impl Row {
                 self.run_error,
                 self.run_duration_ms,
                 self.run_at,
+                self.run_overdue,
                 &corrupt,
             )?,
             recalled: json(self.recalled_json, "recalled_json", &corrupt)?,
             args_schema: self.args_schema,
             edited: edited(self.original_params_json, self.original_args_hash, &corrupt)?,
+            server: stored_server(self.server.as_deref(), &corrupt)?,
+            annotations: stored_annotations(self.annotations_json.as_deref(), &corrupt)?,
         })
     }
 }
@@ -479,7 +489,8 @@ macro_rules! confirmation_columns {
         message_id, status, via, reason, decided_by_id, decided_by_username,
         decided_by_name, created_at, expires_at, decided_at, interaction_id,
         interaction_json, window_requested_seconds, approved_once, has_call, rule, rule_json,
-        expect_outcome_seconds, recalled_json, run_due_at, args_schema"
+        expect_outcome_seconds, recalled_json, run_due_at, args_schema, server,
+        annotations_json"
     };
 }
 pub(super) use confirmation_columns;
@@ -548,9 +559,40 @@ where
             .push_bind(expect_outcome(r))
             .push_bind(recalled_json(r))
             .push_bind(run_due(r))
-            .push_bind(r.args_schema.as_deref());
+            .push_bind(r.args_schema.as_deref())
+            .push_bind(server_column(r))
+            .push_bind(annotations_column(r));
     });
     b
+}
+
+/// The `server` column: the MCP server the call goes to, if any.
+pub(super) fn server_column(r: &Question) -> Option<&str> {
+    r.server.as_ref().map(|s| s.as_str())
+}
+
+/// The `annotations_json` column: the tool's MCP annotations, in name order.
+pub(super) fn annotations_column(r: &Question) -> Option<String> {
+    r.annotations.as_ref().map(|a| a.to_json().to_string())
+}
+
+/// A window's `server` column: '' for a call to no server (a server's name is never
+/// empty, and a primary key holds no NULL).
+pub(super) fn window_server(key: &WindowKey) -> &str {
+    key.server.as_ref().map_or("", |s| s.as_str())
+}
+
+/// A window's `server` column back.
+pub(super) fn window_server_back(
+    stored: &str,
+    corrupt: &impl Fn(&str) -> StorageError,
+) -> Result<Option<ServerName>, StorageError> {
+    if stored.is_empty() {
+        return Ok(None);
+    }
+    ServerName::parse(stored)
+        .map(Some)
+        .map_err(|_| corrupt("window server"))
 }
 
 /// The `rule` column: the name of the rule that decided the call.
@@ -612,6 +654,7 @@ pub(super) struct WindowRow {
     owner_id: String,
     tool: String,
     args_hash: String,
+    window_server: String,
     expires_at: i64,
     opened_by: String,
     route: String,
@@ -633,7 +676,7 @@ macro_rules! select_windows_where {
     ($clause:literal) => {
         concat!(
             "SELECT w.agent, w.route AS window_route, w.owner_id, w.tool, w.args_hash,
-                    w.expires_at, w.opened_by, c.route, c.chat_id
+                    w.server AS window_server, w.expires_at, w.opened_by, c.route, c.chat_id
              FROM windows w JOIN confirmations c ON c.id = w.opened_by
              WHERE ",
             $clause
@@ -655,6 +698,7 @@ impl WindowRow {
                         .map_err(|_| corrupt("window args_hash"))?,
                     agent: self.agent.clone(),
                     route: self.window_route.clone(),
+                    server: window_server_back(&self.window_server, &corrupt)?,
                 },
                 expires_at: from_ms(self.expires_at).ok_or_else(|| corrupt("window expiry"))?,
                 opened_by: QuestionId::parse(&self.opened_by).map_err(|_| corrupt("opened_by"))?,

@@ -294,13 +294,15 @@ impl SqliteStore {
     /// writes through itself): call it after that transaction commits, with the audit
     /// lock still held, so no decision's window slips in between the read and the swap.
     pub(crate) async fn reload_windows(&self) -> Result<(), StorageError> {
-        let rows: Vec<(String, String, String, String, String, i64, String)> = sqlx::query_as(
-            "SELECT agent, route, owner_id, tool, args_hash, expires_at, opened_by FROM windows",
+        type Stored = (String, String, String, String, String, String, i64, String);
+        let rows: Vec<Stored> = sqlx::query_as(
+            "SELECT agent, route, owner_id, tool, args_hash, server, expires_at, opened_by
+             FROM windows",
         )
         .fetch_all(&self.pool)
         .await?;
         let mut map = HashMap::with_capacity(rows.len());
-        for (agent, route, owner_id, tool, args_hash, expires_at, opened_by) in rows {
+        for (agent, route, owner_id, tool, args_hash, server, expires_at, opened_by) in rows {
             let corrupt = |what: &str| StorageError::Corrupt {
                 id: opened_by.clone(),
                 what: format!("window {what}"),
@@ -311,6 +313,7 @@ impl SqliteStore {
                 owner_id: OwnerId::from_stored(&owner_id).map_err(|_| corrupt("owner_id"))?,
                 tool: ToolName::from_stored(&tool).map_err(|_| corrupt("tool"))?,
                 args_hash: ArgsHash::parse(&args_hash).map_err(|_| corrupt("args_hash"))?,
+                server: rows::window_server_back(&server, &corrupt)?,
             };
             let window = Window {
                 key: key.clone(),
@@ -649,6 +652,8 @@ fn write_plain_tx(
                 rows::recalled_json(r),
                 rows::run_due(r),
                 r.args_schema.as_deref(),
+                rows::server_column(r),
+                rows::annotations_column(r),
             ])?;
             events.execute(rusqlite::params![
                 r.agent.as_str(),
@@ -680,7 +685,7 @@ fn write_plain_tx(
 const INSERT_CONFIRMATION: &str = concat!(
     "INSERT INTO confirmations (",
     confirmation_columns!(),
-    ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 );
 
 impl SqliteStore {

@@ -407,10 +407,12 @@ fn pending_entry(r: &Question, now: OffsetDateTime) -> String {
             escape(&cut(r.owner_id.as_str(), 60))
         ),
     };
-    // The approver is warned before opening it: this agent's last run of the tool failed
-    // (or went unreported).
+    // The approver is warned before opening it: this agent's last run of the tool failed,
+    // went unreported, or was reported as not known to have run (a reporter's `unknown`
+    // always has words; the overdue one has none).
     let warned = match &r.recalled {
         Some(c) if c.status == "failed" => " · ⚠️ <b>last run failed</b>",
+        Some(c) if c.words.is_some() => " · ⚠️ <b>last run: not known whether it ran</b>",
         Some(_) => " · ⚠️ <b>last run unreported</b>",
         None => "",
     };
@@ -431,8 +433,14 @@ fn window_entry(w: &LiveWindow, used: WindowUse, now: OffsetDateTime) -> String 
         0 => String::new(),
         n => format!(", ⚠️ {n} failed"),
     };
+    // A window is the server's too (issue 48): the same tool through another server is
+    // another call.
+    let server = match &w.window.key.server {
+        Some(s) => format!(" via MCP server <code>{}</code>", escape(s.as_str())),
+        None => String::new(),
+    };
     format!(
-        "• <code>{}</code>: {} for owner <code>{}</code> · agent {} · let through {calls}{failed} · until {} ({} left)",
+        "• <code>{}</code>: {}{server} for owner <code>{}</code> · agent {} · let through {calls}{failed} · until {} ({} left)",
         escape(w.window.opened_by.as_str()),
         tool(w.window.key.tool.as_str()),
         escape(&cut(w.window.key.owner_id.as_str(), 60)),

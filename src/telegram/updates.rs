@@ -93,6 +93,7 @@ pub fn tap_from(q: CallbackQuery, me: Option<&str>, bot_id: Option<u64>) -> Tap 
         message_id: q.message.as_ref().map(|m| m.id().0),
         carries_button,
         revoke_grant: super::render::parse_grant_revoke(&data),
+        allow_tools: super::render::parse_tools_allow(&data),
     }
 }
 

@@ -17,6 +17,7 @@ const DOCS: &[&str] = &[
     "docs/aiparrot.md",
     "docs/architecture.md",
     "docs/configuration.md",
+    "docs/gateway.md",
     "docs/http-api.md",
     "docs/integrations.md",
     "docs/operations.md",

@@ -7,19 +7,18 @@ use super::cli::{WORKDAY_TOKEN, check_edited, config_cmd, refusal, shows_a_sourc
 /// `rules test` of `call` against the worked example, `config/rules.example.toml`:
 /// the exit code, and what it printed.
 async fn rules_test(call: &str) -> (i32, String, String) {
+    rules_test_on("config/rules.example.toml", call).await
+}
+
+/// `rules test` of `call` against the rules of `config`.
+async fn rules_test_on(config: &str, call: &str) -> (i32, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("call.json");
     std::fs::write(&path, call).unwrap();
-    let out = config_cmd(&[
-        "--config",
-        "config/rules.example.toml",
-        "rules",
-        "test",
-        path.to_str().unwrap(),
-    ])
-    .output()
-    .await
-    .unwrap();
+    let out = config_cmd(&["--config", config, "rules", "test", path.to_str().unwrap()])
+        .output()
+        .await
+        .unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -208,4 +207,41 @@ async fn check_config_prints_the_hash_of_the_rules_in_force_and_refuses_a_one_si
     .await;
     let err = refusal(&out);
     assert!(err.contains("rule 'open-ended'"), "{err}");
+}
+
+#[tokio::test]
+async fn rules_test_reads_a_calls_mcp_server_and_annotations_as_the_service_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.toml");
+    std::fs::write(
+        &rules,
+        "[[rules]]\nname = \"fs-reads\"\neffect = \"allow\"\ntools = [\"read_*\"]\nservers = [\"fs\"]\nannotations = { readOnlyHint = true }\n",
+    )
+    .unwrap();
+    let rules = rules.to_str().unwrap();
+    let test = |call: &'static str| rules_test_on(rules, call);
+    let (code, out, _) =
+        test(r#"{"tool": "read_file", "server": "fs", "annotations": {"readOnlyHint": true}}"#)
+            .await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("by: rule 'fs-reads'"), "{out}");
+    // Another server, no server, or without the annotation: the default asks.
+    for call in [
+        r#"{"tool": "read_file", "server": "db", "annotations": {"readOnlyHint": true}}"#,
+        r#"{"tool": "read_file", "annotations": {"readOnlyHint": true}}"#,
+        r#"{"tool": "read_file", "server": "fs"}"#,
+    ] {
+        let (code, out, _) = test(call).await;
+        assert_eq!(code, 4, "{call}: {out}");
+    }
+    // Refused as the service refuses them.
+    let (code, _, err) = test(r#"{"tool": "read_file", "server": "f s"}"#).await;
+    assert_eq!(code, 3);
+    assert!(err.contains("\"server\" holds ' '"), "{err}");
+    let (code, _, err) = test(r#"{"tool": "read_file", "annotations": {"readOnlyHint": 1}}"#).await;
+    assert_eq!(code, 3);
+    assert!(
+        err.contains("\"annotations\" member \"readOnlyHint\": must be true or false"),
+        "{err}"
+    );
 }

@@ -21,6 +21,8 @@ mod cli;
 mod cli_rules;
 mod console_link;
 mod exec;
+mod gateway;
+mod gateway_upstream;
 mod mcp;
 mod mcp_grants;
 mod mcp_outcome;

@@ -62,6 +62,7 @@ async fn the_openapi_document_is_public_and_lists_every_route() {
         "GET /v1/interactions/{interaction_id}",
         "DELETE /v1/interactions/{interaction_id}",
         "POST /v1/notifications",
+        "POST /v1/mcp/servers/{server}/tools",
         "POST /v1/grants",
         "GET /v1/grants",
         "GET /v1/grants/check",

@@ -12,45 +12,9 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-pub(super) fn with_console(toml: String) -> String {
-    toml + "\n[mini_app]\nenabled = true\npublic_url = \"http://127.0.0.1:9\"\nmax_age_seconds = 600\n"
-}
-
-pub(super) fn unix_now() -> i64 {
-    time::OffsetDateTime::now_utc().unix_timestamp()
-}
-
-/// Launch data for `user_id`, signed with `token`, `age` seconds old.
-pub(super) fn launch_data(user_id: u64, name: &str, token: &str, age: i64) -> String {
-    let user =
-        json!({"id": user_id, "first_name": name, "username": name.to_lowercase()}).to_string();
-    let auth = (unix_now() - age).to_string();
-    launch::signed(
-        &[
-            ("user", &user),
-            ("auth_date", &auth),
-            ("chat_type", "private"),
-        ],
-        token,
-    )
-}
-
-/// `GET path` with `Authorization: tma <data>` (no header with `None`).
-pub(super) async fn console_get(
-    app: &TestApp,
-    path: &str,
-    data: Option<&str>,
-) -> (StatusCode, Value) {
-    let mut req = app.client.get(app.url(path));
-    if let Some(d) = data {
-        req = req.header("Authorization", format!("tma {d}"));
-    }
-    json_of(req.send().await.expect("console request")).await
-}
-
-pub(super) fn as_user(app: &TestApp, user_id: u64, name: &str) -> String {
-    launch_data(user_id, name, app.telegram.token(), 5)
-}
+pub(super) use crate::support::console::{
+    as_user, console_get, decide, launch_data, unix_now, with_console,
+};
 
 #[tokio::test]
 async fn launch_data_must_be_genuine_this_bots_and_fresh() {
@@ -305,24 +269,6 @@ async fn the_page_is_served_with_no_secret_in_it_and_only_when_the_console_is_on
     )
     .await;
     assert_eq!(s, StatusCode::NOT_FOUND);
-}
-
-/// `POST /app/api/questions/{id}/decision` as the user of `data`.
-pub(super) async fn decide(
-    app: &TestApp,
-    id: &str,
-    data: &str,
-    body: Value,
-) -> (StatusCode, Value) {
-    let r = app
-        .client
-        .post(app.url(&format!("/app/api/questions/{id}/decision")))
-        .header("Authorization", format!("tma {data}"))
-        .json(&body)
-        .send()
-        .await
-        .expect("decision");
-    json_of(r).await
 }
 
 #[tokio::test]

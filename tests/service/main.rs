@@ -28,6 +28,7 @@ mod polling {
     mod events;
     mod every_tap;
     mod interactions;
+    mod mcp_pins;
     mod mode;
     mod operator_commands;
     mod operator_side;
@@ -50,6 +51,7 @@ mod polling {
     mod hostile_clients;
     mod input_refusals;
     mod logs;
+    mod mcp_calls;
     mod metrics;
     mod outage;
     mod outcomes;
@@ -70,6 +72,7 @@ mod webhook {
     mod events;
     mod every_tap;
     mod interactions;
+    mod mcp_pins;
     mod mode;
     mod operator_commands;
     mod operator_side;

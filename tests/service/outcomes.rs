@@ -1,9 +1,9 @@
 //! After the yes (issue 36): the agent reports what happened when it ran the confirmed
 //! call, and the approvers see it where they decided (every copy of the question); only
 //! the asking agent reports, only on a confirmed call, once; a route that expects a
-//! report shows "No report" when none came, until a late one replaces it; the next
-//! approver of the same tool hears of a failure; windows count what they let through;
-//! the event stream, the webhooks and the audit chain carry every report.
+//! report shows "Not known whether it ran" when none came, until a late one replaces it;
+//! the next approver of the same tool hears of a failure; windows count what they let
+//! through; the event stream, the webhooks and the audit chain carry every report.
 
 use std::time::Duration;
 
@@ -41,13 +41,13 @@ async fn report_as(app: &TestApp, token: &str, id: &str, body: Value) -> (Status
     json_of(r).await
 }
 
-async fn report(app: &TestApp, id: &str, body: Value) -> (StatusCode, Value) {
+pub(super) async fn report(app: &TestApp, id: &str, body: Value) -> (StatusCode, Value) {
     report_as(app, TOKEN_A, id, body).await
 }
 
 /// Asks `body` in the ops chat, has Bob approve it, and returns the record and the
 /// message.
-async fn approved(app: &TestApp, body: Value) -> (Value, i32) {
+pub(super) async fn approved(app: &TestApp, body: Value) -> (Value, i32) {
     let (record, message_id) = app.ask_suspended(body).await;
     let label = approve_label(record["window_seconds"].as_u64().unwrap());
     app.telegram
@@ -57,7 +57,7 @@ async fn approved(app: &TestApp, body: Value) -> (Value, i32) {
 }
 
 /// Types `text` as Alice in the ops chat and returns the bot's answer.
-async fn command(app: &TestApp, text: &str) -> SentMessage {
+pub(super) async fn command(app: &TestApp, text: &str) -> SentMessage {
     let before = app.telegram.messages_in(OPS_CHAT).len();
     app.telegram.send_text_message(OPS_CHAT, alice(), text);
     for _ in 0..500 {
@@ -216,7 +216,7 @@ async fn only_the_asking_agent_reports_only_a_confirmed_call_and_only_once() {
     for (body, field) in [
         (json!({"status": "executed", "error": "x"}), "error"),
         (json!({"status": "done"}), "status"),
-        (json!({"status": "unknown"}), "status"),
+        (json!({"status": "not_executed", "error": "x"}), "error"),
         (
             json!({"status": "executed", "duration_ms": -3}),
             "duration_ms",
@@ -330,7 +330,13 @@ async fn with_no_report_in_time_the_message_says_so_and_a_late_report_replaces_i
     let id = record["id"].as_str().unwrap();
     assert_eq!(record["outcome"], Value::Null);
 
-    let text = shows(&app, OPS_CHAT, message_id, "🟠 No report from the agent").await;
+    let text = shows(
+        &app,
+        OPS_CHAT,
+        message_id,
+        "🟠 Not known whether it ran: no report from the agent",
+    )
+    .await;
     assert!(text.contains("✅ Approved by Bob"), "{text}");
     let (_, read) = app.get(id).await;
     assert_eq!(read["outcome"]["status"], "unknown", "{read}");
@@ -557,7 +563,13 @@ async fn an_approval_carrying_a_call_takes_a_report_when_answered_yes_and_is_owe
     }
     // Answered yes: owed a report (the route expects one within a second), shown.
     let (yes, message_id) = &ids[0];
-    shows(&app, OPS_CHAT, *message_id, "🟠 No report from the agent").await;
+    shows(
+        &app,
+        OPS_CHAT,
+        *message_id,
+        "🟠 Not known whether it ran: no report from the agent",
+    )
+    .await;
     let (s, r) = report(&app, yes, json!({"status": "executed", "summary": "sent"})).await;
     assert_eq!(s, StatusCode::OK, "{r}");
     assert_eq!(r["outcome"]["status"], "executed");

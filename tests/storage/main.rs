@@ -10,8 +10,10 @@ const TELEGRAM_MODE: support::app::ModeRule = support::app::ModeRule::Polling;
 
 mod ended;
 mod grants;
+mod mcp_calls;
 mod migrate_to_postgres;
 mod migration;
 mod properties;
 mod runs;
 mod stores;
+mod tool_pins;

@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod browser;
+pub mod console;
 pub mod fake_telegram;
 pub mod grants;
 pub mod interactions;

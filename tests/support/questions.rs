@@ -47,6 +47,8 @@ pub fn question() -> QuestionBuilder {
             interaction: None,
             expect_outcome_seconds: None,
             args_schema: None,
+            server: None,
+            annotations: None,
         },
     }
 }

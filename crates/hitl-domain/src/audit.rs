@@ -74,26 +74,42 @@ fn operator_json(op: &Operator) -> Value {
 
 /// A request was stored and is about to be delivered.
 pub fn requested(r: &Question) -> NewEvent {
-    NewEvent {
-        at: r.created_at,
-        confirmation_id: Some(r.id.to_string()),
-        kind: "requested",
-        actor: agent_actor(r),
-        detail: json!({
-            "tool": r.tool.as_str(),
-            "owner_id": r.owner_id.as_str(),
-            "args_hash": r.args_hash.as_str(),
-            "route": r.route,
-            "chat_id": r.chat_id,
-            "expires_at": rfc3339(r.expires_at),
-            "window_seconds": r.window_seconds,
-            "allow_edit": r.allow_edit,
-            "callback": r.callback_url.is_some(),
-            "kind": r.kind().as_str(),
-            "interaction_id": r.interaction.as_ref().map(|i| i.interaction_id.as_str()),
-            "rules": r.rule.as_ref().map(verdict_json),
-        }),
+    with_origin(
+        r,
+        NewEvent {
+            at: r.created_at,
+            confirmation_id: Some(r.id.to_string()),
+            kind: "requested",
+            actor: agent_actor(r),
+            detail: json!({
+                "tool": r.tool.as_str(),
+                "owner_id": r.owner_id.as_str(),
+                "args_hash": r.args_hash.as_str(),
+                "route": r.route,
+                "chat_id": r.chat_id,
+                "expires_at": rfc3339(r.expires_at),
+                "window_seconds": r.window_seconds,
+                "allow_edit": r.allow_edit,
+                "callback": r.callback_url.is_some(),
+                "kind": r.kind().as_str(),
+                "interaction_id": r.interaction.as_ref().map(|i| i.interaction_id.as_str()),
+                "rules": r.rule.as_ref().map(verdict_json),
+            }),
+        },
+    )
+}
+
+/// `event` with the MCP server and the annotations of a call that came through a
+/// gateway (issue 48), each only when the call carries it: the trail says which server
+/// a call went to, and every other call's events read as before.
+fn with_origin(r: &Question, mut event: NewEvent) -> NewEvent {
+    if let Some(server) = &r.server {
+        event.detail["server"] = json!(server.as_str());
     }
+    if let Some(annotations) = &r.annotations {
+        event.detail["annotations"] = annotations.to_json();
+    }
+    event
 }
 
 /// A rules' verdict as the trail keeps it: the effect, the rule, the fingerprint of the
@@ -112,11 +128,12 @@ fn verdict_json(v: &RuleVerdict) -> Value {
 /// A request that ended the moment it was stored: a window hit, or a rule's `allow` or
 /// `deny`.
 pub fn at_once(r: &Question) -> NewEvent {
-    match (r.via, &r.rule) {
+    let event = match (r.via, &r.rule) {
         (Some(Via::Rule), Some(verdict)) => rule_decided(r, verdict),
         (Some(Via::Grant), _) => grant_decided(r),
         _ => window_hit(r),
-    }
+    };
+    with_origin(r, event)
 }
 
 /// The grant check decided a call without asking: no live grant (`cancelled`), or a live
@@ -237,6 +254,84 @@ pub fn grant_revoked(g: &Grant, at: OffsetDateTime) -> NewEvent {
             "owner_id": g.owner_id.as_str(),
             "scope": g.scope.as_str(),
             "revoked_by": g.revoked_by.as_ref().map(operator_json),
+        }),
+    }
+}
+
+/// Which MCP server's tools an event of [`tools_pinned`], [`tool_quarantined`] or
+/// [`tool_allowed`] is about: the agent whose gateway listed them, and its server.
+pub struct PinPlace<'a> {
+    pub agent: &'a str,
+    pub server: &'a str,
+    pub route: &'a str,
+}
+
+/// An MCP server's first listing was recorded as allowed (`pin: "first"`): each tool's
+/// name and definition hash (never the definitions themselves: the pins table keeps
+/// them).
+pub fn tools_pinned(at: OffsetDateTime, place: &PinPlace<'_>, tools: &[(&str, &str)]) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: None,
+        kind: "tools_pinned",
+        actor: format!("agent:{}", place.agent),
+        detail: json!({
+            "server": place.server,
+            "route": place.route,
+            "tools": tools.iter().map(|(name, hash)| json!({"name": name, "definition_hash": hash})).collect::<Vec<_>>(),
+        }),
+    }
+}
+
+/// A tool definition an approver has not allowed was listed and is held until one does:
+/// `why` is `first_listing` (a strict first listing), `new` or `changed`.
+pub fn tool_quarantined(
+    at: OffsetDateTime,
+    place: &PinPlace<'_>,
+    tool: &str,
+    hash: &str,
+    allowed_hash: Option<&str>,
+    why: &str,
+) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: None,
+        kind: "tool_quarantined",
+        actor: format!("agent:{}", place.agent),
+        detail: json!({
+            "server": place.server,
+            "route": place.route,
+            "tool": tool,
+            "definition_hash": hash,
+            "allowed_hash": allowed_hash,
+            "why": why,
+        }),
+    }
+}
+
+/// An approver allowed a quarantined tool definition (its Allow button): from then on it
+/// is the tool's pin. `replaced` is the hash of the definition allowed before, if any.
+pub fn tool_allowed(
+    at: OffsetDateTime,
+    place: &PinPlace<'_>,
+    tool: &str,
+    hash: &str,
+    replaced: Option<&str>,
+    by: &Operator,
+) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: None,
+        kind: "tool_allowed",
+        actor: format!("telegram:{}", by.id),
+        detail: json!({
+            "server": place.server,
+            "agent": place.agent,
+            "route": place.route,
+            "tool": tool,
+            "definition_hash": hash,
+            "replaced_hash": replaced,
+            "operator": operator_json(by),
         }),
     }
 }

@@ -426,6 +426,8 @@ mod tests {
             interaction: None,
             expect_outcome_seconds: None,
             args_schema: None,
+            server: None,
+            annotations: None,
         };
         Question {
             message_id: Some(10),

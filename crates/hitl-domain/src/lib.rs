@@ -3,7 +3,7 @@
 //! What each module holds is listed in docs/architecture.md ("Module notes"): the Python
 //! port, the args hash and briefing on it, the request's state machine, the audit chain,
 //! who may decide, what operators read, the protocol's limits, the outbox's rules, the
-//! rules before the human, grants, run reports and edits.
+//! rules before the human, grants, run reports and edits, and MCP tool pins.
 
 #![forbid(unsafe_code)]
 
@@ -17,6 +17,7 @@ pub mod ids;
 pub mod interaction;
 pub mod launch;
 pub mod limits;
+pub mod mcp_call;
 pub mod outbox;
 pub mod python;
 pub mod question;
@@ -25,3 +26,4 @@ pub mod run_report;
 pub mod schema;
 pub mod shown;
 pub mod text;
+pub mod tool_pin;

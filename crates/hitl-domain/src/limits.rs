@@ -34,3 +34,7 @@ pub const MAX_ARGS_SCHEMA_BYTES: usize = 32 * 1024;
 pub const MAX_RECIPIENT_CHARS: usize = 200;
 /// Longest notification text; Telegram's own limit is 4096 after the bell we prepend.
 pub const MAX_NOTIFICATION_CHARS: usize = 4000;
+
+/// Most tools one MCP `tools/list` result sent to `POST /v1/mcp/servers/{server}/tools`
+/// may hold.
+pub const MAX_LISTED_TOOLS: usize = 1000;

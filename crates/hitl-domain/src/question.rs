@@ -21,6 +21,7 @@ use super::ids::{CallbackToken, IdempotencyKey, OwnerId, QuestionId, ToolName};
 use super::interaction::{
     Answer, ConsensusMode, Interaction, InteractionType, Scope, TimeoutAction,
 };
+use super::mcp_call::{Annotations, ServerName};
 use super::rules::RuleVerdict;
 use super::run_report::{Recalled, RunReport};
 use super::text::{self, Layout};
@@ -204,6 +205,12 @@ pub struct Question {
     /// `params_json` and `args_hash` are then the edited call's, which is what runs and
     /// what a window covers.
     pub edited: Option<Edited>,
+    /// The MCP server (upstream) the call goes to, when a gateway asked (issue 48): shown,
+    /// matched by the rules' `servers`, and part of the window's key.
+    pub server: Option<ServerName>,
+    /// The tool's MCP annotations as the gateway sent them: shown, and matched by the
+    /// rules' `annotations`.
+    pub annotations: Option<Annotations>,
 }
 
 /// The call as the agent asked for it, before an operator edited it.
@@ -471,6 +478,7 @@ impl Question {
             owner_id: self.owner_id.clone(),
             tool: self.tool.clone(),
             args_hash: self.args_hash.clone(),
+            server: self.server.clone(),
         }
     }
 
@@ -566,7 +574,8 @@ pub fn reason_text(raw: &str) -> Option<String> {
 
 /// The key of a confirmation window: identical calls are the same agent, owner, tool and
 /// argument hash, asked on the same route (whose approvers opened the window: another
-/// route may have other approvers, so a window never crosses to it).
+/// route may have other approvers, so a window never crosses to it), to the same MCP
+/// server or to none (a tool of one server is not the same-named tool of another).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct WindowKey {
     pub agent: String,
@@ -574,6 +583,7 @@ pub struct WindowKey {
     pub owner_id: OwnerId,
     pub tool: ToolName,
     pub args_hash: ArgsHash,
+    pub server: Option<ServerName>,
 }
 
 /// A live confirmation window.

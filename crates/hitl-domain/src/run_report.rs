@@ -1,7 +1,9 @@
 //! What happened after the yes (issue 36): the agent's report of running an approved
-//! call (`executed`, `failed`, `not_executed`), or `unknown` when a route expected a
-//! report and none came in time. An unknown result is never taken for success: the
-//! next approver of the same tool is told, as after a failure.
+//! call (`executed`, `failed`, `not_executed`, or `unknown` when the reporter cannot
+//! tell, as a gateway whose upstream died mid-call cannot), or the service's own
+//! `unknown` when a route expected a report and none came in time. An unknown result is
+//! never taken for success: the next approver of the same tool is told, as after a
+//! failure.
 
 use std::fmt;
 
@@ -24,8 +26,9 @@ pub enum RunStatus {
     Failed,
     /// The agent did not run it after all.
     NotExecuted,
-    /// The route's `expect_outcome_seconds` passed with no report: nobody knows. Set by
-    /// the service, never reported; a late report replaces it.
+    /// Nobody knows whether it ran: the reporter said so (the upstream MCP server went
+    /// away mid-call), or the route's `expect_outcome_seconds` passed with no report.
+    /// Either way a later report replaces it: knowing is better than not knowing.
     Unknown,
 }
 
@@ -68,8 +71,16 @@ impl fmt::Display for RunReportError {
     }
 }
 
-/// An agent's report, checked: a status an agent may report, texts within bounds, an
-/// error only with `failed`.
+/// The statuses a reporter may send, as a refusal lists them.
+pub const REPORTED_STATUSES: &str = "\"executed\", \"failed\", \"not_executed\" or \"unknown\"";
+
+/// What is said of a reporter's `unknown` that gave no reason, where an earlier run is
+/// recalled ([`Recalled::words`]): a recalled `unknown` with words is a reporter's, one
+/// without is the service's own (nobody reported).
+pub const REPORTED_UNKNOWN: &str = "the reporter could not tell";
+
+/// A reporter's report, checked: a known status, texts within bounds, an error only
+/// with `failed` (why it failed) or `unknown` (why nobody knows).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewRunReport {
     status: RunStatus,
@@ -89,15 +100,8 @@ impl NewRunReport {
             field,
             why: why.to_owned(),
         };
-        let status = match RunStatus::parse(status) {
-            Some(RunStatus::Unknown) | None => {
-                return Err(bad(
-                    "status",
-                    "must be \"executed\", \"failed\" or \"not_executed\"",
-                ));
-            }
-            Some(s) => s,
-        };
+        let status = RunStatus::parse(status)
+            .ok_or_else(|| bad("status", &format!("must be {REPORTED_STATUSES}")))?;
         let text = |field, t: Option<String>| -> Result<Option<String>, RunReportError> {
             match t {
                 Some(t) if t.chars().count() > MAX_REPORT_CHARS => Err(RunReportError {
@@ -113,8 +117,11 @@ impl NewRunReport {
         };
         let summary = text("summary", summary)?;
         let error = text("error", error)?;
-        if error.is_some() && status != RunStatus::Failed {
-            return Err(bad("error", "is only for a report with status \"failed\""));
+        if error.is_some() && !matches!(status, RunStatus::Failed | RunStatus::Unknown) {
+            return Err(bad(
+                "error",
+                "is only for a report with status \"failed\" or \"unknown\"",
+            ));
         }
         Ok(NewRunReport {
             status,
@@ -136,6 +143,7 @@ impl NewRunReport {
             error: self.error,
             duration_ms: self.duration_ms,
             reported_at: at,
+            overdue: false,
         }
     }
 }
@@ -147,12 +155,16 @@ pub struct RunReport {
     pub summary: Option<String>,
     pub error: Option<String>,
     pub duration_ms: Option<u64>,
-    /// When the agent reported it (or, for `unknown`, when the wait for it ran out).
+    /// When the agent reported it (or, for an overdue `unknown`, when the wait for it
+    /// ran out).
     pub reported_at: OffsetDateTime,
+    /// The service's own `unknown`: no report came by the route's
+    /// `expect_outcome_seconds` (a reporter's `unknown` is not overdue: it came).
+    pub overdue: bool,
 }
 
 impl RunReport {
-    /// `unknown`, decided at `at`.
+    /// The service's own `unknown` (overdue), decided at `at`.
     pub fn unknown(at: OffsetDateTime) -> RunReport {
         RunReport {
             status: RunStatus::Unknown,
@@ -160,6 +172,7 @@ impl RunReport {
             error: None,
             duration_ms: None,
             reported_at: at,
+            overdue: true,
         }
     }
 
@@ -181,18 +194,24 @@ impl RunReport {
             && self.summary == report.summary
             && self.error == report.error
             && self.duration_ms == report.duration_ms
+            && !self.overdue
     }
 
-    /// Whether a report may still replace this: only the service's own `unknown`.
+    /// Whether a report may still replace this: an `unknown`, the service's own or a
+    /// reporter's. A later `executed` or `failed` is better information than "nobody
+    /// knows", and taking it is how a reporter that lost track (a gateway whose upstream
+    /// died) corrects itself once it learns more.
     pub fn replaceable(&self) -> bool {
         self.status == RunStatus::Unknown
     }
 
-    /// What the run's text says in one phrase: the error of a failure (else its
-    /// summary), the summary otherwise.
+    /// What the run's text says in one phrase: the error of a failure or an unknown
+    /// (else its summary), the summary otherwise.
     pub fn words(&self) -> Option<&str> {
         match self.status {
-            RunStatus::Failed => self.error.as_deref().or(self.summary.as_deref()),
+            RunStatus::Failed | RunStatus::Unknown => {
+                self.error.as_deref().or(self.summary.as_deref())
+            }
             _ => self.summary.as_deref(),
         }
     }
@@ -230,7 +249,8 @@ pub struct Recalled {
     pub approved_at_ms: i64,
     /// Who approved it, in words ("Alice (@alice)", "a window", "rule 'x'").
     pub approved_by: String,
-    /// Its error (or summary), as reported.
+    /// Its error (or summary), as reported; for a reporter's `unknown` without either,
+    /// [`REPORTED_UNKNOWN`]; `None` for the service's own `unknown`.
     pub words: Option<String>,
 }
 
@@ -243,9 +263,11 @@ mod tests {
         let ok =
             NewRunReport::new("failed", Some("s".into()), Some("boom".into()), Some(5)).unwrap();
         assert_eq!(ok.status(), RunStatus::Failed);
+        let unknown = NewRunReport::new("unknown", None, Some("upstream exited".into()), None);
+        assert_eq!(unknown.unwrap().status(), RunStatus::Unknown);
         for (status, summary, error, field) in [
-            ("unknown", None, None, "status"),
             ("ran", None, None, "status"),
+            ("not_executed", None, Some("boom".to_owned()), "error"),
             ("executed", None, Some("boom".to_owned()), "error"),
             ("executed", Some("x".repeat(501)), None, "summary"),
             ("failed", None, Some("é".repeat(501)), "error"),
@@ -272,6 +294,15 @@ mod tests {
         assert!(!stored.same_as(&other));
         assert!(!stored.replaceable());
         assert!(RunReport::unknown(OffsetDateTime::UNIX_EPOCH).replaceable());
+        let reported = NewRunReport::new("unknown", None, Some("gone".into()), None).unwrap();
+        let stored = reported.clone().at(OffsetDateTime::UNIX_EPOCH);
+        assert!(stored.replaceable() && !stored.overdue && stored.same_as(&reported));
+        assert_eq!(stored.words(), Some("gone"));
+        let bare = NewRunReport::new("unknown", None, None, None).unwrap();
+        assert!(
+            !RunReport::unknown(OffsetDateTime::UNIX_EPOCH).same_as(&bare),
+            "a reporter's unknown is news even after the service's own"
+        );
     }
 
     #[test]

@@ -4,12 +4,15 @@
 //! be implemented for them here.
 
 use utoipa::openapi::RefOr;
-use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, Schema, Type};
 use utoipa::{PartialSchema, ToSchema};
 
 use super::edit::ArgsSchema;
 use super::grant::Scope;
 use super::ids::{IdempotencyKey, OwnerId, ToolName};
+use super::mcp_call::{
+    Annotations, MAX_ANNOTATION_KEY_CHARS, MAX_ANNOTATIONS, MAX_SERVER_CHARS, ServerName,
+};
 
 /// The schema of a bounded domain name: `min` to `max` characters.
 pub fn name_schema(max: usize, description: Option<&str>) -> RefOr<Schema> {
@@ -66,6 +69,53 @@ pub fn scope_schema() -> ObjectBuilder {
         .pattern(Some(r"^[a-z0-9_-]+:(\*|[^*\s]([^*]*[^*\s])?)$"))
         .min_length(Some(3))
         .max_length(Some(Scope::MAX_CHARS))
+}
+
+impl ToSchema for ServerName {}
+
+impl PartialSchema for ServerName {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+            .max_length(Some(MAX_SERVER_CHARS))
+            .pattern(Some(format!("^[A-Za-z0-9._-]{{1,{MAX_SERVER_CHARS}}}$")))
+            .description(Some(
+                "The MCP server (upstream) the call goes to, as an MCP gateway names it: shown \
+                 to the approver, matched by the rules' `servers`, and part of what a window \
+                 matches (an approval of a call to one server never passes the same call to \
+                 another, or to none).",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for Annotations {}
+
+impl PartialSchema for Annotations {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .additional_properties(Some(AdditionalProperties::RefOr(
+                ObjectBuilder::new().schema_type(Type::Boolean).into(),
+            )))
+            .max_properties(Some(MAX_ANNOTATIONS))
+            .property_names(Some(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .min_length(Some(1))
+                    .max_length(Some(MAX_ANNOTATION_KEY_CHARS))
+                    .build(),
+            ))
+            .description(Some(format!(
+                "The tool's MCP annotations (`readOnlyHint`, `destructiveHint`, \
+                 `idempotentHint`, `openWorldHint`, or others), each a boolean: at most \
+                 {MAX_ANNOTATIONS}, names of 1 to {MAX_ANNOTATION_KEY_CHARS} characters \
+                 without control characters. Shown to the approver and matched by the rules' \
+                 `annotations`."
+            )))
+            .into()
+    }
 }
 
 impl ToSchema for ArgsSchema {}

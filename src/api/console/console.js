@@ -168,6 +168,7 @@ async function showOne(id) {
     el("div", { class: "card", "data-id": q.id },
       field("Kind", q.kind_words),
       field("Tool", q.has_call ? q.tool : null), field("Agent", q.agent), field("Owner", q.owner_id),
+      field("MCP server", q.server), field("Hints (the server's own)", q.hints),
       field("The agent describes the call", q.briefing, true),
       field("Context from the agent", q.context, true),
       params,

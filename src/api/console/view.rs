@@ -72,6 +72,11 @@ pub struct QuestionView {
     pub agent: String,
     pub owner_id: String,
     pub route: String,
+    /// The MCP server (upstream) the call goes to, when a gateway asked; null otherwise.
+    pub server: Option<String>,
+    /// The tool's MCP annotations in a few words (`read-only, not destructive`): what
+    /// the server says of its own tool; null when the call carried none.
+    pub hints: Option<String>,
     /// The agent's description of the call (a confirmation's briefing, an
     /// interaction's question).
     pub briefing: String,
@@ -171,6 +176,12 @@ impl QuestionView {
             agent: line(&r.agent),
             owner_id: line(r.owner_id.as_str()),
             route: line(&r.route),
+            server: r.server.as_ref().map(|s| s.to_string()),
+            hints: r
+                .annotations
+                .as_ref()
+                .filter(|a| !a.is_empty())
+                .map(|a| line(&a.brief())),
             briefing: text::visible(&r.briefing, Layout::Quoted),
             context: r
                 .context

@@ -67,6 +67,7 @@ pub const METRICS_BEARER: &str = "metrics_bearer";
         super::grants::check,
         super::grants::list,
         super::grants::revoke,
+        super::mcp_pins::record,
         super::healthz,
         super::metrics::serve,
         serve,
@@ -83,6 +84,8 @@ pub const METRICS_BEARER: &str = "metrics_bearer";
         super::grants::GrantAnswer,
         super::grants::GrantCheckView,
         super::grants::GrantList,
+        super::mcp_pins::ToolListingBody,
+        super::mcp_pins::ToolVerdicts,
         InteractionView,
         ErrorBody,
         ConflictBody,
@@ -100,6 +103,9 @@ pub const METRICS_BEARER: &str = "metrics_bearer";
         (name = "notifications", description = "One-way messages to a route or a person."),
         (name = "grants", description = "AI-Parrot's GrantGuard grants, durable: ask for \
             one, present an approval, check, list and revoke."),
+        (name = "mcp", description = "MCP gateways: each upstream tools/list result \
+            recorded against the tools' pinned definitions; new and changed ones held until \
+            an approver allows them."),
         (name = "service", description = "Health, metrics and this document."),
     )
 )]

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::from_ms;
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::interaction::{self, Interaction};
+use crate::domain::mcp_call::{Annotations, ServerName};
 use crate::domain::question::{Edited, Operator};
 use crate::domain::run_report::{RunReport, RunStatus};
 use crate::storage::StorageError;
@@ -73,6 +74,7 @@ pub(super) fn stored_run_report(
     error: Option<String>,
     duration_ms: Option<i64>,
     at: Option<i64>,
+    overdue: bool,
     corrupt: &Corrupt<'_>,
 ) -> Result<Option<RunReport>, StorageError> {
     Ok(match (status, at) {
@@ -82,10 +84,30 @@ pub(super) fn stored_run_report(
             error,
             duration_ms: unsigned(duration_ms, "run_duration_ms", corrupt)?,
             reported_at: from_ms(at).ok_or_else(|| corrupt("time out of range"))?,
+            overdue,
         }),
         (None, None) => None,
         _ => return Err(corrupt("run_at")),
     })
+}
+
+/// The `server` column: the MCP server's name as it was checked when asked.
+pub(super) fn stored_server(
+    server: Option<&str>,
+    corrupt: &Corrupt<'_>,
+) -> Result<Option<ServerName>, StorageError> {
+    server
+        .map(|s| ServerName::parse(s).map_err(|_| corrupt("server")))
+        .transpose()
+}
+
+/// The `annotations_json` column: an object of booleans, as it was checked when asked.
+pub(super) fn stored_annotations(
+    text: Option<&str>,
+    corrupt: &Corrupt<'_>,
+) -> Result<Option<Annotations>, StorageError> {
+    text.map(|t| Annotations::from_stored(t).ok_or_else(|| corrupt("annotations_json")))
+        .transpose()
 }
 
 /// The `original_*` columns: what the agent first asked, when an approver edited it.

@@ -26,6 +26,7 @@ mod outbox;
 mod questions;
 mod runs;
 mod steps;
+mod tool_pins;
 mod trail;
 mod windows;
 
@@ -34,6 +35,7 @@ pub(crate) use self::outbox::*;
 pub(crate) use self::questions::*;
 pub(crate) use self::runs::*;
 pub(crate) use self::steps::*;
+pub(crate) use self::tool_pins::*;
 pub(crate) use self::trail::*;
 pub(crate) use self::windows::*;
 

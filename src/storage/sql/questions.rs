@@ -186,9 +186,10 @@ async fn open_window(
 ) -> Result<(), StorageError> {
     // A later expiry replaces an earlier one, never the reverse.
     sqlx::query(
-        "INSERT INTO windows (agent, route, owner_id, tool, args_hash, expires_at, opened_by)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
-             ON CONFLICT (agent, route, owner_id, tool, args_hash)
+        "INSERT INTO windows (agent, route, owner_id, tool, args_hash, server, expires_at,
+                opened_by)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             ON CONFLICT (agent, route, owner_id, tool, args_hash, server)
              DO UPDATE SET expires_at = excluded.expires_at, opened_by = excluded.opened_by
              WHERE excluded.expires_at > windows.expires_at",
     )
@@ -197,6 +198,7 @@ async fn open_window(
     .bind(record.owner_id.as_str())
     .bind(record.tool.as_str())
     .bind(record.args_hash.as_str())
+    .bind(rows::window_server(&record.window_key()))
     .bind(ms(until))
     .bind(record.id.as_str())
     .execute(&mut **tx)

@@ -13,7 +13,7 @@ use super::{Db, append_event, hydrate_all, read_in};
 use crate::domain::audit;
 use crate::domain::ids::{QuestionId, ToolName};
 use crate::domain::question::Question;
-use crate::domain::run_report::{NewRunReport, Recalled, RunStatus};
+use crate::domain::run_report::{NewRunReport, REPORTED_UNKNOWN, Recalled, RunStatus};
 use crate::storage::rows::{Row, ms, select_where};
 use crate::storage::{RunReported, StorageError, WindowUse};
 
@@ -46,7 +46,8 @@ pub(crate) async fn report_run(
     // changes the row and the other changes none.
     let changed = sqlx::query(
         "UPDATE confirmations SET run_status = $1, run_summary = $2, run_error = $3,
-                run_duration_ms = $4, run_at = $5, run_shown = (message_id IS NULL)
+                run_duration_ms = $4, run_at = $5, run_shown = (message_id IS NULL),
+                run_overdue = FALSE
              WHERE id = $6 AND (run_status IS NULL OR run_status = 'unknown')",
     )
     .bind(run.status.as_str())
@@ -101,7 +102,7 @@ pub(crate) async fn overdue_runs(
     for (id,) in due {
         let changed = sqlx::query(
             "UPDATE confirmations SET run_status = 'unknown', run_at = $1,
-                    run_shown = (message_id IS NULL)
+                    run_shown = (message_id IS NULL), run_overdue = TRUE
                  WHERE id = $2 AND run_status IS NULL",
         )
         .bind(ms(now))
@@ -166,6 +167,7 @@ struct RunRow {
     rule: Option<String>,
     decided_by_name: Option<String>,
     decided_by_username: Option<String>,
+    run_overdue: bool,
 }
 
 /// See [`crate::storage::Runs::recall_run`].
@@ -177,7 +179,7 @@ pub(crate) async fn recall_run(
 ) -> Result<Option<Recalled>, StorageError> {
     let row: Option<RunRow> = sqlx::query_as(
         "SELECT id, run_status, run_summary, run_error, decided_at, via, rule,
-                decided_by_name, decided_by_username
+                decided_by_name, decided_by_username, run_overdue
          FROM confirmations
          WHERE agent = $1 AND tool = $2 AND run_status IS NOT NULL AND decided_at >= $3
          ORDER BY decided_at DESC LIMIT 1",
@@ -208,8 +210,15 @@ pub(crate) async fn recall_run(
         (Some("grant"), _, _) => "a grant".to_owned(),
         _ => "the service".to_owned(),
     };
+    // An overdue `unknown` has no words (nobody reported); a reporter's says why
+    // nobody knows, or that it could not tell.
     let words = match status {
         RunStatus::Failed => row.run_error.or(row.run_summary),
+        RunStatus::Unknown if !row.run_overdue => Some(
+            row.run_error
+                .or(row.run_summary)
+                .unwrap_or_else(|| REPORTED_UNKNOWN.to_owned()),
+        ),
         _ => None,
     };
     Ok(Some(Recalled {
@@ -234,6 +243,7 @@ pub(crate) async fn window_use(
          FROM confirmations o JOIN confirmations c
            ON c.agent = o.agent AND c.tool = o.tool AND c.args_hash = o.args_hash
           AND c.created_at >= o.decided_at AND c.owner_id = o.owner_id AND c.route = o.route
+          AND COALESCE(c.server, '') = COALESCE(o.server, '')
          WHERE o.id = $1 AND c.via = 'window'",
     )
     .bind(opened_by.as_str())

@@ -121,13 +121,14 @@ pub(crate) async fn live_window(
     let row: Option<(i64, String)> = sqlx::query_as(
         "SELECT expires_at, opened_by FROM windows
          WHERE agent = $1 AND route = $2 AND owner_id = $3 AND tool = $4
-           AND args_hash = $5 AND expires_at > $6",
+           AND args_hash = $5 AND server = $6 AND expires_at > $7",
     )
     .bind(&key.agent)
     .bind(&key.route)
     .bind(key.owner_id.as_str())
     .bind(key.tool.as_str())
     .bind(key.args_hash.as_str())
+    .bind(rows::window_server(key))
     .bind(ms(now))
     .fetch_optional(pool)
     .await?;
@@ -173,13 +174,14 @@ pub(crate) async fn revoke_window(
     sqlx::query(
         "DELETE FROM windows
          WHERE agent = $1 AND route = $2 AND owner_id = $3 AND tool = $4
-           AND args_hash = $5 AND opened_by = $6",
+           AND args_hash = $5 AND server = $6 AND opened_by = $7",
     )
     .bind(&live.window.key.agent)
     .bind(&live.window.key.route)
     .bind(live.window.key.owner_id.as_str())
     .bind(live.window.key.tool.as_str())
     .bind(live.window.key.args_hash.as_str())
+    .bind(rows::window_server(&live.window.key))
     .bind(opened_by.as_str())
     .execute(&mut *tx)
     .await?;

@@ -32,7 +32,7 @@ use super::render;
 use crate::domain::interaction::InteractionType;
 use crate::domain::question::{Operator, Question};
 use crate::metrics::Metrics;
-use crate::service::{CommandReply, DeliveryError, Mention, Messenger, Turn, View};
+use crate::service::{CommandReply, DeliveryError, Mention, Messenger, PinNotice, Turn, View};
 
 use retry::{Method, no_slot_reason, retrying_from, retrying_observed};
 
@@ -462,6 +462,52 @@ impl Messenger for TelegramMessenger {
         };
         self.send_html(chat_id, Share::Service, text, Some(reply_to), extra)
             .await
+    }
+
+    async fn send_pin_notice(
+        &self,
+        chat_id: i64,
+        thread: Option<i32>,
+        notice: &PinNotice,
+    ) -> Result<i32, DeliveryError> {
+        // In the service's share: it tells the approvers about the agent's server, like
+        // a command's answer, and must not wait behind the agent's questions.
+        let extra = Extra {
+            thread,
+            markup: render::pin_notice_keyboard(notice).map(ReplyMarkup::InlineKeyboard),
+            ..Extra::default()
+        };
+        let text = render::pin_notice_text(notice);
+        self.send_html(chat_id, Share::Service, text, None, extra)
+            .await
+    }
+
+    async fn show_pin_notice(
+        &self,
+        chat_id: i64,
+        message_id: i32,
+        notice: &PinNotice,
+    ) -> Result<(), DeliveryError> {
+        let text = render::pin_notice_text(notice);
+        // An empty keyboard removes the Allow button.
+        let keyboard = render::pin_notice_keyboard(notice).unwrap_or_default();
+        retrying_observed(
+            &self.limiter,
+            &self.metrics,
+            Method::EditMessageText,
+            Some((chat_id, Share::Service)),
+            Instant::now() + EDIT_PATIENCE,
+            || {
+                self.bot
+                    .edit_message_text(ChatId(chat_id), MessageId(message_id), text.clone())
+                    .parse_mode(ParseMode::Html)
+                    .link_preview_options(no_preview())
+                    .reply_markup(keyboard.clone())
+                    .send()
+            },
+        )
+        .await?;
+        Ok(())
     }
 
     async fn send_reason_prompt(

@@ -17,6 +17,7 @@
 mod interaction;
 mod keyboard;
 mod params;
+mod pins;
 mod question;
 #[cfg(test)]
 mod tests;
@@ -41,6 +42,9 @@ pub use keyboard::{
     parse_grant_revoke,
 };
 pub use params::{Attachment, attachment};
+pub use pins::{
+    ALLOW_TOOLS_LABEL, parse_tools_allow, pin_notice_keyboard, pin_notice_text, tools_allow_data,
+};
 pub use question::{decided_text, decision_line, notification_text, question_text, run_line};
 
 /// Telegram's limit on a message's text.

@@ -112,9 +112,32 @@ pub(super) fn rule_note(r: &Question) -> String {
     }
 }
 
+/// How much of a call's annotations in words the message shows (UTF-16 units, escaped).
+const HINTS_SHOWN: usize = 200;
+
+/// The MCP server a gateway sends the call to, and the tool's annotations in a few
+/// words (what the server says of its own tool: a claim, labelled as one), each on its
+/// line under the owner; nothing for a call that came without them.
+pub(super) fn mcp_lines(r: &Question) -> String {
+    let mut out = String::new();
+    if let Some(server) = &r.server {
+        out.push_str(&format!(
+            "🔌 MCP server: <code>{}</code>\n",
+            shown(server.as_str())
+        ));
+    }
+    if let Some(a) = r.annotations.as_ref().filter(|a| !a.is_empty()) {
+        out.push_str(&format!(
+            "🏷 Hints (the server's own): {}\n",
+            shown_within(&a.brief(), HINTS_SHOWN).0
+        ));
+    }
+    out
+}
+
 pub(super) fn question_parts(r: &Question) -> Parts {
     let mut head = format!(
-        "🛂 <b>Confirmation required</b>\n🔧 Tool: <code>{}</code>{}\n🤖 Agent: <code>{}</code>{}\n👤 Owner: <code>{}</code>{}\n\n",
+        "🛂 <b>Confirmation required</b>\n🔧 Tool: <code>{}</code>{}\n🤖 Agent: <code>{}</code>{}\n👤 Owner: <code>{}</code>{}\n",
         shown(r.tool.as_str()),
         flag(r.tool.as_str()),
         shown(&r.agent),
@@ -122,6 +145,8 @@ pub(super) fn question_parts(r: &Question) -> Parts {
         shown(r.owner_id.as_str()),
         flag(r.owner_id.as_str()),
     );
+    head.push_str(&mcp_lines(r));
+    head.push('\n');
     let (briefing, briefing_cut) = quoted(
         "💬 <i>The agent describes the call:</i>",
         &r.briefing,
@@ -183,6 +208,10 @@ pub(super) fn recalled_note(r: &Question) -> String {
             format!("{head} failed: {}", shown_within(words, RUN_TEXT_SHOWN).0)
         }
         ("failed", None) => format!("{head} failed."),
+        ("unknown", Some(words)) => format!(
+            "{head}: not known whether it ran: {}",
+            shown_within(words, RUN_TEXT_SHOWN).0
+        ),
         _ => format!("{head} was never reported by the agent: it may have failed."),
     }
 }
@@ -213,8 +242,13 @@ pub fn run_line(r: &Question) -> Option<String> {
         RunStatus::NotExecuted => {
             format!("⚪ <b>Not run</b>{}", words(run.summary.as_deref()))
         }
+        // One head for both unknowns; what follows says whose it is: the reporter's
+        // reason, or that no report came.
+        RunStatus::Unknown if run.overdue => {
+            "🟠 <b>Not known whether it ran</b>: no report from the agent".to_owned()
+        }
         RunStatus::Unknown => {
-            "🟠 <b>No report from the agent</b>: whether it ran is unknown".to_owned()
+            format!("🟠 <b>Not known whether it ran</b>{}", words(run.words()))
         }
     })
 }

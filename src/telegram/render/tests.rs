@@ -31,6 +31,8 @@ fn record(params_json: &str) -> Question {
         interaction: None,
         expect_outcome_seconds: None,
         args_schema: None,
+        server: None,
+        annotations: None,
     })
 }
 
@@ -238,4 +240,30 @@ fn only_a_reason_prompt_names_its_request_to_a_reply() {
         r.id
     );
     assert_eq!(reason_prompt_names(&quoting), Some(r.id));
+}
+
+#[test]
+fn an_mcp_calls_server_and_hints_show_under_the_owner_escaped() {
+    use crate::domain::mcp_call::{Annotations, ServerName};
+    let mut r = record("{}");
+    assert!(!question_text(&r).contains("MCP server"));
+    r.server = Some(ServerName::parse("fs.main").unwrap());
+    r.annotations = Some(
+        Annotations::from_value(&serde_json::json!({
+            "readOnlyHint": true,
+            "<b>x\u{202e}</b>": false,
+        }))
+        .unwrap(),
+    );
+    let text = question_text(&r);
+    assert!(
+        text.contains(
+            "👤 Owner: <code>anonymous</code>\n🔌 MCP server: <code>fs.main</code>\n🏷 Hints \
+             (the server's own): &lt;b&gt;x\\u202e&lt;/b&gt;=false, read-only\n\n"
+        ),
+        "{text}"
+    );
+    // Annotations given empty say nothing.
+    r.annotations = Some(Annotations::default());
+    assert!(!question_text(&r).contains("Hints"));
 }

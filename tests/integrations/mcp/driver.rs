@@ -61,6 +61,42 @@ impl Driver {
         Self::spawn(python, app.addr, Transport::Stdio, token, Stdio::piped()).await
     }
 
+    /// The driver speaking over stdio to the server `argv` starts (the gateway, say), with
+    /// `env` added to its environment and its stderr (the server's) captured.
+    pub(crate) fn start_command(python: &PathBuf, argv: &[String], env: &[(&str, &str)]) -> Driver {
+        Self::start_with_options(python, &[], argv, env)
+    }
+
+    /// [`Self::start_command`] with the driver's own `options` (`--sampling-text`, ...).
+    pub(crate) fn start_with_options(
+        python: &PathBuf,
+        options: &[&str],
+        argv: &[String],
+        env: &[(&str, &str)],
+    ) -> Driver {
+        let mut command = Command::new(python);
+        command.arg(DRIVER).args(options).arg("stdio").args(argv);
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command
+            .env("NO_PROXY", "127.0.0.1,localhost")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the MCP driver");
+        let stdin = child.stdin.take().unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        Driver {
+            child,
+            stdin: Some(stdin),
+            lines,
+        }
+    }
+
     /// The server (or a proxy in front of it) at `addr`.
     pub(crate) async fn spawn(
         python: &PathBuf,

@@ -11,6 +11,7 @@ use super::{ANSWER_PENDING_REASON, PENDING_REASON, Question, Status, Via};
 use crate::args_hash::ArgsHash;
 use crate::ids::{CallbackToken, IdempotencyKey, OwnerId, QuestionId, ToolName};
 use crate::interaction::Interaction;
+use crate::mcp_call::{Annotations, ServerName};
 
 /// What a new question is made of: what the agent asked, where it goes and until when.
 /// The fields mean what [`Question`]'s fields of the same names mean.
@@ -36,6 +37,8 @@ pub struct Seed {
     pub interaction: Option<Arc<Interaction>>,
     pub expect_outcome_seconds: Option<u64>,
     pub args_schema: Option<String>,
+    pub server: Option<ServerName>,
+    pub annotations: Option<Annotations>,
 }
 
 /// How a question settled before anyone was asked ends: a window hit, a rule's `allow`
@@ -75,6 +78,8 @@ impl Question {
             interaction,
             expect_outcome_seconds,
             args_schema,
+            server,
+            annotations,
         } = seed;
         let reason = match interaction {
             Some(_) => ANSWER_PENDING_REASON,
@@ -121,6 +126,8 @@ impl Question {
             recalled: None,
             args_schema,
             edited: None,
+            server,
+            annotations,
         }
     }
 

@@ -83,6 +83,22 @@ pub enum Problem {
     NoTools,
     #[error("tools pattern {glob:?}: {error}")]
     Glob { glob: String, error: GlobError },
+    #[error("servers pattern {glob:?}: {error}")]
+    ServerGlob { glob: String, error: GlobError },
+    /// An `annotations` entry that is not `name = true` or `name = false`.
+    #[error(
+        "`annotations.{key}` is {kind}: each annotation is matched as a boolean, write e.g. \
+         annotations = {{ readOnlyHint = true }}"
+    )]
+    AnnotationNotBoolean { key: String, kind: &'static str },
+    /// An `annotations` name a call could never carry.
+    #[error("`annotations` key {key:?}: {why}")]
+    AnnotationKey { key: String, why: String },
+    #[error(
+        "`annotations` is empty, so it would say nothing: name at least one annotation, or \
+         leave `annotations` out"
+    )]
+    EmptyAnnotations,
     #[error(
         "`{0}` is an empty list, so the rule could never match: name at least one, or leave \
          `{0}` out to match them all"

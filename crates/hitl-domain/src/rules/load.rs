@@ -2,7 +2,7 @@
 //! the configuration is loaded, so evaluation never meets a rule it cannot apply.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroU64;
 
 use serde_json::{Number, Value};
@@ -14,6 +14,7 @@ use super::normal::normalise;
 use super::number::compare_numbers;
 use super::raw::{RawRate, RawRule};
 use super::{Effect, Rate, Rule};
+use crate::mcp_call::{self, Annotations};
 use crate::text;
 
 /// A raw rule read from a value that holds one `[[rules]]` table, with serde's message
@@ -93,11 +94,37 @@ fn rule(raw: RawRule, number: usize) -> Result<Rule, RuleError> {
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(refuse)?;
-    for (key, list) in [("agents", &raw.agents), ("owners", &raw.owners)] {
+    for (key, list) in [
+        ("agents", &raw.agents),
+        ("owners", &raw.owners),
+        ("servers", &raw.servers),
+    ] {
         if list.as_ref().is_some_and(Vec::is_empty) {
             return Err(refuse(Problem::EmptyList(key)));
         }
     }
+    let servers = raw
+        .servers
+        .as_ref()
+        .map(|servers| {
+            servers
+                .iter()
+                .map(|s| {
+                    Glob::parse(s).map_err(|error| Problem::ServerGlob {
+                        glob: s.clone(),
+                        error,
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .transpose()
+        .map_err(refuse)?;
+    let annotations = raw
+        .annotations
+        .as_ref()
+        .map(annotations)
+        .transpose()
+        .map_err(refuse)?;
     let conditions = raw
         .conditions
         .into_iter()
@@ -127,10 +154,34 @@ fn rule(raw: RawRule, number: usize) -> Result<Rule, RuleError> {
             .as_ref()
             .map(|owners| owners.iter().map(|o| normalise(o).into_owned()).collect()),
         owners: raw.owners,
+        servers,
+        annotations,
         conditions,
         rate,
         reason: raw.reason,
     })
+}
+
+/// A rule's `annotations`: each a boolean, under a name a call could carry.
+fn annotations(table: &BTreeMap<String, Value>) -> Result<Annotations, Problem> {
+    if table.is_empty() {
+        return Err(Problem::EmptyAnnotations);
+    }
+    let mut pairs = BTreeMap::new();
+    for (key, value) in table {
+        mcp_call::check_key(key).map_err(|e| Problem::AnnotationKey {
+            key: key.clone(),
+            why: e.0,
+        })?;
+        let Value::Bool(b) = value else {
+            return Err(Problem::AnnotationNotBoolean {
+                key: key.clone(),
+                kind: kind(value),
+            });
+        };
+        pairs.insert(key.clone(), *b);
+    }
+    Ok(Annotations::from_pairs(pairs))
 }
 
 fn check_name(name: &str) -> Result<(), Problem> {

@@ -36,6 +36,7 @@ pub use glob::{Glob, GlobError};
 pub use path::Path;
 pub use raw::{RawCondition, RawRate, RawRule};
 
+use crate::mcp_call::Annotations;
 use crate::python::value::PyValue;
 
 /// What a rule does with a call it matches.
@@ -88,6 +89,10 @@ pub struct Rule {
     owners: Option<Vec<String>>,
     /// `owners` in normal form, for a `deny` and an `ask`.
     normal_owners: Option<Vec<String>>,
+    /// `None`: calls to any server, and calls naming none. Never an empty list.
+    servers: Option<Vec<Glob>>,
+    /// `None`: whatever the call's annotations. Never empty.
+    annotations: Option<Annotations>,
     conditions: Vec<Condition>,
     /// Only on an `allow`.
     rate: Option<Rate>,
@@ -115,6 +120,14 @@ impl Rule {
         self.owners.as_deref()
     }
 
+    pub fn servers(&self) -> Option<&[Glob]> {
+        self.servers.as_deref()
+    }
+
+    pub fn annotations(&self) -> Option<&Annotations> {
+        self.annotations.as_ref()
+    }
+
     pub fn conditions(&self) -> &[Condition] {
         &self.conditions
     }
@@ -129,9 +142,12 @@ impl Rule {
 
     /// Whether the rule is about this call: one of its patterns matches the tool, the
     /// agent and the owner are among those it lists (a rule that lists owners never
-    /// matches a call made on behalf of none), and every condition holds; all read as
-    /// the rule's effect calls for ([`Reading`]). The agent is the service's own name for
-    /// the caller, compared as written either way.
+    /// matches a call made on behalf of none), one of its `servers` patterns matches the
+    /// call's MCP server (a rule that lists servers never matches a call to none), the
+    /// call carries every annotation the rule lists with the same value (a call without
+    /// annotations never matches a rule that lists some), and every condition holds; all
+    /// read as the rule's effect calls for ([`Reading`]). The agent is the service's own
+    /// name for the caller, compared as written either way.
     pub fn matches(&self, call: &RuleCall<'_>) -> bool {
         self.applies(&Subject::of(call))
     }
@@ -154,7 +170,23 @@ impl Rule {
                     .is_some_and(|owners| owners.iter().any(|o| o == owner))
             }),
         };
+        // A server's name is plain ASCII (`ServerName`), so its normal form is its lower
+        // case: a `deny` on `prod-db` also catches `PROD-DB`.
+        let server = |g: &Glob| match (reading, s.call.server) {
+            (_, None) => false,
+            (Reading::Exact, Some(server)) => g.matches(server),
+            (Reading::Loose, Some(server)) => g.matches_normal(&normal::normalise(server)),
+        };
         self.tools.iter().any(tool)
+            && self
+                .servers
+                .as_ref()
+                .is_none_or(|servers| servers.iter().any(server))
+            && self.annotations.as_ref().is_none_or(|wanted| {
+                s.call
+                    .annotations
+                    .is_some_and(|carried| carried.carries(wanted))
+            })
             && self
                 .agents
                 .as_ref()
@@ -168,7 +200,7 @@ impl Rule {
 
     /// The rule in the fingerprint's canonical form.
     fn canonical(&self) -> Value {
-        json!({
+        let mut rule = json!({
             "name": self.name,
             "effect": self.effect,
             "tools": self.tools.iter().map(Glob::as_str).collect::<Vec<_>>(),
@@ -184,7 +216,16 @@ impl Rule {
                 "per_seconds": r.per_seconds.get(),
             })),
             "reason": self.reason,
-        })
+        });
+        // Only when used, so a rule set written before these keys keeps its hash; when
+        // used, they change it.
+        if let Some(servers) = &self.servers {
+            rule["servers"] = json!(servers.iter().map(Glob::as_str).collect::<Vec<_>>());
+        }
+        if let Some(annotations) = &self.annotations {
+            rule["annotations"] = annotations.to_json();
+        }
+        rule
     }
 }
 
@@ -198,6 +239,10 @@ pub struct RuleCall<'a> {
     /// The call's parameters as Python decoded them (`python::json::parse`): what the
     /// tool is handed, `1e400` as `inf` included. An object; anything else has no path.
     pub params: &'a PyValue,
+    /// The MCP server the call goes to, when a gateway sent it (`None`: no server).
+    pub server: Option<&'a str>,
+    /// The tool's MCP annotations the call carries, if any.
+    pub annotations: Option<&'a Annotations>,
 }
 
 /// A call with what every rule compares computed once: the tool and the owner in normal
@@ -244,6 +289,8 @@ impl fmt::Debug for RuleCall<'_> {
             .field("tool", &self.tool)
             .field("agent", &self.agent)
             .field("owner", &self.owner)
+            .field("server", &self.server)
+            .field("annotations", &self.annotations)
             .finish_non_exhaustive()
     }
 }

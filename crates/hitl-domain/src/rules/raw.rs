@@ -2,6 +2,8 @@
 //! shape and nothing more. Unknown keys are refused here; everything else that can be
 //! wrong is refused by [`super::RuleSet::parse`], with the rule's name.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
@@ -23,6 +25,16 @@ pub struct RawRule {
     /// When given, the rule is about calls made on behalf of these owners only.
     #[serde(default)]
     pub owners: Option<Vec<String>>,
+    /// When given, the rule is about calls to these MCP servers only (patterns, as
+    /// `tools`); a call that names no server never matches it.
+    #[serde(default)]
+    pub servers: Option<Vec<String>>,
+    /// When given, the rule is about calls that carry every one of these MCP tool
+    /// annotations with exactly this value (`{ readOnlyHint = true }`); a call without
+    /// annotations never matches it. Values are checked as booleans at load, under the
+    /// rule's name.
+    #[serde(default)]
+    pub annotations: Option<BTreeMap<String, Value>>,
     /// Conditions on the call's `params`, all of which must hold.
     #[serde(default, rename = "where")]
     pub conditions: Vec<RawCondition>,

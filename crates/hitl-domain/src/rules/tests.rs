@@ -37,6 +37,26 @@ fn call_text<'a>(tool: &'a str, params: &str) -> RuleCall<'a> {
         agent: "agent-a",
         owner: Some("alice"),
         params: Box::leak(Box::new(parse(params).expect("JSON"))),
+        server: None,
+        annotations: None,
+    }
+}
+
+/// `call` made through an MCP gateway: to `server`, carrying `annotations` (a JSON
+/// object of booleans). Leaked, as [`call_text`]'s params.
+fn mcp_call<'a>(
+    tool: &'a str,
+    server: Option<&'a str>,
+    annotations: Option<Value>,
+) -> RuleCall<'a> {
+    RuleCall {
+        server,
+        annotations: annotations.map(|a| {
+            &*Box::leak(Box::new(
+                crate::mcp_call::Annotations::from_value(&a).expect("annotations"),
+            ))
+        }),
+        ..call(tool, &json!({}))
     }
 }
 
@@ -828,7 +848,141 @@ fn a_rule_a_decision_and_a_call_read_plainly_in_debug_without_parameter_values()
     assert_eq!(decision, "Ruling { effect: Allow, by: Rule(\"small\") }");
     let call = format!("{:?}", call("transfer", &params));
     assert_eq!(
-        call, "Call { tool: \"transfer\", agent: \"agent-a\", owner: Some(\"alice\"), .. }",
+        call,
+        "Call { tool: \"transfer\", agent: \"agent-a\", owner: Some(\"alice\"), server: None, \
+         annotations: None, .. }",
         "no parameter values"
+    );
+}
+
+#[test]
+fn a_servers_rule_matches_only_calls_to_a_server_it_names() {
+    let set = rules(json!([
+        {"name": "fs-reads", "effect": "allow", "tools": ["read_*"], "servers": ["fs", "db-*"]},
+        {"name": "prod-db", "effect": "deny", "tools": ["*"], "servers": ["prod-db"]},
+    ]));
+    let ask = (Effect::Ask, None);
+    assert_eq!(
+        decide(&set, &mcp_call("read_file", Some("fs"), None)),
+        by(Effect::Allow, "fs-reads")
+    );
+    assert_eq!(
+        decide(&set, &mcp_call("read_rows", Some("db-staging"), None)),
+        by(Effect::Allow, "fs-reads")
+    );
+    assert_eq!(decide(&set, &mcp_call("read_file", Some("git"), None)), ask);
+    assert_eq!(
+        decide(&set, &mcp_call("read_file", None, None)),
+        ask,
+        "a call naming no server never matches a rule that lists servers"
+    );
+    assert_eq!(
+        decide(&set, &mcp_call("read_rows", Some("prod-db"), None)),
+        by(Effect::Deny, "prod-db")
+    );
+    // A deny reads names in normal form, as for tools: `PROD-DB` is `prod-db`.
+    assert_eq!(
+        decide(&set, &mcp_call("read_rows", Some("PROD-DB"), None)),
+        by(Effect::Deny, "prod-db")
+    );
+    // An allow reads them exactly.
+    assert_eq!(decide(&set, &mcp_call("read_file", Some("FS"), None)), ask);
+}
+
+#[test]
+fn an_annotations_rule_matches_only_calls_carrying_each_annotation_with_its_value() {
+    let set = rules(json!([
+        {"name": "reads", "effect": "allow", "tools": ["*"],
+         "annotations": {"readOnlyHint": true}},
+        {"name": "destructive", "effect": "deny", "tools": ["*"],
+         "annotations": {"destructiveHint": true, "readOnlyHint": false}},
+    ]));
+    let ask = (Effect::Ask, None);
+    let with = |a: Value| mcp_call("tool", Some("fs"), Some(a));
+    assert_eq!(
+        decide(
+            &set,
+            &with(json!({"readOnlyHint": true, "openWorldHint": false}))
+        ),
+        by(Effect::Allow, "reads")
+    );
+    assert_eq!(decide(&set, &with(json!({"readOnlyHint": false}))), ask);
+    assert_eq!(decide(&set, &with(json!({}))), ask);
+    assert_eq!(
+        decide(&set, &mcp_call("tool", Some("fs"), None)),
+        ask,
+        "a call without annotations never matches a rule that lists some"
+    );
+    assert_eq!(
+        decide(
+            &set,
+            &with(json!({"destructiveHint": true, "readOnlyHint": false}))
+        ),
+        by(Effect::Deny, "destructive")
+    );
+    assert_eq!(
+        decide(&set, &with(json!({"destructiveHint": true}))),
+        ask,
+        "every listed annotation must be carried"
+    );
+}
+
+#[test]
+fn servers_and_annotations_are_refused_at_load_when_they_could_not_be_applied() {
+    let refused = |rule: Value| refusal(json!([rule]));
+    let base = |extra: Value| {
+        let mut rule = json!({"name": "r", "effect": "allow", "tools": ["*"]});
+        for (k, v) in extra.as_object().expect("an object") {
+            rule[k] = v.clone();
+        }
+        rule
+    };
+    let not_bool = refused(base(json!({"annotations": {"readOnlyHint": "yes"}})));
+    assert!(
+        not_bool.starts_with("rule 'r': `annotations.readOnlyHint` is a string"),
+        "{not_bool}"
+    );
+    let number = refused(base(json!({"annotations": {"readOnlyHint": 1}})));
+    assert!(number.contains("is a number"), "{number}");
+    assert!(refused(base(json!({"annotations": {}}))).contains("`annotations` is empty"));
+    assert!(refused(base(json!({"annotations": {"": true}}))).contains("must not be empty"));
+    assert!(refused(base(json!({"servers": []}))).contains("`servers` is an empty list"));
+    let glob = refused(base(json!({"servers": ["db-[12]"]})));
+    assert!(
+        glob.starts_with("rule 'r': servers pattern \"db-[12]\""),
+        "{glob}"
+    );
+    let shape = refused(base(json!({"annotations": true})));
+    assert!(shape.starts_with("rule 'r': `annotations`"), "{shape}");
+}
+
+#[test]
+fn the_fingerprint_changes_with_servers_and_annotations_and_not_without_them() {
+    let plain = rules(json!([{"name": "r", "effect": "allow", "tools": ["*"]}]));
+    let servers = rules(json!([
+        {"name": "r", "effect": "allow", "tools": ["*"], "servers": ["fs"]}
+    ]));
+    let other = rules(json!([
+        {"name": "r", "effect": "allow", "tools": ["*"], "servers": ["db"]}
+    ]));
+    let annotated = rules(json!([
+        {"name": "r", "effect": "allow", "tools": ["*"], "annotations": {"readOnlyHint": true}}
+    ]));
+    let hashes = [&plain, &servers, &other, &annotated].map(|s| s.fingerprint().clone());
+    for (i, a) in hashes.iter().enumerate() {
+        for b in &hashes[i + 1..] {
+            assert_ne!(a, b);
+        }
+    }
+    // The canonical form of a rule without the new keys is what it was before them.
+    assert_eq!(
+        plain.fingerprint().as_str(),
+        hex::encode(Sha256::digest(
+            json!({"default": "ask", "rules": [{
+                "name": "r", "effect": "allow", "tools": ["*"], "agents": null,
+                "owners": null, "where": [], "rate": null, "reason": null,
+            }]})
+            .to_string()
+        ))
     );
 }
