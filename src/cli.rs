@@ -317,10 +317,7 @@ fn expires_at(record: &Value) -> Option<OffsetDateTime> {
 
 /// Seconds from now until the record's `expires_at` (0 once past, or unreadable).
 fn seconds_left(record: &Value) -> u64 {
-    expires_at(record).map_or(0, |at| {
-        let left = (at - OffsetDateTime::now_utc()).as_seconds_f64();
-        left.max(0.0).ceil() as u64
-    })
+    crate::client::seconds_left(record).map_or(0, |left| left.ceil() as u64)
 }
 
 /// The time between "still waiting" lines for a question of `total` seconds: a quarter

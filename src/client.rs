@@ -60,6 +60,16 @@ pub fn is_terminal(record: &Value) -> bool {
         .is_some_and(Status::is_terminal)
 }
 
+/// Seconds from now until a record's `expires_at` (0 once past), when it has one.
+pub fn seconds_left(record: &Value) -> Option<f64> {
+    let t = time::OffsetDateTime::parse(
+        record["expires_at"].as_str()?,
+        &time::format_description::well_known::Rfc3339,
+    )
+    .ok()?;
+    Some((t - OffsetDateTime::now_utc()).as_seconds_f64().max(0.0))
+}
+
 /// The body of `POST /v1/confirmations` as the commands send it: `params` verbatim (its
 /// keys in their order and every digit of its numbers), the rest only when given.
 #[derive(Serialize)]

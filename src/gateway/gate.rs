@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::{
     Failure, Kind, NewConfirmation, OUTAGE_PATIENCE, OUTAGE_RETRY, Outage, Reply, Retry, Suspend,
-    V1Client, is_terminal,
+    V1Client, is_terminal, seconds_left,
 };
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::ids::CallbackToken;
@@ -195,7 +195,7 @@ impl Asking {
     ) -> Waited {
         let id = record["id"].as_str().unwrap_or_default().to_owned();
         let started = Instant::now();
-        let total = seconds_until(&record["expires_at"]);
+        let total = seconds_left(&record);
         // The service ends the question at its deadline; a wait past it by more than a
         // margin means the service stopped answering the way it should.
         let give_up = total.map(|t| Duration::from_secs_f64(t) + Duration::from_secs(30));
@@ -413,18 +413,6 @@ fn field_of(reply: &Reply) -> String {
         .ok()
         .and_then(|v| v["error"]["field"].as_str().map(str::to_owned))
         .unwrap_or_default()
-}
-
-/// Seconds from now until an RFC 3339 time.
-fn seconds_until(t: &Value) -> Option<f64> {
-    let t =
-        time::OffsetDateTime::parse(t.as_str()?, &time::format_description::well_known::Rfc3339)
-            .ok()?;
-    Some(
-        (t - time::OffsetDateTime::now_utc())
-            .as_seconds_f64()
-            .max(0.0),
-    )
 }
 
 #[cfg(test)]

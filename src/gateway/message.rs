@@ -28,7 +28,8 @@ impl Id {
         Id(format!("\"hitl-gateway-{n}\""))
     }
 
-    fn of(v: &Value) -> Option<Id> {
+    /// The id `v` names: a string or a number, else none.
+    pub fn of(v: &Value) -> Option<Id> {
         match v {
             Value::String(_) | Value::Number(_) => Some(Id(v.to_string())),
             _ => None,

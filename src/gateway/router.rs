@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde_json::value::RawValue;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -156,16 +156,7 @@ impl Router {
                 }
             }
             Kind::Notification { method } if method == "notifications/cancelled" => {
-                let cancelled = m
-                    .params()
-                    .and_then(|p| p.get("requestId"))
-                    .and_then(|id| {
-                        Message::parse(&json!({"id": id, "result": {}}).to_string()).ok()
-                    })
-                    .and_then(|r| match r.kind {
-                        Kind::Response { id } => Some(id),
-                        _ => None,
-                    });
+                let cancelled = m.params().and_then(|p| p.get("requestId")).and_then(Id::of);
                 let waiting = cancelled.and_then(|id| self.state().waiting.remove(&id));
                 match waiting {
                     // The upstream never saw the call: the question is withdrawn, and
@@ -187,12 +178,7 @@ impl Router {
     fn unreadable_from_host(&self, line: &str, e: &Unreadable) {
         let id = serde_json::from_str::<Value>(line)
             .ok()
-            .and_then(|v| v.get("id").cloned())
-            .and_then(|id| Message::parse(&json!({"id": id, "result": {}}).to_string()).ok())
-            .and_then(|m| match m.kind {
-                Kind::Response { id } => Some(id),
-                _ => None,
-            });
+            .and_then(|v| v.get("id").and_then(Id::of));
         eprintln!("hitl-telegram gateway: refused a message from the host: {e}");
         self.to_host(error_response(
             id.as_ref(),

@@ -9,7 +9,7 @@ use rmcp::model::{CallToolResult, ProgressNotificationParam};
 use rmcp::service::RequestContext;
 use serde_json::Value;
 
-use crate::client::{Kind, OUTAGE_PATIENCE, OUTAGE_RETRY, Outage, is_terminal};
+use crate::client::{Kind, OUTAGE_PATIENCE, OUTAGE_RETRY, Outage, is_terminal, seconds_left};
 
 use super::answer::{answer_text, decision_text, failure, text_result};
 use super::v1::Answer;
@@ -104,16 +104,7 @@ impl HitlMcp {
     ) -> Result<Value, String> {
         let token = ctx.meta.get_progress_token();
         let started = Instant::now();
-        let total = record["expires_at"]
-            .as_str()
-            .and_then(|t| {
-                time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
-            })
-            .map(|t| {
-                (t - time::OffsetDateTime::now_utc())
-                    .as_seconds_f64()
-                    .max(0.0)
-            });
+        let total = seconds_left(&record);
         let give_up = total.map(|t| Duration::from_secs_f64(t) + Duration::from_secs(30));
         let poll = format!("{}?wait={}", asked.path(), POLL.as_secs());
         let mut outage = Outage::new(OUTAGE_PATIENCE);
