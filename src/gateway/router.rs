@@ -363,22 +363,9 @@ impl Router {
                 "tools/call needs params.name, a string",
             ));
         };
-        let arguments = match params.get("arguments") {
-            None | Some(Value::Null) => "{}".to_owned(),
-            Some(Value::Object(_)) => {
-                raw_arguments(&call.text).unwrap_or_else(|| params["arguments"].to_string())
-            }
-            Some(_) => {
-                return refuse(format!(
-                    "NOT APPROVED: the arguments of {name} are not an object, so the call was \
-                     not asked about and not run."
-                ));
-            }
-        };
-        let Ok(arguments) = RawValue::from_string(arguments) else {
-            return refuse(format!(
-                "NOT APPROVED: the arguments of {name} could not be read."
-            ));
+        let arguments = match call_arguments(&call, &params, &name) {
+            Ok(arguments) => arguments,
+            Err(refusal) => return refuse(refusal),
         };
         let mut meta = params.get("_meta").cloned();
         if let Some(Value::Object(m)) = &mut meta {
@@ -545,6 +532,29 @@ fn host_name(m: &Message) -> Option<String> {
         .filter(|c| !c.is_control())
         .collect();
     Some(crate::client::cut(&words, 80))
+}
+
+/// The arguments of `call` to ask about: as written (`{}` when there are none), or the
+/// refusal when they are not an object.
+fn call_arguments(
+    call: &Message,
+    params: &Map<String, Value>,
+    name: &str,
+) -> Result<Box<RawValue>, String> {
+    let arguments = match params.get("arguments") {
+        None | Some(Value::Null) => "{}".to_owned(),
+        Some(Value::Object(_)) => {
+            raw_arguments(&call.text).unwrap_or_else(|| params["arguments"].to_string())
+        }
+        Some(_) => {
+            return Err(format!(
+                "NOT APPROVED: the arguments of {name} are not an object, so the call was \
+                 not asked about and not run."
+            ));
+        }
+    };
+    RawValue::from_string(arguments)
+        .map_err(|_| format!("NOT APPROVED: the arguments of {name} could not be read."))
 }
 
 /// The `arguments` of a `tools/call` line as it was written (key order and number
