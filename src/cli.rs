@@ -216,6 +216,7 @@ fn ask_body(req: &AskRequest, key: &str) -> anyhow::Result<String> {
         args_schema: None,
         server: None,
         annotations: None,
+        grant: None,
         wait: Suspend,
         idempotency_key: key,
     }

@@ -99,8 +99,28 @@ pub struct NewConfirmation<'a> {
     /// The tool's MCP annotations, sent only for an upstream trusted with them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<&'a Value>,
+    /// A grant presented as optional: enough by itself when a live one covers the
+    /// call, and asked about as usual when none does (the MCP gateway).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<OptionalGrant>,
     pub wait: Suspend,
     pub idempotency_key: &'a str,
+}
+
+/// `grant_scope` with `require_grant_only` and `grant_optional`, as
+/// [`NewConfirmation::grant`] sends them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OptionalGrant(pub String);
+
+impl Serialize for OptionalGrant {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut map = s.serialize_map(Some(3))?;
+        map.serialize_entry("grant_scope", &self.0)?;
+        map.serialize_entry("require_grant_only", &true)?;
+        map.serialize_entry("grant_optional", &true)?;
+        map.end()
+    }
 }
 
 /// `wait: "suspend"`, the only wait the commands ask for: the record comes back as soon
@@ -583,6 +603,7 @@ mod tests {
             args_schema: None,
             server: None,
             annotations: None,
+            grant: None,
             wait: Suspend,
             idempotency_key: "k",
         }

@@ -116,6 +116,13 @@ pub struct CreateConfirmationBody {
     #[serde(default, deserialize_with = "field::flag")]
     #[schema(nullable, default = false)]
     pub require_grant_only: bool,
+    /// With `grant_scope` and `require_grant_only`: no live grant covering the call does
+    /// not cancel it; it goes on to the window, the `allow` rules and a person (a live
+    /// one still confirms it). For a caller that presents whatever grant a person may
+    /// have given and asks otherwise, such as the MCP gateway.
+    #[serde(default, deserialize_with = "field::flag")]
+    #[schema(nullable, default = false)]
+    pub grant_optional: bool,
     #[serde(deserialize_with = "field::args_schema")]
     #[schema(inline)]
     pub args_schema: Option<ArgsSchema>,
@@ -159,9 +166,16 @@ pub fn parse_create(
             "needs grant_scope: the grant that would be enough",
         ));
     }
+    if body.grant_optional && !body.require_grant_only {
+        return Err(ApiError::field(
+            "grant_optional",
+            "needs require_grant_only (and grant_scope): an optional grant that is not enough by itself would change nothing",
+        ));
+    }
     let grant = body.grant_scope.map(|scope| GrantCheck {
         scope,
         sufficient: body.require_grant_only,
+        optional: body.grant_optional,
     });
     let new = NewConfirmation {
         tool: body.tool,

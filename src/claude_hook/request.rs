@@ -175,6 +175,7 @@ impl Request {
             args_schema: None,
             server: None,
             annotations: None,
+            grant: None,
             wait: Suspend,
             idempotency_key: key,
         }

@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{
-    Failure, Kind, NewConfirmation, OUTAGE_PATIENCE, OUTAGE_RETRY, Outage, Reply, Retry, Suspend,
-    V1Client, is_terminal, seconds_left,
+    Failure, Kind, NewConfirmation, OUTAGE_PATIENCE, OUTAGE_RETRY, OptionalGrant, Outage, Reply,
+    Retry, Suspend, V1Client, is_terminal, seconds_left,
 };
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::ids::CallbackToken;
@@ -132,6 +132,7 @@ impl Asking {
             args_schema: call.listed.input_schema.as_ref().filter(|_| schema),
             server: Some(&self.server),
             annotations,
+            grant: optional_grant(call.tool),
             wait: Suspend,
             idempotency_key: key,
         }
@@ -388,6 +389,17 @@ fn approved_arguments(record: &Value) -> Result<Box<RawValue>, String> {
 
 /// The briefing above the parameters: the tool and the server, no value of the call
 /// (the parameters block shows those whole). Braces doubled: a template.
+/// The grant a call presents: `tool:<tool>`, optional, so a live grant a person gave
+/// this agent for the tool (or `tool:*`) lets it through as the service's order says
+/// (after the deny rules, before windows, rules and people), and without one the call
+/// is asked as usual. A tool whose name makes no scope presents none.
+fn optional_grant(tool: &str) -> Option<OptionalGrant> {
+    let scope = format!("{}:{tool}", crate::domain::grant::TOOL_KIND);
+    crate::domain::grant::Scope::parse(&scope)
+        .ok()
+        .map(|_| OptionalGrant(scope))
+}
+
 fn briefing_template(tool: &str, server: &str) -> String {
     let brace = |s: &str| s.replace('{', "{{").replace('}', "}}");
     format!(

@@ -2,8 +2,9 @@
 //! the table "What comes first" in docs/rules.md), for every way a call comes in:
 //!
 //! 1. a `deny` rule: cancelled, `via: "rule"`, whatever grant the call presents;
-//! 2. the grant the call presents (`grant_scope`): none live that covers it, cancelled;
-//!    one that is enough (`require_grant_only`), confirmed; otherwise on;
+//! 2. the grant the call presents (`grant_scope`): none live that covers it, cancelled
+//!    (on, when the grant is `grant_optional`); one that is enough
+//!    (`require_grant_only`), confirmed; otherwise on;
 //! 3. a live window for the identical call: confirmed;
 //! 4. an `allow` rule: confirmed (an `ask` rule, or none, goes on);
 //! 5. a person.
@@ -219,6 +220,7 @@ impl Gate {
             .live_grant_covering(&record.agent, &record.owner_id, &check.scope, now)
             .await?;
         Ok(match (live, check.sufficient) {
+            (None, _) if check.optional => None,
             (None, _) => Some(Settled::Grant {
                 status: Status::Cancelled,
                 reason: format!("no grant for {} (owner {})", check.scope, record.owner_id),

@@ -48,6 +48,10 @@ pub struct GrantCheck {
     /// `require_grant_only`: a live grant confirms the call without window, `allow` rule
     /// or person (a `deny` rule still cancels it).
     pub sufficient: bool,
+    /// `grant_optional`: no live grant covering the call does not cancel it; it goes
+    /// on to the window, the `allow` rules and a person (an MCP gateway presents the
+    /// grant a person may have given, and asks otherwise).
+    pub optional: bool,
 }
 
 /// The grants as agents ask for them through the API, once they exist: read, presented,

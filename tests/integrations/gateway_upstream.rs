@@ -6,7 +6,7 @@
 //! host's answers to sampling and elicitation, resources, prompts, completion, logging
 //! and ping pass through; a tool that changes or appears later is held back until an
 //! approver taps Allow; a Streamable HTTP upstream is gated the same way, its header's
-//! value from the environment.
+//! value from the environment; a grant a person gave lets a call through unasked.
 //!
 //! Needs `HITL_MCP_PYTHON`; skips without it unless `HITL_REQUIRE_MCP=1`.
 
@@ -19,6 +19,7 @@ use tokio::io::AsyncBufReadExt;
 use crate::gateway::{card_shows, gateway_argv, text_of};
 use crate::mcp::{Driver, mcp_python, question_about};
 use crate::support::app::*;
+use crate::support::grants::approved_grant;
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -343,4 +344,45 @@ async fn a_streamable_http_upstream_is_gated_the_same_way_with_its_header_from_t
     assert_eq!(reached(&record), ["echo"]);
     let stderr = host.finish().await;
     assert!(!stderr.contains("s3cret-key"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_grant_a_person_gave_lets_a_call_through_and_without_one_a_person_is_asked() {
+    let Some(python) = mcp_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("calls.jsonl");
+    let app = TestApp::spawn().await;
+    approved_grant(&app, "tool:echo", "emp-1").await;
+    let argv = gateway_argv(
+        &app.url(""),
+        &["--timeout", "60", "--owner", "emp-1"],
+        &fixture(&python, &record),
+    );
+    let mut host = Driver::start_command(&python, &argv, &[("GW_AGENT_TOKEN", TOKEN_A)]);
+    host.ready().await;
+
+    // The grant covers echo for emp-1: it runs, nobody asked.
+    let (error, text, _) = host.call_now("echo", json!({"text": "granted 6"})).await;
+    assert!(!error && text == "granted 6", "{text}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // (The chat hears of the tools' first listing, which is no question.)
+    let asked: Vec<String> = app
+        .telegram
+        .messages_in(OPS_CHAT)
+        .into_iter()
+        .map(|m| m.visible_text)
+        .filter(|t| t.contains("granted 6"))
+        .collect();
+    assert!(asked.is_empty(), "nobody asked: {asked:?}");
+    // It does not cover fail: a person is asked, and a cancel runs nothing.
+    host.call("fail", json!({"message": "not granted 4"})).await;
+    let card = question_about(&app, "not granted 4").await;
+    app.telegram
+        .tap(OPS_CHAT, card.message_id, "❌ Cancel", alice());
+    let (result, _) = host.outcome().await;
+    assert!(text_of(&result).starts_with("NOT APPROVED"), "{result}");
+    assert_eq!(reached(&record), ["echo"]);
+    host.finish().await;
 }

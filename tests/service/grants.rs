@@ -430,6 +430,39 @@ async fn grant_then_confirm_without_a_grant_cancels_and_with_one_asks_or_is_enou
     assert_eq!(events[0]["kind"], "grant_decided", "{events:?}");
 }
 
+#[tokio::test]
+async fn an_optional_grant_is_enough_when_live_and_without_one_the_call_is_asked_not_cancelled() {
+    let app = TestApp::spawn().await;
+    let optional = json!({"tool": "deploy", "params": {"service": "web"}, "owner_id": "emp-1",
+                          "grant_scope": "tool:deploy", "require_grant_only": true,
+                          "grant_optional": true});
+    // No grant: asked, as if none had been presented.
+    let (r, _) = app.ask_suspended(optional.clone()).await;
+    assert_eq!(r["status"], "pending", "{r}");
+    assert_eq!(app.telegram.sent_messages().len(), 1, "a person is asked");
+    // Optional without require_grant_only would change nothing: refused, naming it.
+    let mut useless = optional.clone();
+    useless["require_grant_only"] = json!(false);
+    let (s, b) = app.create(useless).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("grant_optional: needs require_grant_only"),
+        "{b}"
+    );
+    // A live grant: enough by itself.
+    approved_grant(&app, "tool:deploy", "emp-1").await;
+    let (s, r) = app.create(optional).await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    assert_eq!(
+        (r["status"].as_str(), r["via"].as_str()),
+        (Some("confirmed"), Some("grant")),
+        "{r}"
+    );
+}
+
 /// How many requests of `tool` are stored, whatever became of them.
 async fn stored(app: &TestApp, tool: &str) -> i64 {
     let pool = sqlx::SqlitePool::connect(&app.db_url).await.unwrap();
