@@ -300,6 +300,18 @@ fn spawn_front(
     });
     // /mcp: the MCP tools, each call a request into the same router (src/mcp.rs).
     let mut app = v1.clone().merge(crate::mcp::router(v1, service.clone()));
+    // /mcp/upstreams/{name}: the gateways the service hosts, asking its own API over
+    // loopback as the agent that called (src/gateway/hosted/).
+    if !service.config().mcp_upstreams.is_empty()
+        && let Ok(address) = listener.local_addr()
+    {
+        let hosted = crate::gateway::hosted::router(
+            service.clone(),
+            loopback_base(address),
+            shutdown.clone(),
+        );
+        app = app.merge(hosted);
+    }
     let polling = match telegram_mode {
         // One poller per bot token (a second gets 409): the leader's.
         TelegramMode::Polling => tokio::spawn(service.clone().while_leading(
@@ -323,6 +335,21 @@ fn spawn_front(
     let server = tokio::spawn(api::serve::serve(listener, app, http, shutdown.clone()));
 
     (server, polling)
+}
+
+/// The base URL at which this process reaches its own HTTP server: the bound address,
+/// or loopback when it listens on every address.
+fn loopback_base(address: std::net::SocketAddr) -> String {
+    let ip = match address.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
+            std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
+        }
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
+            std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)
+        }
+        ip => ip,
+    };
+    format!("http://{}", std::net::SocketAddr::new(ip, address.port()))
 }
 
 /// After `shutdown`: lets each task finish within its bound, in the order that keeps

@@ -45,6 +45,9 @@ const EXCEPTIONS: &[(&str, &str)] = &[
     ("mcp", "api::error"),
     ("mcp", "api::extract"),
     ("mcp", "api::serve"),
+    ("gateway", "api::error"),
+    ("gateway", "api::extract"),
+    ("gateway", "api::serve"),
     ("telegram", "api::error"),
     ("telegram", "api::serve"),
     // A webhook's body is the record as the API returns it.

@@ -472,7 +472,10 @@ pub async fn gateway(c: GatewayCommand) -> anyhow::Result<()> {
         (None, false) if !c.upstream_headers.is_empty() => {
             anyhow::bail!("--upstream-header is for an --upstream-url upstream only")
         }
-        (None, false) => Upstream::Command(c.command),
+        (None, false) => Upstream::Command {
+            argv: c.command,
+            env: None,
+        },
         (Some(url), true) => {
             let parsed = url::Url::parse(&url)
                 .with_context(|| format!("--upstream-url {url:?} is not a URL"))?;
@@ -487,7 +490,7 @@ pub async fn gateway(c: GatewayCommand) -> anyhow::Result<()> {
                 let value = std::env::var(var).with_context(|| {
                     format!("--upstream-header {name}: environment variable {var} is not set")
                 })?;
-                headers.push((name.to_owned(), value));
+                headers.push((name.to_owned(), value.into()));
             }
             Upstream::Url { url, headers }
         }

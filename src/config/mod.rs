@@ -16,6 +16,7 @@ mod agents;
 mod confirmation;
 mod database;
 mod load;
+mod mcp_upstreams;
 mod metrics;
 mod mini_app;
 mod redis_bridge;
@@ -32,6 +33,9 @@ pub use agents::{
 pub use confirmation::{ConfirmationSettings, MAX_TIMEOUT_LIMIT};
 pub use database::{DatabaseSettings, DatabaseUrl};
 pub use load::ENV_OVERRIDE_PREFIX;
+pub use mcp_upstreams::{
+    DEFAULT_MAX_SESSIONS, McpUpstream, McpUpstreamSettings, PinSetting, UpstreamSource,
+};
 pub use metrics::MetricsSettings;
 pub use mini_app::{MiniApp, MiniAppSettings};
 pub use redis_bridge::{RedisBridge, RedisBridgeSettings};
@@ -111,6 +115,10 @@ pub struct Settings {
     /// The effect when no rule matches (`ask` when unset).
     #[serde(default)]
     pub rules_default: Option<Effect>,
+    /// `[[mcp_upstreams]]`: MCP servers served through the gateway at
+    /// `/mcp/upstreams/{name}`.
+    #[serde(default)]
+    pub mcp_upstreams: Vec<McpUpstreamSettings>,
     /// `enforce` (the default) or `dry_run`.
     #[serde(default)]
     pub rules_mode: RulesMode,
@@ -172,6 +180,8 @@ pub struct Config {
     /// The rules checked before anyone is asked, as the file said at start (a SIGHUP
     /// reloads them into the service, not here).
     pub rules: Arc<Policy>,
+    /// `[[mcp_upstreams]]`, in the file's order.
+    pub mcp_upstreams: Vec<Arc<McpUpstream>>,
     /// Running as `serve --demo` (one route, the approver's private chat): what the bot
     /// answers to `/start` speaks of the demo rather than of `[[routes]]` in a file the
     /// demo does not read. Set by the caller; `false` from [`Config::from_settings`].
@@ -226,6 +236,12 @@ impl Config {
         let metrics_token = s.metrics.token(env)?;
         let mini_app = s.mini_app.checked()?;
         let rules = Arc::new(rules::policy(&s.rules, s.rules_default, s.rules_mode)?);
+        let mcp_upstreams = mcp_upstreams::check_all(
+            s.mcp_upstreams,
+            &agents,
+            s.confirmation.max_timeout_seconds,
+            env,
+        )?;
         // An agent's token would then also read the metrics, and the reverse.
         if let Some(TokenDigest(digest)) = &metrics_token
             && agents.iter().any(|a| a.token_sha256 == *digest)
@@ -257,6 +273,7 @@ impl Config {
             mini_app,
             http,
             rules,
+            mcp_upstreams,
             demo: false,
         })
     }

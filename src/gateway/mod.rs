@@ -14,9 +14,10 @@
 //!   question; while it waits, the host hears `notifications/progress`.
 //!
 //! The router ([`router`]) works on lines, so the same core serves a host on stdio
-//! (here) and, later, one over HTTP.
+//! (here) and one over Streamable HTTP (the gateways the service hosts, [`hosted`]).
 
 pub mod gate;
+pub mod hosted;
 pub mod message;
 mod report;
 mod router;

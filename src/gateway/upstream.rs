@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use secrecy::{ExposeSecret, SecretString};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
@@ -35,22 +36,51 @@ pub struct Link {
 }
 
 /// Where the upstream is.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub enum Upstream {
-    /// A program and its arguments, started by the gateway.
-    Command(Vec<String>),
+    /// A program and its arguments, started by the gateway. `env`: `None` hands it the
+    /// gateway's own environment (a gateway the host started, whose environment the
+    /// host chose); `Some` gives it only these variables, with `PATH` and `HOME` (a
+    /// gateway the service hosts, whose environment holds the service's secrets).
+    Command {
+        argv: Vec<String>,
+        env: Option<Vec<(String, SecretString)>>,
+    },
     /// A Streamable HTTP endpoint, with headers (values from the environment).
     Url {
         url: String,
-        headers: Vec<(String, String)>,
+        headers: Vec<(String, SecretString)>,
     },
+}
+
+/// Names only: the values are secrets.
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = |pairs: &[(String, SecretString)]| -> Vec<String> {
+            pairs.iter().map(|(n, _)| n.clone()).collect()
+        };
+        match self {
+            Upstream::Command { argv, env } => f
+                .debug_struct("Command")
+                .field("argv", argv)
+                .field("env", &env.as_deref().map(names))
+                .finish(),
+            Upstream::Url { url, headers } => f
+                .debug_struct("Url")
+                .field("url", url)
+                .field("headers", &names(headers))
+                .finish(),
+        }
+    }
 }
 
 impl Upstream {
     /// The upstream in words, for what the gateway says on stderr.
     pub fn describe(&self) -> String {
         match self {
-            Upstream::Command(argv) => format!("the upstream MCP server `{}`", argv.join(" ")),
+            Upstream::Command { argv, .. } => {
+                format!("the upstream MCP server `{}`", argv.join(" "))
+            }
             Upstream::Url { url, .. } => format!("the upstream MCP server at {url}"),
         }
     }
@@ -58,17 +88,33 @@ impl Upstream {
     /// Starts it (or, for a URL, gets ready to reach it).
     pub fn connect(&self) -> Result<Link, String> {
         match self {
-            Upstream::Command(argv) => spawn(argv, &self.describe()),
+            Upstream::Command { argv, env } => spawn(argv, env.as_deref(), &self.describe()),
             Upstream::Url { url, headers } => http(url, headers, &self.describe()),
         }
     }
 }
 
-fn spawn(argv: &[String], described: &str) -> Result<Link, String> {
+fn spawn(
+    argv: &[String],
+    env: Option<&[(String, SecretString)]>,
+    described: &str,
+) -> Result<Link, String> {
     let (program, args) = argv
         .split_first()
         .ok_or("no upstream command was given after `--`")?;
-    let mut child = tokio::process::Command::new(program)
+    let mut command = tokio::process::Command::new(program);
+    if let Some(env) = env {
+        command.env_clear();
+        for kept in ["PATH", "HOME"] {
+            if let Some(value) = std::env::var_os(kept) {
+                command.env(kept, value);
+            }
+        }
+        for (name, value) in env {
+            command.env(name, value.expose_secret());
+        }
+    }
+    let mut child = command
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -132,12 +178,12 @@ fn spawn(argv: &[String], described: &str) -> Result<Link, String> {
 /// session id the server gives on initialization is sent with every later request, and
 /// once initialized a GET stream carries what the server sends on its own (a server
 /// without one answers 405, which is fine).
-fn http(url: &str, headers: &[(String, String)], described: &str) -> Result<Link, String> {
+fn http(url: &str, headers: &[(String, SecretString)], described: &str) -> Result<Link, String> {
     let mut fixed = HeaderMap::new();
     for (name, value) in headers {
         let name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| format!("{name:?} is not a header name"))?;
-        let mut value = HeaderValue::from_str(value)
+        let mut value = HeaderValue::from_str(value.expose_secret())
             .map_err(|_| format!("the value of the header {name} is not a header value"))?;
         value.set_sensitive(true);
         fixed.insert(name, value);

@@ -22,6 +22,7 @@ mod cli_rules;
 mod console_link;
 mod exec;
 mod gateway;
+mod gateway_hosted;
 mod gateway_upstream;
 mod mcp;
 mod mcp_grants;

@@ -79,6 +79,18 @@ impl Driver {
         for (k, v) in env {
             command.env(k, v);
         }
+        Self::run(command)
+    }
+
+    /// The driver speaking Streamable HTTP to `url` with `token` as its bearer, with its
+    /// own `options` and its stderr captured.
+    pub(crate) fn start_http(python: &PathBuf, options: &[&str], url: &str, token: &str) -> Driver {
+        let mut command = Command::new(python);
+        command.arg(DRIVER).args(options).args(["http", url, token]);
+        Self::run(command)
+    }
+
+    fn run(mut command: Command) -> Driver {
         let mut child = command
             .env("NO_PROXY", "127.0.0.1,localhost")
             .env_remove("RUST_LOG")
