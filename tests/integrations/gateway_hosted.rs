@@ -9,12 +9,11 @@
 //! Needs `HITL_MCP_PYTHON`; skips without it unless `HITL_REQUIRE_MCP=1`.
 
 use std::path::Path;
-use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::AsyncBufReadExt;
 
 use crate::gateway::{card_shows, text_of};
+use crate::gateway_upstream::{http_fixture, reached};
 use crate::mcp::{Driver, mcp_python, question_about};
 use crate::support::app::*;
 
@@ -47,17 +46,6 @@ fn command(python: &Path, record: &Path) -> String {
         quoted(FIXTURE),
         quoted(&record.display().to_string())
     )
-}
-
-/// The tools the upstream reached, by name, in the order they were called.
-fn reached(record: &Path) -> Vec<String> {
-    std::fs::read_to_string(record)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| e["event"] == "call")
-        .map(|e| e["tool"].as_str().unwrap_or_default().to_owned())
-        .collect()
 }
 
 /// An approval runs the call, a cancel runs nothing, on upstream `fs` of `app`.
@@ -127,22 +115,8 @@ async fn a_hosted_url_upstream_is_gated_with_its_header_from_the_services_enviro
     };
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("calls.jsonl");
-    let mut upstream = tokio::process::Command::new(&python)
-        .arg(FIXTURE)
-        .args(["--http", "0", "--require-header"])
-        .arg(format!("X-Upstream-Key={UPSTREAM_KEY}"))
-        .arg("--record")
-        .arg(&record)
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(upstream.stdout.take().unwrap()).lines();
-    let url = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .expect("the HTTP upstream said its URL")
-        .unwrap()
-        .unwrap();
+    let (_upstream, url) =
+        http_fixture(&python, &record, &format!("X-Upstream-Key={UPSTREAM_KEY}")).await;
     let source = format!(
         "url = {}\nheaders = {{ X-Upstream-Key = \"UPSTREAM_KEY\" }}",
         quoted(&url)

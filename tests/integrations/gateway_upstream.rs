@@ -60,8 +60,33 @@ async fn host(python: &PathBuf, app: &TestApp, options: &[&str], upstream: &[Str
     host
 }
 
+/// The fixture over Streamable HTTP on a port of its own, requiring the header `header`
+/// (`NAME=VALUE`) and recording the calls that reach it in `record`: the process (it
+/// stops when dropped) and its URL.
+pub(crate) async fn http_fixture(
+    python: &Path,
+    record: &Path,
+    header: &str,
+) -> (tokio::process::Child, String) {
+    let mut upstream = tokio::process::Command::new(python)
+        .arg(FIXTURE)
+        .args(["--http", "0", "--require-header", header, "--record"])
+        .arg(record)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(upstream.stdout.take().unwrap()).lines();
+    let url = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("the HTTP upstream said its URL")
+        .unwrap()
+        .unwrap();
+    (upstream, url)
+}
+
 /// The tools the upstream reached, by name, in the order they were called.
-fn reached(record: &Path) -> Vec<String> {
+pub(crate) fn reached(record: &Path) -> Vec<String> {
     std::fs::read_to_string(record)
         .unwrap_or_default()
         .lines()
@@ -287,26 +312,7 @@ async fn a_streamable_http_upstream_is_gated_the_same_way_with_its_header_from_t
     };
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("calls.jsonl");
-    let mut upstream = tokio::process::Command::new(&python)
-        .arg(FIXTURE)
-        .args([
-            "--http",
-            "0",
-            "--require-header",
-            "X-Upstream-Key=s3cret-key",
-        ])
-        .arg("--record")
-        .arg(&record)
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(upstream.stdout.take().unwrap()).lines();
-    let url = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .expect("the HTTP upstream said its URL")
-        .unwrap()
-        .unwrap();
+    let (_upstream, url) = http_fixture(&python, &record, "X-Upstream-Key=s3cret-key").await;
 
     let app = TestApp::spawn().await;
     let argv = gateway_argv(

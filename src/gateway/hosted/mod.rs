@@ -148,6 +148,19 @@ impl Hosted {
         }
     }
 
+    /// The session a request after `initialize` names: admitted as [`Hosted::admit`]
+    /// admits, and 400 without a session id.
+    fn named_session(
+        &self,
+        headers: &HeaderMap,
+        request: &Request,
+        name: &str,
+    ) -> Result<Arc<Session>, Refusal> {
+        let (agent, upstream, _) = self.admit(headers, request, name)?;
+        self.session(headers, &agent, &upstream)?
+            .ok_or_else(missing_session)
+    }
+
     /// A new session for `agent` on `upstream`, its upstream started.
     fn start(
         self: &Arc<Self>,
@@ -302,7 +315,7 @@ async fn on_get(
     headers: HeaderMap,
     request: Request,
 ) -> Result<Response, Refusal> {
-    let (agent, upstream, _) = hosted.admit(&headers, &request, &name)?;
+    let session = hosted.named_session(&headers, &request, &name)?;
     if !accepts(&headers, "text/event-stream") {
         return Err(rpc_refusal(
             StatusCode::NOT_ACCEPTABLE,
@@ -310,9 +323,6 @@ async fn on_get(
             "GET opens an event stream: send Accept: text/event-stream",
         ));
     }
-    let session = hosted
-        .session(&headers, &agent, &upstream)?
-        .ok_or_else(missing_session)?;
     Ok(event_stream(session.open_stream()))
 }
 
@@ -323,10 +333,7 @@ async fn on_delete(
     headers: HeaderMap,
     request: Request,
 ) -> Result<Response, Refusal> {
-    let (agent, upstream, _) = hosted.admit(&headers, &request, &name)?;
-    let session = hosted
-        .session(&headers, &agent, &upstream)?
-        .ok_or_else(missing_session)?;
+    let session = hosted.named_session(&headers, &request, &name)?;
     hosted.sessions().remove(&session.id);
     session.close();
     Ok(StatusCode::NO_CONTENT.into_response())
