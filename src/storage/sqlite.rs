@@ -13,7 +13,7 @@ use time::OffsetDateTime;
 
 use super::hits::{self, QueuedHit};
 use super::rows::{self, confirmation_columns, from_ms, insert_runs, ms, operator_columns};
-use super::{Coordination, Inserted, LiveWindow, StorageError, WindowCache};
+use super::{Coordination, IDEMPOTENCY_TTL, Inserted, LiveWindow, StorageError, WindowCache};
 use crate::domain::args_hash::ArgsHash;
 use crate::domain::audit::{self, GENESIS_HASH, NewEvent};
 use crate::domain::ids::{OwnerId, QuestionId, ToolName};
@@ -487,18 +487,25 @@ fn hit_writer_loop(w: HitWriterThread) {
 /// gets the error): the only errors here are the database's own, which would fail the
 /// others too.
 ///
-/// A batch of plain hits (no idempotency key, interaction id or webhook: nothing to
-/// look up or queue), the hot path of an agent looping over an approved call, is
-/// written by the lock's own connection ([`write_plain_hits`]). A batch with any other
-/// hit, or a database in memory, takes [`sql::insert_in`]'s path for those, one by one, in
-/// one sqlx transaction.
+/// A batch of plain hits (no interaction id or webhook: nothing to queue), the hot path
+/// of an agent looping over an approved call and of a rule's answer, is written by the
+/// lock's own connection ([`write_plain_hits`]). A batch with any other hit, one whose
+/// idempotency key is already held, or a database in memory, takes
+/// [`sql::insert_in`]'s path for those, one by one, in one sqlx transaction.
 fn write_hits(w: &HitWriterThread, batch: Vec<QueuedHit>) {
     let mut audit = w.audit.blocking_lock();
-    let written = match &w.file {
+    let plain = match &w.file {
         Some(file) if batch.iter().all(is_plain) => {
-            write_plain_hits(&mut audit, file, &batch).map(|()| batch_of_new(batch.len()))
+            Some(write_plain_hits(&mut audit, file, &batch))
         }
-        _ => {
+        _ => None,
+    };
+    let written = match plain {
+        Some(Ok(())) => Ok(batch_of_new(batch.len())),
+        Some(Err(Plain::Failed(e))) => Err(e),
+        // An idempotency key already held (a retried request): the sqlx path finds the
+        // request that holds it, and answers with that one.
+        Some(Err(Plain::Taken)) | None => {
             audit.tip = None;
             w.runtime
                 .block_on(write_mixed_hits(&w.pool, &batch, w.bound))
@@ -513,9 +520,31 @@ fn batch_of_new(n: usize) -> Vec<Option<Inserted>> {
     std::iter::repeat_with(|| None).take(n).collect()
 }
 
-/// A hit with nothing to look up or queue besides its rows ([`sql::is_plain`]).
+/// A hit the lock's own connection writes ([`write_plain_hits`]): nothing to queue
+/// besides its rows (no interaction, no webhook). An idempotency key is written there
+/// too (the agents' usual retry key, the MCP gateway's on every call); only when the
+/// key is already held does the batch go the sqlx way, which finds its holder.
 fn is_plain(hit: &QueuedHit) -> bool {
-    sql::is_plain(&hit.record)
+    hit.record.interaction.is_none() && hit.record.callback_url.is_none()
+}
+
+/// Why [`write_plain_hits`] wrote nothing.
+enum Plain {
+    /// A hit's idempotency key is held by another request.
+    Taken,
+    Failed(StorageError),
+}
+
+/// Why one try of [`write_plain_tx`] failed.
+enum PlainTry {
+    Taken,
+    Db(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for PlainTry {
+    fn from(e: rusqlite::Error) -> PlainTry {
+        PlainTry::Db(e)
+    }
 }
 
 /// A batch with hits that need [`sql::insert_in`], in one transaction ([`insert_hits`]).
@@ -550,12 +579,8 @@ fn open_hit_writer(file: &Path) -> rusqlite::Result<rusqlite::Connection> {
 /// out stale (someone appended without clearing it) fails on the audit table's primary
 /// key, and the batch is tried once more from the stored tip. A connection that failed
 /// is dropped, so the next batch opens a fresh one.
-fn write_plain_hits(
-    writer: &mut HitWriter,
-    file: &Path,
-    batch: &[QueuedHit],
-) -> Result<(), StorageError> {
-    let batch_error = |e: rusqlite::Error| StorageError::Batch(e.to_string());
+fn write_plain_hits(writer: &mut HitWriter, file: &Path, batch: &[QueuedHit]) -> Result<(), Plain> {
+    let batch_error = |e: rusqlite::Error| Plain::Failed(StorageError::Batch(e.to_string()));
     let mut conn = match writer.conn.take() {
         Some(conn) => conn,
         None => open_hit_writer(file).map_err(batch_error)?,
@@ -569,10 +594,15 @@ fn write_plain_hits(
                 writer.conn = Some(conn);
                 return Ok(());
             }
-            Err(e) if from_cache => {
+            // Rolled back, the connection sound; the tip is read again next time.
+            Err(PlainTry::Taken) => {
+                writer.conn = Some(conn);
+                return Err(Plain::Taken);
+            }
+            Err(PlainTry::Db(e)) if from_cache => {
                 tracing::debug!(error = %e, "group commit failed on the cached audit tip; trying again from the stored one");
             }
-            Err(e) => return Err(batch_error(e)),
+            Err(PlainTry::Db(e)) => return Err(batch_error(e)),
         }
     }
 }
@@ -582,7 +612,7 @@ fn write_plain_tx(
     conn: &mut rusqlite::Connection,
     tip: Option<AuditTip>,
     batch: &[QueuedHit],
-) -> rusqlite::Result<AuditTip> {
+) -> Result<AuditTip, PlainTry> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let tip = match tip {
         Some(tip) => tip,
@@ -609,10 +639,22 @@ fn write_plain_tx(
             "INSERT INTO audit_events (seq, at, confirmation_id, kind, actor, detail, prev_hash,
                 hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         )?;
+        let mut release = tx.prepare_cached(
+            "UPDATE confirmations SET idempotency_key = NULL
+             WHERE agent = ? AND idempotency_key = ? AND created_at <= ?",
+        )?;
         for (hit, row) in batch.iter().zip(&chained) {
             let r = &hit.record;
             let (by_id, by_username, by_name) = operator_columns(&r.decided_by);
-            records.execute(rusqlite::params![
+            // As `sql::insert_in`: a key whose request is older than the TTL is free.
+            if let Some(key) = &r.idempotency_key {
+                release.execute(rusqlite::params![
+                    r.agent.as_str(),
+                    key.as_str(),
+                    ms(hit.now - IDEMPOTENCY_TTL),
+                ])?;
+            }
+            let inserted = records.execute(rusqlite::params![
                 r.id.as_str(),
                 r.agent.as_str(),
                 r.route.as_str(),
@@ -654,7 +696,18 @@ fn write_plain_tx(
                 r.args_schema.as_deref(),
                 rows::server_column(r),
                 rows::annotations_column(r),
-            ])?;
+            ]);
+            match inserted {
+                Ok(_) => {}
+                Err(e)
+                    if r.idempotency_key.is_some()
+                        && e.sqlite_error_code()
+                            == Some(rusqlite::ErrorCode::ConstraintViolation) =>
+                {
+                    return Err(PlainTry::Taken);
+                }
+                Err(e) => return Err(e.into()),
+            }
             events.execute(rusqlite::params![
                 r.agent.as_str(),
                 r.id.as_str(),

@@ -120,6 +120,7 @@ on_both_backends! {
     two_stores_appending_at_once_keep_one_valid_audit_chain,
     stream_events_written_by_two_stores_are_seen_in_order_and_none_is_missed,
     an_idempotency_key_is_released_after_24_hours,
+    a_decided_request_whose_key_is_held_answers_with_its_holder_and_the_chain_stays_whole,
     a_question_gains_a_copy_once_per_further_chat_while_pending,
     a_question_is_found_by_its_message_its_copies_and_its_strays,
     operator_steps_each_move_a_question_once,
@@ -447,8 +448,8 @@ async fn window_hits_among_other_writes_read_back_exactly_and_keep_one_unbroken_
     let mut hits = Vec::new();
     for round in 0..4 {
         for n in 0..48usize {
-            // Every sixth hit carries an idempotency key: such a batch is written
-            // through the other path, which must leave the chain's tip to be read again.
+            // Every sixth hit carries an idempotency key (on SQLite, written by the
+            // group commit's own connection too, as long as the key is free).
             let key = n.is_multiple_of(6).then(|| format!("k{round}-{n}"));
             let hit = window_hit_numbered(round * 100 + n, key.as_deref());
             hits.push(hit.clone());
@@ -597,6 +598,46 @@ async fn an_idempotency_key_is_released_after_24_hours(db: TestDb) {
         s.insert(&second, later).await.unwrap(),
         Inserted::New(_)
     ));
+}
+
+async fn a_decided_request_whose_key_is_held_answers_with_its_holder_and_the_chain_stays_whole(
+    db: TestDb,
+) {
+    let s = db.store().await;
+    let first = window_hit_numbered(1, Some("k"));
+    assert!(matches!(
+        s.insert(&first, now()).await.unwrap(),
+        Inserted::New(_)
+    ));
+    // The same key again, decided or pending: the request that holds it answers.
+    for again in [window_hit_numbered(2, Some("k")), pending(Some("k"))] {
+        match s.insert(&again, now()).await.unwrap() {
+            Inserted::Existing(e) => assert_eq!(e.id, first.id),
+            Inserted::New(_) => panic!("a held key must answer with its holder"),
+        }
+        assert!(
+            s.get(&again.id).await.unwrap().is_none(),
+            "nothing of it stored"
+        );
+    }
+    // The writes after a refused one chain on, and a key past its 24 h is free again.
+    let next = window_hit_numbered(3, Some("k2"));
+    assert!(matches!(
+        s.insert(&next, now()).await.unwrap(),
+        Inserted::New(_)
+    ));
+    let later = now() + Duration::from_secs(24 * 3600 + 1);
+    let reused = window_hit_numbered(4, Some("k"));
+    assert!(matches!(
+        s.insert(&reused, later).await.unwrap(),
+        Inserted::New(_)
+    ));
+    for stored in [&first, &next, &reused] {
+        assert_eq!(s.events_for(&stored.id).await.unwrap().len(), 1);
+    }
+    let rows = s.audit_rows(None).await.unwrap();
+    assert_eq!(rows.len(), 3, "one event per stored request");
+    audit::verify(&rows).expect("the chain is unbroken");
 }
 
 async fn a_question_gains_a_copy_once_per_further_chat_while_pending(db: TestDb) {
