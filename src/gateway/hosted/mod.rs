@@ -134,7 +134,7 @@ impl Hosted {
             .to_str()
             .ok()
             .and_then(|id| self.sessions().get(id).cloned())
-            .filter(|s| s.agent == agent.name && s.upstream.name == upstream.name);
+            .filter(|s| s.agent == agent.name && s.upstream.name == upstream.name && !s.finished());
         match found {
             Some(s) => {
                 s.touch();
@@ -171,7 +171,7 @@ impl Hosted {
         let open = self
             .sessions()
             .values()
-            .filter(|s| s.agent == agent.name && s.upstream.name == upstream.name)
+            .filter(|s| s.agent == agent.name && s.upstream.name == upstream.name && !s.finished())
             .count();
         if open >= upstream.max_sessions as usize {
             return Err(rpc_refusal(
@@ -339,8 +339,8 @@ async fn on_delete(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// Ends idle sessions every [`SWEEP`], and every session at shutdown (a call still
-/// waiting has its question withdrawn).
+/// Ends idle sessions (and forgets finished ones) every [`SWEEP`], and ends every
+/// session at shutdown (a call still waiting has its question withdrawn).
 async fn sweep(hosted: Arc<Hosted>, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(SWEEP);
     loop {
@@ -355,7 +355,7 @@ async fn sweep(hosted: Arc<Hosted>, shutdown: CancellationToken) {
                 let idle: Vec<Arc<Session>> = hosted
                     .sessions()
                     .values()
-                    .filter(|s| s.idle_for(IDLE))
+                    .filter(|s| s.finished() || s.idle_for(IDLE))
                     .cloned()
                     .collect();
                 for session in idle {

@@ -10,6 +10,7 @@
 //!   backlog) until a GET stream opens.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -56,6 +57,9 @@ pub struct Session {
     to_router: Mutex<Option<mpsc::UnboundedSender<String>>>,
     lanes: Mutex<Lanes>,
     last_seen: Mutex<Instant>,
+    /// Its router has stopped: the session is gone, even if something still holds it
+    /// (an upstream that dies at once can stop it before it is listed).
+    finished: AtomicBool,
 }
 
 impl Session {
@@ -83,11 +87,13 @@ impl Session {
             to_router: Mutex::new(Some(to_router)),
             lanes: Mutex::default(),
             last_seen: Mutex::new(Instant::now()),
+            finished: AtomicBool::new(false),
         });
         let router = Router::new(Arc::new(asking), pin, host_out);
         let running = session.clone();
         tokio::spawn(async move {
             let why = router.run(from_host, link).await.err();
+            running.finished.store(true, Ordering::Release);
             running.close();
             ended(&running, why);
         });
@@ -117,6 +123,11 @@ impl Session {
             .last_seen
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
+    }
+
+    /// Whether its router has stopped (the host ended it, or the upstream is gone).
+    pub fn finished(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
     }
 
     /// Whether it has gone unused for `idle`, with nothing in flight and no stream open.
