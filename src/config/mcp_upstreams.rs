@@ -9,6 +9,8 @@ use serde::Deserialize;
 
 use super::agents::Agent;
 use super::{ConfigError, invalid};
+use crate::domain::mcp_call::ServerName;
+use crate::domain::tool_pin::PinMode;
 
 /// The most sessions one agent may hold open on one upstream: each is an upstream
 /// connection (for a command, a process of its own).
@@ -43,7 +45,7 @@ pub struct McpUpstreamSettings {
     /// `first` (the default): the first listing is allowed, later changes quarantined;
     /// `strict`: the first listing is quarantined too.
     #[serde(default)]
-    pub pin: PinSetting,
+    pub pin: PinMode,
     /// How long a call waits for a decision (the service's default when unset).
     pub timeout_seconds: Option<f64>,
     #[serde(default = "default_max_sessions")]
@@ -52,15 +54,6 @@ pub struct McpUpstreamSettings {
 
 fn default_max_sessions() -> u32 {
     DEFAULT_MAX_SESSIONS
-}
-
-/// `pin` as written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PinSetting {
-    #[default]
-    First,
-    Strict,
 }
 
 /// Where a checked upstream is. Values read from the environment are secrets: never
@@ -106,7 +99,7 @@ pub struct McpUpstream {
     pub agents: HashSet<String>,
     pub route: Option<String>,
     pub trust_annotations: bool,
-    pub pin: PinSetting,
+    pub pin: PinMode,
     pub timeout_seconds: Option<f64>,
     pub max_sessions: u32,
 }
@@ -147,12 +140,7 @@ impl McpUpstreamSettings {
         max_timeout_seconds: f64,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<McpUpstream, ConfigError> {
-        let valid_name = (1..=64).contains(&self.name.len())
-            && self
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-        if !valid_name {
+        if ServerName::parse(&self.name).is_err() {
             return Err(invalid(
                 format!("{key}.name"),
                 "is 1 to 64 of the characters A-Z a-z 0-9 . _ - (it is part of the URL)",

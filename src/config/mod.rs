@@ -33,9 +33,7 @@ pub use agents::{
 pub use confirmation::{ConfirmationSettings, MAX_TIMEOUT_LIMIT};
 pub use database::{DatabaseSettings, DatabaseUrl};
 pub use load::ENV_OVERRIDE_PREFIX;
-pub use mcp_upstreams::{
-    DEFAULT_MAX_SESSIONS, McpUpstream, McpUpstreamSettings, PinSetting, UpstreamSource,
-};
+pub use mcp_upstreams::{DEFAULT_MAX_SESSIONS, McpUpstream, McpUpstreamSettings, UpstreamSource};
 pub use metrics::MetricsSettings;
 pub use mini_app::{MiniApp, MiniAppSettings};
 pub use redis_bridge::{RedisBridge, RedisBridgeSettings};

@@ -56,10 +56,7 @@ pub struct GatewayOptions {
 /// Whether `name` can name an upstream: 1 to 64 of `A-Z a-z 0-9 . _ -`, as the
 /// service takes it.
 pub fn valid_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    crate::domain::mcp_call::ServerName::parse(name).is_ok()
 }
 
 /// Runs the gateway on this process's stdin and stdout until the host closes stdin or

@@ -66,10 +66,12 @@ impl std::fmt::Display for ServerName {
     }
 }
 
-/// How a server's first listing is taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a server's first listing is taken (`pin` of `[[mcp_upstreams]]` reads it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum PinMode {
     /// Trust on first use: the first listing is allowed as it is (and announced).
+    #[default]
     First,
     /// Nothing runs until a person allowed it, the first listing included.
     Strict,

@@ -75,8 +75,8 @@ impl Session {
         ended: impl FnOnce(&Session, Option<String>) + Send + 'static,
     ) -> Arc<Session> {
         let pin = match upstream.pin {
-            crate::config::PinSetting::First => PinMode::First,
-            crate::config::PinSetting::Strict => PinMode::Strict,
+            crate::domain::tool_pin::PinMode::First => PinMode::First,
+            crate::domain::tool_pin::PinMode::Strict => PinMode::Strict,
         };
         let (host_out, mut for_host) = mpsc::unbounded_channel::<String>();
         let (to_router, from_host) = mpsc::unbounded_channel::<String>();
