@@ -12,12 +12,12 @@ use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 use time::OffsetDateTime;
 
 use super::hits::{self, QueuedHit};
-use super::rows::{self, confirmation_columns, from_ms, insert_runs, ms, operator_columns};
-use super::{Coordination, IDEMPOTENCY_TTL, Inserted, LiveWindow, StorageError, WindowCache};
+use super::rows::{self, from_ms, insert_runs, ms};
+use super::{Coordination, Inserted, LiveWindow, StorageError, WindowCache};
 use crate::domain::args_hash::ArgsHash;
-use crate::domain::audit::{self, GENESIS_HASH, NewEvent};
+use crate::domain::audit::NewEvent;
 use crate::domain::ids::{OwnerId, QuestionId, ToolName};
-use crate::domain::question::{Question, Via, Window, WindowKey};
+use crate::domain::question::{Question, Window, WindowKey};
 
 /// The schema's migrations ([`Administration::migrate`](super::Administration::migrate)).
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -61,6 +61,9 @@ macro_rules! bytewise {
 #[path = "sql/mod.rs"]
 mod sql;
 use sql::insert_hits;
+
+mod plain;
+use plain::{Plain, is_plain, write_plain_hits};
 
 // Compiled once per backend on purpose: see the header of common.rs.
 #[allow(clippy::duplicate_mod)]
@@ -520,33 +523,6 @@ fn batch_of_new(n: usize) -> Vec<Option<Inserted>> {
     std::iter::repeat_with(|| None).take(n).collect()
 }
 
-/// A hit the lock's own connection writes ([`write_plain_hits`]): nothing to queue
-/// besides its rows (no interaction, no webhook). An idempotency key is written there
-/// too (the agents' usual retry key, the MCP gateway's on every call); only when the
-/// key is already held does the batch go the sqlx way, which finds its holder.
-fn is_plain(hit: &QueuedHit) -> bool {
-    hit.record.interaction.is_none() && hit.record.callback_url.is_none()
-}
-
-/// Why [`write_plain_hits`] wrote nothing.
-enum Plain {
-    /// A hit's idempotency key is held by another request.
-    Taken,
-    Failed(StorageError),
-}
-
-/// Why one try of [`write_plain_tx`] failed.
-enum PlainTry {
-    Taken,
-    Db(rusqlite::Error),
-}
-
-impl From<rusqlite::Error> for PlainTry {
-    fn from(e: rusqlite::Error) -> PlainTry {
-        PlainTry::Db(e)
-    }
-}
-
 /// A batch with hits that need [`sql::insert_in`], in one transaction ([`insert_hits`]).
 async fn write_mixed_hits(
     pool: &SqlitePool,
@@ -558,188 +534,6 @@ async fn write_mixed_hits(
     tx.commit().await?;
     Ok(results)
 }
-
-/// Opens the group commit's connection with the settings of the pool's (see
-/// [`SqliteStore::open`]): every commit durable (`synchronous = FULL`), foreign keys
-/// on, and a writer that finds the database locked waits rather than fails.
-fn open_hit_writer(file: &Path) -> rusqlite::Result<rusqlite::Connection> {
-    let conn = rusqlite::Connection::open_with_flags(
-        file,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    conn.busy_timeout(Duration::from_secs(5))?;
-    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
-    Ok(conn)
-}
-
-/// Writes a batch of plain window hits ([`is_plain`]) in one `BEGIN IMMEDIATE`
-/// transaction on the lock's own connection, from a blocking thread: for each hit its
-/// record, its stream event and its audit row, chained from the tip the lock holds (read
-/// when it holds none). On success the lock holds the new tip. A cached tip that turned
-/// out stale (someone appended without clearing it) fails on the audit table's primary
-/// key, and the batch is tried once more from the stored tip. A connection that failed
-/// is dropped, so the next batch opens a fresh one.
-fn write_plain_hits(writer: &mut HitWriter, file: &Path, batch: &[QueuedHit]) -> Result<(), Plain> {
-    let batch_error = |e: rusqlite::Error| Plain::Failed(StorageError::Batch(e.to_string()));
-    let mut conn = match writer.conn.take() {
-        Some(conn) => conn,
-        None => open_hit_writer(file).map_err(batch_error)?,
-    };
-    let mut cached = writer.tip.take();
-    loop {
-        let from_cache = cached.is_some();
-        match write_plain_tx(&mut conn, cached.take(), batch) {
-            Ok(tip) => {
-                writer.tip = Some(tip);
-                writer.conn = Some(conn);
-                return Ok(());
-            }
-            // Rolled back, the connection sound; the tip is read again next time.
-            Err(PlainTry::Taken) => {
-                writer.conn = Some(conn);
-                return Err(Plain::Taken);
-            }
-            Err(PlainTry::Db(e)) if from_cache => {
-                tracing::debug!(error = %e, "group commit failed on the cached audit tip; trying again from the stored one");
-            }
-            Err(PlainTry::Db(e)) => return Err(batch_error(e)),
-        }
-    }
-}
-
-/// One try of [`write_plain_hits`]; returns the chain's new tip.
-fn write_plain_tx(
-    conn: &mut rusqlite::Connection,
-    tip: Option<AuditTip>,
-    batch: &[QueuedHit],
-) -> Result<AuditTip, PlainTry> {
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    let tip = match tip {
-        Some(tip) => tip,
-        None => tx
-            .query_row(
-                "SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1",
-                [],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .or_else(|e| match e {
-                rusqlite::Error::QueryReturnedNoRows => Ok((0, GENESIS_HASH.to_owned())),
-                e => Err(e),
-            })?,
-    };
-    // Numbered and hashed onto the tip before anything is written.
-    let events: Vec<NewEvent> = batch.iter().map(|h| audit::at_once(&h.record)).collect();
-    let chained = rows::chain(Some(tip.clone()), &events);
-    {
-        let mut records = tx.prepare_cached(INSERT_CONFIRMATION)?;
-        let mut events = tx.prepare_cached(
-            "INSERT INTO agent_events (agent, question_id, kind, data, at) VALUES (?, ?, ?, ?, ?)",
-        )?;
-        let mut audited = tx.prepare_cached(
-            "INSERT INTO audit_events (seq, at, confirmation_id, kind, actor, detail, prev_hash,
-                hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        )?;
-        let mut release = tx.prepare_cached(
-            "UPDATE confirmations SET idempotency_key = NULL
-             WHERE agent = ? AND idempotency_key = ? AND created_at <= ?",
-        )?;
-        for (hit, row) in batch.iter().zip(&chained) {
-            let r = &hit.record;
-            let (by_id, by_username, by_name) = operator_columns(&r.decided_by);
-            // As `sql::insert_in`: a key whose request is older than the TTL is free.
-            if let Some(key) = &r.idempotency_key {
-                release.execute(rusqlite::params![
-                    r.agent.as_str(),
-                    key.as_str(),
-                    ms(hit.now - IDEMPOTENCY_TTL),
-                ])?;
-            }
-            let inserted = records.execute(rusqlite::params![
-                r.id.as_str(),
-                r.agent.as_str(),
-                r.route.as_str(),
-                r.chat_id,
-                r.tool.as_str(),
-                r.owner_id.as_str(),
-                r.args_hash.as_str(),
-                r.params_json.as_str(),
-                r.briefing.as_str(),
-                r.context.as_deref(),
-                r.allow_edit,
-                i64::try_from(r.window_seconds).unwrap_or(i64::MAX),
-                r.idempotency_key.as_ref().map(|k| k.as_str()),
-                r.callback_token.as_str(),
-                r.callback_url.as_deref(),
-                r.message_id.map(i64::from),
-                r.status.as_str(),
-                r.via.map(Via::as_str),
-                r.reason.as_str(),
-                by_id,
-                by_username,
-                by_name,
-                ms(r.created_at),
-                ms(r.expires_at),
-                r.decided_at.map(ms),
-                r.interaction.as_ref().map(|i| i.interaction_id.as_str()),
-                r.interaction
-                    .as_ref()
-                    .map(|i| serde_json::Value::Object(i.raw.clone()).to_string()),
-                r.window_requested_seconds
-                    .map(|w| i64::try_from(w).unwrap_or(i64::MAX)),
-                r.approved_once,
-                r.has_call,
-                rows::rule_name(r),
-                rows::rule_json(r),
-                rows::expect_outcome(r),
-                rows::recalled_json(r),
-                rows::run_due(r),
-                r.args_schema.as_deref(),
-                rows::server_column(r),
-                rows::annotations_column(r),
-            ]);
-            match inserted {
-                Ok(_) => {}
-                Err(e)
-                    if r.idempotency_key.is_some()
-                        && e.sqlite_error_code()
-                            == Some(rusqlite::ErrorCode::ConstraintViolation) =>
-                {
-                    return Err(PlainTry::Taken);
-                }
-                Err(e) => return Err(e.into()),
-            }
-            events.execute(rusqlite::params![
-                r.agent.as_str(),
-                r.id.as_str(),
-                "status",
-                r.status_event().to_string(),
-                ms(hit.now),
-            ])?;
-            audited.execute(rusqlite::params![
-                row.seq,
-                ms(row.event.at),
-                row.event.confirmation_id.as_deref(),
-                row.event.kind,
-                row.event.actor.as_str(),
-                row.detail.as_str(),
-                row.prev_hash.as_str(),
-                row.hash.as_str(),
-            ])?;
-        }
-    }
-    tx.commit()?;
-    Ok(chained
-        .last()
-        .map_or(tip, |row| (row.seq, row.hash.clone())))
-}
-
-/// One request's row, for the group commit's prepared statement (the columns in
-/// the order [`write_plain_tx`] binds them).
-const INSERT_CONFIRMATION: &str = concat!(
-    "INSERT INTO confirmations (",
-    confirmation_columns!(),
-    ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-);
 
 impl SqliteStore {
     /// See
