@@ -23,7 +23,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "api",
             "audit_head",
-            "claude_hook",
+            "hook",
             "cli",
             "gateway",
             "mcp",

@@ -8,7 +8,7 @@
 //! domain <- storage <- support <- service <- adapters <- app <- program
 //!
 //! support:  client, config, metrics, scheduler, telemetry
-//! adapters: api, telegram, mcp, gateway, claude_hook, redis_bridge, cli, outbox, audit_head
+//! adapters: api, telegram, mcp, gateway, hook, redis_bridge, cli, outbox, audit_head
 //! ```
 //!
 //! What each layer holds, and the two exceptions between adapters with their reasons:
@@ -18,11 +18,11 @@
 pub mod api;
 pub mod app;
 pub mod audit_head;
-pub mod claude_hook;
 pub mod cli;
 pub mod client;
 pub mod config;
 pub mod gateway;
+pub mod hook;
 pub use hitl_domain as domain;
 #[cfg(test)]
 mod layers;

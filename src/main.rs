@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use hitl_telegram::claude_hook::{self, Fallback, HookOptions, OwnerFrom};
 use hitl_telegram::cli::{self, AskRequest};
 use hitl_telegram::gateway::PinMode;
+use hitl_telegram::hook::{self, Fallback, HookOptions, Host, OwnerFrom};
 use hitl_telegram::{program, telemetry};
 
 /// jemalloc rather than glibc's malloc: see its line in Cargo.toml.
@@ -89,11 +89,14 @@ enum Command {
     /// error (also when no decision came within --timeout plus 10 s: the command never
     /// runs then). Progress goes to stderr; stdout is the command's.
     Exec(Box<ExecArgs>),
-    /// Claude Code's PermissionRequest hook: reads the event on stdin, asks on Telegram,
-    /// prints Claude Code's decision JSON on stdout and exits 0. Installed for
-    /// PostToolUse and PostToolUseFailure too, it reports what became of the calls it
-    /// let through (silently, exit 0).
-    ClaudeHook(Box<ClaudeHookArgs>),
+    /// A coding agent's tool-call hook (Claude Code, Codex, Cursor, Gemini CLI): reads
+    /// the host's event on stdin, asks on Telegram, and answers in the host's own
+    /// format (a deny, or exit 2, whenever no approval came). Installed for the host's
+    /// after events too, it reports what became of the calls it let through (silently,
+    /// exit 0). `hook install` writes it into the host's settings.
+    Hook(Box<HookCommand>),
+    /// `hook --for claude`, under its earlier name.
+    ClaudeHook(Box<HookRunArgs>),
     /// An MCP server on stdio (for MCP clients that start it): its tools ask through a
     /// running service with an agent's token, like `ask`.
     Mcp(McpArgs),
@@ -304,7 +307,54 @@ struct GatewayArgs {
 }
 
 #[derive(Args)]
-struct ClaudeHookArgs {
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+struct HookCommand {
+    #[command(subcommand)]
+    install: Option<HookSubcommand>,
+    /// The host whose hook events come on stdin.
+    #[arg(long = "for", value_enum, value_name = "HOST", required = true)]
+    host: Option<Host>,
+    #[command(flatten)]
+    run: HookRunArgs,
+}
+
+#[derive(Subcommand)]
+enum HookSubcommand {
+    /// Write the hook into the host's settings file (merged: everything already there
+    /// is kept; run again, it changes nothing), and print what changed. A settings file
+    /// it cannot parse is left untouched.
+    Install(Box<HookInstallArgs>),
+}
+
+#[derive(Args)]
+struct HookInstallArgs {
+    /// The host whose settings to write.
+    #[arg(long = "for", value_enum, value_name = "HOST")]
+    host: Host,
+    /// The project's settings (in the current directory): the default.
+    #[arg(long, conflicts_with = "user")]
+    project: bool,
+    /// The user's settings (in $HOME), for every project.
+    #[arg(long)]
+    user: bool,
+    /// Base URL of the service the hook asks, e.g. http://127.0.0.1:8080
+    #[arg(long)]
+    url: String,
+    /// Name of the environment variable holding the agent's bearer token (written into
+    /// the settings as a name; the token itself is never written).
+    #[arg(long)]
+    token_env: String,
+    /// Named Telegram destination (default: the agent's default route).
+    #[arg(long)]
+    route: Option<String>,
+    /// Seconds the approvers get (default: the host's, see `hook --help`); the host's
+    /// own hook timeout is written to match, with room to spare.
+    #[arg(long, value_name = "SECONDS")]
+    timeout: Option<f64>,
+}
+
+#[derive(Args)]
+struct HookRunArgs {
     /// Base URL of the service, e.g. http://127.0.0.1:8080
     #[arg(long)]
     url: String,
@@ -314,28 +364,38 @@ struct ClaudeHookArgs {
     /// Named Telegram destination (default: the agent's default route).
     #[arg(long)]
     route: Option<String>,
-    /// Seconds to wait for a human; keep the hook's "timeout" in settings.json longer.
-    #[arg(long, default_value_t = claude_hook::DEFAULT_TIMEOUT_SECONDS)]
-    timeout: f64,
-    /// When the service cannot decide: deny (fail closed), or ask (print nothing, so
-    /// Claude Code shows its own prompt).
+    /// Seconds the approvers get (default 120; 50 for Gemini CLI, whose hooks stop
+    /// after 60 s). Never more than the host's timeout allows (--host-timeout).
+    #[arg(long, value_name = "SECONDS")]
+    timeout: Option<f64>,
+    /// How many seconds the host lets this hook run, as its settings say (default: the
+    /// host's documented default: 600 for Claude Code and Codex, 60 for Gemini CLI,
+    /// Cursor's below). The hook answers a deny ("no answer in time") and withdraws
+    /// the question a few seconds before that.
+    #[arg(long, value_name = "SECONDS")]
+    host_timeout: Option<f64>,
+    /// When the service cannot decide: deny (fail closed), or ask (leave it to the
+    /// host's own prompt, where the event has one; deny where it has none).
     #[arg(long, value_enum, default_value_t = Fallback::Deny)]
     fallback: Fallback,
     /// The request's owner_id: the login name ($USER), the working directory's last
-    /// component, or the Claude Code session id.
+    /// component, or the host's session id.
     #[arg(long, value_enum, default_value_t = OwnerFrom::User)]
     owner_from: OwnerFrom,
-    /// Where the hook notes the calls it let through, so that their PostToolUse and
-    /// PostToolUseFailure events can report what became of them (default:
-    /// $XDG_STATE_HOME/hitl-telegram/claude-hook, else
-    /// ~/.local/state/hitl-telegram/claude-hook).
-    #[arg(long, env = "HITL_CLAUDE_HOOK_STATE_DIR", value_name = "DIR")]
+    /// Where the hook notes the calls it let through, so that their after events can
+    /// report what became of them (default: $XDG_STATE_HOME/hitl-telegram/<host>-hook,
+    /// else ~/.local/state/hitl-telegram/<host>-hook).
+    #[arg(long, env = "HITL_HOOK_STATE_DIR", value_name = "DIR")]
     state_dir: Option<PathBuf>,
     /// Report a successful call with the start of the tool's output (at most 500
     /// characters) as its summary, shown to the approvers in Telegram. Off by default: a
     /// tool's output may hold secrets that must never reach a chat.
     #[arg(long)]
     report_output: bool,
+    /// Read a before event with fields its host does not document, instead of denying
+    /// it (a newer host may send fields this version does not know).
+    #[arg(long)]
+    ignore_unknown_fields: bool,
 }
 
 #[tokio::main]
@@ -377,7 +437,19 @@ async fn main() -> ExitCode {
         Command::CheckConfig { demo, online } => {
             program::check_config(&cli.config, demo, online).await
         }
-        Command::ClaudeHook(a) => return claude_hook_command(*a).await,
+        Command::ClaudeHook(a) => return hook_command(Host::Claude, *a).await,
+        Command::Hook(h) => {
+            let h = *h;
+            return match (h.install, h.host) {
+                (Some(HookSubcommand::Install(i)), _) => hook_install(*i),
+                (None, Some(host)) => hook_command(host, h.run).await,
+                // Exit 2: what every host reads as a block.
+                (None, None) => {
+                    let _ = writeln_stderr("error: hook needs --for claude|codex|cursor|gemini");
+                    ExitCode::from(2)
+                }
+            };
+        }
         Command::Mcp(a) => program::mcp_stdio(&a.url, &a.token_env).await,
         Command::Gateway(a) => {
             program::gateway(program::GatewayCommand {
@@ -418,30 +490,65 @@ fn rules_test(config: &Path, call: &Path) -> ExitCode {
     }
 }
 
-/// `claude-hook`: one hook event from stdin, the hook's answer on stdout.
-async fn claude_hook_command(a: ClaudeHookArgs) -> ExitCode {
+/// `hook` (and `claude-hook`): one hook event from stdin, the hook's answer on stdout.
+async fn hook_command(host: Host, a: HookRunArgs) -> ExitCode {
     let opts = HookOptions {
+        host,
         url: a.url,
         token_env: a.token_env,
         route: a.route,
         timeout_seconds: a.timeout,
+        host_timeout_seconds: a.host_timeout,
         fallback: a.fallback,
         owner_from: a.owner_from,
         state_dir: a.state_dir,
         report_output: a.report_output,
+        ignore_unknown_fields: a.ignore_unknown_fields,
     };
-    let input = claude_hook::read_event(std::io::stdin().lock());
-    let result = claude_hook::run(&opts, input, &|k| std::env::var(k).ok()).await;
+    let input = hook::read_event(std::io::stdin().lock());
+    let result = hook::run(&opts, input, &|k| std::env::var(k).ok()).await;
     // Written without println!, which panics when the pipe is gone.
     use std::io::Write;
     if let Some(err) = result.stderr {
-        let _ = writeln!(std::io::stderr(), "{err}");
+        let _ = writeln_stderr(&err);
     }
     if let Some(out) = result.stdout {
         let mut stdout = std::io::stdout();
         let _ = writeln!(stdout, "{out}").and_then(|()| stdout.flush());
     }
     ExitCode::from(result.exit_code)
+}
+
+fn writeln_stderr(line: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    writeln!(std::io::stderr(), "{line}")
+}
+
+/// `hook install`: the settings written, what changed printed; exit 1 when the file
+/// could not be read or written (it is then left as it was).
+fn hook_install(a: HookInstallArgs) -> ExitCode {
+    let request = hook::install::Install {
+        host: a.host,
+        scope: if a.user {
+            hook::install::Scope::User
+        } else {
+            hook::install::Scope::Project
+        },
+        url: a.url,
+        token_env: a.token_env,
+        route: a.route,
+        timeout_seconds: a.timeout,
+    };
+    match hook::install::install(&request, &|k| std::env::var(k).ok()) {
+        Ok(report) => {
+            println!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// `ask`: the exit code `cli::ask` chose; its text on stdout (stderr on an error).

@@ -1,7 +1,7 @@
 //! What each command of the `hitl-telegram` binary does, from its parsed arguments:
 //! `main.rs` parses the command line and calls one of these. They wire the library
 //! together (configuration, storage, the application), so this module is the top
-//! layer, above `app`; the agent-side commands' own logic is in `cli` (`ask`), `claude_hook`
+//! layer, above `app`; the agent-side commands' own logic is in `cli` (`ask`), `hook`
 //! and `mcp`.
 
 use std::path::Path;

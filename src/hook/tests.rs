@@ -1,6 +1,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::value::RawValue;
+use serde_json::{Value, json};
 
 use crate::domain::limits::MAX_BODY_BYTES;
 use crate::domain::python;
@@ -80,14 +81,17 @@ fn params_are_the_tool_input_verbatim_and_non_objects_are_wrapped() {
 
 fn options() -> HookOptions {
     HookOptions {
+        host: Host::Claude,
         url: "http://127.0.0.1:9".into(),
         token_env: "T".into(),
         route: None,
-        timeout_seconds: 120.0,
+        timeout_seconds: Some(120.0),
+        host_timeout_seconds: None,
         fallback: Fallback::Ask,
         owner_from: OwnerFrom::User,
         state_dir: None,
         report_output: false,
+        ignore_unknown_fields: false,
     }
 }
 
@@ -100,7 +104,7 @@ fn write_event(n: usize) -> String {
 }
 
 fn request_for(json: &str) -> Result<Request, String> {
-    Request::new(&options(), &event(json), json.as_bytes(), &no_env)
+    Request::new(&options(), &event(json), json.as_bytes(), 120.0, &no_env)
 }
 
 #[test]
@@ -133,8 +137,8 @@ fn every_later_key_is_no_longer_than_the_first() {
     // could push a body that passed it over the limit.
     let e = event(BASH);
     let first = base_key(&e, BASH.as_bytes(), None, None);
-    assert!(next_key(&first, "cf_1").len() <= first.len());
-    assert!(random_key().len() <= first.len());
+    assert!(next_key(Host::Claude, &first, "cf_1").len() <= first.len());
+    assert!(random_key(Host::Claude).len() <= first.len());
 }
 
 #[test]
@@ -178,7 +182,7 @@ fn the_briefing_names_the_tool_and_repeats_no_value() {
         "Claude Code asks to use Bash with the parameters below."
     );
     // Braces in a tool's name stay literal.
-    let t = briefing_template("mcp__a{b}__c{{");
+    let t = briefing_template(Host::Claude, "mcp__a{b}__c{{");
     let shown = crate::domain::briefing::render(Some(&t), "mcp__a{b}__c{{", &params);
     assert_eq!(
         shown.text,
@@ -273,8 +277,14 @@ fn keys_are_stable_for_the_same_event_and_differ_otherwise() {
         base_key(&event(a), a.as_bytes(), None, None),
         base_key(&event(b), b.as_bytes(), None, None)
     );
-    assert_ne!(next_key(&k, "cf_1"), next_key(&k, "cf_2"));
-    assert_eq!(next_key(&k, "cf_1"), next_key(&k, "cf_1"));
+    assert_ne!(
+        next_key(Host::Claude, &k, "cf_1"),
+        next_key(Host::Claude, &k, "cf_2")
+    );
+    assert_eq!(
+        next_key(Host::Claude, &k, "cf_1"),
+        next_key(Host::Claude, &k, "cf_1")
+    );
 }
 
 fn record(status: &str, via: &str, reason: &str) -> Value {
@@ -284,7 +294,8 @@ fn record(status: &str, via: &str, reason: &str) -> Value {
            "decided_at": "2026-11-30T09:01:00.000Z"})
 }
 
-fn message(r: &HookResult) -> String {
+fn message(a: &Answer) -> String {
+    let r = Host::Claude.answer("PermissionRequest", a.clone());
     let v: Value = serde_json::from_str(r.stdout.as_deref().unwrap()).unwrap();
     assert_eq!(
         v["hookSpecificOutput"]["hookEventName"],
@@ -299,7 +310,10 @@ fn message(r: &HookResult) -> String {
 
 #[test]
 fn outcomes_map_to_decisions() {
-    let allow = verdict(&record("confirmed", "operator", "approved by Alice"), 120.0);
+    let allow = Host::Claude.answer(
+        "PermissionRequest",
+        verdict(&record("confirmed", "operator", "approved by Alice"), 120.0),
+    );
     assert_eq!(
         serde_json::from_str::<Value>(allow.stdout.as_deref().unwrap()).unwrap(),
         json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest",

@@ -1,50 +1,70 @@
-//! The hook event Claude Code writes on stdin, and what of it the approvers read: the
-//! owner it names and the context line under the question, each part bounded but
-//! with Claude Code's own characters.
+//! The hook event a host writes on stdin, as every host's adapter reads it, and what of
+//! it the approvers read: the owner it names and the context line under the question,
+//! each part bounded but with the host's own characters.
 
 use std::io::Read;
 
-use serde::Deserialize;
-use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::domain::limits::MAX_BODY_BYTES;
 
+use super::host::Host;
 use super::{MAX_EVENT_BYTES, OwnerFrom, clean};
 
-/// The fields of a hook event this command uses (a `PermissionRequest`, or a post
-/// event); the others (`transcript_path`, `permission_suggestions`, `mcp_server`, ...)
-/// are ignored.
-#[derive(Debug, Deserialize)]
+/// One hook event, whichever host sent it: what every host's adapter (`hosts`) reads
+/// out of its own event, and all the rest of the hook works on.
+#[derive(Debug)]
 pub struct HookEvent {
-    #[serde(default)]
+    /// Which host sent it.
+    pub host: Host,
+    /// The host's own name of the event (`PermissionRequest`, `beforeShellExecution`,
+    /// `BeforeTool`, ...), for the answer, which some hosts want named.
+    pub name: String,
+    /// Asked before the call runs, or told after it ran.
+    pub stage: Stage,
     pub session_id: Option<String>,
-    #[serde(default)]
+    /// The turn (Codex's `turn_id`, Cursor's `generation_id`), where the host has one.
+    pub turn_id: Option<String>,
     pub cwd: Option<String>,
-    #[serde(default)]
     pub permission_mode: Option<String>,
-    #[serde(default)]
-    pub hook_event_name: Option<String>,
     pub tool_name: String,
+    /// The parameters the approvers are asked about, byte for byte as the host wrote
+    /// them (see [`params_for`](super::params_for)).
     pub tool_input: Box<RawValue>,
-    /// Not sent with `PermissionRequest` today; used when present. The post events
-    /// carry it.
-    #[serde(default)]
+    /// What names the call's content in both its before and its after event, when the
+    /// two spell it differently (Cursor's shell: the `command` alone); else the input.
+    pub match_input: Option<Box<RawValue>>,
+    /// The host's id of this one tool call, where it has one.
     pub tool_use_id: Option<String>,
-    /// `PostToolUse`: what the tool returned.
-    #[serde(default)]
-    pub tool_response: Option<Box<RawValue>>,
-    /// `PostToolUseFailure`: why the tool failed.
-    #[serde(default, alias = "error_message")]
-    pub error: Option<String>,
-    /// `PostToolUseFailure`: whether the user stopped it.
-    #[serde(default)]
-    pub is_interrupt: Option<bool>,
-    /// Set when the call comes from a subagent.
-    #[serde(default)]
-    pub agent_type: Option<String>,
-    #[serde(default)]
-    pub agent_id: Option<String>,
+    /// The subagent that made the call, where the host says.
+    pub subagent: Option<String>,
+    /// More for the context line under the question, already bounded (the MCP server
+    /// a Cursor call goes to, the sandbox a Codex command asks to leave, ...).
+    pub context: Vec<String>,
+    /// After the call: the tool's response (as text) when it ran, or its error.
+    pub ran: Option<Ran>,
+    /// After the call: how long it ran, where the host says (Cursor).
+    pub duration_ms: Option<u64>,
+}
+
+/// Before or after the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// The call waits for the decision.
+    Before,
+    /// The call ran (or failed); its outcome is reported.
+    After,
+}
+
+/// What a host's after event says became of the call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ran {
+    /// It ran; the tool's response, as text, if the host gave one.
+    Executed(Option<String>),
+    /// It failed, with the host's error text.
+    Failed(String),
+    /// It did not run after all (the host, or another of its hooks, refused it).
+    NotExecuted(String),
 }
 
 /// Reads the event, refusing more than [`MAX_EVENT_BYTES`].
@@ -65,28 +85,11 @@ pub fn read_event(input: impl Read) -> Result<Vec<u8>, String> {
     Ok(buf)
 }
 
-/// Parses the event, naming what is wrong with it.
-pub fn parse_event(bytes: &[u8]) -> Result<HookEvent, String> {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err("stdin is empty".into());
-    }
-    let event: HookEvent = serde_json::from_slice(bytes)
-        .map_err(|e| format!("stdin is not a Claude Code hook event in JSON: {e}"))?;
-    if event.tool_name.trim().is_empty() {
-        return Err("the event's tool_name is empty".into());
-    }
-    // RawValue checks the syntax only; this also refuses lone surrogates and absurd
-    // nesting, which no tool input has.
-    serde_json::from_str::<Value>(event.tool_input.get())
-        .map_err(|e| format!("the event's tool_input is not valid JSON: {e}"))?;
-    Ok(event)
-}
-
 /// At most `max` characters, an ellipsis marking the cut, and every character kept as
 /// it is: for the context line the approvers read. The service shows invisible
 /// characters (controls, bidi overrides) as visible escapes, which it can only do if
 /// they reach it; a newline turned into a space here would show a directory that is
-/// not the one Claude Code runs in. The two exceptions are NUL and ESC, which the
+/// not the one the host runs in. The two exceptions are NUL and ESC, which the
 /// service refuses in free text (they act on the logs and terminals that print it):
 /// they are written as the escapes it shows for the others (`\x00`, `\x1b`), so the
 /// approvers still see them and a directory name cannot make every call fail.
@@ -152,11 +155,12 @@ pub fn owner_id(
 
 /// The line shown to the operator under the question. Each part is bounded (so the
 /// line stays well under the service's 2048 characters for `context`) but its
-/// characters are Claude Code's own (see [`clip`]).
+/// characters are the host's own (see [`clip`]).
 pub(super) fn context_line(event: &HookEvent) -> String {
     let present = |s: &&str| !s.trim().is_empty();
     let mut parts = vec![format!(
-        "Claude Code in {}",
+        "{} in {}",
+        event.host.display(),
         event
             .cwd
             .as_deref()
@@ -167,6 +171,9 @@ pub(super) fn context_line(event: &HookEvent) -> String {
     if let Some(s) = event.session_id.as_deref().filter(present) {
         parts.push(format!("session {}", clip(s, 100)));
     }
+    if let Some(t) = event.turn_id.as_deref().filter(present) {
+        parts.push(format!("turn {}", clip(t, 100)));
+    }
     if let Some(m) = event
         .permission_mode
         .as_deref()
@@ -174,10 +181,9 @@ pub(super) fn context_line(event: &HookEvent) -> String {
     {
         parts.push(format!("mode {}", clip(m, 40)));
     }
-    if event.agent_id.is_some()
-        && let Some(a) = event.agent_type.as_deref().filter(present)
-    {
+    if let Some(a) = event.subagent.as_deref().filter(present) {
         parts.push(format!("subagent {}", clip(a, 60)));
     }
+    parts.extend(event.context.iter().cloned());
     parts.join(" · ")
 }

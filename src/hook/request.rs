@@ -10,6 +10,7 @@ use crate::domain::limits::{MAX_BODY_BYTES, MAX_PARAM_KEYS};
 use crate::domain::python;
 
 use super::event::{HookEvent, context_line, owner_id};
+use super::host::Host;
 use super::{HookOptions, clean};
 
 /// The briefing, the line the approvers read above the parameters. It names the tool
@@ -20,9 +21,12 @@ use super::{HookOptions, clean};
 /// doubled to stay literal. An input with a key named `tool` or `params` makes the
 /// service fall back to its own `<tool> with: k=v` briefing, as Python's `str.format`
 /// would; nothing here can change that without changing the input.)
-pub(super) fn briefing_template(tool: &str) -> String {
+pub(super) fn briefing_template(host: Host, tool: &str) -> String {
     let tool = tool.replace('{', "{{").replace('}', "}}");
-    format!("Claude Code asks to use {tool} with the parameters below.")
+    format!(
+        "{} asks to use {tool} with the parameters below.",
+        host.display()
+    )
 }
 
 pub(super) fn sha256_hex(parts: &[&[u8]]) -> String {
@@ -35,8 +39,9 @@ pub(super) fn sha256_hex(parts: &[&[u8]]) -> String {
 }
 
 /// The idempotency key of the first attempt. With a `tool_use_id` it names that one
-/// tool call; without (the documented `PermissionRequest` input) it is a digest of the
-/// whole event, so a rerun of the same hook finds the same request.
+/// tool call; without (Claude Code's and Codex's `PermissionRequest`, Cursor's shell
+/// and MCP events) it is a digest of the whole event, so a rerun of the same hook finds
+/// the same request. Each host's keys are its own (`claude-`, `codex-`, ...).
 pub fn base_key(
     event: &HookEvent,
     raw_event: &[u8],
@@ -45,34 +50,54 @@ pub fn base_key(
 ) -> String {
     let owner = owner.unwrap_or("").as_bytes();
     let route = route.unwrap_or("").as_bytes();
-    let digest = match &event.tool_use_id {
-        Some(id) => sha256_hex(&[
-            b"claude-hook/tool-use/v1",
-            event.session_id.as_deref().unwrap_or("").as_bytes(),
-            id.as_bytes(),
-            owner,
-            route,
-        ]),
-        None => sha256_hex(&[b"claude-hook/event/v1", raw_event, owner, route]),
+    // Claude Code's keys are derived as before other hosts existed (a rerun by a newer
+    // hook finds the question an older one posted); every other host's name its host.
+    let host: &[&[u8]] = match event.host {
+        Host::Claude => &[],
+        other => &[other.flag().as_bytes()],
     };
-    format!("claude-{}", &digest[..40])
+    let digest = match &event.tool_use_id {
+        Some(id) => sha256_hex(
+            &[
+                &[&b"claude-hook/tool-use/v1"[..]][..],
+                host,
+                &[
+                    event.session_id.as_deref().unwrap_or("").as_bytes(),
+                    id.as_bytes(),
+                    owner,
+                    route,
+                ],
+            ]
+            .concat(),
+        ),
+        None => sha256_hex(
+            &[
+                &[&b"claude-hook/event/v1"[..]][..],
+                host,
+                &[raw_event, owner, route],
+            ]
+            .concat(),
+        ),
+    };
+    format!("{}-{}", event.host.flag(), &digest[..40])
 }
 
 /// The key after stepping over an earlier, already decided request `stale_id`:
 /// deterministic, so every rerun walks the same chain to the same open request.
-pub(super) fn next_key(key: &str, stale_id: &str) -> String {
+pub(super) fn next_key(host: Host, key: &str, stale_id: &str) -> String {
     let digest = sha256_hex(&[b"claude-hook/next/v1", key.as_bytes(), stale_id.as_bytes()]);
-    format!("claude-{}", &digest[..40])
+    format!("{}-{}", host.flag(), &digest[..40])
 }
 
-pub(super) fn random_key() -> String {
+pub(super) fn random_key(host: Host) -> String {
     format!(
-        "claude-r-{}",
+        "{}-r-{}",
+        host.flag(),
         crate::domain::ids::CallbackToken::generate().as_str()
     )
 }
 
-/// `params` for the request: `tool_input` exactly as Claude Code wrote it, byte for
+/// `params` for the request: the tool input exactly as the host wrote it, byte for
 /// byte (key order, number spelling and escapes included), so what the approvers see
 /// and what `args_hash` covers is the call that runs. A non-object, which the API does
 /// not take as `params`, is wrapped as `{"input": ...}`, its text unchanged.
@@ -88,6 +113,7 @@ pub fn params_for(tool_input: &RawValue) -> Result<Box<RawValue>, String> {
 
 /// Everything of the create body but the idempotency key.
 pub(super) struct Request {
+    pub(super) host: Host,
     tool: String,
     pub(super) params: Box<RawValue>,
     owner_id: Option<String>,
@@ -110,6 +136,7 @@ impl Request {
         opts: &HookOptions,
         event: &HookEvent,
         raw_event: &[u8],
+        timeout_seconds: f64,
         env: &(dyn Fn(&str) -> Option<String> + Sync),
     ) -> Result<Request, String> {
         let tool_name = clean(&event.tool_name, 128);
@@ -120,9 +147,10 @@ impl Request {
         let request = Request {
             tool: event.tool_name.clone(),
             params,
-            template: briefing_template(&event.tool_name),
+            host: event.host,
+            template: briefing_template(event.host, &event.tool_name),
             context: context_line(event),
-            timeout_seconds: opts.timeout_seconds,
+            timeout_seconds,
             route: opts.route.clone(),
             base_key: base_key(event, raw_event, owner_id.as_deref(), opts.route.as_deref()),
             owner_id,
@@ -159,6 +187,11 @@ impl Request {
             ));
         }
         Ok(request)
+    }
+
+    /// How long the approvers get.
+    pub(super) fn timeout_seconds(&self) -> f64 {
+        self.timeout_seconds
     }
 
     pub(super) fn body(&self, key: &str) -> String {

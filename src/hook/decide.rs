@@ -66,9 +66,9 @@ pub(super) async fn decide(
         }
         hops += 1;
         key = if hops < MAX_HOPS {
-            next_key(&key, &id)
+            next_key(req.host, &key, &id)
         } else {
-            random_key()
+            random_key(req.host)
         };
     }
 }

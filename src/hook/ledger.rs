@@ -1,16 +1,16 @@
-//! The calls this hook let through, waiting for Claude Code's post event to say what
+//! The calls this hook let through, waiting for their host's after event to say what
 //! became of them.
 //!
-//! A `PermissionRequest` event carries no `tool_use_id`, and its idempotency key is a
-//! digest of the whole event (see [`base_key`](super::base_key)), which a
-//! `PostToolUse` event cannot rebuild; re-posting a key to find the request would ask
-//! the operator anew whenever the key is not there. So the run that allows a call
-//! writes down the confirmation's id, and the post event of the same call takes it
-//! (see [`call_keys`]).
+//! A `PermissionRequest` event (Claude Code's, Codex's) or Cursor's shell event carries
+//! no id of the call, and its idempotency key is a digest of the whole event (see
+//! [`base_key`](super::base_key)), which an after event cannot rebuild; re-posting a
+//! key to find the request would ask the operator anew whenever the key is not there.
+//! So the run that allows a call writes down the confirmation's id, and the after event
+//! of the same call takes it (see [`call_keys`]).
 //!
 //! Only ids are written (never a token or a parameter), in a directory only its user
-//! may read. An entry no post event took (Claude Code was stopped before the call ran)
-//! is dropped after a day.
+//! may read. An entry no after event took (the host was stopped before the call ran,
+//! or reports no such event: Codex after a failure) is dropped after a day.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -18,14 +18,18 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::domain::args_hash::ArgsHash;
 
 use super::HookEvent;
+use super::host::Host;
 use super::request::{params_for, sha256_hex};
 
 /// How long an entry waits for its post event.
 const KEEP: Duration = Duration::from_secs(24 * 3600);
 
-/// Where the entries live: `--state-dir`, else `$XDG_STATE_HOME/hitl-telegram/claude-hook`,
-/// else `~/.local/state/hitl-telegram/claude-hook`; `None` when none is known.
+/// Where the entries live: `--state-dir` (or `HITL_HOOK_STATE_DIR`), else, for Claude
+/// Code, `HITL_CLAUDE_HOOK_STATE_DIR` as before `hook` existed, else
+/// `$XDG_STATE_HOME/hitl-telegram/<host>-hook`, else
+/// `~/.local/state/hitl-telegram/<host>-hook`; `None` when none is known.
 pub(super) fn state_dir(
+    host: Host,
     given: Option<&Path>,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> Option<PathBuf> {
@@ -33,45 +37,59 @@ pub(super) fn state_dir(
         return Some(dir.to_owned());
     }
     let set = |k: &str| env(k).filter(|v| !v.trim().is_empty()).map(PathBuf::from);
+    if host == Host::Claude
+        && let Some(dir) = set("HITL_CLAUDE_HOOK_STATE_DIR")
+    {
+        return Some(dir);
+    }
     set("XDG_STATE_HOME")
         .or_else(|| set("HOME").map(|home| home.join(".local/state")))
-        .map(|base| base.join("hitl-telegram").join("claude-hook"))
+        .map(|base| {
+            base.join("hitl-telegram")
+                .join(format!("{}-hook", host.flag()))
+        })
 }
 
 /// The keys the tool call `event` may be noted under, the one to note it under first:
-/// its `tool_use_id`'s if it has one, then the one of its session, tool and input hash.
-/// A post event always has a `tool_use_id` and a `PermissionRequest` has none today, so
-/// a post event looks under both, and finds the call whichever way it was noted.
+/// its `tool_use_id`'s if it has one, then the one of its session, turn, tool and input
+/// hash. An after event may have a `tool_use_id` its before event lacked, so it looks
+/// under both, and finds the call whichever way it was noted.
 ///
 /// One empty file per allowed call, `<state dir>/<call key>/<time>-<id>`. The call key
 /// is the tool call's `tool_use_id` when the event has one, otherwise the session, the
-/// tool and the args hash of its input (the service's own hash, so a post event whose
-/// input is spelled differently still matches). Identical calls in one session are
-/// taken oldest first, in the order Claude Code runs them, and removing the file is the
-/// claim, so two post events never report the same confirmation.
+/// turn (where the host names one), the tool and the args hash of its input (the
+/// service's own hash, so an after event whose input is spelled differently still
+/// matches; the part of it both events carry, where they differ). Identical calls in
+/// one turn are taken oldest first, in the order the host runs them, and removing the
+/// file is the claim, so two after events never report the same confirmation.
 pub(super) fn call_keys(event: &HookEvent) -> Vec<String> {
     let session = event.session_id.as_deref().unwrap_or("").as_bytes();
+    let turn = event.turn_id.as_deref().unwrap_or("").as_bytes();
     let mut keys = Vec::with_capacity(2);
     if let Some(id) = &event.tool_use_id {
         keys.push(sha256_hex(&[
-            b"claude-hook/ledger/tool-use/v1",
+            b"claude-hook/ledger/tool-use/v2",
+            event.host.flag().as_bytes(),
             session,
             id.as_bytes(),
         ]));
     }
     // The service's hash of the parameters it was asked about, so the key does not
-    // depend on how Claude Code spaced or ordered the input's JSON; an input the hash
+    // depend on how the host spaced or ordered the input's JSON; an input the hash
     // refuses (the service refused it too) falls back to its text.
-    let input = params_for(&event.tool_input)
+    let content = event.match_input.as_deref().unwrap_or(&event.tool_input);
+    let input = params_for(content)
         .ok()
         .and_then(|p| ArgsHash::of_json(p.get()).ok())
         .map_or_else(
-            || event.tool_input.get().trim().to_owned(),
+            || content.get().trim().to_owned(),
             |h| h.as_str().to_owned(),
         );
     keys.push(sha256_hex(&[
-        b"claude-hook/ledger/input/v1",
+        b"claude-hook/ledger/input/v2",
+        event.host.flag().as_bytes(),
         session,
+        turn,
         event.tool_name.as_bytes(),
         input.as_bytes(),
     ]));
@@ -188,7 +206,7 @@ fn forget_old(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::claude_hook::parse_event;
+    use crate::hook::parse_event;
 
     fn event(json: &str) -> HookEvent {
         parse_event(json.as_bytes()).unwrap()
@@ -260,14 +278,23 @@ mod tests {
             _ => None,
         };
         assert_eq!(
-            state_dir(None, &env).unwrap(),
+            state_dir(Host::Claude, None, &env).unwrap(),
             PathBuf::from("/home/u/.local/state/hitl-telegram/claude-hook")
         );
         let xdg = |k: &str| (k == "XDG_STATE_HOME").then(|| "/s".to_owned());
         assert_eq!(
-            state_dir(None, &xdg).unwrap(),
+            state_dir(Host::Claude, None, &xdg).unwrap(),
             PathBuf::from("/s/hitl-telegram/claude-hook")
         );
-        assert_eq!(state_dir(None, &|_| None), None);
+        assert_eq!(state_dir(Host::Claude, None, &|_| None), None);
+        assert_eq!(
+            state_dir(Host::Gemini, None, &env).unwrap(),
+            PathBuf::from("/home/u/.local/state/hitl-telegram/gemini-hook")
+        );
+        let old = |k: &str| (k == "HITL_CLAUDE_HOOK_STATE_DIR").then(|| "/c".to_owned());
+        assert_eq!(
+            state_dir(Host::Claude, None, &old).unwrap(),
+            PathBuf::from("/c")
+        );
     }
 }

@@ -1,0 +1,163 @@
+//! Codex: `PermissionRequest` (when Codex would ask on its own screen: shell, exec and
+//! network approvals arrive as tool `Bash`), `PreToolUse` (before every call it
+//! matches), `PostToolUse` (after a call that ran; Codex sends none for a failure).
+//!
+//! Codex's output schemas take no unknown key, and reserve `updatedInput`,
+//! `updatedPermissions` and `interrupt` (present, they make the answer fail): none is
+//! ever written. A `PermissionRequest` reads Claude Code's `decision`; nothing on
+//! stdout leaves it to Codex's own prompt. A `PreToolUse` blocks only with
+//! `permissionDecision: "deny"` and a reason; an empty answer lets the call run, and
+//! `allow` or `ask` there are invalid (and the call would run). Sources:
+//! developers.openai.com/codex/hooks and openai/codex
+//! `codex-rs/hooks/schema/generated/*.command.{input,output}.schema.json`.
+
+use serde::Deserialize;
+use serde_json::json;
+use serde_json::value::RawValue;
+
+use super::super::HookResult;
+use super::super::event::{HookEvent, Ran, Stage, clip};
+use super::super::host::{Answer, Host};
+use super::{checked_input, claude, named, object_of, only_known_fields};
+
+pub const PERMISSION_REQUEST: &str = "PermissionRequest";
+pub const PRE_TOOL_USE: &str = "PreToolUse";
+pub const POST_TOOL_USE: &str = "PostToolUse";
+
+pub(in super::super) const BEFORE: &[&str] = &[PERMISSION_REQUEST, PRE_TOOL_USE];
+pub(in super::super) const AFTER: &[&str] = &[POST_TOOL_USE];
+
+/// The fields of Codex's `PermissionRequest` and `PreToolUse` inputs (both schemas
+/// take no other).
+const KNOWN: &[&str] = &[
+    "session_id",
+    "turn_id",
+    "transcript_path",
+    "cwd",
+    "hook_event_name",
+    "model",
+    "permission_mode",
+    "tool_name",
+    "tool_input",
+    "tool_use_id",
+    "approval_context",
+];
+
+#[derive(Deserialize)]
+struct Event {
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    turn_id: Option<String>,
+    #[serde(default)]
+    cwd: Option<String>,
+    #[serde(default)]
+    permission_mode: Option<String>,
+    tool_name: String,
+    tool_input: Box<RawValue>,
+    #[serde(default)]
+    tool_use_id: Option<String>,
+    /// `PermissionRequest`: whether the command asks to leave the sandbox or widen it
+    /// (`sandbox_permissions`, `additional_permissions`, `justification`).
+    #[serde(default)]
+    approval_context: Option<Box<RawValue>>,
+    /// `PostToolUse`: what the tool returned.
+    #[serde(default)]
+    tool_response: Option<Box<RawValue>>,
+}
+
+/// The part of `approval_context` the context line names.
+#[derive(Deserialize, Default)]
+struct ApprovalContext {
+    #[serde(default)]
+    sandbox_permissions: Option<String>,
+}
+
+pub(in super::super) fn parse(name: &str, bytes: &[u8], strict: bool) -> Result<HookEvent, String> {
+    let after = AFTER.contains(&name);
+    if strict && !after {
+        only_known_fields(bytes, "Codex", name, KNOWN)?;
+    }
+    let mut e: Event = serde_json::from_slice(bytes)
+        .map_err(|e| format!("stdin is not a Codex hook event in JSON: {e}"))?;
+    named(&e.tool_name)?;
+    checked_input(&e.tool_input)?;
+    let mut context = Vec::new();
+    let mut match_input = None;
+    if let Some(approval) = e.approval_context.take() {
+        checked_input(&approval)?;
+        let mode: ApprovalContext = serde_json::from_str(approval.get()).unwrap_or_default();
+        if let Some(m) = mode.sandbox_permissions.filter(|m| m != "use_default") {
+            context.push(format!("sandbox: {}", clip(&m, 60)));
+        }
+        // What the command may do outside its sandbox is part of what is approved: it
+        // goes into the parameters (and so into the args hash, the rules and the
+        // windows), beside the command. The post event names the call by its input.
+        if !e.tool_input.get().trim_start().starts_with('{') {
+            return Err("the event's tool_input is not a JSON object".into());
+        }
+        let input = std::mem::replace(&mut e.tool_input, object_of(&[])?);
+        e.tool_input = with_key(&input, "approval_context", &approval)?;
+        match_input = Some(input);
+    }
+    let ran =
+        after.then(|| Ran::Executed(e.tool_response.as_deref().and_then(super::response_text)));
+    Ok(HookEvent {
+        host: Host::Codex,
+        name: name.to_owned(),
+        stage: if after { Stage::After } else { Stage::Before },
+        session_id: e.session_id,
+        turn_id: e.turn_id,
+        cwd: e.cwd,
+        permission_mode: e.permission_mode,
+        tool_name: e.tool_name,
+        tool_input: e.tool_input,
+        match_input,
+        tool_use_id: e.tool_use_id,
+        subagent: None,
+        context,
+        ran,
+        duration_ms: None,
+    })
+}
+
+/// `object` (raw JSON text of an object) with `key` added last, its other bytes as
+/// they are; refused when `object` already has that key.
+fn with_key(object: &RawValue, key: &str, value: &RawValue) -> Result<Box<RawValue>, String> {
+    let has: std::collections::BTreeMap<String, &RawValue> = serde_json::from_str(object.get())
+        .map_err(|e| format!("the event's tool_input is not a JSON object: {e}"))?;
+    if has.contains_key(key) {
+        return Err(format!("the event's tool_input already has a key '{key}'"));
+    }
+    let text = object.get().trim();
+    let inner = text[1..text.len() - 1].trim();
+    let added = object_of(&[(key, value)])?;
+    let added = added.get();
+    let added = &added[1..added.len() - 1];
+    let whole = if inner.is_empty() {
+        format!("{{{added}}}")
+    } else {
+        format!("{{{inner},{added}}}")
+    };
+    RawValue::from_string(whole).map_err(|e| format!("cannot build the parameters: {e}"))
+}
+
+pub(in super::super) fn answer(name: &str, answer: Answer) -> HookResult {
+    if name == PERMISSION_REQUEST {
+        return claude::permission_request(answer, "Codex");
+    }
+    // PreToolUse: only a deny with a reason blocks; an empty answer is the approval.
+    let reason = match answer {
+        Answer::Allow => return HookResult::quiet(None),
+        Answer::Deny(reason) => reason,
+        Answer::AskTheHost(why) => format!(
+            "Permission denied: {why}; Codex's PreToolUse has no prompt of its own to \
+             leave the decision to, so hitl-telegram fails closed."
+        ),
+    };
+    HookResult::json(json!({"hookSpecificOutput": {
+        "hookEventName": PRE_TOOL_USE,
+        "permissionDecision": "deny",
+        "permissionDecisionReason": reason,
+    }}))
+}
