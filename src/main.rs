@@ -356,11 +356,11 @@ struct HookInstallArgs {
 #[derive(Args)]
 struct HookRunArgs {
     /// Base URL of the service, e.g. http://127.0.0.1:8080
-    #[arg(long)]
-    url: String,
+    #[arg(long, required = true)]
+    url: Option<String>,
     /// Name of the environment variable holding the agent's bearer token.
-    #[arg(long)]
-    token_env: String,
+    #[arg(long, required = true)]
+    token_env: Option<String>,
     /// Named Telegram destination (default: the agent's default route).
     #[arg(long)]
     route: Option<String>,
@@ -492,10 +492,15 @@ fn rules_test(config: &Path, call: &Path) -> ExitCode {
 
 /// `hook` (and `claude-hook`): one hook event from stdin, the hook's answer on stdout.
 async fn hook_command(host: Host, a: HookRunArgs) -> ExitCode {
+    // Both are required by clap, unless `hook install` negated them.
+    let (Some(url), Some(token_env)) = (a.url, a.token_env) else {
+        let _ = writeln_stderr("error: the hook needs --url and --token-env");
+        return ExitCode::from(2);
+    };
     let opts = HookOptions {
         host,
-        url: a.url,
-        token_env: a.token_env,
+        url,
+        token_env,
         route: a.route,
         timeout_seconds: a.timeout,
         host_timeout_seconds: a.host_timeout,

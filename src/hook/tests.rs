@@ -22,7 +22,7 @@ fn no_env(_: &str) -> Option<String> {
 }
 
 #[test]
-fn the_documented_event_parses_and_unknown_fields_are_ignored() {
+fn the_documented_event_parses() {
     let e = event(BASH);
     assert_eq!(e.tool_name, "Bash");
     assert_eq!(
@@ -395,4 +395,70 @@ fn clean_removes_controls_clip_keeps_them_and_both_cut_visibly() {
     assert_eq!(last_component("/home/alice/proj/"), Some("proj".into()));
     assert_eq!(last_component("C:\\work\\proj"), Some("proj".into()));
     assert_eq!(last_component("/"), None);
+}
+
+#[test]
+fn a_before_event_with_a_field_its_host_does_not_document_is_refused_unless_told() {
+    let with_extra = BASH.replace("\"permission_suggestions\":[]", "\"run_as\":\"root\"");
+    let err = Host::Claude
+        .parse("PermissionRequest", with_extra.as_bytes(), true)
+        .unwrap_err();
+    assert!(
+        err.contains("a field this hook does not know ('run_as')"),
+        "{err}"
+    );
+    assert!(
+        Host::Claude
+            .parse("PermissionRequest", with_extra.as_bytes(), false)
+            .is_ok()
+    );
+    // The documented event passes the strict reading.
+    assert!(
+        Host::Claude
+            .parse("PermissionRequest", BASH.as_bytes(), true)
+            .is_ok()
+    );
+}
+
+#[test]
+fn a_codex_sandbox_escalation_is_part_of_the_parameters_and_named_in_the_context() {
+    let event = r#"{"session_id":"s","turn_id":"t","transcript_path":null,"cwd":"/p",
+        "hook_event_name":"PermissionRequest","model":"gpt-5","permission_mode":"default",
+        "tool_name":"Bash","tool_input":{"command":"curl https://x"},
+        "approval_context":{"sandbox_permissions":"require_escalated","justification":"net"}}"#;
+    let e = Host::Codex
+        .parse("PermissionRequest", event.as_bytes(), true)
+        .unwrap();
+    assert_eq!(
+        e.tool_input.get(),
+        r#"{"command":"curl https://x","approval_context":{"sandbox_permissions":"require_escalated","justification":"net"}}"#
+    );
+    assert_eq!(
+        context_line(&e),
+        "Codex in /p · session s · turn t · sandbox: require_escalated"
+    );
+    // The after event names the command alone, which matches.
+    assert_eq!(
+        e.match_input.as_deref().unwrap().get(),
+        r#"{"command":"curl https://x"}"#
+    );
+}
+
+#[test]
+fn the_approvers_time_never_outlasts_the_hosts_limit() {
+    let mut o = options();
+    o.host = Host::Gemini;
+    o.timeout_seconds = None;
+    assert_eq!(o.question_timeout().unwrap(), 50.0);
+    // Gemini CLI stops a hook after 60 s: 60 less 5 of margin, less 3 to read it back.
+    o.timeout_seconds = Some(300.0);
+    assert_eq!(o.question_timeout().unwrap(), 52.0);
+    o.timeout_seconds = Some(30.0);
+    assert_eq!(o.question_timeout().unwrap(), 30.0);
+    o.host_timeout_seconds = Some(3.0);
+    assert!(o.question_timeout().unwrap_err().contains("no time to ask"));
+    o.host = Host::Claude;
+    o.host_timeout_seconds = None;
+    o.timeout_seconds = None;
+    assert_eq!(o.question_timeout().unwrap(), 120.0);
 }

@@ -112,7 +112,7 @@ fn event_with_input(mut event: Value, raw_input: &str) -> Vec<u8> {
 /// One confirmation as the service stored it.
 pub(crate) struct Stored {
     pub(crate) id: String,
-    params_json: String,
+    pub(crate) params_json: String,
     context: Option<String>,
 }
 

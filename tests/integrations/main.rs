@@ -24,6 +24,8 @@ mod exec;
 mod gateway;
 mod gateway_hosted;
 mod gateway_upstream;
+mod hook_install;
+mod hooks;
 mod mcp;
 mod mcp_grants;
 mod mcp_outcome;

@@ -83,7 +83,11 @@ pub(in super::super) fn parse(name: &str, bytes: &[u8], strict: bool) -> Result<
     named(&e.tool_name)?;
     checked_input(&e.tool_input)?;
     let mut context = Vec::new();
-    let mut match_input = None;
+    // Codex names a shell command with its `description` before and without it after:
+    // the command alone matches the two.
+    let mut match_input = command_of(&e.tool_input)
+        .map(|command| object_of(&[("command", &command)]))
+        .transpose()?;
     if let Some(approval) = e.approval_context.take() {
         checked_input(&approval)?;
         let mode: ApprovalContext = serde_json::from_str(approval.get()).unwrap_or_default();
@@ -98,7 +102,7 @@ pub(in super::super) fn parse(name: &str, bytes: &[u8], strict: bool) -> Result<
         }
         let input = std::mem::replace(&mut e.tool_input, object_of(&[])?);
         e.tool_input = with_key(&input, "approval_context", &approval)?;
-        match_input = Some(input);
+        match_input = match_input.or(Some(input));
     }
     let ran =
         after.then(|| Ran::Executed(e.tool_response.as_deref().and_then(super::response_text)));
@@ -119,6 +123,18 @@ pub(in super::super) fn parse(name: &str, bytes: &[u8], strict: bool) -> Result<
         ran,
         duration_ms: None,
     })
+}
+
+/// The `command` of a tool input, as its raw JSON string, when it has one.
+fn command_of(input: &RawValue) -> Option<Box<RawValue>> {
+    let fields: std::collections::BTreeMap<String, Box<RawValue>> =
+        serde_json::from_str(input.get()).ok()?;
+    let command = fields.get("command")?;
+    command
+        .get()
+        .trim_start()
+        .starts_with('"')
+        .then(|| command.clone())
 }
 
 /// `object` (raw JSON text of an object) with `key` added last, its other bytes as
