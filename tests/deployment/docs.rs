@@ -18,6 +18,7 @@ const DOCS: &[&str] = &[
     "docs/architecture.md",
     "docs/configuration.md",
     "docs/gateway.md",
+    "docs/hooks.md",
     "docs/http-api.md",
     "docs/integrations.md",
     "docs/operations.md",
