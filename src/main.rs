@@ -347,8 +347,8 @@ struct HookInstallArgs {
     /// Named Telegram destination (default: the agent's default route).
     #[arg(long)]
     route: Option<String>,
-    /// Seconds the approvers get (default: the host's, see `hook --help`); the host's
-    /// own hook timeout is written to match, with room to spare.
+    /// Seconds the approvers get (default 120, whatever the host: the host's own hook
+    /// timeout is written 20 s longer, and passed as --host-timeout).
     #[arg(long, value_name = "SECONDS")]
     timeout: Option<f64>,
 }
@@ -364,8 +364,8 @@ struct HookRunArgs {
     /// Named Telegram destination (default: the agent's default route).
     #[arg(long)]
     route: Option<String>,
-    /// Seconds the approvers get (default 120; 50 for Gemini CLI, whose hooks stop
-    /// after 60 s). Never more than the host's timeout allows (--host-timeout).
+    /// Seconds the approvers get (default 120; 50 for Gemini CLI and Cursor, whose hooks stop
+    /// after 60 s by default). Never more than the host's timeout allows (--host-timeout).
     #[arg(long, value_name = "SECONDS")]
     timeout: Option<f64>,
     /// How many seconds the host lets this hook run, as its settings say (default: the
