@@ -47,6 +47,36 @@ pub struct HookEvent {
     pub duration_ms: Option<u64>,
 }
 
+impl HookEvent {
+    /// The event `name` of `host` about `tool` with `input`, nothing else known yet:
+    /// what each host's adapter fills in.
+    pub(super) fn of(
+        host: Host,
+        name: &str,
+        stage: Stage,
+        tool_name: String,
+        tool_input: Box<RawValue>,
+    ) -> HookEvent {
+        HookEvent {
+            host,
+            name: name.to_owned(),
+            stage,
+            session_id: None,
+            turn_id: None,
+            cwd: None,
+            permission_mode: None,
+            tool_name,
+            tool_input,
+            match_input: None,
+            tool_use_id: None,
+            subagent: None,
+            context: Vec::new(),
+            ran: None,
+            duration_ms: None,
+        }
+    }
+}
+
 /// Before or after the call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {

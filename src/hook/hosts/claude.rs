@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 use super::super::HookResult;
 use super::super::event::{HookEvent, Ran, Stage};
 use super::super::host::{Answer, Host};
-use super::{checked_input, named, only_known_fields};
+use super::{checked_input, named, read};
 
 pub const PERMISSION_REQUEST: &str = "PermissionRequest";
 pub const POST_TOOL_USE: &str = "PostToolUse";
@@ -67,12 +67,8 @@ struct Event {
 }
 
 pub(in super::super) fn parse(name: &str, bytes: &[u8], strict: bool) -> Result<HookEvent, String> {
-    let after = AFTER.contains(&name);
-    if strict && !after {
-        only_known_fields(bytes, "Claude Code", name, KNOWN)?;
-    }
-    let e: Event = serde_json::from_slice(bytes)
-        .map_err(|e| format!("stdin is not a Claude Code hook event in JSON: {e}"))?;
+    let (e, stage): (Event, _) = read(bytes, Host::Claude, name, AFTER, strict, KNOWN)?;
+    let after = stage == Stage::After;
     named(&e.tool_name)?;
     checked_input(&e.tool_input)?;
     let ran = after.then(|| {
@@ -93,21 +89,13 @@ pub(in super::super) fn parse(name: &str, bytes: &[u8], strict: bool) -> Result<
         }
     });
     Ok(HookEvent {
-        host: Host::Claude,
-        name: name.to_owned(),
-        stage: if after { Stage::After } else { Stage::Before },
         session_id: e.session_id,
-        turn_id: None,
         cwd: e.cwd,
         permission_mode: e.permission_mode,
-        tool_name: e.tool_name,
-        tool_input: e.tool_input,
-        match_input: None,
         tool_use_id: e.tool_use_id,
         subagent: e.agent_id.and(e.agent_type),
-        context: Vec::new(),
         ran,
-        duration_ms: None,
+        ..HookEvent::of(Host::Claude, name, stage, e.tool_name, e.tool_input)
     })
 }
 

@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 use super::super::HookResult;
 use super::super::event::{HookEvent, Ran, Stage, clip};
 use super::super::host::{Answer, Host};
-use super::{checked_input, claude, named, object_of, only_known_fields};
+use super::{checked_input, claude, named, object_of, read};
 
 pub const PERMISSION_REQUEST: &str = "PermissionRequest";
 pub const PRE_TOOL_USE: &str = "PreToolUse";
@@ -74,12 +74,8 @@ struct ApprovalContext {
 }
 
 pub(in super::super) fn parse(name: &str, bytes: &[u8], strict: bool) -> Result<HookEvent, String> {
-    let after = AFTER.contains(&name);
-    if strict && !after {
-        only_known_fields(bytes, "Codex", name, KNOWN)?;
-    }
-    let mut e: Event = serde_json::from_slice(bytes)
-        .map_err(|e| format!("stdin is not a Codex hook event in JSON: {e}"))?;
+    let (mut e, stage): (Event, _) = read(bytes, Host::Codex, name, AFTER, strict, KNOWN)?;
+    let after = stage == Stage::After;
     named(&e.tool_name)?;
     checked_input(&e.tool_input)?;
     let mut context = Vec::new();
@@ -107,21 +103,15 @@ pub(in super::super) fn parse(name: &str, bytes: &[u8], strict: bool) -> Result<
     let ran =
         after.then(|| Ran::Executed(e.tool_response.as_deref().and_then(super::response_text)));
     Ok(HookEvent {
-        host: Host::Codex,
-        name: name.to_owned(),
-        stage: if after { Stage::After } else { Stage::Before },
         session_id: e.session_id,
         turn_id: e.turn_id,
         cwd: e.cwd,
         permission_mode: e.permission_mode,
-        tool_name: e.tool_name,
-        tool_input: e.tool_input,
         match_input,
         tool_use_id: e.tool_use_id,
-        subagent: None,
         context,
         ran,
-        duration_ms: None,
+        ..HookEvent::of(Host::Codex, name, stage, e.tool_name, e.tool_input)
     })
 }
 

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::super::HookResult;
 use super::super::event::{HookEvent, Ran, Stage, clip};
 use super::super::host::{Answer, Host};
-use super::{checked_input, named, object_of, only_known_fields, raw_string, response_text};
+use super::{checked_input, named, object_of, raw_string, read, response_text};
 
 pub const BEFORE_SHELL: &str = "beforeShellExecution";
 pub const BEFORE_MCP: &str = "beforeMCPExecution";
@@ -99,12 +99,8 @@ struct Event {
 }
 
 pub(in super::super) fn parse(name: &str, bytes: &[u8], strict: bool) -> Result<HookEvent, String> {
-    let after = AFTER.contains(&name);
-    if strict && !after {
-        only_known_fields(bytes, "Cursor", name, KNOWN)?;
-    }
-    let e: Event = serde_json::from_slice(bytes)
-        .map_err(|e| format!("stdin is not a Cursor hook event in JSON: {e}"))?;
+    let (e, stage): (Event, _) = read(bytes, Host::Cursor, name, AFTER, strict, KNOWN)?;
+    let after = stage == Stage::After;
     let mut context = Vec::new();
     let (tool, input, match_input) = match name {
         BEFORE_SHELL | AFTER_SHELL => {
@@ -157,24 +153,18 @@ pub(in super::super) fn parse(name: &str, bytes: &[u8], strict: bool) -> Result<
     checked_input(&input)?;
     let ran = after.then(|| ran(name, &e));
     Ok(HookEvent {
-        host: Host::Cursor,
-        name: name.to_owned(),
-        stage: if after { Stage::After } else { Stage::Before },
         session_id: e.conversation_id,
         turn_id: e.generation_id,
         cwd: e.cwd.or_else(|| e.workspace_roots.first().cloned()),
-        permission_mode: None,
-        tool_name: tool,
-        tool_input: input,
         match_input,
         tool_use_id: e.tool_use_id,
-        subagent: None,
         context,
         ran,
         duration_ms: e
             .duration
             .filter(|d| d.is_finite() && *d >= 0.0)
             .map(|d| d as u64),
+        ..HookEvent::of(Host::Cursor, name, stage, tool, input)
     })
 }
 

@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 use super::super::HookResult;
 use super::super::event::{HookEvent, Ran, Stage, clip};
 use super::super::host::{Answer, Host};
-use super::{checked_input, named, only_known_fields, response_text};
+use super::{checked_input, named, read, response_text};
 
 pub const BEFORE_TOOL: &str = "BeforeTool";
 pub const AFTER_TOOL: &str = "AfterTool";
@@ -74,12 +74,8 @@ struct ToolError {
 }
 
 pub(in super::super) fn parse(name: &str, bytes: &[u8], strict: bool) -> Result<HookEvent, String> {
-    let after = AFTER.contains(&name);
-    if strict && !after {
-        only_known_fields(bytes, "Gemini CLI", name, KNOWN)?;
-    }
-    let e: Event = serde_json::from_slice(bytes)
-        .map_err(|e| format!("stdin is not a Gemini CLI hook event in JSON: {e}"))?;
+    let (e, stage): (Event, _) = read(bytes, Host::Gemini, name, AFTER, strict, KNOWN)?;
+    let after = stage == Stage::After;
     named(&e.tool_name)?;
     checked_input(&e.tool_input)?;
     let mut context = Vec::new();
@@ -104,21 +100,11 @@ pub(in super::super) fn parse(name: &str, bytes: &[u8], strict: bool) -> Result<
         None => Ran::Executed(None),
     });
     Ok(HookEvent {
-        host: Host::Gemini,
-        name: name.to_owned(),
-        stage: if after { Stage::After } else { Stage::Before },
         session_id: e.session_id,
-        turn_id: None,
         cwd: e.cwd,
-        permission_mode: None,
-        tool_name: e.tool_name,
-        tool_input: e.tool_input,
-        match_input: None,
-        tool_use_id: None,
-        subagent: None,
         context,
         ran,
-        duration_ms: None,
+        ..HookEvent::of(Host::Gemini, name, stage, e.tool_name, e.tool_input)
     })
 }
 

@@ -16,6 +16,32 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::clean;
+use super::event::Stage;
+use super::host::Host;
+
+/// The event `name` of `host` read as `T`, and whether it comes after the call (an
+/// after event in `after`). A before event is read strictly unless told otherwise:
+/// fields outside `known` refuse it.
+pub(super) fn read<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    host: Host,
+    name: &str,
+    after: &[&str],
+    strict: bool,
+    known: &[&str],
+) -> Result<(T, Stage), String> {
+    let stage = if after.contains(&name) {
+        Stage::After
+    } else {
+        Stage::Before
+    };
+    if strict && stage == Stage::Before {
+        only_known_fields(bytes, host.display(), name, known)?;
+    }
+    let event = serde_json::from_slice(bytes)
+        .map_err(|e| format!("stdin is not a {} hook event in JSON: {e}", host.display()))?;
+    Ok((event, stage))
+}
 
 /// Refuses a field outside `known`: a host that sends something this hook does not
 /// understand may be saying something about the call the approvers would not see.
