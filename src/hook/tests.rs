@@ -462,3 +462,107 @@ fn the_approvers_time_never_outlasts_the_hosts_limit() {
     o.timeout_seconds = None;
     assert_eq!(o.question_timeout().unwrap(), 120.0);
 }
+
+/// Every key of `ours` is one the host's documented answer has, with the same word
+/// where the key is a verdict, and a string where it is free text.
+fn same_shape(ours: &Value, documented: &Value, at: &str) {
+    const VERDICTS: &[&str] = &[
+        "hookEventName",
+        "behavior",
+        "permissionDecision",
+        "permission",
+        "decision",
+    ];
+    match (ours, documented) {
+        (Value::Object(o), Value::Object(d)) => {
+            for (k, v) in o {
+                let dv = d
+                    .get(k)
+                    .unwrap_or_else(|| panic!("{at}.{k}: the host documents no such key"));
+                if VERDICTS.contains(&k.as_str()) && v.is_string() {
+                    assert_eq!(v, dv, "{at}.{k}");
+                } else {
+                    same_shape(v, dv, &format!("{at}.{k}"));
+                }
+            }
+        }
+        (Value::String(_), Value::String(_)) => {}
+        _ => panic!("{at}: {ours} is not shaped as {documented}"),
+    }
+}
+
+fn documented(path: &str) -> Value {
+    let path = format!("{}/tests/fixtures/hooks/{path}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+#[test]
+fn every_answer_is_shaped_as_its_host_documents_it() {
+    let deny = || Answer::Deny("Permission denied on Telegram: cancelled.".into());
+    let cases = [
+        (
+            Host::Codex,
+            "PermissionRequest",
+            Answer::Allow,
+            "codex/expected_permission_request_allow.json",
+        ),
+        (
+            Host::Codex,
+            "PermissionRequest",
+            deny(),
+            "codex/expected_permission_request_deny.json",
+        ),
+        (
+            Host::Codex,
+            "PreToolUse",
+            deny(),
+            "codex/expected_pre_tool_use_deny.json",
+        ),
+        (
+            Host::Cursor,
+            "beforeShellExecution",
+            Answer::Allow,
+            "cursor/expected_before_shell_execution_allow.json",
+        ),
+        (
+            Host::Cursor,
+            "beforeShellExecution",
+            deny(),
+            "cursor/expected_before_shell_execution_deny.json",
+        ),
+        (
+            Host::Cursor,
+            "beforeShellExecution",
+            Answer::AskTheHost("the service is down".into()),
+            "cursor/expected_before_shell_execution_ask.json",
+        ),
+        (
+            Host::Gemini,
+            "BeforeTool",
+            Answer::Allow,
+            "gemini/expected_before_tool_allow.json",
+        ),
+        (
+            Host::Gemini,
+            "BeforeTool",
+            deny(),
+            "gemini/expected_before_tool_deny.json",
+        ),
+    ];
+    for (host, event, answer, path) in cases {
+        let result = host.answer(event, answer);
+        assert_eq!(result.exit_code, 0, "{path}");
+        let ours: Value = serde_json::from_str(result.stdout.as_deref().unwrap()).unwrap();
+        same_shape(&ours, &documented(path), path);
+    }
+    // Codex's PreToolUse approval is an empty answer; its reserved keys are never sent.
+    let allow = Host::Codex.answer("PreToolUse", Answer::Allow);
+    assert_eq!((allow.stdout, allow.exit_code), (None, 0));
+    // After events answer with the documented no-op, or nothing.
+    assert_eq!(
+        Host::Gemini
+            .after_stdout()
+            .map(|s| serde_json::from_str::<Value>(&s).unwrap()),
+        Some(documented("gemini/expected_noop.json"))
+    );
+}
