@@ -604,3 +604,56 @@ async fn malformed_input_fails_closed_as_each_host_reads_a_block() {
         );
     }
 }
+
+#[tokio::test]
+async fn with_fallback_ask_an_unreachable_service_leaves_it_to_the_hosts_own_prompt_where_there_is_one()
+ {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let closed = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let state = tempfile::tempdir().unwrap();
+    for case in BEFORE {
+        let event = fixture(case.host, case.fixture);
+        let name = event_name(&event);
+        let run = finish(hook(
+            case.host,
+            &closed,
+            event,
+            state.path(),
+            &["--fallback", "ask"],
+        ))
+        .await;
+        let (code, out, err) = &run;
+        match (case.host, name.as_str()) {
+            // Codex's own prompt: no verdict on stdout.
+            ("codex", "PermissionRequest") => {
+                assert_eq!((*code, out.trim()), (0, ""), "{err}");
+                assert!(
+                    err.contains("leaving the decision to Codex's own prompt"),
+                    "{err}"
+                );
+            }
+            ("cursor", "beforeShellExecution" | "beforeMCPExecution") => {
+                assert_eq!(*code, 0, "{err}");
+                let v = answer(out, err);
+                assert_eq!(v["permission"], "ask", "{v}");
+                assert!(
+                    v["user_message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("cannot reach the service")
+                );
+            }
+            // No prompt to leave it to (Codex's PreToolUse, Cursor's preToolUse, Gemini
+            // CLI): a deny.
+            _ => {
+                let message = denial(case.host, &name, &run);
+                assert!(
+                    message.contains("fails closed"),
+                    "{}: {message}",
+                    case.fixture
+                );
+            }
+        }
+    }
+}
