@@ -105,6 +105,25 @@ enum Command {
     /// service first and reaches the server only when confirmed, with the approved
     /// arguments; everything else passes through unchanged.
     Gateway(Box<GatewayArgs>),
+    /// The pending questions of every route and agent, soonest deadline first, read from
+    /// the database (nothing is written): an operator's view away from the chat.
+    Pending {
+        /// The API's JSON (`{"pending": [records]}`) instead of a line per question.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The live confirmation windows of every route and agent, read from the database.
+    Windows {
+        /// The API's JSON (`{"windows": [...]}`).
+        #[arg(long)]
+        json: bool,
+    },
+    /// The live grants of every route and agent, read from the database.
+    Grants {
+        /// The API's JSON (`{"grants": [...]}`).
+        #[arg(long)]
+        json: bool,
+    },
     /// Write a consistent copy of the SQLite database to FILE (online: the service may
     /// run). For PostgreSQL use pg_dump. A database.url naming no hitl-telegram database
     /// is refused (nothing is created).
@@ -434,6 +453,15 @@ async fn main() -> ExitCode {
             )
         }
         Command::Backup { file } => program::backup(&cli.config, &file).await,
+        Command::Pending { json } => {
+            program::list(&cli.config, program::Listing::Pending, json).await
+        }
+        Command::Windows { json } => {
+            program::list(&cli.config, program::Listing::Windows, json).await
+        }
+        Command::Grants { json } => {
+            program::list(&cli.config, program::Listing::Grants, json).await
+        }
         Command::CheckConfig { demo, online } => {
             program::check_config(&cli.config, demo, online).await
         }

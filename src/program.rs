@@ -10,6 +10,10 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
+mod listing;
+
+pub use listing::{Listing, list};
+
 use crate::app::{self, Application};
 use crate::cli;
 use crate::config::{Config, Settings};

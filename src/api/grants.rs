@@ -75,7 +75,7 @@ fn operator_view(op: &Operator) -> DecidedByView {
 }
 
 impl GrantView {
-    fn of(g: &Grant) -> GrantView {
+    pub fn of(g: &Grant) -> GrantView {
         GrantView {
             grant_id: g.grant_id.to_string(),
             agent: g.agent.clone(),

@@ -11,6 +11,7 @@ pub mod field;
 pub mod grants;
 pub mod interactions;
 pub mod limits;
+pub mod listing;
 pub mod mcp_pins;
 pub mod metrics;
 pub mod openapi;
@@ -52,7 +53,10 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi::serve))
         .route("/metrics", get(metrics::serve))
-        .route("/v1/confirmations", post(confirmations::create))
+        .route(
+            "/v1/confirmations",
+            post(confirmations::create).get(listing::confirmations),
+        )
         .route(
             "/v1/confirmations/{id}",
             get(confirmations::get).delete(confirmations::withdraw),
@@ -68,6 +72,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/grants", post(grants::create).get(grants::list))
         .route("/v1/grants/check", get(grants::check))
         .route("/v1/grants/{id}", delete(grants::revoke))
+        .route("/v1/windows", get(listing::windows))
         .route("/v1/events", get(events::stream))
         .route("/v1/mcp/servers/{server}/tools", post(mcp_pins::record))
         .fallback(not_found)

@@ -135,6 +135,14 @@ impl Asked {
         Asked { questions }
     }
 
+    /// The agent's own pending confirmations, at most `limit`, the soonest deadline
+    /// first.
+    pub async fn pending(&self, agent: &Agent, limit: u32) -> Result<Vec<Question>, ServiceError> {
+        let mut pending = self.questions.pending_of(Some(&agent.name), limit).await?;
+        pending.retain(|q| q.interaction.is_none());
+        Ok(pending)
+    }
+
     /// The agent's own confirmation, or `NotFound` (also for another agent's, and for an
     /// interaction, which the agent knows by its `interaction_id`).
     pub async fn get(&self, agent: &Agent, id: &QuestionId) -> Result<Question, ServiceError> {

@@ -89,6 +89,14 @@ impl Questions for This {
         sql::pending_in_chat(&self.pool, chat_id).await
     }
 
+    async fn pending_of(
+        &self,
+        agent: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Question>, StorageError> {
+        sql::pending_of(&self.pool, agent, limit).await
+    }
+
     async fn ended_in_chats(
         &self,
         chats: &[i64],
@@ -309,6 +317,14 @@ impl Windows for This {
         now: OffsetDateTime,
     ) -> Result<Vec<LiveWindow>, StorageError> {
         sql::live_windows(&self.pool, route, now).await
+    }
+
+    async fn live_windows_of(
+        &self,
+        agent: Option<&str>,
+        now: OffsetDateTime,
+    ) -> Result<Vec<LiveWindow>, StorageError> {
+        sql::live_windows_of(&self.pool, agent, now).await
     }
 
     async fn live_window_opened_by(

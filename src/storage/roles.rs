@@ -80,6 +80,14 @@ pub trait Questions: Send + Sync + 'static {
     /// How many requests of `agent` are pending.
     async fn count_pending(&self, agent: &str) -> Result<u64, StorageError>;
 
+    /// At most `limit` pending questions, of `agent` when given (`None`: of every
+    /// agent), the soonest deadline first: what waits, seen from outside the chat.
+    async fn pending_of(
+        &self,
+        agent: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Question>, StorageError>;
+
     /// How many calls the rule named `rule` let through (confirmed by it, not asked)
     /// since `since`: what an `allow` rule's `rate` counts, in the database so that the
     /// count survives restarts and is shared by replicas.
@@ -259,6 +267,14 @@ pub trait Windows: Send + Sync + 'static {
     async fn live_windows(
         &self,
         route: &str,
+        now: OffsetDateTime,
+    ) -> Result<Vec<LiveWindow>, StorageError>;
+
+    /// The windows live at `now`, of `agent` when given (`None`: of every agent),
+    /// soonest expiry first.
+    async fn live_windows_of(
+        &self,
+        agent: Option<&str>,
         now: OffsetDateTime,
     ) -> Result<Vec<LiveWindow>, StorageError>;
 

@@ -26,6 +26,7 @@ mod gateway_hosted;
 mod gateway_upstream;
 mod hook_install;
 mod hooks;
+mod listing;
 mod mcp;
 mod mcp_grants;
 mod mcp_outcome;

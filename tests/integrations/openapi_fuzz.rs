@@ -54,6 +54,8 @@ async fn the_openapi_document_is_public_and_lists_every_route() {
         .collect();
     let expected: BTreeSet<String> = [
         "POST /v1/confirmations",
+        "GET /v1/confirmations",
+        "GET /v1/windows",
         "GET /v1/confirmations/{id}",
         "DELETE /v1/confirmations/{id}",
         "GET /v1/confirmations/{id}/events",

@@ -22,8 +22,8 @@ use hitl_telegram::domain::question::{
 };
 use hitl_telegram::service::now;
 use hitl_telegram::storage::{
-    self, Administration, Answered, ConnectMode, Decided, DeliveryAttempt, Inserted, Shown,
-    SqliteStore, StorageError, Store,
+    self, Administration, Answered, ConnectMode, Decided, DeliveryAttempt, Inserted, LiveWindow,
+    Shown, SqliteStore, StorageError, Store,
 };
 
 use crate::support::postgres::PgDatabase;
@@ -129,6 +129,64 @@ on_both_backends! {
     revoking_a_window_closes_only_that_live_window_and_chains_its_audit_event,
     a_backup_copies_sqlite_and_points_postgres_to_pg_dump,
     replicas_configurations_count_while_renewed_and_stop_when_expired_or_withdrawn,
+    pending_questions_and_live_windows_are_listed_for_one_agent_or_all,
+}
+
+async fn pending_questions_and_live_windows_are_listed_for_one_agent_or_all(db: TestDb) {
+    let s = db.store().await;
+    let late = {
+        let mut q = pending(None);
+        q.expires_at += Duration::from_secs(30);
+        q
+    };
+    let soon = pending(None);
+    let theirs = {
+        let mut q = pending(None);
+        q.agent = "other".into();
+        q
+    };
+    let windowed = pending(None);
+    for q in [&late, &soon, &theirs, &windowed] {
+        s.insert(q, now()).await.unwrap();
+    }
+    s.decide(&windowed.id, &approved(1)).await.unwrap();
+    let ids = |qs: Vec<Question>| qs.into_iter().map(|q| q.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(s.pending_of(Some("agent"), 10).await.unwrap()),
+        [soon.id.clone(), late.id.clone()],
+        "the soonest deadline first, that agent's only"
+    );
+    assert_eq!(s.pending_of(Some("agent"), 1).await.unwrap().len(), 1);
+    assert_eq!(s.pending_of(None, 10).await.unwrap().len(), 3);
+    assert_eq!(
+        ids(s.pending_of(Some("other"), 10).await.unwrap()),
+        std::slice::from_ref(&theirs.id)
+    );
+    let opened = |ws: Vec<LiveWindow>| {
+        ws.into_iter()
+            .map(|w| w.window.opened_by)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        opened(s.live_windows_of(Some("agent"), now()).await.unwrap()),
+        std::slice::from_ref(&windowed.id)
+    );
+    assert_eq!(
+        opened(s.live_windows_of(None, now()).await.unwrap()),
+        std::slice::from_ref(&windowed.id)
+    );
+    assert!(
+        s.live_windows_of(Some("other"), now())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        s.live_windows_of(None, now() + Duration::from_secs(61))
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// A pending question of `agent` on route `ops`, with `key` as its idempotency key.

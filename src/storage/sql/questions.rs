@@ -436,6 +436,26 @@ pub(crate) async fn pending_in_chat(
     hydrate_all(&mut conn, rows).await
 }
 
+/// See [`crate::storage::Questions::pending_of`]. `$1 IS NULL` keeps one statement for
+/// both readings (every agent, or one).
+pub(crate) async fn pending_of(
+    pool: &Pool<Db>,
+    agent: Option<&str>,
+    limit: u32,
+) -> Result<Vec<Question>, StorageError> {
+    let mut conn = pool.acquire().await?;
+    let rows: Vec<Row> = sqlx::query_as(select_where!(concat!(
+        "status = 'pending' AND ($1 IS NULL OR agent = $1) ORDER BY expires_at, id",
+        bytewise!(),
+        " LIMIT $2"
+    )))
+    .bind(agent)
+    .bind(i64::from(limit))
+    .fetch_all(&mut *conn)
+    .await?;
+    hydrate_all(&mut conn, rows).await
+}
+
 /// See [`crate::storage::Questions::ended_in_chats`]. The `via` list is the very predicate
 /// of the partial index `confirmations_ended` (on `decided_at, id`), so the newest
 /// decisions are read in index order and the scan stops at `limit`; a question's copies

@@ -33,6 +33,25 @@ pub(crate) async fn live_windows(
     rows.into_iter().map(WindowRow::into_domain).collect()
 }
 
+/// See [`crate::storage::Windows::live_windows_of`].
+pub(crate) async fn live_windows_of(
+    pool: &Pool<Db>,
+    agent: Option<&str>,
+    now: OffsetDateTime,
+) -> Result<Vec<LiveWindow>, StorageError> {
+    let rows: Vec<WindowRow> = sqlx::query_as(concat!(
+        select_windows_where!(
+            "($1 IS NULL OR w.agent = $1) AND w.expires_at > $2 ORDER BY w.expires_at, w.opened_by"
+        ),
+        bytewise!()
+    ))
+    .bind(agent)
+    .bind(ms(now))
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter().map(WindowRow::into_domain).collect()
+}
+
 /// See [`crate::storage::Windows::live_window_opened_by`].
 pub(crate) async fn live_window_opened_by(
     pool: &Pool<Db>,
