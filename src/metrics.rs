@@ -81,6 +81,8 @@ struct AgentLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LatencyLabels {
     agent: String,
+    /// The route asked: how long each route's people take (`/stats` shows the same).
+    route: String,
     /// `operator` (a human decided) or `timeout` (nobody did in time).
     via: &'static str,
 }
@@ -421,6 +423,7 @@ impl Metrics {
                 self.decision_latency
                     .get_or_create(&LatencyLabels {
                         agent: r.agent.clone(),
+                        route: r.route.clone(),
                         via,
                     })
                     .observe(took);

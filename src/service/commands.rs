@@ -26,6 +26,7 @@ use crate::domain::audit;
 use crate::domain::grant::Grant;
 use crate::domain::ids::{GrantId, QuestionId};
 use crate::domain::question::{Operator, Question};
+use crate::domain::stats::{self, RubberStamp, Stats};
 use crate::metrics::Metrics;
 use crate::storage::{
     Audit, Grants, LiveWindow, Questions, Runs, StorageError, WindowUse, Windows,
@@ -47,6 +48,8 @@ pub enum Command {
     /// window, so it is unambiguous and already in that request's audit trail) or a
     /// grant (by its id).
     Revoke(RevokeTarget),
+    /// Who decided what and how fast, over this many days.
+    Stats(u32),
     Help,
 }
 
@@ -66,6 +69,7 @@ impl Command {
             Command::Windows => "windows",
             Command::Grants => "grants",
             Command::Revoke(_) => "revoke",
+            Command::Stats(_) => "stats",
             Command::Help => "help",
         }
     }
@@ -84,6 +88,8 @@ pub enum CommandError {
     RevokeTooManyIds,
     #[error("/{0} is not a command of this bot; see /help")]
     Unknown(String),
+    #[error("/stats takes a number of days from 1 to {max}, not '{0}'", max = MAX_STATS_DAYS)]
+    StatsDays(String),
 }
 
 /// A command as typed in a chat.
@@ -120,6 +126,11 @@ pub enum CommandReply {
     GrantRevoked { grant: Box<Grant>, by: Operator },
     /// `/start` or `/help`: what this chat and this person are to the service.
     Setup(Setup),
+    /// `/stats`: over `days`, each of the chat's routes' figures.
+    Stats {
+        days: u32,
+        routes: Vec<(String, Stats)>,
+    },
     /// Not allowed here or not for this person.
     Refused(String),
     /// Allowed, but it cannot be done as asked (a typo, an unknown or foreign window).
@@ -144,6 +155,12 @@ pub struct Setup {
     /// `[[routes]]` in a file, so the answer says how the demo works instead.
     pub demo: bool,
 }
+
+/// The longest period `/stats` reads, in days.
+pub const MAX_STATS_DAYS: u32 = 90;
+/// The most ended calls `/stats` reads per route (the latest): a bound on one command's
+/// work, far above what a route's people decide in `MAX_STATS_DAYS`.
+const MAX_STATS_ROWS: u32 = 100_000;
 
 const NOT_AN_APPROVER: &str = "Only approvers of this chat's route can use operator commands.";
 const NOT_A_ROUTE_CHAT: &str = "Operator commands work only in a route's chat.";
@@ -384,6 +401,21 @@ impl Commands {
                 CommandReply::Pending(open)
             }
             Command::Windows => self.windows(mine, now).await?,
+            &Command::Stats(days) => {
+                let since = now - std::time::Duration::from_secs(u64::from(days) * 86_400);
+                let mut routes = Vec::new();
+                for route in mine {
+                    let ended = self
+                        .questions
+                        .ended_since(&route.name, since, MAX_STATS_ROWS)
+                        .await?;
+                    routes.push((
+                        route.name.clone(),
+                        stats::of(&ended, RubberStamp::default()),
+                    ));
+                }
+                CommandReply::Stats { days, routes }
+            }
             Command::Grants => {
                 let mut live = Vec::new();
                 for route in mine {

@@ -59,7 +59,9 @@ mod steps;
 mod wait;
 pub use agree::{Agree, ConfigReport};
 pub use chats::Chats;
-pub use commands::{Command, CommandError, CommandMessage, CommandReply, RevokeTarget, Setup};
+pub use commands::{
+    Command, CommandError, CommandMessage, CommandReply, MAX_STATS_DAYS, RevokeTarget, Setup,
+};
 pub use console::{CONSOLE_PAGE_MAX, Console, ConsoleAction, EditedParams, NotAnAction};
 pub use grants::{GrantBook, GrantCheck, GrantRequest};
 pub use judge::Rules;

@@ -89,6 +89,15 @@ impl Questions for This {
         sql::pending_in_chat(&self.pool, chat_id).await
     }
 
+    async fn ended_since(
+        &self,
+        route: &str,
+        since: OffsetDateTime,
+        limit: u32,
+    ) -> Result<Vec<crate::domain::stats::Ended>, StorageError> {
+        sql::ended_since(&self.pool, route, since, limit).await
+    }
+
     async fn pending_of(
         &self,
         agent: Option<&str>,

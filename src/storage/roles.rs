@@ -80,6 +80,15 @@ pub trait Questions: Send + Sync + 'static {
     /// How many requests of `agent` are pending.
     async fn count_pending(&self, agent: &str) -> Result<u64, StorageError>;
 
+    /// The confirmations of `route` asked since `since` that ended (at most `limit`, the
+    /// latest first), as the statistics read them (`/stats`).
+    async fn ended_since(
+        &self,
+        route: &str,
+        since: OffsetDateTime,
+        limit: u32,
+    ) -> Result<Vec<crate::domain::stats::Ended>, StorageError>;
+
     /// At most `limit` pending questions, of `agent` when given (`None`: of every
     /// agent), the soonest deadline first: what waits, seen from outside the chat.
     async fn pending_of(

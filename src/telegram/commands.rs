@@ -20,11 +20,13 @@ use crate::domain::grant::{Grant, scope_in_words};
 use crate::domain::ids::{GrantId, QuestionId};
 use crate::domain::question::{Question, operator_time as date_time};
 use crate::domain::text::{self, Layout};
-use crate::service::{Command, CommandError, CommandReply, RevokeTarget, Service, Setup};
+use crate::service::{
+    Command, CommandError, CommandReply, MAX_STATS_DAYS, RevokeTarget, Service, Setup,
+};
 use crate::storage::{LiveWindow, WindowUse};
 
 /// The commands, their descriptions (Telegram's menu and `/help`) and what they take.
-pub const COMMANDS: [(&str, &str, &str); 6] = [
+pub const COMMANDS: [(&str, &str, &str); 7] = [
     (
         "start",
         "Show this chat's id, your user id and whether this chat is a route",
@@ -49,6 +51,11 @@ pub const COMMANDS: [(&str, &str, &str); 6] = [
         "revoke",
         "Close a confirmation window or revoke a grant now",
         " <window or grant id>",
+    ),
+    (
+        "stats",
+        "Who decided what and how fast, per person and tool (7 days by default)",
+        " [days]",
     ),
     ("help", "What these commands do, and what /start says", ""),
 ];
@@ -105,6 +112,14 @@ pub fn parse(text: &str, me: Option<&str>) -> Parsed {
         "windows" => Ok(Command::Windows),
         "grants" => Ok(Command::Grants),
         "help" => Ok(Command::Help),
+        "stats" => match (words.next(), words.next()) {
+            (None, _) => Ok(Command::Stats(7)),
+            (Some(days), None) => match days.parse::<u32>() {
+                Ok(n) if (1..=MAX_STATS_DAYS).contains(&n) => Ok(Command::Stats(n)),
+                _ => Err(CommandError::StatsDays(cut(days, 20))),
+            },
+            (Some(_), Some(_)) => Err(CommandError::StatsDays(cut(rest, 40))),
+        },
         "revoke" => match (words.next(), words.next()) {
             (None, _) => Err(CommandError::RevokeWithoutId),
             (Some(_), Some(_)) => Err(CommandError::RevokeTooManyIds),
@@ -247,6 +262,7 @@ pub fn render(reply: &CommandReply, now: OffsetDateTime) -> String {
             escape(&cut(grant.owner_id.as_str(), 60)),
             date_time(grant.expires_at),
         ),
+        CommandReply::Stats { days, routes } => super::stats::text(*days, routes),
         CommandReply::Setup(setup) => setup_text(setup),
         CommandReply::Refused(text) => format!("⛔ {}", escape(text)),
         CommandReply::Invalid(text) => format!("⚠️ {}", escape(text)),
@@ -530,6 +546,17 @@ mod tests {
     fn bare_and_addressed_commands_are_ours() {
         assert_eq!(parse("/pending", ME), ours(Command::Pending));
         assert_eq!(parse("/windows", ME), ours(Command::Windows));
+        assert_eq!(parse("/stats", ME), ours(Command::Stats(7)));
+        assert_eq!(parse("/stats 30", ME), ours(Command::Stats(30)));
+        for bad in ["/stats 0", "/stats 91", "/stats week", "/stats 7 8"] {
+            assert!(
+                matches!(
+                    parse(bad, ME),
+                    Parsed::Ours(Err(CommandError::StatsDays(_)))
+                ),
+                "{bad}"
+            );
+        }
         assert_eq!(parse("/help", ME), ours(Command::Help));
         assert_eq!(parse("/start", ME), ours(Command::Start));
         // A deep link (t.me/<bot>?start=payload) arrives as "/start payload".

@@ -11,6 +11,7 @@ pub mod polling;
 pub mod ratelimit;
 pub mod render;
 pub mod startup;
+mod stats;
 pub mod updates;
 pub mod webhook;
 

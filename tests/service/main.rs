@@ -58,6 +58,7 @@ mod polling {
     mod rule_spellings;
     mod rules;
     mod serve;
+    mod stats;
     mod telegram_faults;
     mod what_you_see;
 }

@@ -226,14 +226,19 @@ async fn a_tapped_confirmation_is_counted_with_its_outcome_latency_and_telegram_
     assert_eq!(
         after.value(
             "hitl_decision_latency_seconds_count",
-            &[AGENT_A, ("via", "operator")]
+            &[AGENT_A, ("route", "ops"), ("via", "operator")]
         ),
         1.0
     );
     // The observation sits in the +Inf bucket and in every bucket above it.
     let buckets = after.matching(
         "hitl_decision_latency_seconds_bucket",
-        &[AGENT_A, ("via", "operator"), ("le", "+Inf")],
+        &[
+            AGENT_A,
+            ("route", "ops"),
+            ("via", "operator"),
+            ("le", "+Inf"),
+        ],
     );
     assert_eq!(buckets.len(), 1);
     assert_eq!(buckets[0].value, 1.0);
@@ -327,7 +332,7 @@ async fn a_window_hit_is_counted_as_a_hit_and_as_an_outcome() {
     assert_eq!(
         s.value(
             "hitl_decision_latency_seconds_count",
-            &[AGENT_A, ("via", "operator")]
+            &[AGENT_A, ("route", "ops"), ("via", "operator")]
         ),
         1.0
     );
@@ -532,7 +537,7 @@ async fn a_timeout_and_a_fail_closed_are_counted_as_such() {
     assert_eq!(
         s.value(
             "hitl_decision_latency_seconds_count",
-            &[AGENT_A, ("via", "timeout")]
+            &[AGENT_A, ("route", "ops"), ("via", "timeout")]
         ),
         1.0
     );
@@ -540,7 +545,7 @@ async fn a_timeout_and_a_fail_closed_are_counted_as_such() {
     let bucket = |le| {
         s.value(
             "hitl_decision_latency_seconds_bucket",
-            &[AGENT_A, ("via", "timeout"), ("le", le)],
+            &[AGENT_A, ("route", "ops"), ("via", "timeout"), ("le", le)],
         )
     };
     assert_eq!((bucket("0.5"), bucket("2.5")), (0.0, 1.0));

@@ -25,5 +25,6 @@ pub mod rules;
 pub mod run_report;
 pub mod schema;
 pub mod shown;
+pub mod stats;
 pub mod text;
 pub mod tool_pin;

@@ -436,6 +436,76 @@ pub(crate) async fn pending_in_chat(
     hydrate_all(&mut conn, rows).await
 }
 
+/// One ended confirmation as [`ended_since`] reads it: id, tool, status, via, who
+/// decided (id, name), asked and decided (ms), the run's status.
+type EndedRow = (
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<i64>,
+    Option<String>,
+    i64,
+    Option<i64>,
+    Option<String>,
+);
+
+/// See [`crate::storage::Questions::ended_since`]: the few columns the statistics read,
+/// not whole questions.
+pub(crate) async fn ended_since(
+    pool: &Pool<Db>,
+    route: &str,
+    since: OffsetDateTime,
+    limit: u32,
+) -> Result<Vec<crate::domain::stats::Ended>, StorageError> {
+    let rows: Vec<EndedRow> = sqlx::query_as(
+        "SELECT id, tool, status, via, decided_by_id, decided_by_name, created_at,
+                decided_at, run_status
+         FROM confirmations
+         WHERE route = $1 AND created_at >= $2 AND interaction_id IS NULL
+           AND status IN ('confirmed', 'cancelled', 'timeout')
+         ORDER BY created_at DESC LIMIT $3",
+    )
+    .bind(route)
+    .bind(ms(since))
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter().map(ended_row).collect()
+}
+
+/// One row of [`ended_since`] as the statistics read it.
+fn ended_row(row: EndedRow) -> Result<crate::domain::stats::Ended, StorageError> {
+    use crate::domain::question::{Status, Via};
+    let (id, tool, status, via, by_id, by_name, created, decided, run) = row;
+    let corrupt = |what: &str| StorageError::Corrupt {
+        id: id.clone(),
+        what: what.into(),
+    };
+    let status = Status::parse(&status).ok_or_else(|| corrupt("status"))?;
+    let via = via
+        .map(|v| Via::parse(&v).ok_or_else(|| corrupt("via")))
+        .transpose()?;
+    let person = match (via, by_id, by_name) {
+        (Some(Via::Operator), Some(id), name) => Some((
+            u64::try_from(id).map_err(|_| corrupt("decided_by_id"))?,
+            name.unwrap_or_default(),
+        )),
+        _ => None,
+    };
+    let waited = decided
+        .map(|d| std::time::Duration::from_millis(u64::try_from(d - created).unwrap_or(0)))
+        .unwrap_or_default();
+    Ok(crate::domain::stats::Ended {
+        tool,
+        person,
+        status,
+        via,
+        waited,
+        run_failed: run.as_deref() == Some("failed"),
+    })
+}
+
 /// See [`crate::storage::Questions::pending_of`]. `$1 IS NULL` keeps one statement for
 /// both readings (every agent, or one).
 pub(crate) async fn pending_of(
