@@ -23,6 +23,7 @@ mod redis_bridge;
 mod routes;
 mod rules;
 mod server;
+mod stats;
 mod telegram;
 mod webhooks;
 mod when;
@@ -47,6 +48,7 @@ pub use server::{
     DEFAULT_IDLE_TIMEOUT_SECONDS, DEFAULT_MAX_CONNECTIONS, HttpLimits, MAX_HTTP_TIMEOUT_SECONDS,
     ServerSettings,
 };
+pub use stats::StatsSettings;
 pub use telegram::{
     BOT_TOKEN_ENV, DEFAULT_WEBHOOK_PATH, DEFAULT_WEBHOOK_SECRET_ENV, TelegramMode,
     TelegramModeSetting, TelegramSettings, WebhookMode, bot_id_of_token,
@@ -120,6 +122,9 @@ pub struct Settings {
     /// `enforce` (the default) or `dry_run`.
     #[serde(default)]
     pub rules_mode: RulesMode,
+    /// `[stats]`: what `/stats` notes.
+    #[serde(default)]
+    pub stats: StatsSettings,
 }
 
 /// Why a configuration was refused. Each message names the key at fault.
@@ -171,6 +176,8 @@ pub struct Config {
     pub redis_bridge: Option<RedisBridge>,
     /// The bearer token `GET /metrics` requires, if it requires one.
     pub metrics_token: Option<TokenDigest>,
+    /// When `/stats` notes a person's approvals as a rubber stamp (`[stats]`).
+    pub rubber_stamp: crate::domain::stats::RubberStamp,
     /// The operator's console (`[mini_app]`), when it is on.
     pub mini_app: Option<MiniApp>,
     /// `[server]`: timeouts and the connection limit of the HTTP server.
@@ -232,6 +239,7 @@ impl Config {
             _ => None,
         };
         let metrics_token = s.metrics.token(env)?;
+        let rubber_stamp = s.stats.checked()?;
         let mini_app = s.mini_app.checked()?;
         let rules = Arc::new(rules::policy(&s.rules, s.rules_default, s.rules_mode)?);
         let mcp_upstreams = mcp_upstreams::check_all(
@@ -268,6 +276,7 @@ impl Config {
             agents,
             redis_bridge,
             metrics_token,
+            rubber_stamp,
             mini_app,
             http,
             rules,

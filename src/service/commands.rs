@@ -26,7 +26,7 @@ use crate::domain::audit;
 use crate::domain::grant::Grant;
 use crate::domain::ids::{GrantId, QuestionId};
 use crate::domain::question::{Operator, Question};
-use crate::domain::stats::{self, RubberStamp, Stats};
+use crate::domain::stats::{self, Stats};
 use crate::metrics::Metrics;
 use crate::storage::{
     Audit, Grants, LiveWindow, Questions, Runs, StorageError, WindowUse, Windows,
@@ -411,7 +411,7 @@ impl Commands {
                         .await?;
                     routes.push((
                         route.name.clone(),
-                        stats::of(&ended, RubberStamp::default()),
+                        stats::of(&ended, self.config.rubber_stamp),
                     ));
                 }
                 CommandReply::Stats { days, routes }
