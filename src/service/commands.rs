@@ -160,7 +160,7 @@ pub struct Setup {
 pub const MAX_STATS_DAYS: u32 = 90;
 /// The most ended calls `/stats` reads per route (the latest): a bound on one command's
 /// work, far above what a route's people decide in `MAX_STATS_DAYS`.
-const MAX_STATS_ROWS: u32 = 100_000;
+pub(super) const MAX_STATS_ROWS: u32 = 100_000;
 
 const NOT_AN_APPROVER: &str = "Only approvers of this chat's route can use operator commands.";
 const NOT_A_ROUTE_CHAT: &str = "Operator commands work only in a route's chat.";

@@ -7,7 +7,12 @@ use hitl_telegram::domain::question::{Ending, Operator};
 use hitl_telegram::service::now;
 use hitl_telegram::storage::{Administration, Questions, SqliteStore};
 
+use reqwest::StatusCode;
+
+use super::console::{PAGE_WAIT, console_url};
 use crate::support::app::*;
+use crate::support::browser::Browser;
+use crate::support::console::{as_user, console_get, with_console};
 use crate::support::questions::question;
 
 fn person(id: u64, name: &str) -> Operator {
@@ -45,12 +50,12 @@ async fn ask(app: &TestApp, text: &str) -> String {
         .visible_text
 }
 
-#[tokio::test]
-async fn stats_give_each_persons_and_tools_medians_and_how_calls_ended() {
-    let app = TestApp::spawn().await;
+/// Seeds the ops route's history: Alice approved deploy after 2, 4, 6, 8 and 10 s (median
+/// 6 s, 90th percentile 10 s); Bob cancelled one after 30 s; a restart timed out; Carol
+/// approved read_report twenty times within a second each and cancelled none.
+async fn seed(app: &TestApp) {
     let store = SqliteStore::connect_existing(&app.db_url).await.unwrap();
     let alice_op = person(ALICE, "Alice");
-    // Alice approved deploy after 2, 4, 6, 8 and 10 s: median 6 s, 90th percentile 10 s.
     for after in [2, 4, 6, 8, 10] {
         let approve = Ending::Approved {
             by: alice_op.clone(),
@@ -58,7 +63,6 @@ async fn stats_give_each_persons_and_tools_medians_and_how_calls_ended() {
         };
         ended(&store, "deploy", approve, after).await;
     }
-    // Bob cancelled one deploy after 30 s; one restart timed out.
     ended(&store, "deploy", Ending::Cancelled(person(BOB, "Bob")), 30).await;
     ended(
         &store,
@@ -69,7 +73,6 @@ async fn stats_give_each_persons_and_tools_medians_and_how_calls_ended() {
         600,
     )
     .await;
-    // Carol approved read_report twenty times within a second each, and cancelled none.
     for _ in 0..20 {
         let approve = Ending::Approved {
             by: person(CAROL, "Carol"),
@@ -78,7 +81,12 @@ async fn stats_give_each_persons_and_tools_medians_and_how_calls_ended() {
         ended(&store, "read_report", approve, 1).await;
     }
     store.close().await;
+}
 
+#[tokio::test]
+async fn stats_give_each_persons_and_tools_medians_and_how_calls_ended() {
+    let app = TestApp::spawn().await;
+    seed(&app).await;
     let text = ask(&app, "/stats").await;
     assert!(text.contains("Decisions in the last 7 days"), "{text}");
     assert!(
@@ -126,5 +134,53 @@ async fn stats_give_each_persons_and_tools_medians_and_how_calls_ended() {
     assert!(
         refused.contains("/stats takes a number of days from 1 to 90, not '400'"),
         "{refused}"
+    );
+}
+
+#[tokio::test]
+async fn the_console_shows_the_same_figures_to_its_routes_approvers_only() {
+    let app = TestApp::spawn_with_settings(with_console).await;
+    seed(&app).await;
+    let alice = as_user(&app, ALICE, "Alice");
+    let (status, stats) = console_get(&app, "/app/api/stats", Some(&alice)).await;
+    assert_eq!(status, StatusCode::OK, "{stats}");
+    assert_eq!(stats["days"], 7);
+    let ops = stats["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["route"] == "ops")
+        .expect("Alice approves ops");
+    assert_eq!(ops["total"]["asked"], 27);
+    let alices = ops["people"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "Alice")
+        .unwrap();
+    assert_eq!(alices["figures"]["median_seconds"], 6.0);
+    assert_eq!(alices["figures"]["p90_seconds"], 10.0);
+    let (status, _) = console_get(&app, "/app/api/stats?days=0", Some(&alice)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let mallory = as_user(&app, MALLORY, "Mallory");
+    let (status, _) = console_get(&app, "/app/api/stats", Some(&mallory)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // In a real browser, the page shows what the chat says.
+    let Some(browser) = Browser::launch().await else {
+        return;
+    };
+    let page = browser.page().await;
+    page.goto(&console_url(&app, ALICE, "Alice", None)).await;
+    page.wait_for("#stats [data-route=ops] [data-person]", PAGE_WAIT)
+        .await;
+    let shown = page.text("#stats [data-route=ops]").await;
+    assert!(
+        shown.contains("Alice: 5 decided (median 6.0 s, 90th percentile 10 s)"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("⚠️ approved 20 and cancelled none"),
+        "{shown}"
     );
 }

@@ -69,9 +69,9 @@ function summary(q) {
 
 async function showList() {
   const main = document.getElementById("main");
-  const [{ questions }, { windows }, { grants }, ended] = await Promise.all([
+  const [{ questions }, { windows }, { grants }, ended, stats] = await Promise.all([
     api("/app/api/questions"), api("/app/api/windows"), api("/app/api/grants"),
-    api(ENDED_PAGE)]);
+    api(ENDED_PAGE), api("/app/api/stats")]);
   main.replaceChildren();
   if (questions.length === 0) {
     main.append(el("p", { class: "hint" }, "Nothing waits for you."));
@@ -100,6 +100,48 @@ async function showList() {
   main.append(section);
   showEnded(section, ended);
   if (ended.questions.length === 0) section.append(el("p", { class: "hint" }, "Nothing has ended yet."));
+  main.append(statsSection(stats));
+}
+
+// Who decided what and how fast, as /stats says it in the chat.
+function statsSection(stats) {
+  const section = el("section", { id: "stats" },
+    el("h2", {}, "Decisions in the last " + stats.days + " days"));
+  for (const r of stats.routes) {
+    section.append(el("div", { class: "card", "data-route": r.route },
+      el("div", {}, el("strong", {}, "Route " + r.route), ": " + figures(r.total)),
+      ...r.people.map((p) => el("div", { class: "field", "data-person": p.name },
+        p.name + ": " + p.figures.by_people + " decided" + times(p.figures) + " · " +
+        p.figures.approved + " approved, " + p.figures.cancelled + " cancelled" +
+        (p.rubber_stamp ? " · ⚠️ approved " + p.figures.approved +
+          " and cancelled none, half in under " + span(p.figures.median_seconds) : ""))),
+      ...r.tools.map((t) => el("div", { class: "field hint", "data-tool": t.tool },
+        t.tool + ": " + figures(t.figures)))));
+  }
+  return section;
+}
+
+function figures(f) {
+  if (f.asked === 0) return "no calls ended";
+  const parts = [f.asked + " calls, " + f.by_people + " decided by a person" + times(f)];
+  for (const [n, what] of [[f.approved, "approved"], [f.cancelled, "cancelled"],
+    [f.timed_out, "timed out"], [f.by_rule, "by rules"], [f.by_window, "by windows"],
+    [f.by_grant, "by grants"], [f.failed_runs, "failed after a yes"]]) {
+    if (n > 0) parts.push(what + " " + n + " (" + Math.round(100 * n / f.asked) + "%)");
+  }
+  return parts.join(" · ");
+}
+
+function times(f) {
+  return f.median_seconds == null ? "" :
+    " (median " + span(f.median_seconds) + ", 90th percentile " + span(f.p90_seconds) + ")";
+}
+
+function span(s) {
+  if (s < 10) return s.toFixed(1) + " s";
+  if (s < 60) return Math.round(s) + " s";
+  if (s < 3600) return Math.floor(s / 60) + " min " + Math.round(s % 60) + " s";
+  return Math.floor(s / 3600) + " h " + Math.round((s % 3600) / 60) + " min";
 }
 
 const ENDED_PAGE = "/app/api/ended?limit=20";

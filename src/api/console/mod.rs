@@ -42,7 +42,9 @@ use crate::storage::EndedCursor;
 
 mod view;
 
-use view::{EventView, GrantView, QuestionDetail, QuestionList, QuestionView, WindowView};
+use view::{
+    EventView, GrantView, QuestionDetail, QuestionList, QuestionView, RouteStatsView, WindowView,
+};
 
 /// The page and its script, embedded: no build step, no CDN but Telegram's own script.
 const PAGE: &str = include_str!("page.html");
@@ -69,6 +71,7 @@ pub fn routes(router: Router<AppState>, enabled: bool) -> Router<AppState> {
         .route("/app/api/windows", get(windows))
         .route("/app/api/windows/{id}/revoke", post(revoke_window))
         .route("/app/api/grants", get(grants))
+        .route("/app/api/stats", get(stats))
         .route("/app/api/grants/{id}/revoke", post(revoke_grant))
 }
 
@@ -369,6 +372,36 @@ async fn revoke_window(
         "revoked": WindowView::of(&revoked, Default::default())
     }))
     .into_response())
+}
+
+/// `GET /app/api/stats[?days=N]`: who decided what and how fast in the routes this user
+/// approves, as `/stats` says it in their chats (7 days by default, at most 90).
+async fn stats(
+    State(state): State<AppState>,
+    ConsoleUser(user, _in_flight): ConsoleUser,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let days = match query.get("days") {
+        None => 7,
+        Some(d) => match d.parse::<u32>() {
+            Ok(n) if (1..=crate::service::MAX_STATS_DAYS).contains(&n) => n,
+            _ => {
+                return Err(ApiError::field(
+                    "days",
+                    format!(
+                        "must be a whole number of days from 1 to {}",
+                        crate::service::MAX_STATS_DAYS
+                    ),
+                ));
+            }
+        },
+    };
+    let routes = state.service.console().stats(&user, days).await?;
+    let routes: Vec<RouteStatsView> = routes
+        .iter()
+        .map(|(route, s)| RouteStatsView::of(route, s))
+        .collect();
+    Ok(Json(serde_json::json!({ "days": days, "routes": routes })).into_response())
 }
 
 /// `GET /app/api/grants`: the live grants of the routes this user approves.

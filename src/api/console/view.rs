@@ -292,3 +292,85 @@ impl GrantView {
         }
     }
 }
+
+/// A group's figures as the console shows them (times in seconds).
+#[derive(Serialize)]
+pub struct FiguresView {
+    pub asked: u64,
+    pub by_people: u64,
+    pub median_seconds: Option<f64>,
+    pub p90_seconds: Option<f64>,
+    pub approved: u64,
+    pub cancelled: u64,
+    pub timed_out: u64,
+    pub by_rule: u64,
+    pub by_window: u64,
+    pub by_grant: u64,
+    pub failed_runs: u64,
+}
+
+impl FiguresView {
+    pub fn of(f: &crate::domain::stats::Figures) -> FiguresView {
+        FiguresView {
+            asked: f.asked,
+            by_people: f.by_people,
+            median_seconds: f.median.map(|d| d.as_secs_f64()),
+            p90_seconds: f.p90.map(|d| d.as_secs_f64()),
+            approved: f.approved,
+            cancelled: f.cancelled,
+            timed_out: f.timed_out,
+            by_rule: f.by_rule,
+            by_window: f.by_window,
+            by_grant: f.by_grant,
+            failed_runs: f.failed_runs,
+        }
+    }
+}
+
+/// One route's statistics.
+#[derive(Serialize)]
+pub struct RouteStatsView {
+    pub route: String,
+    pub total: FiguresView,
+    pub people: Vec<PersonStatsView>,
+    pub tools: Vec<ToolStatsView>,
+}
+
+#[derive(Serialize)]
+pub struct PersonStatsView {
+    pub name: String,
+    pub figures: FiguresView,
+    pub rubber_stamp: bool,
+}
+
+#[derive(Serialize)]
+pub struct ToolStatsView {
+    pub tool: String,
+    pub figures: FiguresView,
+}
+
+impl RouteStatsView {
+    pub fn of(route: &str, s: &crate::domain::stats::Stats) -> RouteStatsView {
+        RouteStatsView {
+            route: route.to_owned(),
+            total: FiguresView::of(&s.total),
+            people: s
+                .people
+                .iter()
+                .map(|p| PersonStatsView {
+                    name: p.name.clone(),
+                    figures: FiguresView::of(&p.figures),
+                    rubber_stamp: p.rubber_stamp,
+                })
+                .collect(),
+            tools: s
+                .tools
+                .iter()
+                .map(|(t, f)| ToolStatsView {
+                    tool: t.clone(),
+                    figures: FiguresView::of(f),
+                })
+                .collect(),
+        }
+    }
+}
