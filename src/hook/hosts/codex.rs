@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 use super::super::HookResult;
 use super::super::event::{HookEvent, Ran, Stage, clip};
 use super::super::host::{Answer, Host};
-use super::{checked_input, claude, named, object_of, read};
+use super::{checked_input, claude, named, object_of, read, with_key};
 
 pub const PERMISSION_REQUEST: &str = "PermissionRequest";
 pub const PRE_TOOL_USE: &str = "PreToolUse";
@@ -93,9 +93,6 @@ pub(in super::super) fn parse(name: &str, bytes: &[u8], strict: bool) -> Result<
         // What the command may do outside its sandbox is part of what is approved: it
         // goes into the parameters (and so into the args hash, the rules and the
         // windows), beside the command. The post event names the call by its input.
-        if !e.tool_input.get().trim_start().starts_with('{') {
-            return Err("the event's tool_input is not a JSON object".into());
-        }
         let input = std::mem::replace(&mut e.tool_input, object_of(&[])?);
         e.tool_input = with_key(&input, "approval_context", &approval)?;
         match_input = match_input.or(Some(input));
@@ -125,27 +122,6 @@ fn command_of(input: &RawValue) -> Option<Box<RawValue>> {
         .trim_start()
         .starts_with('"')
         .then(|| command.clone())
-}
-
-/// `object` (raw JSON text of an object) with `key` added last, its other bytes as
-/// they are; refused when `object` already has that key.
-fn with_key(object: &RawValue, key: &str, value: &RawValue) -> Result<Box<RawValue>, String> {
-    let has: std::collections::BTreeMap<String, &RawValue> = serde_json::from_str(object.get())
-        .map_err(|e| format!("the event's tool_input is not a JSON object: {e}"))?;
-    if has.contains_key(key) {
-        return Err(format!("the event's tool_input already has a key '{key}'"));
-    }
-    let text = object.get().trim();
-    let inner = text[1..text.len() - 1].trim();
-    let added = object_of(&[(key, value)])?;
-    let added = added.get();
-    let added = &added[1..added.len() - 1];
-    let whole = if inner.is_empty() {
-        format!("{{{added}}}")
-    } else {
-        format!("{{{inner},{added}}}")
-    };
-    RawValue::from_string(whole).map_err(|e| format!("cannot build the parameters: {e}"))
 }
 
 pub(in super::super) fn answer(name: &str, answer: Answer) -> HookResult {

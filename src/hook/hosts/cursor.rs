@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::super::HookResult;
 use super::super::event::{HookEvent, Ran, Stage, clip};
 use super::super::host::{Answer, Host};
-use super::{checked_input, named, object_of, raw_string, read, response_text};
+use super::{checked_input, named, object_of, raw_string, read, response_text, with_key};
 
 pub const BEFORE_SHELL: &str = "beforeShellExecution";
 pub const BEFORE_MCP: &str = "beforeMCPExecution";
@@ -137,7 +137,9 @@ pub(in super::super) fn parse(name: &str, bytes: &[u8], strict: bool) -> Result<
             let input = match &server {
                 Some(server) if name == BEFORE_MCP => {
                     context.push(format!("MCP server {}", clip(&server_text(server), 200)));
-                    with_server(&arguments, server)?
+                    let server = serde_json::value::to_raw_value(server)
+                        .map_err(|e| format!("cannot build the parameters: {e}"))?;
+                    with_key(&arguments, "mcp_server", &server)?
                 }
                 _ => arguments.clone(),
             };
@@ -191,25 +193,6 @@ fn server_text(server: &Value) -> String {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned()
-}
-
-/// The arguments with the server beside them, under `mcp_server`.
-fn with_server(arguments: &RawValue, server: &Value) -> Result<Box<RawValue>, String> {
-    let server = serde_json::value::to_raw_value(server).map_err(|e| e.to_string())?;
-    let fields: std::collections::BTreeMap<String, &RawValue> =
-        serde_json::from_str(arguments.get()).map_err(|e| e.to_string())?;
-    if fields.contains_key("mcp_server") {
-        return Err("the MCP call's arguments already have a key 'mcp_server'".into());
-    }
-    let text = arguments.get().trim();
-    let inner = text[1..text.len() - 1].trim();
-    let added = format!("\"mcp_server\":{}", server.get());
-    let whole = if inner.is_empty() {
-        format!("{{{added}}}")
-    } else {
-        format!("{{{inner},{added}}}")
-    };
-    RawValue::from_string(whole).map_err(|e| e.to_string())
 }
 
 /// What an after event says became of the call.

@@ -111,6 +111,34 @@ pub(super) fn object_of(pairs: &[(&str, &RawValue)]) -> Result<Box<RawValue>, St
         .map_err(|e| format!("cannot build the parameters: {e}"))
 }
 
+/// `object` (raw JSON text of an object) with `key` added last, its other bytes as they
+/// are: what the hook adds to the parameters because it changes what runs (Codex's
+/// `approval_context`, a Cursor MCP call's `mcp_server`). Refused when `object` is no
+/// object or already has `key`: the agent's own value must never pass for the host's.
+pub(super) fn with_key(
+    object: &RawValue,
+    key: &str,
+    value: &RawValue,
+) -> Result<Box<RawValue>, String> {
+    let fields: BTreeMap<String, &RawValue> = serde_json::from_str(object.get())
+        .map_err(|e| format!("the call's input is not a JSON object: {e}"))?;
+    if fields.contains_key(key) {
+        return Err(format!(
+            "the call's input already has a key '{}', which hitl-telegram adds itself",
+            clean(key, 64)
+        ));
+    }
+    let text = object.get().trim();
+    let inner = text[1..text.len() - 1].trim();
+    let added = format!("{}:{}", Value::from(key), value.get());
+    let whole = if inner.is_empty() {
+        format!("{{{added}}}")
+    } else {
+        format!("{{{inner},{added}}}")
+    };
+    RawValue::from_string(whole).map_err(|e| format!("cannot build the parameters: {e}"))
+}
+
 /// A string as raw JSON.
 pub(super) fn raw_string(s: &str) -> Result<Box<RawValue>, String> {
     serde_json::value::to_raw_value(s).map_err(|e| format!("cannot build the parameters: {e}"))
