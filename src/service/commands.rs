@@ -160,7 +160,27 @@ pub struct Setup {
 pub const MAX_STATS_DAYS: u32 = 90;
 /// The most ended calls `/stats` reads per route (the latest): a bound on one command's
 /// work, far above what a route's people decide in `MAX_STATS_DAYS`.
-pub(super) const MAX_STATS_ROWS: u32 = 100_000;
+const MAX_STATS_ROWS: u32 = 100_000;
+
+/// The statistics of each of `routes` over the `days` before `now`, with `config`'s
+/// rubber-stamp thresholds: what `/stats` and the console show alike.
+pub(super) async fn route_stats(
+    questions: &dyn Questions,
+    routes: &[Arc<Route>],
+    days: u32,
+    config: &Config,
+    now: OffsetDateTime,
+) -> Result<Vec<(String, Stats)>, StorageError> {
+    let since = now - std::time::Duration::from_secs(u64::from(days) * 86_400);
+    let mut out = Vec::with_capacity(routes.len());
+    for route in routes {
+        let ended = questions
+            .ended_since(&route.name, since, MAX_STATS_ROWS)
+            .await?;
+        out.push((route.name.clone(), stats::of(&ended, config.rubber_stamp)));
+    }
+    Ok(out)
+}
 
 const NOT_AN_APPROVER: &str = "Only approvers of this chat's route can use operator commands.";
 const NOT_A_ROUTE_CHAT: &str = "Operator commands work only in a route's chat.";
@@ -401,21 +421,10 @@ impl Commands {
                 CommandReply::Pending(open)
             }
             Command::Windows => self.windows(mine, now).await?,
-            &Command::Stats(days) => {
-                let since = now - std::time::Duration::from_secs(u64::from(days) * 86_400);
-                let mut routes = Vec::new();
-                for route in mine {
-                    let ended = self
-                        .questions
-                        .ended_since(&route.name, since, MAX_STATS_ROWS)
-                        .await?;
-                    routes.push((
-                        route.name.clone(),
-                        stats::of(&ended, self.config.rubber_stamp),
-                    ));
-                }
-                CommandReply::Stats { days, routes }
-            }
+            &Command::Stats(days) => CommandReply::Stats {
+                days,
+                routes: route_stats(self.questions.as_ref(), mine, days, &self.config, now).await?,
+            },
             Command::Grants => {
                 let mut live = Vec::new();
                 for route in mine {

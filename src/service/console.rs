@@ -457,19 +457,8 @@ impl Console<'_> {
         user: &Operator,
         days: u32,
     ) -> Result<Vec<(String, crate::domain::stats::Stats)>, ServiceError> {
-        let since = now() - std::time::Duration::from_secs(u64::from(days) * 86_400);
-        let mut out = Vec::new();
-        for route in self.routes(user) {
-            let ended = self
-                .questions
-                .ended_since(&route.name, since, super::commands::MAX_STATS_ROWS)
-                .await?;
-            out.push((
-                route.name.clone(),
-                crate::domain::stats::of(&ended, self.config.rubber_stamp),
-            ));
-        }
-        Ok(out)
+        let routes = self.routes(user);
+        Ok(super::commands::route_stats(self.questions, &routes, days, self.config, now()).await?)
     }
 
     /// The live windows of `user`'s routes, soonest to close first, each with what it let
