@@ -19,6 +19,7 @@ pub mod normal;
 mod number;
 mod path;
 mod raw;
+pub mod suggest;
 #[cfg(test)]
 mod tests;
 
