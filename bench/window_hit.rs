@@ -235,7 +235,7 @@ impl Messenger for NoTelegram {
         &self,
         _chat_id: i64,
         _thread: Option<i32>,
-        _reply_to: i32,
+        _reply_to: Option<i32>,
         _reply: &CommandReply,
     ) -> Result<i32, DeliveryError> {
         self.sent()
@@ -457,6 +457,7 @@ impl ServiceWorld {
             from_is_bot: false,
             revoke_grant: None,
             allow_tools: None,
+            chat_rule: None,
         };
         self.rt
             .block_on(self.service.handle_tap(tap))

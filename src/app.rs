@@ -163,6 +163,11 @@ async fn announce(service: &Arc<Service>, listener: &TcpListener) -> anyhow::Res
         .config_report()
         .await
         .context("cannot read the other replicas' configurations")?;
+    // The chat's rules decide from the first request on, as the file's do.
+    service
+        .load_chat_rules()
+        .await
+        .context("cannot read the rules accepted in the chats")?;
     let recovered = service
         .recover()
         .await
@@ -242,6 +247,18 @@ async fn spawn_background(
         crate::audit_head::EVERY,
         shutdown.clone(),
     ));
+    // Rules accepted through another replica are read here within seconds; the leader
+    // offers each route its proposals when they are due.
+    service.tasks().spawn(
+        service
+            .clone()
+            .keep_chat_rules(crate::service::CHAT_RULES_REFRESH, shutdown.clone()),
+    );
+    service
+        .tasks()
+        .spawn(service.clone().while_leading(shutdown.clone(), |s, stop| {
+            s.offer_on_schedule(crate::service::OFFER_CHECK_EVERY, stop)
+        }));
     // Returns at once unless [redis_bridge] is enabled.
     let bridge = tokio::spawn(
         service

@@ -82,6 +82,12 @@ pub fn demo_settings(mut s: Settings, operator: u64) -> anyhow::Result<Settings>
         max_extensions: crate::config::DEFAULT_MAX_EXTENSIONS,
         topic_id: None,
         grant_scopes: Default::default(),
+        // The demo's one person decides everything, the rules suggested to them too.
+        rule_editors: vec![operator],
+        never_suggest: Vec::new(),
+        suggest_days: crate::config::DEFAULT_SUGGEST_DAYS,
+        suggest_every_days: crate::config::DEFAULT_SUGGEST_DAYS,
+        suggest_min_decisions: crate::config::DEFAULT_SUGGEST_MIN_DECISIONS,
     }];
     s.agents = vec![AgentSettings {
         name: "demo".into(),

@@ -438,7 +438,7 @@ async fn main() -> ExitCode {
         } => program::audit_verify(&cli.config, expect_head).await,
         Command::Rules {
             command: RulesCommand::Test { call },
-        } => return rules_test(&cli.config, &call),
+        } => return rules_test(&cli.config, &call).await,
         Command::MigrateToPostgres { to } => program::migrate_to_postgres(&cli.config, &to).await,
         Command::ConsoleLink { user, minutes, url } => {
             program::console_link(&cli.config, user, minutes, url.as_deref()).map(
@@ -508,8 +508,8 @@ async fn main() -> ExitCode {
 }
 
 /// `rules test`: the exit code it chooses, or [`cli::EXIT_ERROR`] on an error.
-fn rules_test(config: &Path, call: &Path) -> ExitCode {
-    match program::rules_test(config, call) {
+async fn rules_test(config: &Path, call: &Path) -> ExitCode {
+    match program::rules_test(config, call).await {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {}", cli::error_text(&e));

@@ -257,6 +257,31 @@ pub async fn migrate_to_postgres(path: &Path, to: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The chat rules in force that the database of the configuration at `path` holds;
+/// why none were read when the file is no whole configuration (a file of rules only),
+/// names no database that exists yet, or the read failed.
+async fn stored_chat_rules(
+    path: &Path,
+) -> Result<Vec<crate::domain::rules::ChatRuleRecord>, String> {
+    let settings = Settings::load(path)
+        .map_err(|_| "the file is not a whole configuration with a database".to_owned())?;
+    let store = storage::connect(&settings.database.url, ConnectMode::Existing)
+        .await
+        .map_err(|e| e.to_string())?;
+    store.chat_rules().await.map_err(|e| e.to_string())
+}
+
+/// The records' rules in force, each refused one said on stderr.
+fn chat_rules_of(
+    records: &[crate::domain::rules::ChatRuleRecord],
+) -> crate::domain::rules::ChatRules {
+    let (chat, refused) = crate::domain::rules::ChatRules::of(records);
+    for why in refused {
+        eprintln!("warning: {why}; it decides nothing");
+    }
+    chat
+}
+
 /// `check-config`: refusals fail it, warnings go to stderr, `--online` asks Telegram.
 pub async fn check_config(path: &Path, demo: bool, online: bool) -> anyhow::Result<()> {
     let c = load_config(path, demo)?;
@@ -276,6 +301,28 @@ pub async fn check_config(path: &Path, demo: bool, online: bool) -> anyhow::Resu
         rules.mode.as_str(),
         rules.set.fingerprint().as_str()
     );
+    match stored_chat_rules(path).await {
+        Ok(records) => {
+            let chat = chat_rules_of(&records);
+            let with = rules.with_chat(chat.clone());
+            println!(
+                "chat rules: {} in force ({} enforced), hash with them {}",
+                chat.rules().len(),
+                chat.rules().iter().filter(|c| c.enforced).count(),
+                with.fingerprint().as_str()
+            );
+            for c in chat.rules() {
+                println!(
+                    "  {} {} on route {} ({})",
+                    c.rule.effect(),
+                    c.rule.name(),
+                    c.route,
+                    if c.enforced { "enforced" } else { "dry run" }
+                );
+            }
+        }
+        Err(why) => println!("chat rules: not read ({why})"),
+    }
     match &c.telegram_mode {
         crate::config::TelegramMode::Polling => {
             println!("Telegram updates: long polling");
@@ -322,6 +369,9 @@ struct TestCall {
     /// matches only calls carrying them).
     #[serde(default)]
     annotations: Option<serde_json::Value>,
+    /// The route the call is asked on: the chat rules read are that route's.
+    #[serde(default)]
+    route: Option<String>,
 }
 
 /// Exit codes of `rules test`, by the rules' decision.
@@ -335,9 +385,16 @@ pub const RULES_TEST_ASK: u8 = 4;
 /// no secret read, an `allow`'s rate not counted). Prints the decision and the deciding
 /// rule; returns the exit code ([`RULES_TEST_ALLOW`], [`RULES_TEST_DENY`],
 /// [`RULES_TEST_ASK`]).
-pub fn rules_test(path: &Path, call: &Path) -> anyhow::Result<u8> {
+pub async fn rules_test(path: &Path, call: &Path) -> anyhow::Result<u8> {
     use crate::domain::rules::{Effect, RuleCall};
     let policy = crate::config::rules_of_file(path)?;
+    let policy = match stored_chat_rules(path).await {
+        Ok(records) => policy.with_chat(chat_rules_of(&records)),
+        Err(why) => {
+            println!("chat rules: not read ({why})");
+            policy
+        }
+    };
     let text = if call == Path::new("-") {
         std::io::read_to_string(std::io::stdin()).context("cannot read the call from stdin")?
     } else {
@@ -384,14 +441,18 @@ pub fn rules_test(path: &Path, call: &Path) -> anyhow::Result<u8> {
             c.tool
         );
     }
-    let (verdict, rate) = policy.judge(&RuleCall {
-        tool: &c.tool,
-        agent: c.agent.as_deref().unwrap_or(""),
-        owner: c.owner_id.as_deref(),
-        params: &params,
-        server: server.as_ref().map(|s| s.as_str()),
-        annotations: annotations.as_ref(),
-    });
+    let route = c.route.as_deref().unwrap_or("");
+    let (verdict, rate) = policy.judge(
+        &RuleCall {
+            tool: &c.tool,
+            agent: c.agent.as_deref().unwrap_or(""),
+            owner: c.owner_id.as_deref(),
+            params: &params,
+            server: server.as_ref().map(|s| s.as_str()),
+            annotations: annotations.as_ref(),
+        },
+        route,
+    );
     println!("decision: {}", verdict.effect);
     println!("by: {}", verdict.by());
     if let Some(reason) = &verdict.reason {
@@ -404,11 +465,28 @@ pub fn rules_test(path: &Path, call: &Path) -> anyhow::Result<u8> {
         );
     }
     println!(
-        "rules: {} rule(s), mode {}, hash {}",
+        "rules: {} rule(s), {} chat rule(s), mode {}, hash {}",
         policy.set.rules().len(),
+        policy.chat().rules().len(),
         policy.mode.as_str(),
-        policy.set.fingerprint().as_str()
+        policy.fingerprint().as_str()
     );
+    if let Some(c) = policy
+        .chat()
+        .rules()
+        .iter()
+        .find(|c| Some(c.rule.name()) == verdict.rule.as_deref())
+    {
+        println!(
+            "chat rule: accepted in route {}'s chat, {}",
+            c.route,
+            if c.enforced {
+                "enforced"
+            } else {
+                "in a dry run"
+            }
+        );
+    }
     if !verdict.enforced {
         println!("dry run: the service asks for every call and records this decision");
     }

@@ -24,6 +24,7 @@ mod routes;
 mod rules;
 mod server;
 mod stats;
+mod suggest;
 mod telegram;
 mod webhooks;
 mod when;
@@ -49,6 +50,9 @@ pub use server::{
     ServerSettings,
 };
 pub use stats::StatsSettings;
+pub use suggest::{
+    DEFAULT_SUGGEST_DAYS, DEFAULT_SUGGEST_MIN_DECISIONS, MAX_SUGGEST_DAYS, Suggesting,
+};
 pub use telegram::{
     BOT_TOKEN_ENV, DEFAULT_WEBHOOK_PATH, DEFAULT_WEBHOOK_SECRET_ENV, TelegramMode,
     TelegramModeSetting, TelegramSettings, WebhookMode, bot_id_of_token,

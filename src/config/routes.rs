@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::suggest::{self, SuggestKeys, Suggesting};
 use super::when::{When, WhenSetting};
 use super::{BOT_TOKEN_ENV, ConfigError, invalid};
 use crate::domain::grant::ScopeMap;
@@ -72,6 +73,22 @@ pub struct RouteSettings {
     /// "billing:write" = ["transfer", "refund_*"] }` (see the agents' key of that name).
     #[serde(default)]
     pub grant_scopes: BTreeMap<String, Vec<String>>,
+    /// Who may accept rules proposed in the chat, enforce and remove them (approvers of
+    /// the route; none by default).
+    #[serde(default)]
+    pub rule_editors: Vec<u64>,
+    /// Tools never proposed as rules (patterns with `*` and `?`).
+    #[serde(default)]
+    pub never_suggest: Vec<String>,
+    /// The days of history proposals are drawn from.
+    #[serde(default = "suggest::default_suggest_days")]
+    pub suggest_days: u32,
+    /// How often the chat is offered proposals unasked, in days; 0: only on `/suggest`.
+    #[serde(default = "suggest::default_suggest_every_days")]
+    pub suggest_every_days: u32,
+    /// How many decisions, all alike, make a proposal.
+    #[serde(default = "suggest::default_suggest_min_decisions")]
+    pub suggest_min_decisions: u32,
 }
 
 /// See [`RouteSettings::max_extensions`].
@@ -134,6 +151,8 @@ pub struct Route {
     pub topic_id: Option<i32>,
     /// See [`RouteSettings::grant_scopes`].
     pub grant_scopes: ScopeMap,
+    /// Rules proposed from the route's history, and who may accept them.
+    pub suggesting: Suggesting,
 }
 
 impl Route {
@@ -184,10 +203,22 @@ impl RouteSettings {
         self.check_extensions_and_topic(key)?;
         self.check_limits(key)?;
         let grant_scopes = super::grant_scopes(key, &self.grant_scopes)?;
+        let approvers: HashSet<u64> = self.approvers.iter().copied().collect();
+        let suggesting = suggest::checked(
+            key,
+            SuggestKeys {
+                rule_editors: &self.rule_editors,
+                never_suggest: &self.never_suggest,
+                suggest_days: self.suggest_days,
+                suggest_every_days: self.suggest_every_days,
+                suggest_min_decisions: self.suggest_min_decisions,
+            },
+            &approvers,
+        )?;
         Ok(Route {
             name: self.name,
             chat_id: self.chat_id,
-            approvers: self.approvers.into_iter().collect(),
+            approvers,
             forbid_self_approval: self.forbid_self_approval,
             quorum: self.quorum,
             max_window_seconds: self.max_window_seconds,
@@ -200,6 +231,7 @@ impl RouteSettings {
             max_extensions: self.max_extensions,
             topic_id: self.topic_id,
             grant_scopes,
+            suggesting,
         })
     }
 

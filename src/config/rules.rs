@@ -17,7 +17,7 @@ pub fn policy(
     mode: RulesMode,
 ) -> Result<Policy, ConfigError> {
     let set = RuleSet::from_values(rules, default).map_err(|e| invalid("rules", e.to_string()))?;
-    Ok(Policy { set, mode })
+    Ok(Policy::new(set, mode))
 }
 
 /// What `check-config` says about rules that load but may not do what their writer

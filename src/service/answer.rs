@@ -101,7 +101,7 @@ impl Refused {
 }
 
 /// Audits the refusal of `tap` (about question `id` when known).
-async fn refuse_tap(
+pub(super) async fn refuse_tap(
     audit: &dyn Audit,
     tap: &Tap,
     id: Option<&QuestionId>,
@@ -272,6 +272,9 @@ impl Service {
         }
         if let Some(token) = &tap.allow_tools {
             return self.allow_tools_by_tap(tap, token).await;
+        }
+        if let Some(t) = &tap.chat_rule {
+            return self.chat_rule_by_tap(tap, t).await;
         }
         let found = Tapped::find(self.store.as_ref(), self.store.as_ref(), tap).await?;
         let Tapped {

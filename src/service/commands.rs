@@ -20,16 +20,19 @@ use time::OffsetDateTime;
 
 use super::agree::Agree;
 use super::chats::Chats;
+use super::judge::Rules;
+use super::suggest::Offer;
 use super::{Service, now};
 use crate::config::{Config, Route};
 use crate::domain::audit;
 use crate::domain::grant::Grant;
 use crate::domain::ids::{GrantId, QuestionId};
 use crate::domain::question::{Operator, Question};
+use crate::domain::rules::{ChatRuleRecord, ChatRuleState};
 use crate::domain::stats::{self, Stats};
 use crate::metrics::Metrics;
 use crate::storage::{
-    Audit, Grants, LiveWindow, Questions, Runs, StorageError, WindowUse, Windows,
+    Audit, ChatRulesStore, Grants, LiveWindow, Questions, Runs, StorageError, WindowUse, Windows,
 };
 
 /// A command the service acts on. The Telegram adapter reads it from a message's text
@@ -50,6 +53,10 @@ pub enum Command {
     Revoke(RevokeTarget),
     /// Who decided what and how fast, over this many days.
     Stats(u32),
+    /// Rules proposed from the chat's history, now.
+    Suggest,
+    /// The rules accepted in the chat, each with its buttons.
+    Rules,
     Help,
 }
 
@@ -70,6 +77,8 @@ impl Command {
             Command::Grants => "grants",
             Command::Revoke(_) => "revoke",
             Command::Stats(_) => "stats",
+            Command::Suggest => "suggest",
+            Command::Rules => "rules",
             Command::Help => "help",
         }
     }
@@ -131,6 +140,20 @@ pub enum CommandReply {
         days: u32,
         routes: Vec<(String, Stats)>,
     },
+    /// `/suggest`, or the proposals offered on a schedule: each route's.
+    Suggestions(Vec<Offer>),
+    /// `/rules`: each of the chat's routes with its chat rules in force, and how many
+    /// rules the configuration holds (which come first).
+    ChatRules {
+        routes: Vec<(String, Vec<ChatRuleRecord>)>,
+        configured: usize,
+    },
+    /// A chat rule moved by a tap: accepted, enforced or removed.
+    ChatRuleMoved {
+        rule: Box<ChatRuleRecord>,
+        from: ChatRuleState,
+        by: Operator,
+    },
     /// Not allowed here or not for this person.
     Refused(String),
     /// Allowed, but it cannot be done as asked (a typo, an unknown or foreign window).
@@ -190,7 +213,10 @@ const NOT_AN_APPROVER_EVERYWHERE: &str = "Only approvers of this chat's route ca
 
 /// What the operator commands read and change, and who may use them where.
 pub(super) struct Commands {
-    config: Arc<Config>,
+    pub(super) config: Arc<Config>,
+    /// The rules in force, and the chat's as stored ([`super::suggest`]).
+    pub(super) rules: Arc<Rules>,
+    pub(super) chat_rules: Arc<dyn ChatRulesStore>,
     chats: Arc<Chats>,
     agree: Arc<Agree>,
     questions: Arc<dyn Questions>,
@@ -203,6 +229,8 @@ pub(super) struct Commands {
 
 /// The storage roles the commands use.
 pub(super) struct CommandStores {
+    pub rules: Arc<Rules>,
+    pub chat_rules: Arc<dyn ChatRulesStore>,
     pub questions: Arc<dyn Questions>,
     pub windows: Arc<dyn Windows>,
     pub grants: Arc<dyn Grants>,
@@ -224,7 +252,7 @@ impl Service {
         };
         if let Err(e) = self
             .messenger
-            .send_command_reply(m.chat_id, m.thread, m.message_id, &reply)
+            .send_command_reply(m.chat_id, m.thread, Some(m.message_id), &reply)
             .await
         {
             tracing::warn!(chat_id = m.chat_id, reason = %e.reason, "could not answer a command");
@@ -241,6 +269,8 @@ impl Commands {
         metrics: Arc<Metrics>,
     ) -> Self {
         let CommandStores {
+            rules,
+            chat_rules,
             questions,
             windows,
             grants,
@@ -249,6 +279,8 @@ impl Commands {
         } = stores;
         Commands {
             config,
+            rules,
+            chat_rules,
             chats,
             agree,
             questions,
@@ -421,6 +453,8 @@ impl Commands {
                 CommandReply::Pending(open)
             }
             Command::Windows => self.windows(mine, now).await?,
+            Command::Suggest => self.suggest(mine, now).await?,
+            Command::Rules => self.chat_rules_of(mine).await?,
             &Command::Stats(days) => CommandReply::Stats {
                 days,
                 routes: route_stats(self.questions.as_ref(), mine, days, &self.config, now).await?,

@@ -418,7 +418,7 @@ impl Console<'_> {
             server: record.server.as_ref().map(|s| s.as_str()),
             annotations: record.annotations.as_ref(),
         };
-        let (verdict, _) = self.service.rules().policy().judge(&call);
+        let (verdict, _) = self.service.rules().policy().judge(&call, &record.route);
         if verdict.effect == Effect::Deny && verdict.enforced {
             return Err(ServiceError::InvalidEdit(vec![FieldError {
                 field: String::new(),

@@ -115,13 +115,17 @@ pub(super) struct Admission<'a> {
 
 /// The gates themselves: the rules in force, and the windows and grants they read.
 pub(super) struct Gate {
-    rules: Rules,
+    rules: Arc<Rules>,
     windows: Arc<dyn Windows>,
     grants: Arc<dyn Grants>,
 }
 
 impl Gate {
-    pub(super) fn new(rules: Rules, windows: Arc<dyn Windows>, grants: Arc<dyn Grants>) -> Self {
+    pub(super) fn new(
+        rules: Arc<Rules>,
+        windows: Arc<dyn Windows>,
+        grants: Arc<dyn Grants>,
+    ) -> Self {
         Gate {
             rules,
             windows,
@@ -149,6 +153,7 @@ impl Gate {
                 .rules
                 .judge(
                     &record.agent,
+                    &record.route,
                     &record.tool,
                     &record.owner_id,
                     &record.params_json,

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::answer::{After, Judged, Refused};
+use super::answer::{After, Judged, Refused, refuse_tap};
 use super::{CommandReply, Destination, NewInteraction, Service, ServiceError, Tap, now};
 use crate::config::Agent;
 use crate::domain::grant::{self, Grant, GrantTerms, Scope};
@@ -263,15 +263,7 @@ impl Service {
         tap: &Tap,
         id: &GrantId,
     ) -> Result<Judged, StorageError> {
-        let refuse = |text, why| {
-            Refused { text, why }.audit(
-                self.store.as_ref(),
-                &tap.from,
-                tap.chat_id,
-                tap.message_id,
-                None,
-            )
-        };
+        let refuse = |text, why| refuse_tap(self.store.as_ref(), tap, None, Refused { text, why });
         if tap.from_is_bot || !tap.carries_button {
             return refuse(
                 "This button is not valid.",

@@ -20,7 +20,7 @@ use crate::domain::mcp_call::{Annotations, ServerName};
 use crate::domain::python;
 use crate::domain::python::value::PyValue;
 use crate::domain::question::Question;
-use crate::domain::rules::{Effect, Policy, RuleCall, RuleVerdict};
+use crate::domain::rules::{ChatRules, Effect, Policy, RuleCall, RuleVerdict};
 use crate::metrics::Metrics;
 use crate::storage::{Audit, Questions};
 
@@ -80,6 +80,8 @@ impl Rules {
     /// and records nothing.
     pub async fn replace(&self, policy: Policy) -> Result<bool, ServiceError> {
         let previous = self.policy();
+        // The chat's rules are the database's, not the file's: they stay.
+        let policy = policy.with_chat(previous.chat().clone());
         if previous.set.fingerprint() == policy.set.fingerprint() && previous.mode == policy.mode {
             return Ok(false);
         }
@@ -102,6 +104,23 @@ impl Rules {
         Ok(true)
     }
 
+    /// Puts `chat` in force as the chat rules, beside the configuration's; whether they
+    /// changed. (Each change was audited when a person made it: `chat_rule_moved`.)
+    pub fn set_chat(&self, chat: ChatRules) -> bool {
+        let mut held = self
+            .policy
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let next = held.with_chat(chat);
+        if next.fingerprint() == held.fingerprint() {
+            return false;
+        }
+        tracing::info!(chat_rules = next.chat().rules().len(), fingerprint = %next.fingerprint(),
+            "chat rules in force changed");
+        *held = Arc::new(next);
+        true
+    }
+
     /// The rules' verdict on a call of `agent`. An `allow` whose rule has a `rate` is
     /// counted against the calls that rule let through in its period (in the database),
     /// and asks once the rate is used up; the judgement then holds this process's rate
@@ -110,9 +129,11 @@ impl Rules {
     /// A tool name that only looks like one a rule names (`trаnsfer`, Cyrillic `а`,
     /// against a rule on `transfer`) is refused ([`ServiceError::LookAlikeTool`]), in a
     /// dry run too: no rule could be trusted with it.
+    #[allow(clippy::too_many_arguments)] // one call's terms, as its record holds them
     pub(super) async fn judge(
         &self,
         agent: &str,
+        route: &str,
         tool: &ToolName,
         owner_id: &OwnerId,
         params_json: &str,
@@ -141,7 +162,7 @@ impl Rules {
             server: origin.server.map(ServerName::as_str),
             annotations: origin.annotations,
         };
-        let (mut verdict, rate) = policy.judge(&call);
+        let (mut verdict, rate) = policy.judge(&call, route);
         let mut gate = None;
         if let (Some(rate), Some(rule), true) = (rate, verdict.rule.clone(), verdict.enforced) {
             let held = self.rate_gate.lock().await;

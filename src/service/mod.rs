@@ -56,6 +56,7 @@ mod pins;
 mod recover;
 mod runs;
 mod steps;
+mod suggest;
 mod wait;
 pub use agree::{Agree, ConfigReport};
 pub use chats::Chats;
@@ -69,6 +70,7 @@ pub use lead::Lead;
 pub use pins::{NoticeKind, PinNotice, ToolListing};
 pub use recover::run_window_purge;
 pub use steps::{MAX_MENTIONS, Mention};
+pub use suggest::{CHAT_RULES_REFRESH, ChatRuleAction, ChatRuleTap, OFFER_CHECK_EVERY, Offer};
 pub use wait::{Asked, Changes};
 
 use board::{Board, BoardParts};
@@ -182,12 +184,13 @@ pub trait Messenger: Send + Sync + 'static {
         text: &str,
         alert: bool,
     ) -> Result<(), DeliveryError>;
-    /// Answers an operator command in `chat_id`, as a reply to its message.
+    /// Answers an operator command in `chat_id`, as a reply to its message (`None`: a
+    /// message of the service's own, such as the proposals offered on a schedule).
     async fn send_command_reply(
         &self,
         chat_id: i64,
         thread: Option<i32>,
-        reply_to: i32,
+        reply_to: Option<i32>,
         reply: &CommandReply,
     ) -> Result<i32, DeliveryError>;
     /// Asks `from`, who tapped "Deny with reason", for their reason: a message only they
@@ -400,6 +403,8 @@ pub struct Tap {
     /// The Allow button under held MCP tool definitions (its token), instead of a
     /// question's.
     pub allow_tools: Option<CallbackToken>,
+    /// A button of a rule proposed or accepted in the chat, instead of a question's.
+    pub chat_rule: Option<ChatRuleTap>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -563,7 +568,15 @@ fn assemble(
         store.clone(),
         metrics.clone(),
     ));
+    let rules = Arc::new(Rules::new(
+        config.rules.clone(),
+        store.clone(),
+        store.clone(),
+        metrics.clone(),
+    ));
     let stores = CommandStores {
+        rules: rules.clone(),
+        chat_rules: store.clone(),
         questions: store.clone(),
         windows: store.clone(),
         grants: store.clone(),
@@ -607,16 +620,7 @@ fn assemble(
         asked: Asked::new(store.clone()),
         roles,
         lead,
-        gate: Gate::new(
-            Rules::new(
-                config.rules.clone(),
-                store.clone(),
-                store.clone(),
-                metrics.clone(),
-            ),
-            store.clone(),
-            store.clone(),
-        ),
+        gate: Gate::new(rules, store.clone(), store.clone()),
         commands: Commands::new(
             config.clone(),
             chats.clone(),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use time::OffsetDateTime;
 
-use super::answer::{After, Judged, Refused, cut_for_toast};
+use super::answer::{After, Judged, Refused, cut_for_toast, refuse_tap};
 use super::{Destination, Service, ServiceError, Tap, now};
 use crate::config::Agent;
 use crate::domain::ids::CallbackToken;
@@ -154,15 +154,7 @@ impl Service {
         tap: &Tap,
         token: &CallbackToken,
     ) -> Result<Judged, StorageError> {
-        let refuse = |refused: Refused| {
-            refused.audit(
-                self.store.as_ref(),
-                &tap.from,
-                tap.chat_id,
-                tap.message_id,
-                None,
-            )
-        };
+        let refuse = |refused: Refused| refuse_tap(self.store.as_ref(), tap, None, refused);
         let pins = self.store.pending_pins(token).await?;
         let Some(route) = pins
             .iter()

@@ -27,13 +27,15 @@ use crate::domain::ids::ToolName;
 use crate::domain::ids::{CallbackToken, GrantId, IdempotencyKey, OwnerId, QuestionId};
 use crate::domain::interaction::Answer;
 use crate::domain::question::{Decision, Operator, Question, Window, WindowKey};
+use crate::domain::rules::suggest::Decided as PersonDecided;
+use crate::domain::rules::{ChatRuleRecord, ChatRuleState};
 use crate::domain::run_report::{NewRunReport, Recalled};
 use crate::storage::pins::{ListedTool, Listing, ToolPin};
 use crate::storage::{
-    Administration, AgentEvent, AgentEvents, Answered, Audit, Decided, DeliveryAttempt,
-    EndedCursor, Gauges, GrantInserted, Grants, Inserted, LiveWindow, Messages, Outbox,
-    OutboxEntry, PendingEntry, Questions, RunReported, Runs, Shown, Steps, StorageError, ToolPins,
-    WindowCache, WindowUse, Windows,
+    Administration, AgentEvent, AgentEvents, Answered, Audit, ChatRulesStore, Decided,
+    DeliveryAttempt, EndedCursor, Gauges, GrantInserted, Grants, Inserted, LiveWindow, Messages,
+    Outbox, OutboxEntry, PendingEntry, Questions, RunReported, Runs, Shown, Steps, StorageError,
+    ToolPins, WindowCache, WindowUse, Windows,
 };
 
 #[async_trait]
@@ -507,6 +509,54 @@ impl ToolPins for This {
 
     async fn tool_pins(&self, agent: &str, server: &str) -> Result<Vec<ToolPin>, StorageError> {
         sql::tool_pins(&self.pool, agent, server).await
+    }
+}
+
+#[async_trait]
+impl ChatRulesStore for This {
+    async fn propose_chat_rules(
+        &self,
+        proposals: &[ChatRuleRecord],
+        now: OffsetDateTime,
+    ) -> Result<Vec<ChatRuleRecord>, StorageError> {
+        sql::propose_chat_rules(&self.pool, proposals, now).await
+    }
+
+    async fn chat_rule(&self, id: &str) -> Result<Option<ChatRuleRecord>, StorageError> {
+        sql::chat_rule(&self.pool, id).await
+    }
+
+    async fn chat_rules(&self) -> Result<Vec<ChatRuleRecord>, StorageError> {
+        sql::chat_rules(&self.pool).await
+    }
+
+    async fn move_chat_rule(
+        &self,
+        id: &str,
+        from: &[ChatRuleState],
+        to: ChatRuleState,
+        by: &Operator,
+        now: OffsetDateTime,
+    ) -> Result<Option<(ChatRuleState, ChatRuleRecord)>, StorageError> {
+        let (_writer, mut tx) = self.audit_tx().await?;
+        let moved = sql::move_chat_rule(&mut tx, id, from, to, by, now).await?;
+        if moved.is_some() {
+            tx.commit().await?;
+        }
+        Ok(moved)
+    }
+
+    async fn last_proposed_at(&self, route: &str) -> Result<Option<OffsetDateTime>, StorageError> {
+        sql::last_proposed_at(&self.pool, route).await
+    }
+
+    async fn decided_by_people(
+        &self,
+        route: &str,
+        since: OffsetDateTime,
+        limit: u32,
+    ) -> Result<Vec<PersonDecided>, StorageError> {
+        sql::decided_by_people(&self.pool, route, since, limit).await
     }
 }
 

@@ -36,6 +36,7 @@ const TABLES: &[&str] = &[
     "route_chats",
     "mcp_servers",
     "mcp_tool_pins",
+    "chat_rules",
 ];
 
 /// Tables of the PostgreSQL schema that hold no data to carry over: the migrations'

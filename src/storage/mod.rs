@@ -33,8 +33,8 @@ use crate::domain::question::{Question, Window, WindowKey};
 
 pub use postgres::{PgStore, refuse_unknown_params};
 pub use roles::{
-    Administration, AgentEvents, Audit, Coordination, Grants, Messages, Outbox, Questions, Runs,
-    Steps, ToolPins, Windows,
+    Administration, AgentEvents, Audit, ChatRulesStore, Coordination, Grants, Messages, Outbox,
+    Questions, Runs, Steps, ToolPins, Windows,
 };
 pub use sqlite::SqliteStore;
 
@@ -515,7 +515,7 @@ pub enum DeliveryAttempt {
 
 /// Everything the service stores, as one trait object (`Arc<dyn Store>`): the union of
 /// the role traits ([`Questions`], [`Messages`], [`Steps`], [`Windows`], [`Grants`],
-/// [`Runs`], [`ToolPins`], [`Outbox`], [`Audit`], [`AgentEvents`], [`Coordination`], [`Administration`]),
+/// [`Runs`], [`ToolPins`], [`ChatRulesStore`], [`Outbox`], [`Audit`], [`AgentEvents`], [`Coordination`], [`Administration`]),
 /// implemented for every type that implements them all. A part of the service that
 /// needs one role can take that role alone (`&dyn Audit`); a `&dyn Store` coerces to
 /// any of them.
@@ -527,6 +527,7 @@ pub trait Store:
     + Grants
     + Runs
     + ToolPins
+    + ChatRulesStore
     + Outbox
     + Audit
     + AgentEvents
@@ -566,6 +567,7 @@ impl<T> Store for T where
         + Grants
         + Runs
         + ToolPins
+        + ChatRulesStore
         + Outbox
         + Audit
         + AgentEvents

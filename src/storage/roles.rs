@@ -20,6 +20,8 @@ use crate::domain::grant::{Grant, Scope};
 use crate::domain::ids::{CallbackToken, GrantId, IdempotencyKey, OwnerId, QuestionId, ToolName};
 use crate::domain::interaction::Answer;
 use crate::domain::question::{Decision, Operator, Question, Window, WindowKey};
+use crate::domain::rules::suggest::Decided as PersonDecided;
+use crate::domain::rules::{ChatRuleRecord, ChatRuleState};
 use crate::domain::run_report::{NewRunReport, Recalled};
 use crate::storage::pins::{ListedTool, Listing, ToolPin};
 
@@ -450,6 +452,51 @@ pub trait ToolPins: Send + Sync + 'static {
 
     /// Every pin of `agent`'s `server`, by tool name.
     async fn tool_pins(&self, agent: &str, server: &str) -> Result<Vec<ToolPin>, StorageError>;
+}
+
+/// Rules accepted in a route's chat (issue 50): proposals, what is in force, and the
+/// decisions people made that proposals are drawn from. Every read goes to the table,
+/// so a rule accepted through one replica is read by every other.
+#[async_trait]
+pub trait ChatRulesStore: Send + Sync + 'static {
+    /// Stores `proposals` (each under its id) as proposed, and returns those now
+    /// proposed: a rule already accepted under the same id stays as it is, and is left
+    /// out of the answer.
+    async fn propose_chat_rules(
+        &self,
+        proposals: &[ChatRuleRecord],
+        now: OffsetDateTime,
+    ) -> Result<Vec<ChatRuleRecord>, StorageError>;
+
+    /// The chat rule stored under `id`, whatever its state.
+    async fn chat_rule(&self, id: &str) -> Result<Option<ChatRuleRecord>, StorageError>;
+
+    /// Every chat rule in force (a dry run or enforced), the first accepted first.
+    async fn chat_rules(&self) -> Result<Vec<ChatRuleRecord>, StorageError>;
+
+    /// Moves the rule `id` to `to`, if it is in one of `from` (one conditional update,
+    /// audited `chat_rule_moved` in the same transaction): its state before and the rule
+    /// as it is now; `None` when it was not in one of `from` (a second tap).
+    async fn move_chat_rule(
+        &self,
+        id: &str,
+        from: &[ChatRuleState],
+        to: ChatRuleState,
+        by: &Operator,
+        now: OffsetDateTime,
+    ) -> Result<Option<(ChatRuleState, ChatRuleRecord)>, StorageError>;
+
+    /// When `route` was last offered a proposal (`None`: never).
+    async fn last_proposed_at(&self, route: &str) -> Result<Option<OffsetDateTime>, StorageError>;
+
+    /// At most `limit` confirmations of `route` asked since `since` that a person
+    /// approved or cancelled, the latest first: what proposals are drawn from.
+    async fn decided_by_people(
+        &self,
+        route: &str,
+        since: OffsetDateTime,
+        limit: u32,
+    ) -> Result<Vec<PersonDecided>, StorageError>;
 }
 
 /// The webhook outbox: deliveries queued with outcomes, and their attempts.

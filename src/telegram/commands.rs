@@ -26,7 +26,7 @@ use crate::service::{
 use crate::storage::{LiveWindow, WindowUse};
 
 /// The commands, their descriptions (Telegram's menu and `/help`) and what they take.
-pub const COMMANDS: [(&str, &str, &str); 7] = [
+pub const COMMANDS: [(&str, &str, &str); 9] = [
     (
         "start",
         "Show this chat's id, your user id and whether this chat is a route",
@@ -56,6 +56,16 @@ pub const COMMANDS: [(&str, &str, &str); 7] = [
         "stats",
         "Who decided what and how fast, per person and tool (7 days by default)",
         " [days]",
+    ),
+    (
+        "suggest",
+        "Rules proposed from what this chat decided, to try or enforce",
+        "",
+    ),
+    (
+        "rules",
+        "List the rules accepted in this chat, to enforce or remove",
+        "",
     ),
     ("help", "What these commands do, and what /start says", ""),
 ];
@@ -112,6 +122,8 @@ pub fn parse(text: &str, me: Option<&str>) -> Parsed {
         "windows" => Ok(Command::Windows),
         "grants" => Ok(Command::Grants),
         "help" => Ok(Command::Help),
+        "suggest" => Ok(Command::Suggest),
+        "rules" => Ok(Command::Rules),
         "stats" => match (words.next(), words.next()) {
             (None, _) => Ok(Command::Stats(7)),
             (Some(days), None) => match days.parse::<u32>() {
@@ -263,6 +275,13 @@ pub fn render(reply: &CommandReply, now: OffsetDateTime) -> String {
             date_time(grant.expires_at),
         ),
         CommandReply::Stats { days, routes } => super::stats::text(*days, routes),
+        CommandReply::Suggestions(offers) => super::render::suggestions_text(offers),
+        CommandReply::ChatRules { routes, configured } => {
+            super::render::chat_rules_text(routes, *configured)
+        }
+        CommandReply::ChatRuleMoved { rule, from, by } => {
+            super::render::moved_text(rule, *from, by)
+        }
         CommandReply::Setup(setup) => setup_text(setup),
         CommandReply::Refused(text) => format!("⛔ {}", escape(text)),
         CommandReply::Invalid(text) => format!("⚠️ {}", escape(text)),
@@ -483,8 +502,13 @@ fn grant_entry(g: &Grant, now: OffsetDateTime) -> String {
 /// listed (as many as the list shows).
 pub fn keyboard(reply: &CommandReply) -> Option<teloxide::types::InlineKeyboardMarkup> {
     use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup};
-    let CommandReply::Grants(grants) = reply else {
-        return None;
+    let grants = match reply {
+        CommandReply::Grants(grants) => grants,
+        CommandReply::Suggestions(offers) => return super::render::suggestions_keyboard(offers),
+        CommandReply::ChatRules { routes, .. } => {
+            return super::render::chat_rules_keyboard(routes);
+        }
+        _ => return None,
     };
     if grants.is_empty() {
         return None;

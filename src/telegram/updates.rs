@@ -94,6 +94,7 @@ pub fn tap_from(q: CallbackQuery, me: Option<&str>, bot_id: Option<u64>) -> Tap 
         carries_button,
         revoke_grant: super::render::parse_grant_revoke(&data),
         allow_tools: super::render::parse_tools_allow(&data),
+        chat_rule: super::render::parse_chat_rule(&data),
     }
 }
 

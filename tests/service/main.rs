@@ -59,6 +59,7 @@ mod polling {
     mod rules;
     mod serve;
     mod stats;
+    mod suggested_rules;
     mod telegram_faults;
     mod what_you_see;
 }

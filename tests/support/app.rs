@@ -310,6 +310,14 @@ impl TestApp {
         }
     }
 
+    /// Writes the settings it runs with to a file in its folder, for the command line
+    /// (`check-config`, `rules test`, `pending`) to read, and returns its path.
+    pub fn write_settings(&self) -> std::path::PathBuf {
+        let path = self.dir.path().join("settings.toml");
+        std::fs::write(&path, &self.toml).expect("settings file");
+        path
+    }
+
     /// Stops the service cleanly and starts a new one on the same database and fake.
     pub async fn restart(mut self) -> TestApp {
         self.stop().await;

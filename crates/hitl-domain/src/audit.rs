@@ -30,7 +30,7 @@ use time::OffsetDateTime;
 use super::grant::{Grant, GrantSource};
 use super::interaction::Answer;
 use super::question::{Operator, Question, Status, Step, Via, Window, rfc3339};
-use super::rules::RuleVerdict;
+use super::rules::{ChatRuleRecord, ChatRuleState, RuleVerdict};
 use super::run_report::RunReport;
 
 /// An event about to be appended.
@@ -331,6 +331,31 @@ pub fn tool_allowed(
             "tool": tool,
             "definition_hash": hash,
             "replaced_hash": replaced,
+            "operator": operator_json(by),
+        }),
+    }
+}
+
+/// A rule of a route's chat moved (issue 50): accepted as a dry run or enforced (from a
+/// proposal), enforced (from a dry run), or removed; with the rule as it reads.
+pub fn chat_rule_moved(
+    at: OffsetDateTime,
+    before: &ChatRuleRecord,
+    to: ChatRuleState,
+    by: &Operator,
+) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: None,
+        kind: "chat_rule_moved",
+        actor: format!("telegram:{}", by.id),
+        detail: json!({
+            "route": before.route,
+            "chat_rule": before.id,
+            "rule_name": before.rule.name,
+            "from": before.state.as_str(),
+            "to": to.as_str(),
+            "rule": before.rule,
             "operator": operator_json(by),
         }),
     }

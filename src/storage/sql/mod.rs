@@ -21,6 +21,7 @@ use crate::domain::question::Question;
 use crate::storage::StorageError;
 use crate::storage::rows::{self, AnswerRow, CopyRow, Row, StrayRow, select_where};
 
+mod chat_rules;
 mod grants;
 mod outbox;
 mod questions;
@@ -30,6 +31,7 @@ mod tool_pins;
 mod trail;
 mod windows;
 
+pub(crate) use self::chat_rules::*;
 pub(crate) use self::grants::*;
 pub(crate) use self::outbox::*;
 pub(crate) use self::questions::*;

@@ -449,18 +449,19 @@ impl Messenger for TelegramMessenger {
         &self,
         chat_id: i64,
         thread: Option<i32>,
-        reply_to: i32,
+        reply_to: Option<i32>,
         reply: &CommandReply,
     ) -> Result<i32, DeliveryError> {
         let text = super::commands::render(reply, crate::service::now());
         // The command may be deleted meanwhile; the answer is worth sending anyway.
-        let reply_to = ReplyParameters::new(MessageId(reply_to)).allow_sending_without_reply();
+        let reply_to =
+            reply_to.map(|m| ReplyParameters::new(MessageId(m)).allow_sending_without_reply());
         let extra = Extra {
             thread,
             markup: super::commands::keyboard(reply).map(ReplyMarkup::InlineKeyboard),
             ..Extra::default()
         };
-        self.send_html(chat_id, Share::Service, text, Some(reply_to), extra)
+        self.send_html(chat_id, Share::Service, text, reply_to, extra)
             .await
     }
 

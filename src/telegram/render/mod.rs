@@ -14,6 +14,7 @@
 //! file holds the escaping every part shares and puts a message together ([`render`]),
 //! with the messages that reply to a question.
 
+mod chat_rules;
 mod interaction;
 mod keyboard;
 mod params;
@@ -36,6 +37,10 @@ use interaction::interaction_text;
 use keyboard::{approve_keyboard, button_label, rows};
 use question::decided_text_in;
 
+pub use chat_rules::{
+    DRY_RUN_LABEL, ENFORCE_LABEL, REMOVE_LABEL, chat_rules_keyboard, chat_rules_text, moved_text,
+    parse_chat_rule, suggestions_keyboard, suggestions_text,
+};
 pub use keyboard::{
     APPROVE_LABEL, APPROVE_ONCE_LABEL, CANCEL_LABEL, DENY_WITH_REASON_LABEL, DONE_LABEL,
     REJECT_LABEL, callback_data, extend_label, grant_revoke_data, parse_callback_data,

@@ -10,6 +10,7 @@
 //! anywhere but on an `allow`. An `allow` reads a call exactly, a `deny` and an `ask`
 //! fail closed ([`Reading`]); [`RuleSet::evaluate`] has no ordering traps.
 
+pub mod chat;
 mod compare;
 mod condition;
 mod error;
@@ -31,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+pub use chat::{ChatRule, ChatRuleRecord, ChatRuleState, ChatRules};
 pub use condition::{Condition, ConditionError, Op, Reading};
 pub use error::{MAX_NAME_CHARS, Problem, RuleError, RuleLabel, Side};
 pub use glob::{Glob, GlobError};
@@ -507,35 +509,107 @@ impl RulesMode {
     }
 }
 
-/// The rules in force: a checked set and how it is applied.
+/// The rules in force: the configuration's checked set and how it is applied, and the
+/// rules accepted in the routes' chats ([`chat`]), which come after it.
 #[derive(Debug, Clone)]
 pub struct Policy {
     pub set: RuleSet,
     pub mode: RulesMode,
+    chat: ChatRules,
+    /// The fingerprint of the whole: the set's own while no chat rule is in force (so a
+    /// configuration keeps its hash), else one over both.
+    fingerprint: Fingerprint,
 }
 
 impl Policy {
+    /// The configuration's rules alone.
+    pub fn new(set: RuleSet, mode: RulesMode) -> Policy {
+        let fingerprint = set.fingerprint().clone();
+        Policy {
+            set,
+            mode,
+            chat: ChatRules::default(),
+            fingerprint,
+        }
+    }
+
+    /// The same configuration's rules, with `chat` as the chat rules in force.
+    pub fn with_chat(&self, chat: ChatRules) -> Policy {
+        let fingerprint = if chat.is_empty() {
+            self.set.fingerprint().clone()
+        } else {
+            let canonical = json!({
+                "configured": self.set.fingerprint().as_str(),
+                "chat": chat.canonical(),
+            });
+            Fingerprint(hex::encode(Sha256::digest(canonical.to_string())))
+        };
+        Policy {
+            set: self.set.clone(),
+            mode: self.mode,
+            chat,
+            fingerprint,
+        }
+    }
+
+    pub fn chat(&self) -> &ChatRules {
+        &self.chat
+    }
+
+    /// What the decisions record as `rules_hash`: every rule in force, the chat's too.
+    pub fn fingerprint(&self) -> &Fingerprint {
+        &self.fingerprint
+    }
+
     /// Whether the rules can change anything: with no rule, an `ask` default and no dry
     /// run to report, every call asks as it would without rules, and nothing is recorded
     /// about them (the window-hit path stays as lean as before).
     pub fn is_inert(&self) -> bool {
         self.set.rules().is_empty()
+            && self.chat.is_empty()
             && self.set.default_effect() == Effect::Ask
             && self.mode == RulesMode::Enforce
     }
 
-    /// The verdict on `call`, before any `rate` is counted (see [`RuleVerdict::past_rate`]).
-    pub fn judge(&self, call: &RuleCall<'_>) -> (RuleVerdict, Option<Rate>) {
+    /// The verdict on `call`, asked on `route`, before any `rate` is counted (see
+    /// [`RuleVerdict::past_rate`]). A configured rule that matches decides; only when
+    /// none does are the route's chat rules read, then the default.
+    pub fn judge(&self, call: &RuleCall<'_>, route: &str) -> (RuleVerdict, Option<Rate>) {
         let decision = self.set.evaluate(call);
-        let verdict = RuleVerdict {
-            effect: decision.effect,
-            rule: decision.rule_name().map(str::to_owned),
-            reason: decision.reason().map(str::to_owned),
-            rules_hash: self.set.fingerprint().as_str().to_owned(),
-            enforced: self.mode == RulesMode::Enforce,
-            past_rate: false,
+        // A dry run is reported only where the call asks anyway: in front of a `deny`
+        // or `allow` default it would turn that decision into a question.
+        let chat = match decision.by {
+            DecidedBy::Default => self
+                .chat
+                .decide(call, route)
+                .filter(|c| c.enforced || decision.effect == Effect::Ask),
+            DecidedBy::Rule(_) => None,
         };
-        (verdict, decision.rate())
+        let enforced = self.mode == RulesMode::Enforce;
+        let verdict = match chat {
+            Some(c) => RuleVerdict {
+                effect: c.rule.effect(),
+                rule: Some(c.rule.name().to_owned()),
+                reason: c.rule.reason().map(str::to_owned),
+                rules_hash: self.fingerprint.as_str().to_owned(),
+                enforced: enforced && c.enforced,
+                past_rate: false,
+            },
+            None => RuleVerdict {
+                effect: decision.effect,
+                rule: decision.rule_name().map(str::to_owned),
+                reason: decision.reason().map(str::to_owned),
+                rules_hash: self.fingerprint.as_str().to_owned(),
+                enforced,
+                past_rate: false,
+            },
+        };
+        let rate = if chat.is_some() {
+            None
+        } else {
+            decision.rate()
+        };
+        (verdict, rate)
     }
 }
 
