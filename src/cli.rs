@@ -88,6 +88,9 @@ pub fn demo_settings(mut s: Settings, operator: u64) -> anyhow::Result<Settings>
         suggest_days: crate::config::DEFAULT_SUGGEST_DAYS,
         suggest_every_days: crate::config::DEFAULT_SUGGEST_DAYS,
         suggest_min_decisions: crate::config::DEFAULT_SUGGEST_MIN_DECISIONS,
+        sla_seconds: None,
+        on_call: Vec::new(),
+        on_call_time_zone: None,
     }];
     s.agents = vec![AgentSettings {
         name: "demo".into(),

@@ -167,6 +167,7 @@ pub struct Metrics {
     /// [`Metrics::render`]): a true counter that also survives restarts.
     webhook_dropped: Family<AgentLabels, Counter>,
     questions_missed_deadline: Family<RouteLabels, Counter>,
+    sla_breaches: Family<RouteLabels, Counter>,
     question_steps: Family<StepLabels, Counter>,
     leader: Gauge,
     config_mismatch: Gauge,
@@ -209,6 +210,7 @@ impl Metrics {
             webhook_given_up: Family::default(),
             webhook_dropped: Family::default(),
             questions_missed_deadline: Family::default(),
+            sla_breaches: Family::default(),
             question_steps: Family::default(),
             leader: Gauge::default(),
             config_mismatch: Gauge::default(),
@@ -342,6 +344,11 @@ impl Metrics {
             "Questions that could not reach their chat before their deadline (the chat's \
              queue under Telegram's limits, a retry_after or an outage past it), ended timeout",
             self.questions_missed_deadline.clone(),
+        );
+        registry.register(
+            "sla_breaches",
+            "Questions still pending when their route's sla_seconds passed (each counted once)",
+            self.sla_breaches.clone(),
         );
         registry.register(
             "question_steps",
@@ -509,6 +516,16 @@ impl Metrics {
     /// deadline.
     pub fn question_missed_deadline(&self, r: &Question) {
         self.questions_missed_deadline
+            .get_or_create(&RouteLabels {
+                agent: r.agent.clone(),
+                route: r.route.clone(),
+            })
+            .inc();
+    }
+
+    /// A question (`r`) was still pending when its route's SLA passed.
+    pub fn sla_breached(&self, r: &Question) {
+        self.sla_breaches
             .get_or_create(&RouteLabels {
                 agent: r.agent.clone(),
                 route: r.route.clone(),

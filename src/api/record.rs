@@ -7,6 +7,7 @@ use utoipa::ToSchema;
 
 use crate::domain::interaction::{Scope, TimeoutAction};
 use crate::domain::question::{Question, rfc3339};
+use crate::domain::sla::SlaMark;
 
 /// The operator who tapped the button.
 #[derive(Debug, Serialize, ToSchema)]
@@ -242,6 +243,10 @@ pub struct ProgressView {
     pub extensions: u32,
     /// How many times an approver tapped "Deny with reason" (their reply ends it).
     pub reasons_requested: u32,
+    /// The route's SLA mark on the question (`sla_seconds`): `at_risk` once three
+    /// quarters of it passed, `overdue` once all of it did; null before, or without one.
+    #[schema(required = true, value_type = Option<String>, example = "at_risk")]
+    pub sla: Option<&'static str>,
 }
 
 impl From<&Question> for ProgressView {
@@ -252,6 +257,10 @@ impl From<&Question> for ProgressView {
             escalated_at: r.progress.escalated_at.map(rfc3339),
             extensions: r.progress.extensions,
             reasons_requested: r.progress.reasons_requested,
+            sla: SlaMark::of_count(r.progress.sla_marks).map(|m| match m {
+                SlaMark::AtRisk => "at_risk",
+                SlaMark::Overdue => "overdue",
+            }),
         }
     }
 }

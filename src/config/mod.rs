@@ -19,6 +19,7 @@ mod load;
 mod mcp_upstreams;
 mod metrics;
 mod mini_app;
+mod on_call;
 mod redis_bridge;
 mod routes;
 mod rules;

@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::on_call::{self, OnCall, ShiftSettings};
 use super::suggest::{self, SuggestKeys, Suggesting};
 use super::when::{When, WhenSetting};
 use super::{BOT_TOKEN_ENV, ConfigError, invalid};
 use crate::domain::grant::ScopeMap;
+use crate::domain::sla::Sla;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -73,6 +75,16 @@ pub struct RouteSettings {
     /// "billing:write" = ["transfer", "refund_*"] }` (see the agents' key of that name).
     #[serde(default)]
     pub grant_scopes: BTreeMap<String, Vec<String>>,
+    /// How long a question here should take to decide: its card is marked "at risk" at
+    /// three quarters of it and "overdue" past it, and a breach is counted. Unset: none.
+    #[serde(default)]
+    pub sla_seconds: Option<u64>,
+    /// Who is on call when: reminders mention them (every approver may still decide).
+    #[serde(default)]
+    pub on_call: Vec<ShiftSettings>,
+    /// The time zone `on_call` hours are written in (IANA name; `UTC` by default).
+    #[serde(default)]
+    pub on_call_time_zone: Option<String>,
     /// Who may accept rules proposed in the chat, enforce and remove them (approvers of
     /// the route; none by default).
     #[serde(default)]
@@ -153,6 +165,10 @@ pub struct Route {
     pub grant_scopes: ScopeMap,
     /// Rules proposed from the route's history, and who may accept them.
     pub suggesting: Suggesting,
+    /// See [`RouteSettings::sla_seconds`].
+    pub sla: Option<Sla>,
+    /// See [`RouteSettings::on_call`].
+    pub on_call: Option<OnCall>,
 }
 
 impl Route {
@@ -204,6 +220,10 @@ impl RouteSettings {
         self.check_limits(key)?;
         let grant_scopes = super::grant_scopes(key, &self.grant_scopes)?;
         let approvers: HashSet<u64> = self.approvers.iter().copied().collect();
+        let on_call =
+            on_call::checked(key, &self.on_call, self.on_call_time_zone.as_deref(), |p| {
+                approvers.contains(&p)
+            })?;
         let suggesting = suggest::checked(
             key,
             SuggestKeys {
@@ -232,6 +252,8 @@ impl RouteSettings {
             topic_id: self.topic_id,
             grant_scopes,
             suggesting,
+            sla: self.sla_seconds.and_then(Sla::new),
+            on_call,
         })
     }
 
@@ -321,6 +343,18 @@ impl RouteSettings {
                 format!("{key}.expect_outcome_seconds"),
                 format!(
                     "must be from 1 to {} (366 days), or left out when no report is expected",
+                    crate::domain::limits::MAX_WINDOW_SECONDS
+                ),
+            ));
+        }
+        if self
+            .sla_seconds
+            .is_some_and(|s| s == 0 || s > crate::domain::limits::MAX_WINDOW_SECONDS)
+        {
+            return Err(invalid(
+                format!("{key}.sla_seconds"),
+                format!(
+                    "must be from 1 to {} (366 days), or left out for no SLA",
                     crate::domain::limits::MAX_WINDOW_SECONDS
                 ),
             ));

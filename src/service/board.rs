@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::domain::ids::QuestionId;
 use crate::domain::interaction::ConsensusMode;
 use crate::domain::question::Question;
+use crate::domain::sla::SlaMark;
 use crate::storage::{Messages, Questions, Runs, Shown, StorageError};
 
 /// How many stripes [`EditStripes`] has: questions whose edits wait on each other only
@@ -136,6 +137,11 @@ impl Board {
                 })
             }),
             review: self.chats.review_of(record, chat_id),
+            sla: SlaMark::of_count(record.progress.sla_marks).zip(
+                self.timeline
+                    .sla_of(record)
+                    .map(|sla| sla.at(record.created_at, SlaMark::Overdue)),
+            ),
         }
     }
 

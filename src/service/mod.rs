@@ -248,6 +248,8 @@ pub struct View {
     pub escalation: Option<EscalationView>,
     /// The console's button under a pending question, when `[mini_app]` is on.
     pub review: Option<Review>,
+    /// The route's SLA mark on a pending question, and when its SLA ends.
+    pub sla: Option<(crate::domain::sla::SlaMark, OffsetDateTime)>,
 }
 
 /// The button that opens the console on a question.

@@ -15,6 +15,7 @@ use super::{Messenger, Service, deliver, instant_at, now};
 use crate::config::{Config, Escalation, Route};
 use crate::domain::ids::QuestionId;
 use crate::domain::question::Question;
+use crate::domain::sla::{Sla, SlaMark};
 
 /// Someone a reminder names, so Telegram notifies them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,7 +97,18 @@ impl Timeline {
         {
             next = next.min(e.after.at(r.created_at, r.expires_at));
         }
+        if let Some(t) = self
+            .sla_of(r)
+            .and_then(|sla| sla.next_at(r.created_at, r.progress.sla_marks))
+        {
+            next = next.min(t);
+        }
         next
+    }
+
+    /// The SLA of `r`'s route, if it has one.
+    pub(super) fn sla_of(&self, r: &Question) -> Option<Sla> {
+        self.config.route(&r.route)?.sla
     }
 
     /// A person's `[people]` name, if they have one (the first in sorted order when
@@ -129,8 +141,9 @@ impl Timeline {
     /// route's copy) naming the approvers there who have not answered.
     pub(super) async fn send_reminders(&self, r: Question) {
         let mut targets: Vec<(i64, Option<i32>, Vec<u64>)> = Vec::new();
+        let at = now();
         if let Some(route) = self.config.route(&r.route) {
-            targets.push((r.chat_id, r.message_id, sorted(&route.approvers)));
+            targets.push((r.chat_id, r.message_id, to_remind(route, at)));
         }
         if let Some((_, to)) = self.escalated_to(&r)
             && let Some(copy) = r
@@ -138,7 +151,7 @@ impl Timeline {
                 .iter()
                 .find(|c| c.recipient == route_copy_name(&to.name))
         {
-            targets.push((copy.chat_id, copy.message_id, sorted(&to.approvers)));
+            targets.push((copy.chat_id, copy.message_id, to_remind(&to, at)));
         }
         for (chat_id, message_id, approvers) in targets {
             let Some(message_id) = message_id else {
@@ -211,7 +224,49 @@ impl Service {
         if let Some(r) = self.remind_if_due(&record, now).await {
             record = r;
         }
+        if let Some(r) = self.mark_sla_if_due(&record, now).await {
+            record = r;
+        }
         self.arm(&record);
+    }
+
+    /// Marks the card "at risk" or "overdue" when the route's SLA says so (once: claimed
+    /// first, as a reminder is; marks that both passed while the service was down make
+    /// one step, to "overdue"), and counts a breach once.
+    async fn mark_sla_if_due(
+        self: &Arc<Self>,
+        r: &Question,
+        now: OffsetDateTime,
+    ) -> Option<Question> {
+        let mark = self.timeline.sla_of(r)?.mark_at(r.created_at, now)?;
+        if mark.count() <= r.progress.sla_marks {
+            return None;
+        }
+        let marked = match self
+            .store
+            .claim_sla_mark(&r.id, r.progress.sla_marks, mark, now)
+            .await
+        {
+            Ok(Some(marked)) => marked,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::error!(id = %r.id, error = %e, "could not store an SLA mark; retrying");
+                self.lead.retry_soon(&r.id);
+                return None;
+            }
+        };
+        let step = match mark {
+            SlaMark::AtRisk => "sla_at_risk",
+            SlaMark::Overdue => "sla_overdue",
+        };
+        tracing::info!(id = %r.id, route = %r.route, step, "SLA mark");
+        self.metrics.question_step(&marked, step);
+        if mark == SlaMark::Overdue {
+            self.metrics.sla_breached(&marked);
+        }
+        self.changes.changed(&r.id);
+        self.board.refresh(marked.clone());
+        Some(marked)
     }
 
     /// Posts the question to the escalation route when its point has passed (once: the
@@ -294,6 +349,18 @@ impl Service {
 /// their `[people]` name; a route's name cannot be one, as it starts with `route:`).
 pub(super) fn route_copy_name(route: &str) -> String {
     format!("route:{route}")
+}
+
+/// Who a reminder on `route` names at `at`: whoever its rota has on call then; every
+/// approver when it has no rota, or nobody's hours cover the moment (better too many
+/// people than none).
+fn to_remind(route: &Route, at: OffsetDateTime) -> Vec<u64> {
+    let on_call = route.on_call.as_ref().map(|o| o.at(at)).unwrap_or_default();
+    if on_call.is_empty() {
+        sorted(&route.approvers)
+    } else {
+        on_call
+    }
 }
 
 fn sorted(ids: &HashSet<u64>) -> Vec<u64> {

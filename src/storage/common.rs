@@ -297,6 +297,17 @@ impl Steps for This {
         sql::claim_reminders(tx, id, sent, passed, now).await
     }
 
+    async fn claim_sla_mark(
+        &self,
+        id: &QuestionId,
+        shown: u32,
+        mark: crate::domain::sla::SlaMark,
+        now: OffsetDateTime,
+    ) -> Result<Option<Question>, StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::claim_sla_mark(tx, id, shown, mark, now).await
+    }
+
     async fn escalate(
         &self,
         id: &QuestionId,

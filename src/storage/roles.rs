@@ -252,6 +252,17 @@ pub trait Steps: Send + Sync + 'static {
         now: OffsetDateTime,
     ) -> Result<Option<Question>, StorageError>;
 
+    /// Claims `mark` of a pending question whose card shows `shown` marks (audited and
+    /// streamed as `sla_at_risk` or `sla_overdue`); `None` when another claim came first
+    /// or it ended.
+    async fn claim_sla_mark(
+        &self,
+        id: &QuestionId,
+        shown: u32,
+        mark: crate::domain::sla::SlaMark,
+        now: OffsetDateTime,
+    ) -> Result<Option<Question>, StorageError>;
+
     /// Claims a pending question's escalation and adds its copy for `chat_id` (audited,
     /// streamed); `None` when it was escalated already or ended.
     async fn escalate(

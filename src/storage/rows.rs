@@ -101,6 +101,7 @@ pub(super) struct Row {
     reminders_sent: i64,
     escalated_at: Option<i64>,
     reasons_requested: i64,
+    sla_marks: i64,
     rule_json: Option<String>,
     expect_outcome_seconds: Option<i64>,
     run_status: Option<String>,
@@ -191,6 +192,7 @@ impl Row {
                 escalated_at: self.escalated_at.map(time).transpose()?,
                 reasons_requested: u32::try_from(self.reasons_requested)
                     .map_err(|_| corrupt("reasons_requested"))?,
+                sla_marks: u32::try_from(self.sla_marks).map_err(|_| corrupt("sla_marks"))?,
             },
             rule: json(self.rule_json, "rule_json", &corrupt)?,
             expect_outcome_seconds: unsigned(

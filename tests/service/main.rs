@@ -53,11 +53,13 @@ mod polling {
     mod logs;
     mod mcp_calls;
     mod metrics;
+    mod on_call;
     mod outage;
     mod outcomes;
     mod rule_spellings;
     mod rules;
     mod serve;
+    mod sla;
     mod stats;
     mod suggested_rules;
     mod telegram_faults;

@@ -240,6 +240,9 @@ pub struct Progress {
     pub escalated_at: Option<OffsetDateTime>,
     /// How many times an approver tapped "Deny with reason".
     pub reasons_requested: u32,
+    /// How many of the route's SLA marks its card shows: 1 "at risk", 2 "overdue"
+    /// ([`crate::sla`]).
+    pub sla_marks: u32,
 }
 
 /// A message carrying the question that the service did not know it had sent.
@@ -540,6 +543,10 @@ pub enum Step {
     Escalated,
     Extended,
     ReasonRequested,
+    /// Three quarters of the route's SLA passed.
+    SlaAtRisk,
+    /// The route's SLA passed.
+    SlaOverdue,
 }
 
 impl Step {
@@ -550,6 +557,8 @@ impl Step {
             Step::Escalated => "escalated",
             Step::Extended => "extended",
             Step::ReasonRequested => "reason_requested",
+            Step::SlaAtRisk => "sla_at_risk",
+            Step::SlaOverdue => "sla_overdue",
         }
     }
 }

@@ -12,6 +12,7 @@ use super::{Db, append_event};
 use crate::domain::audit;
 use crate::domain::ids::QuestionId;
 use crate::domain::question::{Operator, Question, Step, rfc3339};
+use crate::domain::sla::SlaMark;
 use crate::storage::StorageError;
 use crate::storage::rows::{ms, user_column};
 
@@ -103,6 +104,35 @@ pub(crate) async fn claim_reminders(
     }
     let detail = json!({"reminder": passed});
     commit_step(tx, id, Step::Reminded, None, detail, now).await
+}
+
+/// See [`crate::storage::Steps::claim_sla_mark`]; `tx` is the backend's audit transaction.
+pub(crate) async fn claim_sla_mark(
+    mut tx: Transaction<'_, Db>,
+    id: &QuestionId,
+    shown: u32,
+    mark: SlaMark,
+    now: OffsetDateTime,
+) -> Result<Option<Question>, StorageError> {
+    let claimed = sqlx::query(
+        "UPDATE confirmations SET sla_marks = $1
+         WHERE id = $2 AND status = 'pending' AND sla_marks = $3",
+    )
+    .bind(i64::from(mark.count()))
+    .bind(id.as_str())
+    .bind(i64::from(shown))
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if !claimed {
+        return Ok(None);
+    }
+    let step = match mark {
+        SlaMark::AtRisk => Step::SlaAtRisk,
+        SlaMark::Overdue => Step::SlaOverdue,
+    };
+    commit_step(tx, id, step, None, json!({}), now).await
 }
 
 /// See [`crate::storage::Steps::escalate`]; `tx` is the backend's audit transaction.

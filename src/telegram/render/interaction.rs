@@ -14,7 +14,7 @@ use super::params::params_block;
 use super::question::{Parts, attached_note, context_block, rule_note, summary, window_disclosure};
 use super::{
     BRIEFING_BUDGET, OUTCOME_RESERVE, TELEGRAM_MAX_CHARS, cut_note, escalation_line, flag, quoted,
-    shown, shown_within, units, window_duration,
+    shown, shown_within, sla_line, units, window_duration,
 };
 
 /// What happens when nobody answers by the deadline, when that is not simply "nothing":
@@ -131,6 +131,7 @@ pub(super) fn interaction_parts(r: &Question, i: &Interaction, view: &View) -> P
     text.push_str(&timeout_disclosure(r, i));
     text.push_str(&format!("\n\n⏳ Deadline: {}", date_time(r.expires_at)));
     text.push_str(&escalation_line(view));
+    text.push_str(&sla_line(r, view));
     Parts { text, cut }
 }
 

@@ -243,6 +243,24 @@ fn escalation_line(view: &View) -> String {
     }
 }
 
+/// The route's SLA mark on a question still pending (nothing once it ended: its
+/// outcome says what matters then).
+fn sla_line(r: &Question, view: &View) -> String {
+    use crate::domain::sla::SlaMark;
+    match view.sla {
+        Some(_) if r.is_terminal() => String::new(),
+        Some((SlaMark::AtRisk, by)) => format!(
+            "\n\n⏰ <b>At risk</b>: the route's SLA wants a decision by {}.",
+            clock(by)
+        ),
+        Some((SlaMark::Overdue, by)) => format!(
+            "\n\n⏰ <b>Overdue</b>: the route's SLA wanted a decision by {}.",
+            clock(by)
+        ),
+        None => String::new(),
+    }
+}
+
 /// What goes under a message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Markup {

@@ -15,7 +15,7 @@ use super::params::params_block;
 use super::{
     BRIEFING_BUDGET, CONTEXT_BUDGET, EXPANDABLE_FROM, OUTCOME_RESERVE, REASON_SHOWN,
     TELEGRAM_MAX_CHARS, clock, cut_note, escalation_line, escape_within, flag, quoted, shown,
-    shown_within, units, window_duration,
+    shown_within, sla_line, units, window_duration,
 };
 
 /// The agent's context, quoted under its label; nothing when there is none.
@@ -403,6 +403,7 @@ pub fn decided_text(r: &Question) -> String {
 pub(super) fn decided_text_in(r: &Question, view: &View) -> String {
     let mut text = question_text(r);
     text.push_str(&escalation_line(view));
+    text.push_str(&sla_line(r, view));
     if let Some(line) = decision_line(r) {
         text.push_str("\n\n");
         text.push_str(&line);

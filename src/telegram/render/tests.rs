@@ -163,6 +163,8 @@ fn a_grant_questions_terms_are_shown_whole_after_the_longest_agent_text_and_it_f
             at: r.created_at,
             here: true,
         }),
+        // The longest SLA mark too: the worst case must still fit.
+        sla: Some((crate::domain::sla::SlaMark::Overdue, r.created_at)),
         ..Default::default()
     };
     let (text, _) = render(&r, &view);
