@@ -16,10 +16,11 @@ use super::answer::{After, Judged, Refused, cut_for_toast, refuse_tap};
 use super::commands::{CommandReply, Commands};
 use super::{Service, Tap, now};
 use crate::config::Route;
+use crate::domain::audit;
 use crate::domain::question::Operator;
 use crate::domain::rules::chat::chat_rule_id;
 use crate::domain::rules::suggest::{self, Suggestion};
-use crate::domain::rules::{ChatRuleRecord, ChatRuleState, ChatRules};
+use crate::domain::rules::{ChatRuleRecord, ChatRuleState, ChatRules, Policy};
 use crate::storage::StorageError;
 
 /// The most decisions a proposal round reads per route (the latest): a bound on one
@@ -69,9 +70,9 @@ pub struct Offer {
     /// The days of history they were drawn from.
     pub days: u32,
     pub proposals: Vec<ChatRuleRecord>,
-    /// Who may accept them, by user id (empty: nobody; the message says how to change
-    /// that, and shows no buttons).
-    pub editors: Vec<u64>,
+    /// Who may accept them: user id and `[people]` name, if any (empty: nobody; the
+    /// message says how to change that, and shows no buttons).
+    pub editors: Vec<(u64, Option<String>)>,
 }
 
 impl Commands {
@@ -110,8 +111,20 @@ impl Commands {
             .map(|p| record_of(&route.name, p, now))
             .collect();
         let proposals = self.chat_rules.propose_chat_rules(&records, now).await?;
-        let mut editors: Vec<u64> = s.editors.iter().copied().collect();
-        editors.sort_unstable();
+        let mut ids: Vec<u64> = s.editors.iter().copied().collect();
+        ids.sort_unstable();
+        let name_of = |id: u64| {
+            let mut names: Vec<&String> = self
+                .config
+                .people
+                .iter()
+                .filter(|(_, p)| **p == id)
+                .map(|(n, _)| n)
+                .collect();
+            names.sort();
+            names.first().map(|n| (*n).clone())
+        };
+        let editors = ids.into_iter().map(|id| (id, name_of(id))).collect();
         Ok(Offer {
             route: route.name.clone(),
             days: s.days,
@@ -282,12 +295,33 @@ impl Service {
         tracing::info!(user_id = tap.from.id, route = %after.route, rule = %after.rule.name,
             from = before.as_str(), to = after.state.as_str(), "chat rule moved");
         // In force here at once; the other replicas reread within CHAT_RULES_REFRESH.
-        if let Err(e) = self.load_chat_rules().await {
-            tracing::warn!(error = %e, "could not reread the chat rules after a tap");
+        let previous = self.rules().policy();
+        match self.load_chat_rules().await {
+            Ok(true) => self.record_rules_in_force(&previous, at).await?,
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "could not reread the chat rules after a tap"),
         }
         let toast = format!("{}: {}", state_words(after.state), after.rule.name);
         self.announce_move(chat_id, route.topic_id, after, before, tap.from.clone());
         Ok(Judged::toast(cut_for_toast(&toast), After::Nothing))
+    }
+
+    /// Records the rules hash now in force (`rules_loaded`, as a reload does), so the
+    /// hash the next decisions carry is in the trail with the set it replaced.
+    async fn record_rules_in_force(
+        &self,
+        previous: &Policy,
+        at: OffsetDateTime,
+    ) -> Result<(), StorageError> {
+        let policy = self.rules().policy();
+        let event = audit::rules_loaded(
+            at,
+            policy.fingerprint().as_str(),
+            previous.fingerprint().as_str(),
+            policy.set.rules().len() + policy.chat().rules().len(),
+            policy.mode.as_str(),
+        );
+        self.store.record_event(event).await
     }
 
     /// Says in the chat what a tap did to a rule, for everyone there to read.

@@ -158,7 +158,7 @@ async fn fourteen_approvals_make_a_proposal_with_its_exact_rule_and_nothing_else
     assert!(!text.contains("drop_table"), "{text}");
     assert!(!text.contains("restart"), "{text}");
     assert_eq!(text.matches("[[rules]]").count(), 1, "{text}");
-    assert!(text.contains("rule editors (111111)"), "{text}");
+    assert!(text.contains("the rule editors (alice (111111))"), "{text}");
     let labels: Vec<&str> = m
         .buttons
         .iter()
@@ -232,6 +232,22 @@ async fn an_enforced_chat_rule_decides_across_a_restart_but_never_over_a_configu
     assert_eq!(r["status"], "confirmed", "{r}");
     assert_eq!(r["via"], "rule", "{r}");
     assert_eq!(r["rule"], name.as_str(), "{r}");
+    // The hash the decision carries is in the trail, put in force by the tap.
+    let db = sqlx::SqlitePool::connect(&app.db_url).await.unwrap();
+    let loaded: Vec<(String,)> =
+        sqlx::query_as("SELECT detail FROM audit_events WHERE kind = 'rules_loaded'")
+            .fetch_all(&db)
+            .await
+            .unwrap();
+    db.close().await;
+    let hashes: Vec<Value> = loaded
+        .iter()
+        .map(|(d,)| serde_json::from_str::<Value>(d).unwrap()["rules_hash"].clone())
+        .collect();
+    assert!(
+        hashes.contains(&r["rule_decision"]["rules_hash"]),
+        "{hashes:?} {r}"
+    );
     // Another value of the parameter is not what people approved: it asks.
     let (other, _) = app
         .ask_suspended(

@@ -123,7 +123,10 @@ pub fn suggestions_text(offers: &[Offer]) -> String {
                  editors ({}).",
                 editors
                     .iter()
-                    .map(|id| format!("<code>{id}</code>"))
+                    .map(|(id, name)| match name {
+                        Some(name) => format!("{} (<code>{id}</code>)", escape(name)),
+                        None => format!("<code>{id}</code>"),
+                    })
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
