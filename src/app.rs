@@ -168,6 +168,10 @@ async fn announce(service: &Arc<Service>, listener: &TcpListener) -> anyhow::Res
         .load_chat_rules()
         .await
         .context("cannot read the rules accepted in the chats")?;
+    service
+        .load_absences()
+        .await
+        .context("cannot read who is away")?;
     let recovered = service
         .recover()
         .await

@@ -91,6 +91,7 @@ pub fn demo_settings(mut s: Settings, operator: u64) -> anyhow::Result<Settings>
         sla_seconds: None,
         on_call: Vec::new(),
         on_call_time_zone: None,
+        delegates: Vec::new(),
     }];
     s.agents = vec![AgentSettings {
         name: "demo".into(),

@@ -85,6 +85,10 @@ pub struct RouteSettings {
     /// The time zone `on_call` hours are written in (IANA name; `UTC` by default).
     #[serde(default)]
     pub on_call_time_zone: Option<String>,
+    /// Who, besides the approvers, may stand in for an approver away (`/away … name`):
+    /// while every approver is away, the route's questions go to their private chat.
+    #[serde(default)]
+    pub delegates: Vec<u64>,
     /// Who may accept rules proposed in the chat, enforce and remove them (approvers of
     /// the route; none by default).
     #[serde(default)]
@@ -169,11 +173,19 @@ pub struct Route {
     pub sla: Option<Sla>,
     /// See [`RouteSettings::on_call`].
     pub on_call: Option<OnCall>,
+    /// See [`RouteSettings::delegates`].
+    pub delegates: HashSet<u64>,
 }
 
 impl Route {
     pub fn may_decide(&self, user_id: u64) -> bool {
         self.approvers.contains(&user_id)
+    }
+
+    /// Whether `user_id` may stand in for an approver away: an approver, or one of the
+    /// route's `delegates`.
+    pub fn may_stand_in(&self, user_id: u64) -> bool {
+        self.approvers.contains(&user_id) || self.delegates.contains(&user_id)
     }
 }
 
@@ -254,6 +266,7 @@ impl RouteSettings {
             suggesting,
             sla: self.sla_seconds.and_then(Sla::new),
             on_call,
+            delegates: self.delegates.into_iter().collect(),
         })
     }
 
@@ -273,6 +286,12 @@ impl RouteSettings {
         }
         if self.chat_id == 0 {
             return Err(invalid(format!("{key}.chat_id"), "must not be 0"));
+        }
+        if self.delegates.contains(&0) {
+            return Err(invalid(
+                format!("{key}.delegates"),
+                "0 is not a Telegram user id",
+            ));
         }
         if self.approvers.contains(&0) {
             return Err(invalid(

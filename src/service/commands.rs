@@ -19,6 +19,7 @@ use std::sync::Arc;
 use time::OffsetDateTime;
 
 use super::agree::Agree;
+use super::away::AwaySet;
 use super::chats::Chats;
 use super::judge::Rules;
 use super::suggest::Offer;
@@ -32,7 +33,8 @@ use crate::domain::rules::{ChatRuleRecord, ChatRuleState};
 use crate::domain::stats::{self, Stats};
 use crate::metrics::Metrics;
 use crate::storage::{
-    Audit, ChatRulesStore, Grants, LiveWindow, Questions, Runs, StorageError, WindowUse, Windows,
+    Audit, AwayStore, ChatRulesStore, Grants, LiveWindow, Questions, Runs, StorageError, WindowUse,
+    Windows,
 };
 
 /// A command the service acts on. The Telegram adapter reads it from a message's text
@@ -57,6 +59,10 @@ pub enum Command {
     Suggest,
     /// The rules accepted in the chat, each with its buttons.
     Rules,
+    /// The sender is away: the words after `until` (the time, then a delegate's name).
+    Away(Vec<String>),
+    /// The sender is back.
+    Back,
     Help,
 }
 
@@ -79,6 +85,8 @@ impl Command {
             Command::Stats(_) => "stats",
             Command::Suggest => "suggest",
             Command::Rules => "rules",
+            Command::Away(_) => "away",
+            Command::Back => "back",
             Command::Help => "help",
         }
     }
@@ -99,6 +107,12 @@ pub enum CommandError {
     Unknown(String),
     #[error("/stats takes a number of days from 1 to {max}, not '{0}'", max = MAX_STATS_DAYS)]
     StatsDays(String),
+    #[error(
+        "/away until <time> [delegate]: for example /away until 18:00 bob, /away until 2026-12-24 09:00, /away until 3d (times in UTC)"
+    )]
+    AwayWithoutUntil,
+    #[error("/back takes nothing after it")]
+    BackWithWords,
 }
 
 /// A command as typed in a chat.
@@ -148,6 +162,10 @@ pub enum CommandReply {
         routes: Vec<(String, Vec<ChatRuleRecord>)>,
         configured: usize,
     },
+    /// `/away`: until when, who stands in, and the routes nobody else approves.
+    Away(AwaySet),
+    /// `/back`: whether an absence was running.
+    Back { was_away: bool },
     /// A chat rule moved by a tap: accepted, enforced or removed.
     ChatRuleMoved {
         rule: Box<ChatRuleRecord>,
@@ -217,6 +235,7 @@ pub(super) struct Commands {
     /// The rules in force, and the chat's as stored ([`super::suggest`]).
     pub(super) rules: Arc<Rules>,
     pub(super) chat_rules: Arc<dyn ChatRulesStore>,
+    pub(super) away: Arc<dyn AwayStore>,
     chats: Arc<Chats>,
     agree: Arc<Agree>,
     questions: Arc<dyn Questions>,
@@ -229,6 +248,7 @@ pub(super) struct Commands {
 
 /// The storage roles the commands use.
 pub(super) struct CommandStores {
+    pub away: Arc<dyn AwayStore>,
     pub rules: Arc<Rules>,
     pub chat_rules: Arc<dyn ChatRulesStore>,
     pub questions: Arc<dyn Questions>,
@@ -250,6 +270,12 @@ impl Service {
                 CommandReply::Invalid("Something went wrong; nothing was changed.".to_owned())
             }
         };
+        if matches!(
+            reply,
+            CommandReply::Away(_) | CommandReply::Back { was_away: true }
+        ) {
+            self.absences_changed().await;
+        }
         if let Err(e) = self
             .messenger
             .send_command_reply(m.chat_id, m.thread, Some(m.message_id), &reply)
@@ -269,6 +295,7 @@ impl Commands {
         metrics: Arc<Metrics>,
     ) -> Self {
         let CommandStores {
+            away,
             rules,
             chat_rules,
             questions,
@@ -281,6 +308,7 @@ impl Commands {
             config,
             rules,
             chat_rules,
+            away,
             chats,
             agree,
             questions,
@@ -454,6 +482,8 @@ impl Commands {
             }
             Command::Windows => self.windows(mine, now).await?,
             Command::Suggest => self.suggest(mine, now).await?,
+            Command::Away(words) => self.away(m, words, mine, now).await?,
+            Command::Back => self.back(m, now).await?,
             Command::Rules => self.chat_rules_of(mine).await?,
             &Command::Stats(days) => CommandReply::Stats {
                 days,

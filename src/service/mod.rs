@@ -40,6 +40,7 @@ use crate::storage::{
 
 mod agree;
 mod answer;
+mod away;
 mod board;
 mod chats;
 mod commands;
@@ -59,6 +60,7 @@ mod steps;
 mod suggest;
 mod wait;
 pub use agree::{Agree, ConfigReport};
+pub use away::{Absentees, AwaySet};
 pub use chats::Chats;
 pub use commands::{
     Command, CommandError, CommandMessage, CommandReply, MAX_STATS_DAYS, RevokeTarget, Setup,
@@ -553,6 +555,8 @@ pub struct Service {
     commands: Commands,
     /// The questions' messages, showing progress, outcome and run ([`board`]).
     board: Arc<Board>,
+    /// The approvers away, as last read ([`away`]).
+    absentees: Arc<Absentees>,
 }
 
 /// Puts the service together: each feature's owner with the storage roles it uses.
@@ -577,6 +581,7 @@ fn assemble(
         metrics.clone(),
     ));
     let stores = CommandStores {
+        away: store.clone(),
         rules: rules.clone(),
         chat_rules: store.clone(),
         questions: store.clone(),
@@ -600,11 +605,13 @@ fn assemble(
         store.clone(),
         metrics.clone(),
     ));
+    let absentees = Arc::new(Absentees::default());
     let timeline = Arc::new(Timeline::new(
         config.clone(),
         chats.clone(),
         agree.clone(),
         messenger.clone(),
+        absentees.clone(),
     ));
     let tasks = TaskTracker::new();
     let board = Arc::new(Board::new(BoardParts {
@@ -642,6 +649,7 @@ fn assemble(
         outbox_wake: Notify::new(),
         metrics,
         posting: Mutex::new(HashSet::new()),
+        absentees,
     }
 }
 

@@ -106,6 +106,10 @@ impl Service {
         if record.message_id.is_none() {
             let (me, queued) = (self.clone(), deliver::Queued::first(record));
             self.tasks.spawn(async move { me.deliver(queued).await });
+            // With every approver of its route away, a delegate gets it too.
+            let (me, record) = (self.clone(), record.clone());
+            self.tasks
+                .spawn(async move { me.delegate_if_all_away(&record).await });
         }
     }
 

@@ -10,9 +10,11 @@ use std::sync::Arc;
 use time::OffsetDateTime;
 
 use super::agree::Agree;
+use super::away::Absentees;
 use super::chats::Chats;
 use super::{Messenger, Service, deliver, instant_at, now};
 use crate::config::{Config, Escalation, Route};
+use crate::domain::away;
 use crate::domain::ids::QuestionId;
 use crate::domain::question::Question;
 use crate::domain::sla::{Sla, SlaMark};
@@ -38,6 +40,8 @@ pub struct Timeline {
     /// Who a reminder may name (an interaction's target humans).
     agree: Arc<Agree>,
     messenger: Arc<dyn Messenger>,
+    /// Who is away: a reminder mentions their delegate instead.
+    absentees: Arc<Absentees>,
 }
 
 impl Timeline {
@@ -46,12 +50,14 @@ impl Timeline {
         chats: Arc<Chats>,
         agree: Arc<Agree>,
         messenger: Arc<dyn Messenger>,
+        absentees: Arc<Absentees>,
     ) -> Self {
         Timeline {
             config,
             chats,
             agree,
             messenger,
+            absentees,
         }
     }
 
@@ -142,8 +148,10 @@ impl Timeline {
     pub(super) async fn send_reminders(&self, r: Question) {
         let mut targets: Vec<(i64, Option<i32>, Vec<u64>)> = Vec::new();
         let at = now();
+        let absences = self.absentees.get();
+        let to_remind = |route: &Route| away::mentioned(&to_remind(route, at), &absences, at);
         if let Some(route) = self.config.route(&r.route) {
-            targets.push((r.chat_id, r.message_id, to_remind(route, at)));
+            targets.push((r.chat_id, r.message_id, to_remind(route)));
         }
         if let Some((_, to)) = self.escalated_to(&r)
             && let Some(copy) = r
@@ -151,7 +159,7 @@ impl Timeline {
                 .iter()
                 .find(|c| c.recipient == route_copy_name(&to.name))
         {
-            targets.push((copy.chat_id, copy.message_id, to_remind(&to, at)));
+            targets.push((copy.chat_id, copy.message_id, to_remind(&to)));
         }
         for (chat_id, message_id, approvers) in targets {
             let Some(message_id) = message_id else {

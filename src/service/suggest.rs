@@ -183,8 +183,9 @@ impl Service {
         Ok(self.rules().set_chat(chat))
     }
 
-    /// Rereads the chat rules every `every` until `stop`: a rule accepted or removed
-    /// through another replica is in force here within that time.
+    /// Rereads the chat rules (and the absences) every `every` until `stop`: a rule
+    /// accepted or removed, or an `/away`, through another replica is in force here
+    /// within that time.
     pub async fn keep_chat_rules(self: Arc<Self>, every: Duration, stop: CancellationToken) {
         loop {
             tokio::select! {
@@ -193,6 +194,9 @@ impl Service {
             }
             if let Err(e) = self.load_chat_rules().await {
                 tracing::warn!(error = %e, "could not reread the chat rules; the last read stay in force");
+            }
+            if let Err(e) = self.load_absences().await {
+                tracing::warn!(error = %e, "could not reread the absences; the last read stay in force");
             }
         }
     }

@@ -22,6 +22,7 @@ use time::OffsetDateTime;
 
 use super::{MIGRATOR, This, sql};
 use crate::domain::audit::{AuditEvent, Head, NewEvent, StoredRow, StoredStatus};
+use crate::domain::away::Absence;
 use crate::domain::grant::{Grant, Scope};
 use crate::domain::ids::ToolName;
 use crate::domain::ids::{CallbackToken, GrantId, IdempotencyKey, OwnerId, QuestionId};
@@ -32,7 +33,7 @@ use crate::domain::rules::{ChatRuleRecord, ChatRuleState};
 use crate::domain::run_report::{NewRunReport, Recalled};
 use crate::storage::pins::{ListedTool, Listing, ToolPin};
 use crate::storage::{
-    Administration, AgentEvent, AgentEvents, Answered, Audit, ChatRulesStore, Decided,
+    Administration, AgentEvent, AgentEvents, Answered, Audit, AwayStore, ChatRulesStore, Decided,
     DeliveryAttempt, EndedCursor, Gauges, GrantInserted, Grants, Inserted, LiveWindow, Messages,
     Outbox, OutboxEntry, PendingEntry, Questions, RunReported, Runs, Shown, Steps, StorageError,
     ToolPins, WindowCache, WindowUse, Windows,
@@ -308,6 +309,17 @@ impl Steps for This {
         sql::claim_sla_mark(tx, id, shown, mark, now).await
     }
 
+    async fn delegate_question(
+        &self,
+        id: &QuestionId,
+        recipient: &str,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<Option<Question>, StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::delegate_question(tx, id, recipient, chat_id, now).await
+    }
+
     async fn escalate(
         &self,
         id: &QuestionId,
@@ -520,6 +532,39 @@ impl ToolPins for This {
 
     async fn tool_pins(&self, agent: &str, server: &str) -> Result<Vec<ToolPin>, StorageError> {
         sql::tool_pins(&self.pool, agent, server).await
+    }
+}
+
+#[async_trait]
+impl AwayStore for This {
+    async fn set_away(
+        &self,
+        absence: &Absence,
+        by: &Operator,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError> {
+        let (_writer, mut tx) = self.audit_tx().await?;
+        sql::set_away(&mut tx, absence, by, now).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn end_away(
+        &self,
+        person: u64,
+        by: &Operator,
+        now: OffsetDateTime,
+    ) -> Result<bool, StorageError> {
+        let (_writer, mut tx) = self.audit_tx().await?;
+        let ended = sql::end_away(&mut tx, person, by, now).await?;
+        if ended {
+            tx.commit().await?;
+        }
+        Ok(ended)
+    }
+
+    async fn absences(&self, now: OffsetDateTime) -> Result<Vec<Absence>, StorageError> {
+        sql::absences(&self.pool, now).await
     }
 }
 

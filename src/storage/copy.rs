@@ -37,6 +37,7 @@ const TABLES: &[&str] = &[
     "mcp_servers",
     "mcp_tool_pins",
     "chat_rules",
+    "away",
 ];
 
 /// Tables of the PostgreSQL schema that hold no data to carry over: the migrations'

@@ -33,8 +33,8 @@ use crate::domain::question::{Question, Window, WindowKey};
 
 pub use postgres::{PgStore, refuse_unknown_params};
 pub use roles::{
-    Administration, AgentEvents, Audit, ChatRulesStore, Coordination, Grants, Messages, Outbox,
-    Questions, Runs, Steps, ToolPins, Windows,
+    Administration, AgentEvents, Audit, AwayStore, ChatRulesStore, Coordination, Grants, Messages,
+    Outbox, Questions, Runs, Steps, ToolPins, Windows,
 };
 pub use sqlite::SqliteStore;
 
@@ -528,6 +528,7 @@ pub trait Store:
     + Runs
     + ToolPins
     + ChatRulesStore
+    + AwayStore
     + Outbox
     + Audit
     + AgentEvents
@@ -568,6 +569,7 @@ impl<T> Store for T where
         + Runs
         + ToolPins
         + ChatRulesStore
+        + AwayStore
         + Outbox
         + Audit
         + AgentEvents

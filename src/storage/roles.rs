@@ -16,6 +16,7 @@ use super::{
 };
 use crate::domain::audit::{AuditEvent, Head, NewEvent, StoredRow, StoredStatus};
 use crate::domain::authority::{Authority, Fingerprint};
+use crate::domain::away::Absence;
 use crate::domain::grant::{Grant, Scope};
 use crate::domain::ids::{CallbackToken, GrantId, IdempotencyKey, OwnerId, QuestionId, ToolName};
 use crate::domain::interaction::Answer;
@@ -263,6 +264,17 @@ pub trait Steps: Send + Sync + 'static {
         now: OffsetDateTime,
     ) -> Result<Option<Question>, StorageError>;
 
+    /// Adds a copy of a pending question for the delegate of the approvers away
+    /// (`recipient` names them), in their private chat `chat_id` (audited and streamed as
+    /// `delegated`, naming them); `None` when that copy exists already or it ended.
+    async fn delegate_question(
+        &self,
+        id: &QuestionId,
+        recipient: &str,
+        chat_id: i64,
+        now: OffsetDateTime,
+    ) -> Result<Option<Question>, StorageError>;
+
     /// Claims a pending question's escalation and adds its copy for `chat_id` (audited,
     /// streamed); `None` when it was escalated already or ended.
     async fn escalate(
@@ -463,6 +475,29 @@ pub trait ToolPins: Send + Sync + 'static {
 
     /// Every pin of `agent`'s `server`, by tool name.
     async fn tool_pins(&self, agent: &str, server: &str) -> Result<Vec<ToolPin>, StorageError>;
+}
+
+/// Approvers away (issue 50): every replica reads the same absences.
+#[async_trait]
+pub trait AwayStore: Send + Sync + 'static {
+    /// Sets `absence` (replacing the person's last), audited `away_set` by `by`.
+    async fn set_away(
+        &self,
+        absence: &Absence,
+        by: &Operator,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError>;
+
+    /// Ends `person`'s absence now (audited `away_ended`); whether one was running.
+    async fn end_away(
+        &self,
+        person: u64,
+        by: &Operator,
+        now: OffsetDateTime,
+    ) -> Result<bool, StorageError>;
+
+    /// The absences running at `now`, by person.
+    async fn absences(&self, now: OffsetDateTime) -> Result<Vec<Absence>, StorageError>;
 }
 
 /// Rules accepted in a route's chat (issue 50): proposals, what is in force, and the

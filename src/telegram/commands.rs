@@ -26,7 +26,7 @@ use crate::service::{
 use crate::storage::{LiveWindow, WindowUse};
 
 /// The commands, their descriptions (Telegram's menu and `/help`) and what they take.
-pub const COMMANDS: [(&str, &str, &str); 9] = [
+pub const COMMANDS: [(&str, &str, &str); 11] = [
     (
         "start",
         "Show this chat's id, your user id and whether this chat is a route",
@@ -67,6 +67,12 @@ pub const COMMANDS: [(&str, &str, &str); 9] = [
         "List the rules accepted in this chat, to enforce or remove",
         "",
     ),
+    (
+        "away",
+        "Away until a time: reminders skip you; name a delegate to stand in",
+        " until <time> [delegate]",
+    ),
+    ("back", "End your /away now", ""),
     ("help", "What these commands do, and what /start says", ""),
 ];
 
@@ -124,6 +130,14 @@ pub fn parse(text: &str, me: Option<&str>) -> Parsed {
         "help" => Ok(Command::Help),
         "suggest" => Ok(Command::Suggest),
         "rules" => Ok(Command::Rules),
+        "away" => match words.next() {
+            Some("until") => Ok(Command::Away(words.map(str::to_owned).take(4).collect())),
+            _ => Err(CommandError::AwayWithoutUntil),
+        },
+        "back" => match words.next() {
+            None => Ok(Command::Back),
+            Some(_) => Err(CommandError::BackWithWords),
+        },
         "stats" => match (words.next(), words.next()) {
             (None, _) => Ok(Command::Stats(7)),
             (Some(days), None) => match days.parse::<u32>() {
@@ -282,10 +296,43 @@ pub fn render(reply: &CommandReply, now: OffsetDateTime) -> String {
         CommandReply::ChatRuleMoved { rule, from, by } => {
             super::render::moved_text(rule, *from, by)
         }
+        CommandReply::Away(set) => away_text(set),
+        CommandReply::Back { was_away: true } => {
+            "👋 Welcome back: reminders mention you again, and your delegate no longer stands in."
+                .to_owned()
+        }
+        CommandReply::Back { was_away: false } => "You were not away: nothing changed.".to_owned(),
         CommandReply::Setup(setup) => setup_text(setup),
         CommandReply::Refused(text) => format!("⛔ {}", escape(text)),
         CommandReply::Invalid(text) => format!("⚠️ {}", escape(text)),
     }
+}
+
+/// The answer to `/away`: until when, who stands in, what happens meanwhile.
+fn away_text(s: &crate::service::AwaySet) -> String {
+    let until = date_time(s.until);
+    let mut out = format!("🌴 You are away until {until}: reminders do not mention you");
+    match &s.delegate {
+        Some(d) => out.push_str(&format!(
+            "; {} is mentioned in your place, and gets in a private chat any question that \
+             nobody but people away could answer.",
+            shown(&d.name)
+        )),
+        None => out.push('.'),
+    }
+    if !s.alone_on.is_empty() && s.delegate.is_none() {
+        out.push_str(&format!(
+            " ⚠️ Nobody else approves route(s) {}: their questions wait for you. Name a \
+             delegate: /away until … <name>.",
+            s.alone_on
+                .iter()
+                .map(|r| format!("<code>{}</code>", escape(r)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    out.push_str(" /back ends it early.");
+    out
 }
 
 /// The answer to `/start` and `/help`: the commands (for an approver's `/help`), then

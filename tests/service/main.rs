@@ -41,6 +41,7 @@ mod polling {
     // Polling only: what does not depend on the mode, or only polling does (`getUpdates`
     // offsets, chaos on `getUpdates`), and the real binary as a process.
     mod api;
+    mod away;
     mod console;
     mod console_access;
     mod console_edit;

@@ -86,7 +86,7 @@ async fn ask_free_text(app: &TestApp, id: &str, question: &str) {
 }
 
 #[tokio::test]
-async fn the_nine_commands_are_registered_with_telegram_at_start() {
+async fn the_eleven_commands_are_registered_with_telegram_at_start() {
     let app = TestApp::spawn().await;
     registered(&app).await;
     let commands = app.telegram.my_commands();
@@ -94,7 +94,8 @@ async fn the_nine_commands_are_registered_with_telegram_at_start() {
     assert_eq!(
         names,
         [
-            "start", "pending", "windows", "grants", "revoke", "stats", "suggest", "rules", "help"
+            "start", "pending", "windows", "grants", "revoke", "stats", "suggest", "rules", "away",
+            "back", "help"
         ]
     );
     assert!(commands.iter().all(|(_, d)| d.len() >= 3 && d.len() <= 256));
@@ -128,7 +129,7 @@ async fn a_failed_registration_is_retried_while_the_service_keeps_serving() {
     assert_eq!(status, StatusCode::ACCEPTED, "{record}");
     app.telegram.wait_for_requests("setMyCommands", 2).await;
     assert_eq!(app.telegram.requests("getMe").len(), 2);
-    assert_eq!(app.telegram.my_commands().len(), 9);
+    assert_eq!(app.telegram.my_commands().len(), 11);
     let answer = command(&app, OPS_CHAT, alice(), "/pending@hitl_test_bot").await;
     assert!(
         answer.visible_text.contains("deploy"),

@@ -8,6 +8,7 @@ mod support;
 /// Every service these tests start polls Telegram (see `support::app::webhook_mode`).
 const TELEGRAM_MODE: support::app::ModeRule = support::app::ModeRule::Polling;
 
+mod away;
 mod chat_rules;
 mod ended;
 mod grants;

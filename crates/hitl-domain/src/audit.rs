@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
+use super::away::Absence;
 use super::grant::{Grant, GrantSource};
 use super::interaction::Answer;
 use super::question::{Operator, Question, Status, Step, Via, Window, rfc3339};
@@ -333,6 +334,33 @@ pub fn tool_allowed(
             "replaced_hash": replaced,
             "operator": operator_json(by),
         }),
+    }
+}
+
+/// A person set themselves away (`/away`), until when and with which delegate.
+pub fn away_set(a: &Absence, by: &Operator, at: OffsetDateTime) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: None,
+        kind: "away_set",
+        actor: format!("telegram:{}", by.id),
+        detail: json!({
+            "person": a.person,
+            "until": rfc3339(a.until),
+            "delegate": a.delegate.as_ref().map(|d| json!({"id": d.id, "name": d.name})),
+            "operator": operator_json(by),
+        }),
+    }
+}
+
+/// A person's absence ended early (`/back`).
+pub fn away_ended(person: u64, by: &Operator, at: OffsetDateTime) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: None,
+        kind: "away_ended",
+        actor: format!("telegram:{}", by.id),
+        detail: json!({"person": person, "operator": operator_json(by)}),
     }
 }
 

@@ -10,6 +10,7 @@
 pub mod args_hash;
 pub mod audit;
 pub mod authority;
+pub mod away;
 pub mod briefing;
 pub mod edit;
 pub mod grant;

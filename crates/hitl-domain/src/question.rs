@@ -547,6 +547,8 @@ pub enum Step {
     SlaAtRisk,
     /// The route's SLA passed.
     SlaOverdue,
+    /// Every approver of the route is away: a copy went to a delegate.
+    Delegated,
 }
 
 impl Step {
@@ -559,6 +561,7 @@ impl Step {
             Step::ReasonRequested => "reason_requested",
             Step::SlaAtRisk => "sla_at_risk",
             Step::SlaOverdue => "sla_overdue",
+            Step::Delegated => "delegated",
         }
     }
 }

@@ -21,6 +21,7 @@ use crate::domain::question::Question;
 use crate::storage::StorageError;
 use crate::storage::rows::{self, AnswerRow, CopyRow, Row, StrayRow, select_where};
 
+mod away;
 mod chat_rules;
 mod grants;
 mod outbox;
@@ -31,6 +32,7 @@ mod tool_pins;
 mod trail;
 mod windows;
 
+pub(crate) use self::away::*;
 pub(crate) use self::chat_rules::*;
 pub(crate) use self::grants::*;
 pub(crate) use self::outbox::*;

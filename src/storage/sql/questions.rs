@@ -279,17 +279,35 @@ pub(crate) async fn push_agent_event(
 /// update already made in `tx`): reads the question, streams the step, audits it
 /// (`by`, `detail`) and commits. Returns the question as it now is.
 pub(crate) async fn commit_step(
-    mut tx: Transaction<'_, Db>,
+    tx: Transaction<'_, Db>,
     id: &QuestionId,
     step: Step,
     by: Option<&Operator>,
     detail: serde_json::Value,
     now: OffsetDateTime,
 ) -> Result<Option<Question>, StorageError> {
+    commit_step_telling(tx, id, step, by, detail, None, now).await
+}
+
+/// [`commit_step`], with `tell` (a key and its value) added to the agent's event: what
+/// the agent should know of the step beyond its name.
+pub(crate) async fn commit_step_telling(
+    mut tx: Transaction<'_, Db>,
+    id: &QuestionId,
+    step: Step,
+    by: Option<&Operator>,
+    detail: serde_json::Value,
+    tell: Option<(&str, serde_json::Value)>,
+    now: OffsetDateTime,
+) -> Result<Option<Question>, StorageError> {
     let Some(record) = read_in(&mut tx, id).await? else {
         return Ok(None);
     };
-    push_agent_event(&mut tx, &record, "status", &record.step_event(step), now).await?;
+    let mut event = record.step_event(step);
+    if let Some((key, value)) = tell {
+        event[key] = value;
+    }
+    push_agent_event(&mut tx, &record, "status", &event, now).await?;
     append_event(&mut tx, &audit::step(id.as_str(), step, by, detail, now)).await?;
     tx.commit().await?;
     Ok(Some(record))

@@ -7,7 +7,7 @@ use serde_json::json;
 use sqlx::{Pool, Transaction};
 use time::OffsetDateTime;
 
-use super::questions::commit_step;
+use super::questions::{commit_step, commit_step_telling};
 use super::{Db, append_event};
 use crate::domain::audit;
 use crate::domain::ids::QuestionId;
@@ -80,6 +80,26 @@ pub(crate) async fn extend(
     commit_step(tx, id, Step::Extended, Some(by), detail, now).await
 }
 
+/// Moves one of a pending question's step counters from `from` to `to` with
+/// `statement` (`SET <counter> = $1 WHERE id = $2 AND status = 'pending' AND <counter>
+/// = $3`): whether this claim won (another, or the question's end, came first if not).
+async fn claim_count(
+    tx: &mut Transaction<'_, Db>,
+    statement: &'static str,
+    id: &QuestionId,
+    from: u32,
+    to: u32,
+) -> Result<bool, StorageError> {
+    Ok(sqlx::query(statement)
+        .bind(i64::from(to))
+        .bind(id.as_str())
+        .bind(i64::from(from))
+        .execute(&mut **tx)
+        .await?
+        .rows_affected()
+        == 1)
+}
+
 /// See [`crate::storage::Steps::claim_reminders`]; `tx` is the backend's audit transaction.
 pub(crate) async fn claim_reminders(
     mut tx: Transaction<'_, Db>,
@@ -88,18 +108,9 @@ pub(crate) async fn claim_reminders(
     passed: u32,
     now: OffsetDateTime,
 ) -> Result<Option<Question>, StorageError> {
-    let claimed = sqlx::query(
-        "UPDATE confirmations SET reminders_sent = $1
-         WHERE id = $2 AND status = 'pending' AND reminders_sent = $3",
-    )
-    .bind(i64::from(passed))
-    .bind(id.as_str())
-    .bind(i64::from(sent))
-    .execute(&mut *tx)
-    .await?
-    .rows_affected()
-        == 1;
-    if !claimed {
+    let statement = "UPDATE confirmations SET reminders_sent = $1
+         WHERE id = $2 AND status = 'pending' AND reminders_sent = $3";
+    if !claim_count(&mut tx, statement, id, sent, passed).await? {
         return Ok(None);
     }
     let detail = json!({"reminder": passed});
@@ -114,18 +125,9 @@ pub(crate) async fn claim_sla_mark(
     mark: SlaMark,
     now: OffsetDateTime,
 ) -> Result<Option<Question>, StorageError> {
-    let claimed = sqlx::query(
-        "UPDATE confirmations SET sla_marks = $1
-         WHERE id = $2 AND status = 'pending' AND sla_marks = $3",
-    )
-    .bind(i64::from(mark.count()))
-    .bind(id.as_str())
-    .bind(i64::from(shown))
-    .execute(&mut *tx)
-    .await?
-    .rows_affected()
-        == 1;
-    if !claimed {
+    let statement = "UPDATE confirmations SET sla_marks = $1
+         WHERE id = $2 AND status = 'pending' AND sla_marks = $3";
+    if !claim_count(&mut tx, statement, id, shown, mark.count()).await? {
         return Ok(None);
     }
     let step = match mark {
@@ -133,6 +135,42 @@ pub(crate) async fn claim_sla_mark(
         SlaMark::Overdue => Step::SlaOverdue,
     };
     commit_step(tx, id, step, None, json!({}), now).await
+}
+
+/// See [`crate::storage::Steps::delegate_question`]; `tx` is the backend's audit
+/// transaction.
+pub(crate) async fn delegate_question(
+    mut tx: Transaction<'_, Db>,
+    id: &QuestionId,
+    recipient: &str,
+    chat_id: i64,
+    now: OffsetDateTime,
+) -> Result<Option<Question>, StorageError> {
+    let pending: Option<(String,)> =
+        sqlx::query_as("SELECT id FROM confirmations WHERE id = $1 AND status = 'pending'")
+            .bind(id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+    if pending.is_none() {
+        return Ok(None);
+    }
+    let added = sqlx::query(
+        "INSERT INTO copies (question_id, recipient, chat_id) VALUES ($1, $2, $3)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(id.as_str())
+    .bind(recipient)
+    .bind(chat_id)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if !added {
+        return Ok(None);
+    }
+    let detail = json!({"to": recipient, "chat_id": chat_id});
+    let tell = Some(("delegated_to", json!(recipient)));
+    commit_step_telling(tx, id, Step::Delegated, None, detail, tell, now).await
 }
 
 /// See [`crate::storage::Steps::escalate`]; `tx` is the backend's audit transaction.

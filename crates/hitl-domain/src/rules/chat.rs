@@ -191,3 +191,130 @@ impl ChatRules {
         first(true).or_else(|| first(false))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+    use time::OffsetDateTime;
+
+    use super::*;
+    use crate::rules::{Policy, RulesMode};
+
+    fn record(route: &str, rule: Value, state: ChatRuleState) -> ChatRuleRecord {
+        let rule: RawRule = serde_json::from_value(rule).unwrap();
+        ChatRuleRecord {
+            id: chat_rule_id(route, &rule),
+            route: route.into(),
+            rule,
+            summary: String::new(),
+            toml: String::new(),
+            count: 14,
+            state,
+            proposed_at: OffsetDateTime::UNIX_EPOCH,
+            added: None,
+            changed: None,
+        }
+    }
+
+    fn staging_allow(name: &str) -> Value {
+        json!({"name": name, "effect": "allow", "tools": ["read_report"],
+               "where": [{"path": "env", "op": "eq", "value": "staging"}]})
+    }
+
+    fn policy(configured: Value, default: Option<Effect>, chat: &[ChatRuleRecord]) -> Policy {
+        let list = configured.as_array().unwrap().clone();
+        let set = RuleSet::from_values(&list, default).unwrap();
+        Policy::new(set, RulesMode::Enforce).with_chat(ChatRules::of(chat).0)
+    }
+
+    fn judge(p: &Policy, route: &str) -> crate::rules::RuleVerdict {
+        let params = crate::python::json::parse(r#"{"env": "staging"}"#).unwrap();
+        let call = RuleCall {
+            tool: "read_report",
+            agent: "agent-a",
+            owner: Some("alice"),
+            params: &params,
+            server: None,
+            annotations: None,
+        };
+        p.judge(&call, route).0
+    }
+
+    #[test]
+    fn a_chat_rule_decides_only_where_no_configured_rule_does_and_only_on_its_route() {
+        let chat = [
+            record(
+                "ops",
+                staging_allow("chat-enforced"),
+                ChatRuleState::Enforce,
+            ),
+            record("ops", staging_allow("chat-dry"), ChatRuleState::DryRun),
+        ];
+        let deny = json!([{"name": "frozen", "effect": "deny", "tools": ["read_*"]}]);
+        let v = judge(&policy(deny, None, &chat), "ops");
+        assert_eq!(
+            (v.effect, v.rule.as_deref()),
+            (Effect::Deny, Some("frozen"))
+        );
+        assert!(v.enforced);
+
+        let none = json!([]);
+        let v = judge(&policy(none.clone(), None, &chat), "ops");
+        assert_eq!(
+            (v.effect, v.rule.as_deref()),
+            (Effect::Allow, Some("chat-enforced"))
+        );
+        assert!(v.enforced);
+        let v = judge(&policy(none.clone(), None, &chat), "billing");
+        assert_eq!(
+            (v.effect, v.rule),
+            (Effect::Ask, None),
+            "another route's chat rule"
+        );
+
+        // A dry run says what it would do, and decides nothing.
+        let dry = [record(
+            "ops",
+            staging_allow("chat-dry"),
+            ChatRuleState::DryRun,
+        )];
+        let v = judge(&policy(none.clone(), None, &dry), "ops");
+        assert_eq!(
+            (v.effect, v.rule.as_deref(), v.enforced),
+            (Effect::Allow, Some("chat-dry"), false)
+        );
+        assert_eq!(v.applied(), Effect::Ask);
+        // In front of a deny default it is not read: the default still decides.
+        let v = judge(&policy(none, Some(Effect::Deny), &dry), "ops");
+        assert_eq!((v.effect, v.rule, v.enforced), (Effect::Deny, None, true));
+    }
+
+    #[test]
+    fn the_rules_hash_carries_the_chat_rules_and_is_the_configurations_without_them() {
+        let none = json!([]);
+        let bare = policy(none.clone(), None, &[]);
+        assert_eq!(bare.fingerprint(), bare.set.fingerprint());
+        let dry = policy(
+            none.clone(),
+            None,
+            &[record("ops", staging_allow("x"), ChatRuleState::DryRun)],
+        );
+        let on = policy(
+            none,
+            None,
+            &[record("ops", staging_allow("x"), ChatRuleState::Enforce)],
+        );
+        assert_ne!(dry.fingerprint(), bare.fingerprint());
+        assert_ne!(dry.fingerprint(), on.fingerprint(), "enforcing changes it");
+        let proposed = policy(
+            json!([]),
+            None,
+            &[record("ops", staging_allow("x"), ChatRuleState::Proposed)],
+        );
+        assert_eq!(
+            proposed.fingerprint(),
+            bare.fingerprint(),
+            "a proposal is not in force"
+        );
+    }
+}
