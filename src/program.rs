@@ -265,11 +265,21 @@ async fn stored_chat_rules(
 ) -> Result<Vec<crate::domain::rules::ChatRuleRecord>, String> {
     let settings = Settings::load(path)
         .map_err(|_| "the file is not a whole configuration with a database".to_owned())?;
-    let store = storage::connect(&settings.database.url, ConnectMode::Existing)
+    // Bounded: an offline check must not wait out a pool's timeout on a database that
+    // does not answer.
+    let read = async {
+        let store = storage::connect(&settings.database.url, ConnectMode::Existing)
+            .await
+            .map_err(|e| e.to_string())?;
+        store.chat_rules().await.map_err(|e| e.to_string())
+    };
+    tokio::time::timeout(CHAT_RULES_READ_LIMIT, read)
         .await
-        .map_err(|e| e.to_string())?;
-    store.chat_rules().await.map_err(|e| e.to_string())
+        .map_err(|_| "the database did not answer within 5 s".to_owned())?
 }
+
+/// How long `check-config` and `rules test` wait for the database's chat rules.
+const CHAT_RULES_READ_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The records' rules in force, each refused one said on stderr.
 fn chat_rules_of(
