@@ -29,11 +29,15 @@ impl Absentees {
             .clone()
     }
 
-    fn set(&self, absences: Vec<Absence>) {
-        *self
+    /// Replaces the absences held; whether they changed.
+    fn set(&self, absences: Vec<Absence>) -> bool {
+        let mut held = self
             .0
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = absences;
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let changed = *held != absences;
+        *held = absences;
+        changed
     }
 }
 
@@ -124,11 +128,11 @@ impl Commands {
 }
 
 impl Service {
-    /// Reads the running absences from the database into this process.
-    pub async fn load_absences(&self) -> Result<(), StorageError> {
+    /// Reads the running absences from the database into this process; whether they
+    /// changed.
+    pub async fn load_absences(&self) -> Result<bool, StorageError> {
         let absences = self.store.absences(now()).await?;
-        self.absentees.set(absences);
-        Ok(())
+        Ok(self.absentees.set(absences))
     }
 
     /// After `/away` or `/back`: the absences reread, and every pending question whose
@@ -138,6 +142,12 @@ impl Service {
             tracing::warn!(error = %e, "could not reread the absences");
             return;
         }
+        self.delegate_pending().await;
+    }
+
+    /// Sends to a delegate every pending question whose route has nobody but away
+    /// approvers now (each once).
+    pub(super) async fn delegate_pending(self: &Arc<Self>) {
         match self.store.pending_of(None, 10_000).await {
             Ok(pending) => {
                 for q in pending {

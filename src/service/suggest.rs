@@ -195,8 +195,12 @@ impl Service {
             if let Err(e) = self.load_chat_rules().await {
                 tracing::warn!(error = %e, "could not reread the chat rules; the last read stay in force");
             }
-            if let Err(e) = self.load_absences().await {
-                tracing::warn!(error = %e, "could not reread the absences; the last read stay in force");
+            match self.load_absences().await {
+                // An /away through another replica: the leader sends what it strands.
+                Ok(true) if self.lead.leading() => self.delegate_pending().await,
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e,
+                    "could not reread the absences; the last read stay in force"),
             }
         }
     }
