@@ -463,6 +463,21 @@ pub async fn rules_test(path: &Path, call: &Path) -> anyhow::Result<u8> {
         },
         route,
     );
+    print_verdict(&policy, &verdict, rate);
+    Ok(match verdict.effect {
+        Effect::Allow => RULES_TEST_ALLOW,
+        Effect::Deny => RULES_TEST_DENY,
+        Effect::Ask => RULES_TEST_ASK,
+    })
+}
+
+/// What `rules test` prints about a verdict: the decision, who made it and why, the
+/// rate, the rules in force, and whether a chat rule or a dry run was involved.
+fn print_verdict(
+    policy: &crate::domain::rules::Policy,
+    verdict: &crate::domain::rules::RuleVerdict,
+    rate: Option<crate::domain::rules::Rate>,
+) {
     println!("decision: {}", verdict.effect);
     println!("by: {}", verdict.by());
     if let Some(reason) = &verdict.reason {
@@ -500,11 +515,6 @@ pub async fn rules_test(path: &Path, call: &Path) -> anyhow::Result<u8> {
     if !verdict.enforced {
         println!("dry run: the service asks for every call and records this decision");
     }
-    Ok(match verdict.effect {
-        Effect::Allow => RULES_TEST_ALLOW,
-        Effect::Deny => RULES_TEST_DENY,
-        Effect::Ask => RULES_TEST_ASK,
-    })
 }
 
 /// An agent's token from the variable `--token-env` names.
