@@ -137,6 +137,27 @@ pub(crate) async fn claim_sla_mark(
     commit_step(tx, id, step, None, json!({}), now).await
 }
 
+/// Adds a copy of question `id` for `recipient` in `chat_id`; whether it is new (a copy
+/// in that chat exists already otherwise).
+async fn insert_copy(
+    tx: &mut Transaction<'_, Db>,
+    id: &QuestionId,
+    recipient: &str,
+    chat_id: i64,
+) -> Result<bool, StorageError> {
+    Ok(sqlx::query(
+        "INSERT INTO copies (question_id, recipient, chat_id) VALUES ($1, $2, $3)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(id.as_str())
+    .bind(recipient)
+    .bind(chat_id)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected()
+        == 1)
+}
+
 /// See [`crate::storage::Steps::delegate_question`]; `tx` is the backend's audit
 /// transaction.
 pub(crate) async fn delegate_question(
@@ -154,18 +175,7 @@ pub(crate) async fn delegate_question(
     if pending.is_none() {
         return Ok(None);
     }
-    let added = sqlx::query(
-        "INSERT INTO copies (question_id, recipient, chat_id) VALUES ($1, $2, $3)
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(id.as_str())
-    .bind(recipient)
-    .bind(chat_id)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected()
-        == 1;
-    if !added {
+    if !insert_copy(&mut tx, id, recipient, chat_id).await? {
         return Ok(None);
     }
     let detail = json!({"to": recipient, "chat_id": chat_id});
@@ -194,15 +204,7 @@ pub(crate) async fn escalate(
     if !claimed {
         return Ok(None);
     }
-    sqlx::query(
-        "INSERT INTO copies (question_id, recipient, chat_id) VALUES ($1, $2, $3)
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(id.as_str())
-    .bind(recipient)
-    .bind(chat_id)
-    .execute(&mut *tx)
-    .await?;
+    insert_copy(&mut tx, id, recipient, chat_id).await?;
     let detail = json!({"to": recipient, "chat_id": chat_id});
     commit_step(tx, id, Step::Escalated, None, detail, now).await
 }
