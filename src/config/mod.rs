@@ -417,6 +417,19 @@ impl Config {
             || self.people.values().any(|&p| p == user_id)
     }
 
+    /// A person's `[people]` name, if they have one (the first in sorted order when
+    /// several names map to one id).
+    pub fn name_of(&self, user_id: u64) -> Option<String> {
+        let mut names: Vec<&String> = self
+            .people
+            .iter()
+            .filter(|(_, id)| **id == user_id)
+            .map(|(name, _)| name)
+            .collect();
+        names.sort();
+        names.first().map(|n| (*n).clone())
+    }
+
     pub fn route(&self, name: &str) -> Option<&Arc<Route>> {
         self.routes.get(name)
     }

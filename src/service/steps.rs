@@ -117,20 +117,6 @@ impl Timeline {
         self.config.route(&r.route)?.sla
     }
 
-    /// A person's `[people]` name, if they have one (the first in sorted order when
-    /// several names map to one id).
-    pub(super) fn name_of(&self, user_id: u64) -> Option<String> {
-        let mut names: Vec<&String> = self
-            .config
-            .people
-            .iter()
-            .filter(|(_, id)| **id == user_id)
-            .map(|(name, _)| name)
-            .collect();
-        names.sort();
-        names.first().map(|n| (*n).clone())
-    }
-
     /// The forum topic a message of `r` in `chat_id` goes to: its route's (or the
     /// escalation route's, in that route's chat), if the route names one.
     pub(super) fn thread_of(&self, r: &Question, chat_id: i64) -> Option<i32> {
@@ -180,7 +166,7 @@ impl Timeline {
                 })
                 .map(|user_id| Mention {
                     user_id,
-                    name: self.name_of(user_id),
+                    name: self.config.name_of(user_id),
                 })
                 .collect();
             let thread = self.thread_of(&r, chat_id);

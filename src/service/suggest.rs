@@ -113,18 +113,10 @@ impl Commands {
         let proposals = self.chat_rules.propose_chat_rules(&records, now).await?;
         let mut ids: Vec<u64> = s.editors.iter().copied().collect();
         ids.sort_unstable();
-        let name_of = |id: u64| {
-            let mut names: Vec<&String> = self
-                .config
-                .people
-                .iter()
-                .filter(|(_, p)| **p == id)
-                .map(|(n, _)| n)
-                .collect();
-            names.sort();
-            names.first().map(|n| (*n).clone())
-        };
-        let editors = ids.into_iter().map(|id| (id, name_of(id))).collect();
+        let editors = ids
+            .into_iter()
+            .map(|id| (id, self.config.name_of(id)))
+            .collect();
         Ok(Offer {
             route: route.name.clone(),
             days: s.days,
