@@ -29,6 +29,15 @@ impl Absentees {
             .clone()
     }
 
+    /// Whether nobody is away (as last read): then nothing is delegated, and a new
+    /// question needs no look.
+    pub fn is_empty(&self) -> bool {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_empty()
+    }
+
     /// Replaces the absences held; whether they changed.
     fn set(&self, absences: Vec<Absence>) -> bool {
         let mut held = self

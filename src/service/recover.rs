@@ -106,10 +106,13 @@ impl Service {
         if record.message_id.is_none() {
             let (me, queued) = (self.clone(), deliver::Queued::first(record));
             self.tasks.spawn(async move { me.deliver(queued).await });
-            // With every approver of its route away, a delegate gets it too.
-            let (me, record) = (self.clone(), record.clone());
-            self.tasks
-                .spawn(async move { me.delegate_if_all_away(&record).await });
+            // With every approver of its route away, a delegate gets it too. Looked at
+            // only while someone is away: a new question's path stays as it was.
+            if !self.absentees.is_empty() {
+                let (me, record) = (self.clone(), record.clone());
+                self.tasks
+                    .spawn(async move { me.delegate_if_all_away(&record).await });
+            }
         }
     }
 
