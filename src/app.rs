@@ -263,6 +263,12 @@ async fn spawn_background(
         .spawn(service.clone().while_leading(shutdown.clone(), |s, stop| {
             s.offer_on_schedule(crate::service::OFFER_CHECK_EVERY, stop)
         }));
+    // Returns at once unless [telegram] outage_webhook_url is set.
+    service.tasks().spawn(
+        service
+            .clone()
+            .while_leading(shutdown.clone(), crate::outbox::alerts::run),
+    );
     // Returns at once unless [redis_bridge] is enabled.
     let bridge = tokio::spawn(
         service

@@ -144,6 +144,11 @@ struct TelegramErrorLabels {
     kind: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    result: &'static str,
+}
+
 /// Every metric of one application, and the registry that exposes them.
 pub struct Metrics {
     registry: Registry,
@@ -170,6 +175,9 @@ pub struct Metrics {
     sla_breaches: Family<RouteLabels, Counter>,
     question_steps: Family<StepLabels, Counter>,
     leader: Gauge,
+    telegram_outage: Gauge,
+    telegram_outages: Counter,
+    outage_alerts: Family<OutcomeLabels, Counter>,
     config_mismatch: Gauge,
     configurations: Gauge,
     tools: ToolLabels,
@@ -213,6 +221,9 @@ impl Metrics {
             sla_breaches: Family::default(),
             question_steps: Family::default(),
             leader: Gauge::default(),
+            telegram_outage: Gauge::default(),
+            telegram_outages: Counter::default(),
+            outage_alerts: Family::default(),
             config_mismatch: Gauge::default(),
             configurations: Gauge::default(),
             tools: ToolLabels::default(),
@@ -229,6 +240,7 @@ impl Metrics {
         metrics.register_webhook_metrics();
         metrics.register_question_step_metrics();
         metrics.register_replica_metrics();
+        metrics.register_outage_metrics();
         metrics
     }
 
@@ -356,6 +368,47 @@ impl Metrics {
              escalations, deadline extensions, reasons asked for and reasons given",
             self.question_steps.clone(),
         );
+    }
+
+    /// Registers Telegram's outages as the leader's probes see them, and their alerts.
+    fn register_outage_metrics(&mut self) {
+        let registry = &mut self.registry;
+        registry.register(
+            "telegram_outage",
+            "1 while the leader takes Telegram as out of reach (every probe failing for \
+             longer than [telegram] outage_after_seconds), else 0",
+            self.telegram_outage.clone(),
+        );
+        registry.register(
+            "telegram_outages",
+            "Telegram outages the leader took as such (each announced once when \
+             outage_webhook_url is set)",
+            self.telegram_outages.clone(),
+        );
+        registry.register(
+            "outage_alerts",
+            "Attempts to deliver an outage alert to [telegram] outage_webhook_url, by \
+             result (delivered, failed, given_up)",
+            self.outage_alerts.clone(),
+        );
+    }
+
+    /// An outage began, as the leader stored it.
+    pub fn telegram_outage_began(&self) {
+        self.telegram_outages.inc();
+        self.telegram_outage.set(1);
+    }
+
+    /// Whether an outage is open, as the leader knows (one read back at start, or ended).
+    pub fn set_telegram_outage(&self, open: bool) {
+        self.telegram_outage.set(i64::from(open));
+    }
+
+    /// An outage alert's attempt: `delivered`, `failed` (to be retried) or `given_up`.
+    pub fn outage_alert(&self, result: &'static str) {
+        self.outage_alerts
+            .get_or_create(&OutcomeLabels { result })
+            .inc();
     }
 
     /// Registers leadership and agreement among the replicas.

@@ -11,6 +11,8 @@
 //! domain (`crate::domain::outbox`), where the configuration and the API read them too.
 //! How attempts share their slots fairly: [`run`].
 
+pub mod alerts;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,7 +36,7 @@ use crate::storage::{DeliveryAttempt, OutboxEntry};
 /// agent's backlog is.
 const LOOKAHEAD_PER_SLOT: u32 = 4;
 /// How long to wait before reading the outbox again after it could not be read.
-const READ_RETRY: Duration = Duration::from_secs(1);
+pub(crate) const READ_RETRY: Duration = Duration::from_secs(1);
 
 /// The wait before attempt `attempt` (1-based) is retried: doubling from the initial
 /// backoff up to the maximum, then scaled by a random factor in [0.5, 1] so receivers

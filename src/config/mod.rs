@@ -20,6 +20,7 @@ mod mcp_upstreams;
 mod metrics;
 mod mini_app;
 mod on_call;
+mod outage;
 mod redis_bridge;
 mod routes;
 mod rules;
@@ -39,6 +40,7 @@ pub use load::ENV_OVERRIDE_PREFIX;
 pub use mcp_upstreams::{DEFAULT_MAX_SESSIONS, McpUpstream, McpUpstreamSettings, UpstreamSource};
 pub use metrics::MetricsSettings;
 pub use mini_app::{MiniApp, MiniAppSettings};
+pub use outage::{DEFAULT_OUTAGE_AFTER_SECONDS, DEFAULT_OUTAGE_SECRET_ENV, OutageAlerts};
 pub use redis_bridge::{RedisBridge, RedisBridgeSettings};
 pub use routes::{
     DEFAULT_MAX_EXTENSIONS, DEFAULT_MAX_GRANT_SECONDS, DEFAULT_MAX_WINDOW_SECONDS, Escalation,
@@ -169,6 +171,8 @@ pub struct Config {
     pub poll_timeout_seconds: u32,
     /// Long polling or the webhook route.
     pub telegram_mode: TelegramMode,
+    /// Where a Telegram outage is announced, when `[telegram] outage_webhook_url` is set.
+    pub outage_alerts: Option<OutageAlerts>,
     pub bot_token: SecretString,
     pub default_timeout_seconds: f64,
     pub max_timeout_seconds: f64,
@@ -231,6 +235,7 @@ impl Config {
         let telegram_api_url = s.telegram.checked_api_url()?;
         let http = HttpLimits::from_settings(&s.server)?;
         let telegram_mode = telegram::telegram_mode(&s.telegram, env)?;
+        let outage_alerts = outage::outage_alerts(&s.telegram, env)?;
         s.confirmation.check()?;
         let bot_token = telegram::bot_token(env)?;
         let routes = routes::check_all(s.routes, bot_id_of_token(&bot_token))?;
@@ -270,6 +275,7 @@ impl Config {
             telegram_api_url,
             poll_timeout_seconds: s.telegram.poll_timeout_seconds,
             telegram_mode,
+            outage_alerts,
             bot_token: SecretString::from(bot_token),
             default_timeout_seconds: s.confirmation.default_timeout_seconds,
             max_timeout_seconds: s.confirmation.max_timeout_seconds,

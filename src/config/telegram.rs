@@ -41,6 +41,24 @@ pub struct TelegramSettings {
     /// `X-Telegram-Bot-Api-Secret-Token`.
     #[serde(default = "default_webhook_secret_env")]
     pub webhook_secret_env: String,
+    /// How long Telegram must fail every probe before the waiting questions are
+    /// announced to `outage_webhook_url` (issue 50).
+    #[serde(default = "default_outage_after")]
+    pub outage_after_seconds: u64,
+    /// An alerting system's webhook that hears of a Telegram outage and its end.
+    #[serde(default)]
+    pub outage_webhook_url: Option<String>,
+    /// The variable holding the secret that signs those alerts.
+    #[serde(default = "default_outage_secret_env")]
+    pub outage_webhook_secret_env: String,
+}
+
+fn default_outage_after() -> u64 {
+    super::outage::DEFAULT_OUTAGE_AFTER_SECONDS
+}
+
+fn default_outage_secret_env() -> String {
+    super::outage::DEFAULT_OUTAGE_SECRET_ENV.to_owned()
 }
 
 /// `[telegram] mode` as written.

@@ -34,8 +34,8 @@ use crate::domain::python::value::PyDict;
 use crate::domain::question::{Operator, Question};
 use crate::metrics::Metrics;
 use crate::storage::{
-    Administration, AgentEvents, Audit, Change, Outbox, Questions, Runs, StorageError, Store,
-    Windows,
+    Administration, AgentEvents, Audit, Change, Outages, Outbox, Questions, Runs, StorageError,
+    Store, Windows,
 };
 
 mod agree;
@@ -53,6 +53,7 @@ mod grants;
 mod interpret;
 mod judge;
 mod lead;
+mod outage;
 mod pins;
 mod recover;
 mod runs;
@@ -221,6 +222,9 @@ pub trait Messenger: Send + Sync + 'static {
         message_id: i32,
         notice: &PinNotice,
     ) -> Result<(), DeliveryError>;
+    /// Whether Telegram answers at all (`getMe`, once, within `within`): `Err` says why
+    /// not, in a sentence without the token. What the leader's outage watch asks.
+    async fn probe(&self, within: std::time::Duration) -> Result<(), String>;
     /// Reminds the people in `waiting` of the still pending question, replying to its
     /// message.
     async fn send_reminder(
@@ -507,6 +511,8 @@ pub struct StoreRoles {
     pub questions: Arc<dyn Questions>,
     /// The webhook outbox (its worker, `crate::outbox`).
     pub outbox: Arc<dyn Outbox>,
+    /// The outage alerts (their delivery, `crate::outbox::alerts`).
+    pub outages: Arc<dyn Outages>,
     /// The audit trail (what `GET /v1/confirmations/{id}/events` reads).
     pub audit: Arc<dyn Audit>,
     /// The agents' event streams (SSE and the Redis bridge).
@@ -593,6 +599,7 @@ fn assemble(
     let roles = StoreRoles {
         questions: store.clone(),
         outbox: store.clone(),
+        outages: store.clone(),
         audit: store.clone(),
         agent_events: store.clone(),
         administration: store.clone(),

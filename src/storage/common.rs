@@ -27,16 +27,17 @@ use crate::domain::grant::{Grant, Scope};
 use crate::domain::ids::ToolName;
 use crate::domain::ids::{CallbackToken, GrantId, IdempotencyKey, OwnerId, QuestionId};
 use crate::domain::interaction::Answer;
+use crate::domain::outage::Outage;
 use crate::domain::question::{Decision, Operator, Question, Window, WindowKey};
 use crate::domain::rules::suggest::Decided as PersonDecided;
 use crate::domain::rules::{ChatRuleRecord, ChatRuleState};
 use crate::domain::run_report::{NewRunReport, Recalled};
 use crate::storage::pins::{ListedTool, Listing, ToolPin};
 use crate::storage::{
-    Administration, AgentEvent, AgentEvents, Answered, Audit, AwayStore, ChatRulesStore, Decided,
-    DeliveryAttempt, EndedCursor, Gauges, GrantInserted, Grants, Inserted, LiveWindow, Messages,
-    Outbox, OutboxEntry, PendingEntry, Questions, RunReported, Runs, Shown, Steps, StorageError,
-    ToolPins, WindowCache, WindowUse, Windows,
+    Administration, AgentEvent, AgentEvents, AlertEntry, Answered, Audit, AwayStore,
+    ChatRulesStore, Decided, DeliveryAttempt, EndedCursor, Gauges, GrantInserted, Grants, Inserted,
+    LiveWindow, Messages, NewAlert, Outages, Outbox, OutboxEntry, PendingEntry, Questions,
+    RunReported, Runs, Shown, Steps, StorageError, ToolPins, WindowCache, WindowUse, Windows,
 };
 
 #[async_trait]
@@ -565,6 +566,75 @@ impl AwayStore for This {
 
     async fn absences(&self, now: OffsetDateTime) -> Result<Vec<Absence>, StorageError> {
         sql::absences(&self.pool, now).await
+    }
+}
+
+#[async_trait]
+impl Outages for This {
+    async fn open_outage(&self) -> Result<Option<Outage>, StorageError> {
+        sql::open_outage(&self.pool).await
+    }
+
+    async fn begin_outage(
+        &self,
+        outage: &Outage,
+        event: &NewEvent,
+        alert: Option<&NewAlert>,
+        now: OffsetDateTime,
+    ) -> Result<bool, StorageError> {
+        let (_writer, mut tx) = self.audit_tx().await?;
+        let began = sql::begin_outage(&mut tx, outage, event, alert, now).await?;
+        if began {
+            tx.commit().await?;
+        }
+        Ok(began)
+    }
+
+    async fn end_outage(
+        &self,
+        outage: &Outage,
+        event: &NewEvent,
+        alert: Option<&NewAlert>,
+        now: OffsetDateTime,
+    ) -> Result<bool, StorageError> {
+        let (_writer, mut tx) = self.audit_tx().await?;
+        let ended = sql::end_outage(&mut tx, outage, event, alert, now).await?;
+        if ended {
+            tx.commit().await?;
+        }
+        Ok(ended)
+    }
+
+    async fn due_alerts(
+        &self,
+        now: OffsetDateTime,
+        limit: u32,
+    ) -> Result<Vec<AlertEntry>, StorageError> {
+        sql::due_alerts(&self.pool, now, limit).await
+    }
+
+    async fn next_alert_due_after(
+        &self,
+        after: OffsetDateTime,
+    ) -> Result<Option<OffsetDateTime>, StorageError> {
+        sql::next_alert_due_after(&self.pool, after).await
+    }
+
+    async fn alert_attempted(
+        &self,
+        entry: &AlertEntry,
+        result: DeliveryAttempt,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError> {
+        let event = sql::alert_event(entry, &result, now);
+        let (_writer, tx) = match event {
+            Some(_) => {
+                let (writer, tx) = self.audit_tx().await?;
+                (Some(writer), tx)
+            }
+            None => (None, self.write_tx().await?),
+        };
+        sql::alert_attempted(tx, entry, &result, event.as_ref(), now).await
     }
 }
 

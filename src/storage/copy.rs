@@ -38,6 +38,8 @@ const TABLES: &[&str] = &[
     "mcp_tool_pins",
     "chat_rules",
     "away",
+    "telegram_outages",
+    "outage_alerts",
 ];
 
 /// Tables of the PostgreSQL schema that hold no data to carry over: the migrations'

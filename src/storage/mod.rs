@@ -28,13 +28,14 @@ use time::OffsetDateTime;
 
 use crate::domain::authority::Fingerprint;
 use crate::domain::grant::Grant;
-use crate::domain::ids::{DeliveryId, QuestionId};
+use crate::domain::ids::{DeliveryId, OutageId, QuestionId};
+use crate::domain::outage::AlertKind;
 use crate::domain::question::{Question, Window, WindowKey};
 
 pub use postgres::{PgStore, refuse_unknown_params};
 pub use roles::{
     Administration, AgentEvents, Audit, AwayStore, ChatRulesStore, Coordination, Grants, Messages,
-    Outbox, Questions, Runs, Steps, ToolPins, Windows,
+    Outages, Outbox, Questions, Runs, Steps, ToolPins, Windows,
 };
 pub use sqlite::SqliteStore;
 
@@ -500,6 +501,30 @@ pub struct OutboxEntry {
     pub attempts: u32,
 }
 
+/// An alert for the fallback URL, as queued with its outage's beginning or end.
+#[derive(Debug, Clone)]
+pub struct NewAlert {
+    pub delivery_id: DeliveryId,
+    pub kind: AlertKind,
+    pub url: String,
+    /// The JSON sent, stored as is so that every attempt signs the same bytes.
+    pub body: String,
+}
+
+/// An alert waiting for its delivery.
+#[derive(Debug, Clone)]
+pub struct AlertEntry {
+    pub delivery_id: DeliveryId,
+    pub outage_id: OutageId,
+    pub kind: String,
+    pub url: String,
+    pub body: String,
+    /// When it was queued; the give-up age counts from here.
+    pub created_at: OffsetDateTime,
+    /// Attempts made so far.
+    pub attempts: u32,
+}
+
 /// What became of one webhook attempt.
 #[derive(Debug, Clone)]
 pub enum DeliveryAttempt {
@@ -529,6 +554,7 @@ pub trait Store:
     + ToolPins
     + ChatRulesStore
     + AwayStore
+    + Outages
     + Outbox
     + Audit
     + AgentEvents
@@ -570,6 +596,7 @@ impl<T> Store for T where
         + ToolPins
         + ChatRulesStore
         + AwayStore
+        + Outages
         + Outbox
         + Audit
         + AgentEvents

@@ -10,9 +10,9 @@ use time::OffsetDateTime;
 use tokio::sync::mpsc;
 
 use super::{
-    AgentEvent, Answered, Change, Decided, DeliveryAttempt, EndedCursor, Gauges, GrantInserted,
-    Inserted, LiveConfig, LiveWindow, OutboxEntry, PendingEntry, RunReported, Shown, StorageError,
-    WindowUse,
+    AgentEvent, AlertEntry, Answered, Change, Decided, DeliveryAttempt, EndedCursor, Gauges,
+    GrantInserted, Inserted, LiveConfig, LiveWindow, NewAlert, OutboxEntry, PendingEntry,
+    RunReported, Shown, StorageError, WindowUse,
 };
 use crate::domain::audit::{AuditEvent, Head, NewEvent, StoredRow, StoredStatus};
 use crate::domain::authority::{Authority, Fingerprint};
@@ -20,6 +20,7 @@ use crate::domain::away::Absence;
 use crate::domain::grant::{Grant, Scope};
 use crate::domain::ids::{CallbackToken, GrantId, IdempotencyKey, OwnerId, QuestionId, ToolName};
 use crate::domain::interaction::Answer;
+use crate::domain::outage::Outage;
 use crate::domain::question::{Decision, Operator, Question, Window, WindowKey};
 use crate::domain::rules::suggest::Decided as PersonDecided;
 use crate::domain::rules::{ChatRuleRecord, ChatRuleState};
@@ -475,6 +476,58 @@ pub trait ToolPins: Send + Sync + 'static {
 
     /// Every pin of `agent`'s `server`, by tool name.
     async fn tool_pins(&self, agent: &str, server: &str) -> Result<Vec<ToolPin>, StorageError>;
+}
+
+/// Telegram out of reach (issue 50): the outage open, if any, its beginning and end
+/// (each audited, with its alert queued for the fallback URL in the same transaction),
+/// and the alerts' deliveries.
+#[async_trait]
+pub trait Outages: Send + Sync + 'static {
+    /// The outage not ended yet, if any (at most one is).
+    async fn open_outage(&self) -> Result<Option<Outage>, StorageError>;
+
+    /// Stores `outage` as begun, audited `telegram_outage_started` by `event`, with
+    /// `alert` queued when given. `false`: an outage is open already (another leader's),
+    /// and nothing was stored.
+    async fn begin_outage(
+        &self,
+        outage: &Outage,
+        event: &NewEvent,
+        alert: Option<&NewAlert>,
+        now: OffsetDateTime,
+    ) -> Result<bool, StorageError>;
+
+    /// Ends `outage`, audited by `event`, with `alert` queued when given. `false`: it had
+    /// ended already, and nothing was stored.
+    async fn end_outage(
+        &self,
+        outage: &Outage,
+        event: &NewEvent,
+        alert: Option<&NewAlert>,
+        now: OffsetDateTime,
+    ) -> Result<bool, StorageError>;
+
+    /// The alerts due at `now`, oldest first, at most `limit`.
+    async fn due_alerts(
+        &self,
+        now: OffsetDateTime,
+        limit: u32,
+    ) -> Result<Vec<AlertEntry>, StorageError>;
+
+    /// When the next pending alert not due at `after` is due, if any.
+    async fn next_alert_due_after(
+        &self,
+        after: OffsetDateTime,
+    ) -> Result<Option<OffsetDateTime>, StorageError>;
+
+    /// Records an alert's attempt (a final one audited `outage_alert_delivered` or
+    /// `outage_alert_given_up`).
+    async fn alert_attempted(
+        &self,
+        entry: &AlertEntry,
+        result: DeliveryAttempt,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError>;
 }
 
 /// Approvers away (issue 50): every replica reads the same absences.

@@ -35,6 +35,7 @@ mod polling {
     mod races;
     mod restart;
     mod security;
+    mod telegram_outage;
     mod webhooks;
     mod windows;
 
@@ -84,6 +85,7 @@ mod webhook {
     mod races;
     mod restart;
     mod security;
+    mod telegram_outage;
     mod webhooks;
     mod windows;
 

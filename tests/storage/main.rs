@@ -15,6 +15,7 @@ mod grants;
 mod mcp_calls;
 mod migrate_to_postgres;
 mod migration;
+mod outages;
 mod properties;
 mod runs;
 mod stores;

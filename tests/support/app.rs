@@ -111,6 +111,8 @@ pub fn with_webhook_mode(toml: &str, addr: SocketAddr) -> String {
 }
 /// The `GET /metrics` token, in `METRICS_TOKEN`, for tests that set `[metrics] token_env`.
 pub const METRICS_TOKEN: &str = "metrics-token-0123456789";
+/// The secret that signs the outage alerts, in `HITL_OUTAGE_WEBHOOK_SECRET`.
+pub const OUTAGE_SECRET: &str = "outage-alert-secret-0123456789";
 /// The value of `UPSTREAM_KEY` in [`test_env`]: the header a hosted MCP upstream requires.
 pub const UPSTREAM_KEY: &str = "upstream-key-5a7c9e1b";
 /// Where agent-a's callbacks may go unless a test says otherwise.
@@ -199,6 +201,11 @@ pub fn test_env() -> HashMap<String, String> {
             TELEGRAM_WEBHOOK_SECRET.to_owned(),
         ),
         ("METRICS_TOKEN".to_owned(), METRICS_TOKEN.to_owned()),
+        // Signs the outage alerts, for tests that set [telegram] outage_webhook_url.
+        (
+            "HITL_OUTAGE_WEBHOOK_SECRET".to_owned(),
+            OUTAGE_SECRET.to_owned(),
+        ),
         // A hosted MCP upstream's header (tests/integrations/gateway_hosted.rs).
         ("UPSTREAM_KEY".to_owned(), UPSTREAM_KEY.to_owned()),
     ])

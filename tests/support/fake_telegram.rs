@@ -805,6 +805,18 @@ impl FakeTelegram {
         self.shared.mutate(|state| state.held = false);
     }
 
+    /// Telegram goes out of reach: from now until [`Self::come_back`], every call (of any
+    /// method) is taken and its connection closed without an answer, nothing carried out.
+    /// Webhook updates are not pushed meanwhile either.
+    pub fn go_down(&self) {
+        self.shared.mutate(|state| state.down = true);
+    }
+
+    /// Telegram answers again after [`Self::go_down`].
+    pub fn come_back(&self) {
+        self.shared.mutate(|state| state.down = false);
+    }
+
     /// Lets up to `n` webhook POSTs run at once, as Telegram's `max_connections` does.
     pub fn set_webhook_connections(&self, n: usize) {
         self.shared
@@ -1001,6 +1013,8 @@ struct State {
     /// While set, no update is handed out (`hold_updates`): what is queued meanwhile
     /// goes out as one `getUpdates` batch, or as concurrent webhook POSTs.
     held: bool,
+    /// While set (`go_down`), every call is dropped unanswered: Telegram out of reach.
+    down: bool,
     /// How many webhook POSTs run at once (Telegram's `max_connections`); 1 by default.
     webhook_connections: usize,
     /// Where webhook updates go instead of the webhook's url, by `update_id` in turn:
@@ -1168,6 +1182,7 @@ impl State {
             webhook_deliveries: Vec::new(),
             documents: Vec::new(),
             held: false,
+            down: false,
             webhook_connections: 1,
             balanced: Vec::new(),
         }
@@ -1855,7 +1870,9 @@ async fn handle_method(
             at: Instant::now(),
             authorized,
         });
-        if authorized {
+        if state.down {
+            Some(Fault::Drop { carry_out: false })
+        } else if authorized {
             state
                 .take_fault(&method)
                 .or_else(|| state.flood_check(&method, &body))
@@ -2195,13 +2212,13 @@ async fn push_to_webhook(shared: Arc<Shared>) {
                 return;
             }
             match state.webhook.clone() {
-                Some(hook) => {
+                Some(hook) if !state.down => {
                     let n = state.webhook_connections;
                     let updates = state.deliverable_updates(n);
                     let balanced = state.balanced.clone();
                     (!updates.is_empty()).then_some((hook, balanced, updates))
                 }
-                None => None,
+                _ => None,
             }
         };
         let Some((hook, balanced, updates)) = next else {

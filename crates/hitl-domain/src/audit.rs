@@ -30,6 +30,7 @@ use time::OffsetDateTime;
 use super::away::Absence;
 use super::grant::{Grant, GrantSource};
 use super::interaction::Answer;
+use super::outage::Outage;
 use super::question::{Operator, Question, Status, Step, Via, Window, rfc3339};
 use super::rules::{ChatRuleRecord, ChatRuleState, RuleVerdict};
 use super::run_report::RunReport;
@@ -361,6 +362,46 @@ pub fn away_ended(person: u64, by: &Operator, at: OffsetDateTime) -> NewEvent {
         kind: "away_ended",
         actor: format!("telegram:{}", by.id),
         detail: json!({"person": person, "operator": operator_json(by)}),
+    }
+}
+
+/// Telegram was out of reach for longer than the patience (issue 50): the outage, the
+/// error its last probe met and how many questions waited (announced to the fallback
+/// URL by the alert queued with it).
+pub fn telegram_outage_started(
+    outage: &Outage,
+    error: &str,
+    waiting: u64,
+    at: OffsetDateTime,
+) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: None,
+        kind: "telegram_outage_started",
+        actor: "system".into(),
+        detail: json!({
+            "outage_id": outage.id.as_str(),
+            "since": rfc3339(outage.since),
+            "error": error,
+            "waiting": waiting,
+        }),
+    }
+}
+
+/// Telegram answered again after an outage: how long it lasted and how many questions
+/// still waited.
+pub fn telegram_outage_ended(outage: &Outage, waiting: u64, at: OffsetDateTime) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: None,
+        kind: "telegram_outage_ended",
+        actor: "system".into(),
+        detail: json!({
+            "outage_id": outage.id.as_str(),
+            "since": rfc3339(outage.since),
+            "lasted_seconds": (at - outage.since).whole_seconds().max(0),
+            "waiting": waiting,
+        }),
     }
 }
 
@@ -697,6 +738,32 @@ pub fn webhook(
         },
         actor: "system".into(),
         detail: json!({"delivery_id": delivery_id, "error": error}),
+    }
+}
+
+/// A Telegram outage's alert reached the fallback URL (`error` none) or was given up.
+pub fn outage_alert(
+    outage_id: &str,
+    delivery_id: &str,
+    alert: &str,
+    error: Option<&str>,
+    at: OffsetDateTime,
+) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: None,
+        kind: if error.is_none() {
+            "outage_alert_delivered"
+        } else {
+            "outage_alert_given_up"
+        },
+        actor: "system".into(),
+        detail: json!({
+            "outage_id": outage_id,
+            "delivery_id": delivery_id,
+            "alert": alert,
+            "error": error,
+        }),
     }
 }
 

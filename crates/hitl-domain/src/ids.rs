@@ -87,6 +87,14 @@ prefixed_id!(
 );
 
 prefixed_id!(
+    /// A Telegram outage's id (`out_`, when it was taken as one and 80 random bits): the
+    /// key that makes its beginning and end each announced once.
+    OutageId,
+    "out_",
+    "an outage id (out_ followed by 32 hex digits)"
+);
+
+prefixed_id!(
     /// A grant's id (`gr_`, its creation time and 80 random bits): unguessable, so an
     /// agent cannot name another agent's grant (which it could not revoke anyway), and
     /// in creation order, like the other ids.

@@ -20,6 +20,7 @@ pub mod launch;
 pub mod limits;
 pub mod mcp_call;
 pub mod on_call;
+pub mod outage;
 pub mod outbox;
 pub mod python;
 pub mod question;

@@ -24,6 +24,7 @@ use crate::storage::rows::{self, AnswerRow, CopyRow, Row, StrayRow, select_where
 mod away;
 mod chat_rules;
 mod grants;
+mod outages;
 mod outbox;
 mod questions;
 mod runs;
@@ -35,6 +36,7 @@ mod windows;
 pub(crate) use self::away::*;
 pub(crate) use self::chat_rules::*;
 pub(crate) use self::grants::*;
+pub(crate) use self::outages::*;
 pub(crate) use self::outbox::*;
 pub(crate) use self::questions::*;
 pub(crate) use self::runs::*;

@@ -536,6 +536,19 @@ impl Messenger for TelegramMessenger {
             .await
     }
 
+    async fn probe(&self, within: Duration) -> Result<(), String> {
+        // Once, not retried: the outage watch probes again in a few seconds, and what it
+        // wants to know is whether Telegram answers now.
+        match tokio::time::timeout(within, self.bot.get_me().into_future()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(describe(&e)),
+            Err(_) => Err(format!(
+                "Telegram did not answer getMe within {} s",
+                within.as_secs_f64()
+            )),
+        }
+    }
+
     async fn send_reminder(
         &self,
         r: &Question,
