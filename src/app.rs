@@ -43,9 +43,10 @@ pub struct Application {
 /// Opens the database `database.url` names (SQLite or PostgreSQL) and applies
 /// migrations.
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
-    let store = storage::connect(&config.database_url, ConnectMode::Create)
-        .await
-        .with_context(|| "cannot open the database (database.url)".to_owned())?;
+    let store =
+        storage::connect_pooled(&config.database_url, ConnectMode::Create, config.pool_size)
+            .await
+            .with_context(|| "cannot open the database (database.url)".to_owned())?;
     store.set_outbox_backlog_bound(config.webhooks.max_backlog_per_agent);
     store
         .migrate()

@@ -18,6 +18,11 @@ pub struct DatabaseSettings {
     /// holds it without renewing; a replica that dies hands it over within this.
     #[serde(default = "default_lease_seconds")]
     pub lease_seconds: u64,
+    /// Connections the service opens at most (unset: SQLite 8, PostgreSQL 10, plus the
+    /// change feed's own there). Fewer costs less memory idle; more lets more reads run
+    /// beside the one writer.
+    #[serde(default)]
+    pub pool_size: Option<u32>,
 }
 
 /// A few seconds: a dead replica's work waits this long for another; renewing a third
@@ -31,18 +36,26 @@ fn default_lease_seconds() -> u64 {
 /// would miss their deadlines by that much.
 const LEASE_SECONDS: std::ops::RangeInclusive<u64> = 2..=300;
 
+/// The bounds of `database.pool_size`. Below 2 a write waiting for SQLite's lock or the
+/// audit lock would hold the only connection that the reads it waits on need (the
+/// suite's floor, measured in BENCHMARKS.md); past 100, PostgreSQL's default
+/// `max_connections` would refuse a second replica.
+pub const POOL_SIZE: std::ops::RangeInclusive<u32> = 2..=100;
+
 impl std::fmt::Debug for DatabaseSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DatabaseSettings")
             .field("url", &crate::storage::redact_url(&self.url))
             .field("lease_seconds", &self.lease_seconds)
+            .field("pool_size", &self.pool_size)
             .finish()
     }
 }
 
 impl DatabaseSettings {
-    /// Checks `[database]`: the URL the storage opens and the lease's length.
-    pub(super) fn checked(self) -> Result<(DatabaseUrl, Duration), ConfigError> {
+    /// Checks `[database]`: the URL the storage opens, the lease's length and the pool's
+    /// size.
+    pub(super) fn checked(self) -> Result<(DatabaseUrl, Duration, Option<u32>), ConfigError> {
         match crate::storage::Backend::of_url(&self.url) {
             Err(_) => {
                 return Err(invalid(
@@ -71,9 +84,20 @@ impl DatabaseSettings {
                 ),
             ));
         }
+        if let Some(n) = self.pool_size.filter(|n| !POOL_SIZE.contains(n)) {
+            return Err(invalid(
+                "database.pool_size",
+                format!(
+                    "{n} is out of range: use {} to {} connections",
+                    POOL_SIZE.start(),
+                    POOL_SIZE.end()
+                ),
+            ));
+        }
         Ok((
             DatabaseUrl(self.url),
             Duration::from_secs(self.lease_seconds),
+            self.pool_size,
         ))
     }
 }
@@ -107,6 +131,24 @@ impl std::fmt::Debug for DatabaseUrl {
 mod tests {
     use crate::config::testing::{BASE, env, err_of};
     use crate::config::{Config, Settings};
+
+    #[test]
+    fn a_pool_size_is_taken_within_its_bounds_and_unset_means_the_backends_default() {
+        let with =
+            |extra: &str| BASE.replacen("[database]\n", &format!("[database]\n{extra}\n"), 1);
+        let c = Config::from_settings(Settings::from_toml(BASE).unwrap(), &env).unwrap();
+        assert_eq!(c.pool_size, None);
+        let c = Config::from_settings(Settings::from_toml(&with("pool_size = 2")).unwrap(), &env)
+            .unwrap();
+        assert_eq!(c.pool_size, Some(2));
+        for n in [0, 1, 101] {
+            let e = err_of(&with(&format!("pool_size = {n}")));
+            assert!(
+                e.contains("database.pool_size") && e.contains("2 to 100"),
+                "{n}: {e}"
+            );
+        }
+    }
 
     #[test]
     fn a_postgres_url_is_accepted_other_schemes_are_refused_and_no_password_prints() {

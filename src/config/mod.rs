@@ -167,6 +167,9 @@ pub struct Config {
     pub database_url: DatabaseUrl,
     /// `database.lease_seconds`: how long the leader's lease lasts unrenewed.
     pub lease: Duration,
+    /// `database.pool_size`: the connections the service opens at most (`None`: the
+    /// backend's default).
+    pub pool_size: Option<u32>,
     pub telegram_api_url: reqwest::Url,
     pub poll_timeout_seconds: u32,
     /// Long polling or the webhook route.
@@ -231,7 +234,7 @@ impl Config {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
         s.server.check_bind()?;
-        let (database_url, lease) = s.database.checked()?;
+        let (database_url, lease, pool_size) = s.database.checked()?;
         let telegram_api_url = s.telegram.checked_api_url()?;
         let http = HttpLimits::from_settings(&s.server)?;
         let telegram_mode = telegram::telegram_mode(&s.telegram, env)?;
@@ -272,6 +275,7 @@ impl Config {
             bind: s.server.bind,
             database_url,
             lease,
+            pool_size,
             telegram_api_url,
             poll_timeout_seconds: s.telegram.poll_timeout_seconds,
             telegram_mode,

@@ -32,12 +32,12 @@ use crate::domain::ids::{DeliveryId, OutageId, QuestionId};
 use crate::domain::outage::AlertKind;
 use crate::domain::question::{Question, Window, WindowKey};
 
-pub use postgres::{PgStore, refuse_unknown_params};
+pub use postgres::{POSTGRES_POOL, PgStore, refuse_unknown_params};
 pub use roles::{
     Administration, AgentEvents, Audit, AwayStore, ChatRulesStore, Coordination, Grants, Messages,
     Outages, Outbox, Questions, Runs, Steps, ToolPins, Windows,
 };
-pub use sqlite::SqliteStore;
+pub use sqlite::{SQLITE_POOL, SqliteStore};
 
 /// A change committed by some process sharing the database ([`Coordination::follow_changes`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -220,28 +220,42 @@ pub enum ConnectMode {
 /// Opens the store `url` selects (see [`Backend::of_url`]); migrations are the caller's
 /// ([`Administration::migrate`]).
 pub async fn connect(url: &str, mode: ConnectMode) -> Result<Arc<dyn Store>, StorageError> {
+    connect_pooled(url, mode, None).await
+}
+
+/// [`connect`] with at most `pool` connections (`None`: the backend's default,
+/// [`SQLITE_POOL`] or [`POSTGRES_POOL`]). The tools that only read keep the default.
+pub async fn connect_pooled(
+    url: &str,
+    mode: ConnectMode,
+    pool: Option<u32>,
+) -> Result<Arc<dyn Store>, StorageError> {
     let store: Arc<dyn Store> = match (Backend::of_url(url)?, mode) {
-        (Backend::Sqlite, ConnectMode::Create) => Arc::new(SqliteStore::connect(url).await?),
+        (Backend::Sqlite, ConnectMode::Create) => {
+            Arc::new(SqliteStore::connect_pooled(url, pool.unwrap_or(SQLITE_POOL)).await?)
+        }
         (Backend::Sqlite, ConnectMode::Existing) => {
             Arc::new(SqliteStore::connect_existing(url).await?)
         }
-        (Backend::Postgres, ConnectMode::Create) => match PgStore::connect(url).await {
-            Ok(store) => Arc::new(store),
-            // SQLSTATE 3D000, invalid_catalog_name: its message names the database.
-            Err(StorageError::Database(sqlx::Error::Database(e)))
-                if e.code().as_deref() == Some("3D000") =>
-            {
-                return Err(no_database(
-                    url,
-                    format!(
-                        "{}, and the service creates only its tables: create the database \
+        (Backend::Postgres, ConnectMode::Create) => {
+            match PgStore::connect_pooled(url, pool.unwrap_or(POSTGRES_POOL)).await {
+                Ok(store) => Arc::new(store),
+                // SQLSTATE 3D000, invalid_catalog_name: its message names the database.
+                Err(StorageError::Database(sqlx::Error::Database(e)))
+                    if e.code().as_deref() == Some("3D000") =>
+                {
+                    return Err(no_database(
+                        url,
+                        format!(
+                            "{}, and the service creates only its tables: create the database \
                          first",
-                        e.message()
-                    ),
-                ));
+                            e.message()
+                        ),
+                    ));
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
-        },
+        }
         (Backend::Postgres, ConnectMode::Existing) => {
             Arc::new(PgStore::connect_existing(url).await?)
         }

@@ -83,9 +83,10 @@ mod common;
 /// One constant key ("hitlaudt" in ASCII): the service has one chain.
 pub const AUDIT_LOCK: i64 = 0x6869_746c_6175_6474;
 
-/// Connections per process. Writes queue on the audit lock anyway; the rest are short
-/// reads (long-polls hold no connection while they wait).
-const MAX_CONNECTIONS: u32 = 10;
+/// Connections per process unless `[database] pool_size` says otherwise. Writes queue on
+/// the audit lock anyway; the rest are short reads (long-polls hold no connection while
+/// they wait).
+pub const POSTGRES_POOL: u32 = 10;
 
 /// What [`Administration::backup_to`](crate::storage::Administration::backup_to) answers:
 /// PostgreSQL has its own online backups.
@@ -133,6 +134,12 @@ impl PgStore {
     /// [`Administration::migrate`](crate::storage::Administration::migrate) creates the
     /// tables.
     pub async fn connect(url: &str) -> Result<PgStore, StorageError> {
+        Self::connect_pooled(url, POSTGRES_POOL).await
+    }
+
+    /// [`PgStore::connect`] with `pool` connections at most for the store's statements
+    /// (`[database] pool_size`), and one more for the change feed.
+    pub async fn connect_pooled(url: &str, pool: u32) -> Result<PgStore, StorageError> {
         refuse_unknown_params(url)?;
         let origin = format!("{:016x}", rand::random::<u64>());
         let options = PgConnectOptions::from_str(url)?
@@ -160,7 +167,7 @@ impl PgStore {
             ]);
         let pool = PgPoolOptions::new()
             // One more for the change feed's listener, which keeps its connection.
-            .max_connections(MAX_CONNECTIONS + 1)
+            .max_connections(pool.max(1) + 1)
             .connect_with(options)
             .await?;
         Ok(PgStore {

@@ -153,11 +153,20 @@ impl HitQueue {
     }
 }
 
+/// Connections per process unless `[database] pool_size` says otherwise: one writer at a
+/// time (SQLite's lock), the rest readers beside it under WAL.
+pub const SQLITE_POOL: u32 = 8;
+
 impl SqliteStore {
     /// Opens (creating it and its folder if needed) the database at `url`
     /// (`sqlite://path/to/file.db`, or `sqlite::memory:`).
     pub async fn connect(url: &str) -> Result<SqliteStore, StorageError> {
-        Self::open(url, true).await
+        Self::connect_pooled(url, SQLITE_POOL).await
+    }
+
+    /// [`SqliteStore::connect`] with `pool` connections at most (`[database] pool_size`).
+    pub async fn connect_pooled(url: &str, pool: u32) -> Result<SqliteStore, StorageError> {
+        Self::open(url, true, pool).await
     }
 
     /// Opens an existing hitl-telegram database only (for tools such as `backup` and
@@ -195,7 +204,7 @@ impl SqliteStore {
             Err(e) => Err(e),
         };
         match held {
-            Ok(true) => Self::open(url, false).await,
+            Ok(true) => Self::open(url, false, SQLITE_POOL).await,
             Ok(false) => Err(super::no_database(
                 url,
                 "the file holds no hitl-telegram tables",
@@ -208,7 +217,7 @@ impl SqliteStore {
         }
     }
 
-    async fn open(url: &str, create: bool) -> Result<SqliteStore, StorageError> {
+    async fn open(url: &str, create: bool, pool: u32) -> Result<SqliteStore, StorageError> {
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(create)
             // WAL lets readers (long-polls, health checks) proceed while a decision is
@@ -228,7 +237,7 @@ impl SqliteStore {
             create_private(&filename)?;
         }
         let pool = SqlitePoolOptions::new()
-            .max_connections(8)
+            .max_connections(pool.max(1))
             .connect_with(options)
             .await?;
         Ok(SqliteStore {

@@ -6,6 +6,7 @@ use crate::support::app::*;
 use crate::support::fake_telegram::CallbackQueryId;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use std::time::Duration;
 
 #[tokio::test]
 async fn taps_and_withdrawals_racing_on_the_same_requests_end_each_in_exactly_one_outcome() {
@@ -158,5 +159,36 @@ async fn a_tap_racing_the_deadline_either_wins_or_is_told_about_the_timeout() {
             ),
             other => panic!("unexpected {other}"),
         }
+    }
+}
+
+#[tokio::test]
+async fn the_smallest_pool_serves_many_waiting_agents_and_a_decision_together() {
+    // `[database] pool_size = 2`, the floor: thirty agents long-polling one question
+    // while an operator decides it, and a second question asked meanwhile, contend for
+    // two connections; each is served, the decision counted once.
+    let app = TestApp::spawn_with_settings(|t| {
+        t.replacen("[database]\n", "[database]\npool_size = 2\n", 1)
+    })
+    .await;
+    let (record, message_id) = app
+        .ask_suspended(json!({"tool": "deploy", "params": {"v": 1}}))
+        .await;
+    let id = record["id"].as_str().unwrap();
+    let polls =
+        futures_util::future::join_all((0..30).map(|_| app.get_as(TOKEN_A, id, Some("20"))));
+    let decide = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        app.telegram
+            .tap(OPS_CHAT, message_id, "✅ Approve", alice());
+        app.ask_suspended(json!({"tool": "deploy", "params": {"v": 2}}))
+            .await
+    };
+    let (answers, (second, _)) = tokio::join!(polls, decide);
+    assert_eq!(second["status"], "pending");
+    for (status, r) in answers {
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(r["status"], "confirmed", "{r}");
+        assert_eq!(r["decided_by"]["id"], ALICE, "{r}");
     }
 }

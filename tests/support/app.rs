@@ -135,13 +135,18 @@ pub fn mallory() -> TgUser {
 /// The configuration every test starts from: agent-a may use `ops` (default) and
 /// `other`; agent-b only `other`.
 pub fn settings_toml(api_url: &str, db_url: &str) -> String {
+    // `HITL_TEST_POOL_SIZE=N` runs every service of the suite with `[database]
+    // pool_size = N`: how the smallest pool that passes was found (BENCHMARKS.md).
+    let pool = std::env::var("HITL_TEST_POOL_SIZE")
+        .map(|n| format!("pool_size = {n}\n"))
+        .unwrap_or_default();
     format!(
         r#"
 [server]
 bind = "127.0.0.1:0"
 [database]
 url = "{db_url}"
-[telegram]
+{pool}[telegram]
 api_url = "{api_url}"
 poll_timeout_seconds = 1
 [confirmation]
