@@ -271,7 +271,8 @@ async fn attempt(service: Arc<Service>, http: reqwest::Client, entry: OutboxEntr
             DeliveryAttempt::Delivered
         }
         Err(error) => {
-            let step = next_step(&service.config().webhooks, &entry, error, now());
+            let settings = &service.config().webhooks;
+            let step = next_step(settings, entry.created_at, entry.attempts, error, now());
             let given_up = matches!(step, DeliveryAttempt::GiveUp { .. });
             service.metrics().webhook_failed(&entry.agent, given_up);
             step
@@ -290,24 +291,24 @@ async fn attempt(service: Arc<Service>, http: reqwest::Client, entry: OutboxEntr
     }
 }
 
-/// Retry later, or give up once the delivery is older than the give-up age.
+/// After a failed attempt of a delivery queued at `created_at` and attempted `attempts`
+/// times before: retry later, or give up once it is older than the give-up age.
 fn next_step(
     settings: &OutboxSettings,
-    entry: &OutboxEntry,
+    created_at: OffsetDateTime,
+    attempts: u32,
     error: String,
     now: OffsetDateTime,
 ) -> DeliveryAttempt {
-    let age: Duration = (now - entry.created_at)
-        .try_into()
-        .unwrap_or(Duration::ZERO);
+    let age: Duration = (now - created_at).try_into().unwrap_or(Duration::ZERO);
     if age.as_secs_f64() >= settings.give_up_after_seconds {
         return DeliveryAttempt::GiveUp {
-            error: format!("{error} (giving up after {} attempts)", entry.attempts + 1),
+            error: format!("{error} (giving up after {} attempts)", attempts + 1),
         };
     }
-    tracing::debug!(delivery = entry.delivery_id.as_str(), %error, "webhook attempt failed; will retry");
+    tracing::debug!(%error, "delivery attempt failed; will retry");
     DeliveryAttempt::Retry {
-        next_at: now + backoff(settings, entry.attempts + 1),
+        next_at: now + backoff(settings, attempts + 1),
         error,
     }
 }
@@ -332,17 +333,30 @@ async fn send(
         .and_then(|a| a.webhook_secret.clone())
         .ok_or("the agent has no webhook secret configured")?;
     let body = serde_json::to_vec(&RecordView::from(&record)).map_err(|e| e.to_string())?;
-    let timestamp = now().unix_timestamp();
-    let signature = sign(
-        secret.expose_secret().as_bytes(),
-        timestamp,
+    let request = http.post(&entry.url);
+    post_signed(
+        request,
+        secret.expose_secret(),
         entry.delivery_id.as_str(),
-        &body,
-    );
-    let response = http
-        .post(&entry.url)
+        body,
+    )
+    .await
+}
+
+/// Sends `request` with the JSON `body`, signed now under `secret` as delivery
+/// `delivery_id` (the headers and scheme of `crate::domain::outbox::sign`): `Ok` on a
+/// 2xx, else why not.
+async fn post_signed(
+    request: reqwest::RequestBuilder,
+    secret: &str,
+    delivery_id: &str,
+    body: Vec<u8>,
+) -> Result<(), String> {
+    let timestamp = now().unix_timestamp();
+    let signature = sign(secret.as_bytes(), timestamp, delivery_id, &body);
+    let response = request
         .header("content-type", "application/json")
-        .header(DELIVERY_HEADER, entry.delivery_id.as_str())
+        .header(DELIVERY_HEADER, delivery_id)
         .header(TIMESTAMP_HEADER, timestamp.to_string())
         .header(SIGNATURE_HEADER, signature)
         .body(body)

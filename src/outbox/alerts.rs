@@ -12,13 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use secrecy::ExposeSecret;
-use time::OffsetDateTime;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{READ_RETRY, backoff, client, request_failed};
-use crate::config::{OutageAlerts, OutboxSettings};
-use crate::domain::outbox::{DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign};
+use super::{READ_RETRY, client, next_step, post_signed};
+use crate::config::OutageAlerts;
 use crate::service::{Service, now};
 use crate::storage::{AlertEntry, DeliveryAttempt};
 
@@ -91,7 +89,8 @@ async fn deliver_due(
                 DeliveryAttempt::Delivered
             }
             Err(error) => {
-                let step = next_step(&service.config().webhooks, &entry, error, now());
+                let settings = &service.config().webhooks;
+                let step = next_step(settings, entry.created_at, entry.attempts, error, now());
                 match &step {
                     DeliveryAttempt::GiveUp { error } => {
                         tracing::error!(delivery = entry.delivery_id.as_str(), alert = %entry.kind, %error, "outage alert given up");
@@ -115,57 +114,14 @@ async fn deliver_due(
     }
 }
 
-/// Retry later with the webhooks' backoff, or give up past their give-up age.
-fn next_step(
-    settings: &OutboxSettings,
-    entry: &AlertEntry,
-    error: String,
-    now: OffsetDateTime,
-) -> DeliveryAttempt {
-    let age: Duration = (now - entry.created_at)
-        .try_into()
-        .unwrap_or(Duration::ZERO);
-    if age.as_secs_f64() >= settings.give_up_after_seconds {
-        return DeliveryAttempt::GiveUp {
-            error: format!("{error} (giving up after {} attempts)", entry.attempts + 1),
-        };
-    }
-    DeliveryAttempt::Retry {
-        next_at: now + backoff(settings, entry.attempts + 1),
-        error,
-    }
-}
-
-/// POSTs the alert's stored body, signed now.
+/// POSTs the alert's stored body, signed now, with its [`EVENT_HEADER`].
 async fn send(
     http: &reqwest::Client,
     alerts: &OutageAlerts,
     entry: &AlertEntry,
 ) -> Result<(), String> {
-    let timestamp = now().unix_timestamp();
-    let signature = sign(
-        alerts.secret.expose_secret().as_bytes(),
-        timestamp,
-        entry.delivery_id.as_str(),
-        entry.body.as_bytes(),
-    );
-    let response = http
-        .post(&entry.url)
-        .header("content-type", "application/json")
-        .header(DELIVERY_HEADER, entry.delivery_id.as_str())
-        .header(TIMESTAMP_HEADER, timestamp.to_string())
-        .header(SIGNATURE_HEADER, signature)
-        .header(EVENT_HEADER, &entry.kind)
-        .body(entry.body.clone())
-        .send()
-        .await
-        .map_err(request_failed)?;
-    if response.status().is_success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "receiver answered HTTP {}",
-            response.status().as_u16()
-        ))
-    }
+    let request = http.post(&entry.url).header(EVENT_HEADER, &entry.kind);
+    let secret = alerts.secret.expose_secret();
+    let body = entry.body.clone().into_bytes();
+    post_signed(request, secret, entry.delivery_id.as_str(), body).await
 }

@@ -627,14 +627,9 @@ impl Outages for This {
         now: OffsetDateTime,
     ) -> Result<(), StorageError> {
         let event = sql::alert_event(entry, &result, now);
-        let (_writer, tx) = match event {
-            Some(_) => {
-                let (writer, tx) = self.audit_tx().await?;
-                (Some(writer), tx)
-            }
-            None => (None, self.write_tx().await?),
-        };
-        sql::alert_attempted(tx, entry, &result, event.as_ref(), now).await
+        let id = entry.delivery_id.as_str();
+        self.attempted(sql::Deliveries::Alerts, id, &result, event, now)
+            .await
     }
 }
 
@@ -727,7 +722,24 @@ impl Outbox for This {
         now: OffsetDateTime,
     ) -> Result<(), StorageError> {
         let event = sql::attempt_event(entry, &result, now);
-        // Only a final attempt appends to the audit chain, and so needs the lock.
+        let id = entry.delivery_id.as_str();
+        self.attempted(sql::Deliveries::Webhooks, id, &result, event, now)
+            .await
+    }
+}
+
+impl This {
+    /// Records an attempt of a delivery of `table` (a webhook or an outage alert), with
+    /// `event` when it is final. Only a final attempt appends to the audit chain, and so
+    /// needs the lock.
+    async fn attempted(
+        &self,
+        table: sql::Deliveries,
+        delivery_id: &str,
+        result: &DeliveryAttempt,
+        event: Option<NewEvent>,
+        now: OffsetDateTime,
+    ) -> Result<(), StorageError> {
         let (_writer, tx) = match event {
             Some(_) => {
                 let (writer, tx) = self.audit_tx().await?;
@@ -735,7 +747,7 @@ impl Outbox for This {
             }
             None => (None, self.write_tx().await?),
         };
-        sql::delivery_attempted(tx, entry, &result, event.as_ref(), now).await
+        sql::delivery_attempted(tx, table, delivery_id, result, event.as_ref(), now).await
     }
 }
 

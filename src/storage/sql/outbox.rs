@@ -153,45 +153,77 @@ pub(crate) fn attempt_event(
     }
 }
 
-/// Records a webhook attempt in `tx` (an audit transaction when `event`, the attempt's
-/// [`attempt_event`], is some) and commits; see
+/// The attempt statements of a table of deliveries (`delivered`, `retry`, `given_up`),
+/// each conditional on the row still pending.
+macro_rules! attempt_statements {
+    ($table:literal) => {
+        [
+            concat!(
+                "UPDATE ",
+                $table,
+                " SET state = 'delivered', attempts = attempts + 1,
+                    last_error = NULL, finished_at = $1
+                 WHERE delivery_id = $2 AND state = 'pending'"
+            ),
+            concat!(
+                "UPDATE ",
+                $table,
+                " SET attempts = attempts + 1, next_attempt_at = $1,
+                    last_error = $2 WHERE delivery_id = $3 AND state = 'pending'"
+            ),
+            concat!(
+                "UPDATE ",
+                $table,
+                " SET state = 'given_up', attempts = attempts + 1,
+                    last_error = $1, finished_at = $2
+                 WHERE delivery_id = $3 AND state = 'pending'"
+            ),
+        ]
+    };
+}
+
+/// The tables whose rows are deliveries attempted until delivered or given up.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Deliveries {
+    /// `webhook_outbox`: the agents' webhooks.
+    Webhooks,
+    /// `outage_alerts`: the Telegram outages' alerts.
+    Alerts,
+}
+
+impl Deliveries {
+    fn statements(self) -> [&'static str; 3] {
+        match self {
+            Deliveries::Webhooks => attempt_statements!("webhook_outbox"),
+            Deliveries::Alerts => attempt_statements!("outage_alerts"),
+        }
+    }
+}
+
+/// Records an attempt of delivery `delivery_id` of `table` in `tx` (an audit transaction
+/// when `event`, the attempt's audit event, is some) and commits; see
 /// [`crate::storage::Outbox::delivery_attempted`]. Conditional on the delivery still
 /// pending: another process (a CLI tool, a second worker) that already finished it keeps
 /// its outcome, and no second, contradictory audit event is chained.
 pub(crate) async fn delivery_attempted(
     mut tx: Transaction<'_, Db>,
-    entry: &OutboxEntry,
+    table: Deliveries,
+    delivery_id: &str,
     result: &DeliveryAttempt,
     event: Option<&NewEvent>,
     now: OffsetDateTime,
 ) -> Result<(), StorageError> {
+    let [delivered, retry, given_up] = table.statements();
     let q = match result {
-        DeliveryAttempt::Delivered => sqlx::query(
-            "UPDATE webhook_outbox SET state = 'delivered', attempts = attempts + 1,
-                last_error = NULL, finished_at = $1
-             WHERE delivery_id = $2 AND state = 'pending'",
-        )
-        .bind(ms(now)),
-        DeliveryAttempt::Retry { next_at, error } => sqlx::query(
-            "UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = $1,
-                last_error = $2 WHERE delivery_id = $3 AND state = 'pending'",
-        )
-        .bind(ms(*next_at))
-        .bind(error.as_str()),
-        DeliveryAttempt::GiveUp { error } => sqlx::query(
-            "UPDATE webhook_outbox SET state = 'given_up', attempts = attempts + 1,
-                last_error = $1, finished_at = $2
-             WHERE delivery_id = $3 AND state = 'pending'",
-        )
-        .bind(error.as_str())
-        .bind(ms(now)),
+        DeliveryAttempt::Delivered => sqlx::query(delivered).bind(ms(now)),
+        DeliveryAttempt::Retry { next_at, error } => {
+            sqlx::query(retry).bind(ms(*next_at)).bind(error.as_str())
+        }
+        DeliveryAttempt::GiveUp { error } => {
+            sqlx::query(given_up).bind(error.as_str()).bind(ms(now))
+        }
     };
-    let changed = q
-        .bind(entry.delivery_id.as_str())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-        == 1;
+    let changed = q.bind(delivery_id).execute(&mut *tx).await?.rows_affected() == 1;
     if let Some(e) = event.filter(|_| changed) {
         append_event(&mut tx, e).await?;
     }
