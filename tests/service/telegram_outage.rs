@@ -67,6 +67,19 @@ fn signed(headers: &HeaderMap, body: &[u8]) -> bool {
     h("x-hitl-signature") == format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
+/// `GET /metrics` once it shows `needle` (within 5 s).
+async fn metrics_showing(app: &TestApp, needle: &str) -> String {
+    let mut metrics = String::new();
+    for _ in 0..100 {
+        metrics = app.metrics_text().await;
+        if metrics.contains(needle) {
+            return metrics;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the metrics never showed {needle:?}:\n{metrics}");
+}
+
 fn with_alerts(url: &str) -> impl FnOnce(String) -> String {
     let url = url.to_owned();
     move |toml| {
@@ -120,6 +133,14 @@ async fn an_outage_of_telegram_is_announced_once_with_the_waiting_questions_and_
         "{summary}"
     );
 
+    // The attempt is counted once the receiver has answered.
+    let metrics = metrics_showing(&app, "hitl_outage_alerts_total{result=\"delivered\"} 1\n").await;
+    assert!(metrics.contains("\nhitl_telegram_outage 1\n"), "{metrics}");
+    assert!(
+        metrics.contains("\nhitl_telegram_outages_total 1\n"),
+        "{metrics}"
+    );
+
     // Still down, and (polling: a restart in webhook mode waits for setWebhook, which
     // Telegram down refuses) the service restarted: the outage is the same one, not
     // announced again.
@@ -148,6 +169,8 @@ async fn an_outage_of_telegram_is_announced_once_with_the_waiting_questions_and_
             .starts_with("Telegram is reachable again after "),
         "{ended}"
     );
+
+    metrics_showing(&app, "\nhitl_telegram_outage 0\n").await;
 
     // Reachable again: nothing more is sent, and the question is still answerable.
     tokio::time::sleep(Duration::from_secs(3)).await;
