@@ -341,6 +341,15 @@ pub async fn check_config(path: &Path, demo: bool, online: bool) -> anyhow::Resu
             println!("Telegram updates: webhook at {}", w.url);
         }
     }
+    match &c.outage_alerts {
+        // The origin alone: an alerting system's URL often carries its key in the path.
+        Some(a) => println!(
+            "Telegram outages: announced to {} after {} s of failed probes",
+            a.url.origin().ascii_serialization(),
+            a.after.as_secs()
+        ),
+        None => println!("Telegram outages: not announced (no [telegram] outage_webhook_url)"),
+    }
     if !online {
         return Ok(());
     }

@@ -244,6 +244,47 @@ async fn check_config_accepts_the_shipped_config_when_the_tokens_are_set() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("configuration OK"));
 }
 
+#[tokio::test]
+async fn check_config_names_where_a_telegram_outage_is_announced_and_never_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let shipped =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml"))
+            .unwrap();
+    // The shipped example, uncommented, with a key in its path as alerting systems do.
+    let edited = shipped.replacen(
+        "# outage_webhook_url = \"https://alerts.example.com/hooks/hitl\"",
+        "outage_webhook_url = \"https://alerts.example.com/hooks/KEY-0123456789\"",
+        1,
+    );
+    assert_ne!(
+        edited, shipped,
+        "the shipped config shows outage_webhook_url"
+    );
+    let path = dir.path().join("edited.toml");
+    std::fs::write(&path, edited).unwrap();
+    let run = |secret: Option<&str>| {
+        let mut c = config_cmd(&["--config", path.to_str().unwrap(), "check-config"]);
+        c.env("TELEGRAM_BOT_TOKEN", "1:x")
+            .env("HITL_AGENT_WORKDAY_TOKEN", WORKDAY_TOKEN)
+            .env_remove("HITL_OUTAGE_WEBHOOK_SECRET");
+        if let Some(s) = secret {
+            c.env("HITL_OUTAGE_WEBHOOK_SECRET", s);
+        }
+        c.output()
+    };
+    let err = refusal(&run(None).await.unwrap());
+    assert!(err.contains("HITL_OUTAGE_WEBHOOK_SECRET"), "{err}");
+    let out = run(Some("outage-secret-0123456789")).await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(
+            "Telegram outages: announced to https://alerts.example.com after 300 s of failed probes"
+        ),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("KEY-0123456789"), "{stdout}");
+}
+
 /// `check-config` of the shipped config with `edit` applied to it.
 pub(crate) async fn check_edited(
     edit: impl FnOnce(String) -> String,
