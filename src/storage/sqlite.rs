@@ -697,6 +697,9 @@ mod tests {
             sql::ANSWERS_OF,
             sql::COPIES_OF,
             sql::STRAYS_OF,
+            // A route's history (`/stats`, the rule suggestions): the table only grows.
+            sql::ENDED_IN_ROUTE,
+            sql::DECIDED_IN_ROUTE,
         ];
         for read in reads {
             let plan: Vec<(i64, i64, i64, String)> =

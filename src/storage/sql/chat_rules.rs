@@ -179,6 +179,14 @@ pub(crate) async fn last_proposed_at(
     Ok(last.and_then(from_ms))
 }
 
+/// What people decided on a route since a time, the latest first (through the index on
+/// `(route, created_at)`).
+pub(crate) const DECIDED_IN_ROUTE: &str =
+    "SELECT agent, tool, owner_id, params_json, status FROM confirmations
+     WHERE route = $1 AND created_at >= $2 AND interaction_id IS NULL
+       AND via = 'operator' AND status IN ('confirmed', 'cancelled')
+     ORDER BY created_at DESC LIMIT $3";
+
 /// See [`crate::storage::ChatRulesStore::decided_by_people`].
 pub(crate) async fn decided_by_people(
     pool: &Pool<Db>,
@@ -186,17 +194,12 @@ pub(crate) async fn decided_by_people(
     since: OffsetDateTime,
     limit: u32,
 ) -> Result<Vec<Decided>, StorageError> {
-    let rows: Vec<(String, String, String, String, String)> = sqlx::query_as(
-        "SELECT agent, tool, owner_id, params_json, status FROM confirmations
-         WHERE route = $1 AND created_at >= $2 AND interaction_id IS NULL
-           AND via = 'operator' AND status IN ('confirmed', 'cancelled')
-         ORDER BY created_at DESC LIMIT $3",
-    )
-    .bind(route)
-    .bind(ms(since))
-    .bind(i64::from(limit))
-    .fetch_all(pool)
-    .await?;
+    let rows: Vec<(String, String, String, String, String)> = sqlx::query_as(DECIDED_IN_ROUTE)
+        .bind(route)
+        .bind(ms(since))
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await?;
     Ok(rows
         .into_iter()
         .map(|(agent, tool, owner, params_json, status)| Decided {

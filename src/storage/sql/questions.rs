@@ -468,6 +468,16 @@ type EndedRow = (
     Option<String>,
 );
 
+/// The questions of a route that ended since a time, the latest first (through the
+/// index on `(route, created_at)`).
+pub(crate) const ENDED_IN_ROUTE: &str =
+    "SELECT id, tool, status, via, decided_by_id, decided_by_name, created_at,
+            decided_at, run_status
+     FROM confirmations
+     WHERE route = $1 AND created_at >= $2 AND interaction_id IS NULL
+       AND status IN ('confirmed', 'cancelled', 'timeout')
+     ORDER BY created_at DESC LIMIT $3";
+
 /// See [`crate::storage::Questions::ended_since`]: the few columns the statistics read,
 /// not whole questions.
 pub(crate) async fn ended_since(
@@ -476,19 +486,12 @@ pub(crate) async fn ended_since(
     since: OffsetDateTime,
     limit: u32,
 ) -> Result<Vec<crate::domain::stats::Ended>, StorageError> {
-    let rows: Vec<EndedRow> = sqlx::query_as(
-        "SELECT id, tool, status, via, decided_by_id, decided_by_name, created_at,
-                decided_at, run_status
-         FROM confirmations
-         WHERE route = $1 AND created_at >= $2 AND interaction_id IS NULL
-           AND status IN ('confirmed', 'cancelled', 'timeout')
-         ORDER BY created_at DESC LIMIT $3",
-    )
-    .bind(route)
-    .bind(ms(since))
-    .bind(i64::from(limit))
-    .fetch_all(pool)
-    .await?;
+    let rows: Vec<EndedRow> = sqlx::query_as(ENDED_IN_ROUTE)
+        .bind(route)
+        .bind(ms(since))
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await?;
     rows.into_iter().map(ended_row).collect()
 }
 
