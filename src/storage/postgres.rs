@@ -44,6 +44,20 @@ macro_rules! insertion_order {
     };
 }
 
+/// The rows of a correlated subquery as one JSON list of lists in `$order`, read whole
+/// by `sql`'s `select_whole_where` (`json_agg` of no rows is NULL, hence `[]`).
+macro_rules! json_rows {
+    ($columns:literal, $order:expr) => {
+        concat!(
+            "COALESCE(json_agg(json_build_array(",
+            $columns,
+            ") ORDER BY ",
+            $order,
+            ")::text, '[]')"
+        )
+    };
+}
+
 /// An `outcome_shown` flag that is false, as the partial indexes say it (see `sql`).
 macro_rules! not_shown {
     ($prefix:literal) => {

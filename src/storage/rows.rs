@@ -15,15 +15,16 @@ use crate::domain::ids::{
 };
 use crate::domain::interaction::{Answer, TimeoutAction};
 use crate::domain::mcp_call::ServerName;
-use crate::domain::question::{
-    Copy, Operator, Progress, Question, Status, Stray, Via, Window, WindowKey,
-};
+use crate::domain::question::{Operator, Progress, Question, Status, Via, Window, WindowKey};
 use columns::{
     decided_by, edited, json, stored_annotations, stored_interaction, stored_run_report,
     stored_server, unsigned,
 };
 
 mod columns;
+mod whole;
+
+pub(super) use whole::WholeRow;
 
 /// A time as stored: Unix epoch milliseconds.
 pub(super) fn ms(t: OffsetDateTime) -> i64 {
@@ -62,9 +63,10 @@ fn corrupt_in(id: &str) -> impl Fn(&str) -> StorageError + '_ {
     }
 }
 
-/// A row of `confirmations` (`SELECT *`: columns not named here are ignored).
+/// A row of `confirmations` (`SELECT confirmations.*`: columns not named here are
+/// ignored), read as part of a [`WholeRow`].
 #[derive(FromRow)]
-pub(super) struct Row {
+struct Row {
     id: String,
     agent: String,
     route: String,
@@ -119,8 +121,7 @@ pub(super) struct Row {
 }
 
 impl Row {
-    /// The question, without its answers, copies and strays (each backend's `hydrate`
-    /// reads those).
+    /// The question, without its answers, copies and strays ([`WholeRow`] adds them).
     pub(super) fn into_domain(self) -> Result<Question, StorageError> {
         let id = self.id.clone();
         let corrupt = corrupt_in(&id);
@@ -216,76 +217,6 @@ impl Row {
             annotations: stored_annotations(self.annotations_json.as_deref(), &corrupt)?,
         })
     }
-}
-
-/// A row of `answers`.
-#[derive(FromRow)]
-pub(super) struct AnswerRow {
-    respondent: String,
-    user_id: Option<i64>,
-    username: Option<String>,
-    name: Option<String>,
-    value_json: String,
-    is_default: bool,
-    once: bool,
-    reason: Option<String>,
-    at: i64,
-}
-
-/// A copy as stored: recipient, chat, message, whether it shows the outcome.
-pub(super) type CopyRow = (String, i64, Option<i64>, bool);
-/// A stray as stored: chat, message, whether it shows the outcome.
-pub(super) type StrayRow = (i64, i64, bool);
-
-/// Fills in a question's answers, copies and strays from their rows (in stored order).
-pub(super) fn fill(
-    mut r: Question,
-    answers: Vec<AnswerRow>,
-    copies: Vec<CopyRow>,
-    strays: Vec<StrayRow>,
-) -> Result<Question, StorageError> {
-    let id = r.id.to_string();
-    let corrupt = corrupt_in(&id);
-    let mut out = Vec::with_capacity(answers.len());
-    for a in answers {
-        out.push(Answer {
-            respondent: a.respondent,
-            by: match (a.user_id, a.name) {
-                (Some(id), Some(name)) => Some(Operator {
-                    id: u64::try_from(id).map_err(|_| corrupt("answer user_id"))?,
-                    username: a.username,
-                    name,
-                }),
-                _ => None,
-            },
-            value: serde_json::from_str(&a.value_json).map_err(|_| corrupt("answer value"))?,
-            is_default: a.is_default,
-            once: a.once,
-            reason: a.reason,
-            at: from_ms(a.at).ok_or_else(|| corrupt("answer time"))?,
-        });
-    }
-    r.answers = out;
-    r.copies = copies
-        .into_iter()
-        .map(|(recipient, chat_id, message_id, outcome_shown)| Copy {
-            recipient,
-            chat_id,
-            message_id: message_id.and_then(|m| i32::try_from(m).ok()),
-            outcome_shown,
-        })
-        .collect();
-    r.strays = strays
-        .into_iter()
-        .filter_map(|(chat_id, message_id, outcome_shown)| {
-            Some(Stray {
-                chat_id,
-                message_id: i32::try_from(message_id).ok()?,
-                outcome_shown,
-            })
-        })
-        .collect();
-    Ok(r)
 }
 
 /// The window stored for `key` (its expiry and opener as read back).
@@ -663,16 +594,6 @@ pub(super) struct WindowRow {
     chat_id: i64,
 }
 
-/// `SELECT * FROM confirmations WHERE <clause>`, as a static string (sqlx only takes
-/// SQL it can see is not built from input). The clause is the backend's own (its
-/// placeholders differ).
-macro_rules! select_where {
-    ($clause:expr) => {
-        concat!("SELECT * FROM confirmations WHERE ", $clause)
-    };
-}
-pub(super) use select_where;
-
 /// The [`WindowRow`]s `WHERE <clause>`; `w` is the window, `c` its opening request.
 macro_rules! select_windows_where {
     ($clause:literal) => {
@@ -722,7 +643,8 @@ macro_rules! grant_columns {
 }
 pub(super) use grant_columns;
 
-/// The [`GrantRow`]s `WHERE <clause>`, as a static string (see [`select_where`]).
+/// The [`GrantRow`]s `WHERE <clause>`, as a static string (sqlx only takes SQL it can
+/// see is not built from input).
 macro_rules! select_grants_where {
     ($clause:expr) => {
         concat!("SELECT ", grant_columns!(), " FROM grants WHERE ", $clause)

@@ -35,6 +35,21 @@ macro_rules! insertion_order {
     };
 }
 
+/// The rows of a correlated subquery as one JSON list of lists in `$order` (`[]` for
+/// none: an aggregate always gives a row), read whole by `sql`'s `select_whole_where`.
+/// Its booleans come out as `0`/`1`.
+macro_rules! json_rows {
+    ($columns:literal, $order:expr) => {
+        concat!(
+            "json_group_array(json_array(",
+            $columns,
+            ") ORDER BY ",
+            $order,
+            ")"
+        )
+    };
+}
+
 /// An `outcome_shown` flag that is false, as the partial indexes say it (see `sql`).
 macro_rules! not_shown {
     ($prefix:literal) => {
@@ -675,7 +690,7 @@ impl WindowCache for SqliteStore {
 
 #[cfg(test)]
 mod tests {
-    use super::{MIGRATOR, rows, sql};
+    use super::{MIGRATOR, sql};
     use sqlx::sqlite::SqlitePoolOptions;
 
     /// A read that scans a table that grows with every question answered makes every
@@ -692,11 +707,8 @@ mod tests {
             .unwrap();
         MIGRATOR.run(&pool).await.unwrap();
         let reads = [
-            rows::select_where!("id = $1"),
-            rows::select_where!("callback_token = $1"),
-            sql::ANSWERS_OF,
-            sql::COPIES_OF,
-            sql::STRAYS_OF,
+            sql::QUESTION_BY_ID,
+            sql::QUESTION_BY_TOKEN,
             // A route's history (`/stats`, the rule suggestions): the table only grows.
             sql::ENDED_IN_ROUTE,
             sql::DECIDED_IN_ROUTE,

@@ -123,6 +123,7 @@ on_both_backends! {
     a_decided_request_whose_key_is_held_answers_with_its_holder_and_the_chain_stays_whole,
     a_question_gains_a_copy_once_per_further_chat_while_pending,
     a_question_is_found_by_its_message_its_copies_and_its_strays,
+    every_whole_read_gives_a_question_with_its_answers_copies_and_strays_in_order,
     operator_steps_each_move_a_question_once,
     answers_are_one_per_person_and_a_settling_answer_decides,
     webhooks_beyond_an_agents_backlog_bound_are_dropped_and_audited,
@@ -719,6 +720,107 @@ async fn a_question_gains_a_copy_once_per_further_chat_while_pending(db: TestDb)
         .map(|c| (c.recipient.as_str(), c.chat_id))
         .collect();
     assert_eq!(copies, [("bob", 222), ("carol", 333)], "in the order added");
+}
+
+/// Every read of a whole question (by id, token, message, chat, the pending and ended
+/// lists, the unshown outcomes) gives its answers, copies and strays exactly as written
+/// and in the order written: the values, who answered, the flags, and which messages
+/// show the outcome. They are read in the same statement as the question.
+async fn every_whole_read_gives_a_question_with_its_answers_copies_and_strays_in_order(db: TestDb) {
+    let s = db.store().await;
+    let mut r = pending(None);
+    r.chat_id = -31;
+    s.insert(&r, now()).await.unwrap();
+    s.set_message_id(&r.id, 42).await.unwrap();
+    let answers = [
+        Answer {
+            reason: Some("looks \"fine\" — ✓".to_owned()),
+            once: true,
+            ..answer(7, serde_json::json!({"amount": 1200.5, "to": ["a", "b"]}))
+        },
+        Answer {
+            by: Some(Operator {
+                id: 3,
+                username: Some("carol".to_owned()),
+                name: "Carol".to_owned(),
+            }),
+            ..answer(3, serde_json::json!("ünïcode"))
+        },
+        Answer {
+            by: None,
+            is_default: true,
+            ..answer(5, serde_json::json!(null))
+        },
+    ];
+    for a in &answers {
+        let added = s.add_answer(&r.id, a, None, None).await.unwrap();
+        assert!(matches!(added, Answered::Added(_)), "{added:?}");
+    }
+    for (recipient, chat) in [("zed", 900), ("bob", 222), ("amy", 555)] {
+        assert!(s.add_copy(&r.id, recipient, chat, now()).await.unwrap());
+    }
+    s.set_copy_message_id(&r.id, 222, 7, now()).await.unwrap();
+    s.set_copy_message_id(&r.id, 900, 8, now()).await.unwrap();
+    for (chat, message) in [(777, 9), (333, 2)] {
+        s.add_stray(&r.id, chat, message, now()).await.unwrap();
+    }
+    s.decide(&r.id, &approved(1)).await.unwrap();
+    s.mark_shown(&r.id, Shown::CopyDecision { chat_id: 222 })
+        .await
+        .unwrap();
+    let stray = Shown::StrayDecision {
+        chat_id: 333,
+        message_id: 2,
+    };
+    s.mark_shown(&r.id, stray).await.unwrap();
+
+    let got = s.get(&r.id).await.unwrap().unwrap();
+    assert_eq!(got.answers, answers, "every answer, in the order given");
+    let copies: Vec<_> = got
+        .copies
+        .iter()
+        .map(|c| {
+            (
+                c.recipient.as_str(),
+                c.chat_id,
+                c.message_id,
+                c.outcome_shown,
+            )
+        })
+        .collect();
+    assert_eq!(
+        copies,
+        [
+            ("zed", 900, Some(8), false),
+            ("bob", 222, Some(7), true),
+            ("amy", 555, None, false)
+        ],
+        "in the order added"
+    );
+    let strays: Vec<_> = got
+        .strays
+        .iter()
+        .map(|s| (s.chat_id, s.message_id, s.outcome_shown))
+        .collect();
+    assert_eq!(strays, [(777, 9, false), (333, 2, true)]);
+    let same = |q: Option<Question>, how: &str| assert_eq!(q.as_ref(), Some(&got), "{how}");
+    same(s.find_by_token(&r.callback_token).await.unwrap(), "token");
+    same(s.find_by_message(222, 7).await.unwrap(), "copy's message");
+    same(s.find_by_message(333, 2).await.unwrap(), "stray's message");
+    let unshown = s.unshown_decisions().await.unwrap();
+    same(
+        unshown.into_iter().find(|q| q.id == r.id),
+        "unshown outcomes",
+    );
+    let ended = s.ended_in_chats(&[222], None, 10).await.unwrap();
+    same(ended.into_iter().next(), "ended in a copy's chat");
+
+    // A question with none of them reads back with none, on both backends alike.
+    let bare = pending(None);
+    s.insert(&bare, now()).await.unwrap();
+    let listed = s.pending_in_chat(bare.chat_id).await.unwrap();
+    let bare_read = listed.into_iter().find(|q| q.id == bare.id).unwrap();
+    assert_eq!(bare_read, bare);
 }
 
 async fn a_question_is_found_by_its_message_its_copies_and_its_strays(db: TestDb) {

@@ -2,7 +2,7 @@
 //! grant check and the listings run, and revoking. Every read goes to the table: a
 //! revoke committed by any process sharing the database stops the grant at once.
 
-// The backend's dialect macros (`select_where!` and the like) come from the parent
+// The backend's dialect macros (`bytewise!` and the like) come from the parent
 // backend module (see `mod.rs`).
 use sqlx::{Pool, Transaction};
 use time::OffsetDateTime;

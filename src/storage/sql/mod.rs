@@ -10,8 +10,7 @@
 //! statements are written once likewise (`common.rs`). What each backend gives (`Db`,
 //! `append_events`, the dialect macros) and who opens transactions: docs/architecture.md.
 
-use sqlx::pool::PoolConnection;
-use sqlx::{Database, Transaction};
+use sqlx::Transaction;
 
 use super::Db;
 use super::append_events;
@@ -19,7 +18,36 @@ use crate::domain::audit::NewEvent;
 use crate::domain::ids::QuestionId;
 use crate::domain::question::Question;
 use crate::storage::StorageError;
-use crate::storage::rows::{self, AnswerRow, CopyRow, Row, StrayRow, select_where};
+use crate::storage::rows::WholeRow;
+
+/// `SELECT` whole questions `WHERE <clause>`: each `confirmations` row with its answers,
+/// copies and strays as JSON lists ([`WholeRow`]), in one statement. Each child list is a
+/// correlated subquery that finds its rows by an index on `question_id` (never a scan:
+/// this read runs for every tap, poll and edit, on tables that only grow; the SQLite
+/// store's tests check the plan). The children's columns are left unqualified, so they
+/// name the child table, and the clause's name the question; `confirmations` is not
+/// aliased because clauses refer to it by name.
+macro_rules! select_whole_where {
+    ($clause:expr) => {
+        concat!(
+            "SELECT confirmations.*, (SELECT ",
+            json_rows!(
+                "respondent, user_id, username, name, value_json, is_default, once, reason, at",
+                "seq"
+            ),
+            " FROM answers WHERE question_id = confirmations.id) AS answers_json, (SELECT ",
+            json_rows!(
+                "recipient, chat_id, message_id, outcome_shown",
+                insertion_order!()
+            ),
+            " FROM copies WHERE question_id = confirmations.id) AS copies_json, (SELECT ",
+            json_rows!("chat_id, message_id, outcome_shown", insertion_order!()),
+            " FROM strays WHERE question_id = confirmations.id) AS strays_json
+             FROM confirmations WHERE ",
+            $clause
+        )
+    };
+}
 
 mod away;
 mod chat_rules;
@@ -60,72 +88,17 @@ pub(crate) async fn read_in(
     tx: &mut Transaction<'_, Db>,
     id: &QuestionId,
 ) -> Result<Option<Question>, StorageError> {
-    let row = sqlx::query_as::<_, Row>(select_where!("id = $1"))
+    let row = sqlx::query_as::<_, WholeRow>(QUESTION_BY_ID)
         .bind(id.as_str())
         .fetch_optional(&mut **tx)
         .await?;
-    match row {
-        Some(row) => Ok(Some(hydrate(tx, row.into_domain()?).await?)),
-        None => Ok(None),
-    }
+    row.map(WholeRow::into_domain).transpose()
 }
 
-/// What [`hydrate`] reads with every whole question: its answers, copies and strays, each
-/// looked up by an index on `question_id` (never a scan: one read per tap, poll and edit,
-/// on a table that only grows; the SQLite store's tests check the plans).
-pub(crate) const ANSWERS_OF: &str =
-    "SELECT respondent, user_id, username, name, value_json, is_default, once, reason, at
-     FROM answers WHERE question_id = $1 ORDER BY seq";
-pub(crate) const COPIES_OF: &str = concat!(
-    "SELECT recipient, chat_id, message_id, outcome_shown FROM copies
-     WHERE question_id = $1 ORDER BY ",
-    insertion_order!()
-);
-pub(crate) const STRAYS_OF: &str = concat!(
-    "SELECT chat_id, message_id, outcome_shown FROM strays
-     WHERE question_id = $1 ORDER BY ",
-    insertion_order!()
-);
+/// A whole question by its id: the read of every tap, poll and edit.
+pub(crate) const QUESTION_BY_ID: &str = select_whole_where!("id = $1");
 
-/// Reads a question's answers, copies and strays into it.
-pub(crate) async fn hydrate(
-    conn: &mut <Db as Database>::Connection,
-    r: Question,
-) -> Result<Question, StorageError> {
-    let answers: Vec<AnswerRow> = sqlx::query_as(ANSWERS_OF)
-        .bind(r.id.as_str())
-        .fetch_all(&mut *conn)
-        .await?;
-    let copies: Vec<CopyRow> = sqlx::query_as(COPIES_OF)
-        .bind(r.id.as_str())
-        .fetch_all(&mut *conn)
-        .await?;
-    let strays: Vec<StrayRow> = sqlx::query_as(STRAYS_OF)
-        .bind(r.id.as_str())
-        .fetch_all(&mut *conn)
-        .await?;
-    rows::fill(r, answers, copies, strays)
-}
-
-/// [`hydrate`] for each of `rows`, in order.
-pub(crate) async fn hydrate_all(
-    conn: &mut <Db as Database>::Connection,
-    rows: Vec<Row>,
-) -> Result<Vec<Question>, StorageError> {
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        out.push(hydrate(&mut *conn, row.into_domain()?).await?);
-    }
-    Ok(out)
-}
-
-/// The question `row` is, read whole through `conn` (`None` stays `None`).
-async fn one(
-    conn: &mut PoolConnection<Db>,
-    row: Option<Row>,
-) -> Result<Option<Question>, StorageError> {
-    match row {
-        Some(row) => Ok(Some(hydrate(conn, row.into_domain()?).await?)),
-        None => Ok(None),
-    }
+/// Whole questions from their rows, in order.
+fn whole(rows: Vec<WholeRow>) -> Result<Vec<Question>, StorageError> {
+    rows.into_iter().map(WholeRow::into_domain).collect()
 }

@@ -1,7 +1,7 @@
 //! The outbox: the webhook deliveries of ended requests, queued with the outcome and
 //! attempted until delivered or given up.
 
-// The backend's dialect macros (`select_where!` and the like) come from the parent
+// The backend's dialect macros (`bytewise!` and the like) come from the parent
 // backend module (see `mod.rs`).
 use sqlx::{Pool, Transaction};
 use time::OffsetDateTime;

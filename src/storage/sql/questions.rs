@@ -1,19 +1,19 @@
 //! Questions: storing one, reading them back, deciding one, its answers and what was shown.
 
-// The backend's dialect macros (`select_where!` and the like) come from the parent
+// The backend's dialect macros (`bytewise!` and the like) come from the parent
 // backend module (see `mod.rs`).
 use sqlx::{Pool, QueryBuilder, Transaction};
 use time::OffsetDateTime;
 
 use super::grants::insert_grant;
 use super::outbox::enqueue_delivery;
-use super::{Db, append_event, append_events, hydrate, hydrate_all, one, read_in};
+use super::{Db, append_event, append_events, read_in, whole};
 use crate::domain::audit::{self, NewEvent};
 use crate::domain::ids::{CallbackToken, IdempotencyKey, QuestionId};
 use crate::domain::interaction::{Answer, TimeoutAction};
 use crate::domain::question::{Decision, Operator, Question, Step};
 use crate::storage::rows::{
-    self, PendingRow, Row, insert_confirmations, ms, operator_columns, select_where,
+    self, PendingRow, WholeRow, insert_confirmations, ms, operator_columns,
 };
 use crate::storage::{
     Answered, Decided, EndedCursor, GrantInserted, IDEMPOTENCY_TTL, Inserted, PendingEntry, Shown,
@@ -57,21 +57,25 @@ pub(crate) async fn insert_in(
     // unique columns an agent chooses): whichever it is, that question is the answer.
     let mut existing = None;
     if let Some(key) = &r.idempotency_key {
-        existing = sqlx::query_as::<_, Row>(select_where!("agent = $1 AND idempotency_key = $2"))
-            .bind(&r.agent)
-            .bind(key.as_str())
-            .fetch_optional(&mut **tx)
-            .await?;
+        existing = sqlx::query_as::<_, WholeRow>(select_whole_where!(
+            "agent = $1 AND idempotency_key = $2"
+        ))
+        .bind(&r.agent)
+        .bind(key.as_str())
+        .fetch_optional(&mut **tx)
+        .await?;
     }
     if let (None, Some(i)) = (&existing, &r.interaction) {
-        existing = sqlx::query_as::<_, Row>(select_where!("agent = $1 AND interaction_id = $2"))
-            .bind(&r.agent)
-            .bind(i.interaction_id.as_str())
-            .fetch_optional(&mut **tx)
-            .await?;
+        existing = sqlx::query_as::<_, WholeRow>(select_whole_where!(
+            "agent = $1 AND interaction_id = $2"
+        ))
+        .bind(&r.agent)
+        .bind(i.interaction_id.as_str())
+        .fetch_optional(&mut **tx)
+        .await?;
     }
     let existing = existing.ok_or(sqlx::Error::RowNotFound)?;
-    let existing = hydrate(tx, existing.into_domain()?).await?;
+    let existing = existing.into_domain()?;
     Ok(Inserted::Existing(existing))
 }
 
@@ -359,25 +363,26 @@ pub(crate) async fn get(
     pool: &Pool<Db>,
     id: &QuestionId,
 ) -> Result<Option<Question>, StorageError> {
-    let mut conn = pool.acquire().await?;
-    let row = sqlx::query_as::<_, Row>(select_where!("id = $1"))
+    let row = sqlx::query_as::<_, WholeRow>(select_whole_where!("id = $1"))
         .bind(id.as_str())
-        .fetch_optional(&mut *conn)
+        .fetch_optional(pool)
         .await?;
-    one(&mut conn, row).await
+    row.map(WholeRow::into_domain).transpose()
 }
+
+/// A whole question by its callback token: the read of every tap.
+pub(crate) const QUESTION_BY_TOKEN: &str = select_whole_where!("callback_token = $1");
 
 /// See [`crate::storage::Questions::find_by_token`].
 pub(crate) async fn find_by_token(
     pool: &Pool<Db>,
     token: &CallbackToken,
 ) -> Result<Option<Question>, StorageError> {
-    let mut conn = pool.acquire().await?;
-    let row = sqlx::query_as::<_, Row>(select_where!("callback_token = $1"))
+    let row = sqlx::query_as::<_, WholeRow>(QUESTION_BY_TOKEN)
         .bind(token.as_str())
-        .fetch_optional(&mut *conn)
+        .fetch_optional(pool)
         .await?;
-    one(&mut conn, row).await
+    row.map(WholeRow::into_domain).transpose()
 }
 
 /// See [`crate::storage::Questions::find_by_idempotency_key`].
@@ -387,16 +392,15 @@ pub(crate) async fn find_by_idempotency_key(
     key: &IdempotencyKey,
     now: OffsetDateTime,
 ) -> Result<Option<Question>, StorageError> {
-    let mut conn = pool.acquire().await?;
-    let row = sqlx::query_as::<_, Row>(select_where!(
+    let row = sqlx::query_as::<_, WholeRow>(select_whole_where!(
         "agent = $1 AND idempotency_key = $2 AND created_at > $3"
     ))
     .bind(agent)
     .bind(key.as_str())
     .bind(ms(now - IDEMPOTENCY_TTL))
-    .fetch_optional(&mut *conn)
+    .fetch_optional(pool)
     .await?;
-    one(&mut conn, row).await
+    row.map(WholeRow::into_domain).transpose()
 }
 
 /// See [`crate::storage::Questions::find_interaction`].
@@ -405,13 +409,13 @@ pub(crate) async fn find_interaction(
     agent: &str,
     interaction_id: &str,
 ) -> Result<Option<Question>, StorageError> {
-    let mut conn = pool.acquire().await?;
-    let row = sqlx::query_as::<_, Row>(select_where!("agent = $1 AND interaction_id = $2"))
-        .bind(agent)
-        .bind(interaction_id)
-        .fetch_optional(&mut *conn)
-        .await?;
-    one(&mut conn, row).await
+    let row =
+        sqlx::query_as::<_, WholeRow>(select_whole_where!("agent = $1 AND interaction_id = $2"))
+            .bind(agent)
+            .bind(interaction_id)
+            .fetch_optional(pool)
+            .await?;
+    row.map(WholeRow::into_domain).transpose()
 }
 
 /// See [`crate::storage::Questions::find_by_message`]. `IN`, not `=`: PostgreSQL refuses a
@@ -422,8 +426,7 @@ pub(crate) async fn find_by_message(
     chat_id: i64,
     message_id: i32,
 ) -> Result<Option<Question>, StorageError> {
-    let mut conn = pool.acquire().await?;
-    let row = sqlx::query_as::<_, Row>(select_where!(
+    let row = sqlx::query_as::<_, WholeRow>(select_whole_where!(
         "(chat_id = $1 AND message_id = $2)
          OR id IN (SELECT question_id FROM copies
                    WHERE chat_id = $1 AND message_id = $2)
@@ -433,9 +436,9 @@ pub(crate) async fn find_by_message(
     ))
     .bind(chat_id)
     .bind(i64::from(message_id))
-    .fetch_optional(&mut *conn)
+    .fetch_optional(pool)
     .await?;
-    one(&mut conn, row).await
+    row.map(WholeRow::into_domain).transpose()
 }
 
 /// See [`crate::storage::Questions::pending_in_chat`].
@@ -443,15 +446,14 @@ pub(crate) async fn pending_in_chat(
     pool: &Pool<Db>,
     chat_id: i64,
 ) -> Result<Vec<Question>, StorageError> {
-    let mut conn = pool.acquire().await?;
-    let rows: Vec<Row> = sqlx::query_as(select_where!(concat!(
+    let rows: Vec<WholeRow> = sqlx::query_as(select_whole_where!(concat!(
         "chat_id = $1 AND status = 'pending' ORDER BY created_at, id",
         bytewise!()
     )))
     .bind(chat_id)
-    .fetch_all(&mut *conn)
+    .fetch_all(pool)
     .await?;
-    hydrate_all(&mut conn, rows).await
+    whole(rows)
 }
 
 /// One ended confirmation as [`ended_since`] reads it: id, tool, status, via, who
@@ -534,17 +536,16 @@ pub(crate) async fn pending_of(
     agent: Option<&str>,
     limit: u32,
 ) -> Result<Vec<Question>, StorageError> {
-    let mut conn = pool.acquire().await?;
-    let rows: Vec<Row> = sqlx::query_as(select_where!(concat!(
+    let rows: Vec<WholeRow> = sqlx::query_as(select_whole_where!(concat!(
         "status = 'pending' AND ($1 IS NULL OR agent = $1) ORDER BY expires_at, id",
         bytewise!(),
         " LIMIT $2"
     )))
     .bind(agent)
     .bind(i64::from(limit))
-    .fetch_all(&mut *conn)
+    .fetch_all(pool)
     .await?;
-    hydrate_all(&mut conn, rows).await
+    whole(rows)
 }
 
 /// See [`crate::storage::Questions::ended_in_chats`]. The `via` list is the very predicate
@@ -560,7 +561,7 @@ pub(crate) async fn ended_in_chats(
     if chats.is_empty() || limit == 0 {
         return Ok(Vec::new());
     }
-    let mut q: QueryBuilder<Db> = QueryBuilder::new(select_where!(
+    let mut q: QueryBuilder<Db> = QueryBuilder::new(select_whole_where!(
         "via IN ('operator', 'timeout', 'withdrawn', 'fail_closed')"
     ));
     if let Some(c) = before {
@@ -591,15 +592,13 @@ pub(crate) async fn ended_in_chats(
         " DESC LIMIT "
     ))
     .push_bind(i64::from(limit));
-    let mut conn = pool.acquire().await?;
-    let rows: Vec<Row> = q.build_query_as().fetch_all(&mut *conn).await?;
-    hydrate_all(&mut conn, rows).await
+    let rows: Vec<WholeRow> = q.build_query_as().fetch_all(pool).await?;
+    whole(rows)
 }
 
 /// See [`crate::storage::Questions::unshown_outcomes`].
 pub(crate) async fn unshown_decisions(pool: &Pool<Db>) -> Result<Vec<Question>, StorageError> {
-    let mut conn = pool.acquire().await?;
-    let rows: Vec<Row> = sqlx::query_as(select_where!(concat!(
+    let rows: Vec<WholeRow> = sqlx::query_as(select_whole_where!(concat!(
         "status <> 'pending' AND ((",
         not_shown!(""),
         " AND message_id IS NOT NULL)
@@ -613,9 +612,9 @@ pub(crate) async fn unshown_decisions(pool: &Pool<Db>) -> Result<Vec<Question>, 
         "))
          ORDER BY decided_at"
     )))
-    .fetch_all(&mut *conn)
+    .fetch_all(pool)
     .await?;
-    hydrate_all(&mut conn, rows).await
+    whole(rows)
 }
 
 /// Records the Telegram message that carries the question's buttons in `tx` (the
@@ -658,30 +657,24 @@ pub(crate) async fn add_answer(
     also: Option<&NewEvent>,
     max_backlog: u32,
 ) -> Result<Answered, StorageError> {
-    let row = sqlx::query_as::<_, Row>(select_where!("id = $1"))
-        .bind(id.as_str())
-        .fetch_optional(&mut *tx)
-        .await?;
-    let Some(row) = row else {
+    let Some(record) = read_in(&mut tx, id).await? else {
         return Ok(Answered::NotFound);
     };
-    let record = row.into_domain()?;
     if record.is_terminal() {
-        let record = hydrate(&mut tx, record).await?;
         return Ok(Answered::Closed(record));
     }
-    let added = insert_answer(&mut tx, id, answer).await?;
-    if !added {
-        let record = hydrate(&mut tx, record).await?;
+    if !insert_answer(&mut tx, id, answer).await? {
         return Ok(Answered::AlreadyAnswered(record));
     }
     // An answer that settles the question is followed by the decision, which reads the
-    // record again whole: its answers, copies and strays are not read twice. What is
-    // written before that (the answer's audit event and stream row) needs only the row.
-    let record = if settles.is_some() {
-        record
-    } else {
-        hydrate(&mut tx, record).await?
+    // record again whole; what is written before that (the answer's audit event and
+    // stream row) needs only the row. Otherwise the record is read again with the
+    // answer just stored.
+    let record = match settles {
+        Some(_) => record,
+        None => read_in(&mut tx, id)
+            .await?
+            .ok_or(sqlx::Error::RowNotFound)?,
     };
     let answered = audit::answered(id.as_str(), answer);
     match also {

@@ -2,19 +2,19 @@
 //! never reported, the earlier run recalled to the next approver, and what a window let
 //! through.
 
-// The backend's dialect macros (`select_where!` and the like) come from the parent
+// The backend's dialect macros (`bytewise!` and the like) come from the parent
 // backend module (see `mod.rs`).
 use sqlx::{Pool, Transaction};
 use time::OffsetDateTime;
 
 use super::outbox::enqueue_delivery;
 use super::questions::push_agent_event;
-use super::{Db, append_event, hydrate_all, read_in};
+use super::{Db, append_event, read_in, whole};
 use crate::domain::audit;
 use crate::domain::ids::{QuestionId, ToolName};
 use crate::domain::question::Question;
 use crate::domain::run_report::{NewRunReport, REPORTED_UNKNOWN, Recalled, RunStatus};
-use crate::storage::rows::{Row, ms, select_where};
+use crate::storage::rows::{WholeRow, ms};
 use crate::storage::{RunReported, StorageError, WindowUse};
 
 /// See [`crate::storage::Runs::report_run`]; runs in `tx`, the backend's audit
@@ -148,11 +148,10 @@ pub(crate) async fn mark_run_shown(
 
 /// See [`crate::storage::Runs::unshown_runs`].
 pub(crate) async fn unshown_runs(pool: &Pool<Db>) -> Result<Vec<Question>, StorageError> {
-    let mut conn = pool.acquire().await?;
-    let rows: Vec<Row> = sqlx::query_as(select_where!("NOT run_shown ORDER BY run_at"))
-        .fetch_all(&mut *conn)
+    let rows: Vec<WholeRow> = sqlx::query_as(select_whole_where!("NOT run_shown ORDER BY run_at"))
+        .fetch_all(pool)
         .await?;
-    hydrate_all(&mut conn, rows).await
+    whole(rows)
 }
 
 /// The last reported run of a tool, as [`recall_run`] reads it.

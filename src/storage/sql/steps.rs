@@ -1,7 +1,7 @@
 //! The steps a pending question takes (a selection, more time, reminders, escalation, a
 //! reason asked for) and the messages beside its first (copies, strays, moved chats).
 
-// The backend's dialect macros (`select_where!` and the like) come from the parent
+// The backend's dialect macros (`bytewise!` and the like) come from the parent
 // backend module (see `mod.rs`).
 use serde_json::json;
 use sqlx::{Pool, Transaction};

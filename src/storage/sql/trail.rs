@@ -1,6 +1,6 @@
 //! The audit trail, the agents' event streams and the gauges read from the tables.
 
-// The backend's dialect macros (`select_where!` and the like) come from the parent
+// The backend's dialect macros (`bytewise!` and the like) come from the parent
 // backend module (see `mod.rs`).
 use sqlx::{Pool, Transaction};
 use time::OffsetDateTime;

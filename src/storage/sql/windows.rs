@@ -1,6 +1,6 @@
 //! Confirmation windows: which are live, the hits that use them, purging and revoking.
 
-// The backend's dialect macros (`select_where!` and the like) come from the parent
+// The backend's dialect macros (`bytewise!` and the like) come from the parent
 // backend module (see `mod.rs`).
 use sqlx::{Pool, QueryBuilder, Transaction};
 use time::OffsetDateTime;
