@@ -325,6 +325,10 @@ fn spawn_front(
         stop: shutdown.clone(),
         rate: Arc::new(api::limits::AgentRateLimiter::default()),
         slots: Arc::new(api::limits::AgentSlots::default()),
+        admission: Arc::new(api::admission::Queue::new(
+            api::admission::ADMITTED,
+            service.metrics().clone(),
+        )),
     });
     // /mcp: the MCP tools, each call a request into the same router (src/mcp.rs).
     let mut app = v1.clone().merge(crate::mcp::router(v1, service.clone()));

@@ -176,6 +176,7 @@ pub struct Metrics {
     question_steps: Family<StepLabels, Counter>,
     leader: Gauge,
     telegram_outage: Gauge,
+    creates_waiting: Gauge,
     telegram_outages: Counter,
     outage_alerts: Family<OutcomeLabels, Counter>,
     config_mismatch: Gauge,
@@ -184,6 +185,15 @@ pub struct Metrics {
     /// Held while the scrape-time gauges are set and the registry encoded, so two
     /// concurrent scrapes cannot interleave a reset with an encoding.
     scrape: Mutex<()>,
+}
+
+/// One create counted as waiting for admission while it lives.
+pub struct WaitingCreate(Gauge);
+
+impl Drop for WaitingCreate {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 impl Default for Metrics {
@@ -222,6 +232,7 @@ impl Metrics {
             question_steps: Family::default(),
             leader: Gauge::default(),
             telegram_outage: Gauge::default(),
+            creates_waiting: Gauge::default(),
             telegram_outages: Counter::default(),
             outage_alerts: Family::default(),
             config_mismatch: Gauge::default(),
@@ -282,6 +293,11 @@ impl Metrics {
             "grants",
             "Grants stored (`created`) and revoked before they expired (`revoked`)",
             self.grants.clone(),
+        );
+        registry.register(
+            "creates_awaiting_admission",
+            "Creates waiting for their turn to be read and stored (at most api::admission::ADMITTED are at once); above 0 only while many agents ask together",
+            self.creates_waiting.clone(),
         );
         registry.register(
             "pending_requests",
@@ -391,6 +407,12 @@ impl Metrics {
              result (delivered, failed, given_up)",
             self.outage_alerts.clone(),
         );
+    }
+
+    /// A create waits for its turn (see `api::admission`) until the guard is dropped.
+    pub fn create_waiting(&self) -> WaitingCreate {
+        self.creates_waiting.inc();
+        WaitingCreate(self.creates_waiting.clone())
     }
 
     /// An outage began, as the leader stored it.

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::AppState;
+use super::admission::Admitted;
 use super::body::{allowed_callback_url, raw_object, read};
 use super::error::ApiError;
 use super::extract::{AuthAgent, Body};
@@ -232,6 +233,8 @@ pub fn parse_create(
 pub async fn create(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
+    // Before the body: a create waiting for its turn has not read it yet.
+    admitted: Admitted,
     Body(bytes): Body,
 ) -> Result<Response, ApiError> {
     rate_limit(&state, &agent)?;
@@ -244,6 +247,8 @@ pub async fn create(
     // its size is that of its largest state; creating is large and brief, waiting small
     // and long.
     let record = Box::pin(state.service.create(&agent, new)).await?;
+    // Stored: the next create may be read while this one waits for its answer.
+    drop(admitted);
     if record.is_terminal() {
         return Ok(respond(StatusCode::OK, &record));
     }

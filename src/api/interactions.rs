@@ -16,6 +16,7 @@ use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
 use super::AppState;
+use super::admission::Admitted;
 use super::body::{RawObject, allowed_callback_url, read, strict_object};
 /// The console (`api::console`) still reads its bodies through this path.
 use super::call::CallBody;
@@ -259,6 +260,8 @@ fn respond(status: StatusCode, r: &crate::domain::question::Question) -> Respons
 pub async fn create(
     State(state): State<AppState>,
     AuthAgent(agent): AuthAgent,
+    // Before the body, held until the interaction is stored (see `api::admission`).
+    _admitted: Admitted,
     Body(bytes): Body,
 ) -> Result<Response, ApiError> {
     rate_limit(&state, &agent)?;

@@ -1,5 +1,6 @@
 //! The agents' HTTP API (axum): routes, authentication, and the one error format.
 
+pub mod admission;
 pub mod body;
 pub mod call;
 pub mod confirmations;
@@ -45,6 +46,8 @@ pub struct AppState {
     /// Each agent's open event streams and long-polls, against its `max_streams` and
     /// `max_long_polls`.
     pub slots: Arc<limits::AgentSlots>,
+    /// The queue new questions wait in before they are read and stored.
+    pub admission: Arc<admission::Queue>,
 }
 
 pub fn router(state: AppState) -> Router {

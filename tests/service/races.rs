@@ -6,6 +6,7 @@ use crate::support::app::*;
 use crate::support::fake_telegram::CallbackQueryId;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use std::collections::HashSet;
 use std::time::Duration;
 
 #[tokio::test]
@@ -191,4 +192,51 @@ async fn the_smallest_pool_serves_many_waiting_agents_and_a_decision_together() 
         assert_eq!(r["status"], "confirmed", "{r}");
         assert_eq!(r["decided_by"]["id"], ALICE, "{r}");
     }
+}
+
+/// Creates beyond the admission bound (`api::admission::ADMITTED`, 64) wait their turn
+/// instead of being read all at once: none is refused or lost for it, each is stored
+/// once, and the queue is empty again afterwards.
+#[tokio::test]
+async fn a_crowd_of_creates_beyond_the_admission_bound_is_each_stored_once() {
+    let app = TestApp::spawn_with_settings(|toml| {
+        toml.replace(
+            "default_route = \"ops\"\n",
+            "default_route = \"ops\"\nrequests_per_minute = 100000\nmax_pending = 1000\n",
+        )
+    })
+    .await;
+    let crowd = 3 * 64 + 10;
+    let answers = futures_util::future::join_all((0..crowd).map(|i| {
+        app.create(
+            json!({"tool": "crowd", "params": {"i": i}, "wait": "suspend",
+                          "idempotency_key": format!("crowd-{i}")}),
+        )
+    }))
+    .await;
+    let (mut ids, mut calls) = (HashSet::new(), HashSet::new());
+    for (i, (status, record)) in answers.iter().enumerate() {
+        assert_eq!(*status, StatusCode::ACCEPTED, "{record}");
+        let id = record["id"].as_str().unwrap();
+        assert!(ids.insert(id.to_owned()), "one record per create");
+        assert!(
+            calls.insert(record["args_hash"].to_string()),
+            "each its own call"
+        );
+        // Stored as asked (one group chat cannot post them all before their deadline:
+        // those end as timeouts, honestly, as they would one by one).
+        let (status, stored) = app.get(id).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            stored["args_hash"], record["args_hash"],
+            "create {i}: {stored}"
+        );
+    }
+    let metrics = app.metrics_text().await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "hitl_creates_awaiting_admission 0"),
+        "{metrics}"
+    );
 }
