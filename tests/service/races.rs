@@ -199,13 +199,7 @@ async fn the_smallest_pool_serves_many_waiting_agents_and_a_decision_together() 
 /// once, and the queue is empty again afterwards.
 #[tokio::test]
 async fn a_crowd_of_creates_beyond_the_admission_bound_is_each_stored_once() {
-    let app = TestApp::spawn_with_settings(|toml| {
-        toml.replace(
-            "default_route = \"ops\"\n",
-            "default_route = \"ops\"\nrequests_per_minute = 100000\nmax_pending = 1000\n",
-        )
-    })
-    .await;
+    let app = TestApp::spawn_unthrottled().await;
     let crowd = 3 * 64 + 10;
     let answers = futures_util::future::join_all((0..crowd).map(|i| {
         app.create(

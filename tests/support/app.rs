@@ -250,6 +250,18 @@ impl TestApp {
         Self::spawn_with(DEFAULT_CALLBACK_PREFIX, edit).await
     }
 
+    /// Spawns with agent A's rate and pending limits out of the way, for tests that ask
+    /// many questions at once.
+    pub async fn spawn_unthrottled() -> TestApp {
+        Self::spawn_with_settings(|toml| {
+            toml.replace(
+                "default_route = \"ops\"\n",
+                "default_route = \"ops\"\nrequests_per_minute = 100000\nmax_pending = 1000\n",
+            )
+        })
+        .await
+    }
+
     async fn spawn_with(prefix: &str, edit: impl FnOnce(String) -> String) -> TestApp {
         let telegram = Arc::new(FakeTelegram::start_with_token(BOT_TOKEN).await);
         Self::spawn_on(telegram, webhook_mode(), prefix, edit).await
