@@ -63,10 +63,10 @@ fn corrupt_in(id: &str) -> impl Fn(&str) -> StorageError + '_ {
     }
 }
 
-/// A row of `confirmations` (`SELECT confirmations.*`: columns not named here are
-/// ignored), read as part of a [`WholeRow`].
+/// A row of `confirmations` (`SELECT *`: columns not named here are ignored), alone or
+/// as part of a [`WholeRow`].
 #[derive(FromRow)]
-struct Row {
+pub(super) struct Row {
     id: String,
     agent: String,
     route: String,

@@ -13,7 +13,7 @@ use crate::domain::ids::{CallbackToken, IdempotencyKey, QuestionId};
 use crate::domain::interaction::{Answer, TimeoutAction};
 use crate::domain::question::{Decision, Operator, Question, Step};
 use crate::storage::rows::{
-    self, PendingRow, WholeRow, insert_confirmations, ms, operator_columns,
+    self, PendingRow, Row, WholeRow, insert_confirmations, ms, operator_columns,
 };
 use crate::storage::{
     Answered, Decided, EndedCursor, GrantInserted, IDEMPOTENCY_TTL, Inserted, PendingEntry, Shown,
@@ -657,24 +657,31 @@ pub(crate) async fn add_answer(
     also: Option<&NewEvent>,
     max_backlog: u32,
 ) -> Result<Answered, StorageError> {
-    let Some(record) = read_in(&mut tx, id).await? else {
+    // The row alone first: the common answer settles the question, and the decision
+    // that follows reads it whole; only the rarer ends below need it whole here.
+    let row = sqlx::query_as::<_, Row>("SELECT * FROM confirmations WHERE id = $1")
+        .bind(id.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+    let Some(record) = row.map(Row::into_domain).transpose()? else {
         return Ok(Answered::NotFound);
     };
+    let whole = async |tx: &mut Transaction<'_, Db>| {
+        read_in(tx, id)
+            .await?
+            .ok_or(StorageError::from(sqlx::Error::RowNotFound))
+    };
     if record.is_terminal() {
-        return Ok(Answered::Closed(record));
+        return Ok(Answered::Closed(whole(&mut tx).await?));
     }
     if !insert_answer(&mut tx, id, answer).await? {
-        return Ok(Answered::AlreadyAnswered(record));
+        return Ok(Answered::AlreadyAnswered(whole(&mut tx).await?));
     }
-    // An answer that settles the question is followed by the decision, which reads the
-    // record again whole; what is written before that (the answer's audit event and
-    // stream row) needs only the row. Otherwise the record is read again with the
-    // answer just stored.
+    // What is written before the decision (the answer's audit event and stream row)
+    // needs only the row; without a decision, the record is read with the new answer.
     let record = match settles {
         Some(_) => record,
-        None => read_in(&mut tx, id)
-            .await?
-            .ok_or(sqlx::Error::RowNotFound)?,
+        None => whole(&mut tx).await?,
     };
     let answered = audit::answered(id.as_str(), answer);
     match also {
