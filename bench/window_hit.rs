@@ -25,6 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use criterion::{Criterion, criterion_group};
+use hitl_telegram::api::admission::{ADMITTED, Queue};
 use hitl_telegram::api::confirmations::parse_create;
 use hitl_telegram::api::record::RecordView;
 use hitl_telegram::app::open_store;
@@ -39,6 +40,7 @@ use hitl_telegram::service::{
 };
 use hitl_telegram::storage::{Administration, Decided, Questions, SqliteStore, Store};
 use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
 
 /// A typical tool call: a handful of keys, nested values, a float.
 const PARAMS: &str = r#"{"path": "/srv/app/releases/2026-11-30", "recursive": true,
@@ -334,6 +336,9 @@ struct ServiceWorld {
     service: Arc<Service>,
     config: Arc<Config>,
     agent: Arc<Agent>,
+    /// The queue the HTTP handler takes its turn in before it reads the body.
+    admission: Queue,
+    stop: CancellationToken,
     _dir: tempfile::TempDir,
 }
 
@@ -375,18 +380,26 @@ impl ServiceWorld {
             }
             service
         });
+        let admission = Queue::new(ADMITTED, service.metrics().clone());
         ServiceWorld {
             rt,
             service,
             config,
             agent,
+            admission,
+            stop: CancellationToken::new(),
             _dir: dir,
         }
     }
 
-    /// One `POST /v1/confirmations` without HTTP: parse the body, create, write the
-    /// response. Returns the record's status.
+    /// One `POST /v1/confirmations` without HTTP: its turn, parse the body, create,
+    /// write the response. Returns the record's status.
     async fn create(&self) -> Status {
+        let admitted = self
+            .admission
+            .turn(&self.stop)
+            .await
+            .expect("never stopped");
         let body = create_body();
         let (new, _wait) = parse_create(
             std::hint::black_box(body.as_bytes()),
@@ -399,6 +412,7 @@ impl ServiceWorld {
             .create(&self.agent, new)
             .await
             .expect("the service creates");
+        drop(admitted);
         let response = serde_json::to_vec(&RecordView::from(&record)).expect("a record serialises");
         std::hint::black_box(response);
         record.status
