@@ -7,7 +7,7 @@ use time::OffsetDateTime;
 
 use super::grants::insert_grant;
 use super::outbox::enqueue_delivery;
-use super::{Db, append_event, append_events, read_in, whole};
+use super::{Db, QUESTION_BY_ID, append_event, append_events, read_in, whole};
 use crate::domain::audit::{self, NewEvent};
 use crate::domain::ids::{CallbackToken, IdempotencyKey, QuestionId};
 use crate::domain::interaction::{Answer, TimeoutAction};
@@ -363,7 +363,7 @@ pub(crate) async fn get(
     pool: &Pool<Db>,
     id: &QuestionId,
 ) -> Result<Option<Question>, StorageError> {
-    let row = sqlx::query_as::<_, WholeRow>(select_whole_where!("id = $1"))
+    let row = sqlx::query_as::<_, WholeRow>(QUESTION_BY_ID)
         .bind(id.as_str())
         .fetch_optional(pool)
         .await?;
@@ -666,22 +666,22 @@ pub(crate) async fn add_answer(
     let Some(record) = row.map(Row::into_domain).transpose()? else {
         return Ok(Answered::NotFound);
     };
-    let whole = async |tx: &mut Transaction<'_, Db>| {
+    let read_whole = async |tx: &mut Transaction<'_, Db>| {
         read_in(tx, id)
             .await?
             .ok_or(StorageError::from(sqlx::Error::RowNotFound))
     };
     if record.is_terminal() {
-        return Ok(Answered::Closed(whole(&mut tx).await?));
+        return Ok(Answered::Closed(read_whole(&mut tx).await?));
     }
     if !insert_answer(&mut tx, id, answer).await? {
-        return Ok(Answered::AlreadyAnswered(whole(&mut tx).await?));
+        return Ok(Answered::AlreadyAnswered(read_whole(&mut tx).await?));
     }
     // What is written before the decision (the answer's audit event and stream row)
     // needs only the row; without a decision, the record is read with the new answer.
     let record = match settles {
         Some(_) => record,
-        None => whole(&mut tx).await?,
+        None => read_whole(&mut tx).await?,
     };
     let answered = audit::answered(id.as_str(), answer);
     match also {
