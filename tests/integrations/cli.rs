@@ -247,9 +247,7 @@ async fn check_config_accepts_the_shipped_config_when_the_tokens_are_set() {
 #[tokio::test]
 async fn check_config_names_where_a_telegram_outage_is_announced_and_never_the_path() {
     let dir = tempfile::tempdir().unwrap();
-    let shipped =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml"))
-            .unwrap();
+    let shipped = shipped_config();
     // The shipped example, uncommented, with a key in its path as alerting systems do.
     let edited = shipped.replacen(
         "# outage_webhook_url = \"https://alerts.example.com/hooks/hitl\"",
@@ -292,9 +290,7 @@ pub(crate) async fn check_edited(
     agent_token: &str,
 ) -> std::process::Output {
     let dir = tempfile::tempdir().unwrap();
-    let shipped =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml"))
-            .unwrap();
+    let shipped = shipped_config();
     let path = dir.path().join("edited.toml");
     std::fs::write(&path, edit(shipped)).unwrap();
     config_cmd(&["--config", path.to_str().unwrap(), "check-config"])
@@ -325,9 +321,7 @@ pub(crate) fn shows_a_source_line(err: &str) -> bool {
 async fn a_toml_syntax_error_is_said_once_with_its_file_line_column_and_what_was_expected() {
     let broken =
         |toml: String| toml.replacen("bind = \"127.0.0.1:8080\"", "bind = \"127.0.0.1:8080", 1);
-    let shipped =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml"))
-            .unwrap();
+    let shipped = shipped_config();
     let line = broken(shipped)
         .lines()
         .position(|l| l == "bind = \"127.0.0.1:8080")
@@ -577,14 +571,12 @@ async fn check_config_warns_about_an_odd_bot_token_and_open_metrics_off_loopback
     // With a metrics token (read from its own variable) GET /metrics is closed.
     let out = {
         let dir = tempfile::tempdir().unwrap();
-        let shipped =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml"))
-                .unwrap()
-                .replace("bind = \"127.0.0.1:8080\"", "bind = \"0.0.0.0:8080\"")
-                .replace(
-                    "# token_env = \"HITL_METRICS_TOKEN\"",
-                    "token_env = \"HITL_METRICS_TOKEN\"",
-                );
+        let shipped = shipped_config()
+            .replace("bind = \"127.0.0.1:8080\"", "bind = \"0.0.0.0:8080\"")
+            .replace(
+                "# token_env = \"HITL_METRICS_TOKEN\"",
+                "token_env = \"HITL_METRICS_TOKEN\"",
+            );
         let path = dir.path().join("metrics.toml");
         std::fs::write(&path, shipped).unwrap();
         config_cmd(&["--config", path.to_str().unwrap(), "check-config"])
@@ -922,9 +914,7 @@ async fn check_config_refuses_a_missing_token_variable_naming_it() {
 #[tokio::test]
 async fn check_config_refuses_an_unknown_route_in_an_agent() {
     let dir = tempfile::tempdir().unwrap();
-    let shipped =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml"))
-            .unwrap();
+    let shipped = shipped_config();
     let path = dir.path().join("bad.toml");
     std::fs::write(
         &path,
@@ -1399,4 +1389,10 @@ async fn ask_takes_a_loopback_address_without_a_scheme() {
         serde_json::from_str::<Value>(&out).unwrap()["status"],
         "timeout"
     );
+}
+
+/// The configuration the repository ships (`config/default.toml`), as text.
+fn shipped_config() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml"))
+        .expect("config/default.toml")
 }
