@@ -21,10 +21,16 @@ RUN mkdir -p src bench/loadgen crates/hitl-domain/src \
     && cargo build --release --locked --bin hitl-telegram \
     && rm -rf src bench crates/hitl-domain/src
 COPY crates/hitl-domain/src ./crates/hitl-domain/src
+COPY build.rs ./
 COPY src ./src
 COPY migrations ./migrations
 # The built-in defaults (`--demo` from any folder) are compiled in from this file.
 COPY config/default.toml ./config/default.toml
+# The commit `--version` and /healthz report (build.rs): the build context has no .git,
+# so it is passed in (`--build-arg HITL_BUILD_COMMIT=$(git rev-parse --short=12 HEAD)`,
+# as scripts/compose-check does); without it the binary says `unknown`. Declared after
+# the dependency layer, so a new commit does not rebuild the dependencies.
+ARG HITL_BUILD_COMMIT=
 # COPY keeps the files' own modification times, which can be older than the empty
 # targets just built; touching them makes cargo rebuild the crate for certain.
 RUN touch src/main.rs src/lib.rs crates/hitl-domain/src/lib.rs \
@@ -33,6 +39,10 @@ RUN touch src/main.rs src/lib.rs crates/hitl-domain/src/lib.rs \
 # Runtime stage: the binary, the default config, nothing else. TLS roots are built in
 # (rustls with webpki roots), so no CA package is needed.
 FROM debian:bookworm-slim
+# The release (Cargo.toml's version; a test holds the two equal): CHANGELOG.md.
+LABEL org.opencontainers.image.title="hitl-telegram" \
+      org.opencontainers.image.version="1.0.0" \
+      org.opencontainers.image.licenses="MIT"
 RUN useradd --system --uid 10001 --home-dir /app --shell /usr/sbin/nologin hitl \
     && mkdir -p /app/data /app/config \
     && chown -R hitl:hitl /app

@@ -164,6 +164,10 @@ async fn announce(service: &Arc<Service>, listener: &TcpListener) -> anyhow::Res
         .config_report()
         .await
         .context("cannot read the other replicas' configurations")?;
+    service
+        .record_start()
+        .await
+        .context("cannot record the start in the audit trail")?;
     // The chat's rules decide from the first request on, as the file's do.
     service
         .load_chat_rules()

@@ -15,7 +15,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("storage", &["storage"]),
     (
         "support",
-        &["client", "config", "metrics", "scheduler", "telemetry"],
+        &[
+            "client",
+            "config",
+            "metrics",
+            "release",
+            "scheduler",
+            "telemetry",
+        ],
     ),
     ("service", &["service"]),
     (

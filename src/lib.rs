@@ -7,7 +7,7 @@
 //! ```text
 //! domain <- storage <- support <- service <- adapters <- app <- program
 //!
-//! support:  client, config, metrics, scheduler, telemetry
+//! support:  client, config, metrics, release, scheduler, telemetry
 //! adapters: api, telegram, mcp, gateway, hook, redis_bridge, cli, outbox, audit_head
 //! ```
 //!
@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod outbox;
 pub mod program;
 pub mod redis_bridge;
+pub mod release;
 pub mod scheduler;
 pub mod service;
 pub mod storage;

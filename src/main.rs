@@ -17,7 +17,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[derive(Parser)]
 #[command(
     name = "hitl-telegram",
-    version,
+    version = hitl_telegram::release::VERSION_LINE,
     about = "Ask a human on Telegram before an AI agent runs a tool call"
 )]
 struct Cli {

@@ -112,7 +112,12 @@ async fn healthz(State(state): State<AppState>, extensions: Extensions) -> Respo
     match checked.await {
         Ok(config) => (
             StatusCode::OK,
-            axum::Json(json!({"status": "ok", "config": config})),
+            axum::Json(json!({
+                "status": "ok",
+                "version": crate::release::VERSION,
+                "commit": crate::release::COMMIT,
+                "config": config,
+            })),
         )
             .into_response(),
         Err(e) => {

@@ -8,8 +8,10 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{AGENT_EVENT_RETENTION, Service, deliver, instant_at, now};
+use crate::domain::audit;
 use crate::domain::ids::QuestionId;
 use crate::domain::question::Question;
+use crate::release;
 use crate::storage::{AgentEvents, StorageError, Windows};
 
 impl Service {
@@ -21,6 +23,19 @@ impl Service {
     pub async fn recover(self: &Arc<Self>) -> Result<usize, StorageError> {
         self.chats.reload_moved().await?;
         Ok(self.try_lead().await?.unwrap_or(0))
+    }
+
+    /// Records in the audit trail that this replica starts serving
+    /// (`service_started`): the release and commit it runs and the rules in force.
+    /// Before anything is served, so no event of this run precedes it.
+    pub async fn record_start(&self) -> Result<(), StorageError> {
+        let event = audit::service_started(
+            now(),
+            release::VERSION,
+            release::COMMIT,
+            self.rules().policy().set.fingerprint().as_str(),
+        );
+        self.store.record_event(event).await
     }
 
     /// The leader takes on the pending questions it has not yet (all of them after a

@@ -14,6 +14,7 @@ const DOCS: &[&str] = &[
     "README.md",
     "CONTRIBUTING.md",
     "BENCHMARKS.md",
+    "CHANGELOG.md",
     "docs/aiparrot.md",
     "docs/architecture.md",
     "docs/configuration.md",

@@ -1,7 +1,7 @@
 //! Deploying and running the service, one test executable (`cargo test --test
 //! deployment`): the project's docker-compose.yml run for real (`compose::`, which
-//! `scripts/compose-check` runs), several replicas on one PostgreSQL database, and the
-//! documentation holding together.
+//! `scripts/compose-check` runs), several replicas on one PostgreSQL database, one
+//! version for every part of a release, and the documentation holding together.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -12,4 +12,5 @@ const TELEGRAM_MODE: support::app::ModeRule = support::app::ModeRule::Polling;
 
 mod compose;
 mod docs;
+mod release;
 mod replicas;

@@ -61,11 +61,12 @@ fn rule(name: &str, effect: &str) -> String {
     format!("\n[[rules]]\nname = \"{name}\"\neffect = \"{effect}\"\ntools = [\"purge_cache\"]\n")
 }
 
-/// The `rules_loaded` events of the trail at `db_url`, oldest first.
-async fn rules_loaded(db_url: &str) -> Vec<Value> {
+/// The details of the trail's `kind` events at `db_url`, oldest first.
+async fn events_of(db_url: &str, kind: &str) -> Vec<Value> {
     let pool = sqlx::SqlitePool::connect(db_url).await.unwrap();
     let rows: Vec<(String,)> =
-        sqlx::query_as("SELECT detail FROM audit_events WHERE kind = 'rules_loaded' ORDER BY seq")
+        sqlx::query_as("SELECT detail FROM audit_events WHERE kind = $1 ORDER BY seq")
+            .bind(kind)
             .fetch_all(&pool)
             .await
             .unwrap();
@@ -73,6 +74,68 @@ async fn rules_loaded(db_url: &str) -> Vec<Value> {
     rows.into_iter()
         .map(|(d,)| serde_json::from_str(&d).unwrap())
         .collect()
+}
+
+/// The `rules_loaded` events of the trail at `db_url`, oldest first.
+async fn rules_loaded(db_url: &str) -> Vec<Value> {
+    events_of(db_url, "rules_loaded").await
+}
+
+#[tokio::test]
+async fn each_start_records_the_release_it_runs_as_version_and_healthz_report_it() {
+    let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db_url = format!("sqlite://{}/data/hitl.db", dir.path().display());
+    let config = write_config(dir.path(), &telegram, &db_url);
+    let printed = std::process::Command::new(env!("CARGO_BIN_EXE_hitl-telegram"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let printed = String::from_utf8(printed.stdout).unwrap();
+    // `hitl-telegram 1.0.0 (commit 0123456789ab)`: the crate's version and a commit.
+    let (version, commit) = printed
+        .trim()
+        .strip_prefix("hitl-telegram ")
+        .and_then(|rest| rest.strip_suffix(')'))
+        .and_then(|rest| rest.split_once(" (commit "))
+        .unwrap_or_else(|| panic!("--version printed {printed:?}"));
+    assert_eq!(version, env!("CARGO_PKG_VERSION"));
+    assert!(
+        commit == "unknown"
+            || (commit.len() == 12 && commit.bytes().all(|b| b.is_ascii_hexdigit())),
+        "{commit:?}"
+    );
+
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    for start in 1..=2 {
+        let mut service = ServiceProcess::start(&config).await;
+        let health: Value = client
+            .get(format!("{}/healthz", service.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            (&health["version"], &health["commit"]),
+            (&json!(version), &json!(commit)),
+            "{health}"
+        );
+        assert!(service.terminate().await.success());
+        let started = events_of(&db_url, "service_started").await;
+        assert_eq!(started.len(), start, "one event per start: {started:?}");
+        let last = &started[start - 1];
+        assert_eq!(
+            (&last["version"], &last["commit"]),
+            (&json!(version), &json!(commit))
+        );
+        assert_eq!(
+            last["rules_hash"].as_str().map(str::len),
+            Some(64),
+            "{last}"
+        );
+    }
 }
 
 #[tokio::test]

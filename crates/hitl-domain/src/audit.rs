@@ -430,6 +430,28 @@ pub fn chat_rule_moved(
     }
 }
 
+/// A replica started serving: the release and the commit it runs (CHANGELOG.md names
+/// the release), and the rules in force, so each later event can be matched to the code
+/// and the rules that wrote it. One per start, per replica.
+pub fn service_started(
+    at: OffsetDateTime,
+    version: &str,
+    commit: &str,
+    rules_hash: &str,
+) -> NewEvent {
+    NewEvent {
+        at,
+        confirmation_id: None,
+        kind: "service_started",
+        actor: "system".into(),
+        detail: json!({
+            "version": version,
+            "commit": commit,
+            "rules_hash": rules_hash,
+        }),
+    }
+}
+
 /// The rules in force changed (a SIGHUP reloaded the configuration file): from then
 /// on, decisions name `rules_hash`.
 pub fn rules_loaded(

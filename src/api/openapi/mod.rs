@@ -237,11 +237,18 @@ pub struct EventList {
     pub events: Vec<AuditEvent>,
 }
 
-/// `GET /healthz`: `{"status": "ok", "config": {...}}`.
+/// `GET /healthz`: `{"status": "ok", "version": "1.0.0", "commit": "0123456789ab",
+/// "config": {...}}`.
 #[derive(Serialize, ToSchema)]
 pub struct Health {
     #[schema(schema_with = ok_schema)]
     pub status: String,
+    /// This replica's release (CHANGELOG.md names each).
+    #[schema(example = "1.0.0")]
+    pub version: String,
+    /// The commit it was built from (12 hex digits), or `unknown`.
+    #[schema(example = "0123456789ab")]
+    pub commit: String,
     pub config: HealthConfig,
 }
 

@@ -110,4 +110,4 @@ __all__ = [
     "ToolCall",
     "verify_webhook",
 ]  # not the AI-Parrot names: `import *` must work without AI-Parrot too
-__version__ = "0.1.0"
+__version__ = "1.0.0"  # the service's version (Cargo.toml)
