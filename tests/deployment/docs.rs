@@ -150,6 +150,7 @@ fn the_readme_goes_from_quick_start_to_a_group_route_to_deployment_before_the_re
         "Quick start",
         "Set up a group route",
         "Deploy with docker compose",
+        "Install on a Linux host",
         "Documentation",
         "Run the tests (one command)",
     ];
@@ -173,7 +174,7 @@ fn the_readme_goes_from_quick_start_to_a_group_route_to_deployment_before_the_re
     assert!(readme[at[2]..at[3]].contains("/start@your_bot"));
     // The map of docs/ goes on in the same order: configure, operate, the API, the
     // integrations.
-    let map = &readme[at[4]..at[5]];
+    let map = &readme[at[5]..at[6]];
     let pages = [
         "(docs/configuration.md)",
         "(docs/operator-guide.md)",

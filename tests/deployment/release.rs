@@ -1,6 +1,7 @@
 //! One release, one number: the crate, the domain crate, the Python package, the image
 //! and CHANGELOG.md carry the same version (what the number promises is CHANGELOG.md's
-//! preamble).
+//! preamble); and the Debian package's configuration is the default one with the
+//! database in the package's state directory, so the two never drift.
 
 use std::path::Path;
 
@@ -76,5 +77,23 @@ fn the_crates_the_python_package_the_image_and_the_changelog_carry_one_version()
     assert!(
         changelog.contains("## [Unreleased]"),
         "CHANGELOG.md: an Unreleased section"
+    );
+}
+
+#[test]
+fn the_packaged_configuration_is_the_default_with_the_database_in_the_state_directory() {
+    let default = read("config/default.toml");
+    let from = "url = \"sqlite://data/hitl.db\"";
+    let to = "url = \"sqlite:///var/lib/hitl-telegram/hitl.db\"";
+    assert_eq!(
+        default.matches(from).count(),
+        1,
+        "config/default.toml: {from}"
+    );
+    let expected = default.replace(from, to);
+    assert!(
+        read("packaging/deb/config.toml") == expected,
+        "packaging/deb/config.toml is not config/default.toml with {to}: make it again with\n  \
+         sed 's|^{from}$|{to}|' config/default.toml > packaging/deb/config.toml"
     );
 }
