@@ -223,11 +223,9 @@ fn as_the_service(tree: &Tree, user: &str, what: &str, command: &str) -> String 
     )
 }
 
-#[test]
-fn the_package_installs_upgrades_keeping_edits_removes_and_purges_in_a_fresh_bookworm() {
-    let Some(setup) = setup() else { return };
-    let tree = Tree::fresh(&setup);
-    tree.install(&setup);
+/// What `dpkg -i` left: the version, the user, the modes docs/operations.md states and
+/// the conffiles. Returns the user's `uid:gid`.
+fn installed_as_documented(tree: &Tree, setup: &Setup) -> String {
     let version = control_field(&setup.deb, "Version");
     let said = tree.ok("--version", "hitl-telegram --version");
     assert!(
@@ -263,6 +261,64 @@ fn the_package_installs_upgrades_keeping_edits_removes_and_purges_in_a_fresh_boo
         conffiles.contains(CONFIG) && conffiles.contains(SECRETS),
         "{conffiles}"
     );
+    user
+}
+
+/// Whether config.toml still holds the edit the test made.
+fn edited(tree: &Tree) -> bool {
+    tree.run_as(
+        None,
+        &format!("grep -qx 'poll_timeout_seconds = 12' {CONFIG}"),
+    )
+    .status
+    .success()
+}
+
+/// An upgrade to a rebuilt package keeps the edited configuration, the secrets (and
+/// their mode) and the database.
+fn upgrade_keeps_the_edits(tree: &Tree, setup: &Setup, user: &str) {
+    tree.ok(
+        "editing the configuration",
+        &format!(
+            "grep -qx 'poll_timeout_seconds = 10' {CONFIG}\n\
+             sed -i 's/^poll_timeout_seconds = 10$/poll_timeout_seconds = 12/' {CONFIG}"
+        ),
+    );
+    let next = tree.put(&setup.next);
+    tree.ok("upgrading with dpkg -i", &format!("dpkg -i {next}"));
+    let installed = tree.ok("version", "dpkg-query -W -f='${Version}' hitl-telegram");
+    assert_eq!(installed, control_field(&setup.next, "Version"));
+    assert_ne!(
+        installed,
+        control_field(&setup.deb, "Version"),
+        "the upgrade's package has a later version"
+    );
+    assert!(
+        edited(tree),
+        "the upgrade replaced the edited configuration"
+    );
+    assert!(
+        !tree.exists(&format!("{CONFIG}.dpkg-dist")),
+        "nothing to merge by hand"
+    );
+    assert_eq!(tree.stat(SECRETS), "root hitl-telegram 640");
+    tree.ok(
+        "the secrets kept",
+        &format!("grep -q package-check-token {SECRETS}"),
+    );
+    as_the_service(tree, user, "check-config after the upgrade", "check-config");
+    assert!(
+        tree.exists(&format!("{STATE}/hitl.db")),
+        "the upgrade lost the database"
+    );
+}
+
+#[test]
+fn the_package_installs_upgrades_keeping_edits_removes_and_purges_in_a_fresh_bookworm() {
+    let Some(setup) = setup() else { return };
+    let tree = Tree::fresh(&setup);
+    tree.install(&setup);
+    let user = installed_as_documented(&tree, &setup);
 
     // The administrator fills in the secrets; the service's user reads them and checks
     // the configuration, and creates its database; nobody else reads the secrets.
@@ -288,54 +344,7 @@ fn the_package_installs_upgrades_keeping_edits_removes_and_purges_in_a_fresh_boo
     let nobody = tree.run_as(Some("65534:65534"), &format!("cat {SECRETS}"));
     assert!(!nobody.status.success(), "another user read the secrets");
 
-    // An upgrade to a rebuilt package keeps the edited configuration, the secrets (and
-    // their mode) and the database.
-    tree.ok(
-        "editing the configuration",
-        &format!(
-            "grep -qx 'poll_timeout_seconds = 10' {CONFIG}\n\
-             sed -i 's/^poll_timeout_seconds = 10$/poll_timeout_seconds = 12/' {CONFIG}"
-        ),
-    );
-    let next = tree.put(&setup.next);
-    tree.ok("upgrading with dpkg -i", &format!("dpkg -i {next}"));
-    let installed = tree.ok("version", "dpkg-query -W -f='${Version}' hitl-telegram");
-    assert_eq!(installed, control_field(&setup.next, "Version"));
-    assert_ne!(
-        installed, version,
-        "the upgrade's package has a later version"
-    );
-    let edited = |tree: &Tree| {
-        tree.run_as(
-            None,
-            &format!("grep -qx 'poll_timeout_seconds = 12' {CONFIG}"),
-        )
-        .status
-        .success()
-    };
-    assert!(
-        edited(&tree),
-        "the upgrade replaced the edited configuration"
-    );
-    assert!(
-        !tree.exists(&format!("{CONFIG}.dpkg-dist")),
-        "nothing to merge by hand"
-    );
-    assert_eq!(tree.stat(SECRETS), "root hitl-telegram 640");
-    tree.ok(
-        "the secrets kept",
-        &format!("grep -q package-check-token {SECRETS}"),
-    );
-    as_the_service(
-        &tree,
-        &user,
-        "check-config after the upgrade",
-        "check-config",
-    );
-    assert!(
-        tree.exists(&format!("{STATE}/hitl.db")),
-        "the upgrade lost the database"
-    );
+    upgrade_keeps_the_edits(&tree, &setup, &user);
 
     // remove: the program goes; the configuration and the database stay.
     tree.ok("apt-get remove", "apt-get remove -y -qq hitl-telegram");
