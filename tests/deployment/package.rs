@@ -195,6 +195,17 @@ impl Tree {
         self.ok("dpkg -i", &format!("dpkg -i {deb}"));
     }
 
+    /// A fresh tree with the package installed ([`Tree::install`]), then systemd.
+    fn with_systemd(setup: &Setup) -> Tree {
+        let tree = Tree::fresh(setup);
+        tree.install(setup);
+        tree.ok(
+            "installing systemd",
+            "apt-get -o APT::Sandbox::User=root install -y -qq --no-install-recommends systemd",
+        );
+        tree
+    }
+
     /// `uid:gid` of the package's user.
     fn service_user(&self) -> String {
         let line = self.ok("getent passwd", "getent passwd hitl-telegram");
@@ -371,12 +382,7 @@ fn the_package_installs_upgrades_keeping_edits_removes_and_purges_in_a_fresh_boo
 #[test]
 fn the_unit_passes_systemd_analyze_verify_and_scores_as_the_docs_say() {
     let Some(setup) = setup() else { return };
-    let tree = Tree::fresh(&setup);
-    tree.install(&setup);
-    tree.ok(
-        "installing systemd",
-        "apt-get -o APT::Sandbox::User=root install -y -qq --no-install-recommends systemd",
-    );
+    let tree = Tree::with_systemd(&setup);
     let verify = tree.run_as(None, &format!("systemd-analyze verify {UNIT}"));
     assert!(
         verify.status.success() && text(&verify.stderr).trim().is_empty(),
@@ -535,12 +541,7 @@ fn configure_for_the_fake(tree: &Tree, telegram: &FakeTelegram, port: u16) {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_unit_runs_the_service_under_systemd_and_an_approval_goes_through() {
     let Some(setup) = setup() else { return };
-    let tree = Tree::fresh(&setup);
-    tree.install(&setup);
-    tree.ok(
-        "installing systemd",
-        "apt-get -o APT::Sandbox::User=root install -y -qq --no-install-recommends systemd",
-    );
+    let tree = Tree::with_systemd(&setup);
     let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
     let port = free_port();
     configure_for_the_fake(&tree, &telegram, port);
@@ -560,25 +561,19 @@ async fn the_unit_runs_the_service_under_systemd_and_an_approval_goes_through() 
     assert_eq!(health["version"], env!("CARGO_PKG_VERSION"), "{health}");
 
     // One approval, as an agent and an operator make it.
-    let asked = tokio::spawn({
-        let client = client.clone();
-        let url = format!("{base}/v1/confirmations");
-        async move {
-            let body = json!({"tool": "deploy", "params": {"service": "billing"}});
-            let r = client
-                .post(url)
-                .bearer_auth(TOKEN_A)
-                .json(&body)
-                .send()
-                .await
-                .unwrap();
-            r.json::<Value>().await.unwrap()
-        }
-    });
+    let asked = ask_blocking(
+        &client,
+        &base,
+        json!({"tool": "deploy", "params": {"service": "billing"}}),
+    );
     let message = telegram.wait_for_messages(1).await.remove(0);
     telegram.tap(OPS_CHAT, message.message_id, "✅ Approve", alice());
-    let record = asked.await.unwrap();
-    assert_eq!(record["status"], "confirmed", "{record}");
+    let (status, record) = asked.await.unwrap();
+    assert_eq!(
+        (status.as_u16(), &record["status"]),
+        (200, &json!("confirmed")),
+        "{record}"
+    );
 
     // SIGHUP reloads, and the service stays; a stop is clean.
     booted.ok("systemctl reload", "systemctl reload hitl-telegram");

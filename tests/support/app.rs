@@ -440,18 +440,7 @@ impl TestApp {
 
     /// Starts a blocking create in the background.
     pub fn create_blocking(&self, body: Value) -> JoinHandle<(StatusCode, Value)> {
-        let client = self.client.clone();
-        let url = self.url("/v1/confirmations");
-        tokio::spawn(async move {
-            let r = client
-                .post(url)
-                .bearer_auth(TOKEN_A)
-                .json(&body)
-                .send()
-                .await
-                .expect("request");
-            json_of(r).await
-        })
+        ask_blocking(&self.client, &self.base, body)
     }
 
     pub async fn get(&self, id: &str) -> (StatusCode, Value) {
@@ -575,6 +564,27 @@ impl Drop for TestApp {
     fn drop(&mut self) {
         self.shutdown.cancel();
     }
+}
+
+/// Starts a blocking create as agent A on the service at `base` (`http://ADDR`), in the
+/// background: for a service this test did not spawn (a process, a container).
+pub fn ask_blocking(
+    client: &reqwest::Client,
+    base: &str,
+    body: Value,
+) -> JoinHandle<(StatusCode, Value)> {
+    let client = client.clone();
+    let url = format!("{base}/v1/confirmations");
+    tokio::spawn(async move {
+        let r = client
+            .post(url)
+            .bearer_auth(TOKEN_A)
+            .json(&body)
+            .send()
+            .await
+            .expect("request");
+        json_of(r).await
+    })
 }
 
 pub async fn json_of(r: reqwest::Response) -> (StatusCode, Value) {
