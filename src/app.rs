@@ -121,6 +121,8 @@ impl Application {
             telegram_mode,
             http,
         } = self;
+        // The trail as this run found it, before its own start is recorded.
+        crate::audit_head::log_head(store.as_ref(), "start").await;
         announce(&service, &listener).await?;
         let background = spawn_background(&service, &store, &bot, &shutdown).await?;
         let front = Front {
@@ -250,7 +252,8 @@ async fn spawn_background(
             .clone()
             .run_report_sweep(RUN_REPORT_SWEEP_EVERY, shutdown.clone()),
     );
-    // The audit chain's head in the log (at start, hourly), so a truncated trail shows.
+    // The audit chain's head in the log (hourly; at start and shutdown too), so a
+    // truncated trail shows.
     service.tasks().spawn(crate::audit_head::log_audit_head(
         store.clone(),
         crate::audit_head::EVERY,

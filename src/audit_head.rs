@@ -23,11 +23,11 @@ pub const EVERY: Duration = Duration::from_secs(3600);
 /// The message of the log line, for whoever collects it.
 pub const MESSAGE: &str = "audit chain head";
 
-/// Logs the head at once, then every `every`, until `stop` fires. The line at shutdown
-/// is [`log_head`]'s, called by the application once everything else has stopped
-/// writing, so it is the trail's final head.
+/// Logs the head every `every`, until `stop` fires. The lines at start and at shutdown
+/// are [`log_head`]'s, called by the application: at start before it records its own
+/// `service_started` (so the line says what the trail held when this run found it), at
+/// shutdown once everything else has stopped writing (the trail's final head).
 pub async fn log_audit_head(store: Arc<dyn Audit>, every: Duration, stop: CancellationToken) {
-    log_head(store.as_ref(), "start").await;
     let mut tick = tokio::time::interval_at(Instant::now() + every, every);
     // After a suspended host, one line, not a burst of identical ones.
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
