@@ -51,6 +51,11 @@ async fn while_telegram_hangs_the_api_answers_and_deadlines_still_fire() {
 async fn a_database_that_stays_locked_is_a_503_to_retry_and_decides_nothing() {
     use sqlx::{Connection, SqliteConnection};
     let app = TestApp::spawn().await;
+    // Serving first: the start writes to the database too (the replica's configuration,
+    // the audit's `service_started`), and a start that cannot write fails, as it should,
+    // which is not what this test is about.
+    let health = app.client.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), StatusCode::OK);
     // Another process holds SQLite's write lock past the store's busy timeout (5 s).
     let mut holder = SqliteConnection::connect(&app.db_url).await.unwrap();
     sqlx::query("BEGIN EXCLUSIVE")
