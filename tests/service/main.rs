@@ -46,6 +46,7 @@ mod polling {
     mod console;
     mod console_access;
     mod console_edit;
+    mod console_telegram;
     mod crash;
     mod fair_chat;
     mod grant_terms;

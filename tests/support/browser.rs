@@ -172,7 +172,40 @@ pub struct Page {
     commands: mpsc::UnboundedSender<Request>,
     /// The messages of the JavaScript dialogs the page opened (each accepted), in order.
     dialogs: Arc<Mutex<Vec<String>>>,
+    /// Telegram's `telegram-web-app.js` (base64), answered for telegram.org's URL once
+    /// [`Page::as_telegram_client`] asked for it.
+    telegram_script: Arc<Mutex<Option<String>>>,
 }
+
+/// Where the page loads Telegram's Mini App script from, in Telegram.
+const TELEGRAM_SCRIPT_URL: &str = "https://telegram.org/js/telegram-web-app.js";
+
+/// Telegram's own Mini App script, `telegram-web-app.js`, as a file: `HITL_TELEGRAM_WEB_APP_JS`
+/// (CI sets it to the copy in the pinned npm package `@twa-dev/sdk`, the machines having
+/// no route to telegram.org); `None` (the test skips, saying so) without one, unless
+/// `HITL_REQUIRE_CHROMIUM=1`.
+pub fn telegram_script() -> Option<PathBuf> {
+    let found = std::env::var_os("HITL_TELEGRAM_WEB_APP_JS")
+        .map(PathBuf::from)
+        .filter(|p| p.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var("HITL_REQUIRE_CHROMIUM").as_deref() != Ok("1"),
+            "HITL_REQUIRE_CHROMIUM=1 but no HITL_TELEGRAM_WEB_APP_JS (Telegram's telegram-web-app.js)"
+        );
+        eprintln!("skipped: no HITL_TELEGRAM_WEB_APP_JS");
+    }
+    found
+}
+
+/// What the page's Telegram client records: every event Telegram's script posts to it
+/// (`TelegramWebviewProxy.postEvent`, as the Android and iOS clients take them), in order.
+const TELEGRAM_CLIENT: &str = "window.__telegramEvents = [];
+window.TelegramWebviewProxy = {
+  postEvent(type, data) {
+    window.__telegramEvents.push([type, data ? JSON.parse(data) : null]);
+  },
+};";
 
 impl Page {
     async fn attach(ws: &str) -> Page {
@@ -183,8 +216,115 @@ impl Page {
                 .unwrap_or_else(|e| panic!("websocket to {ws}: {e}"));
         let (commands, receiver) = mpsc::unbounded_channel();
         let dialogs = Arc::new(Mutex::new(Vec::new()));
-        tokio::spawn(connection(socket, receiver, dialogs.clone()));
-        Page { commands, dialogs }
+        let telegram_script = Arc::new(Mutex::new(None));
+        tokio::spawn(connection(
+            socket,
+            receiver,
+            dialogs.clone(),
+            telegram_script.clone(),
+        ));
+        Page {
+            commands,
+            dialogs,
+            telegram_script,
+        }
+    }
+
+    /// Makes the page's next loads run inside a Telegram client, as the phone apps run a
+    /// Mini App: Telegram's real `script` answers for its telegram.org URL, and the
+    /// client's bridge (`TelegramWebviewProxy`) records what the script tells the client
+    /// ([`Page::telegram_events`]); [`Page::telegram_sends`] is the client's side.
+    pub async fn as_telegram_client(&self, script: &Path) {
+        let body = std::fs::read(script).unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+        *self.telegram_script.lock().expect("not poisoned") =
+            Some(base64::engine::general_purpose::STANDARD.encode(body));
+        self.call(
+            "Fetch.enable",
+            json!({"patterns": [{"urlPattern": format!("{TELEGRAM_SCRIPT_URL}*")}]}),
+        )
+        .await;
+        self.call(
+            "Page.addScriptToEvaluateOnNewDocument",
+            json!({ "source": TELEGRAM_CLIENT }),
+        )
+        .await;
+    }
+
+    /// The events Telegram's script posted to the client so far, as `[type, data]`.
+    pub async fn telegram_events(&self) -> Vec<(String, Value)> {
+        let events = self.eval("window.__telegramEvents || []").await;
+        events
+            .as_array()
+            .map(|all| {
+                all.iter()
+                    .map(|e| (e[0].as_str().unwrap_or_default().to_owned(), e[1].clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The data of the last `event` Telegram's script posted (`Null` when none).
+    pub async fn last_telegram_event(&self, event: &str) -> Value {
+        self.telegram_events()
+            .await
+            .into_iter()
+            .rev()
+            .find(|(kind, _)| kind == event)
+            .map(|(_, data)| data)
+            .unwrap_or(Value::Null)
+    }
+
+    /// Waits until the last `event` posted satisfies `wanted`; panics after `timeout`
+    /// with every event posted.
+    pub async fn wait_for_telegram_event(
+        &self,
+        event: &str,
+        timeout: Duration,
+        wanted: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let last = self.last_telegram_event(event).await;
+            if wanted(&last) {
+                return last;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                panic!(
+                    "no such {event} within {timeout:?}; posted: {:?}",
+                    self.telegram_events().await
+                );
+            }
+            tokio::time::sleep(POLL_EVERY).await;
+        }
+    }
+
+    /// The Telegram client sends `event` to the page (`main_button_pressed`, ...), as a
+    /// tap on its own controls does.
+    pub async fn telegram_sends(&self, event: &str) {
+        self.eval(&format!(
+            "window.Telegram.WebView.receiveEvent({}, null)",
+            js_string(event)
+        ))
+        .await;
+    }
+
+    /// The Telegram client sends `event` with `data` (`theme_changed` and its
+    /// `theme_params`, ...).
+    pub async fn telegram_sends_with(&self, event: &str, data: &Value) {
+        self.eval(&format!(
+            "window.Telegram.WebView.receiveEvent({}, {data})",
+            js_string(event)
+        ))
+        .await;
+    }
+
+    /// The page's clock reads in the time zone `zone` (an IANA name) from now on.
+    pub async fn set_time_zone(&self, zone: &str) {
+        self.call(
+            "Emulation.setTimezoneOverride",
+            json!({ "timezoneId": zone }),
+        )
+        .await;
     }
 
     /// Sends the CDP command `method` and returns its result; panics on a CDP error or
@@ -355,14 +495,17 @@ fn js_string(s: &str) -> String {
 }
 
 /// The page's websocket: sends the commands, hands each answer to whoever waits for it,
-/// and accepts every JavaScript dialog as it opens (the page stays blocked in
-/// `window.confirm` until then, and so does the mouse click that opened it).
+/// accepts every JavaScript dialog as it opens (the page stays blocked in
+/// `window.confirm` until then, and so does the mouse click that opened it), and answers
+/// the requests `Fetch.enable` paused: Telegram's script when it was given, else a
+/// network error, as on a machine with no route to telegram.org.
 async fn connection(
     socket: tokio_tungstenite::WebSocketStream<
         tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
     >,
     mut commands: mpsc::UnboundedReceiver<Request>,
     dialogs: Arc<Mutex<Vec<String>>>,
+    telegram_script: Arc<Mutex<Option<String>>>,
 ) {
     let (mut sink, mut stream) = socket.split();
     let mut waiting: HashMap<u64, oneshot::Sender<Result<Value, Value>>> = HashMap::new();
@@ -391,14 +534,28 @@ async fn connection(
                     }
                     continue;
                 }
-                if message["method"] != "Page.javascriptDialogOpening" {
-                    continue;
-                }
-                let asked = message["params"]["message"].as_str().unwrap_or_default();
-                dialogs.lock().expect("not poisoned").push(asked.to_owned());
-                // Its answer is nobody's to wait for: not in `waiting`, ignored when it comes.
+                // Their answers are nobody's to wait for: not in `waiting`, ignored when
+                // they come.
                 next_id += 1;
-                json!({"id": next_id, "method": "Page.handleJavaScriptDialog", "params": {"accept": true}})
+                match message["method"].as_str() {
+                    Some("Page.javascriptDialogOpening") => {
+                        let asked = message["params"]["message"].as_str().unwrap_or_default();
+                        dialogs.lock().expect("not poisoned").push(asked.to_owned());
+                        json!({"id": next_id, "method": "Page.handleJavaScriptDialog", "params": {"accept": true}})
+                    }
+                    Some("Fetch.requestPaused") => {
+                        let request = message["params"]["requestId"].clone();
+                        match telegram_script.lock().expect("not poisoned").clone() {
+                            Some(body) => json!({"id": next_id, "method": "Fetch.fulfillRequest", "params": {
+                                "requestId": request, "responseCode": 200, "body": body,
+                                "responseHeaders": [{"name": "Content-Type", "value": "text/javascript"}],
+                            }}),
+                            None => json!({"id": next_id, "method": "Fetch.failRequest",
+                                "params": {"requestId": request, "errorReason": "NameNotResolved"}}),
+                        }
+                    }
+                    _ => continue,
+                }
             }
         };
         if sink

@@ -46,14 +46,18 @@ use view::{
     EventView, GrantView, QuestionDetail, QuestionList, QuestionView, RouteStatsView, WindowView,
 };
 
-/// The page and its script, embedded: no build step, no CDN but Telegram's own script.
+/// The page, its script and its stylesheet, embedded: no build step, no CDN but
+/// Telegram's own script.
 const PAGE: &str = include_str!("page.html");
 const SCRIPT: &str = include_str!("console.js");
+const STYLE: &str = include_str!("console.css");
 
-/// Scripts only from here and Telegram (its `telegram-web-app.js`, for the theme and the
-/// main button); nothing the page shows can run as code.
+/// Scripts only from here and Telegram (its `telegram-web-app.js`: the theme, the Main
+/// and Back Buttons, haptics); styles only from the stylesheet beside the script (no
+/// inline style, whatever a value on the page holds); nothing the page shows can run as
+/// code.
 const CSP: &str = "default-src 'self'; script-src 'self' https://telegram.org; \
-                   style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
+                   style-src 'self'; img-src 'self' data:; \
                    connect-src 'self'; base-uri 'none'; form-action 'none'";
 
 /// The console's routes, when `[mini_app]` is on (else none: `/app` is 404).
@@ -64,6 +68,7 @@ pub fn routes(router: Router<AppState>, enabled: bool) -> Router<AppState> {
     router
         .route("/app", get(page))
         .route("/app/console.js", get(script))
+        .route("/app/console.css", get(stylesheet))
         .route("/app/api/questions", get(list))
         .route("/app/api/questions/{id}", get(detail))
         .route("/app/api/questions/{id}/decision", post(decision))
@@ -92,6 +97,10 @@ async fn page() -> Response {
 
 async fn script() -> Response {
     static_file("text/javascript; charset=utf-8", SCRIPT)
+}
+
+async fn stylesheet() -> Response {
+    static_file("text/css; charset=utf-8", STYLE)
 }
 
 /// How many console requests one user may have in flight at once: the page sends at
