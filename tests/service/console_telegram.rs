@@ -337,6 +337,48 @@ async fn in_telegram_the_page_wears_the_clients_light_or_dark_theme_on_a_phone()
     }
 }
 
+#[tokio::test]
+async fn in_telegram_the_page_keeps_clear_of_the_notch_and_home_bar_and_fills_the_stable_viewport()
+{
+    let Some((_browser, page)) = in_telegram().await else {
+        return;
+    };
+    let app = TestApp::spawn_with_settings(with_console).await;
+    let (record, _) = app
+        .ask_suspended(json!({"tool": "deploy", "owner_id": "emp-1", "params": {"v": 6}}))
+        .await;
+    let id = record["id"].as_str().unwrap();
+    open_in_telegram(&page, &telegram_url(&app, (ALICE, "Alice"), id, &light())).await;
+    page.wait_for("#decision", PAGE_WAIT).await;
+    let body = |property: &str| format!("getComputedStyle(document.body).{property}");
+    assert_eq!(page.eval(&body("paddingTop")).await, "12px");
+    // Full screen on an iPhone, as its client reports it: the notch above and the home
+    // bar below the page, Telegram's own header over its top, 700 pixels that stay.
+    for (event, data) in [
+        (
+            "safe_area_changed",
+            json!({"top": 47, "bottom": 34, "left": 0, "right": 0}),
+        ),
+        (
+            "content_safe_area_changed",
+            json!({"top": 46, "bottom": 0, "left": 0, "right": 0}),
+        ),
+        (
+            "viewport_changed",
+            json!({"height": 700, "is_state_stable": true, "is_expanded": true}),
+        ),
+    ] {
+        page.telegram_sends_with(event, &data).await;
+    }
+    assert_eq!(
+        page.eval(&body("paddingTop")).await,
+        "105px",
+        "12 + 47 + 46"
+    );
+    assert_eq!(page.eval(&body("paddingBottom")).await, "50px", "16 + 34");
+    assert_eq!(page.eval(&body("minHeight")).await, "700px");
+}
+
 /// Every date and time the page shows, as `[date time, what follows it]`.
 const TIMES_SHOWN: &str = r"[...document.body.innerText.matchAll(
     /(\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d)?(?:\.\d+)?)(Z| [A-Za-z]+[+-]?[\d:]*)?/g)]
