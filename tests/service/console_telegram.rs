@@ -338,6 +338,46 @@ async fn in_telegram_the_page_wears_the_clients_light_or_dark_theme_on_a_phone()
 }
 
 #[tokio::test]
+async fn in_a_plain_browser_where_telegrams_script_loads_the_page_keeps_its_own_buttons() {
+    let Some(browser) = Browser::launch().await else {
+        return;
+    };
+    let Some(script) = telegram_script() else {
+        return;
+    };
+    let app = TestApp::spawn_with_settings(with_console).await;
+    let blocked =
+        app.create_blocking(json!({"tool": "deploy", "owner_id": "emp-1", "params": {"v": 7}}));
+    app.telegram.wait_for_message_in(OPS_CHAT, 1).await;
+    let alice = as_user(&app, ALICE, "Alice");
+    let (_, list) = console_get(&app, "/app/api/questions", Some(&alice)).await;
+    let id = list["questions"][0]["id"].as_str().unwrap().to_owned();
+    // A `console-link` opened on a desktop that reaches telegram.org: Telegram's script
+    // loads, but no Telegram client is around the page to show a Main Button.
+    let page = browser.page().await;
+    page.serve_telegram_script(&script).await;
+    page.goto(&console_url(&app, ALICE, "Alice", Some(&id)).replace("android", "web"))
+        .await;
+    page.wait_for("#approve", PAGE_WAIT).await;
+    let loaded = "window.Telegram !== undefined && window.Telegram.WebApp !== undefined";
+    let deadline = tokio::time::Instant::now() + PAGE_WAIT;
+    while page.eval(loaded).await != true {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Telegram's script never loaded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let native = "document.body.classList.contains('native')";
+    assert_eq!(page.eval(native).await, false);
+    page.click("#approve").await;
+    page.wait_for("#decided", PAGE_WAIT).await;
+    let (s, record) = blocked.await.unwrap();
+    assert_eq!(s, StatusCode::OK, "{record}");
+    assert_eq!(record["status"], "confirmed");
+}
+
+#[tokio::test]
 async fn in_telegram_the_page_keeps_clear_of_the_notch_and_home_bar_and_fills_the_stable_viewport()
 {
     let Some((_browser, page)) = in_telegram().await else {

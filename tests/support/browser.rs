@@ -235,17 +235,23 @@ impl Page {
     /// client's bridge (`TelegramWebviewProxy`) records what the script tells the client
     /// ([`Page::telegram_events`]); [`Page::telegram_sends`] is the client's side.
     pub async fn as_telegram_client(&self, script: &Path) {
+        self.serve_telegram_script(script).await;
+        self.call(
+            "Page.addScriptToEvaluateOnNewDocument",
+            json!({ "source": TELEGRAM_CLIENT }),
+        )
+        .await;
+    }
+
+    /// Makes Telegram's real `script` answer for its telegram.org URL, as on a machine
+    /// that reaches telegram.org; nothing else of a Telegram client.
+    pub async fn serve_telegram_script(&self, script: &Path) {
         let body = std::fs::read(script).unwrap_or_else(|e| panic!("{}: {e}", script.display()));
         *self.telegram_script.lock().expect("not poisoned") =
             Some(base64::engine::general_purpose::STANDARD.encode(body));
         self.call(
             "Fetch.enable",
             json!({"patterns": [{"urlPattern": format!("{TELEGRAM_SCRIPT_URL}*")}]}),
-        )
-        .await;
-        self.call(
-            "Page.addScriptToEvaluateOnNewDocument",
-            json!({ "source": TELEGRAM_CLIENT }),
         )
         .await;
     }
