@@ -76,6 +76,17 @@ impl Timeline {
         at
     }
 
+    /// How many of `r`'s reminder points have passed at `now`.
+    pub(super) fn reminders_passed(&self, r: &Question, now: OffsetDateTime) -> u32 {
+        let passed = self.reminder_times(r).iter().filter(|t| **t <= now).count();
+        u32::try_from(passed).unwrap_or(u32::MAX)
+    }
+
+    /// Whether a reminder of `r` is due at `now` and not yet sent.
+    pub(super) fn reminder_due(&self, r: &Question, now: OffsetDateTime) -> bool {
+        self.reminders_passed(r, now) > r.progress.reminders_sent
+    }
+
     /// The route's escalation, when `r` was asked on a route that has one.
     pub(super) fn escalation_of(&self, r: &Question) -> Option<(&Escalation, Arc<Route>)> {
         let e = self.config.route(&r.route)?.escalation.as_ref()?;
@@ -215,13 +226,23 @@ impl Service {
         if let Some(r) = self.escalate_if_due(&record, now).await {
             record = r;
         }
-        if let Some(r) = self.remind_if_due(&record, now).await {
+        // A reminder replies to the question's message. Due before that message is out
+        // (paced behind others in a busy group, or Telegram slow to take it), it waits
+        // for it, looked at again each second, rather than being spent on nothing.
+        let reminder_waits =
+            record.message_id.is_none() && self.timeline.reminder_due(&record, now);
+        if !reminder_waits && let Some(r) = self.remind_if_due(&record, now).await {
             record = r;
         }
         if let Some(r) = self.mark_sla_if_due(&record, now).await {
             record = r;
         }
-        self.arm(&record);
+        if reminder_waits {
+            let again = (now + std::time::Duration::from_secs(1)).min(record.expires_at);
+            self.lead.schedule(id, instant_at(again, now));
+        } else {
+            self.arm(&record);
+        }
     }
 
     /// Marks the card "at risk" or "overdue" when the route's SLA says so (once: claimed
@@ -311,8 +332,7 @@ impl Service {
         r: &Question,
         now: OffsetDateTime,
     ) -> Option<Question> {
-        let times = self.timeline.reminder_times(r);
-        let passed = times.iter().filter(|t| **t <= now).count() as u32;
+        let passed = self.timeline.reminders_passed(r, now);
         if passed <= r.progress.reminders_sent {
             return None;
         }

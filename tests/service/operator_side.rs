@@ -447,6 +447,33 @@ async fn more_time_never_passes_the_longest_timeout() {
 }
 
 #[tokio::test]
+async fn a_reminder_due_before_the_question_is_posted_waits_for_it_and_replies_to_it() {
+    let app = TestApp::spawn_with_settings(ops_with("remind_after = [\"1s\"]")).await;
+    // Telegram takes the question but answers 3 s later (a busy group's pacing does
+    // the same): the reminder's point, 1 s in, comes before its message id.
+    app.telegram
+        .delay_next("sendMessage", 1, Duration::from_secs(3));
+    let (s, r) = app
+        .create(json!({"tool": "deploy", "params": {}, "wait": "suspend"}))
+        .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{r}");
+    let question = nth_message(&app, OPS_CHAT, 1).await;
+    let reminder = nth_message(&app, OPS_CHAT, 2).await;
+    assert_eq!(
+        reminder.reply_to,
+        Some(question.message_id),
+        "a reply to the question"
+    );
+    assert!(
+        reminder.visible_text.contains("Still waiting"),
+        "{}",
+        reminder.visible_text
+    );
+    let (_, now) = app.get(r["id"].as_str().unwrap()).await;
+    assert_eq!(now["progress"]["reminders_sent"], 1, "{now}");
+}
+
+#[tokio::test]
 async fn reminders_come_at_their_points_across_a_restart_and_stop_with_the_decision() {
     let app =
         TestApp::spawn_with_settings(ops_with("remind_after = [\"1s\", \"3s\", \"6s\"]")).await;
