@@ -537,7 +537,7 @@ async fn approve_in_the_page(
 }
 
 /// The id of the one question `user_id` sees pending in the console.
-async fn the_pending_question(app: &TestApp, user_id: u64, name: &str) -> String {
+pub(super) async fn the_pending_question(app: &TestApp, user_id: u64, name: &str) -> String {
     let data = as_user(app, user_id, name);
     let (s, list) = console_get(app, "/app/api/questions", Some(&data)).await;
     assert_eq!(s, StatusCode::OK, "{list}");

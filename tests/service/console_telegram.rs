@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::console::{PAGE_WAIT, console_url};
+use super::console::{PAGE_WAIT, console_url, the_pending_question};
 use crate::support::app::*;
 use crate::support::browser::{Browser, Page, telegram_script};
 use crate::support::console::*;
@@ -106,9 +106,7 @@ async fn in_telegram_the_main_button_approves_with_progress_and_a_haptic_and_bac
     let blocked =
         app.create_blocking(json!({"tool": "deploy", "owner_id": "emp-1", "params": {"v": 5}}));
     app.telegram.wait_for_message_in(OPS_CHAT, 1).await;
-    let alice = as_user(&app, ALICE, "Alice");
-    let (_, list) = console_get(&app, "/app/api/questions", Some(&alice)).await;
-    let id = list["questions"][0]["id"].as_str().unwrap().to_owned();
+    let id = the_pending_question(&app, ALICE, "Alice").await;
 
     open_in_telegram(&page, &telegram_url(&app, (ALICE, "Alice"), &id, &light())).await;
     let main = page
@@ -187,9 +185,7 @@ async fn in_telegram_an_edit_shows_each_change_as_the_chat_will_and_the_main_but
         .wait_for_message_in(OPS_CHAT, 1)
         .await
         .remove(0);
-    let alice = as_user(&app, ALICE, "Alice");
-    let (_, list) = console_get(&app, "/app/api/questions", Some(&alice)).await;
-    let id = list["questions"][0]["id"].as_str().unwrap().to_owned();
+    let id = the_pending_question(&app, ALICE, "Alice").await;
     open_in_telegram(&page, &telegram_url(&app, (ALICE, "Alice"), &id, &light())).await;
     page.wait_for("#edit", PAGE_WAIT).await;
     assert!(page.text("#changes").await.contains("No change yet"));
@@ -349,9 +345,7 @@ async fn in_a_plain_browser_where_telegrams_script_loads_the_page_keeps_its_own_
     let blocked =
         app.create_blocking(json!({"tool": "deploy", "owner_id": "emp-1", "params": {"v": 7}}));
     app.telegram.wait_for_message_in(OPS_CHAT, 1).await;
-    let alice = as_user(&app, ALICE, "Alice");
-    let (_, list) = console_get(&app, "/app/api/questions", Some(&alice)).await;
-    let id = list["questions"][0]["id"].as_str().unwrap().to_owned();
+    let id = the_pending_question(&app, ALICE, "Alice").await;
     // A `console-link` opened on a desktop that reaches telegram.org: Telegram's script
     // loads, but no Telegram client is around the page to show a Main Button.
     let page = browser.page().await;
