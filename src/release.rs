@@ -6,8 +6,8 @@
 /// The release, as semantic versioning numbers it (Cargo.toml's `version`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// The commit the binary was built from, 12 hex digits, or `unknown` when it was built
-/// outside a git checkout without `HITL_BUILD_COMMIT`.
+/// The commit the binary was built from, in hex (git's 12 digits; `HITL_BUILD_COMMIT`
+/// may give 7 to 40), or `unknown` when it was built outside a git checkout without it.
 pub const COMMIT: &str = env!("HITL_COMMIT");
 
 /// `--version`'s line after the program's name: `1.0.0 (commit 0123456789ab)`.

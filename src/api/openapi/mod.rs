@@ -246,7 +246,8 @@ pub struct Health {
     /// This replica's release (CHANGELOG.md names each).
     #[schema(example = "1.0.0")]
     pub version: String,
-    /// The commit it was built from (12 hex digits), or `unknown`.
+    /// The commit it was built from in hex (12 digits as git gives it; 7 to 40 when the
+    /// build was given `HITL_BUILD_COMMIT`), or `unknown`.
     #[schema(example = "0123456789ab")]
     pub commit: String,
     pub config: HealthConfig,
