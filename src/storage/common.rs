@@ -9,7 +9,8 @@
 //!   PostgreSQL keeps none);
 //! * `write_tx` (a transaction that appends no audit event) and `snapshot_tx` (one
 //!   read snapshot of the audit trail and the statuses);
-//! * its group commit of window hits (`insert_window_hit`), `purge_windows`,
+//! * its group commit of window hits (`insert_window_hit`), how it writes a run report
+//!   (`write_run_report`: SQLite's group commit takes them too), `purge_windows`,
 //!   `backup_into` and `shut_down`.
 //!
 //! What only PostgreSQL does ([`Coordination`]) is its own; SQLite keeps the defaults.
@@ -401,8 +402,7 @@ impl Runs for This {
         report: &NewRunReport,
         now: OffsetDateTime,
     ) -> Result<RunReported, StorageError> {
-        let (_writer, tx) = self.audit_tx().await?;
-        sql::report_run(tx, id, agent, report, now, self.outbox_backlog_bound()).await
+        self.write_run_report(id, agent, report, now).await
     }
 
     async fn overdue_runs(

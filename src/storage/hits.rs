@@ -67,15 +67,20 @@ pub(super) fn answer(batch: Vec<QueuedHit>, written: Result<Vec<Option<Inserted>
             }
         }
         Err(e) => {
-            let unavailable = e.is_unavailable();
-            let why = e.to_string();
             for hit in batch {
-                hit.fail(if unavailable {
-                    StorageError::Database(sqlx::Error::Io(std::io::Error::other(why.clone())))
-                } else {
-                    StorageError::Batch(why.clone())
-                });
+                hit.fail(for_each_caller(&e));
             }
         }
+    }
+}
+
+/// Each caller's copy of what failed a batch: a database out of reach or busy stays one
+/// (a 503 to retry, never an outcome); anything else is the batch's failure.
+pub(super) fn for_each_caller(e: &StorageError) -> StorageError {
+    let why = e.to_string();
+    if e.is_unavailable() {
+        StorageError::Database(sqlx::Error::Io(std::io::Error::other(why)))
+    } else {
+        StorageError::Batch(why)
     }
 }

@@ -21,6 +21,7 @@ pub mod roles;
 mod rows;
 mod sqlite;
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -31,6 +32,7 @@ use crate::domain::grant::Grant;
 use crate::domain::ids::{DeliveryId, OutageId, QuestionId};
 use crate::domain::outage::AlertKind;
 use crate::domain::question::{Question, Window, WindowKey};
+use crate::domain::run_report::NewRunReport;
 
 pub use postgres::{POSTGRES_POOL, PgStore, refuse_unknown_params};
 pub use roles::{
@@ -355,6 +357,31 @@ pub enum RunReported {
     NotConfirmed(Question),
     /// No such question of this agent.
     NotFound,
+}
+
+impl RunReported {
+    /// What a report of `agent`'s comes to against its question as read (`before`),
+    /// where that alone settles it: no such question of this agent, a call that did not
+    /// run, the same report again, or another report taken already. `Continue`: the
+    /// report is to be written over `before`'s run. Both ways of writing a report judge
+    /// by this (`sql::report_run` and SQLite's group commit).
+    pub(crate) fn judge(
+        before: Option<Question>,
+        agent: &str,
+        report: &NewRunReport,
+    ) -> ControlFlow<RunReported, Question> {
+        let Some(before) = before.filter(|q| q.agent == agent) else {
+            return ControlFlow::Break(RunReported::NotFound);
+        };
+        if !before.takes_report() {
+            return ControlFlow::Break(RunReported::NotConfirmed(before));
+        }
+        match &before.run_report {
+            Some(run) if run.same_as(report) => ControlFlow::Break(RunReported::Same(before)),
+            Some(run) if !run.replaceable() => ControlFlow::Break(RunReported::Conflict(before)),
+            _ => ControlFlow::Continue(before),
+        }
+    }
 }
 
 /// What a window let through ([`Runs::window_use`]).

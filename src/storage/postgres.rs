@@ -22,11 +22,12 @@ use tokio::sync::mpsc;
 
 use super::hits::{self, QueuedHit};
 use super::rows::{self, insert_runs};
-use super::{Change, Coordination, Inserted, LiveConfig, StorageError, WindowCache};
+use super::{Change, Coordination, Inserted, LiveConfig, RunReported, StorageError, WindowCache};
 use crate::domain::audit::{self, NewEvent};
 use crate::domain::authority::{Authority, Fingerprint};
 use crate::domain::ids::QuestionId;
 use crate::domain::question::Question;
+use crate::domain::run_report::NewRunReport;
 
 /// The schema's migrations ([`Administration::migrate`](super::Administration::migrate)).
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
@@ -274,6 +275,19 @@ impl PgStore {
             tokio::spawn(commit.run());
         }
         waiting.outcome().await
+    }
+
+    /// See [`Runs::report_run`](super::Runs::report_run): one audit transaction each
+    /// (SQLite's group commit takes reports too; this one takes window hits only).
+    async fn write_run_report(
+        &self,
+        id: &QuestionId,
+        agent: &str,
+        report: &NewRunReport,
+        now: OffsetDateTime,
+    ) -> Result<RunReported, StorageError> {
+        let (_writer, tx) = self.audit_tx().await?;
+        sql::report_run(tx, id, agent, report, now, self.outbox_backlog_bound()).await
     }
 }
 

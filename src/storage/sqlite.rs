@@ -80,6 +80,9 @@ use sql::insert_hits;
 mod plain;
 use plain::{Plain, is_plain, write_plain_hits};
 
+mod reports;
+use reports::{QueuedReport, REPORT_LINGER};
+
 // Compiled once per backend on purpose: see the header of common.rs.
 #[allow(clippy::duplicate_mod)]
 #[path = "common.rs"]
@@ -150,6 +153,8 @@ struct HitQueue {
 #[derive(Default)]
 struct HitQueueState {
     queued: Vec<QueuedHit>,
+    /// Run reports for the same commit ([`SqliteStore::write_run_report`]).
+    reports: Vec<QueuedReport>,
     /// The writer is running (set when it is started, cleared when it has stopped).
     running: bool,
     /// The store is closing: the writer writes what is queued and stops, and no hit is
@@ -165,6 +170,12 @@ impl HitQueue {
     fn close(&self) {
         self.state().closed = true;
         self.ready.notify_all();
+    }
+}
+
+impl HitQueueState {
+    fn is_empty(&self) -> bool {
+        self.queued.is_empty() && self.reports.is_empty()
     }
 }
 
@@ -381,19 +392,28 @@ impl SqliteStore {
         now: OffsetDateTime,
     ) -> Result<Inserted, StorageError> {
         let (hit, waiting) = QueuedHit::new(r, now);
+        if !self.enqueue(|state| state.queued.push(hit))? {
+            return Err(StorageError::Batch("the store is closed".into()));
+        }
+        waiting.outcome().await
+    }
+
+    /// Queues for the group commit (`push` puts the entry in), starting its writer if
+    /// none runs, and wakes it. `false`: the store is closing and nothing was queued.
+    fn enqueue(&self, push: impl FnOnce(&mut HitQueueState)) -> Result<bool, StorageError> {
         let start = {
             let mut state = self.hits.state();
             if state.closed {
-                return Err(StorageError::Batch("the store is closed".into()));
+                return Ok(false);
             }
-            state.queued.push(hit);
+            push(&mut state);
             !std::mem::replace(&mut state.running, true)
         };
         if start {
             self.start_hit_writer();
         }
         self.hits.ready.notify_one();
-        waiting.outcome().await
+        Ok(true)
     }
 
     /// Starts the group commit's writer thread (the caller has marked it running).
@@ -424,6 +444,9 @@ impl SqliteStore {
                 state.running = false;
                 for hit in state.queued.drain(..) {
                     hit.fail(StorageError::Batch(format!("no writer thread: {e}")));
+                }
+                for report in state.reports.drain(..) {
+                    report.fail(StorageError::Batch(format!("no writer thread: {e}")));
                 }
             }
         }
@@ -481,65 +504,112 @@ struct HitWriterThread {
     runtime: tokio::runtime::Handle,
 }
 
-/// The group commit's writer: takes every queued hit, writes them as one batch
-/// ([`write_hits`]), and again, until the store closes and nothing is left.
+/// The group commit's writer: takes every queued hit and report, writes them as one
+/// batch ([`write_hits`]), and again, until the store closes and nothing is left.
+/// Reports alone wait up to [`REPORT_LINGER`] for a hit to share their commit.
 fn hit_writer_loop(w: HitWriterThread) {
     loop {
-        let batch = {
+        let (batch, reports) = {
             let mut state = w.queue.state();
-            while state.queued.is_empty() && !state.closed {
+            while state.is_empty() && !state.closed {
                 state = w
                     .queue
                     .ready
                     .wait(state)
                     .unwrap_or_else(PoisonError::into_inner);
             }
-            if state.queued.is_empty() {
+            if state.is_empty() {
                 state.running = false;
                 return;
             }
-            std::mem::take(&mut state.queued)
+            let until = std::time::Instant::now() + REPORT_LINGER;
+            while state.queued.is_empty() && !state.closed {
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                state = w
+                    .queue
+                    .ready
+                    .wait_timeout(state, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
+            (
+                std::mem::take(&mut state.queued),
+                std::mem::take(&mut state.reports),
+            )
         };
         // A panic loses this batch (its callers hear it was abandoned), not the writer.
-        let written =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_hits(&w, batch)));
+        let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            write_hits(&w, batch, reports);
+        }));
         if written.is_err() {
             tracing::error!("the group commit panicked; its batch was not answered");
         }
     }
 }
 
-/// Writes a batch of window hits under the audit lock and answers every caller after
-/// the commit. A failure fails the whole batch (nothing of it is stored, every caller
-/// gets the error): the only errors here are the database's own, which would fail the
-/// others too.
+/// Writes a batch of window hits and run reports under the audit lock and answers
+/// every caller after the commit. A failure fails the whole batch (nothing of it is
+/// stored, every caller gets the error): the only errors here are the database's own,
+/// which would fail the others too.
 ///
 /// A batch of plain hits (no interaction id or webhook: nothing to queue), the hot path
 /// of an agent looping over an approved call and of a rule's answer, is written by the
-/// lock's own connection ([`write_plain_hits`]). A batch with any other hit, one whose
-/// idempotency key is already held, or a database in memory, takes
-/// [`sql::insert_in`]'s path for those, one by one, in one sqlx transaction.
-fn write_hits(w: &HitWriterThread, batch: Vec<QueuedHit>) {
+/// lock's own connection ([`write_plain_hits`]), its reports in the same transaction. A
+/// batch with any other hit, one whose idempotency key is already held, or a database
+/// in memory, takes [`sql::insert_in`]'s path for those, one by one, in one sqlx
+/// transaction, and its reports follow in one of their own.
+fn write_hits(w: &HitWriterThread, batch: Vec<QueuedHit>, reports: Vec<QueuedReport>) {
     let mut audit = w.audit.blocking_lock();
     let plain = match &w.file {
         Some(file) if batch.iter().all(is_plain) => {
-            Some(write_plain_hits(&mut audit, file, &batch))
+            Some(write_plain_hits(&mut audit, file, &batch, &reports))
         }
         _ => None,
     };
-    let written = match plain {
-        Some(Ok(())) => Ok(batch_of_new(batch.len())),
-        Some(Err(Plain::Failed(e))) => Err(e),
+    let (written, reported) = match plain {
+        Some(Ok(reported)) => (Ok(batch_of_new(batch.len())), Ok(reported)),
+        Some(Err(Plain::Failed(e))) => {
+            reports::answer(reports, Err(&e));
+            hits::answer(batch, Err(e));
+            return;
+        }
         // An idempotency key already held (a retried request): the sqlx path finds the
-        // request that holds it, and answers with that one.
+        // request that holds it, and answers with that one. The reports follow in a
+        // transaction of their own.
         Some(Err(Plain::Taken)) | None => {
             audit.tip = None;
-            w.runtime
-                .block_on(write_mixed_hits(&w.pool, &batch, w.bound))
+            let written = w
+                .runtime
+                .block_on(write_mixed_hits(&w.pool, &batch, w.bound));
+            (written, write_reports_alone(&mut audit, w, &reports))
         }
     };
     hits::answer(batch, written);
+    reports::answer(reports, reported.as_deref());
     drop(audit);
+}
+
+/// Reports of a batch whose hits went the sqlx way: in a transaction of their own on
+/// the lock's connection. Reports are queued only where the database is a file.
+fn write_reports_alone(
+    audit: &mut HitWriter,
+    w: &HitWriterThread,
+    reports: &[QueuedReport],
+) -> Result<Vec<bool>, StorageError> {
+    match &w.file {
+        _ if reports.is_empty() => Ok(Vec::new()),
+        Some(file) => write_plain_hits(audit, file, &[], reports).map_err(|e| match e {
+            Plain::Failed(e) => e,
+            // No hit, no key to find taken.
+            Plain::Taken => StorageError::Batch("a run report met a key conflict".into()),
+        }),
+        None => Err(StorageError::Batch(
+            "a run report was queued for a database in memory".into(),
+        )),
+    }
 }
 
 /// `n` results of hits that were all stored as they came.

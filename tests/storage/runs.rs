@@ -23,6 +23,7 @@ on_both_backends! {
     the_last_failed_run_of_a_tool_is_recalled_and_a_later_success_clears_it,
     a_window_counts_the_calls_it_let_through_and_their_failures,
     of_two_stores_reporting_different_outcomes_at_once_exactly_one_is_taken,
+    calls_and_their_reports_arriving_together_each_land_once_on_one_chain,
 }
 
 fn report(status: &str, error: Option<&str>) -> NewRunReport {
@@ -296,4 +297,79 @@ async fn of_two_stores_reporting_different_outcomes_at_once_exactly_one_is_taken
         assert_eq!(taken, 1);
     }
     audit::verify(&a.audit_rows(None).await.unwrap()).expect("the chain holds");
+}
+
+/// An agent looping over allowed calls reports each run while its next call is stored,
+/// so reports and window hits share commits (SQLite's group commit writes both); two
+/// different reports of one run racing there take one, and every row lands once on one
+/// chain.
+async fn calls_and_their_reports_arriving_together_each_land_once_on_one_chain(db: TestDb) {
+    let s = db.store().await;
+    let mut opener = pending(None);
+    opener.window_seconds = 600;
+    s.insert(&opener, now()).await.unwrap();
+    let decision = Ending::Approved {
+        by: op(7),
+        once: false,
+    }
+    .decide(now());
+    let Decided::Applied(opener) = s.decide(&opener.id, &decision).await.unwrap() else {
+        panic!("not applied")
+    };
+    let agents = (0..8).map(|n| {
+        let (s, opener) = (s.clone(), opener.clone());
+        tokio::spawn(async move {
+            let mut calls = Vec::new();
+            for _ in 0..5 {
+                let hit = window_hit(&opener);
+                s.insert(&hit, now()).await.unwrap();
+                // Two reports of one run at once: one says it ran, the other not.
+                let twice = [report("executed", None), report("failed", Some("boom"))].map(|r| {
+                    let (s, id) = (s.clone(), hit.id.clone());
+                    tokio::spawn(
+                        async move { s.report_run(&id, "agent", &r, now()).await.unwrap() },
+                    )
+                });
+                let mut taken = 0;
+                for r in twice {
+                    match r.await.unwrap() {
+                        RunReported::Taken(q) => {
+                            assert!(q.run_report.is_some(), "agent {n}: {q:?}");
+                            taken += 1;
+                        }
+                        RunReported::Conflict(_) => {}
+                        other => panic!("agent {n}: {other:?}"),
+                    }
+                }
+                assert_eq!(taken, 1, "agent {n}");
+                calls.push(hit);
+            }
+            calls
+        })
+    });
+    let mut calls = Vec::new();
+    for agent in agents {
+        calls.extend(agent.await.unwrap());
+    }
+    for call in &calls {
+        let stored = s.get(&call.id).await.unwrap().expect("stored");
+        assert!(stored.run_report.is_some(), "{stored:?}");
+        let k = kinds(&*s, call).await;
+        assert_eq!(
+            k.iter().filter(|k| *k == "outcome_reported").count(),
+            1,
+            "{k:?}"
+        );
+    }
+    let used = s.window_use(&opener.id).await.unwrap();
+    assert_eq!(used.calls, 40);
+    let outcomes = s
+        .agent_events("agent", 0, 1_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.data.contains("\"step\":\"outcome\""))
+        .count();
+    assert_eq!(outcomes, 40);
+    audit::verify(&s.audit_rows(None).await.unwrap()).expect("the chain holds");
 }

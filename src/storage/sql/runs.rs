@@ -4,6 +4,8 @@
 
 // The backend's dialect macros (`bytewise!` and the like) come from the parent
 // backend module (see `mod.rs`).
+use std::ops::ControlFlow;
+
 use sqlx::{Pool, Transaction};
 use time::OffsetDateTime;
 
@@ -27,20 +29,10 @@ pub(crate) async fn report_run(
     now: OffsetDateTime,
     max_backlog: u32,
 ) -> Result<RunReported, StorageError> {
-    let Some(before) = read_in(&mut tx, id).await? else {
-        return Ok(RunReported::NotFound);
+    let before = match RunReported::judge(read_in(&mut tx, id).await?, agent, report) {
+        ControlFlow::Break(answer) => return Ok(answer),
+        ControlFlow::Continue(before) => before,
     };
-    if before.agent != agent {
-        return Ok(RunReported::NotFound);
-    }
-    if !before.takes_report() {
-        return Ok(RunReported::NotConfirmed(before));
-    }
-    match &before.run_report {
-        Some(run) if run.same_as(report) => return Ok(RunReported::Same(before)),
-        Some(run) if !run.replaceable() => return Ok(RunReported::Conflict(before)),
-        _ => {}
-    }
     let run = report.clone().at(now);
     // Conditional on the run as read: of two reports racing (two replicas), one
     // changes the row and the other changes none.

@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use super::reports::{QueuedReport, write_reports};
 use super::{AuditTip, HitWriter};
 use crate::domain::audit::{self, GENESIS_HASH, NewEvent};
 use crate::domain::question::{Question, Via};
@@ -53,10 +54,11 @@ fn open_hit_writer(file: &Path) -> rusqlite::Result<rusqlite::Connection> {
     Ok(conn)
 }
 
-/// Writes a batch of plain window hits ([`is_plain`]) in one `BEGIN IMMEDIATE`
-/// transaction on the lock's own connection, from a blocking thread: for each hit its
-/// record, its stream event and its audit row, chained from the tip the lock holds (read
-/// when it holds none). On success the lock holds the new tip. A cached tip that turned
+/// Writes a batch of plain window hits ([`is_plain`]), then `reports`, in one `BEGIN
+/// IMMEDIATE` transaction on the lock's own connection, from a blocking thread: for
+/// each hit its record, its stream event and its audit row, chained from the tip the
+/// lock holds (read when it holds none); for each report what
+/// [`write_reports`] writes. Returns which reports were written. On success the lock holds the new tip. A cached tip that turned
 /// out stale (someone appended without clearing it) fails on the audit table's primary
 /// key, and the batch is tried once more from the stored tip. A connection that failed
 /// is dropped, so the next batch opens a fresh one.
@@ -64,7 +66,8 @@ pub(super) fn write_plain_hits(
     writer: &mut HitWriter,
     file: &Path,
     batch: &[QueuedHit],
-) -> Result<(), Plain> {
+    reports: &[QueuedReport],
+) -> Result<Vec<bool>, Plain> {
     let batch_error = |e: rusqlite::Error| Plain::Failed(StorageError::Batch(e.to_string()));
     let mut conn = match writer.conn.take() {
         Some(conn) => conn,
@@ -73,11 +76,11 @@ pub(super) fn write_plain_hits(
     let mut cached = writer.tip.take();
     loop {
         let from_cache = cached.is_some();
-        match write_plain_tx(&mut conn, cached.take(), batch) {
-            Ok(tip) => {
+        match write_plain_tx(&mut conn, cached.take(), batch, reports) {
+            Ok((tip, written)) => {
                 writer.tip = Some(tip);
                 writer.conn = Some(conn);
-                return Ok(());
+                return Ok(written);
             }
             // Rolled back, the connection sound; the tip is read again next time.
             Err(PlainTry::Taken) => {
@@ -92,12 +95,14 @@ pub(super) fn write_plain_hits(
     }
 }
 
-/// One try of [`write_plain_hits`]; returns the chain's new tip.
+/// One try of [`write_plain_hits`]; returns the chain's new tip and which reports
+/// were written.
 fn write_plain_tx(
     conn: &mut rusqlite::Connection,
     tip: Option<AuditTip>,
     batch: &[QueuedHit],
-) -> Result<AuditTip, PlainTry> {
+    reports: &[QueuedReport],
+) -> Result<(AuditTip, Vec<bool>), PlainTry> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let tip = match tip {
         Some(tip) => tip,
@@ -117,13 +122,8 @@ fn write_plain_tx(
     let chained = rows::chain(Some(tip.clone()), &events);
     {
         let mut records = tx.prepare_cached(INSERT_CONFIRMATION)?;
-        let mut events = tx.prepare_cached(
-            "INSERT INTO agent_events (agent, question_id, kind, data, at) VALUES (?, ?, ?, ?, ?)",
-        )?;
-        let mut audited = tx.prepare_cached(
-            "INSERT INTO audit_events (seq, at, confirmation_id, kind, actor, detail, prev_hash,
-                hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        )?;
+        let mut events = tx.prepare_cached(INSERT_AGENT_EVENT)?;
+        let mut audited = tx.prepare_cached(INSERT_AUDIT_EVENT)?;
         let mut release = tx.prepare_cached(
             "UPDATE confirmations SET idempotency_key = NULL
              WHERE agent = ? AND idempotency_key = ? AND created_at <= ?",
@@ -157,22 +157,40 @@ fn write_plain_tx(
                 r.status_event().to_string(),
                 ms(hit.now),
             ])?;
-            audited.execute(rusqlite::params![
-                row.seq,
-                ms(row.event.at),
-                row.event.confirmation_id.as_deref(),
-                row.event.kind,
-                row.event.actor.as_str(),
-                row.detail.as_str(),
-                row.prev_hash.as_str(),
-                row.hash.as_str(),
-            ])?;
+            insert_audit_row(&mut audited, row)?;
         }
     }
-    tx.commit()?;
-    Ok(chained
+    let tip = chained
         .last()
-        .map_or(tip, |row| (row.seq, row.hash.clone())))
+        .map_or(tip, |row| (row.seq, row.hash.clone()));
+    let (tip, written) = write_reports(&tx, tip, reports)?;
+    tx.commit()?;
+    Ok((tip, written))
+}
+
+/// A stream event's row (`agent_events`).
+pub(super) const INSERT_AGENT_EVENT: &str =
+    "INSERT INTO agent_events (agent, question_id, kind, data, at) VALUES (?, ?, ?, ?, ?)";
+
+/// An audit event's row, numbered and hashed ([`insert_audit_row`]).
+pub(super) const INSERT_AUDIT_EVENT: &str = "INSERT INTO audit_events (seq, at, confirmation_id,
+    kind, actor, detail, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
+
+/// Appends `row` with the prepared [`INSERT_AUDIT_EVENT`].
+pub(super) fn insert_audit_row(
+    audited: &mut rusqlite::CachedStatement<'_>,
+    row: &rows::Chained<'_>,
+) -> rusqlite::Result<usize> {
+    audited.execute(rusqlite::params![
+        row.seq,
+        ms(row.event.at),
+        row.event.confirmation_id.as_deref(),
+        row.event.kind,
+        row.event.actor.as_str(),
+        row.detail.as_str(),
+        row.prev_hash.as_str(),
+        row.hash.as_str(),
+    ])
 }
 
 /// One request's row, for the group commit's prepared statement (the columns in
