@@ -28,6 +28,7 @@ use criterion::{Criterion, criterion_group};
 use hitl_telegram::api::admission::{ADMITTED, Queue};
 use hitl_telegram::api::confirmations::parse_create;
 use hitl_telegram::api::record::RecordView;
+use hitl_telegram::api::run_reports::parse_report;
 use hitl_telegram::app::open_store;
 use hitl_telegram::config::{Agent, Config, Settings};
 use hitl_telegram::domain::args_hash::ArgsHash;
@@ -320,6 +321,10 @@ fn service_settings(db_url: &str) -> String {
     )
 }
 
+/// A run's report as the MCP gateway sends it for a call that ran.
+const REPORT_BODY: &str =
+    r#"{"status": "executed", "summary": "released 2026-11-30", "duration_ms": 41}"#;
+
 /// The create body a busy agent repeats: the bench's call, asking for a window.
 fn create_body() -> String {
     format!(
@@ -393,8 +398,8 @@ impl ServiceWorld {
     }
 
     /// One `POST /v1/confirmations` without HTTP: its turn, parse the body, create,
-    /// write the response. Returns the record's status.
-    async fn create(&self) -> Status {
+    /// write the response. Returns the record.
+    async fn create(&self) -> Question {
         let admitted = self
             .admission
             .turn(&self.stop)
@@ -415,7 +420,21 @@ impl ServiceWorld {
         drop(admitted);
         let response = serde_json::to_vec(&RecordView::from(&record)).expect("a record serialises");
         std::hint::black_box(response);
-        record.status
+        record
+    }
+
+    /// One `POST /v1/confirmations/{id}/outcome` without HTTP, as the MCP gateway sends
+    /// it after every call: parse the body, take the report, write the response.
+    async fn report(&self, record: &Question) {
+        let report = parse_report(std::hint::black_box(REPORT_BODY.as_bytes()))
+            .expect("the bench report is valid");
+        let taken = self
+            .service
+            .report_run(&self.agent, &record.id, report)
+            .await
+            .expect("the service takes the report");
+        let response = serde_json::to_vec(&RecordView::from(&taken)).expect("a record serialises");
+        std::hint::black_box(response);
     }
 
     /// Runs the background work started so far (deliveries, message edits) to its end.
@@ -501,15 +520,16 @@ impl ServiceWorld {
 /// `bench/b1-instructions` and `bench/check-instructions`, which count the instructions
 /// under callgrind at two `n` and divide the difference (so the setup cancels out).
 ///
-/// `tap` needs a pending question per tap, prepared before the taps: `B1_PREPARE=<m>`
-/// (default `n`) prepares `m` of them, so that two runs given the same `B1_PREPARE`
-/// prepare the same and differ only by their taps.
+/// `tap` needs a pending question per tap, prepared before the taps, and `report` a
+/// window hit per report: `B1_PREPARE=<m>` (default `n`) prepares `m` of them, so that
+/// two runs given the same `B1_PREPARE` prepare the same and differ only by their
+/// operations.
 fn count_mode(spec: &str) {
     let (what, n) = spec
         .split_once(':')
         .and_then(|(what, n)| Some((what, n.parse::<u64>().ok()?)))
-        .expect("B1_COUNT is <decision|canonical|tree|service_hit|tap>:<n>");
-    if matches!(what, "service_hit" | "tap") {
+        .expect("B1_COUNT is <decision|canonical|tree|service_hit|report|tap>:<n>");
+    if matches!(what, "service_hit" | "report" | "tap") {
         return count_service(what, n);
     }
     let world = World::new();
@@ -536,7 +556,17 @@ const SQLITE_POOL: usize = 8;
 /// on those of a run of none.
 const WARM_UP: u64 = 2 * SQLITE_POOL as u64;
 
-/// The two operations through the service; see [`count_mode`].
+/// How many of what an operation needs to prepare: `B1_PREPARE`, `n` by default.
+fn prepared(n: u64) -> u64 {
+    let prepare = std::env::var("B1_PREPARE")
+        .ok()
+        .map(|m| m.parse::<u64>().expect("B1_PREPARE is a count"))
+        .unwrap_or(n);
+    assert!(prepare >= n, "B1_PREPARE prepares at least n");
+    prepare
+}
+
+/// The operations through the service; see [`count_mode`].
 fn count_service(what: &str, n: u64) {
     let world = ServiceWorld::new();
     match what {
@@ -550,17 +580,23 @@ fn count_service(what: &str, n: u64) {
                 "the window opens"
             );
             for _ in 0..WARM_UP + n {
-                let status = world.rt.block_on(world.create());
+                let status = world.rt.block_on(world.create()).status;
                 assert_eq!(status, Status::Confirmed, "a window hit");
             }
         }
+        "report" => {
+            // Window hits to report on, prepared alike for both runs (`B1_PREPARE`).
+            let first = world.pending(1);
+            world.tap(&first[0], TapAction::ApproveWindow);
+            let hits: Vec<Question> = (0..WARM_UP + prepared(n))
+                .map(|_| world.rt.block_on(world.create()))
+                .collect();
+            for hit in &hits[..(WARM_UP + n) as usize] {
+                world.rt.block_on(world.report(hit));
+            }
+        }
         "tap" => {
-            let prepare = std::env::var("B1_PREPARE")
-                .ok()
-                .map(|m| m.parse::<u64>().expect("B1_PREPARE is a count"))
-                .unwrap_or(n);
-            assert!(prepare >= n, "B1_PREPARE prepares at least n questions");
-            let questions = world.pending(WARM_UP + prepare);
+            let questions = world.pending(WARM_UP + prepared(n));
             let (warm, counted) = questions.split_at(WARM_UP as usize);
             for record in warm {
                 world.tap(record, TapAction::Approve);

@@ -97,8 +97,9 @@ impl PartialSchema for DurationMs {
     }
 }
 
-/// Reads the body into a [`NewRunReport`]; every refusal names its field.
-fn parse_report(bytes: &[u8]) -> Result<NewRunReport, ApiError> {
+/// Reads the body into a [`NewRunReport`]; every refusal names its field (public for
+/// the instruction counts' bench, which takes reports as the handler does).
+pub fn parse_report(bytes: &[u8]) -> Result<NewRunReport, ApiError> {
     let body: OutcomeBody = read(&strict_object(bytes)?, "")?;
     NewRunReport::new(
         &body.status.0,
