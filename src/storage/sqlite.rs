@@ -81,7 +81,7 @@ mod plain;
 use plain::{Plain, is_plain, write_plain_hits};
 
 mod reports;
-use reports::{QueuedReport, REPORT_LINGER};
+use reports::QueuedReport;
 
 // Compiled once per backend on purpose: see the header of common.rs.
 #[allow(clippy::duplicate_mod)]
@@ -506,7 +506,6 @@ struct HitWriterThread {
 
 /// The group commit's writer: takes every queued hit and report, writes them as one
 /// batch ([`write_hits`]), and again, until the store closes and nothing is left.
-/// Reports alone wait up to [`REPORT_LINGER`] for a hit to share their commit.
 fn hit_writer_loop(w: HitWriterThread) {
     loop {
         let (batch, reports) = {
@@ -521,19 +520,6 @@ fn hit_writer_loop(w: HitWriterThread) {
             if state.is_empty() {
                 state.running = false;
                 return;
-            }
-            let until = std::time::Instant::now() + REPORT_LINGER;
-            while state.queued.is_empty() && !state.closed {
-                let left = until.saturating_duration_since(std::time::Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                state = w
-                    .queue
-                    .ready
-                    .wait_timeout(state, left)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0;
             }
             (
                 std::mem::take(&mut state.queued),

@@ -8,7 +8,6 @@
 //! audit lock.
 
 use std::ops::ControlFlow;
-use std::time::Duration;
 
 use time::OffsetDateTime;
 use tokio::sync::oneshot;
@@ -20,13 +19,6 @@ use crate::domain::question::Question;
 use crate::domain::run_report::{NewRunReport, RunReport};
 use crate::storage::rows::{self, ms};
 use crate::storage::{RunReported, StorageError, hits};
-
-/// How long the group commit holds a batch of reports alone for an agent's next call
-/// to share its commit: an agent reports a run and, most often, asks its next call at
-/// once; sharing one transaction saves that call a whole commit's wait. Nobody waits on
-/// a report's answer for anything but its storage, so a couple of milliseconds more
-/// there cost nothing (PostgreSQL's `commit_delay` is the same idea).
-pub(super) const REPORT_LINGER: Duration = Duration::from_millis(2);
 
 /// A report waiting for the group commit: everything it writes, made before it is
 /// queued, and the run's columns as read, which the row must still hold.
