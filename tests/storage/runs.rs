@@ -243,8 +243,8 @@ fn window_hit(opener: &Question) -> Question {
     q
 }
 
-async fn a_window_counts_the_calls_it_let_through_and_their_failures(db: TestDb) {
-    let s = db.store().await;
+/// A question stored and approved by an operator now, opening a 10-minute window.
+async fn window_opened(s: &dyn Store) -> Question {
     let mut opener = pending(None);
     opener.window_seconds = 600;
     s.insert(&opener, now()).await.unwrap();
@@ -256,6 +256,12 @@ async fn a_window_counts_the_calls_it_let_through_and_their_failures(db: TestDb)
     let Decided::Applied(opener) = s.decide(&opener.id, &decision).await.unwrap() else {
         panic!("not applied")
     };
+    opener
+}
+
+async fn a_window_counts_the_calls_it_let_through_and_their_failures(db: TestDb) {
+    let s = db.store().await;
+    let opener = window_opened(&*s).await;
     assert_eq!(s.window_use(&opener.id).await.unwrap().calls, 0);
     let hits: Vec<Question> = (0..3).map(|_| window_hit(&opener)).collect();
     for h in &hits {
@@ -305,17 +311,7 @@ async fn of_two_stores_reporting_different_outcomes_at_once_exactly_one_is_taken
 /// chain.
 async fn calls_and_their_reports_arriving_together_each_land_once_on_one_chain(db: TestDb) {
     let s = db.store().await;
-    let mut opener = pending(None);
-    opener.window_seconds = 600;
-    s.insert(&opener, now()).await.unwrap();
-    let decision = Ending::Approved {
-        by: op(7),
-        once: false,
-    }
-    .decide(now());
-    let Decided::Applied(opener) = s.decide(&opener.id, &decision).await.unwrap() else {
-        panic!("not applied")
-    };
+    let opener = window_opened(&*s).await;
     let agents = (0..8).map(|n| {
         let (s, opener) = (s.clone(), opener.clone());
         tokio::spawn(async move {
