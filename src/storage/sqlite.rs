@@ -392,7 +392,7 @@ impl SqliteStore {
         now: OffsetDateTime,
     ) -> Result<Inserted, StorageError> {
         let (hit, waiting) = QueuedHit::new(r, now);
-        if !self.enqueue(|state| state.queued.push(hit))? {
+        if !self.enqueue(|state| state.queued.push(hit)) {
             return Err(StorageError::Batch("the store is closed".into()));
         }
         waiting.outcome().await
@@ -400,11 +400,11 @@ impl SqliteStore {
 
     /// Queues for the group commit (`push` puts the entry in), starting its writer if
     /// none runs, and wakes it. `false`: the store is closing and nothing was queued.
-    fn enqueue(&self, push: impl FnOnce(&mut HitQueueState)) -> Result<bool, StorageError> {
+    fn enqueue(&self, push: impl FnOnce(&mut HitQueueState)) -> bool {
         let start = {
             let mut state = self.hits.state();
             if state.closed {
-                return Ok(false);
+                return false;
             }
             push(&mut state);
             !std::mem::replace(&mut state.running, true)
@@ -413,7 +413,7 @@ impl SqliteStore {
             self.start_hit_writer();
         }
         self.hits.ready.notify_one();
-        Ok(true)
+        true
     }
 
     /// Starts the group commit's writer thread (the caller has marked it running).

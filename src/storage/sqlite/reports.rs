@@ -68,7 +68,7 @@ impl SqliteStore {
             // A webhook is queued by the sqlx way's statements (the outbox's backlog).
             if before.callback_url.is_none() {
                 let (queued, written) = queue_entry(&before, report, now);
-                if self.enqueue(|state| state.reports.push(queued))? && written.outcome().await? {
+                if self.enqueue(|state| state.reports.push(queued)) && written.outcome().await? {
                     // The record as it now is, its run included.
                     return Ok(match sql::get(&self.pool, id).await? {
                         Some(after) => RunReported::Taken(after),
