@@ -14,6 +14,16 @@ use hitl_telegram::{program, telemetry};
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's options, read at its start (`_RJEM_MALLOC_CONF` in the environment still
+/// overrides them): freed pages go back to the kernel after a second instead of ten. A
+/// crowd of agents arriving, or a burst of decisions being shown, frees most of what it
+/// allocated within moments; kept for ten seconds, those pages made the service's peak
+/// 1.2-1.3 times its steady state (BENCHMARKS.md, B3's peak). A thin pointer to the
+/// first byte is what jemalloc's `const char *malloc_conf` is; the name is the prefixed
+/// one tikv-jemallocator builds.
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static JEMALLOC_CONF: &u8 = &b"dirty_decay_ms:1000\0"[0];
+
 #[derive(Parser)]
 #[command(
     name = "hitl-telegram",

@@ -81,6 +81,30 @@ async fn rules_loaded(db_url: &str) -> Vec<Value> {
     events_of(db_url, "rules_loaded").await
 }
 
+/// The binary's own allocator options reach jemalloc (a linker that dropped the
+/// exported symbol would leave its ten-second default): jemalloc prints the options it
+/// runs with at exit when asked to in the environment, which adds to, and does not
+/// replace, the binary's own.
+#[test]
+fn the_binary_returns_freed_memory_to_the_system_within_a_second() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hitl-telegram"))
+        .arg("--version")
+        .env("_RJEM_MALLOC_CONF", "stats_print:true")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stats = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stats.contains("opt.dirty_decay_ms: 1000 "),
+        "jemalloc's options: {}",
+        stats
+            .lines()
+            .filter(|l| l.contains("decay"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
 #[tokio::test]
 async fn each_start_records_the_release_it_runs_as_version_and_healthz_report_it() {
     let telegram = FakeTelegram::start_with_token(BOT_TOKEN).await;
